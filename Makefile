@@ -1,0 +1,36 @@
+# Two entry points: `make app` and `make test`. Both create .venv if needed and install once
+# (a stamp file keyed on the requirement files makes reruns fast).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DB ?= $(HOME)/.creditlens/runs.duckdb
+PORT ?= 8501
+
+.PHONY: app test lint bench browser-deps
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -r requirements.txt -r requirements-dev.txt
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+# Debian's chromium drives the browser tests (Playwright never downloads a browser here).
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium chromium-driver >/dev/null; fi; }
+
+app: $(STAMP)
+	$(BIN)/creditlens app --db $(DB) --port $(PORT)
+
+test: $(STAMP) browser-deps
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+bench: $(STAMP)
+	$(BIN)/python -m bench all

@@ -1,0 +1,1 @@
+"""Credit Lens engine: store, importers, estimators, channels, models. Never imports Streamlit."""

@@ -1,0 +1,199 @@
+"""The one tensor container every estimator reads: `RolloutBatch`.
+
+Convention (see ESTIMATORS.md): everything is `(B, T)` plus `response_mask`; padding is False in the
+mask and 0 in every tensor. Per-token fields that a run does not have are `None`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+
+import numpy as np
+import torch
+
+PER_TOKEN_FIELDS = ("logprobs", "ref_logprobs", "entropies", "values")
+
+
+class BatchError(ValueError):
+    """Bad numbers in a batch (NaN/inf, wrong shape); the message names the field and the rollout."""
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """A padded batch of responses.
+
+    response_mask: (B, T) bool, True on real response tokens
+    token_ids: (B, T) int64, 0 on padding
+    group_ids: (B,) int64, responses of the same prompt share an id
+    rollout_ids: (B,) int64, stable ids within the run (for messages and joins)
+    steps: (B,) int64, training step
+    scores: channel -> (B,) float32 sequence score
+    token_rewards: channel -> (B, T) float32 token-local reward
+    logprobs, ref_logprobs, entropies, values: (B, T) float32 or None
+    tokens: display text per token, one list per response (length L_i), or None
+    extras: name -> (B, T) or (B,) tensors a run carries beyond the standard fields
+        (synthetic runs: `true_credit`, `key_mask`, `style_mask`, `decision_signal`;
+        resampling: `mc_values`, `mc_mask`; models: `hidden` (B, T, H))
+    """
+
+    response_mask: torch.Tensor
+    token_ids: torch.Tensor
+    group_ids: torch.Tensor
+    rollout_ids: torch.Tensor
+    steps: torch.Tensor
+    scores: dict[str, torch.Tensor] = field(default_factory=dict)
+    token_rewards: dict[str, torch.Tensor] = field(default_factory=dict)
+    logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    entropies: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    tokens: list[list[str]] | None = None
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def B(self) -> int:  # noqa: N802 - paper notation
+        return int(self.response_mask.shape[0])
+
+    @property
+    def T(self) -> int:  # noqa: N802 - paper notation
+        return int(self.response_mask.shape[1])
+
+    @property
+    def device(self) -> torch.device:
+        return self.response_mask.device
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """L_i: (B,) int64 number of real tokens per response."""
+        return self.response_mask.sum(dim=1)
+
+    def to(self, device: str | torch.device) -> RolloutBatch:
+        def move(x):
+            return x.to(device) if isinstance(x, torch.Tensor) else x
+
+        return replace(
+            self,
+            **{
+                f.name: (
+                    {k: move(v) for k, v in getattr(self, f.name).items()}
+                    if isinstance(getattr(self, f.name), dict)
+                    else move(getattr(self, f.name))
+                )
+                for f in fields(self)
+            },
+        )
+
+    def select(self, index: torch.Tensor | list[int]) -> RolloutBatch:
+        """Rows `index` of the batch (keeps T)."""
+        idx = torch.as_tensor(index, dtype=torch.long, device=self.device)
+
+        def take(x):
+            if isinstance(x, torch.Tensor) and x.dim() >= 1 and x.shape[0] == self.B:
+                return x.index_select(0, idx)
+            return x
+
+        return replace(
+            self,
+            response_mask=take(self.response_mask),
+            token_ids=take(self.token_ids),
+            group_ids=take(self.group_ids),
+            rollout_ids=take(self.rollout_ids),
+            steps=take(self.steps),
+            scores={k: take(v) for k, v in self.scores.items()},
+            token_rewards={k: take(v) for k, v in self.token_rewards.items()},
+            logprobs=take(self.logprobs),
+            ref_logprobs=take(self.ref_logprobs),
+            entropies=take(self.entropies),
+            values=take(self.values),
+            tokens=None if self.tokens is None else [self.tokens[i] for i in idx.tolist()],
+            extras={k: take(v) for k, v in self.extras.items()},
+        )
+
+    def require(self, *names: str) -> None:
+        """Raise a clear error when an estimator needs a per-token field this run lacks."""
+        missing = [n for n in names if getattr(self, n, None) is None and n not in self.extras]
+        if missing:
+            raise BatchError(
+                f"this run has no {', '.join(missing)}; import them or fill them with "
+                f"`creditlens score --model DIR`"
+            )
+
+    def validate(self) -> None:
+        """Raise `BatchError` naming the field and rollout id of the first NaN/inf."""
+        checks: list[tuple[str, torch.Tensor | None]] = [(f, getattr(self, f)) for f in PER_TOKEN_FIELDS]
+        checks += [(f"scores[{k}]", v) for k, v in self.scores.items()]
+        checks += [(f"token_rewards[{k}]", v) for k, v in self.token_rewards.items()]
+        for name, tensor in checks:
+            if tensor is None or not tensor.is_floating_point():
+                continue
+            bad = ~torch.isfinite(tensor)
+            if tensor.dim() == 2:
+                bad = bad & self.response_mask
+            if bool(bad.any()):
+                row = int(bad.reshape(bad.shape[0], -1).any(dim=1).nonzero()[0, 0])
+                rid = int(self.rollout_ids[row])
+                raise BatchError(f"{name} of rollout {rid} is NaN or infinite")
+
+
+def _pad(rows: list, T: int, dtype: torch.dtype) -> torch.Tensor:
+    out = torch.zeros((len(rows), T), dtype=dtype)
+    for i, row in enumerate(rows):
+        if row is not None and len(row):
+            out[i, : len(row)] = torch.as_tensor(np.asarray(row), dtype=dtype)
+    return out
+
+
+def batch_from_records(records: list[dict], device: str | torch.device = "cpu") -> RolloutBatch:
+    """Build a batch from native-format-like dicts (tests, synthetic runs, the store's loader).
+
+    Each record: `token_ids` (list[int]), `group_id` (int), optional `rollout_id`, `step`,
+    `scores` (dict channel -> float), `token_rewards` (dict channel -> list), `logprobs`,
+    `ref_logprobs`, `entropies`, `values` (lists), `tokens` (list[str]), `extras` (dict name -> list).
+    """
+    lengths = [len(r["token_ids"]) for r in records]
+    T = max(lengths, default=0)
+    mask = torch.zeros((len(records), T), dtype=torch.bool)
+    for i, L in enumerate(lengths):
+        mask[i, :L] = True
+
+    def per_token(name):
+        if not records or any(r.get(name) is None for r in records):
+            return None
+        return _pad([r[name] for r in records], T, torch.float32)
+
+    channels = sorted({c for r in records for c in r.get("scores", {})})
+    token_channels = sorted({c for r in records for c in (r.get("token_rewards") or {})})
+    extra_names = sorted({c for r in records for c in (r.get("extras") or {})})
+    batch = RolloutBatch(
+        response_mask=mask,
+        token_ids=_pad([r["token_ids"] for r in records], T, torch.long),
+        group_ids=torch.tensor([int(r.get("group_id", 0)) for r in records], dtype=torch.long),
+        rollout_ids=torch.tensor(
+            [int(r.get("rollout_id", i)) for i, r in enumerate(records)], dtype=torch.long
+        ),
+        steps=torch.tensor([int(r.get("step", 0)) for r in records], dtype=torch.long),
+        scores={
+            c: torch.tensor([float(r["scores"].get(c, 0.0)) for r in records], dtype=torch.float32)
+            for c in channels
+        },
+        token_rewards={
+            c: _pad([(r.get("token_rewards") or {}).get(c) for r in records], T, torch.float32)
+            for c in token_channels
+        },
+        logprobs=per_token("logprobs"),
+        ref_logprobs=per_token("ref_logprobs"),
+        entropies=per_token("entropies"),
+        values=per_token("values"),
+        tokens=[list(r["tokens"]) for r in records] if records and all(r.get("tokens") for r in records)
+        else None,
+        extras={
+            c: (
+                _pad([(r.get("extras") or {}).get(c) for r in records], T, torch.float32)
+                if any(isinstance((r.get("extras") or {}).get(c), (list, tuple, np.ndarray)) for r in records)
+                else torch.tensor([float((r.get("extras") or {}).get(c, math.nan)) for r in records])
+            )
+            for c in extra_names
+        },
+    )
+    return batch.to(device)

@@ -1,0 +1,4 @@
+"""Credit estimators (ESTIMATORS.md sections 1-7). Importing this package registers them all.
+
+Add an estimator by writing a module here that uses `registry.register` and importing it below.
+"""
