@@ -1,0 +1,114 @@
+"""Credit-quality metrics against small cases worked out by hand, and the oracle bench's orderings."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from backend import metrics
+from backend.metrics import auroc, credit_metrics, spearman, summarize, topk_hits
+
+
+def _t(rows, dtype=torch.float32):
+    return torch.tensor(rows, dtype=dtype)
+
+
+def test_topk_hits_plain_ranking():
+    scores = _t([[3.0, 1.0, 2.0, 0.0]])
+    target = _t([[1, 0, 0, 1]], torch.bool)
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    assert topk_hits(scores, target, mask, torch.tensor([2])).item() == 1.0
+    assert topk_hits(scores, target, mask, torch.tensor([4])).item() == 2.0
+    assert topk_hits(scores, target, mask, torch.tensor([0])).item() == 0.0
+
+
+def test_topk_hits_ties_share_the_remaining_slots():
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    scores = _t([[1, 1, 1, 1, 1], [5, 2, 2, 2, 0]])
+    target = _t([[1, 0, 0, 0, 0], [0, 1, 0, 0, 1]], torch.bool)
+    hits = topk_hits(scores, target, mask, torch.tensor([2, 2]))
+    # row 0: 2 slots over 5 tied tokens, 1 of them a target -> 2/5; row 1: 5 is in, 1 slot over 3 tied -> 1/3
+    assert hits.tolist() == pytest.approx([0.4, 1 / 3])
+
+
+def test_topk_hits_ignores_padding_and_clamps_k():
+    scores = _t([[0.5, 1.0, 9.0]])
+    target = _t([[1, 0, 1]], torch.bool)  # the padded target must never count
+    mask = _t([[1, 1, 0]], torch.bool)
+    assert topk_hits(scores, target, mask, torch.tensor([1])).item() == 0.0
+    assert topk_hits(scores, target, mask, torch.tensor([5])).item() == 1.0
+
+
+def test_auroc_hand_cases():
+    assert auroc(_t([0.1, 0.4, 0.35, 0.8]), _t([0, 0, 1, 1], torch.bool)) == pytest.approx(0.75)
+    assert auroc(_t([1.0, 1.0]), _t([1, 0], torch.bool)) == pytest.approx(0.5)
+    assert math.isnan(auroc(_t([1.0, 2.0]), _t([1, 1], torch.bool)))
+
+
+def test_spearman_matches_scipy_with_ties():
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 5, 200).astype(np.float32)
+    y = (x + rng.normal(0, 2, 200)).round().astype(np.float32)
+    expected = stats.spearmanr(x, y)[0]
+    assert spearman(torch.from_numpy(x), torch.from_numpy(y)) == pytest.approx(expected, abs=1e-9)
+    assert spearman(_t([1, 2, 3, 4]), _t([40, 30, 20, 10])) == pytest.approx(-1.0)
+    assert math.isnan(spearman(_t([1, 1, 1]), _t([1, 2, 3])))
+
+
+def _hand_case():
+    advantages = _t([[2.0, -1.0, 0.5, 0.5], [0.0, 0.0, 0.0, 0.0]])
+    keys = _t([[1, 1, 0, 0], [1, 0, 0, 0]])
+    credit = _t([[0.3, -0.2, 0.0, 0.0], [0.1, 0.0, 0.0, 0.0]])
+    mask = torch.ones(2, 4, dtype=torch.bool)
+    return advantages, keys, credit, mask
+
+
+def test_credit_metrics_hand_case():
+    advantages, keys, credit, mask = _hand_case()
+    out = credit_metrics(advantages, keys, credit, mask)
+    # Row 1 is all zero: left out of the per-response averages, kept in the pooled ones.
+    assert out["key_recall"] == pytest.approx(1.0)
+    assert out["key_precision"] == pytest.approx(0.5)  # top-4 of 4 tokens hold 2 keys
+    assert out["filler_mass"] == pytest.approx(1.0 / 4.0)
+    # keys |A| = {2, 1, 0}, others {0.5, 0.5, 0, 0, 0}: 5 + 5 + 3 * 0.5 = 11.5 of 15 pairs
+    assert out["auroc"] == pytest.approx(11.5 / 15)
+    assert out["sign_accuracy"] == pytest.approx(2 / 3)  # the zero advantage on a key is not a sign match
+    expected = stats.spearmanr(advantages.flatten().numpy(), credit.flatten().numpy())[0]
+    assert out["spearman"] == pytest.approx(expected)
+    assert math.isnan(out["style_recall"])
+
+
+def test_credit_metrics_broadcast_is_random_guess():
+    mask = torch.ones(3, 8, dtype=torch.bool)
+    keys = torch.zeros(3, 8)
+    keys[:, :2] = 1
+    advantages = _t([[1.0] * 8, [-2.0] * 8, [0.5] * 8])
+    out = credit_metrics(advantages, keys, keys * 0.1, mask)
+    assert out["key_recall"] == pytest.approx(2 / 8)
+    assert out["key_precision"] == pytest.approx(2 / 8)
+    assert out["auroc"] == pytest.approx(0.5)
+    assert out["filler_mass"] == pytest.approx(6 / 8)
+    assert out["sign_accuracy"] == pytest.approx(4 / 6)
+
+
+def test_style_recall_uses_the_counterfactual_delta():
+    advantages, keys, credit, mask = _hand_case()
+    advantages = advantages + 1.0  # make row 1 live
+    style = _t([[0, 0, 1, 1], [0, 1, 1, 1]])
+    local = _t([[0.0, 0.0, -1.0, -0.2], [0.0, -0.5, -0.5, -0.5]])
+    spread = _t([[-1.0, 0.0, -1.0, 0.0], [-0.4, -0.4, -0.4, -0.4]])
+    assert credit_metrics(advantages, keys, credit, mask, style, local)["style_recall"] == pytest.approx(1.0)
+    # row 0: top-2 = {0, 2} -> 1/2; row 1: all tied, 3 slots of 4, 3 targets -> 9/4 hits of 3 = 3/4
+    assert credit_metrics(advantages, keys, credit, mask, style, spread)["style_recall"] == pytest.approx(
+        (0.5 + 0.75) / 2)
+
+
+def test_summarize_mean_and_sample_std():
+    rows = [{m: v for m in metrics.METRICS} for v in (1.0, 3.0)]
+    rows[1]["style_recall"] = math.nan
+    out = summarize(rows)
+    assert out["auroc"] == pytest.approx(2.0)
+    assert out["auroc_std"] == pytest.approx(math.sqrt(2.0))
+    assert out["style_recall"] == pytest.approx(1.0) and out["style_recall_std"] == 0.0
