@@ -1,0 +1,218 @@
+"""Importers: native JSONL/Parquet, verl rollout dumps, TRL completion logs -> the store.
+
+Every import is one transaction (a failure leaves the store exactly as it was), idempotent (a file
+already imported into the run, by content hash, adds nothing), and streaming (records are validated
+and inserted in chunks, so memory stays bounded by the chunk size, not the file size).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from backend.errors import InputError, StoreError
+from backend.ingest import fast_parquet
+from backend.ingest.records import ChunkBuffer, validate_record
+from backend.ingest.sources import (
+    FORMATS,
+    detect_format,
+    iter_jsonl,
+    trl_files,
+    trl_records,
+    verl_files,
+    verl_records,
+)
+from backend.ingest.tokenize import Tokenizer
+from backend.store import Store
+
+CHUNK_RECORDS = 2048
+__all__ = ["ImportReport", "import_path", "import_records", "detect_format", "FORMATS"]
+
+
+@dataclass
+class ImportReport:
+    run: str
+    format: str
+    records: int
+    tokens: int
+    seconds: float
+    already_imported: bool = False
+    tokenization: str = "ids"
+
+    def message(self) -> str:
+        if self.already_imported:
+            return f"{self.run}: this file was already imported into the run; nothing added"
+        how = {"ids": "token ids from the file", "simple": "no token ids and no --model: simple tokenization "
+               "(words and punctuation, see README)"}.get(self.tokenization, f"re-tokenized with {self.tokenization}")
+        return (f"{self.run}: imported {self.records} rollouts, {self.tokens} tokens ({self.format} format; "
+                f"{how}) in {self.seconds:.2f} s")
+
+
+def _files_of(path: Path, fmt: str) -> list[Path]:
+    files = {"verl": verl_files, "trl": trl_files}.get(fmt, lambda p: [p])(path)
+    if not files:
+        raise InputError(f"{path}: no {fmt} files found")
+    for f in files:
+        if not f.is_file():
+            raise InputError(f"{f}: not a readable file")
+    return files
+
+
+def content_hash(files: list[Path], root: Path) -> str:
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(str(f.relative_to(root) if f != root else f.name).encode())
+        try:
+            with open(f, "rb") as fh:
+                while block := fh.read(1 << 22):
+                    digest.update(block)
+        except OSError as exc:
+            raise InputError(f"{f}: cannot read ({exc.strerror})") from None
+    return digest.hexdigest()
+
+
+class _Bar:
+    """A tqdm bar on stderr, or a callback with the fraction done (the app's progress bar)."""
+
+    def __init__(self, total: int, unit: str, show: bool, callback: Callable[[float], None] | None):
+        self.total, self.done, self.callback = max(total, 1), 0, callback
+        self.bar = None
+        if show:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit=unit, unit_scale=True, file=sys.stderr, leave=False,
+                            desc="import")
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+        if self.callback is not None:
+            self.callback(min(1.0, self.done / self.total))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def import_path(store: Store, path: str | Path, run: str, fmt: str | None = None, model_dir: str | None = None,
+                verifier: str | None = None, source: str | None = None, show_progress: bool = False,
+                on_progress: Callable[[float], None] | None = None) -> ImportReport:
+    """Import a file or directory into `run` (created if new) in one transaction."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory")
+    if fmt is None:
+        fmt = detect_format(path)
+    elif fmt not in FORMATS:
+        raise InputError(f"{path}: unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    files = _files_of(path, fmt)
+    tokenizer = Tokenizer(model_dir)
+    file_hash = content_hash(files, path)
+    by_rows = fmt == "trl" or any(f.suffix == ".parquet" for f in files)
+    total = sum(pq.ParquetFile(f).metadata.num_rows for f in files) if by_rows else sum(
+        f.stat().st_size for f in files)
+    bar = _Bar(total, "rec" if by_rows else "B", show_progress, on_progress)
+    try:
+        if fmt == "verl":
+            records: Iterator = verl_records(files, bar)
+        elif fmt == "trl":
+            records = trl_records(files, bar)
+        elif files[0].suffix == ".parquet":
+            records = None  # native Parquet: fast path per batch, see _import
+        else:
+            records = iter_jsonl(files[0], bar)
+        return _import(store, run, fmt, records, files[0] if records is None else None, tokenizer, file_hash,
+                       str(path), source or f"{fmt} import", verifier, model_dir, bar)
+    finally:
+        bar.close()
+
+
+def import_records(store: Store, run: str, records: Iterable[dict], source: str = "records",
+                   verifier: str | None = None, model_dir: str | None = None, origin: str = "<records>",
+                   content_key: str | None = None) -> ImportReport:
+    """Import native-format dicts (synthetic runs, tests). `content_key` makes it idempotent."""
+    tokenizer = Tokenizer(model_dir) if model_dir else Tokenizer(None)
+    numbered = ((f"{origin}: record {i + 1}", rec) for i, rec in enumerate(records))
+    return _import(store, run, "native", numbered, None, tokenizer, content_key, origin, source, verifier,
+                   model_dir, None)
+
+
+def _import(store: Store, run: str, fmt: str, records, parquet_path: Path | None, tokenizer: Tokenizer,
+            file_hash: str | None, origin: str, source: str, verifier: str | None, model_dir: str | None,
+            bar) -> ImportReport:
+    if store.read_only:
+        raise StoreError(f"{store.path}: opened read-only; imports need the writable store")
+    if not run or len(run) > 200:
+        raise InputError("--run: a run name of 1 to 200 characters is required")
+    start = time.perf_counter()
+    n_records = n_tokens = 0
+    tokenization = "ids"
+    with store.transaction():
+        run_id = store.run_id(run) if store.has_run(run) else store.create_run(
+            run, source, model_dir=model_dir, tokenizer=tokenizer.name, verifier=verifier)
+        if file_hash is not None and store.import_seen(run_id, file_hash):
+            return ImportReport(run, fmt, 0, 0, time.perf_counter() - start, already_imported=True)
+        first_id = store.next_rollout_id(run_id)
+        buffer = ChunkBuffer(run_id, first_id, store.group_keys(run_id))
+
+        def insert(tables):
+            for table in ("groups", "rollouts", "scores", "token_rewards", "token_features"):
+                if table in tables:
+                    store.insert_arrow(table, tables[table])
+
+        if parquet_path is not None:
+            n_records, n_tokens, tokenization = _import_native_parquet(parquet_path, buffer, tokenizer, insert, bar)
+        else:
+            for where, raw in records:
+                rec = validate_record(raw, where, tokenizer)
+                if rec["tokenized"] != "ids":
+                    tokenization = rec["tokenized"]
+                n_tokens += len(rec["token_ids"])
+                buffer.add(rec)
+                if len(buffer) >= CHUNK_RECORDS:
+                    insert(buffer.flush())
+            if len(buffer):
+                insert(buffer.flush())
+            n_records = buffer.next_rollout_id - first_id
+        if n_records == 0:
+            raise InputError(f"{origin}: no records to import (empty file)")
+        if file_hash is not None:
+            store.record_import(run_id, file_hash, origin, fmt, n_records, n_tokens)
+    return ImportReport(run, fmt, n_records, n_tokens, time.perf_counter() - start, tokenization=tokenization)
+
+
+def _import_native_parquet(path: Path, buffer: ChunkBuffer, tokenizer: Tokenizer, insert, bar
+                           ) -> tuple[int, int, str]:
+    try:
+        reader = pq.ParquetFile(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for corrupt files
+        raise InputError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
+    offset = n_records = n_tokens = 0
+    tokenization = "ids"
+    for batch in reader.iter_batches(batch_size=CHUNK_RECORDS):
+        try:
+            tables = fast_parquet.convert_batch(batch, buffer, path, offset)
+            n_tokens += int(tables["rollouts"].column("token_ids").combine_chunks().value_lengths().to_numpy().sum()) \
+                if tables["rollouts"].num_rows else 0
+            insert(tables)
+        except fast_parquet.Unsupported:
+            for k, raw in enumerate(batch.to_pylist()):
+                rec = validate_record(raw, f"{path}: record {offset + k + 1}", tokenizer)
+                if rec["tokenized"] != "ids":
+                    tokenization = rec["tokenized"]
+                n_tokens += len(rec["token_ids"])
+                buffer.add(rec)
+            insert(buffer.flush())
+        offset += batch.num_rows
+        n_records += batch.num_rows
+        if bar is not None:
+            bar(batch.num_rows)
+    return n_records, n_tokens, tokenization
+

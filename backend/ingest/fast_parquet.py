@@ -1,0 +1,195 @@
+"""Vectorized import of native Parquet files that carry `token_ids` (the large-run path).
+
+Each record batch is checked with Arrow compute (types, per-token list lengths, finiteness) and moved
+into the store's tables without building python lists of tokens. Anything this path does not
+understand raises `Unsupported`, and the importer falls back to the per-record reader.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from backend.errors import InputError
+from backend.ingest.records import ChunkBuffer
+
+PER_TOKEN = ("logprobs", "ref_logprobs", "entropies", "values")
+
+
+class Unsupported(Exception):
+    pass
+
+
+def _first_bad(mask: pa.Array) -> int:
+    return int(np.flatnonzero(mask.to_numpy(zero_copy_only=False))[0])
+
+
+def _check_float_lists(col: pa.Array, n_tokens: np.ndarray, name: str, where) -> pa.Array:
+    if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
+        raise InputError(f"{where(_first_non_null(col))}: field {name!r} must be a list of numbers")
+    if not (pa.types.is_floating(col.type.value_type) or pa.types.is_integer(col.type.value_type)):
+        raise InputError(f"{where(0)}: field {name!r} must be a list of numbers, has {col.type.value_type}")
+    lengths = col.value_lengths().fill_null(-1).to_numpy(zero_copy_only=False)
+    present = lengths >= 0
+    bad = present & (lengths != n_tokens)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise InputError(f"{where(i)}: field {name!r} has {lengths[i]} entries but 'token_ids' has "
+                         f"{n_tokens[i]}; per-token lists must have one entry per response token")
+    values = col.flatten().cast(pa.float64())
+    finite = pc.is_finite(values).fill_null(False)
+    if not pc.all(finite).as_py() and len(values):
+        flat = _first_bad(pc.invert(finite))
+        row = int(pc.list_parent_indices(col).to_numpy()[flat])
+        raise InputError(f"{where(row)}: field {name!r} has a NaN, infinite or null entry")
+    return col.cast(pa.list_(pa.float32()))
+
+
+def _first_non_null(col: pa.Array) -> int:
+    valid = col.is_valid().to_numpy(zero_copy_only=False)
+    return int(np.flatnonzero(valid)[0]) if valid.any() else 0
+
+
+def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int) -> dict[str, pa.Table]:
+    """Validate one native Parquet record batch and return the store tables for it."""
+
+    def where(i: int) -> str:
+        return f"{path}: record {offset + i + 1}"
+
+    names = set(batch.schema.names)
+    if "token_ids" not in names or "rewards" not in names:
+        raise Unsupported
+    n = batch.num_rows
+    for field in ("prompt", "response"):
+        if field not in names:
+            raise InputError(f"{where(0)}: missing required field {field!r}")
+        col = batch.column(field)
+        if not pa.types.is_string(col.type) and not pa.types.is_large_string(col.type):
+            raise InputError(f"{where(0)}: field {field!r} must be a string, column type is {col.type}")
+        if col.null_count:
+            raise InputError(f"{where(_first_bad(col.is_null()))}: missing required field {field!r}")
+    token_ids = batch.column("token_ids")
+    if not pa.types.is_list(token_ids.type) or not pa.types.is_integer(token_ids.type.value_type):
+        raise InputError(f"{where(0)}: field 'token_ids' must be a list of integers, column type {token_ids.type}")
+    if token_ids.null_count:
+        raise Unsupported  # some rows need re-tokenizing
+    n_tokens = token_ids.value_lengths().to_numpy(zero_copy_only=False)
+    try:
+        token_ids32 = token_ids.cast(pa.list_(pa.int32()))
+    except pa.ArrowInvalid:
+        raise InputError(f"{where(0)}: field 'token_ids' has ids that do not fit 32 bits") from None
+
+    steps = np.zeros(n, dtype=np.int64)
+    if "step" in names:
+        col = batch.column("step")
+        if not pa.types.is_integer(col.type) or col.null_count:
+            raise InputError(f"{where(0)}: field 'step' must be a non-negative integer")
+        steps = col.to_numpy().astype(np.int64)
+        if (steps < 0).any():
+            raise InputError(f"{where(int(np.flatnonzero(steps < 0)[0]))}: field 'step' must be non-negative")
+
+    rewards = batch.column("rewards")
+    if not pa.types.is_struct(rewards.type):
+        raise Unsupported
+    score_tables = []
+    for k, field in enumerate(rewards.type):
+        child = rewards.field(k)
+        if not (pa.types.is_floating(field.type) or pa.types.is_integer(field.type)):
+            raise InputError(f"{where(0)}: field 'rewards.{field.name}' must be a number, column type {field.type}")
+        values = child.cast(pa.float64())
+        ok = pc.is_finite(values)
+        present = values.is_valid()
+        bad = pc.and_(present, pc.invert(ok.fill_null(True)))
+        if pc.any(bad).as_py():
+            raise InputError(f"{where(_first_bad(bad))}: field 'rewards.{field.name}' is NaN or infinite")
+        score_tables.append((field.name, values, present))
+
+    tables: dict[str, pa.Table] = {}
+    group_col = batch.column("group").to_pylist() if "group" in names else [None] * n
+    prompts = batch.column("prompt").to_pylist()
+    gt = batch.column("ground_truth").to_pylist() if "ground_truth" in names else [None] * n
+    start_id = buffer.next_rollout_id
+    group_ids = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        group, step = group_col[i], int(steps[i])
+        key = f"{step}\x1f{'g' if group is not None else 'p'}\x1f{group if group is not None else prompts[i]}"
+        gid = buffer.group_keys.get(key)
+        if gid is None:
+            gid = buffer.group_keys[key] = len(buffer.group_keys)
+            buffer.new_groups.append({"group_id": gid, "group_key": key, "step": step, "prompt": prompts[i],
+                                      "ground_truth": None if gt[i] is None else str(gt[i])})
+        group_ids[i] = gid
+    rollout_ids = np.arange(start_id, start_id + n, dtype=np.int32)
+    buffer.next_rollout_id += n
+    run = buffer.run_id
+    run_col = pa.array(np.full(n, run, dtype=np.int32))
+
+    columns = {
+        "run_id": run_col, "rollout_id": pa.array(rollout_ids), "group_id": pa.array(group_ids.astype(np.int32)),
+        "step": pa.array(steps.astype(np.int32)), "prompt": batch.column("prompt"),
+        "response": batch.column("response"), "token_ids": token_ids32,
+    }
+    if "prompt_ids" in names:
+        columns["prompt_ids"] = batch.column("prompt_ids").cast(pa.list_(pa.int32()))
+    if "tokens" in names:
+        tokens = batch.column("tokens")
+        lengths = tokens.value_lengths().fill_null(-1).to_numpy(zero_copy_only=False)
+        bad = (lengths >= 0) & (lengths != n_tokens)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InputError(f"{where(i)}: field 'tokens' has {lengths[i]} entries but 'token_ids' has {n_tokens[i]}")
+        columns["tokens"] = tokens.cast(pa.list_(pa.string()))
+    for name in PER_TOKEN:
+        if name in names:
+            columns[name] = _check_float_lists(batch.column(name), n_tokens, name, where)
+    if "meta" in names:
+        meta = batch.column("meta")
+        columns["meta"] = meta if pa.types.is_string(meta.type) else pa.array(
+            [json.dumps(m, default=str) for m in meta.to_pylist()])
+    tables["rollouts"] = pa.table(columns)
+
+    ids, chans, vals = [], [], []
+    for name, values, present in score_tables:
+        keep = present.to_numpy(zero_copy_only=False)
+        ids.append(rollout_ids[keep])
+        chans.append(np.full(int(keep.sum()), name, dtype=object))
+        vals.append(values.to_numpy(zero_copy_only=False)[keep])
+    count = int(sum(len(x) for x in ids))
+    tables["scores"] = pa.table({
+        "run_id": pa.array(np.full(count, run, dtype=np.int32)),
+        "rollout_id": pa.array(np.concatenate(ids) if ids else np.zeros(0, np.int32)),
+        "channel": pa.array(np.concatenate(chans) if chans else [], pa.string()),
+        "score": pa.array(np.concatenate(vals) if vals else np.zeros(0)),
+    })
+    for column, table, name_col, value_col in (("token_rewards", "token_rewards", "channel", "rewards"),
+                                                ("extras", "token_features", "name", "vals")):
+        if column not in names:
+            continue
+        struct = batch.column(column)
+        if not pa.types.is_struct(struct.type):
+            raise Unsupported
+        parts = []
+        for k, field in enumerate(struct.type):
+            child = _check_float_lists(struct.field(k), n_tokens, f"{column}.{field.name}", where)
+            keep = child.is_valid().to_numpy(zero_copy_only=False)
+            parts.append(pa.table({
+                "run_id": pa.array(np.full(int(keep.sum()), run, dtype=np.int32)),
+                "rollout_id": pa.array(rollout_ids[keep]),
+                name_col: pa.array([field.name] * int(keep.sum()), pa.string()),
+                value_col: child.filter(pa.array(keep)),
+            }))
+        if parts:
+            tables[table] = pa.concat_tables(parts)
+    groups, buffer.new_groups = buffer.new_groups, []
+    tables["groups"] = pa.table({
+        "run_id": pa.array([run] * len(groups), pa.int32()),
+        "group_id": pa.array([g["group_id"] for g in groups], pa.int32()),
+        "group_key": pa.array([g["group_key"] for g in groups], pa.string()),
+        "step": pa.array([g["step"] for g in groups], pa.int32()),
+        "prompt": pa.array([g["prompt"] for g in groups], pa.string()),
+        "ground_truth": pa.array([g["ground_truth"] for g in groups], pa.string()),
+    })
+    return tables

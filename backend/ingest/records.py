@@ -1,0 +1,219 @@
+"""Validation of native records and their columnar buffering into Arrow chunks.
+
+`validate_record` checks one native-format dict (DESIGN.md) and raises `InputError` naming the file,
+the line or record, and the field. `ChunkBuffer` collects validated records column-wise and turns
+them into the Arrow tables the store inserts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from backend.errors import InputError
+from backend.ingest.tokenize import Tokenizer
+
+PER_TOKEN = ("logprobs", "ref_logprobs", "entropies", "values")
+KNOWN_FIELDS = {"prompt", "response", "group", "step", "prompt_ids", "token_ids", "tokens", *PER_TOKEN,
+                "rewards", "token_rewards", "meta", "extras", "ground_truth", "logged_advantage"}
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _float_list(value: Any, where: str, name: str) -> list[float]:
+    if not isinstance(value, list):
+        raise InputError(f"{where}: field {name!r} must be a list of numbers, got {type(value).__name__}")
+    for k, x in enumerate(value):
+        if not _is_number(x):
+            raise InputError(f"{where}: field {name!r}[{k}] must be a number, got {x!r:.40}")
+        if not math.isfinite(x):
+            raise InputError(f"{where}: field {name!r}[{k}] is {x} (must be finite)")
+    return [float(x) for x in value]
+
+
+def _int_list(value: Any, where: str, name: str) -> list[int]:
+    if not isinstance(value, list):
+        raise InputError(f"{where}: field {name!r} must be a list of integers, got {type(value).__name__}")
+    for k, x in enumerate(value):
+        if not _is_int(x):
+            raise InputError(f"{where}: field {name!r}[{k}] must be an integer, got {x!r:.40}")
+        if not -(2**31) <= x < 2**31:
+            raise InputError(f"{where}: field {name!r}[{k}] = {x} does not fit a 32-bit token id")
+    return value
+
+
+def _check_length(values: list, n: int, where: str, name: str, origin: str) -> None:
+    if len(values) != n:
+        raise InputError(
+            f"{where}: field {name!r} has {len(values)} entries but {origin} has {n}; "
+            "per-token lists must have one entry per response token"
+        )
+
+
+def validate_record(rec: Any, where: str, tokenizer: Tokenizer) -> dict:
+    """Check one native record and return it normalized (token ids filled, floats finite)."""
+    if not isinstance(rec, dict):
+        raise InputError(f"{where}: a record must be a JSON object, got {type(rec).__name__}")
+    for name in ("prompt", "response"):
+        if name not in rec:
+            raise InputError(f"{where}: missing required field {name!r}")
+        if not isinstance(rec[name], str):
+            raise InputError(f"{where}: field {name!r} must be a string, got {type(rec[name]).__name__}")
+    if "rewards" not in rec:
+        raise InputError(f"{where}: missing required field 'rewards' (a dict channel -> score, e.g. {{\"task\": 1}})")
+    rewards = rec["rewards"]
+    if not isinstance(rewards, dict) or not rewards:
+        raise InputError(f"{where}: field 'rewards' must be a non-empty dict channel -> number")
+    for channel, score in rewards.items():
+        if not _is_number(score):
+            raise InputError(f"{where}: field 'rewards.{channel}' must be a number, got {score!r:.40}")
+        if not math.isfinite(score):
+            raise InputError(f"{where}: field 'rewards.{channel}' is {score} (must be finite)")
+    group = rec.get("group")
+    if group is not None and not (isinstance(group, str) or _is_int(group)):
+        raise InputError(f"{where}: field 'group' must be a string or an integer, got {group!r:.40}")
+    step = rec.get("step", 0)
+    if not _is_int(step) or not 0 <= step < 2**31:
+        raise InputError(f"{where}: field 'step' must be a non-negative integer, got {step!r:.40}")
+    meta = rec.get("meta", {})
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise InputError(f"{where}: field 'meta' must be an object, got {type(meta).__name__}")
+
+    tokenized = "ids"
+    if rec.get("token_ids") is not None:
+        token_ids = _int_list(rec["token_ids"], where, "token_ids")
+        origin = "'token_ids'"
+        tokens = None
+    else:
+        token_ids, tokens = tokenizer.encode(rec["response"])
+        origin = f"the re-tokenized response ({tokenizer.name})"
+        tokenized = tokenizer.name
+    n = len(token_ids)
+    prompt_ids = rec.get("prompt_ids")
+    if prompt_ids is not None:
+        prompt_ids = _int_list(prompt_ids, where, "prompt_ids")
+    if rec.get("tokens") is not None:
+        tokens = rec["tokens"]
+        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+            raise InputError(f"{where}: field 'tokens' must be a list of strings")
+        _check_length(tokens, n, where, "tokens", origin)
+    elif tokens is None:
+        tokens = tokenizer.display(token_ids)
+    out = {
+        "prompt": rec["prompt"], "response": rec["response"], "step": step,
+        "group_key": f"{step}\x1f{'g' if group is not None else 'p'}\x1f{group if group is not None else rec['prompt']}",
+        "prompt_ids": prompt_ids, "token_ids": token_ids, "tokens": tokens,
+        "rewards": {str(k): float(v) for k, v in rewards.items()},
+        "meta": meta, "tokenized": tokenized,
+        "ground_truth": rec.get("ground_truth", meta.get("ground_truth")),
+    }
+    for name in PER_TOKEN:
+        value = rec.get(name)
+        if value is not None:
+            value = _float_list(value, where, name)
+            _check_length(value, n, where, name, origin)
+        out[name] = value
+    for name in ("token_rewards", "extras"):
+        value = rec.get(name) or {}
+        if not isinstance(value, dict):
+            raise InputError(f"{where}: field {name!r} must be a dict channel -> list of numbers")
+        checked = {}
+        for channel, arr in value.items():
+            arr = _float_list(arr, where, f"{name}.{channel}")
+            _check_length(arr, n, where, f"{name}.{channel}", origin)
+            checked[str(channel)] = arr
+        out[name] = checked
+    adv = rec.get("logged_advantage")
+    if adv is not None and (not _is_number(adv) or not math.isfinite(adv)):
+        raise InputError(f"{where}: field 'logged_advantage' must be a finite number, got {adv!r:.40}")
+    out["logged_advantage"] = adv
+    if out["ground_truth"] is not None and not isinstance(out["ground_truth"], str):
+        out["ground_truth"] = json.dumps(out["ground_truth"])
+    return out
+
+
+@dataclass
+class ChunkBuffer:
+    """Validated records of one import, buffered column-wise until `flush`."""
+
+    run_id: int
+    next_rollout_id: int
+    group_keys: dict[str, int]
+    rows: list[dict] = field(default_factory=list)
+    new_groups: list[dict] = field(default_factory=list)
+
+    def add(self, rec: dict) -> None:
+        key = rec["group_key"]
+        if key not in self.group_keys:
+            self.group_keys[key] = len(self.group_keys)
+            self.new_groups.append({"group_id": self.group_keys[key], "group_key": key, "step": rec["step"],
+                                    "prompt": rec["prompt"], "ground_truth": rec["ground_truth"]})
+        rec["group_id"] = self.group_keys[key]
+        rec["rollout_id"] = self.next_rollout_id
+        self.next_rollout_id += 1
+        self.rows.append(rec)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def flush(self) -> dict[str, pa.Table]:
+        """Arrow tables for rollouts, scores, token_rewards, token_features, groups; empties the buffer."""
+        rows, self.rows = self.rows, []
+        groups, self.new_groups = self.new_groups, []
+        run = self.run_id
+        f32 = pa.list_(pa.float32())
+        tables = {
+            "rollouts": pa.table({
+                "run_id": pa.array([run] * len(rows), pa.int32()),
+                "rollout_id": pa.array([r["rollout_id"] for r in rows], pa.int32()),
+                "group_id": pa.array([r["group_id"] for r in rows], pa.int32()),
+                "step": pa.array([r["step"] for r in rows], pa.int32()),
+                "prompt": [r["prompt"] for r in rows],
+                "response": [r["response"] for r in rows],
+                "prompt_ids": pa.array([r["prompt_ids"] for r in rows], pa.list_(pa.int32())),
+                "token_ids": pa.array([r["token_ids"] for r in rows], pa.list_(pa.int32())),
+                "tokens": pa.array([r["tokens"] for r in rows], pa.list_(pa.string())),
+                **{name: pa.array([r[name] for r in rows], f32) for name in PER_TOKEN},
+                "logged_advantage": pa.array([r["logged_advantage"] for r in rows], pa.float64()),
+                "meta": [json.dumps(r["meta"], default=str) for r in rows],
+            }),
+            "scores": _long_table(run, rows, "rewards", "channel", "score", pa.float64()),
+            "token_rewards": _long_table(run, rows, "token_rewards", "channel", "rewards", f32),
+            "token_features": _long_table(run, rows, "extras", "name", "vals", f32),
+            "groups": pa.table({
+                "run_id": pa.array([run] * len(groups), pa.int32()),
+                "group_id": pa.array([g["group_id"] for g in groups], pa.int32()),
+                "group_key": pa.array([g["group_key"] for g in groups], pa.string()),
+                "step": pa.array([g["step"] for g in groups], pa.int32()),
+                "prompt": pa.array([g["prompt"] for g in groups], pa.string()),
+                "ground_truth": pa.array([g["ground_truth"] for g in groups], pa.string()),
+            }),
+        }
+        return tables
+
+
+def _long_table(run: int, rows: list[dict], key: str, name_col: str, value_col: str, value_type) -> pa.Table:
+    ids, names, values = [], [], []
+    for r in rows:
+        for channel, value in r[key].items():
+            ids.append(r["rollout_id"])
+            names.append(channel)
+            values.append(value)
+    return pa.table({
+        "run_id": pa.array([run] * len(ids), pa.int32()),
+        "rollout_id": pa.array(ids, pa.int32()),
+        name_col: pa.array(names, pa.string()),
+        value_col: pa.array(values, value_type),
+    })

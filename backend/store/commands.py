@@ -1,0 +1,117 @@
+"""`creditlens init | import | runs | delete`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from backend.errors import InputError
+from backend.store.db import Store, default_db_path
+
+SAMPLE_DIR = Path(__file__).resolve().parents[2] / "sample_runs"
+
+
+def add_db_arg(parser) -> None:
+    parser.add_argument("--db", type=Path, default=None, help=f"store file (default {default_db_path()})")
+
+
+def bundled_manifests(sample_dir: Path = SAMPLE_DIR) -> list[dict]:
+    """The bundled runs: every `sample_runs/*.json` manifest {run, file, model, verifier, source}."""
+    out = []
+    for manifest in sorted(sample_dir.glob("*.json")):
+        spec = json.loads(manifest.read_text())
+        spec["file"] = str(sample_dir / spec["file"])
+        if spec.get("model"):
+            spec["model"] = str(sample_dir / spec["model"])
+        out.append(spec)
+    return out
+
+
+def import_bundled(store: Store, quiet: bool = False) -> list[str]:
+    """Import every bundled run that the store does not have yet; returns the names imported."""
+    from backend.ingest import import_path
+
+    imported = []
+    for spec in bundled_manifests():
+        if store.has_run(spec["run"]):
+            continue
+        report = import_path(store, spec["file"], spec["run"], fmt=spec.get("format"),
+                             model_dir=spec.get("model"), verifier=spec.get("verifier"),
+                             source=spec.get("source", "bundled sample"))
+        imported.append(spec["run"])
+        if not quiet:
+            print(report.message(), file=sys.stderr)
+    return imported
+
+
+def cmd_init(args) -> int:
+    with Store(args.db) as store:
+        names = import_bundled(store)
+        print(f"store ready at {store.path}; bundled runs imported: {', '.join(names) or 'none (already there)'}")
+    return 0
+
+
+def cmd_import(args) -> int:
+    from backend.ingest import import_path
+
+    with Store(args.db) as store:
+        report = import_path(store, args.path, args.run, fmt=args.format, model_dir=args.model,
+                             verifier=args.verifier, show_progress=not args.quiet)
+    if args.format is None:
+        print(f"detected format: {report.format}", file=sys.stderr)
+    print(report.message())
+    return 0
+
+
+def cmd_runs(args) -> int:
+    with Store(args.db, read_only=Path(args.db or default_db_path()).exists()) as store:
+        runs = store.list_runs()
+    if args.json:
+        print(json.dumps(runs, indent=2))
+        return 0
+    if not runs:
+        print("no runs; `creditlens init` imports the bundled samples")
+        return 0
+    header = f"{'name':<24} {'source':<22} {'rollouts':>8} {'groups':>7} {'steps':>5} {'tokens':>10}  channels"
+    print(header)
+    for r in runs:
+        print(f"{r['name'][:24]:<24} {str(r['source'])[:22]:<22} {r['rollouts']:>8} {r['groups']:>7} "
+              f"{r['steps']:>5} {r['tokens']:>10}  {','.join(r['channels'])}")
+    return 0
+
+
+def cmd_delete(args) -> int:
+    with Store(args.db) as store:
+        store.delete_run(args.run)
+    print(f"deleted run {args.run!r}")
+    return 0
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("init", help="create/migrate the store and import the bundled sample runs")
+    add_db_arg(p)
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("import", help="import a run (native JSONL/Parquet, verl dump, TRL completions)")
+    p.add_argument("path", type=Path)
+    add_db_arg(p)
+    p.add_argument("--run", required=True, help="run name (created if new; re-importing a file adds nothing)")
+    p.add_argument("--format", choices=("native", "verl", "trl"), default=None, help="default: detect")
+    p.add_argument("--model", default=None, help="local HF folder whose tokenizer re-tokenizes text")
+    p.add_argument("--verifier", default=None, help="verifier name or module:function recorded with the run")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("runs", help="list runs with their sizes and channels")
+    add_db_arg(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("delete", help="delete a run and everything stored for it")
+    add_db_arg(p)
+    p.add_argument("--run", required=True)
+    p.set_defaults(func=cmd_delete)
+
+
+__all__ = ["add_commands", "import_bundled", "bundled_manifests", "InputError"]

@@ -1,0 +1,488 @@
+"""The DuckDB store: one file, numbered migrations, Arrow in and out. All SQL of the project is here.
+
+One read-write connection per process; other processes may open the file read-only. Threads use
+`store.cursor()`. Every query with user data is parameterized (`?`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import torch
+
+from backend.batch import RolloutBatch
+from backend.errors import StoreError
+
+PER_TOKEN_COLUMNS = ("logprobs", "ref_logprobs", "entropies", "values")
+
+
+def default_db_path() -> Path:
+    return Path(os.environ.get("CREDITLENS_DB", Path.home() / ".creditlens" / "runs.duckdb"))
+
+
+def _migrations() -> list[tuple[int, str, str]]:
+    files = resources.files("backend.store") / "migrations"
+    out = []
+    for entry in files.iterdir():
+        match = re.match(r"(\d+)_(.+)\.sql$", entry.name)
+        if match:
+            out.append((int(match.group(1)), match.group(2), entry.read_text()))
+    return sorted(out)
+
+
+def pad_list_array(array: pa.Array | pa.ChunkedArray, T: int, dtype: np.dtype) -> np.ndarray:
+    """A list<number> Arrow array -> (B, T) numpy array, zero padded; nulls become empty rows."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+    B = len(array)
+    out = np.zeros((B, T), dtype=dtype)
+    if B == 0:
+        return out
+    lengths = array.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    values = array.flatten().fill_null(0).to_numpy(zero_copy_only=False)
+    rows = np.repeat(np.arange(B), lengths)
+    starts = np.cumsum(lengths) - lengths
+    cols = np.arange(len(values)) - np.repeat(starts, lengths)
+    keep = cols < T
+    out[rows[keep], cols[keep]] = values[keep]
+    return out
+
+
+class Store:
+    """A Credit Lens run store on a DuckDB file (created and migrated on first use)."""
+
+    def __init__(self, path: str | os.PathLike | None = None, read_only: bool = False):
+        self.path = Path(path) if path is not None else default_db_path()
+        self.read_only = read_only
+        self._lock = threading.RLock()
+        if not read_only:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"{self.path}: cannot create its directory ({exc.strerror})") from None
+        elif not self.path.exists():
+            raise StoreError(f"{self.path}: no such store; run `creditlens init --db {self.path}` first")
+        try:
+            self.con = duckdb.connect(str(self.path), read_only=read_only)
+        except duckdb.IOException as exc:
+            msg = str(exc).splitlines()[0]
+            if "lock" in msg.lower():
+                raise StoreError(
+                    f"{self.path}: the store is open for writing in another process; close it or "
+                    f"open read-only ({msg})"
+                ) from None
+            raise StoreError(f"{self.path}: cannot open the store ({msg})") from None
+        if not read_only:
+            self.migrate()
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A cursor for another thread (DuckDB connections are not shared across threads)."""
+        return self.con.cursor()
+
+    def migrate(self) -> list[int]:
+        """Apply pending numbered migrations in one transaction; returns the versions applied."""
+        con = self.con
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            "version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP DEFAULT current_timestamp)"
+        )
+        done = {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
+        pending = [m for m in _migrations() if m[0] not in done]
+        if not pending:
+            return []
+        with self.transaction():
+            for version, name, sql in pending:
+                for statement in (s.strip() for s in sql.split(";")):
+                    if statement and not all(
+                        line.strip().startswith("--") or not line.strip() for line in statement.splitlines()
+                    ):
+                        con.execute(statement)
+                con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [version, name])
+        return [m[0] for m in pending]
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """BEGIN ... COMMIT, or ROLLBACK on any exception (the store is then exactly as before)."""
+        with self._lock:
+            self.con.execute("BEGIN TRANSACTION")
+            try:
+                yield self.con
+            except BaseException:
+                self.con.execute("ROLLBACK")
+                raise
+            self.con.execute("COMMIT")
+
+    def _first(self, sql: str, params: list) -> tuple | None:
+        # fetchall, not fetchone: DuckDB 2 refuses new work while a result is left unfinished.
+        rows = self.con.execute(sql, params).fetchall()
+        return rows[0] if rows else None
+
+    # --- runs ------------------------------------------------------------------------------
+    def run_id(self, name: str) -> int:
+        row = self._first("SELECT run_id FROM runs WHERE name = ?", [name])
+        if row is None:
+            known = [r[0] for r in self.con.execute("SELECT name FROM runs ORDER BY name").fetchall()]
+            raise StoreError(f"no run named {name!r} in {self.path}; runs: {', '.join(known) or '(none)'}")
+        return int(row[0])
+
+    def has_run(self, name: str) -> bool:
+        return self._first("SELECT 1 FROM runs WHERE name = ?", [name]) is not None
+
+    def create_run(self, name: str, source: str, model_dir: str | None = None, tokenizer: str | None = None,
+                   verifier: str | None = None, meta: dict | None = None) -> int:
+        """Insert a run row (call inside a transaction when it is part of an import)."""
+        next_id = self._first("SELECT coalesce(max(run_id), 0) + 1 FROM runs", [])[0]
+        self.con.execute(
+            "INSERT INTO runs (run_id, name, source, model_dir, tokenizer, verifier, meta) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [next_id, name, source, model_dir, tokenizer, verifier, json.dumps(meta or {})],
+        )
+        return int(next_id)
+
+    def run_info(self, name: str) -> dict:
+        run_id = self.run_id(name)
+        row = self._first(
+            "SELECT name, source, model_dir, tokenizer, verifier, created, meta FROM runs WHERE run_id = ?",
+            [run_id],
+        )
+        keys = ("name", "source", "model_dir", "tokenizer", "verifier", "created", "meta")
+        info = dict(zip(keys, row, strict=True))
+        info["meta"] = json.loads(info["meta"] or "{}")
+        info["run_id"] = run_id
+        return info
+
+    def list_runs(self) -> list[dict]:
+        """Per run: name, source, model, rollouts, groups, steps, tokens, channels."""
+        rows = self.con.execute(
+            """
+            SELECT r.name, r.source, r.model_dir, r.verifier, r.created,
+                   count(o.rollout_id), count(DISTINCT o.group_id), count(DISTINCT o.step),
+                   coalesce(sum(len(o.token_ids)), 0),
+                   (SELECT list(DISTINCT s.channel ORDER BY s.channel) FROM scores s WHERE s.run_id = r.run_id)
+            FROM runs r LEFT JOIN rollouts o ON o.run_id = r.run_id
+            GROUP BY r.run_id, r.name, r.source, r.model_dir, r.verifier, r.created
+            ORDER BY r.run_id
+            """
+        ).fetchall()
+        return [
+            {"name": n, "source": s, "model": m, "verifier": v, "created": str(c), "rollouts": int(nr),
+             "groups": int(ng), "steps": int(ns), "tokens": int(nt), "channels": list(ch or [])}
+            for n, s, m, v, c, nr, ng, ns, nt, ch in rows
+        ]
+
+    def delete_run(self, name: str) -> None:
+        run_id = self.run_id(name)
+        with self.transaction() as con:
+            for table in ("rollouts", "scores", "token_rewards", "token_features", "groups", "imports",
+                          "estimates", "resample_samples", "runs"):
+                con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+
+    # --- import support (called by backend.ingest inside one transaction) --------------------
+    def import_seen(self, run_id: int, file_hash: str) -> bool:
+        return self._first(
+            "SELECT 1 FROM imports WHERE run_id = ? AND file_hash = ?", [run_id, file_hash]
+        ) is not None
+
+    def next_rollout_id(self, run_id: int) -> int:
+        return int(self._first(
+            "SELECT coalesce(max(rollout_id) + 1, 0) FROM rollouts WHERE run_id = ?", [run_id]
+        )[0])
+
+    def group_keys(self, run_id: int) -> dict[str, int]:
+        rows = self.con.execute("SELECT group_key, group_id FROM groups WHERE run_id = ?", [run_id]).fetchall()
+        return {k: int(g) for k, g in rows}
+
+    def insert_arrow(self, table: str, data: pa.Table) -> None:
+        """Bulk insert an Arrow table whose columns are a subset of `table`'s (by name)."""
+        if data.num_rows == 0:
+            return
+        if table not in _INSERTABLE:
+            raise ValueError(f"not an insertable table: {table}")
+        columns = ", ".join(f'"{c}"' for c in data.column_names)
+        view = f"_arrow_in_{threading.get_ident()}"
+        self.con.register(view, data)
+        try:
+            self.con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {view}")
+        finally:
+            self.con.unregister(view)
+
+    def record_import(self, run_id: int, file_hash: str, path: str, fmt: str, records: int, tokens: int) -> None:
+        self.con.execute(
+            "INSERT INTO imports (run_id, file_hash, path, format, records, tokens) VALUES (?, ?, ?, ?, ?, ?)",
+            [run_id, file_hash, path, fmt, records, tokens],
+        )
+
+    # --- reads -------------------------------------------------------------------------------
+    def rollout_index(self, run: str) -> pd.DataFrame:
+        """One row per rollout: rollout_id, group_id, step, length, prompt, response, and one column per
+        channel score (for lists and pickers)."""
+        run_id = self.run_id(run)
+        frame = self.con.execute(
+            "SELECT rollout_id, group_id, step, len(token_ids) AS length, prompt, response "
+            "FROM rollouts WHERE run_id = ? ORDER BY rollout_id",
+            [run_id],
+        ).df()
+        scores = self.con.execute(
+            "SELECT rollout_id, channel, score FROM scores WHERE run_id = ?", [run_id]
+        ).df()
+        if len(scores):
+            wide = scores.pivot(index="rollout_id", columns="channel", values="score")
+            frame = frame.join(wide, on="rollout_id")
+        return frame
+
+    def rollout(self, run: str, rollout_id: int) -> dict:
+        """Everything about one rollout as plain python values."""
+        run_id = self.run_id(run)
+        cur = self.con.execute(
+            "SELECT o.*, g.ground_truth FROM rollouts o LEFT JOIN groups g "
+            "ON g.run_id = o.run_id AND g.group_id = o.group_id "
+            "WHERE o.run_id = ? AND o.rollout_id = ?",
+            [run_id, int(rollout_id)],
+        )
+        rows = cur.fetchall()
+        row = rows[0] if rows else None
+        if row is None:
+            raise StoreError(f"run {run!r} has no rollout {rollout_id}")
+        out = dict(zip([d[0] for d in cur.description], row, strict=True))
+        out["meta"] = json.loads(out["meta"] or "{}")
+        out["rewards"] = dict(self.con.execute(
+            "SELECT channel, score FROM scores WHERE run_id = ? AND rollout_id = ? ORDER BY channel",
+            [run_id, int(rollout_id)],
+        ).fetchall())
+        out["token_rewards"] = dict(self.con.execute(
+            "SELECT channel, rewards FROM token_rewards WHERE run_id = ? AND rollout_id = ? ORDER BY channel",
+            [run_id, int(rollout_id)],
+        ).fetchall())
+        out["extras"] = dict(self.con.execute(
+            "SELECT name, vals FROM token_features WHERE run_id = ? AND rollout_id = ? ORDER BY name",
+            [run_id, int(rollout_id)],
+        ).fetchall())
+        return out
+
+    def load_batch(self, run: str, rollout_ids: list[int] | None = None, group_ids: list[int] | None = None,
+                   steps: list[int] | None = None, device: str | torch.device = "cpu") -> RolloutBatch:
+        """Rollouts of `run` (all, or the given rollout/group ids or steps) as a padded `RolloutBatch`,
+        ordered by rollout id. Resampling results become extras `mc_values`/`mc_mask`."""
+        run_id = self.run_id(run)
+        where, params = ["run_id = ?"], [run_id]
+        for column, ids in (("rollout_id", rollout_ids), ("group_id", group_ids), ("step", steps)):
+            if ids is not None:
+                where.append(f"list_contains(?, {column})")
+                params.append([int(i) for i in ids])
+        cond = " AND ".join(where)
+        table = self.con.sql(
+            f"SELECT rollout_id, group_id, step, token_ids, tokens, logprobs, ref_logprobs, entropies, "
+            f'"values" FROM rollouts WHERE {cond} ORDER BY rollout_id',
+            params=params,
+        ).to_arrow_table()
+        ids = table.column("rollout_id").to_numpy()
+        lengths = table.column("token_ids").combine_chunks().value_lengths().to_numpy(zero_copy_only=False) \
+            if table.num_rows else np.zeros(0, dtype=np.int64)
+        T = int(lengths.max()) if len(lengths) else 0
+        mask = np.arange(T)[None, :] < lengths[:, None]
+
+        def per_token(column: str) -> torch.Tensor | None:
+            col = table.column(column)
+            if col.null_count == len(col) or len(col) == 0:
+                return None
+            if col.null_count:  # some rollouts lack the field: treat as missing for the batch
+                return None
+            return torch.from_numpy(pad_list_array(col, T, np.float32))
+
+        row_of = {int(r): i for i, r in enumerate(ids)}
+        id_list = [int(i) for i in ids]
+
+        def channel_arrays(sql: str, is_list: bool) -> dict[str, torch.Tensor]:
+            data = self.con.sql(sql, params=[run_id, id_list]).to_arrow_table()
+            out: dict[str, torch.Tensor] = {}
+            if data.num_rows == 0:
+                return out
+            names = data.column(1).to_pylist()
+            rows = np.array([row_of[int(r)] for r in data.column(0).to_pylist()], dtype=np.int64)
+            for name in sorted(set(names)):
+                sel = np.array([n == name for n in names])
+                if is_list:
+                    dense = np.zeros((len(ids), T), dtype=np.float32)
+                    dense[rows[sel]] = pad_list_array(data.column(2).filter(pa.array(sel)), T, np.float32)
+                else:
+                    dense = np.zeros(len(ids), dtype=np.float32)
+                    dense[rows[sel]] = data.column(2).filter(pa.array(sel)).to_numpy()
+                out[name] = torch.from_numpy(dense)
+            return out
+
+        scores = channel_arrays(
+            "SELECT rollout_id, channel, score FROM scores WHERE run_id = ? AND list_contains(?, rollout_id)",
+            False,
+        )
+        token_rewards = channel_arrays(
+            "SELECT rollout_id, channel, rewards FROM token_rewards "
+            "WHERE run_id = ? AND list_contains(?, rollout_id)",
+            True,
+        )
+        extras = channel_arrays(
+            "SELECT rollout_id, name, vals FROM token_features WHERE run_id = ? AND list_contains(?, rollout_id)",
+            True,
+        )
+        mc = self.con.execute(
+            "SELECT rollout_id, pos, avg(reward) FROM resample_samples "
+            "WHERE run_id = ? AND list_contains(?, rollout_id) GROUP BY rollout_id, pos",
+            [run_id, id_list],
+        ).fetchall()
+        if mc:
+            mc_values = torch.zeros((len(ids), T))
+            mc_mask = torch.zeros((len(ids), T))
+            for rid, pos, value in mc:
+                if 0 <= pos < T:
+                    mc_values[row_of[int(rid)], pos] = float(value)
+                    mc_mask[row_of[int(rid)], pos] = 1.0
+            extras["mc_values"], extras["mc_mask"] = mc_values, mc_mask
+
+        tokens_col = table.column("tokens")
+        tokens = None if tokens_col.null_count else tokens_col.to_pylist()
+        batch = RolloutBatch(
+            response_mask=torch.from_numpy(mask),
+            token_ids=torch.from_numpy(pad_list_array(table.column("token_ids"), T, np.int64)),
+            group_ids=torch.from_numpy(table.column("group_id").to_numpy().astype(np.int64)),
+            rollout_ids=torch.from_numpy(ids.astype(np.int64)),
+            steps=torch.from_numpy(table.column("step").to_numpy().astype(np.int64)),
+            scores=scores,
+            token_rewards=token_rewards,
+            logprobs=per_token("logprobs"),
+            ref_logprobs=per_token("ref_logprobs"),
+            entropies=per_token("entropies"),
+            values=per_token("values"),
+            tokens=tokens,
+            extras=extras,
+        )
+        return batch.to(device)
+
+    # --- per-token updates (score command) -------------------------------------------------------
+    def update_token_arrays(self, run: str, arrays: dict[int, dict[str, list[float]]]) -> int:
+        """Set per-token arrays (logprobs, ref_logprobs, entropies, values) of rollouts, atomically."""
+        run_id = self.run_id(run)
+        rows = []
+        for rid, fields in arrays.items():
+            for name in fields:
+                if name not in PER_TOKEN_COLUMNS:
+                    raise ValueError(f"not a per-token field: {name}")
+            rows.append({"rollout_id": int(rid), **{k: list(map(float, v)) for k, v in fields.items()}})
+        if not rows:
+            return 0
+        names = sorted({k for r in rows for k in r if k != "rollout_id"})
+        data = pa.table({
+            "rollout_id": pa.array([r["rollout_id"] for r in rows], pa.int32()),
+            **{n: pa.array([r.get(n) for r in rows], pa.list_(pa.float32())) for n in names},
+        })
+        sets = ", ".join(f'"{n}" = coalesce(u."{n}", rollouts."{n}")' for n in names)
+        view = f"_upd_{threading.get_ident()}"
+        with self.transaction() as con:
+            con.register(view, data)
+            try:
+                con.execute(
+                    f"UPDATE rollouts SET {sets} FROM {view} u "
+                    "WHERE rollouts.run_id = ? AND rollouts.rollout_id = u.rollout_id",
+                    [run_id],
+                )
+            finally:
+                con.unregister(view)
+        return len(rows)
+
+    # --- estimator cache -------------------------------------------------------------------------
+    def cached_estimate(self, run: str, estimator: str, config_hash: str, channel: str) -> dict[int, np.ndarray]:
+        run_id = self.run_id(run)
+        rows = self.con.execute(
+            "SELECT rollout_id, advantages FROM estimates "
+            "WHERE run_id = ? AND estimator = ? AND config_hash = ? AND channel = ?",
+            [run_id, estimator, config_hash, channel],
+        ).fetchall()
+        return {int(r): np.asarray(a, dtype=np.float32) for r, a in rows}
+
+    def save_estimate(self, run: str, estimator: str, config_hash: str, config: dict, channel: str,
+                      advantages: dict[int, np.ndarray]) -> None:
+        run_id = self.run_id(run)
+        data = pa.table({
+            "run_id": pa.array([run_id] * len(advantages), pa.int32()),
+            "estimator": [estimator] * len(advantages),
+            "config_hash": [config_hash] * len(advantages),
+            "config": [json.dumps(config, sort_keys=True, default=str)] * len(advantages),
+            "channel": [channel] * len(advantages),
+            "rollout_id": pa.array(list(advantages), pa.int32()),
+            "advantages": pa.array([np.asarray(a, np.float32) for a in advantages.values()],
+                                   pa.list_(pa.float32())),
+        })
+        with self.transaction() as con:
+            con.execute(
+                "DELETE FROM estimates WHERE run_id = ? AND estimator = ? AND config_hash = ? AND channel = ?",
+                [run_id, estimator, config_hash, channel],
+            )
+            self.insert_arrow("estimates", data)
+
+    # --- resampling results --------------------------------------------------------------------
+    def save_resample(self, run: str, rollout_id: int, samples: pa.Table | pd.DataFrame) -> int:
+        """Append resampled suffixes: columns pos, sample_idx, seed, suffix_ids, suffix_text, reward,
+        engine, model. Atomic; returns the number of rows stored."""
+        run_id = self.run_id(run)
+        if isinstance(samples, pd.DataFrame):
+            samples = pa.Table.from_pandas(samples, preserve_index=False)
+        n = samples.num_rows
+        samples = samples.append_column("run_id", pa.array([run_id] * n, pa.int32()))
+        samples = samples.append_column("rollout_id", pa.array([int(rollout_id)] * n, pa.int32()))
+        with self.transaction():
+            self.insert_arrow("resample_samples", samples)
+        return n
+
+    def resample_samples(self, run: str, rollout_id: int) -> pd.DataFrame:
+        return self.con.execute(
+            "SELECT pos, sample_idx, seed, suffix_ids, suffix_text, reward, engine, model, created "
+            "FROM resample_samples WHERE run_id = ? AND rollout_id = ? ORDER BY pos, sample_idx",
+            [self.run_id(run), int(rollout_id)],
+        ).df()
+
+    def resample_values(self, run: str, rollout_id: int | None = None) -> pd.DataFrame:
+        """V̂(s_t) per resampled position: rollout_id, pos, value, stderr, n."""
+        params: list = [self.run_id(run)]
+        cond = ""
+        if rollout_id is not None:
+            cond = " AND rollout_id = ?"
+            params.append(int(rollout_id))
+        return self.con.execute(
+            "SELECT rollout_id, pos, avg(reward) AS value, "
+            "coalesce(stddev_samp(reward) / sqrt(count(*)), 0) AS stderr, count(*) AS n "
+            f"FROM resample_samples WHERE run_id = ?{cond} GROUP BY rollout_id, pos ORDER BY rollout_id, pos",
+            params,
+        ).df()
+
+    def step_channel_means(self, run: str) -> pd.DataFrame:
+        """Per step and channel: mean score and the share of rollouts with a negative score (violation
+        rate), for the dual-ascent replay."""
+        return self.con.execute(
+            "SELECT o.step, s.channel, avg(s.score) AS mean, avg(CASE WHEN s.score < 0 THEN 1 ELSE 0 END) "
+            "AS violation_rate, count(*) AS n FROM scores s JOIN rollouts o "
+            "ON o.run_id = s.run_id AND o.rollout_id = s.rollout_id WHERE s.run_id = ? "
+            "GROUP BY o.step, s.channel ORDER BY o.step, s.channel",
+            [self.run_id(run)],
+        ).df()
+
+
+_INSERTABLE = {"rollouts", "scores", "token_rewards", "token_features", "groups", "estimates",
+               "resample_samples"}

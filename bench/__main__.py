@@ -1,0 +1,27 @@
+"""`python -m bench <name> [args]` runs `bench.<name>.main(args)`; `all` runs every benchmark."""
+
+import importlib
+import sys
+
+BENCHES = ("ingest", "estimators", "models", "oracle", "app")
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(f"usage: python -m bench {{{'|'.join(BENCHES)}|all}} [args]")
+        return 0
+    names = BENCHES if argv[0] == "all" else (argv[0],)
+    for name in names:
+        if name not in BENCHES:
+            print(f"unknown benchmark {name!r}; known: {', '.join(BENCHES)}", file=sys.stderr)
+            return 2
+        module = importlib.import_module(f"bench.{name}")
+        print(f"== bench {name} ==")
+        code = module.main(argv[1:]) if module.main.__code__.co_argcount else module.main()
+        if code:
+            return code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
