@@ -1,5 +1,6 @@
 """The run store (DuckDB). All SQL of the project lives in this package."""
 
 from backend.store.db import Store, default_db_path, pad_list_array
+from backend.store.handle import StoreBusy, StoreHandle
 
-__all__ = ["Store", "default_db_path", "pad_list_array"]
+__all__ = ["Store", "StoreBusy", "StoreHandle", "default_db_path", "pad_list_array"]

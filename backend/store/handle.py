@@ -1,0 +1,62 @@
+"""Short-lived store connections for long-running processes (the app).
+
+DuckDB lets one process write a file, or several processes read it, never both at once. A server
+that held the file open would lock out `creditlens import` for as long as it runs, so the app keeps
+a `StoreHandle` (a path) and opens a connection per unit of work, retrying for a while when another
+process holds the write lock, then failing with a message that says what to wait for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from backend.errors import StoreError
+from backend.store.db import Store
+
+
+class StoreBusy(StoreError):
+    """Another process holds the store's write lock (an import or a resample is writing)."""
+
+
+class StoreHandle:
+    def __init__(self, path: str | Path, wait_seconds: float = 10.0):
+        self.path = Path(path)
+        self.wait_seconds = wait_seconds
+        if not self.path.exists():
+            Store(self.path).close()  # create and migrate once
+
+    def _open(self, read_only: bool) -> Store:
+        deadline = time.monotonic() + self.wait_seconds
+        delay = 0.02
+        while True:
+            try:
+                return Store(self.path, read_only=read_only)
+            except StoreError as exc:
+                if "another process" not in str(exc) and "lock" not in str(exc).lower():
+                    raise
+                if time.monotonic() >= deadline:
+                    raise StoreBusy(
+                        f"{self.path}: another process is writing to the store (an import or a resample); "
+                        f"waited {self.wait_seconds:.0f} s — try again when it finishes"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    @contextmanager
+    def read(self) -> Iterator[Store]:
+        store = self._open(read_only=True)
+        try:
+            yield store
+        finally:
+            store.close()
+
+    @contextmanager
+    def write(self) -> Iterator[Store]:
+        store = self._open(read_only=False)
+        try:
+            yield store
+        finally:
+            store.close()
