@@ -273,3 +273,38 @@ def native_records(seeds: int | list[int] = 1, prompts: int = 500, group: int = 
                     "style_kind": STYLE_KINDS[kinds[i]] if kinds[i] >= 0 else None,
                 },
             }
+
+
+SAMPLE_RUN = {"run": "oracle", "file": "oracle_run.jsonl", "source": "synthetic oracle", "model": None,
+              "verifier": None}
+"""Manifest of the bundled oracle run (`sample_runs/oracle_run.json`)."""
+SAMPLE_SIZE = {"seeds": 1, "prompts": 24, "group": 8}
+
+
+def _rounded(value, decimals: int):
+    if isinstance(value, float):
+        return round(value, decimals) + 0.0  # + 0.0 turns -0.0 into 0.0
+    if isinstance(value, list):
+        return [_rounded(v, decimals) for v in value]
+    if isinstance(value, dict):
+        return {k: _rounded(v, decimals) for k, v in value.items()}
+    return value
+
+
+def sample_run_lines(decimals: int = 4) -> Iterator[str]:
+    """JSONL lines of the bundled oracle run (1 seed x 24 prompts x 8), floats rounded to `decimals`."""
+    import json
+
+    for record in native_records(**SAMPLE_SIZE):
+        yield json.dumps(_rounded(record, decimals), separators=(",", ":")) + "\n"
+
+
+def write_sample_run(directory: str) -> None:
+    """(Re)write `oracle_run.jsonl` and its manifest `oracle_run.json` in `directory` (sample_runs/)."""
+    import json
+    from pathlib import Path
+
+    folder = Path(directory)
+    with open(folder / SAMPLE_RUN["file"], "w") as fh:
+        fh.writelines(sample_run_lines())
+    (folder / "oracle_run.json").write_text(json.dumps(SAMPLE_RUN, indent=1) + "\n")

@@ -138,3 +138,36 @@ def test_qualitative_picture_with_local_estimators():
     single_m = batch_metrics(single, batch, single - _entropy(batch, task))
     split_m = batch_metrics(split, batch, split - _entropy(batch, task))
     assert single_m["style_recall"] < 0.3 < 0.95 < split_m["style_recall"]
+
+
+def test_bundled_sample_run_is_current():
+    from pathlib import Path
+
+    from backend.synthetic import SAMPLE_RUN, sample_run_lines
+
+    folder = Path(__file__).resolve().parents[2] / "sample_runs"
+    assert json.loads((folder / "oracle_run.json").read_text()) == SAMPLE_RUN
+    bundled = (folder / SAMPLE_RUN["file"]).read_text().splitlines(keepends=True)
+    # if this fails, regenerate with backend.synthetic.write_sample_run("sample_runs")
+    assert bundled == list(sample_run_lines())
+    assert len(bundled) == 24 * 8
+
+
+def test_synth_command_stores_an_openable_run(tmp_path, capsys):
+    from backend.cli import main
+    from backend.store import Store
+
+    db = tmp_path / "runs.duckdb"
+    args = ["synth", "--db", str(db), "--run", "oracle", "--seeds", "2", "--prompts", "5", "--group", "4"]
+    assert main(args) == 0
+    assert "imported 40 rollouts" in capsys.readouterr().out
+    with Store(db) as store:
+        batch = store.load_batch("oracle")
+    reference = oracle_batch(seed=1, prompts=5, group=4)
+    assert (batch.B, batch.T) == (40, 48)
+    assert torch.equal(batch.extras["key_mask"][20:], reference.extras["key_mask"])
+    assert torch.allclose(batch.scores["task"][20:], reference.scores["task"])
+    assert torch.allclose(batch.extras["true_credit"][20:], reference.extras["true_credit"])
+    assert batch.group_ids.unique().numel() == 10  # seeds never share a group
+    assert main(["synth", "--db", str(db), "--run", "x", "--seeds", "0"]) == 2
+    assert "--seeds" in capsys.readouterr().err

@@ -1,0 +1,90 @@
+"""`creditlens synth` (store an oracle run) and `creditlens oracle-bench` (the credit-quality table)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from backend.errors import InputError
+
+
+def _add_size_args(parser) -> None:
+    parser.add_argument("--seeds", type=int, default=20, help="independent seeds (default 20)")
+    parser.add_argument("--prompts", type=int, default=500, help="prompts per seed (default 500)")
+    parser.add_argument("--group", type=int, default=8, help="responses per prompt (default 8)")
+
+
+def _check_sizes(args) -> None:
+    for name in ("seeds", "prompts", "group"):
+        value = getattr(args, name)
+        if not 1 <= value <= 100_000:
+            raise InputError(f"--{name}: must be between 1 and 100000, got {value}")
+
+
+def cmd_synth(args) -> int:
+    from backend.ingest import import_records
+    from backend.store import Store
+    from backend.synthetic import native_records
+
+    _check_sizes(args)
+    records = native_records(seeds=args.seeds, prompts=args.prompts, group=args.group)
+    key = f"synthetic-oracle:seeds={args.seeds}:prompts={args.prompts}:group={args.group}"
+    with Store(args.db) as store:
+        report = import_records(store, args.run, records, source="synthetic", origin="synthetic oracle",
+                                content_key=key)
+    print(report.message())
+    return 0
+
+
+def _jsonable(rows: list[dict]) -> list[dict]:
+    def clean(v):
+        return None if isinstance(v, float) and math.isnan(v) else v
+
+    return [{k: clean(v) for k, v in row.items()} for row in rows]
+
+
+def cmd_oracle_bench(args) -> int:
+    from backend.metrics import format_table, oracle_bench
+
+    _check_sizes(args)
+    estimators = [e.strip() for e in args.estimators.split(",") if e.strip()] if args.estimators else None
+    if estimators is not None:
+        from backend.estimators.registry import UnknownEstimator, get
+
+        for name in estimators:
+            try:
+                get(name)
+            except UnknownEstimator as exc:
+                raise InputError(f"--estimators: {exc}") from None
+    if args.json is not None and not args.json.parent.exists():
+        raise InputError(f"--json {args.json}: directory {args.json.parent} does not exist")
+    start = time.perf_counter()
+    progress = None if args.quiet else (lambda message: print(message, file=sys.stderr, flush=True))
+    rows = oracle_bench(args.seeds, args.prompts, args.group, estimators=estimators, progress=progress)
+    wall = time.perf_counter() - start
+    print(format_table(rows))
+    print(f"\n{args.seeds} seeds x {args.prompts} prompts x {args.group} responses; wall time {wall:.1f} s")
+    if args.json is not None:
+        payload = {"seeds": args.seeds, "prompts": args.prompts, "group": args.group,
+                   "wall_seconds": round(wall, 2), "rows": _jsonable(rows)}
+        args.json.write_text(json.dumps(payload, indent=1) + "\n")
+    return 0
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("synth", help="store a synthetic oracle run (known token credit)")
+    p.add_argument("--db", type=Path, default=None, help="store file (default: the user store)")
+    p.add_argument("--run", required=True, help="run name")
+    _add_size_args(p)
+    p.set_defaults(func=cmd_synth)
+
+    p = sub.add_parser("oracle-bench",
+                       help="credit-quality metrics of every model-free estimator on the oracle")
+    _add_size_args(p)
+    p.add_argument("--json", type=Path, default=None, help="also write the rows as JSON to FILE")
+    p.add_argument("--estimators", default=None, help="comma-separated subset (default: all model-free)")
+    p.add_argument("--quiet", action="store_true", help="no per-seed progress on stderr")
+    p.set_defaults(func=cmd_oracle_bench)

@@ -1,0 +1,41 @@
+"""`python -m bench oracle [--seeds N --prompts P --group G] [--json FILE]`: the oracle credit table.
+
+Runs `backend.metrics.oracle_bench` at the reference size (20 seeds x 500 prompts x 8 responses) by
+default and prints the table, the slowest estimators and the wall time (budget: under 2 minutes on
+two cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    from backend.metrics import format_table, oracle_bench
+    from backend.synthetic_commands import _jsonable
+
+    parser = argparse.ArgumentParser(prog="python -m bench oracle")
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--prompts", type=int, default=500)
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv or [])
+
+    start = time.perf_counter()
+    rows = oracle_bench(args.seeds, args.prompts, args.group, progress=print)
+    wall = time.perf_counter() - start
+    print(format_table(rows))
+    per_estimator: dict[str, float] = {}
+    for row in rows:
+        per_estimator[row["estimator"]] = per_estimator.get(row["estimator"], 0.0) + row["seconds"]
+    slowest = sorted(per_estimator.items(), key=lambda kv: -kv[1])[:5]
+    print("slowest (estimator + metrics, all settings): "
+          + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in slowest))
+    print(f"{args.seeds} seeds x {args.prompts} prompts x {args.group} responses: wall time {wall:.1f} s "
+          f"({'within' if wall < 120 else 'OVER'} the 120 s budget)")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"wall_seconds": round(wall, 2), "rows": _jsonable(rows)}, indent=1))
+    return 0
