@@ -24,7 +24,9 @@ COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="creditlens", description="Token-level credit inspection for GRPO runs")
+    parser = argparse.ArgumentParser(
+        prog="creditlens", description="Token-level credit inspection for GRPO runs"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:

@@ -48,10 +48,14 @@ class ImportReport:
     def message(self) -> str:
         if self.already_imported:
             return f"{self.run}: this file was already imported into the run; nothing added"
-        how = {"ids": "token ids from the file", "simple": "no token ids and no --model: simple tokenization "
-               "(words and punctuation, see README)"}.get(self.tokenization, f"re-tokenized with {self.tokenization}")
-        return (f"{self.run}: imported {self.records} rollouts, {self.tokens} tokens ({self.format} format; "
-                f"{how}) in {self.seconds:.2f} s")
+        how = {
+            "ids": "token ids from the file",
+            "simple": "no token ids and no --model: simple tokenization (words and punctuation, see README)",
+        }.get(self.tokenization, f"re-tokenized with {self.tokenization}")
+        return (
+            f"{self.run}: imported {self.records} rollouts, {self.tokens} tokens ({self.format} format; "
+            f"{how}) in {self.seconds:.2f} s"
+        )
 
 
 def _files_of(path: Path, fmt: str) -> list[Path]:
@@ -86,8 +90,9 @@ class _Bar:
         if show:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, unit=unit, unit_scale=True, file=sys.stderr, leave=False,
-                            desc="import")
+            self.bar = tqdm(
+                total=total, unit=unit, unit_scale=True, file=sys.stderr, leave=False, desc="import"
+            )
 
     def __call__(self, n: int) -> None:
         self.done += n
@@ -101,9 +106,17 @@ class _Bar:
             self.bar.close()
 
 
-def import_path(store: Store, path: str | Path, run: str, fmt: str | None = None, model_dir: str | None = None,
-                verifier: str | None = None, source: str | None = None, show_progress: bool = False,
-                on_progress: Callable[[float], None] | None = None) -> ImportReport:
+def import_path(
+    store: Store,
+    path: str | Path,
+    run: str,
+    fmt: str | None = None,
+    model_dir: str | None = None,
+    verifier: str | None = None,
+    source: str | None = None,
+    show_progress: bool = False,
+    on_progress: Callable[[float], None] | None = None,
+) -> ImportReport:
     """Import a file or directory into `run` (created if new) in one transaction."""
     path = Path(path)
     if not path.exists():
@@ -116,8 +129,11 @@ def import_path(store: Store, path: str | Path, run: str, fmt: str | None = None
     tokenizer = Tokenizer(model_dir)
     file_hash = content_hash(files, path)
     by_rows = fmt == "trl" or any(f.suffix == ".parquet" for f in files)
-    total = sum(pq.ParquetFile(f).metadata.num_rows for f in files) if by_rows else sum(
-        f.stat().st_size for f in files)
+    total = (
+        sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+        if by_rows
+        else sum(f.stat().st_size for f in files)
+    )
     bar = _Bar(total, "rec" if by_rows else "B", show_progress, on_progress)
     try:
         if fmt == "verl":
@@ -128,25 +144,67 @@ def import_path(store: Store, path: str | Path, run: str, fmt: str | None = None
             records = None  # native Parquet: fast path per batch, see _import
         else:
             records = iter_jsonl(files[0], bar)
-        return _import(store, run, fmt, records, files[0] if records is None else None, tokenizer, file_hash,
-                       str(path), source or f"{fmt} import", verifier, model_dir, bar)
+        return _import(
+            store,
+            run,
+            fmt,
+            records,
+            files[0] if records is None else None,
+            tokenizer,
+            file_hash,
+            str(path),
+            source or f"{fmt} import",
+            verifier,
+            model_dir,
+            bar,
+        )
     finally:
         bar.close()
 
 
-def import_records(store: Store, run: str, records: Iterable[dict], source: str = "records",
-                   verifier: str | None = None, model_dir: str | None = None, origin: str = "<records>",
-                   content_key: str | None = None) -> ImportReport:
+def import_records(
+    store: Store,
+    run: str,
+    records: Iterable[dict],
+    source: str = "records",
+    verifier: str | None = None,
+    model_dir: str | None = None,
+    origin: str = "<records>",
+    content_key: str | None = None,
+) -> ImportReport:
     """Import native-format dicts (synthetic runs, tests). `content_key` makes it idempotent."""
     tokenizer = Tokenizer(model_dir) if model_dir else Tokenizer(None)
     numbered = ((f"{origin}: record {i + 1}", rec) for i, rec in enumerate(records))
-    return _import(store, run, "native", numbered, None, tokenizer, content_key, origin, source, verifier,
-                   model_dir, None)
+    return _import(
+        store,
+        run,
+        "native",
+        numbered,
+        None,
+        tokenizer,
+        content_key,
+        origin,
+        source,
+        verifier,
+        model_dir,
+        None,
+    )
 
 
-def _import(store: Store, run: str, fmt: str, records, parquet_path: Path | None, tokenizer: Tokenizer,
-            file_hash: str | None, origin: str, source: str, verifier: str | None, model_dir: str | None,
-            bar) -> ImportReport:
+def _import(
+    store: Store,
+    run: str,
+    fmt: str,
+    records,
+    parquet_path: Path | None,
+    tokenizer: Tokenizer,
+    file_hash: str | None,
+    origin: str,
+    source: str,
+    verifier: str | None,
+    model_dir: str | None,
+    bar,
+) -> ImportReport:
     if store.read_only:
         raise StoreError(f"{store.path}: opened read-only; imports need the writable store")
     if not run or len(run) > 200:
@@ -155,8 +213,13 @@ def _import(store: Store, run: str, fmt: str, records, parquet_path: Path | None
     n_records = n_tokens = 0
     tokenization = "ids"
     with store.transaction():
-        run_id = store.run_id(run) if store.has_run(run) else store.create_run(
-            run, source, model_dir=model_dir, tokenizer=tokenizer.name, verifier=verifier)
+        run_id = (
+            store.run_id(run)
+            if store.has_run(run)
+            else store.create_run(
+                run, source, model_dir=model_dir, tokenizer=tokenizer.name, verifier=verifier
+            )
+        )
         if file_hash is not None and store.import_seen(run_id, file_hash):
             return ImportReport(run, fmt, 0, 0, time.perf_counter() - start, already_imported=True)
         first_id = store.next_rollout_id(run_id)
@@ -168,7 +231,9 @@ def _import(store: Store, run: str, fmt: str, records, parquet_path: Path | None
                     store.insert_arrow(table, tables[table])
 
         if parquet_path is not None:
-            n_records, n_tokens, tokenization = _import_native_parquet(parquet_path, buffer, tokenizer, insert, bar)
+            n_records, n_tokens, tokenization = _import_native_parquet(
+                parquet_path, buffer, tokenizer, insert, bar
+            )
         else:
             for where, raw in records:
                 rec = validate_record(raw, where, tokenizer)
@@ -188,8 +253,9 @@ def _import(store: Store, run: str, fmt: str, records, parquet_path: Path | None
     return ImportReport(run, fmt, n_records, n_tokens, time.perf_counter() - start, tokenization=tokenization)
 
 
-def _import_native_parquet(path: Path, buffer: ChunkBuffer, tokenizer: Tokenizer, insert, bar
-                           ) -> tuple[int, int, str]:
+def _import_native_parquet(
+    path: Path, buffer: ChunkBuffer, tokenizer: Tokenizer, insert, bar
+) -> tuple[int, int, str]:
     try:
         reader = pq.ParquetFile(path)
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for corrupt files
@@ -199,8 +265,11 @@ def _import_native_parquet(path: Path, buffer: ChunkBuffer, tokenizer: Tokenizer
     for batch in reader.iter_batches(batch_size=CHUNK_RECORDS):
         try:
             tables = fast_parquet.convert_batch(batch, buffer, path, offset)
-            n_tokens += int(tables["rollouts"].column("token_ids").combine_chunks().value_lengths().to_numpy().sum()) \
-                if tables["rollouts"].num_rows else 0
+            n_tokens += (
+                int(tables["rollouts"].column("token_ids").combine_chunks().value_lengths().to_numpy().sum())
+                if tables["rollouts"].num_rows
+                else 0
+            )
             insert(tables)
         except fast_parquet.Unsupported:
             for k, raw in enumerate(batch.to_pylist()):
@@ -215,4 +284,3 @@ def _import_native_parquet(path: Path, buffer: ChunkBuffer, tokenizer: Tokenizer
         if bar is not None:
             bar(batch.num_rows)
     return n_records, n_tokens, tokenization
-

@@ -37,8 +37,10 @@ def _check_float_lists(col: pa.Array, n_tokens: np.ndarray, name: str, where) ->
     bad = present & (lengths != n_tokens)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise InputError(f"{where(i)}: field {name!r} has {lengths[i]} entries but 'token_ids' has "
-                         f"{n_tokens[i]}; per-token lists must have one entry per response token")
+        raise InputError(
+            f"{where(i)}: field {name!r} has {lengths[i]} entries but 'token_ids' has "
+            f"{n_tokens[i]}; per-token lists must have one entry per response token"
+        )
     values = col.flatten().cast(pa.float64())
     finite = pc.is_finite(values).fill_null(False)
     if not pc.all(finite).as_py() and len(values):
@@ -73,7 +75,9 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
             raise InputError(f"{where(_first_bad(col.is_null()))}: missing required field {field!r}")
     token_ids = batch.column("token_ids")
     if not pa.types.is_list(token_ids.type) or not pa.types.is_integer(token_ids.type.value_type):
-        raise InputError(f"{where(0)}: field 'token_ids' must be a list of integers, column type {token_ids.type}")
+        raise InputError(
+            f"{where(0)}: field 'token_ids' must be a list of integers, column type {token_ids.type}"
+        )
     if token_ids.null_count:
         raise Unsupported  # some rows need re-tokenizing
     n_tokens = token_ids.value_lengths().to_numpy(zero_copy_only=False)
@@ -98,7 +102,9 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
     for k, field in enumerate(rewards.type):
         child = rewards.field(k)
         if not (pa.types.is_floating(field.type) or pa.types.is_integer(field.type)):
-            raise InputError(f"{where(0)}: field 'rewards.{field.name}' must be a number, column type {field.type}")
+            raise InputError(
+                f"{where(0)}: field 'rewards.{field.name}' must be a number, column type {field.type}"
+            )
         values = child.cast(pa.float64())
         ok = pc.is_finite(values)
         present = values.is_valid()
@@ -119,8 +125,15 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
         gid = buffer.group_keys.get(key)
         if gid is None:
             gid = buffer.group_keys[key] = len(buffer.group_keys)
-            buffer.new_groups.append({"group_id": gid, "group_key": key, "step": step, "prompt": prompts[i],
-                                      "ground_truth": None if gt[i] is None else str(gt[i])})
+            buffer.new_groups.append(
+                {
+                    "group_id": gid,
+                    "group_key": key,
+                    "step": step,
+                    "prompt": prompts[i],
+                    "ground_truth": None if gt[i] is None else str(gt[i]),
+                }
+            )
         group_ids[i] = gid
     rollout_ids = np.arange(start_id, start_id + n, dtype=np.int32)
     buffer.next_rollout_id += n
@@ -128,9 +141,13 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
     run_col = pa.array(np.full(n, run, dtype=np.int32))
 
     columns = {
-        "run_id": run_col, "rollout_id": pa.array(rollout_ids), "group_id": pa.array(group_ids.astype(np.int32)),
-        "step": pa.array(steps.astype(np.int32)), "prompt": batch.column("prompt"),
-        "response": batch.column("response"), "token_ids": token_ids32,
+        "run_id": run_col,
+        "rollout_id": pa.array(rollout_ids),
+        "group_id": pa.array(group_ids.astype(np.int32)),
+        "step": pa.array(steps.astype(np.int32)),
+        "prompt": batch.column("prompt"),
+        "response": batch.column("response"),
+        "token_ids": token_ids32,
     }
     if "prompt_ids" in names:
         columns["prompt_ids"] = batch.column("prompt_ids").cast(pa.list_(pa.int32()))
@@ -140,15 +157,20 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
         bad = (lengths >= 0) & (lengths != n_tokens)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise InputError(f"{where(i)}: field 'tokens' has {lengths[i]} entries but 'token_ids' has {n_tokens[i]}")
+            raise InputError(
+                f"{where(i)}: field 'tokens' has {lengths[i]} entries but 'token_ids' has {n_tokens[i]}"
+            )
         columns["tokens"] = tokens.cast(pa.list_(pa.string()))
     for name in PER_TOKEN:
         if name in names:
             columns[name] = _check_float_lists(batch.column(name), n_tokens, name, where)
     if "meta" in names:
         meta = batch.column("meta")
-        columns["meta"] = meta if pa.types.is_string(meta.type) else pa.array(
-            [json.dumps(m, default=str) for m in meta.to_pylist()])
+        columns["meta"] = (
+            meta
+            if pa.types.is_string(meta.type)
+            else pa.array([json.dumps(m, default=str) for m in meta.to_pylist()])
+        )
     tables["rollouts"] = pa.table(columns)
 
     ids, chans, vals = [], [], []
@@ -158,14 +180,18 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
         chans.append(np.full(int(keep.sum()), name, dtype=object))
         vals.append(values.to_numpy(zero_copy_only=False)[keep])
     count = int(sum(len(x) for x in ids))
-    tables["scores"] = pa.table({
-        "run_id": pa.array(np.full(count, run, dtype=np.int32)),
-        "rollout_id": pa.array(np.concatenate(ids) if ids else np.zeros(0, np.int32)),
-        "channel": pa.array(np.concatenate(chans) if chans else [], pa.string()),
-        "score": pa.array(np.concatenate(vals) if vals else np.zeros(0)),
-    })
-    for column, table, name_col, value_col in (("token_rewards", "token_rewards", "channel", "rewards"),
-                                                ("extras", "token_features", "name", "vals")):
+    tables["scores"] = pa.table(
+        {
+            "run_id": pa.array(np.full(count, run, dtype=np.int32)),
+            "rollout_id": pa.array(np.concatenate(ids) if ids else np.zeros(0, np.int32)),
+            "channel": pa.array(np.concatenate(chans) if chans else [], pa.string()),
+            "score": pa.array(np.concatenate(vals) if vals else np.zeros(0)),
+        }
+    )
+    for column, table, name_col, value_col in (
+        ("token_rewards", "token_rewards", "channel", "rewards"),
+        ("extras", "token_features", "name", "vals"),
+    ):
         if column not in names:
             continue
         struct = batch.column(column)
@@ -175,21 +201,27 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
         for k, field in enumerate(struct.type):
             child = _check_float_lists(struct.field(k), n_tokens, f"{column}.{field.name}", where)
             keep = child.is_valid().to_numpy(zero_copy_only=False)
-            parts.append(pa.table({
-                "run_id": pa.array(np.full(int(keep.sum()), run, dtype=np.int32)),
-                "rollout_id": pa.array(rollout_ids[keep]),
-                name_col: pa.array([field.name] * int(keep.sum()), pa.string()),
-                value_col: child.filter(pa.array(keep)),
-            }))
+            parts.append(
+                pa.table(
+                    {
+                        "run_id": pa.array(np.full(int(keep.sum()), run, dtype=np.int32)),
+                        "rollout_id": pa.array(rollout_ids[keep]),
+                        name_col: pa.array([field.name] * int(keep.sum()), pa.string()),
+                        value_col: child.filter(pa.array(keep)),
+                    }
+                )
+            )
         if parts:
             tables[table] = pa.concat_tables(parts)
     groups, buffer.new_groups = buffer.new_groups, []
-    tables["groups"] = pa.table({
-        "run_id": pa.array([run] * len(groups), pa.int32()),
-        "group_id": pa.array([g["group_id"] for g in groups], pa.int32()),
-        "group_key": pa.array([g["group_key"] for g in groups], pa.string()),
-        "step": pa.array([g["step"] for g in groups], pa.int32()),
-        "prompt": pa.array([g["prompt"] for g in groups], pa.string()),
-        "ground_truth": pa.array([g["ground_truth"] for g in groups], pa.string()),
-    })
+    tables["groups"] = pa.table(
+        {
+            "run_id": pa.array([run] * len(groups), pa.int32()),
+            "group_id": pa.array([g["group_id"] for g in groups], pa.int32()),
+            "group_key": pa.array([g["group_key"] for g in groups], pa.string()),
+            "step": pa.array([g["step"] for g in groups], pa.int32()),
+            "prompt": pa.array([g["prompt"] for g in groups], pa.string()),
+            "ground_truth": pa.array([g["ground_truth"] for g in groups], pa.string()),
+        }
+    )
     return tables

@@ -18,8 +18,22 @@ from backend.errors import InputError
 from backend.ingest.tokenize import Tokenizer
 
 PER_TOKEN = ("logprobs", "ref_logprobs", "entropies", "values")
-KNOWN_FIELDS = {"prompt", "response", "group", "step", "prompt_ids", "token_ids", "tokens", *PER_TOKEN,
-                "rewards", "token_rewards", "meta", "extras", "ground_truth", "logged_advantage"}
+KNOWN_FIELDS = {
+    "prompt",
+    "response",
+    "group",
+    "step",
+    "prompt_ids",
+    "token_ids",
+    "tokens",
+    *PER_TOKEN,
+    "rewards",
+    "token_rewards",
+    "meta",
+    "extras",
+    "ground_truth",
+    "logged_advantage",
+}
 
 
 def _is_int(x: Any) -> bool:
@@ -70,7 +84,9 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer) -> dict:
         if not isinstance(rec[name], str):
             raise InputError(f"{where}: field {name!r} must be a string, got {type(rec[name]).__name__}")
     if "rewards" not in rec:
-        raise InputError(f"{where}: missing required field 'rewards' (a dict channel -> score, e.g. {{\"task\": 1}})")
+        raise InputError(
+            f"{where}: missing required field 'rewards' (a dict channel -> score, e.g. {{\"task\": 1}})"
+        )
     rewards = rec["rewards"]
     if not isinstance(rewards, dict) or not rewards:
         raise InputError(f"{where}: field 'rewards' must be a non-empty dict channel -> number")
@@ -112,11 +128,16 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer) -> dict:
     elif tokens is None:
         tokens = tokenizer.display(token_ids)
     out = {
-        "prompt": rec["prompt"], "response": rec["response"], "step": step,
+        "prompt": rec["prompt"],
+        "response": rec["response"],
+        "step": step,
         "group_key": f"{step}\x1f{'g' if group is not None else 'p'}\x1f{group if group is not None else rec['prompt']}",
-        "prompt_ids": prompt_ids, "token_ids": token_ids, "tokens": tokens,
+        "prompt_ids": prompt_ids,
+        "token_ids": token_ids,
+        "tokens": tokens,
         "rewards": {str(k): float(v) for k, v in rewards.items()},
-        "meta": meta, "tokenized": tokenized,
+        "meta": meta,
+        "tokenized": tokenized,
         "ground_truth": rec.get("ground_truth", meta.get("ground_truth")),
     }
     for name in PER_TOKEN:
@@ -158,8 +179,15 @@ class ChunkBuffer:
         key = rec["group_key"]
         if key not in self.group_keys:
             self.group_keys[key] = len(self.group_keys)
-            self.new_groups.append({"group_id": self.group_keys[key], "group_key": key, "step": rec["step"],
-                                    "prompt": rec["prompt"], "ground_truth": rec["ground_truth"]})
+            self.new_groups.append(
+                {
+                    "group_id": self.group_keys[key],
+                    "group_key": key,
+                    "step": rec["step"],
+                    "prompt": rec["prompt"],
+                    "ground_truth": rec["ground_truth"],
+                }
+            )
         rec["group_id"] = self.group_keys[key]
         rec["rollout_id"] = self.next_rollout_id
         self.next_rollout_id += 1
@@ -175,31 +203,35 @@ class ChunkBuffer:
         run = self.run_id
         f32 = pa.list_(pa.float32())
         tables = {
-            "rollouts": pa.table({
-                "run_id": pa.array([run] * len(rows), pa.int32()),
-                "rollout_id": pa.array([r["rollout_id"] for r in rows], pa.int32()),
-                "group_id": pa.array([r["group_id"] for r in rows], pa.int32()),
-                "step": pa.array([r["step"] for r in rows], pa.int32()),
-                "prompt": [r["prompt"] for r in rows],
-                "response": [r["response"] for r in rows],
-                "prompt_ids": pa.array([r["prompt_ids"] for r in rows], pa.list_(pa.int32())),
-                "token_ids": pa.array([r["token_ids"] for r in rows], pa.list_(pa.int32())),
-                "tokens": pa.array([r["tokens"] for r in rows], pa.list_(pa.string())),
-                **{name: pa.array([r[name] for r in rows], f32) for name in PER_TOKEN},
-                "logged_advantage": pa.array([r["logged_advantage"] for r in rows], pa.float64()),
-                "meta": [json.dumps(r["meta"], default=str) for r in rows],
-            }),
+            "rollouts": pa.table(
+                {
+                    "run_id": pa.array([run] * len(rows), pa.int32()),
+                    "rollout_id": pa.array([r["rollout_id"] for r in rows], pa.int32()),
+                    "group_id": pa.array([r["group_id"] for r in rows], pa.int32()),
+                    "step": pa.array([r["step"] for r in rows], pa.int32()),
+                    "prompt": [r["prompt"] for r in rows],
+                    "response": [r["response"] for r in rows],
+                    "prompt_ids": pa.array([r["prompt_ids"] for r in rows], pa.list_(pa.int32())),
+                    "token_ids": pa.array([r["token_ids"] for r in rows], pa.list_(pa.int32())),
+                    "tokens": pa.array([r["tokens"] for r in rows], pa.list_(pa.string())),
+                    **{name: pa.array([r[name] for r in rows], f32) for name in PER_TOKEN},
+                    "logged_advantage": pa.array([r["logged_advantage"] for r in rows], pa.float64()),
+                    "meta": [json.dumps(r["meta"], default=str) for r in rows],
+                }
+            ),
             "scores": _long_table(run, rows, "rewards", "channel", "score", pa.float64()),
             "token_rewards": _long_table(run, rows, "token_rewards", "channel", "rewards", f32),
             "token_features": _long_table(run, rows, "extras", "name", "vals", f32),
-            "groups": pa.table({
-                "run_id": pa.array([run] * len(groups), pa.int32()),
-                "group_id": pa.array([g["group_id"] for g in groups], pa.int32()),
-                "group_key": pa.array([g["group_key"] for g in groups], pa.string()),
-                "step": pa.array([g["step"] for g in groups], pa.int32()),
-                "prompt": pa.array([g["prompt"] for g in groups], pa.string()),
-                "ground_truth": pa.array([g["ground_truth"] for g in groups], pa.string()),
-            }),
+            "groups": pa.table(
+                {
+                    "run_id": pa.array([run] * len(groups), pa.int32()),
+                    "group_id": pa.array([g["group_id"] for g in groups], pa.int32()),
+                    "group_key": pa.array([g["group_key"] for g in groups], pa.string()),
+                    "step": pa.array([g["step"] for g in groups], pa.int32()),
+                    "prompt": pa.array([g["prompt"] for g in groups], pa.string()),
+                    "ground_truth": pa.array([g["ground_truth"] for g in groups], pa.string()),
+                }
+            ),
         }
         return tables
 
@@ -211,9 +243,11 @@ def _long_table(run: int, rows: list[dict], key: str, name_col: str, value_col: 
             ids.append(r["rollout_id"])
             names.append(channel)
             values.append(value)
-    return pa.table({
-        "run_id": pa.array([run] * len(ids), pa.int32()),
-        "rollout_id": pa.array(ids, pa.int32()),
-        name_col: pa.array(names, pa.string()),
-        value_col: pa.array(values, value_type),
-    })
+    return pa.table(
+        {
+            "run_id": pa.array([run] * len(ids), pa.int32()),
+            "rollout_id": pa.array(ids, pa.int32()),
+            name_col: pa.array(names, pa.string()),
+            value_col: pa.array(values, value_type),
+        }
+    )

@@ -49,8 +49,9 @@ def iter_jsonl(path: Path, progress: Progress | None = None) -> Iterator[tuple[s
                 raise InputError(f"{where}: malformed JSON (nested too deeply)") from None
 
 
-def iter_parquet_rows(path: Path, progress: Progress | None = None, batch_size: int = 2048
-                      ) -> Iterator[tuple[str, dict]]:
+def iter_parquet_rows(
+    path: Path, progress: Progress | None = None, batch_size: int = 2048
+) -> Iterator[tuple[str, dict]]:
     try:
         reader = pq.ParquetFile(path)
     except (pa.ArrowInvalid, OSError) as exc:
@@ -82,7 +83,8 @@ def trl_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
     found = _sorted_step_files(path, "completions_*.parquet") or _sorted_step_files(
-        path / "completions", "completions_*.parquet")
+        path / "completions", "completions_*.parquet"
+    )
     return found
 
 
@@ -113,10 +115,19 @@ def verl_records(files: list[Path], progress: Progress | None = None) -> Iterato
                 else:
                     meta[key] = value
             gts = obj.get("gts")
-            yield where, {
-                "prompt": obj["input"], "response": obj["output"], "step": step, "rewards": rewards,
-                "meta": meta, "ground_truth": None if gts is None else (gts if isinstance(gts, str) else json.dumps(gts)),
-            }
+            yield (
+                where,
+                {
+                    "prompt": obj["input"],
+                    "response": obj["output"],
+                    "step": step,
+                    "rewards": rewards,
+                    "meta": meta,
+                    "ground_truth": None
+                    if gts is None
+                    else (gts if isinstance(gts, str) else json.dumps(gts)),
+                },
+            )
 
 
 TRL_RESERVED = {"step", "prompt", "completion", "advantage", "image", "images"}
@@ -132,9 +143,12 @@ def trl_records(files: list[Path], progress: Progress | None = None) -> Iterator
         for name in ("prompt", "completion"):
             if name not in schema.names:
                 raise InputError(f"{path}: missing required TRL column {name!r}")
-        reward_cols = [f.name for f in schema if f.name not in TRL_RESERVED
-                       and (pa.types.is_floating(f.type) or pa.types.is_integer(f.type)
-                            or pa.types.is_boolean(f.type))]
+        reward_cols = [
+            f.name
+            for f in schema
+            if f.name not in TRL_RESERVED
+            and (pa.types.is_floating(f.type) or pa.types.is_integer(f.type) or pa.types.is_boolean(f.type))
+        ]
         if not reward_cols:
             raise InputError(f"{path}: no reward columns (numeric columns besides step and advantage)")
         names = {reward_cols[0]: "task"} if len(reward_cols) == 1 else {c: c for c in reward_cols}
@@ -155,11 +169,17 @@ def trl_records(files: list[Path], progress: Progress | None = None) -> Iterator
             if not isinstance(completion, str):
                 completion = json.dumps(completion, default=str)
             adv = row.get("advantage")
-            yield where, {
-                "prompt": prompt, "response": completion, "step": int(row.get("step") or 0),
-                "rewards": rewards, "logged_advantage": adv,
-                "meta": {"reward_columns": reward_cols},
-            }
+            yield (
+                where,
+                {
+                    "prompt": prompt,
+                    "response": completion,
+                    "step": int(row.get("step") or 0),
+                    "rewards": rewards,
+                    "logged_advantage": adv,
+                    "meta": {"reward_columns": reward_cols},
+                },
+            )
 
 
 def detect_format(path: Path) -> str:
@@ -171,7 +191,9 @@ def detect_format(path: Path) -> str:
             return "trl"
         if _sorted_step_files(path, "*.jsonl"):
             return "verl"
-        raise InputError(f"{path}: a directory with neither <step>.jsonl (verl) nor completions_*.parquet (TRL)")
+        raise InputError(
+            f"{path}: a directory with neither <step>.jsonl (verl) nor completions_*.parquet (TRL)"
+        )
     if path.suffix == ".parquet":
         try:
             names = pq.read_schema(path).names

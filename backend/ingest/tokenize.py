@@ -36,9 +36,13 @@ class Tokenizer:
             from transformers import AutoTokenizer
 
             try:
-                self.hf = AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
+                self.hf = AutoTokenizer.from_pretrained(
+                    str(path), local_files_only=True, trust_remote_code=False
+                )
             except (OSError, ValueError) as exc:
-                raise InputError(f"{model_dir}: cannot load its tokenizer ({str(exc).splitlines()[0]})") from None
+                raise InputError(
+                    f"{model_dir}: cannot load its tokenizer ({str(exc).splitlines()[0]})"
+                ) from None
 
     @property
     def name(self) -> str:

@@ -36,9 +36,15 @@ def import_bundled(store: Store, quiet: bool = False) -> list[str]:
     for spec in bundled_manifests():
         if store.has_run(spec["run"]):
             continue
-        report = import_path(store, spec["file"], spec["run"], fmt=spec.get("format"),
-                             model_dir=spec.get("model"), verifier=spec.get("verifier"),
-                             source=spec.get("source", "bundled sample"))
+        report = import_path(
+            store,
+            spec["file"],
+            spec["run"],
+            fmt=spec.get("format"),
+            model_dir=spec.get("model"),
+            verifier=spec.get("verifier"),
+            source=spec.get("source", "bundled sample"),
+        )
         imported.append(spec["run"])
         if not quiet:
             print(report.message(), file=sys.stderr)
@@ -48,7 +54,9 @@ def import_bundled(store: Store, quiet: bool = False) -> list[str]:
 def cmd_init(args) -> int:
     with Store(args.db) as store:
         names = import_bundled(store)
-        print(f"store ready at {store.path}; bundled runs imported: {', '.join(names) or 'none (already there)'}")
+        print(
+            f"store ready at {store.path}; bundled runs imported: {', '.join(names) or 'none (already there)'}"
+        )
     return 0
 
 
@@ -56,8 +64,15 @@ def cmd_import(args) -> int:
     from backend.ingest import import_path
 
     with Store(args.db) as store:
-        report = import_path(store, args.path, args.run, fmt=args.format, model_dir=args.model,
-                             verifier=args.verifier, show_progress=not args.quiet)
+        report = import_path(
+            store,
+            args.path,
+            args.run,
+            fmt=args.format,
+            model_dir=args.model,
+            verifier=args.verifier,
+            show_progress=not args.quiet,
+        )
     if args.format is None:
         print(f"detected format: {report.format}", file=sys.stderr)
     print(report.message())
@@ -73,11 +88,15 @@ def cmd_runs(args) -> int:
     if not runs:
         print("no runs; `creditlens init` imports the bundled samples")
         return 0
-    header = f"{'name':<24} {'source':<22} {'rollouts':>8} {'groups':>7} {'steps':>5} {'tokens':>10}  channels"
+    header = (
+        f"{'name':<24} {'source':<22} {'rollouts':>8} {'groups':>7} {'steps':>5} {'tokens':>10}  channels"
+    )
     print(header)
     for r in runs:
-        print(f"{r['name'][:24]:<24} {str(r['source'])[:22]:<22} {r['rollouts']:>8} {r['groups']:>7} "
-              f"{r['steps']:>5} {r['tokens']:>10}  {','.join(r['channels'])}")
+        print(
+            f"{r['name'][:24]:<24} {str(r['source'])[:22]:<22} {r['rollouts']:>8} {r['groups']:>7} "
+            f"{r['steps']:>5} {r['tokens']:>10}  {','.join(r['channels'])}"
+        )
     return 0
 
 

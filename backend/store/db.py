@@ -149,8 +149,15 @@ class Store:
     def has_run(self, name: str) -> bool:
         return self._first("SELECT 1 FROM runs WHERE name = ?", [name]) is not None
 
-    def create_run(self, name: str, source: str, model_dir: str | None = None, tokenizer: str | None = None,
-                   verifier: str | None = None, meta: dict | None = None) -> int:
+    def create_run(
+        self,
+        name: str,
+        source: str,
+        model_dir: str | None = None,
+        tokenizer: str | None = None,
+        verifier: str | None = None,
+        meta: dict | None = None,
+    ) -> int:
         """Insert a run row (call inside a transaction when it is part of an import)."""
         next_id = self._first("SELECT coalesce(max(run_id), 0) + 1 FROM runs", [])[0]
         self.con.execute(
@@ -185,31 +192,53 @@ class Store:
             """
         ).fetchall()
         return [
-            {"name": n, "source": s, "model": m, "verifier": v, "created": str(c), "rollouts": int(nr),
-             "groups": int(ng), "steps": int(ns), "tokens": int(nt), "channels": list(ch or [])}
+            {
+                "name": n,
+                "source": s,
+                "model": m,
+                "verifier": v,
+                "created": str(c),
+                "rollouts": int(nr),
+                "groups": int(ng),
+                "steps": int(ns),
+                "tokens": int(nt),
+                "channels": list(ch or []),
+            }
             for n, s, m, v, c, nr, ng, ns, nt, ch in rows
         ]
 
     def delete_run(self, name: str) -> None:
         run_id = self.run_id(name)
         with self.transaction() as con:
-            for table in ("rollouts", "scores", "token_rewards", "token_features", "groups", "imports",
-                          "estimates", "resample_samples", "runs"):
+            for table in (
+                "rollouts",
+                "scores",
+                "token_rewards",
+                "token_features",
+                "groups",
+                "imports",
+                "estimates",
+                "resample_samples",
+                "runs",
+            ):
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
 
     # --- import support (called by backend.ingest inside one transaction) --------------------
     def import_seen(self, run_id: int, file_hash: str) -> bool:
-        return self._first(
-            "SELECT 1 FROM imports WHERE run_id = ? AND file_hash = ?", [run_id, file_hash]
-        ) is not None
+        return (
+            self._first("SELECT 1 FROM imports WHERE run_id = ? AND file_hash = ?", [run_id, file_hash])
+            is not None
+        )
 
     def next_rollout_id(self, run_id: int) -> int:
-        return int(self._first(
-            "SELECT coalesce(max(rollout_id) + 1, 0) FROM rollouts WHERE run_id = ?", [run_id]
-        )[0])
+        return int(
+            self._first("SELECT coalesce(max(rollout_id) + 1, 0) FROM rollouts WHERE run_id = ?", [run_id])[0]
+        )
 
     def group_keys(self, run_id: int) -> dict[str, int]:
-        rows = self.con.execute("SELECT group_key, group_id FROM groups WHERE run_id = ?", [run_id]).fetchall()
+        rows = self.con.execute(
+            "SELECT group_key, group_id FROM groups WHERE run_id = ?", [run_id]
+        ).fetchall()
         return {k: int(g) for k, g in rows}
 
     def insert_arrow(self, table: str, data: pa.Table) -> None:
@@ -226,7 +255,9 @@ class Store:
         finally:
             self.con.unregister(view)
 
-    def record_import(self, run_id: int, file_hash: str, path: str, fmt: str, records: int, tokens: int) -> None:
+    def record_import(
+        self, run_id: int, file_hash: str, path: str, fmt: str, records: int, tokens: int
+    ) -> None:
         self.con.execute(
             "INSERT INTO imports (run_id, file_hash, path, format, records, tokens) VALUES (?, ?, ?, ?, ?, ?)",
             [run_id, file_hash, path, fmt, records, tokens],
@@ -265,22 +296,34 @@ class Store:
             raise StoreError(f"run {run!r} has no rollout {rollout_id}")
         out = dict(zip([d[0] for d in cur.description], row, strict=True))
         out["meta"] = json.loads(out["meta"] or "{}")
-        out["rewards"] = dict(self.con.execute(
-            "SELECT channel, score FROM scores WHERE run_id = ? AND rollout_id = ? ORDER BY channel",
-            [run_id, int(rollout_id)],
-        ).fetchall())
-        out["token_rewards"] = dict(self.con.execute(
-            "SELECT channel, rewards FROM token_rewards WHERE run_id = ? AND rollout_id = ? ORDER BY channel",
-            [run_id, int(rollout_id)],
-        ).fetchall())
-        out["extras"] = dict(self.con.execute(
-            "SELECT name, vals FROM token_features WHERE run_id = ? AND rollout_id = ? ORDER BY name",
-            [run_id, int(rollout_id)],
-        ).fetchall())
+        out["rewards"] = dict(
+            self.con.execute(
+                "SELECT channel, score FROM scores WHERE run_id = ? AND rollout_id = ? ORDER BY channel",
+                [run_id, int(rollout_id)],
+            ).fetchall()
+        )
+        out["token_rewards"] = dict(
+            self.con.execute(
+                "SELECT channel, rewards FROM token_rewards WHERE run_id = ? AND rollout_id = ? ORDER BY channel",
+                [run_id, int(rollout_id)],
+            ).fetchall()
+        )
+        out["extras"] = dict(
+            self.con.execute(
+                "SELECT name, vals FROM token_features WHERE run_id = ? AND rollout_id = ? ORDER BY name",
+                [run_id, int(rollout_id)],
+            ).fetchall()
+        )
         return out
 
-    def load_batch(self, run: str, rollout_ids: list[int] | None = None, group_ids: list[int] | None = None,
-                   steps: list[int] | None = None, device: str | torch.device = "cpu") -> RolloutBatch:
+    def load_batch(
+        self,
+        run: str,
+        rollout_ids: list[int] | None = None,
+        group_ids: list[int] | None = None,
+        steps: list[int] | None = None,
+        device: str | torch.device = "cpu",
+    ) -> RolloutBatch:
         """Rollouts of `run` (all, or the given rollout/group ids or steps) as a padded `RolloutBatch`,
         ordered by rollout id. Resampling results become extras `mc_values`/`mc_mask`."""
         run_id = self.run_id(run)
@@ -296,8 +339,11 @@ class Store:
             params=params,
         ).to_arrow_table()
         ids = table.column("rollout_id").to_numpy()
-        lengths = table.column("token_ids").combine_chunks().value_lengths().to_numpy(zero_copy_only=False) \
-            if table.num_rows else np.zeros(0, dtype=np.int64)
+        lengths = (
+            table.column("token_ids").combine_chunks().value_lengths().to_numpy(zero_copy_only=False)
+            if table.num_rows
+            else np.zeros(0, dtype=np.int64)
+        )
         T = int(lengths.max()) if len(lengths) else 0
         mask = np.arange(T)[None, :] < lengths[:, None]
 
@@ -389,10 +435,12 @@ class Store:
         if not rows:
             return 0
         names = sorted({k for r in rows for k in r if k != "rollout_id"})
-        data = pa.table({
-            "rollout_id": pa.array([r["rollout_id"] for r in rows], pa.int32()),
-            **{n: pa.array([r.get(n) for r in rows], pa.list_(pa.float32())) for n in names},
-        })
+        data = pa.table(
+            {
+                "rollout_id": pa.array([r["rollout_id"] for r in rows], pa.int32()),
+                **{n: pa.array([r.get(n) for r in rows], pa.list_(pa.float32())) for n in names},
+            }
+        )
         sets = ", ".join(f'"{n}" = coalesce(u."{n}", rollouts."{n}")' for n in names)
         view = f"_upd_{threading.get_ident()}"
         with self.transaction() as con:
@@ -408,7 +456,9 @@ class Store:
         return len(rows)
 
     # --- estimator cache -------------------------------------------------------------------------
-    def cached_estimate(self, run: str, estimator: str, config_hash: str, channel: str) -> dict[int, np.ndarray]:
+    def cached_estimate(
+        self, run: str, estimator: str, config_hash: str, channel: str
+    ) -> dict[int, np.ndarray]:
         run_id = self.run_id(run)
         rows = self.con.execute(
             "SELECT rollout_id, advantages FROM estimates "
@@ -417,19 +467,29 @@ class Store:
         ).fetchall()
         return {int(r): np.asarray(a, dtype=np.float32) for r, a in rows}
 
-    def save_estimate(self, run: str, estimator: str, config_hash: str, config: dict, channel: str,
-                      advantages: dict[int, np.ndarray]) -> None:
+    def save_estimate(
+        self,
+        run: str,
+        estimator: str,
+        config_hash: str,
+        config: dict,
+        channel: str,
+        advantages: dict[int, np.ndarray],
+    ) -> None:
         run_id = self.run_id(run)
-        data = pa.table({
-            "run_id": pa.array([run_id] * len(advantages), pa.int32()),
-            "estimator": [estimator] * len(advantages),
-            "config_hash": [config_hash] * len(advantages),
-            "config": [json.dumps(config, sort_keys=True, default=str)] * len(advantages),
-            "channel": [channel] * len(advantages),
-            "rollout_id": pa.array(list(advantages), pa.int32()),
-            "advantages": pa.array([np.asarray(a, np.float32) for a in advantages.values()],
-                                   pa.list_(pa.float32())),
-        })
+        data = pa.table(
+            {
+                "run_id": pa.array([run_id] * len(advantages), pa.int32()),
+                "estimator": [estimator] * len(advantages),
+                "config_hash": [config_hash] * len(advantages),
+                "config": [json.dumps(config, sort_keys=True, default=str)] * len(advantages),
+                "channel": [channel] * len(advantages),
+                "rollout_id": pa.array(list(advantages), pa.int32()),
+                "advantages": pa.array(
+                    [np.asarray(a, np.float32) for a in advantages.values()], pa.list_(pa.float32())
+                ),
+            }
+        )
         with self.transaction() as con:
             con.execute(
                 "DELETE FROM estimates WHERE run_id = ? AND estimator = ? AND config_hash = ? AND channel = ?",
@@ -484,5 +544,12 @@ class Store:
         ).df()
 
 
-_INSERTABLE = {"rollouts", "scores", "token_rewards", "token_features", "groups", "estimates",
-               "resample_samples"}
+_INSERTABLE = {
+    "rollouts",
+    "scores",
+    "token_rewards",
+    "token_features",
+    "groups",
+    "estimates",
+    "resample_samples",
+}
