@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from backend.errors import InputError
-from backend.ingest.records import ChunkBuffer
+from backend.ingest.records import ChunkBuffer, group_key
 
 PER_TOKEN = ("logprobs", "ref_logprobs", "entropies", "values")
 
@@ -121,7 +121,7 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
     group_ids = np.empty(n, dtype=np.int64)
     for i in range(n):
         group, step = group_col[i], int(steps[i])
-        key = f"{step}\x1f{'g' if group is not None else 'p'}\x1f{group if group is not None else prompts[i]}"
+        key = group_key(step, group, prompts[i])
         gid = buffer.group_keys.get(key)
         if gid is None:
             gid = buffer.group_keys[key] = len(buffer.group_keys)

@@ -36,6 +36,11 @@ KNOWN_FIELDS = {
 }
 
 
+def group_key(step: int, group: str | int | None, prompt: str) -> str:
+    """Responses with the same key form a group: the explicit `group` of a step, else the prompt text."""
+    return f"{step}\x1f{'g' if group is not None else 'p'}\x1f{group if group is not None else prompt}"
+
+
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -131,7 +136,7 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer) -> dict:
         "prompt": rec["prompt"],
         "response": rec["response"],
         "step": step,
-        "group_key": f"{step}\x1f{'g' if group is not None else 'p'}\x1f{group if group is not None else rec['prompt']}",
+        "group_key": group_key(step, group, rec["prompt"]),
         "prompt_ids": prompt_ids,
         "token_ids": token_ids,
         "tokens": tokens,

@@ -55,7 +55,8 @@ def cmd_init(args) -> int:
     with Store(args.db) as store:
         names = import_bundled(store)
         print(
-            f"store ready at {store.path}; bundled runs imported: {', '.join(names) or 'none (already there)'}"
+            f"store ready at {store.path}; bundled runs imported: "
+            f"{', '.join(names) or 'none (already there)'}"
         )
     return 0
 

@@ -161,7 +161,8 @@ class Store:
         """Insert a run row (call inside a transaction when it is part of an import)."""
         next_id = self._first("SELECT coalesce(max(run_id), 0) + 1 FROM runs", [])[0]
         self.con.execute(
-            "INSERT INTO runs (run_id, name, source, model_dir, tokenizer, verifier, meta) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO runs (run_id, name, source, model_dir, tokenizer, verifier, meta) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
             [next_id, name, source, model_dir, tokenizer, verifier, json.dumps(meta or {})],
         )
         return int(next_id)
@@ -185,7 +186,8 @@ class Store:
             SELECT r.name, r.source, r.model_dir, r.verifier, r.created,
                    count(o.rollout_id), count(DISTINCT o.group_id), count(DISTINCT o.step),
                    coalesce(sum(len(o.token_ids)), 0),
-                   (SELECT list(DISTINCT s.channel ORDER BY s.channel) FROM scores s WHERE s.run_id = r.run_id)
+                   (SELECT list(DISTINCT s.channel ORDER BY s.channel) FROM scores s
+                    WHERE s.run_id = r.run_id)
             FROM runs r LEFT JOIN rollouts o ON o.run_id = r.run_id
             GROUP BY r.run_id, r.name, r.source, r.model_dir, r.verifier, r.created
             ORDER BY r.run_id
@@ -259,7 +261,8 @@ class Store:
         self, run_id: int, file_hash: str, path: str, fmt: str, records: int, tokens: int
     ) -> None:
         self.con.execute(
-            "INSERT INTO imports (run_id, file_hash, path, format, records, tokens) VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO imports (run_id, file_hash, path, format, records, tokens) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
             [run_id, file_hash, path, fmt, records, tokens],
         )
 
@@ -304,7 +307,8 @@ class Store:
         )
         out["token_rewards"] = dict(
             self.con.execute(
-                "SELECT channel, rewards FROM token_rewards WHERE run_id = ? AND rollout_id = ? ORDER BY channel",
+                "SELECT channel, rewards FROM token_rewards WHERE run_id = ? AND rollout_id = ? "
+                "ORDER BY channel",
                 [run_id, int(rollout_id)],
             ).fetchall()
         )
@@ -386,7 +390,8 @@ class Store:
             True,
         )
         extras = channel_arrays(
-            "SELECT rollout_id, name, vals FROM token_features WHERE run_id = ? AND list_contains(?, rollout_id)",
+            "SELECT rollout_id, name, vals FROM token_features "
+            "WHERE run_id = ? AND list_contains(?, rollout_id)",
             True,
         )
         mc = self.con.execute(
@@ -492,7 +497,8 @@ class Store:
         )
         with self.transaction() as con:
             con.execute(
-                "DELETE FROM estimates WHERE run_id = ? AND estimator = ? AND config_hash = ? AND channel = ?",
+                "DELETE FROM estimates "
+                "WHERE run_id = ? AND estimator = ? AND config_hash = ? AND channel = ?",
                 [run_id, estimator, config_hash, channel],
             )
             self.insert_arrow("estimates", data)
