@@ -24,12 +24,9 @@ Progress = Callable[[int], None]  # called with bytes (or rows) consumed since t
 FORMATS = ("native", "verl", "trl")
 
 
-def _strict_float(text: str) -> float:
-    raise ValueError(f"non-standard number {text}")
-
-
 def iter_jsonl(path: Path, progress: Progress | None = None) -> Iterator[tuple[str, object]]:
-    """Yield `(where, parsed)` per non-empty line. NaN/Infinity literals are rejected as malformed."""
+    """Yield `(where, parsed)` per non-empty line. NaN/Infinity literals parse to floats so that the
+    record validator can name the field that holds them."""
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
             if progress:
@@ -42,7 +39,7 @@ def iter_jsonl(path: Path, progress: Progress | None = None) -> Iterator[tuple[s
             if not text.strip():
                 continue
             try:
-                yield where, json.loads(text, parse_constant=_strict_float)
+                yield where, json.loads(text)
             except (json.JSONDecodeError, ValueError) as exc:
                 raise InputError(f"{where}: malformed JSON ({str(exc).splitlines()[0]})") from None
             except RecursionError:

@@ -1,0 +1,125 @@
+"""The store on real DuckDB files: migrations, runs, batches, caches, resampling rows."""
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+import torch
+
+from backend.errors import StoreError
+from backend.ingest import import_records
+from backend.store import Store, StoreHandle, pad_list_array
+from tests.conftest import make_records
+
+
+def test_migrations_are_recorded_once(db_path):
+    with Store(db_path) as store:
+        versions = store.con.execute("SELECT version FROM schema_migrations").fetchall()
+        assert versions == [(1,)]
+    with Store(db_path) as store:  # reopening applies nothing twice
+        assert store.migrate() == []
+        assert store.con.execute("SELECT count(*) FROM schema_migrations").fetchall() == [(1,)]
+
+
+def test_load_batch_round_trips_records(store):
+    records = make_records(n_groups=2, group_size=3, seed=1)
+    import_records(store, "r", records)
+    batch = store.load_batch("r")
+    assert batch.B == 6
+    for i, rec in enumerate(records):
+        L = len(rec["token_ids"])
+        assert batch.lengths[i] == L
+        assert batch.token_ids[i, :L].tolist() == rec["token_ids"]
+        assert torch.allclose(batch.logprobs[i, :L], torch.tensor(rec["logprobs"]))
+        assert batch.tokens[i] == rec["tokens"]
+        assert batch.scores["task"][i] == rec["rewards"]["task"]
+        assert batch.token_rewards["style"][i, L - 1] == -1.0
+        # padding is exactly zero in every per-token tensor
+        assert not batch.response_mask[i, L:].any()
+        assert (batch.entropies[i, L:] == 0).all()
+    assert batch.group_ids.tolist() == [0, 0, 0, 1, 1, 1]
+    assert batch.ref_logprobs is None  # absent fields stay absent
+
+
+def test_load_batch_filters_by_group_and_rollout(store):
+    import_records(store, "r", make_records(n_groups=3, group_size=2))
+    assert store.load_batch("r", group_ids=[2]).rollout_ids.tolist() == [4, 5]
+    assert store.load_batch("r", rollout_ids=[1, 3]).rollout_ids.tolist() == [1, 3]
+
+
+def test_unknown_run_names_the_known_ones(store):
+    import_records(store, "alpha", make_records(n_groups=1))
+    with pytest.raises(StoreError, match="no run named 'beta'.*alpha"):
+        store.load_batch("beta")
+
+
+def test_delete_run_removes_everything(store):
+    import_records(store, "a", make_records())
+    import_records(store, "b", make_records(seed=3))
+    store.delete_run("a")
+    assert [r["name"] for r in store.list_runs()] == ["b"]
+    for table in ("rollouts", "scores", "token_rewards", "groups"):
+        assert store.con.execute(f"SELECT count(*) FROM {table} WHERE run_id = 1").fetchall() == [(0,)]
+
+
+def test_list_runs_summary(store):
+    records = make_records(n_groups=2, group_size=4, steps=2)
+    import_records(store, "r", records)
+    (summary,) = store.list_runs()
+    assert summary["rollouts"] == 16 and summary["groups"] == 4 and summary["steps"] == 2
+    assert summary["tokens"] == sum(len(r["token_ids"]) for r in records)
+    assert summary["channels"] == ["style", "task"]
+
+
+def test_resample_rows_feed_mc_values(store):
+    import_records(store, "r", make_records(n_groups=1, group_size=2, seed=5))
+    samples = pd.DataFrame({
+        "pos": [0, 0, 0, 1], "sample_idx": [0, 1, 2, 0], "seed": [1, 2, 3, 4],
+        "suffix_ids": [[1, 2], [3], [4], [5]], "suffix_text": ["a", "b", "c", "d"],
+        "reward": [1.0, 0.0, 1.0, 0.0], "engine": ["transformers"] * 4, "model": ["m"] * 4,
+    })
+    assert store.save_resample("r", 1, samples) == 4
+    values = store.resample_values("r", 1)
+    assert values["n"].tolist() == [3, 1]
+    assert values["value"].tolist() == pytest.approx([2 / 3, 0.0])
+    assert values["stderr"].iloc[0] == pytest.approx(np.std([1, 0, 1], ddof=1) / np.sqrt(3))
+    batch = store.load_batch("r")
+    assert batch.extras["mc_mask"][1].tolist()[:2] == [1.0, 1.0]
+    assert batch.extras["mc_values"][1, 0] == pytest.approx(2 / 3)
+    assert batch.extras["mc_mask"][0].sum() == 0
+
+
+def test_estimate_cache_round_trip(store):
+    import_records(store, "r", make_records(n_groups=1, group_size=2))
+    adv = {0: np.array([0.5, -1.0], np.float32), 1: np.array([2.0], np.float32)}
+    store.save_estimate("r", "grpo", "abc", {"epsilon": 1e-6}, "task", adv)
+    store.save_estimate("r", "grpo", "abc", {"epsilon": 1e-6}, "task", adv)  # replaces, not duplicates
+    got = store.cached_estimate("r", "grpo", "abc", "task")
+    assert set(got) == {0, 1} and got[0].tolist() == [0.5, -1.0]
+    assert store.cached_estimate("r", "grpo", "other", "task") == {}
+
+
+def test_update_token_arrays_is_atomic_per_call(store):
+    import_records(store, "r", make_records(n_groups=1, group_size=2, seed=2))
+    store.update_token_arrays("r", {0: {"ref_logprobs": [-1.0] * len(store.rollout("r", 0)["token_ids"])}})
+    assert store.rollout("r", 0)["ref_logprobs"][0] == -1.0
+    assert store.rollout("r", 1)["ref_logprobs"] is None
+
+
+def test_pad_list_array_truncates_and_zero_pads():
+    arr = pa.array([[1.0, 2.0, 3.0], [], None, [4.0]], pa.list_(pa.float32()))
+    out = pad_list_array(arr, 2, np.float32)
+    assert out.tolist() == [[1.0, 2.0], [0.0, 0.0], [0.0, 0.0], [4.0, 0.0]]
+
+
+def test_read_only_open_of_missing_store_is_a_clear_error(tmp_path):
+    with pytest.raises(StoreError, match="no such store"):
+        Store(tmp_path / "missing.duckdb", read_only=True)
+
+
+def test_handle_reads_and_writes(db_path):
+    handle = StoreHandle(db_path)
+    with handle.write() as store:
+        import_records(store, "r", make_records(n_groups=1))
+    with handle.read() as store:
+        assert store.list_runs()[0]["name"] == "r"

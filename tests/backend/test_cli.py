@@ -1,0 +1,50 @@
+"""The command line as users run it: real subprocesses, real files."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import make_records, write_jsonl
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "backend.cli", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_import_runs_delete_round_trip(tmp_path):
+    db = tmp_path / "s.duckdb"
+    path = write_jsonl(tmp_path / "r.jsonl", make_records(n_groups=2, group_size=4))
+    done = run_cli("import", str(path), "--db", str(db), "--run", "mine", "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert "detected format: native" in done.stderr and "imported 8 rollouts" in done.stdout
+    runs = json.loads(run_cli("runs", "--db", str(db), "--json").stdout)
+    assert [(r["name"], r["rollouts"], r["groups"]) for r in runs] == [("mine", 8, 2)]
+    again = run_cli("import", str(path), "--db", str(db), "--run", "mine", "--quiet")
+    assert again.returncode == 0 and "nothing added" in again.stdout
+    assert run_cli("delete", "--db", str(db), "--run", "mine").returncode == 0
+    assert json.loads(run_cli("runs", "--db", str(db), "--json").stdout) == []
+
+
+def test_bad_input_is_one_line_exit_2_no_traceback(tmp_path):
+    db = tmp_path / "s.duckdb"
+    path = write_jsonl(tmp_path / "bad.jsonl", [json.dumps(make_records()[0]), '{"prompt": 1}'])
+    done = run_cli("import", str(path), "--db", str(db), "--run", "x", "--quiet")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "bad.jsonl: line 2" in lines[0] and "'prompt'" in lines[0]
+    assert "Traceback" not in done.stderr
+
+
+def test_init_imports_bundled_runs_once(tmp_path):
+    db = tmp_path / "s.duckdb"
+    first = run_cli("init", "--db", str(db))
+    assert first.returncode == 0, first.stderr
+    names = {r["name"] for r in json.loads(run_cli("runs", "--db", str(db), "--json").stdout)}
+    bundled = {json.loads(p.read_text())["run"] for p in (ROOT / "sample_runs").glob("*.json")}
+    assert names == bundled
+    second = run_cli("init", "--db", str(db))
+    assert "already there" in second.stdout
