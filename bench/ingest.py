@@ -36,7 +36,7 @@ def write_run(path: Path, total_tokens: int, seed: int = 0, mean_len: int = 1024
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
         count = int(offsets[-1])
 
-        def lists(values, type_):
+        def lists(values, type_, offsets=offsets):
             return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type_))
 
         table = pa.table({
@@ -79,7 +79,9 @@ def naive_insert(db: Path, source: Path, max_tokens: int) -> tuple[int, float]:
     return tokens, seconds
 
 
-def layout_comparison(workdir: Path, n_rollouts: int = 512, length: int = 4096) -> list[tuple[str, float, float, float]]:
+def layout_comparison(
+    workdir: Path, n_rollouts: int = 512, length: int = 4096
+) -> list[tuple[str, float, float, float]]:
     """List columns vs a token table: insert s, file MB, fetch of one rollout in ms (median of 50)."""
     rng = np.random.default_rng(1)
     count = n_rollouts * length
@@ -105,7 +107,7 @@ def layout_comparison(workdir: Path, n_rollouts: int = 512, length: int = 4096) 
         con.execute("CHECKPOINT")
         insert_s = time.perf_counter() - start
         times = []
-        for k in range(50):
+        for _ in range(50):
             t0 = time.perf_counter()
             con.sql(fetch, params=[int(rng.integers(0, n_rollouts))]).to_arrow_table()
             times.append(time.perf_counter() - t0)
