@@ -23,6 +23,7 @@ from backend.ingest.sources import (
     FORMATS,
     detect_format,
     iter_jsonl,
+    read_batches,
     trl_files,
     trl_records,
     verl_files,
@@ -66,6 +67,13 @@ def _files_of(path: Path, fmt: str) -> list[Path]:
         if not f.is_file():
             raise InputError(f"{f}: not a readable file")
     return files
+
+
+def _parquet_rows(path: Path) -> int:
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for corrupt files
+        raise InputError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
 
 
 def content_hash(files: list[Path], root: Path) -> str:
@@ -129,11 +137,7 @@ def import_path(
     tokenizer = Tokenizer(model_dir)
     file_hash = content_hash(files, path)
     by_rows = fmt == "trl" or any(f.suffix == ".parquet" for f in files)
-    total = (
-        sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-        if by_rows
-        else sum(f.stat().st_size for f in files)
-    )
+    total = sum(_parquet_rows(f) for f in files) if by_rows else sum(f.stat().st_size for f in files)
     bar = _Bar(total, "rec" if by_rows else "B", show_progress, on_progress)
     try:
         if fmt == "verl":
@@ -262,7 +266,7 @@ def _import_native_parquet(
         raise InputError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
     offset = n_records = n_tokens = 0
     tokenization = "ids"
-    for batch in reader.iter_batches(batch_size=CHUNK_RECORDS):
+    for batch in read_batches(reader, path, CHUNK_RECORDS):
         try:
             tables = fast_parquet.convert_batch(batch, buffer, path, offset)
             n_tokens += (

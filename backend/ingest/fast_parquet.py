@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from backend.errors import InputError
-from backend.ingest.records import ChunkBuffer, group_key
+from backend.ingest.records import FLOAT32_MAX, ChunkBuffer, group_key
 
 PER_TOKEN = ("logprobs", "ref_logprobs", "entropies", "values")
 
@@ -42,12 +42,19 @@ def _check_float_lists(col: pa.Array, n_tokens: np.ndarray, name: str, where) ->
             f"{n_tokens[i]}; per-token lists must have one entry per response token"
         )
     values = col.flatten().cast(pa.float64())
-    finite = pc.is_finite(values).fill_null(False)
+    # float32 storage: magnitudes past its range would become inf, so they count as not finite here.
+    finite = pc.and_(pc.is_finite(values), pc.less_equal(pc.abs(values), FLOAT32_MAX)).fill_null(False)
     if not pc.all(finite).as_py() and len(values):
         flat = _first_bad(pc.invert(finite))
         row = int(pc.list_parent_indices(col).to_numpy()[flat])
-        raise InputError(f"{where(row)}: field {name!r} has a NaN, infinite or null entry")
+        raise InputError(
+            f"{where(row)}: field {name!r} has a NaN, infinite, null or out-of-float32-range entry"
+        )
     return col.cast(pa.list_(pa.float32()))
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t)
 
 
 def _first_non_null(col: pa.Array) -> int:
@@ -64,6 +71,10 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
     names = set(batch.schema.names)
     if "token_ids" not in names or "rewards" not in names:
         raise Unsupported
+    # Decide every fallback before touching `buffer`: the per-record path must start from a clean one.
+    for column in ("rewards", "token_rewards", "extras"):
+        if column in names and not pa.types.is_struct(batch.column(column).type):
+            raise Unsupported
     n = batch.num_rows
     for field in ("prompt", "response"):
         if field not in names:
@@ -74,12 +85,23 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
         if col.null_count:
             raise InputError(f"{where(_first_bad(col.is_null()))}: missing required field {field!r}")
     token_ids = batch.column("token_ids")
-    if not pa.types.is_list(token_ids.type) or not pa.types.is_integer(token_ids.type.value_type):
+    if not _is_list(token_ids.type) or not pa.types.is_integer(token_ids.type.value_type):
         raise InputError(
             f"{where(0)}: field 'token_ids' must be a list of integers, column type {token_ids.type}"
         )
     if token_ids.null_count:
         raise Unsupported  # some rows need re-tokenizing
+    if "group" in names:
+        group_type = batch.column("group").type
+        if not (
+            pa.types.is_string(group_type)
+            or pa.types.is_large_string(group_type)
+            or pa.types.is_integer(group_type)
+            or pa.types.is_null(group_type)
+        ):
+            raise InputError(
+                f"{where(0)}: field 'group' must be a string or an integer, column type {group_type}"
+            )
     n_tokens = token_ids.value_lengths().to_numpy(zero_copy_only=False)
     try:
         token_ids32 = token_ids.cast(pa.list_(pa.int32()))
@@ -91,16 +113,18 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
         col = batch.column("step")
         if not pa.types.is_integer(col.type) or col.null_count:
             raise InputError(f"{where(0)}: field 'step' must be a non-negative integer")
+        too_big = pc.greater_equal(col, 2**31)
+        if pc.any(too_big).as_py():
+            raise InputError(f"{where(_first_bad(too_big))}: field 'step' must be below 2**31")
         steps = col.to_numpy().astype(np.int64)
         if (steps < 0).any():
             raise InputError(f"{where(int(np.flatnonzero(steps < 0)[0]))}: field 'step' must be non-negative")
 
     rewards = batch.column("rewards")
-    if not pa.types.is_struct(rewards.type):
-        raise Unsupported
     score_tables = []
-    for k, field in enumerate(rewards.type):
-        child = rewards.field(k)
+    any_score = np.zeros(n, dtype=bool)
+    # flatten(), not field(k): a child of a null struct row may hold a stale value.
+    for field, child in zip(rewards.type, rewards.flatten(), strict=True):
         if not (pa.types.is_floating(field.type) or pa.types.is_integer(field.type)):
             raise InputError(
                 f"{where(0)}: field 'rewards.{field.name}' must be a number, column type {field.type}"
@@ -112,6 +136,12 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
         if pc.any(bad).as_py():
             raise InputError(f"{where(_first_bad(bad))}: field 'rewards.{field.name}' is NaN or infinite")
         score_tables.append((field.name, values, present))
+        any_score |= present.to_numpy(zero_copy_only=False)
+    if not any_score.all():
+        raise InputError(
+            f"{where(_first_bad(pa.array(~any_score)))}: field 'rewards' must be a non-empty dict "
+            "channel -> number (this record has no score)"
+        )
 
     tables: dict[str, pa.Table] = {}
     group_col = batch.column("group").to_pylist() if "group" in names else [None] * n
@@ -150,9 +180,22 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
         "token_ids": token_ids32,
     }
     if "prompt_ids" in names:
-        columns["prompt_ids"] = batch.column("prompt_ids").cast(pa.list_(pa.int32()))
+        prompt_ids = batch.column("prompt_ids")
+        if not (_is_list(prompt_ids.type) and pa.types.is_integer(prompt_ids.type.value_type)):
+            raise InputError(
+                f"{where(0)}: field 'prompt_ids' must be a list of integers, column type {prompt_ids.type}"
+            )
+        try:
+            columns["prompt_ids"] = prompt_ids.cast(pa.list_(pa.int32()))
+        except pa.ArrowInvalid:
+            raise InputError(f"{where(0)}: field 'prompt_ids' has ids that do not fit 32 bits") from None
     if "tokens" in names:
         tokens = batch.column("tokens")
+        value_type = tokens.type.value_type if _is_list(tokens.type) else None
+        if value_type is None or not (pa.types.is_string(value_type) or pa.types.is_large_string(value_type)):
+            raise InputError(
+                f"{where(0)}: field 'tokens' must be a list of strings, column type {tokens.type}"
+            )
         lengths = tokens.value_lengths().fill_null(-1).to_numpy(zero_copy_only=False)
         bad = (lengths >= 0) & (lengths != n_tokens)
         if bad.any():
@@ -166,11 +209,16 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
             columns[name] = _check_float_lists(batch.column(name), n_tokens, name, where)
     if "meta" in names:
         meta = batch.column("meta")
-        columns["meta"] = (
-            meta
-            if pa.types.is_string(meta.type)
-            else pa.array([json.dumps(m, default=str) for m in meta.to_pylist()])
-        )
+        if pa.types.is_string(meta.type) or pa.types.is_large_string(meta.type):
+            for i, text in enumerate(meta.to_pylist()):
+                try:
+                    if text is not None and not isinstance(json.loads(text), dict):
+                        raise ValueError("not an object")
+                except ValueError:
+                    raise InputError(f"{where(i)}: field 'meta' must be a JSON object") from None
+            columns["meta"] = meta.cast(pa.string())
+        else:
+            columns["meta"] = pa.array([json.dumps(m, default=str) for m in meta.to_pylist()], pa.string())
     tables["rollouts"] = pa.table(columns)
 
     ids, chans, vals = [], [], []
@@ -195,11 +243,9 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
         if column not in names:
             continue
         struct = batch.column(column)
-        if not pa.types.is_struct(struct.type):
-            raise Unsupported
         parts = []
-        for k, field in enumerate(struct.type):
-            child = _check_float_lists(struct.field(k), n_tokens, f"{column}.{field.name}", where)
+        for field, raw_child in zip(struct.type, struct.flatten(), strict=True):
+            child = _check_float_lists(raw_child, n_tokens, f"{column}.{field.name}", where)
             keep = child.is_valid().to_numpy(zero_copy_only=False)
             parts.append(
                 pa.table(

@@ -49,14 +49,40 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+# Per-token lists are stored as FLOAT (float32): a larger magnitude would silently become inf.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _is_finite(x: int | float, limit: float = math.inf) -> bool:
+    """True for a number that is finite as a float and within `limit` (huge JSON ints overflow float)."""
+    try:
+        return math.isfinite(x) and abs(float(x)) <= limit
+    except OverflowError:
+        return False
+
+
+def check_text(value: str, where: str, name: str) -> str:
+    """JSON escapes can smuggle unpaired UTF-16 surrogates into a str; the store needs valid UTF-8."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(
+            f"{where}: field {name!r} has an unpaired surrogate at character {exc.start}; "
+            "text must be valid Unicode"
+        ) from None
+    return value
+
+
 def _float_list(value: Any, where: str, name: str) -> list[float]:
     if not isinstance(value, list):
         raise InputError(f"{where}: field {name!r} must be a list of numbers, got {type(value).__name__}")
     for k, x in enumerate(value):
         if not _is_number(x):
             raise InputError(f"{where}: field {name!r}[{k}] must be a number, got {x!r:.40}")
-        if not math.isfinite(x):
-            raise InputError(f"{where}: field {name!r}[{k}] is {x} (must be finite)")
+        if not _is_finite(x, FLOAT32_MAX):
+            raise InputError(
+                f"{where}: field {name!r}[{k}] is {x!r:.40} (must be finite and within float32 range)"
+            )
     return [float(x) for x in value]
 
 
@@ -88,6 +114,7 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer) -> dict:
             raise InputError(f"{where}: missing required field {name!r}")
         if not isinstance(rec[name], str):
             raise InputError(f"{where}: field {name!r} must be a string, got {type(rec[name]).__name__}")
+        check_text(rec[name], where, name)
     if "rewards" not in rec:
         raise InputError(
             f"{where}: missing required field 'rewards' (a dict channel -> score, e.g. {{\"task\": 1}})"
@@ -96,13 +123,16 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer) -> dict:
     if not isinstance(rewards, dict) or not rewards:
         raise InputError(f"{where}: field 'rewards' must be a non-empty dict channel -> number")
     for channel, score in rewards.items():
+        check_text(str(channel), where, "rewards")
         if not _is_number(score):
             raise InputError(f"{where}: field 'rewards.{channel}' must be a number, got {score!r:.40}")
-        if not math.isfinite(score):
-            raise InputError(f"{where}: field 'rewards.{channel}' is {score} (must be finite)")
+        if not _is_finite(score):
+            raise InputError(f"{where}: field 'rewards.{channel}' is {score!r:.40} (must be finite)")
     group = rec.get("group")
     if group is not None and not (isinstance(group, str) or _is_int(group)):
         raise InputError(f"{where}: field 'group' must be a string or an integer, got {group!r:.40}")
+    if isinstance(group, str):
+        check_text(group, where, "group")
     step = rec.get("step", 0)
     if not _is_int(step) or not 0 <= step < 2**31:
         raise InputError(f"{where}: field 'step' must be a non-negative integer, got {step!r:.40}")
@@ -129,6 +159,8 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer) -> dict:
         tokens = rec["tokens"]
         if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
             raise InputError(f"{where}: field 'tokens' must be a list of strings")
+        for token in tokens:
+            check_text(token, where, "tokens")
         _check_length(tokens, n, where, "tokens", origin)
     elif tokens is None:
         tokens = tokenizer.display(token_ids)
@@ -157,16 +189,19 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer) -> dict:
             raise InputError(f"{where}: field {name!r} must be a dict channel -> list of numbers")
         checked = {}
         for channel, arr in value.items():
+            check_text(str(channel), where, name)
             arr = _float_list(arr, where, f"{name}.{channel}")
             _check_length(arr, n, where, f"{name}.{channel}", origin)
             checked[str(channel)] = arr
         out[name] = checked
     adv = rec.get("logged_advantage")
-    if adv is not None and (not _is_number(adv) or not math.isfinite(adv)):
+    if adv is not None and (not _is_number(adv) or not _is_finite(adv)):
         raise InputError(f"{where}: field 'logged_advantage' must be a finite number, got {adv!r:.40}")
     out["logged_advantage"] = adv
     if out["ground_truth"] is not None and not isinstance(out["ground_truth"], str):
         out["ground_truth"] = json.dumps(out["ground_truth"])
+    if out["ground_truth"] is not None:
+        check_text(out["ground_truth"], where, "ground_truth")
     return out
 
 

@@ -54,12 +54,30 @@ def iter_parquet_rows(
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
     offset = 0
-    for batch in reader.iter_batches(batch_size=batch_size):
+    for batch in read_batches(reader, path, batch_size):
         for k, row in enumerate(batch.to_pylist()):
             yield f"{path}: record {offset + k + 1}", row
         offset += batch.num_rows
         if progress:
             progress(batch.num_rows)
+
+
+def read_batches(reader: pq.ParquetFile, path: Path, batch_size: int) -> Iterator[pa.RecordBatch]:
+    """Record batches of a Parquet file; a file whose footer reads but whose pages are damaged (or
+    whose strings are not UTF-8) fails here, mid-file, and becomes an `InputError` naming it."""
+    batches = reader.iter_batches(batch_size=batch_size)
+    offset = 0
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+            raise InputError(
+                f"{path}: record {offset + 1} onwards: damaged Parquet data ({str(exc).splitlines()[0]})"
+            ) from None
+        offset += batch.num_rows
+        yield batch
 
 
 def _sorted_step_files(directory: Path, pattern: str) -> list[Path]:
@@ -108,7 +126,8 @@ def verl_records(files: list[Path], progress: Progress | None = None) -> Iterato
                 if key in VERL_RESERVED:
                     continue
                 if isinstance(value, (int, float)):  # bools count: verl logs acc as true/false
-                    rewards[key] = float(value)
+                    # huge ints stay ints so the validator reports them (float() would overflow here)
+                    rewards[key] = value if type(value) is int else float(value)
                 else:
                     meta[key] = value
             gts = obj.get("gts")
@@ -166,12 +185,15 @@ def trl_records(files: list[Path], progress: Progress | None = None) -> Iterator
             if not isinstance(completion, str):
                 completion = json.dumps(completion, default=str)
             adv = row.get("advantage")
+            step = row.get("step") or 0
+            if isinstance(step, float) and step.is_integer():
+                step = int(step)
             yield (
                 where,
                 {
                     "prompt": prompt,
                     "response": completion,
-                    "step": int(row.get("step") or 0),
+                    "step": step,  # the validator names a step that is not a non-negative integer
                     "rewards": rewards,
                     "logged_advantage": adv,
                     "meta": {"reward_columns": reward_cols},

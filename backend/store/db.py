@@ -75,7 +75,7 @@ class Store:
             raise StoreError(f"{self.path}: no such store; run `creditlens init --db {self.path}` first")
         try:
             self.con = duckdb.connect(str(self.path), read_only=read_only)
-        except duckdb.IOException as exc:
+        except duckdb.Error as exc:  # IOException for locks and permissions; others for non-store files
             msg = str(exc).splitlines()[0]
             if "lock" in msg.lower():
                 raise StoreError(
@@ -84,7 +84,13 @@ class Store:
                 ) from None
             raise StoreError(f"{self.path}: cannot open the store ({msg})") from None
         if not read_only:
-            self.migrate()
+            try:
+                self.migrate()
+            except BaseException as exc:
+                self.con.close()
+                if isinstance(exc, duckdb.Error):
+                    raise self._write_error(exc) from None
+                raise
 
     # --- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
@@ -125,13 +131,31 @@ class Store:
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """BEGIN ... COMMIT, or ROLLBACK on any exception (the store is then exactly as before)."""
         with self._lock:
-            self.con.execute("BEGIN TRANSACTION")
+            try:
+                self.con.execute("BEGIN TRANSACTION")
+            except duckdb.Error as exc:
+                raise self._write_error(exc) from None
             try:
                 yield self.con
-            except BaseException:
-                self.con.execute("ROLLBACK")
+                self.con.execute("COMMIT")
+            except BaseException as exc:
+                try:
+                    self.con.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass  # already rolled back by DuckDB (failed COMMIT, invalidated database)
+                if isinstance(exc, duckdb.Error):
+                    raise self._write_error(exc) from None
                 raise
-            self.con.execute("COMMIT")
+
+    def _write_error(self, exc: duckdb.Error) -> StoreError:
+        """A DuckDB failure while writing (disk full, file too large, read-only file) as one line."""
+        msg = str(exc).splitlines()[0]
+        hint = (
+            "check free disk space, file size limits and write permission"
+            if isinstance(exc, duckdb.IOException) or "No space" in msg or "too large" in msg
+            else "the write was refused"
+        )
+        return StoreError(f"{self.path}: nothing was written ({hint}): {msg}")
 
     def _first(self, sql: str, params: list) -> tuple | None:
         # fetchall, not fetchone: DuckDB 2 refuses new work while a result is left unfinished.
