@@ -11,7 +11,7 @@ PORT ?= 8501
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "setuptools>=68" wheel
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -r requirements.txt -r requirements-dev.txt
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
