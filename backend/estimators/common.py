@@ -1,0 +1,163 @@
+"""Pieces shared by the registered estimators: config bases with validation, outcome Z, value sources.
+
+Config classes are frozen dataclasses; `Config.__post_init__` checks every field against the range
+and choices recorded by `param(...)` and its `Literal[...]` type, raising `ValueError` that quotes
+the bad value. Subclasses add fields; they inherit the check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from backend.batch import BatchError, RolloutBatch
+from backend.estimators import functional as F
+from backend.estimators import masked
+from backend.estimators.registry import EstimatorResult, param
+
+Outcome = Literal["grpo", "dr_grpo", "rloo"]
+ValueSource = Literal["zero", "stored", "fitted", "prefix_tree", "mc"]
+
+
+@dataclass(frozen=True)
+class Config:
+    """Base of every estimator config: validates ranges and choices on construction."""
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            hint = hints[f.name]
+            choices = f.metadata.get("choices")
+            if choices is None and typing.get_origin(hint) is Literal:
+                choices = typing.get_args(hint)
+            if choices is not None and value not in choices:
+                raise ValueError(
+                    f"{type(self).__name__}.{f.name} must be one of {list(choices)}, got {value!r}"
+                )
+            if hint in (int, float) and not isinstance(value, bool) and isinstance(value, (int, float)):
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise ValueError(f"{type(self).__name__}.{f.name} must be finite, got {value!r}")
+                low, high = f.metadata.get("low"), f.metadata.get("high")
+                if (low is not None and value < low) or (high is not None and value > high):
+                    raise ValueError(
+                        f"{type(self).__name__}.{f.name} must be in [{low}, {high}], got {value!r}"
+                    )
+            elif hint in (int, float) and not isinstance(value, (int, float)):
+                raise ValueError(f"{type(self).__name__}.{f.name} must be a number, got {value!r}")
+            elif hint is bool and not isinstance(value, bool):
+                raise ValueError(f"{type(self).__name__}.{f.name} must be true or false, got {value!r}")
+
+
+@dataclass(frozen=True)
+class OutcomeConfig(Config):
+    """Which sequence score, and which group-relative outcome Z, an estimator starts from."""
+
+    outcome: Outcome = param("grpo", help="Group-relative outcome Z: grpo z-score, dr_grpo minus mean, rloo")
+    channel: str = param("task", help="Reward channel whose sequence score is R")
+    epsilon: float = param(1e-6, low=0.0, high=1.0, help="Added to the group std (grpo)")
+
+
+@dataclass(frozen=True)
+class GAEFields(Config):
+    """GAE over the token rewards with a value source (ESTIMATORS.md section 3)."""
+
+    value_source: ValueSource = param("zero", help="V(s_t): zero, stored, fitted probe, prefix tree, MC")
+    gamma: float = param(1.0, low=0.0, high=1.0, help="Discount gamma")
+    lam: float = param(0.95, low=0.0, high=1.0, help="GAE lambda")
+    folds: int = param(5, low=2, high=20, help="Cross-fitting folds (by group) of the fitted value probe")
+    ridge: float = param(1.0, low=0.0, high=1e6, help="Ridge penalty of the fitted value probe")
+
+
+@dataclass(frozen=True)
+class CreditConfig(GAEFields, OutcomeConfig):
+    """A credit operator (section 2): weights -> token rewards r -> A = L r, or GAE over r."""
+
+    then_gae: bool = param(False, help="Run GAE over the token rewards r with the value source, gamma, lam")
+
+
+def scores_of(batch: RolloutBatch, channel: str) -> torch.Tensor:
+    """R: (B,) float32 sequence scores of `channel`, or a BatchError listing the channels."""
+    if channel not in batch.scores:
+        have = sorted(batch.scores) or "none"
+        raise BatchError(f"this run has no scores for channel {channel!r}; it has: {have}")
+    return batch.scores[channel].to(torch.float32)
+
+
+def outcome_z(batch: RolloutBatch, config: Any) -> torch.Tensor:
+    """Z: (B,) float32 from the config's outcome and channel."""
+    return F.outcome_scores(scores_of(batch, config.channel), batch.group_ids, config.outcome, config.epsilon)
+
+
+def need(batch: RolloutBatch, name: str) -> torch.Tensor:
+    """A per-token field of the batch or a clear error."""
+    batch.require(name)
+    value = getattr(batch, name, None)
+    return (value if value is not None else batch.extras[name]).to(torch.float32)
+
+
+def rollout_list(batch: RolloutBatch, rows: torch.Tensor) -> list[int]:
+    """Rollout ids of the rows where `rows` (B,) bool is true."""
+    return [int(x) for x in batch.rollout_ids[rows.to(batch.device)].tolist()]
+
+
+def fallback_message(batch: RolloutBatch, rows: torch.Tensor, what: str = "uniform fallback") -> str | None:
+    ids = rollout_list(batch, rows)
+    if not ids:
+        return None
+    shown = ", ".join(str(i) for i in ids[:20]) + (", ..." if len(ids) > 20 else "")
+    return f"{what} on rollouts [{shown}] ({len(ids)} of {batch.B})"
+
+
+def values_for(batch: RolloutBatch, config: Any, z: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """V(s_t): (B, T) float32 in Z units from `config.value_source`, plus diagnostics."""
+    from backend.estimators import values as value_sources
+
+    return value_sources.values_from_source(batch, config, z)
+
+
+def finish_credit(batch: RolloutBatch, config: Any, z: torch.Tensor, weights: torch.Tensor,
+                  extra: dict | None = None) -> EstimatorResult:
+    """Redistribute Z by `weights` (section 2), optionally run GAE over r, and collect diagnostics."""
+    mask = batch.response_mask
+    _, r, fallback = F.redistribute(z, weights, mask)
+    diagnostics: dict[str, Any] = {"weights": torch.where(mask, weights.to(torch.float32), 0.0),
+                                   "fallback": fallback_message(batch, fallback),
+                                   "fallback_rollouts": rollout_list(batch, fallback)}
+    diagnostics.update(extra or {})
+    return finish_rewards(batch, config, z, r, diagnostics)
+
+
+def finish_rewards(batch: RolloutBatch, config: Any, z: torch.Tensor, r: torch.Tensor,
+                   diagnostics: dict | None = None) -> EstimatorResult:
+    """From token rewards r (summing to Z) to advantages: `A = L r`, or GAE over r when `then_gae`."""
+    mask = batch.response_mask
+    r = torch.where(mask, r, 0.0)
+    diagnostics = {"Z": z, "r": r, **(diagnostics or {})}
+    if getattr(config, "then_gae", False):
+        values, vdiag = values_for(batch, config, z)
+        adv, returns = F.compute_gae(r, values, mask, config.gamma, config.lam)
+        for key, value in vdiag.items():  # keep the credit operator's own fallback note
+            diagnostics[key if key not in diagnostics or diagnostics[key] is None else f"value_{key}"] = value
+        diagnostics.update(values=values, returns=returns)
+    else:
+        adv = r * mask.sum(dim=1, keepdim=True).to(r.dtype)  # (B, T) A = L r
+    return EstimatorResult(advantages=torch.where(mask, adv, 0.0), diagnostics=diagnostics)
+
+
+def masked_entropies(batch: RolloutBatch) -> torch.Tensor:
+    """H: (B, T) float32 entropies, 0 on padding (clamped at 0 against tiny negative float noise)."""
+    return torch.where(batch.response_mask, need(batch, "entropies").clamp(min=0.0), 0.0)
+
+
+def token_positions(batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(t, L): 1-based position among real tokens (B, T) and L_i (B, 1), both float32."""
+    mask = batch.response_mask
+    t = (masked.positions(mask) + 1).to(torch.float32)
+    L = mask.sum(dim=1, keepdim=True).to(torch.float32)
+    return t, L

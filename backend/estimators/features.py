@@ -1,0 +1,135 @@
+"""Cheap per-token features and a cross-fitted ridge regression (fitted values, token RM, RUDDER).
+
+Features never look at the outcome. Cross-fitting assigns whole groups to folds, so a response (and
+its siblings, which share the prompt) never predicts itself.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import torch
+
+from backend.batch import RolloutBatch
+from backend.estimators import masked
+
+TOKEN_CLASSES = ("pad", "newline", "space", "punct", "digit", "word", "other")
+_CLASS_ID = {name: i for i, name in enumerate(TOKEN_CLASSES)}
+_PUNCT = re.compile(r"^\W+$")
+
+
+def classify_token(text: str) -> int:
+    """Class id of one token string (see TOKEN_CLASSES)."""
+    if "\n" in text:
+        return _CLASS_ID["newline"]
+    stripped = text.strip()
+    if not stripped:
+        return _CLASS_ID["space"]
+    if stripped.isdigit():
+        return _CLASS_ID["digit"]
+    if stripped.replace("_", "").isalpha() or stripped.isalnum():
+        return _CLASS_ID["word"]
+    if _PUNCT.match(stripped):
+        return _CLASS_ID["punct"]
+    return _CLASS_ID["other"]
+
+
+def token_classes(batch: RolloutBatch) -> torch.Tensor | None:
+    """(B, T) int64 class ids from the token text (0 on padding), or None when the run has no text.
+
+    Classification runs once per distinct token id (the first text seen for it), not per token.
+    """
+    if batch.tokens is None:
+        return None
+    mask = batch.response_mask.cpu()
+    ids = batch.token_ids.cpu()[mask].numpy()  # (N,) real tokens in row-major order
+    flat = [tok for row in batch.tokens for tok in row]
+    if len(flat) != ids.shape[0]:
+        return None  # token text does not line up with the mask; classes unknown
+    uniq, first = np.unique(ids, return_index=True)
+    classes_of = np.array([classify_token(flat[i]) for i in first], dtype=np.int64)
+    per_token = classes_of[np.searchsorted(uniq, ids)]
+    out = torch.zeros(mask.shape, dtype=torch.long)
+    out[mask] = torch.from_numpy(per_token)
+    return out.to(batch.device)
+
+
+def token_features(batch: RolloutBatch, flags: bool = True) -> tuple[torch.Tensor, list[str]]:
+    """X: (B, T, F) float32 per-token features, 0 on padding, and their names.
+
+    entropy, surprisal (-logprob), relative position t/L, one-hot token class (when the run has
+    token text), and, when present, extras `decision_signal` and `style_flags` (synthetic runs).
+    """
+    mask = batch.response_mask
+    cols: list[torch.Tensor] = []
+    names: list[str] = []
+    if batch.entropies is not None:
+        cols.append(batch.entropies.to(torch.float32))
+        names.append("entropy")
+    if batch.logprobs is not None:
+        cols.append(-batch.logprobs.to(torch.float32))
+        names.append("surprisal")
+    k = (masked.positions(mask) + 1).to(torch.float32)
+    L = mask.sum(dim=1, keepdim=True).clamp(min=1).to(torch.float32)
+    cols.append(k / L)
+    names.append("position")
+    classes = token_classes(batch)
+    if classes is not None:
+        for c in range(1, len(TOKEN_CLASSES)):
+            cols.append((classes == c).to(torch.float32))
+            names.append(f"class_{TOKEN_CLASSES[c]}")
+    if flags:
+        for name in ("decision_signal", "style_flags"):
+            x = batch.extras.get(name)
+            if x is not None and x.dim() == 2 and x.shape == mask.shape:
+                cols.append(torch.nan_to_num(x.to(torch.float32)))
+                names.append(name)
+    X = torch.stack(cols, dim=-1)  # (B, T, F)
+    return torch.where(mask[..., None], X, 0.0), names
+
+
+def group_folds(batch: RolloutBatch, folds: int) -> tuple[torch.Tensor, int]:
+    """Fold of each response (B,) int64 by group, and the number of folds actually used (<= groups)."""
+    index, n_groups = masked.group_index(batch.group_ids)
+    k = min(int(folds), n_groups)
+    # A fixed permutation of groups spreads neighbouring prompts over folds deterministically.
+    gen = torch.Generator().manual_seed(0)
+    perm = torch.randperm(max(n_groups, 1), generator=gen).to(index.device)
+    return (perm[index] % max(k, 1)), k
+
+
+def ridge_folds(X: torch.Tensor, y: torch.Tensor, fold: torch.Tensor, k: int,
+                alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Leave-one-fold-out ridge fits: weights W (k, F) and intercepts b (k,) in the raw feature units.
+
+    X: (N, F) training rows, y: (N,), fold: (N,) in [0, k). Fit j uses every row not in fold j, so
+    rows of fold j are predicted by `X @ W[j] + b[j]` without having seen themselves. Columns are
+    standardized on all rows (no labels involved) before the penalty; the intercept is not shrunk.
+    Solved in float64 from per-fold Gram matrices (one pass over the data).
+    """
+    X64 = X.to(torch.float64)
+    y64 = y.to(torch.float64)
+    mu = X64.mean(dim=0)
+    sd = X64.std(dim=0, unbiased=False)
+    sd = torch.where(sd > 1e-12, sd, torch.ones_like(sd))
+    Xa = torch.cat([(X64 - mu) / sd, torch.ones_like(y64)[:, None]], dim=1)  # (N, F + 1)
+    F = X.shape[1]
+    onehot = torch.nn.functional.one_hot(fold, k).to(torch.float64)  # (N, k)
+    gram = torch.einsum("nk,nf,ng->kfg", onehot, Xa, Xa)  # (k, F+1, F+1)
+    xty = torch.einsum("nk,nf,n->kf", onehot, Xa, y64)  # (k, F+1)
+    gram_out = gram.sum(0, keepdim=True) - gram
+    xty_out = xty.sum(0, keepdim=True) - xty
+    penalty = torch.eye(F + 1, dtype=torch.float64, device=X.device) * alpha
+    penalty[F, F] = 1e-9
+    coef = torch.linalg.solve(gram_out + penalty, xty_out[..., None])[..., 0]  # (k, F+1)
+    W = coef[:, :F] / sd  # (k, F)
+    b = coef[:, F] - (W * mu).sum(dim=1)  # (k,)
+    return W.to(torch.float32), b.to(torch.float32)
+
+
+def subsample_rows(n: int, max_rows: int, device: torch.device) -> torch.Tensor:
+    """Deterministic evenly strided row indices (all rows when n <= max_rows)."""
+    if n <= max_rows:
+        return torch.arange(n, device=device)
+    return torch.linspace(0, n - 1, max_rows, device=device).round().long()

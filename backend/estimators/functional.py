@@ -1,0 +1,177 @@
+"""The functional core: plain tensor functions with verl-compatible semantics (ESTIMATORS.md 1-3).
+
+Trainers can call these directly; the registered estimators are thin wrappers around them.
+Shapes: `scores (B,)`, `group_ids (B,)`, `response_mask (B, T)`; outputs are `(B, T)` float32 and
+exactly 0 on padding. Every function works on CPU and CUDA tensors and never loops over T in python.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Literal
+
+import torch
+
+from backend.estimators import masked
+
+Outcome = Literal["grpo", "dr_grpo", "rloo"]
+
+
+# ---- 1. group-relative outcome scores ---------------------------------------------------------------
+
+def outcome_center_scale(scores: torch.Tensor, group_ids: torch.Tensor, outcome: Outcome = "grpo",
+                         epsilon: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per response the affine map of the outcome: `Z_i = scale_i * (R_i - center_i)`.
+
+    Returns `center: (B,)`, `scale: (B,)`. The same map turns reward-scale values (Monte Carlo
+    values of a prefix, a group mean) into Z units.
+    - grpo: center = group mean, scale = 1 / (unbiased std + eps); a singleton group uses
+      center 0, scale 1 (Z = R); a zero-variance group (max == min) uses scale 0 (Z = 0 exactly;
+      verl would give (R - mean) / eps, which is float noise).
+    - dr_grpo: center = group mean (0 for a singleton), scale 1.
+    - rloo: center = mean of the other responses of the group (0 for a singleton), scale 1.
+    """
+    scores = scores.to(torch.float32)
+    index, n_groups = masked.group_index(group_ids)
+    mean, std, count = masked.group_mean_std(scores, index, n_groups)
+    single = count <= 1
+    zeros, ones = torch.zeros_like(scores), torch.ones_like(scores)
+    if outcome == "grpo":
+        flat = masked.group_range_is_zero(scores, index, n_groups) & ~single
+        center = torch.where(single, zeros, mean)
+        scale = torch.where(single, ones, torch.where(flat, zeros, 1.0 / (std + epsilon)))
+    elif outcome == "dr_grpo":
+        center, scale = torch.where(single, zeros, mean), ones
+    elif outcome == "rloo":
+        total = masked.group_sum(scores, index, n_groups)[index]
+        others = (total - scores) / (count - 1).clamp(min=1).to(scores.dtype)
+        center, scale = torch.where(single, zeros, others), ones
+    else:
+        raise ValueError(f"unknown outcome {outcome!r}; use grpo, dr_grpo or rloo")
+    return center, scale
+
+
+def outcome_scores(scores: torch.Tensor, group_ids: torch.Tensor, outcome: Outcome = "grpo",
+                   epsilon: float = 1e-6) -> torch.Tensor:
+    """Z: (B,) float32 group-relative outcome (section 1)."""
+    center, scale = outcome_center_scale(scores, group_ids, outcome, epsilon)
+    return (scores.to(torch.float32) - center) * scale
+
+
+def compute_grpo(scores: torch.Tensor, group_ids: torch.Tensor, response_mask: torch.Tensor,
+                 epsilon: float = 1e-6, norm_by_std: bool = True) -> torch.Tensor:
+    """GRPO advantages (B, T): `Z_i` broadcast over real tokens (verl `compute_grpo_outcome_advantage`).
+
+    `norm_by_std=False` is Dr. GRPO (`R_i - mean_G R`).
+    """
+    z = outcome_scores(scores, group_ids, "grpo" if norm_by_std else "dr_grpo", epsilon)
+    return masked.broadcast(z, response_mask.bool())
+
+
+def compute_dr_grpo(scores: torch.Tensor, group_ids: torch.Tensor,
+                    response_mask: torch.Tensor) -> torch.Tensor:
+    """Dr. GRPO advantages (B, T): `R_i - mean_G R` broadcast."""
+    return compute_grpo(scores, group_ids, response_mask, norm_by_std=False)
+
+
+def compute_rloo(scores: torch.Tensor, group_ids: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """RLOO advantages (B, T): `R_i - mean_{j != i} R_j` broadcast (a singleton keeps R_i)."""
+    return masked.broadcast(outcome_scores(scores, group_ids, "rloo"), response_mask.bool())
+
+
+# ---- reverse discounted cumsum and GAE ----------------------------------------------------------------
+
+_BLOCK = 64
+
+
+@functools.lru_cache(maxsize=64)
+def _discount_matrix(discount: float, n: int, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """U: (n, n) with U[s, t] = discount^(s - t) for s >= t, else 0 (so `x @ U` is the in-block scan)."""
+    k = torch.arange(n, dtype=torch.float64)
+    power = k[:, None] - k[None, :]  # (n, n) s - t
+    base = torch.tensor(discount, dtype=torch.float64)
+    u = torch.where(power >= 0, torch.pow(base, power.clamp(min=0)), torch.zeros((), dtype=torch.float64))
+    return u.to(dtype=dtype, device=device)
+
+
+def reverse_discounted_cumsum(x: torch.Tensor, discount: float, block: int = _BLOCK) -> torch.Tensor:
+    """y_t = x_t + discount * y_{t+1} along the last dim (y_T = 0): (B, T) -> (B, T).
+
+    A blocked scan: inside blocks of `block` tokens one matmul with the (block, block) matrix of
+    discount powers; the carries between blocks are the same problem, `block` times shorter, with
+    discount^block, solved recursively. No python loop over T; needs 0 <= discount <= 1 (powers
+    never overflow). Float error is that of a `block`-term dot product.
+    """
+    if not 0.0 <= discount <= 1.0:
+        raise ValueError(f"discount must be in [0, 1], got {discount!r}")
+    B, T = x.shape
+    if T == 0:
+        return x.clone()
+    if T <= block:
+        return x @ _discount_matrix(float(discount), T, x.dtype, str(x.device))
+    n_blocks = -(-T // block)
+    pad = n_blocks * block - T
+    xp = torch.nn.functional.pad(x, (0, pad)) if pad else x
+    local = xp.view(B, n_blocks, block) @ _discount_matrix(float(discount), block, x.dtype, str(x.device))
+    heads = local[:, :, 0]  # (B, n_blocks): each block's scan value at its first token
+    starts = reverse_discounted_cumsum(heads, float(discount) ** block, block)  # y at each block start
+    carry = torch.cat([starts[:, 1:], torch.zeros_like(starts[:, :1])], dim=1)  # y at next block start
+    tail = torch.pow(torch.tensor(float(discount), dtype=torch.float64),
+                     torch.arange(block, 0, -1, dtype=torch.float64)).to(x.dtype).to(x.device)  # (block,)
+    y = local + carry[:, :, None] * tail  # (B, n_blocks, block)
+    return y.reshape(B, n_blocks * block)[:, :T]
+
+
+def discounted_returns(rewards: torch.Tensor, response_mask: torch.Tensor,
+                       gamma: float = 1.0) -> torch.Tensor:
+    """Rewards-to-go `G_t = sum_{k >= t} gamma^(k - t) r_k` over real tokens (masked tokens skipped)."""
+    zero = torch.zeros_like(rewards)
+    return compute_gae(rewards, zero, response_mask, gamma, 1.0)[0]
+
+
+def compute_gae(token_level_rewards: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor,
+                gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE with verl semantics, before whitening: `(advantages (B, T), returns (B, T))`.
+
+    `delta_t = r_t + gamma V_next - V_t`, `A_t = delta_t + gamma lam A_next`, `V_{L+1} = 0`,
+    `returns = A + V`. Masked positions (padding or mid-sequence observation spans) pass the next
+    value and the running advantage through unchanged, which is GAE over the real tokens packed to
+    the left; so we pack, scan with `reverse_discounted_cumsum`, and unpack. Unlike verl (which
+    leaves the carried values on masked positions), both outputs are exactly 0 on masked positions.
+    """
+    mask = response_mask.bool()
+    r = torch.where(mask, token_level_rewards.to(torch.float32), 0.0)
+    v = torch.where(mask, values.to(torch.float32), 0.0)
+    packed = not masked.is_left_packed(mask)
+    if packed:
+        r, pmask = masked.pack_left(r, mask)
+        v, _ = masked.pack_left(v, mask)
+    v_next = torch.cat([v[:, 1:], torch.zeros_like(v[:, :1])], dim=1)  # 0 past the last real token
+    delta = r + gamma * v_next - v  # (B, T), 0 on trailing padding
+    adv = reverse_discounted_cumsum(delta, float(gamma) * float(lam))
+    if packed:
+        adv = masked.unpack_left(adv, pmask, mask)
+        v = torch.where(mask, values.to(torch.float32), 0.0)
+    adv = torch.where(mask, adv, 0.0)
+    return adv, torch.where(mask, adv + v, 0.0)
+
+
+# ---- 2. weighted redistribution ---------------------------------------------------------------------
+
+def redistribute(z: torch.Tensor, weights: torch.Tensor,
+                 response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Credit operator: `r_t = Z w_t / sum_k w_k` and `A_t = L r_t = Z w_t / mean_k w_k`.
+
+    Returns `advantages (B, T)`, `token_rewards r (B, T)`, `fallback (B,) bool`: rows whose weights
+    vanish (or are not finite) on the whole response use uniform weights (A = Z broadcast).
+    """
+    mask = response_mask.bool()
+    w = torch.where(mask, weights.to(torch.float32), 0.0)
+    total = w.sum(dim=1)  # (B,)
+    fallback = ~(total > 0) | ~torch.isfinite(total)
+    fallback = fallback & mask.any(dim=1)
+    w = torch.where(fallback[:, None], mask.to(w.dtype), w)
+    total = w.sum(dim=1).clamp(min=torch.finfo(w.dtype).tiny)
+    r = z.to(torch.float32)[:, None] * w / total[:, None]  # (B, T)
+    L = mask.sum(dim=1).to(w.dtype)
+    return r * L[:, None], r, fallback

@@ -1,0 +1,50 @@
+"""Group-relative outcome estimators (ESTIMATORS.md section 1): grpo, dr_grpo, rloo (broadcast Z)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backend.batch import RolloutBatch
+from backend.estimators import functional as F
+from backend.estimators import masked
+from backend.estimators.common import Config, scores_of
+from backend.estimators.registry import EstimatorResult, param, register
+
+
+@dataclass(frozen=True)
+class GRPOConfig(Config):
+    """GRPO: Z_i = (R_i - mean_G R) / (std_G R + eps), broadcast to every real token."""
+
+    channel: str = param("task", help="Reward channel whose sequence score is R")
+    epsilon: float = param(1e-6, low=0.0, high=1.0, help="Added to the group std")
+    norm_by_std: bool = param(True, help="Divide by the group std (false: Dr. GRPO)")
+
+
+@dataclass(frozen=True)
+class PlainOutcomeConfig(Config):
+    """An outcome without a std: Dr. GRPO or RLOO, broadcast to every real token."""
+
+    channel: str = param("task", help="Reward channel whose sequence score is R")
+
+
+def _result(batch: RolloutBatch, z) -> EstimatorResult:
+    return EstimatorResult(masked.broadcast(z, batch.response_mask), {"Z": z})
+
+
+@register("grpo", GRPOConfig, "GRPO: group z-scored outcome broadcast to every token", family="outcome")
+def grpo(batch: RolloutBatch, config: GRPOConfig) -> EstimatorResult:
+    outcome = "grpo" if config.norm_by_std else "dr_grpo"
+    return _result(batch, F.outcome_scores(scores_of(batch, config.channel), batch.group_ids, outcome,
+                                           config.epsilon))
+
+
+@register("dr_grpo", PlainOutcomeConfig, "Dr. GRPO: outcome minus the group mean, broadcast",
+          family="outcome")
+def dr_grpo(batch: RolloutBatch, config: PlainOutcomeConfig) -> EstimatorResult:
+    return _result(batch, F.outcome_scores(scores_of(batch, config.channel), batch.group_ids, "dr_grpo"))
+
+
+@register("rloo", PlainOutcomeConfig, "RLOO: outcome minus the mean of the other responses, broadcast",
+          family="outcome")
+def rloo(batch: RolloutBatch, config: PlainOutcomeConfig) -> EstimatorResult:
+    return _result(batch, F.outcome_scores(scores_of(batch, config.channel), batch.group_ids, "rloo"))

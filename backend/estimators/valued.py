@@ -1,0 +1,107 @@
+"""Estimators built on values of prefixes: gae (section 3), prefix_tree (section 4), suffix_mc (section 5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from backend.batch import BatchError, RolloutBatch
+from backend.estimators import functional as F
+from backend.estimators import masked
+from backend.estimators.common import (
+    GAEFields,
+    OutcomeConfig,
+    fallback_message,
+    outcome_z,
+    rollout_list,
+    scores_of,
+    token_positions,
+    values_for,
+)
+from backend.estimators.registry import EstimatorResult, param, register
+from backend.estimators.tree import build_prefix_tree
+
+
+@dataclass(frozen=True)
+class GAEConfig(GAEFields, OutcomeConfig):
+    """GAE on the terminal reward r_L = Z with a value source V(s_t)."""
+
+    value_source: str = param("fitted", choices=("zero", "stored", "fitted", "prefix_tree", "mc"),
+                              help="V(s_t): zero, stored critic, fitted probe, prefix_tree, mc")
+
+
+@register("gae", GAEConfig,
+          "GAE on the terminal outcome with a value source (zero, stored, fitted, tree, MC)", family="value")
+def gae(batch: RolloutBatch, config: GAEConfig) -> EstimatorResult:
+    mask = batch.response_mask
+    z = outcome_z(batch, config)
+    t, L = token_positions(batch)
+    r = torch.where((t == L) & mask, z[:, None], 0.0)  # (B, T) terminal reward
+    values, diag = values_for(batch, config, z)
+    adv, returns = F.compute_gae(r, values, mask, config.gamma, config.lam)
+    return EstimatorResult(adv, {"Z": z, "r": r, "values": values, "returns": returns, **diag})
+
+
+@dataclass(frozen=True)
+class PrefixTreeConfig(OutcomeConfig):
+    """TEMPO/P2T-style: A = Z + eta 1[branch] (V(s_{t+1}) - V(s_t)) over the group's prefix tree."""
+
+    eta: float = param(1.0, low=0.0, high=10.0, help="Weight of the tree TD term at branch points")
+    nodes: bool = param(True, help="Return the node tables (for drawing the tree)")
+
+
+@register("prefix_tree", PrefixTreeConfig,
+          "Prefix tree of the group: TD credit at branch points, GRPO elsewhere", family="tree")
+def prefix_tree(batch: RolloutBatch, config: PrefixTreeConfig) -> EstimatorResult:
+    mask = batch.response_mask
+    z = outcome_z(batch, config)
+    tree = build_prefix_tree(batch.token_ids, mask, batch.group_ids, z, with_nodes=config.nodes)
+    td = torch.where(tree.branch, tree.v_after - tree.v_before, 0.0)
+    adv = torch.where(mask, z[:, None] + config.eta * td, 0.0)
+    diag = {"Z": z, "values": tree.v_before, "values_after": tree.v_after, "branch": tree.branch,
+            "subtree_size": tree.count_before}
+    if config.nodes:
+        diag["tree"] = {"group": tree.node_group, "parent": tree.node_parent, "depth": tree.node_depth,
+                        "value": tree.node_value, "count": tree.node_count, "branch": tree.node_branch,
+                        "token_node": tree.token_node}
+    return EstimatorResult(adv, diag)
+
+
+@dataclass(frozen=True)
+class SuffixMCConfig(OutcomeConfig):
+    """VinePPO-style Monte Carlo: A on [t_k, t_{k+1}) = V(s_{t_{k+1}}) - V(s_{t_k}) (in Z units)."""
+
+
+@register("suffix_mc", SuffixMCConfig, "Monte Carlo values from suffix resampling (VinePPO-style)",
+          needs=("mc_values",), family="value")
+def suffix_mc(batch: RolloutBatch, config: SuffixMCConfig) -> EstimatorResult:
+    """Segments between valued positions get the value difference. The segment before the first valued
+    position starts at the empty prefix, valued at the group mean reward; the last segment ends at the
+    observed outcome R_i. Differences are mapped to Z units by the response's outcome scale, so a
+    rollout without resampled positions gets A = scale (R - mean_G R), i.e. Z for grpo and dr_grpo
+    (broadcast; listed in the diagnostics)."""
+    mask = batch.response_mask
+    mc, mc_mask = batch.extras.get("mc_values"), batch.extras.get("mc_mask")
+    if mc is None or mc_mask is None or mc.dim() != 2 or not bool(((mc_mask > 0.5) & mask).any()):
+        raise BatchError("suffix_mc needs resampling results (extras mc_values/mc_mask) and this run has "
+                         "none; run `creditlens resample --run RUN --rollout ID --suggest entropy:5` first")
+    R = scores_of(batch, config.channel)
+    center, scale = F.outcome_center_scale(R, batch.group_ids, config.outcome, config.epsilon)
+    index, n_groups = masked.group_index(batch.group_ids)
+    root = masked.group_mean(R, index, n_groups)  # V(empty prefix) in reward units
+    valued = (mc_mask > 0.5) & mask
+    v = torch.nan_to_num(mc.to(torch.float32))
+    cur = masked.forward_fill_index(valued)  # (B, T) latest valued position <= t
+    nxt = masked.backward_fill_index(valued, strict=True)  # (B, T) next valued position > t
+    T = mask.shape[1]
+    v_cur = torch.where(cur >= 0, v.gather(1, cur.clamp(min=0)), root[:, None].expand(-1, T))
+    v_next = torch.where(nxt < T, v.gather(1, nxt.clamp(max=T - 1)), R[:, None].expand(-1, T))
+    adv = torch.where(mask, scale[:, None] * (v_next - v_cur), 0.0)
+    missing = mask.any(1) & ~valued.any(1)
+    z = outcome_z(batch, config)
+    values = torch.where(mask, scale[:, None] * (v_cur - center[:, None]), 0.0)  # (B, T) Z units
+    return EstimatorResult(adv, {"Z": z, "values": values, "mc_mask": valued,
+                                 "fallback": fallback_message(batch, missing, "no resampled positions"),
+                                 "fallback_rollouts": rollout_list(batch, missing)})
+
