@@ -1,0 +1,113 @@
+"""The app's store access and cached loaders.
+
+The store is a `StoreHandle` (a path, one per process via `st.cache_resource`): every loader opens a
+short-lived read connection, so `creditlens import` in another terminal is never locked out by the
+server. Loaders are `st.cache_data` functions keyed on small hashable arguments (db path, run,
+rollout or group id, estimator name, config as a tuple of items); anything that writes to the store
+calls `invalidate()` afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from backend.store import StoreHandle, default_db_path
+
+
+def db_path_from_argv(argv: list[str] | None = None) -> Path:
+    """`--db PATH` after `--` on the `streamlit run` command line, else $CREDITLENS_DB, else the default."""
+    argv = list(sys.argv if argv is None else argv)
+    for i, arg in enumerate(argv):
+        if arg == "--db" and i + 1 < len(argv):
+            return Path(argv[i + 1])
+        if arg.startswith("--db="):
+            return Path(arg.split("=", 1)[1])
+    return Path(os.environ.get("CREDITLENS_DB") or default_db_path())
+
+
+@st.cache_resource(show_spinner=False)
+def store_handle(path: str) -> StoreHandle:
+    """One handle per process and store file; imports the bundled runs into an empty store."""
+    from backend.store.commands import import_bundled
+
+    handle = StoreHandle(path)
+    with handle.read() as store:
+        empty = not store.list_runs()
+    if empty:
+        with handle.write() as store:
+            import_bundled(store, quiet=True)
+    return handle
+
+
+def db_path() -> str:
+    return str(st.session_state.get("app_db") or db_path_from_argv())
+
+
+def handle() -> StoreHandle:
+    return store_handle(db_path())
+
+
+@st.cache_data(show_spinner=False)
+def list_runs(path: str) -> list[dict]:
+    with store_handle(path).read() as store:
+        return store.list_runs()
+
+
+@st.cache_data(show_spinner=False)
+def rollout_index(path: str, run: str) -> pd.DataFrame:
+    with store_handle(path).read() as store:
+        return store.rollout_index(run)
+
+
+@st.cache_data(show_spinner=False)
+def rollout(path: str, run: str, rollout_id: int) -> dict:
+    with store_handle(path).read() as store:
+        return store.rollout(run, rollout_id)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def group_batch(path: str, run: str, group_id: int):
+    """The `RolloutBatch` of one group (every estimator is independent per group)."""
+    with store_handle(path).read() as store:
+        return store.load_batch(run, group_ids=[group_id])
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def run_batch(path: str, run: str):
+    """The whole run as one batch (oracle metrics over a synthetic run)."""
+    with store_handle(path).read() as store:
+        return store.load_batch(run)
+
+
+@st.cache_data(show_spinner=False)
+def run_info(path: str, run: str) -> dict:
+    with store_handle(path).read() as store:
+        return store.run_info(run)
+
+
+@st.cache_data(show_spinner=False)
+def step_channel_means(path: str, run: str) -> pd.DataFrame:
+    with store_handle(path).read() as store:
+        return store.step_channel_means(run)
+
+
+@st.cache_data(show_spinner=False)
+def resample_values(path: str, run: str, rollout_id: int) -> pd.DataFrame:
+    with store_handle(path).read() as store:
+        return store.resample_values(run, rollout_id)
+
+
+@st.cache_data(show_spinner=False)
+def resample_samples(path: str, run: str, rollout_id: int) -> pd.DataFrame:
+    with store_handle(path).read() as store:
+        return store.resample_samples(run, rollout_id)
+
+
+def invalidate() -> None:
+    """After a write (import, delete, resample): drop every cached read."""
+    st.cache_data.clear()

@@ -1,0 +1,458 @@
+"""Plotly figure builders: plain arrays/DataFrames in, `go.Figure` out (tests call them directly).
+
+Model text is untrusted. Plotly renders a subset of HTML in text and hover labels, so every string
+that came from a model or a file goes through `safe()` before it reaches a figure.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+BAND = 64  # tokens per heatmap line
+DIVERGING = "RdBu"  # red = negative credit, blue = positive; centred at 0
+CELL_TEXT_LIMIT = 12_000  # above this many cells only the last row of each band shows token text
+
+
+def safe(text: str) -> str:
+    """Escape `<`, `>`, `&`, quotes for Plotly's HTML-ish text rendering."""
+    return html.escape(str(text), quote=True)
+
+
+def visible_token(text: str, width: int = 4) -> str:
+    """A token as it can be read in a cell: whitespace made visible, cut to `width` characters, escaped."""
+    shown = str(text).replace("\n", "⏎").replace("\t", "⇥").replace(" ", "␣")
+    if len(shown) > width:
+        shown = shown[: width - 1] + "…"
+    return safe(shown)
+
+
+def symmetric_range(*arrays: np.ndarray) -> float:
+    """max |value| over the arrays (1.0 when all are 0 or empty): the half-width of a centred scale."""
+    peak = 0.0
+    for a in arrays:
+        a = np.asarray(a, dtype=np.float64)
+        finite = a[np.isfinite(a)]
+        if finite.size:
+            peak = max(peak, float(np.abs(finite).max()))
+    return peak if peak > 0 else 1.0
+
+
+def band_layout(length: int, n_rows: int, band: int = BAND) -> tuple[int, int]:
+    """(number of bands, grid height): bands of `band` tokens, `n_rows` rows each, one blank row between."""
+    bands = max(1, math.ceil(length / band))
+    return bands, bands * (n_rows + 1) - 1
+
+
+def heatmap_position(point: dict, n_rows: int, band: int = BAND) -> int | None:
+    """The token position of a clicked heatmap cell (from the selection event), or None for a gap."""
+    custom = point.get("customdata")
+    if isinstance(custom, (list, tuple)) and custom and custom[0] is not None:
+        return int(custom[0])
+    if isinstance(custom, (int, float)) and not isinstance(custom, bool):
+        return int(custom)
+    x, y = point.get("x"), point.get("y")
+    if x is None or y is None:
+        return None
+    bnd, row = divmod(int(round(y)), n_rows + 1)
+    if row >= n_rows:
+        return None
+    return bnd * band + int(round(x))
+
+
+def credit_heatmap(
+    rows: dict[str, np.ndarray],
+    tokens: Sequence[str],
+    *,
+    token_info: pd.DataFrame | None = None,
+    shares: dict[str, np.ndarray] | None = None,
+    band: int = BAND,
+    zmax: float | None = None,
+    title: str | None = None,
+    cell_text: bool | None = None,
+) -> go.Figure:
+    """Token heatmap: one row per named series (channels, final, true credit), wrapped into bands.
+
+    rows: name -> (L,) values per token (NaN: not defined); tokens: L display strings;
+    token_info: optional columns `logprob`, `entropy` (L rows) for the hover;
+    shares: optional channel -> (L,) share of |A| at each token, shown in the hover.
+    The colour scale is diverging, centred at 0, symmetric, shared by all rows.
+    """
+    names = list(rows)
+    L = len(tokens)
+    R = len(names)
+    n_bands, height = band_layout(L, R, band)
+    z = np.full((height, band), np.nan)
+    text = np.full((height, band), "", dtype=object)
+    custom = np.full((height, band), None, dtype=object)
+    hover = np.full((height, band), "", dtype=object)
+    if cell_text is None:
+        cell_text = L * R <= CELL_TEXT_LIMIT
+    cell = [visible_token(t) for t in tokens]
+    full = [safe(repr(t)[1:-1]) for t in tokens]
+    lp = _column(token_info, "logprob", L)
+    ent = _column(token_info, "entropy", L)
+    share_text = [""] * L
+    if shares:
+        share_rows = {k: np.asarray(v, dtype=np.float64) for k, v in shares.items()}
+        share_text = [
+            "<br>" + " · ".join(f"{safe(k)} {v[t]:.0%}" for k, v in share_rows.items()) for t in range(L)
+        ]
+    for r, name in enumerate(names):
+        values = np.asarray(rows[name], dtype=np.float64)
+        label = safe(name)
+        for t in range(L):
+            bnd, col = divmod(t, band)
+            y = bnd * (R + 1) + r
+            v = values[t] if t < len(values) else np.nan
+            z[y, col] = v
+            if cell_text or r == R - 1:
+                text[y, col] = cell[t]
+            custom[y, col] = t
+            hover[y, col] = (
+                f"<b>{full[t]}</b> · pos {t}<br>{label}: {_fmt(v)}<br>logprob {_fmt(lp[t])} · entropy {_fmt(ent[t])}"
+                f"{share_text[t]}"
+            )
+    peak = zmax if zmax is not None else symmetric_range(*[rows[n] for n in names])
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            text=text,
+            customdata=custom,
+            hovertext=hover,
+            hoverinfo="text",
+            texttemplate="%{text}",
+            textfont={"size": 10},
+            colorscale=DIVERGING,
+            zmid=0,
+            zmin=-peak,
+            zmax=peak,
+            xgap=1,
+            ygap=1,
+            colorbar={"title": {"text": "A"}, "thickness": 12},
+            hoverongaps=False,
+        )
+    )
+    tickvals = [b * (R + 1) + r for b in range(n_bands) for r in range(R)]
+    ticktext = [
+        f"{safe(n)}" + (f"  [{b * band}]" if r == 0 else "")
+        for b in range(n_bands)
+        for r, n in enumerate(names)
+    ]
+    fig.update_yaxes(
+        tickvals=tickvals, ticktext=ticktext, autorange="reversed", showgrid=False, zeroline=False
+    )
+    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, range=[-0.5, band - 0.5])
+    fig.update_layout(
+        height=max(160, 22 * height + 60),
+        margin={"l": 10, "r": 10, "t": 30 if title else 10, "b": 10},
+        title=safe(title) if title else None,
+        clickmode="event+select",
+        dragmode=False,
+        plot_bgcolor="rgba(0,0,0,0)",
+    )
+    return fig
+
+
+def _column(frame: pd.DataFrame | None, name: str, n: int) -> np.ndarray:
+    if frame is None or name not in frame.columns:
+        return np.full(n, np.nan)
+    return np.asarray(frame[name], dtype=np.float64)
+
+
+def _fmt(v: float) -> str:
+    return "–" if v is None or not np.isfinite(v) else f"{v:+.3f}"
+
+
+def contribution_waterfall(contributions: dict[str, float], final: float, title: str = "") -> go.Figure:
+    """The final advantage of one token as the sum of its channel contributions β_c · Ã_c."""
+    names = [safe(n) for n in contributions]
+    values = [float(v) for v in contributions.values()]
+    fig = go.Figure(
+        go.Waterfall(
+            x=names + ["final A"],
+            y=values + [float(final)],
+            measure=["relative"] * len(values) + ["total"],
+            text=[f"{v:+.3f}" for v in values + [float(final)]],
+            textposition="outside",
+            increasing={"marker": {"color": "#2166ac"}},
+            decreasing={"marker": {"color": "#b2182b"}},
+            totals={"marker": {"color": "#555555"}},
+        )
+    )
+    fig.update_layout(
+        height=320,
+        title=safe(title) if title else None,
+        showlegend=False,
+        margin={"l": 10, "r": 10, "t": 40 if title else 10, "b": 10},
+    )
+    return fig
+
+
+def small_multiples(advantages: dict[str, np.ndarray], tokens: Sequence[str], band: int = BAND) -> go.Figure:
+    """One panel per estimator (the rollout wrapped into bands), one shared diverging colour scale."""
+    names = list(advantages)
+    L = len(tokens)
+    n_bands = max(1, math.ceil(L / band))
+    peak = symmetric_range(*advantages.values())
+    fig = make_subplots(
+        rows=len(names),
+        cols=1,
+        subplot_titles=[safe(n) for n in names],
+        vertical_spacing=min(0.08, 0.3 / max(len(names), 1)),
+    )
+    full = [safe(repr(t)[1:-1]) for t in tokens]
+    for i, name in enumerate(names):
+        z = np.full((n_bands, band), np.nan)
+        hover = np.full((n_bands, band), "", dtype=object)
+        values = np.asarray(advantages[name], dtype=np.float64)
+        for t in range(L):
+            b, c = divmod(t, band)
+            z[b, c] = values[t]
+            hover[b, c] = f"<b>{full[t]}</b> · pos {t}<br>{safe(name)}: {_fmt(values[t])}"
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                hovertext=hover,
+                hoverinfo="text",
+                coloraxis="coloraxis",
+                xgap=1,
+                ygap=1,
+                hoverongaps=False,
+            ),
+            row=i + 1,
+            col=1,
+        )
+        fig.update_yaxes(autorange="reversed", showticklabels=False, row=i + 1, col=1)
+        fig.update_xaxes(showticklabels=False, row=i + 1, col=1)
+    fig.update_layout(
+        coloraxis={"colorscale": DIVERGING, "cmid": 0, "cmin": -peak, "cmax": peak},
+        height=max(220, len(names) * (40 + 14 * n_bands) + 60),
+        margin={"l": 10, "r": 10, "t": 30, "b": 10},
+    )
+    return fig
+
+
+def rank_agreement_figure(matrix: pd.DataFrame) -> go.Figure:
+    """Spearman correlation between estimators, as an annotated matrix on [-1, 1]."""
+    labels = [safe(n) for n in matrix.index]
+    values = matrix.to_numpy(dtype=np.float64)
+    text = [["–" if not np.isfinite(v) else f"{v:.2f}" for v in row] for row in values]
+    fig = go.Figure(
+        go.Heatmap(
+            z=values,
+            x=labels,
+            y=labels,
+            text=text,
+            texttemplate="%{text}",
+            colorscale=DIVERGING,
+            zmin=-1,
+            zmax=1,
+            zmid=0,
+            colorbar={"title": {"text": "ρ"}, "thickness": 12},
+        )
+    )
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(height=120 + 45 * len(labels), margin={"l": 10, "r": 10, "t": 10, "b": 10})
+    return fig
+
+
+def class_mass_figure(frame: pd.DataFrame) -> go.Figure:
+    """Credit share per token class and estimator (bars) against the class's share of tokens (marks)."""
+    fig = go.Figure()
+    for name, part in frame.groupby("estimator", sort=False):
+        fig.add_trace(go.Bar(x=part["token_class"], y=part["credit_share"], name=safe(name)))
+    counts = frame.drop_duplicates("token_class")
+    fig.add_trace(
+        go.Scatter(
+            x=counts["token_class"],
+            y=counts["token_share"],
+            mode="markers",
+            marker={"symbol": "line-ew-open", "size": 28, "line": {"width": 3}, "color": "#333"},
+            name="share of tokens",
+        )
+    )
+    fig.update_layout(
+        barmode="group",
+        height=340,
+        yaxis={"title": "share of Σ|A|", "tickformat": ".0%"},
+        margin={"l": 10, "r": 10, "t": 10, "b": 10},
+        legend={"orientation": "h"},
+    )
+    return fig
+
+
+def shares_figure(shares: dict[str, float], title: str = "share of |A| per channel") -> go.Figure:
+    names = [safe(n) for n in shares]
+    values = [0.0 if not np.isfinite(v) else float(v) for v in shares.values()]
+    fig = go.Figure(
+        go.Bar(
+            x=values,
+            y=names,
+            orientation="h",
+            text=[f"{v:.0%}" for v in values],
+            textposition="auto",
+            marker={"color": "#4575b4"},
+        )
+    )
+    fig.update_layout(
+        height=80 + 32 * len(names),
+        title=title,
+        xaxis={"tickformat": ".0%", "range": [0, 1]},
+        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+    )
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def prefix_tree_figure(frame: pd.DataFrame, zmax: float | None = None) -> go.Figure:
+    """The group's prefix tree as an icicle: width = responses through a node, colour = V(u)."""
+    peak = zmax if zmax is not None else symmetric_range(frame["value"].to_numpy())
+    ids = [str(i) for i in frame["node_id"]]
+    parents = ["" if pd.isna(p) else str(int(p)) for p in frame["parent"]]
+    labels = [safe(label) for label in frame["label"]]
+    hover = [
+        f"{safe(r.label)}<br>tokens [{r.start}, {r.end})<br>responses {r.count}<br>V(u) {r.value:+.3f}"
+        + ("<br><b>branch point</b>" if r.branches else "")
+        + (f"<br>TD {r.td:+.3f}" if r.td else "")
+        for r in frame.itertuples()
+    ]
+    fig = go.Figure(
+        go.Icicle(
+            ids=ids,
+            parents=parents,
+            labels=labels,
+            values=frame["count"],
+            branchvalues="total",
+            hovertext=hover,
+            hoverinfo="text",
+            textinfo="label",
+            marker={
+                "colors": frame["value"],
+                "colorscale": DIVERGING,
+                "cmid": 0,
+                "cmin": -peak,
+                "cmax": peak,
+                "showscale": True,
+                "colorbar": {"title": {"text": "V(u)"}, "thickness": 12},
+            },
+            tiling={"orientation": "v"},
+            maxdepth=8,
+        )
+    )
+    fig.update_layout(height=460, margin={"l": 10, "r": 10, "t": 10, "b": 10})
+    return fig
+
+
+def beta_trajectories(frame: pd.DataFrame) -> go.Figure:
+    """Dual-ascent replay: β_c over steps (top) and violation rates against τ_c (bottom).
+
+    frame: rows (step, channel, beta, rate, tau)."""
+    fig = make_subplots(
+        rows=2, cols=1, shared_xaxes=True, subplot_titles=("β per channel", "violation rate vs τ")
+    )
+    palette = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d"]
+    for i, (channel, part) in enumerate(frame.groupby("channel", sort=False)):
+        color = palette[i % len(palette)]
+        name = safe(channel)
+        fig.add_trace(
+            go.Scatter(
+                x=part["step"],
+                y=part["beta"],
+                mode="lines+markers",
+                name=name,
+                line={"color": color},
+                legendgroup=name,
+            ),
+            row=1,
+            col=1,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=part["step"],
+                y=part["rate"],
+                mode="lines+markers",
+                name=f"{name} rate",
+                line={"color": color},
+                legendgroup=name,
+                showlegend=False,
+            ),
+            row=2,
+            col=1,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=part["step"],
+                y=part["tau"],
+                mode="lines",
+                name=f"τ {name}",
+                line={"color": color, "dash": "dash"},
+                legendgroup=name,
+                showlegend=False,
+            ),
+            row=2,
+            col=1,
+        )
+    fig.update_layout(height=460, margin={"l": 10, "r": 10, "t": 30, "b": 10})
+    fig.update_xaxes(title="step", row=2, col=1)
+    return fig
+
+
+def value_estimates_figure(values: pd.DataFrame, length: int, outcome: float | None = None) -> go.Figure:
+    """V̂(s_t) ± standard error at the resampled positions along the rollout, and the observed outcome."""
+    fig = go.Figure(
+        go.Scatter(
+            x=values["pos"],
+            y=values["value"],
+            error_y={"type": "data", "array": values["stderr"], "visible": True},
+            mode="markers+lines",
+            name="V̂(s_t) ± s.e.",
+            hovertemplate="pos %{x}<br>V̂ %{y:.3f}<extra></extra>",
+        )
+    )
+    if outcome is not None:
+        fig.add_trace(
+            go.Scatter(
+                x=[length],
+                y=[outcome],
+                mode="markers",
+                name="observed outcome",
+                marker={"symbol": "star", "size": 12, "color": "#b2182b"},
+            )
+        )
+    fig.update_layout(
+        height=320,
+        xaxis={"title": "position", "range": [-1, max(length, 1) + 1]},
+        yaxis={"title": "reward"},
+        margin={"l": 10, "r": 10, "t": 10, "b": 10},
+    )
+    return fig
+
+
+def oracle_metrics_figure(frame: pd.DataFrame, metrics: Sequence[str]) -> go.Figure:
+    """One bar group per metric, one bar per estimator (frame: estimator + metric columns, + _std)."""
+    fig = go.Figure()
+    for row in frame.itertuples(index=False):
+        d = row._asdict()
+        fig.add_trace(
+            go.Bar(
+                x=list(metrics),
+                y=[d.get(m) for m in metrics],
+                name=safe(d["estimator"]),
+                error_y={
+                    "type": "data",
+                    "array": [d.get(f"{m}_std", 0) or 0 for m in metrics],
+                    "visible": True,
+                },
+            )
+        )
+    fig.update_layout(
+        barmode="group", height=380, margin={"l": 10, "r": 10, "t": 10, "b": 10}, legend={"orientation": "h"}
+    )
+    return fig

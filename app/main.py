@@ -1,0 +1,42 @@
+"""Credit Lens: the Streamlit entry point.
+
+`streamlit run app/main.py -- --db DB` (or `creditlens app`). Builds the navigation over the seven
+view scripts in the top-level `pages/` folder, resolves the shared selection (run, rollout) and hands
+over to the chosen view.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts app/ on the path, not the repo
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+from app import state  # noqa: E402
+
+PAGES = ROOT / "pages"
+VIEWS = (
+    ("rollout.py", "Rollout", "rollout", ":material/grid_on:"),
+    ("group.py", "Group", "group", ":material/account_tree:"),
+    ("compare.py", "Compare", "compare", ":material/compare:"),
+    ("tune.py", "Tune", "tune", ":material/tune:"),
+    ("resample.py", "Resample", "resample", ":material/casino:"),
+    ("oracle.py", "Oracle", "oracle", ":material/verified:"),
+    ("runs.py", "Runs", "runs", ":material/storage:"),
+)
+
+st.set_page_config(page_title="Credit Lens", page_icon=":material/grid_on:", layout="wide")
+navigation = st.navigation(
+    [
+        st.Page(
+            str(PAGES / script), title=title, url_path=url_path, icon=icon, default=(url_path == "rollout")
+        )
+        for script, title, url_path, icon in VIEWS
+    ]
+)
+st.session_state["_selection"] = state.init_selection()
+navigation.run()

@@ -1,0 +1,141 @@
+"""Shared selection (run, rollout) and the URL.
+
+The selected run and rollout live in `st.session_state["sel_run"]` / `["sel_rollout"]`, set only
+here, and are mirrored into the query string on every rerun (`?run=NAME&rollout=ID`), together with
+the current view's own choices (`url_widget`). A fresh session (a bookmark, a shared link) reads
+them back from the URL once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import streamlit as st
+
+from app import data
+
+RUN, ROLLOUT = "sel_run", "sel_rollout"
+_URL_AT_START = "_url_at_start"
+DEFAULT_RUN = "demo"
+
+
+@dataclass(frozen=True)
+class Selection:
+    db: str
+    run: str | None
+    rollout: int | None
+    group: int | None
+
+
+def _initial_url() -> dict[str, str]:
+    if _URL_AT_START not in st.session_state:
+        st.session_state[_URL_AT_START] = {k: st.query_params.get(k) for k in st.query_params}
+    return st.session_state[_URL_AT_START]
+
+
+def _first_rollout(db: str, run: str) -> int | None:
+    index = data.rollout_index(db, run)
+    return int(index["rollout_id"].iloc[0]) if len(index) else None
+
+
+def _valid_rollout(db: str, run: str, value: Any) -> int | None:
+    try:
+        rid = int(value)
+    except (TypeError, ValueError):
+        return None
+    ids = data.rollout_index(db, run)["rollout_id"]
+    return rid if bool((ids == rid).any()) else None
+
+
+def _on_run_change() -> None:
+    st.session_state[ROLLOUT] = _first_rollout(data.db_path(), st.session_state[RUN])
+
+
+def set_rollout(rollout_id: int) -> None:
+    """Select another rollout of the current run (call before the sidebar renders, or in a callback)."""
+    st.session_state[ROLLOUT] = int(rollout_id)
+
+
+def init_selection() -> Selection:
+    """Resolve run and rollout (session, else URL, else the demo run's first rollout), draw the
+    sidebar pickers, and write the selection into the URL."""
+    db = data.db_path()
+    url = _initial_url()
+    names = [r["name"] for r in data.list_runs(db)]
+    if not names:
+        st.query_params.clear()
+        return Selection(db, None, None, None)
+    run = st.session_state.get(RUN)
+    if run not in names:
+        wanted = url.get("run")
+        run = wanted if wanted in names else (DEFAULT_RUN if DEFAULT_RUN in names else names[0])
+        st.session_state[RUN] = run
+        st.session_state[ROLLOUT] = _valid_rollout(db, run, url.get("rollout")) if wanted == run else None
+    if _valid_rollout(db, run, st.session_state.get(ROLLOUT)) is None:
+        st.session_state[ROLLOUT] = _first_rollout(db, run)
+
+    index = data.rollout_index(db, run)
+    labels = _rollout_labels(index)
+    with st.sidebar:
+        st.selectbox("Run", names, key=RUN, on_change=_on_run_change)
+        st.selectbox("Rollout", list(labels), key=ROLLOUT, format_func=labels.get)
+    rollout = st.session_state[ROLLOUT]
+    group = None
+    if rollout is not None:
+        group = int(index.loc[index["rollout_id"] == rollout, "group_id"].iloc[0])
+    st.query_params.from_dict({"run": run, **({"rollout": str(rollout)} if rollout is not None else {})})
+    return Selection(db, run, rollout, group)
+
+
+def _rollout_labels(index) -> dict[int, str]:
+    task = index["task"] if "task" in index.columns else None
+    out = {}
+    for i, row in enumerate(index.itertuples(index=False)):
+        score = "" if task is None else f" · task {task.iloc[i]:+.2f}"
+        out[int(row.rollout_id)] = (
+            f"#{row.rollout_id} · group {row.group_id} · step {row.step} · {row.length} tok{score}"
+        )
+    return out
+
+
+def selection() -> Selection:
+    """The selection resolved by `init_selection` in this rerun (pages call this)."""
+    return st.session_state["_selection"]
+
+
+def url_widget(
+    widget: Callable,
+    label: str,
+    *,
+    key: str,
+    url: str,
+    default: Any,
+    cast: Callable[[str], Any] = str,
+    options: list | None = None,
+    **kwargs,
+) -> Any:
+    """A widget whose value survives page switches and is mirrored to `?url=value`.
+
+    `key` is the page-prefixed session key; the first value comes from the URL when a session
+    starts from a link, else `default`. `options` (selectbox/radio) validate restored values.
+    """
+    keep = f"_keep_{key}"
+    if key not in st.session_state:
+        value = st.session_state.get(keep)
+        if value is None and url in _initial_url():
+            try:
+                value = cast(_initial_url()[url])
+            except (TypeError, ValueError):
+                value = None
+        if value is None or (options is not None and value not in options):
+            value = default
+        st.session_state[key] = value
+    if options is not None:
+        kwargs["options"] = options
+    result = widget(label, key=key, **kwargs)
+    st.session_state[keep] = st.session_state[key]
+    value = st.session_state[key]
+    st.query_params[url] = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    return result

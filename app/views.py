@@ -1,0 +1,103 @@
+"""Pieces of screens shared by several views (no math: numbers come from `app.compute`/`backend`)."""
+
+from __future__ import annotations
+
+import html
+
+import streamlit as st
+
+from app import compute, data, figures
+from app.state import Selection
+
+
+def quoted(token: str) -> str:
+    """A token for a markdown heading: escaped, whitespace visible, in backticks."""
+    shown = str(token).replace("\n", "⏎").replace("`", "ˋ")
+    return f"`{shown}`"
+
+
+def plain(text: str) -> str:
+    """Untrusted text for markdown: HTML-escaped and markdown/LaTeX control characters neutralized."""
+    escaped = html.escape(str(text))
+    for ch in "\\`*_{}[]()#+-.!|$~>":
+        escaped = escaped.replace(ch, "\\" + ch)
+    return escaped
+
+
+def require_rollout(sel: Selection) -> None:
+    if sel.run is None:
+        st.info("The store has no runs yet. Import one on the Runs page.")
+        st.stop()
+    if sel.rollout is None:
+        st.info(f"Run {plain(sel.run)} has no rollouts.")
+        st.stop()
+
+
+def prompt_and_response(sel: Selection) -> dict:
+    """The prompt, response and sequence scores of the selected rollout, as plain text."""
+    record = data.rollout(sel.db, sel.run, sel.rollout)
+    scores = " · ".join(f"{k} {v:+.3f}" for k, v in record["rewards"].items())
+    st.caption(f"run {plain(sel.run)} · group {record['group_id']} · step {record['step']} · "
+               f"{len(record['token_ids'])} tokens · {plain(scores)}")
+    with st.expander("Prompt and response", expanded=False):
+        st.text("Prompt")
+        st.code(record["prompt"] or "", language=None, wrap_lines=True)
+        st.text("Response")
+        st.code(record["response"] or "", language=None, wrap_lines=True)
+    return record
+
+
+def compute_or_explain(fn, *args, **kwargs):
+    """Run a cached computation; on a clear backend error show it and stop the view."""
+    try:
+        with st.spinner("Computing credit…"):
+            return fn(*args, **kwargs)
+    except (ValueError, KeyError, RuntimeError) as exc:
+        st.error(f"{type(exc).__name__}: {exc}")
+        st.stop()
+
+
+def clicked_position(event, n_rows: int) -> int | None:
+    """The token position of the last point clicked on a credit heatmap, if any."""
+    points = []
+    try:
+        points = event.selection.points if event else []
+    except AttributeError:
+        points = (event or {}).get("selection", {}).get("points", [])
+    if not points:
+        return None
+    return figures.heatmap_position(dict(points[-1]), n_rows)
+
+
+def why_this_credit(sel: Selection, view: compute.RolloutView, pos: int) -> None:
+    """Waterfall of the token's final advantage into channel contributions, with its facts."""
+    if not view.tokens:
+        st.info("This rollout has no tokens.")
+        return
+    pos = min(max(int(pos), 0), len(view.tokens) - 1)
+    chart, facts = st.columns([2, 1])
+    contributions = {c: float(v[pos]) for c, v in view.contributions.items()}
+    with chart:
+        st.plotly_chart(figures.contribution_waterfall(contributions, float(view.final[pos])),
+                        key="rollout_waterfall", width="stretch", config={"displayModeBar": False})
+    info = view.token_info.iloc[pos]
+    tree, _ = compute.group_tree(sel.db, sel.run, sel.group)
+    node = tree.node_at(view.row, pos)
+    with facts:
+        st.metric("final A", f"{float(view.final[pos]):+.3f}")
+        st.text(f"token      {info['token']!r}")
+        st.text(f"class      {info['token_class']}")
+        st.text(f"logprob    {_num(info['logprob'])}")
+        st.text(f"entropy    {_num(info['entropy'])}")
+        st.text(f"value      {_num(info['value'])}")
+        st.text(f"tree node  #{node.node_id}: tokens [{node.start}, {node.end}), {len(node.members)} responses, "
+                f"V(u) {node.value:+.3f}" + (", branch point" if node.branches and pos == node.end - 1 else ""))
+        st.text("β          " + ", ".join(f"{c} {b:g}" for c, b in view.betas.items()))
+
+
+def _num(v) -> str:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return "–"
+    return "–" if v != v else f"{v:+.4f}"

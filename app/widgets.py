@@ -1,0 +1,76 @@
+"""Reusable widgets: the estimator parameter form generated from the registry's config schema."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import streamlit as st
+
+from backend.estimators import registry
+
+# Fields better chosen elsewhere in the UI (the channel is picked by the view, not per estimator).
+HIDDEN_FIELDS = {"channel"}
+
+
+@st.cache_data(show_spinner=False)
+def schema(name: str) -> dict:
+    return registry.config_schema(name)
+
+
+@st.cache_data(show_spinner=False)
+def estimator_names(model_free: bool = False) -> list[str]:
+    """Registered estimators; `model_free` leaves out those needing a model or resampled values."""
+    out = []
+    for name in registry.names():
+        needs = set(registry.get(name).needs)
+        if model_free and needs & {"model", "mc", "mc_values"}:
+            continue
+        out.append(name)
+    return out
+
+
+def estimator_form(name: str, key: str, container=None) -> tuple[tuple[str, Any], ...]:
+    """Widgets for every config field of estimator `name`; returns the non-default values as a sorted
+    tuple of (field, value) pairs (hashable: the cache key of the computation)."""
+    box = container or st
+    overrides = {}
+    for f in schema(name)["fields"]:
+        if f["name"] in HIDDEN_FIELDS:
+            continue
+        wkey = f"{key}_{name}_{f['name']}"
+        label, help_text, default = f["name"], f["help"] or None, f["default"]
+        if f["choices"]:
+            options = list(f["choices"])
+            value = box.selectbox(label, options, index=options.index(default) if default in options else 0,
+                                  key=wkey, help=help_text)
+        elif f["type"] == "bool":
+            value = box.checkbox(label, value=bool(default), key=wkey, help=help_text)
+        elif f["type"] in ("float", "int"):
+            value = _number(box, f, wkey)
+        else:
+            value = box.text_input(label, value="" if default is None else str(default), key=wkey, help=help_text)
+            if value == ("" if default is None else str(default)):
+                value = default
+        if value != default:
+            overrides[f["name"]] = value
+    return tuple(sorted(overrides.items()))
+
+
+def _number(box, f: dict, wkey: str):
+    low, high, default = f["low"], f["high"], f["default"]
+    is_int = f["type"] == "int"
+    cast = int if is_int else float
+    bounded = low is not None and high is not None and math.isfinite(low) and math.isfinite(high)
+    if bounded and (high - low) <= 100 and not (not is_int and 0 < abs(default or 0) < 1e-3):
+        step = 1 if is_int else (0.01 if high - low <= 10 else 0.1)
+        return box.slider(f["name"], cast(low), cast(high), cast(default), step=cast(step), key=wkey,
+                          help=f["help"] or None)
+    kwargs = {}
+    if low is not None:
+        kwargs["min_value"] = cast(low)
+    if high is not None:
+        kwargs["max_value"] = cast(high)
+    fmt = None if is_int else ("%.2e" if default and abs(default) < 1e-3 else "%.4g")
+    return box.number_input(f["name"], value=cast(default), key=wkey, help=f["help"] or None, format=fmt,
+                            **kwargs)

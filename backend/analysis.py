@@ -1,0 +1,286 @@
+"""Small analysis helpers behind the app's views (no Streamlit here).
+
+The views show numbers; this module computes them: token classes and credit mass per class, rank
+agreement between estimators, channel shares of |A|, the display prefix tree of a group, and the
+per-token "why this credit" breakdown. Shapes follow ESTIMATORS.md: `(B, T)` plus `response_mask`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+
+from backend.batch import RolloutBatch
+from backend.estimators.features import TOKEN_CLASSES, classify_token
+from backend.metrics import spearman
+
+# Display classes for "credit mass by token class", in priority order (a key token that is also a
+# digit counts as key).
+CREDIT_CLASSES = ("key", "style span", "step end", "digits", "punctuation", "filler")
+_STYLE_CHANNELS = ("style", "format")
+
+
+def _np(x: torch.Tensor | np.ndarray) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def token_class_ids(batch: RolloutBatch) -> np.ndarray:
+    """classes: (B, T) int64 index into CREDIT_CLASSES, -1 on padding.
+
+    key: the run's `key_mask` (synthetic runs); style span: `style_mask`, or a nonzero style/format
+    token reward; step end: a token containing a newline; digits/punctuation from the token text;
+    everything else is filler. Without token text only key/style/filler are known.
+    """
+    mask = _np(batch.response_mask).astype(bool)
+    B, T = mask.shape
+    classes = np.full((B, T), CREDIT_CLASSES.index("filler"), dtype=np.int64)
+    if batch.tokens is not None:
+        lexical = {
+            TOKEN_CLASSES.index("newline"): "step end",
+            TOKEN_CLASSES.index("digit"): "digits",
+            TOKEN_CLASSES.index("punct"): "punctuation",
+        }
+        for i, row in enumerate(batch.tokens):
+            for t, text in enumerate(row[:T]):
+                name = lexical.get(classify_token(text))
+                if name is not None:
+                    classes[i, t] = CREDIT_CLASSES.index(name)
+    style = np.zeros((B, T), dtype=bool)
+    if "style_mask" in batch.extras and batch.extras["style_mask"].dim() == 2:
+        style |= _np(batch.extras["style_mask"]) > 0
+    for channel in _STYLE_CHANNELS:
+        if channel in batch.token_rewards:
+            style |= _np(batch.token_rewards[channel]) != 0
+    classes[style] = CREDIT_CLASSES.index("style span")
+    if "key_mask" in batch.extras and batch.extras["key_mask"].dim() == 2:
+        classes[_np(batch.extras["key_mask"]) > 0] = CREDIT_CLASSES.index("key")
+    classes[~mask] = -1
+    return classes
+
+
+def token_class_labels(batch: RolloutBatch, row: int) -> list[str]:
+    """The class name of every real token of response `row`."""
+    ids = token_class_ids(batch)[row]
+    return [CREDIT_CLASSES[c] for c in ids[ids >= 0]]
+
+
+def credit_mass_by_class(
+    advantages: dict[str, torch.Tensor], classes: np.ndarray, response_mask: torch.Tensor
+) -> pd.DataFrame:
+    """Share of Σ|A| that lands on each token class, per estimator.
+
+    advantages: name -> (B, T); classes: (B, T) from `token_class_ids`.
+    returns: rows (estimator, token_class, credit_share, token_share); credit_share sums to 1 per
+    estimator (NaN when the estimator gives no credit at all), token_share is the class's share of
+    real tokens, so credit_share > token_share means the class gets more than its count.
+    """
+    mask = _np(response_mask).astype(bool)
+    n_tokens = max(int(mask.sum()), 1)
+    rows = []
+    for name, adv in advantages.items():
+        magnitude = np.abs(_np(adv).astype(np.float64)) * mask
+        total = magnitude.sum()
+        for c, label in enumerate(CREDIT_CLASSES):
+            in_class = (classes == c) & mask
+            if not in_class.any():
+                continue
+            rows.append(
+                {
+                    "estimator": name,
+                    "token_class": label,
+                    "credit_share": float(magnitude[in_class].sum() / total) if total > 0 else math.nan,
+                    "token_share": float(in_class.sum() / n_tokens),
+                }
+            )
+    return pd.DataFrame(rows, columns=["estimator", "token_class", "credit_share", "token_share"])
+
+
+def rank_agreement(advantages: dict[str, torch.Tensor], response_mask: torch.Tensor) -> pd.DataFrame:
+    """Spearman correlation of A between every pair of estimators, pooled over real tokens.
+
+    returns: a square DataFrame indexed and columned by estimator name (NaN where one is constant).
+    """
+    mask = response_mask.bool().cpu()
+    flat = {name: adv.detach().cpu()[mask] for name, adv in advantages.items()}
+    names = list(flat)
+    out = pd.DataFrame(np.eye(len(names)), index=names, columns=names)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            rho = spearman(flat[a], flat[b]) if flat[a].numel() > 1 else math.nan
+            out.loc[a, b] = out.loc[b, a] = rho
+        if flat[a].numel() < 2 or float(flat[a].std()) == 0.0:
+            out.loc[a, a] = math.nan
+    return out
+
+
+def abs_shares(parts: dict[str, torch.Tensor | np.ndarray]) -> dict[str, float]:
+    """Share of Σ|part| of each named part (channels of A), over all entries; NaN when all are 0."""
+    totals = {name: float(np.abs(_np(p).astype(np.float64)).sum()) for name, p in parts.items()}
+    grand = sum(totals.values())
+    return {name: (v / grand if grand > 0 else math.nan) for name, v in totals.items()}
+
+
+def token_shares(parts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per token, each part's share of Σ_c |part_c| at that token: name -> (L,) in [0, 1] (0 where all 0)."""
+    stack = np.abs(np.stack([np.asarray(p, dtype=np.float64) for p in parts.values()]))  # (C, L)
+    total = stack.sum(axis=0)  # (L,)
+    share = np.divide(stack, total, out=np.zeros_like(stack), where=total > 0)
+    return {name: share[c] for c, name in enumerate(parts)}
+
+
+# ---- the display prefix tree ------------------------------------------------------------------------
+
+
+@dataclass
+class TreeNode:
+    """A run of tokens shared by `members` (a radix-tree edge): positions [start, end) of each member."""
+
+    node_id: int
+    parent: int | None
+    start: int
+    end: int
+    members: list[int]
+    value: float
+    children: list[int] = field(default_factory=list)
+
+    @property
+    def branches(self) -> bool:
+        return len(self.children) >= 2
+
+
+@dataclass
+class PrefixTree:
+    nodes: list[TreeNode]
+
+    def node_at(self, member: int, pos: int) -> TreeNode:
+        """The node holding position `pos` of response `member`."""
+        node = self.nodes[0]
+        while True:
+            if node.start <= pos < node.end or not node.children:
+                return node
+            nxt = [self.nodes[c] for c in node.children if member in self.nodes[c].members]
+            if not nxt:
+                return node
+            node = nxt[0]
+
+    def frame(self, tokens: list[list[str]] | None = None, max_label: int = 24) -> pd.DataFrame:
+        """One row per node: node_id, parent, label, start, end, count, value, branches, td.
+
+        `td` is V(node) - V(parent): the TD correction a branching parent passes to this child
+        (0 below non-branching parents, where the tree estimator reduces to GRPO).
+        """
+        rows = []
+        for n in self.nodes:
+            text = ""
+            if tokens is not None and n.members:
+                text = "".join(tokens[n.members[0]][n.start : n.end])
+            label = text if len(text) <= max_label else text[: max_label - 1] + "…"
+            parent = self.nodes[n.parent] if n.parent is not None else None
+            td = n.value - parent.value if parent is not None and parent.branches else 0.0
+            rows.append(
+                {
+                    "node_id": n.node_id,
+                    "parent": n.parent,
+                    "label": label or ("prompt" if n.parent is None else f"[{n.start}:{n.end})"),
+                    "start": n.start,
+                    "end": n.end,
+                    "count": len(n.members),
+                    "value": n.value,
+                    "branches": n.branches,
+                    "td": td,
+                }
+            )
+        return pd.DataFrame(rows)
+
+
+def prefix_tree(token_ids: list[list[int]], z: np.ndarray | torch.Tensor) -> PrefixTree:
+    """The radix tree of a group's responses (shared prefixes merged), with V(u) = mean Z of its members.
+
+    token_ids: G lists of ids; z: (G,) outcome per response. Node 0 is the root (the prompt, empty).
+    """
+    z = _np(z).astype(np.float64)
+    nodes: list[TreeNode] = []
+
+    def add(parent: int | None, start: int, end: int, members: list[int]) -> int:
+        node = TreeNode(len(nodes), parent, start, end, members, float(z[members].mean()) if members else 0.0)
+        nodes.append(node)
+        if parent is not None:
+            nodes[parent].children.append(node.node_id)
+        return node.node_id
+
+    root = add(None, 0, 0, list(range(len(token_ids))))
+    stack = [(root, 0, list(range(len(token_ids))))]
+    while stack:
+        parent, start, members = stack.pop()
+        by_token: dict[int, list[int]] = {}
+        for m in members:
+            if start < len(token_ids[m]):
+                by_token.setdefault(token_ids[m][start], []).append(m)
+        for group in by_token.values():
+            first = token_ids[group[0]]
+            end = start + 1
+            while (
+                all(end < len(token_ids[m]) for m in group)
+                and len(group) > 1
+                and all(token_ids[m][end] == first[end] for m in group)
+            ):
+                end += 1
+            if len(group) == 1:
+                end = len(first)
+            child = add(parent, start, end, group)
+            stack.append((child, end, group))
+    return PrefixTree(nodes)
+
+
+# ---- channel credit of a group -----------------------------------------------------------------------
+
+@dataclass
+class ChannelCredit:
+    """The split-channel credit of a batch (one group, usually), as numpy arrays.
+
+    final: (B, T) A_final = Σ_c β_c Ã_c; contributions: channel -> (B, T) β_c Ã_c;
+    per_channel: channel -> (B, T) Ã_c (normalized, before β); betas: channel -> β_c.
+    """
+
+    final: np.ndarray
+    contributions: dict[str, np.ndarray]
+    per_channel: dict[str, np.ndarray]
+    betas: dict[str, float]
+
+
+def channel_credit(batch: RolloutBatch, estimator: str = "grpo", config: tuple = (),
+                   betas: dict[str, float] | None = None) -> ChannelCredit:
+    """Split-channel credit with estimator `estimator` (overrides `config`) on the task channel and
+    each other channel projected by its default spec (ESTIMATORS.md section 8); `betas` override β_c."""
+    from backend import channels
+
+    specs = channels.default_specs(batch)
+    specs = _with_task_estimator(specs, estimator, dict(config))
+    if betas:
+        specs = {c: (_replace_beta(s, betas[c]) if c in betas else s) for c, s in specs.items()}
+    result = channels.combine(batch, specs)
+    contributions = {c: _np(v).astype(np.float32) for c, v in result.contributions.items()}
+    per_channel = {c: _np(v).astype(np.float32) for c, v in result.per_channel.items()}
+    used = {c: float(s.beta) for c, s in specs.items()}
+    return ChannelCredit(_np(result.final).astype(np.float32), contributions, per_channel, used)
+
+
+def _with_task_estimator(specs: dict, estimator: str, config: dict) -> dict:
+    import dataclasses
+
+    task = specs.get("task")
+    if task is None:
+        return specs
+    overrides = tuple(sorted(config.items()))
+    return {**specs, "task": dataclasses.replace(task, projection="estimator", estimator=estimator,
+                                                 estimator_config=overrides)}
+
+
+def _replace_beta(spec, beta: float):
+    import dataclasses
+
+    return dataclasses.replace(spec, beta=float(beta))

@@ -1,0 +1,5 @@
+"""compare view."""
+
+import streamlit as st
+
+st.title("compare")

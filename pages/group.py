@@ -1,0 +1,5 @@
+"""group view."""
+
+import streamlit as st
+
+st.title("group")

@@ -1,0 +1,5 @@
+"""oracle view."""
+
+import streamlit as st
+
+st.title("oracle")

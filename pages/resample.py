@@ -1,0 +1,5 @@
+"""resample view."""
+
+import streamlit as st
+
+st.title("resample")

@@ -1,0 +1,5 @@
+"""runs view."""
+
+import streamlit as st
+
+st.title("runs")

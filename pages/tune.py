@@ -1,0 +1,5 @@
+"""tune view."""
+
+import streamlit as st
+
+st.title("tune")
