@@ -305,7 +305,8 @@ class Store:
         ).df()
         if len(scores):
             wide = scores.pivot(index="rollout_id", columns="channel", values="score")
-            frame = frame.join(wide, on="rollout_id")
+            # a channel named like an index column ("length") keeps its scores as "<channel>_score"
+            frame = frame.join(wide, on="rollout_id", rsuffix="_score")
         return frame
 
     def rollout(self, run: str, rollout_id: int) -> dict:
