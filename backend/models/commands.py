@@ -1,0 +1,210 @@
+"""`creditlens score` and `creditlens resample`: the model-backed commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from backend.errors import InputError
+
+
+def add_db_arg(parser) -> None:
+    parser.add_argument(
+        "--db", type=Path, default=None, help="store file (default ~/.creditlens/runs.duckdb)"
+    )
+
+
+def add_model_args(parser, engines: bool = True) -> None:
+    parser.add_argument(
+        "--model", default=None, help="local Hugging Face folder (default: the model recorded with the run)"
+    )
+    if engines:
+        parser.add_argument("--engine", choices=("auto", "transformers", "vllm"), default="auto")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when available)")
+    parser.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="allow pickle (*.bin) weights; unpickling can run code, use only with trusted files",
+    )
+
+
+def add_commands(subparsers) -> None:
+    p = subparsers.add_parser("score", help="fill missing logprobs/entropies of a run with a model")
+    add_db_arg(p)
+    p.add_argument("--run", required=True)
+    add_model_args(p, engines=False)
+    p.add_argument("--all", action="store_true", help="rescore every rollout, not only those missing arrays")
+    p.add_argument("--chunk-size", type=int, default=16, help="rollouts per forward pass")
+    p.set_defaults(func=cmd_score)
+
+    p = subparsers.add_parser("resample", help="Monte Carlo values V(s_t) by sampling suffixes at positions")
+    add_db_arg(p)
+    p.add_argument("--run", required=True)
+    p.add_argument("--rollout", type=int, required=True, help="rollout id")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--positions", help="comma-separated response positions, e.g. 3,17")
+    where.add_argument("--suggest", help="entropy:K (top-K entropy positions) or steps (line starts)")
+    p.add_argument("--samples", type=int, default=8, help="suffixes per position (M)")
+    add_model_args(p)
+    p.add_argument("--verifier", default=None, help="verifier name or module:function (default: the run's)")
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print {positions, tokens, seconds} as JSON")
+    p.set_defaults(func=cmd_resample)
+
+
+def _model_for(info: dict, model: str | None, run: str) -> str:
+    model = model or info.get("model_dir")
+    if not model:
+        raise InputError(f"run {run!r} has no model recorded; pass --model DIR (a local Hugging Face folder)")
+    return model
+
+
+def _check_ids(ids, vocab_size: int, what: str) -> None:
+    if ids is not None and len(ids) and (max(ids) >= vocab_size or min(ids) < 0):
+        raise InputError(
+            f"{what}: token id {max(ids)} is outside the model's vocabulary ({vocab_size}); the run was "
+            f"tokenized with another tokenizer — re-import it with --model pointing at this model"
+        )
+
+
+def cmd_score(args) -> int:
+    from tqdm import tqdm
+
+    from backend.models.engine import load_engine
+    from backend.store import Store
+    from backend.store.model_queries import rollouts_to_score
+
+    with Store(args.db) as store:
+        info = store.run_info(args.run)
+        todo = rollouts_to_score(store, args.run, only_missing=not args.all)
+    if not len(todo):
+        print(f"run {args.run!r}: every rollout already has logprobs and entropies (use --all to rescore)")
+        return 0
+    engine = load_engine(
+        _model_for(info, args.model, args.run),
+        engine="transformers",
+        device=args.device,
+        allow_pickle=args.allow_pickle,
+    )
+    vocab = engine.model.get_output_embeddings().weight.shape[0]
+    prompts, responses = [], []
+    for row in todo.itertuples():
+        prompt_ids = list(row.prompt_ids) if row.prompt_ids is not None else engine.encode(row.prompt or "")
+        token_ids = list(row.token_ids)
+        _check_ids(prompt_ids, vocab, f"run {args.run!r} rollout {row.rollout_id} prompt_ids")
+        _check_ids(token_ids, vocab, f"run {args.run!r} rollout {row.rollout_id} token_ids")
+        prompts.append(prompt_ids)
+        responses.append(token_ids)
+    with tqdm(total=len(todo), desc="scoring", unit="rollout", file=sys.stderr) as bar:
+        last = [0]
+
+        def progress(done: int, total: int) -> None:
+            bar.update(done - last[0])
+            last[0] = done
+
+        scored = engine.score(prompts, responses, chunk_size=args.chunk_size, progress=progress)
+    arrays = {
+        int(rid): {"logprobs": s.logprobs.tolist(), "entropies": s.entropies.tolist()}
+        for rid, s in zip(todo["rollout_id"], scored, strict=True)
+    }
+    with Store(args.db) as store:
+        store.update_token_arrays(args.run, arrays)
+    tokens = sum(len(r) for r in responses)
+    print(f"scored {len(arrays)} rollouts ({tokens} tokens) of run {args.run!r} with {engine.model_dir}")
+    return 0
+
+
+def parse_positions(text: str) -> list[int]:
+    try:
+        return [int(p) for p in text.replace(" ", "").split(",") if p]
+    except ValueError as exc:
+        raise InputError(f"--positions {text!r}: expected comma-separated integers like 3,17") from exc
+
+
+def cmd_resample(args) -> int:
+    from tqdm import tqdm
+
+    from backend.models.engine import load_engine
+    from backend.models.resample import parse_suggestion, resample
+    from backend.store import Store
+
+    # The store is opened only to read the rollout and to save the samples, so other readers are not
+    # locked out while the model runs.
+    with Store(args.db) as store:
+        info = store.run_info(args.run)
+        rollout = store.rollout(args.run, args.rollout)
+    verifier = args.verifier or info.get("verifier") or "answer_match"
+    ground_truth = rollout.get("ground_truth")
+    if ground_truth is None:
+        ground_truth = (rollout.get("meta") or {}).get("ground_truth")
+    if ground_truth is None and ":" not in verifier:
+        raise InputError(
+            f"run {args.run!r} rollout {args.rollout} has no ground truth (meta.ground_truth) "
+            f"for verifier {verifier!r}"
+        )
+    if args.samples < 1:
+        raise InputError(f"--samples must be >= 1, got {args.samples}")
+    engine = load_engine(
+        _model_for(info, args.model, args.run),
+        engine=args.engine,
+        device=args.device,
+        allow_pickle=args.allow_pickle,
+    )
+    token_ids = list(rollout["token_ids"])
+    prompt_ids = (
+        list(rollout["prompt_ids"])
+        if rollout.get("prompt_ids") is not None
+        else engine.encode(rollout.get("prompt") or "")
+    )
+    tokens = list(rollout["tokens"]) if rollout.get("tokens") is not None else engine.token_texts(token_ids)
+    if args.positions is not None:
+        positions = parse_positions(args.positions)
+    else:
+        entropies = rollout.get("entropies")
+        positions = parse_suggestion(args.suggest, tokens, None if entropies is None else list(entropies))
+    with tqdm(
+        total=len(positions) * args.samples,
+        desc="resampling",
+        unit="suffix",
+        file=sys.stderr,
+        disable=args.json and not sys.stderr.isatty(),
+    ) as bar:
+        last = [0]
+
+        def progress(done: int, total: int) -> None:
+            bar.update(done - last[0])
+            last[0] = done
+
+        result = resample(
+            engine,
+            prompt_ids,
+            token_ids,
+            positions,
+            samples=args.samples,
+            verifier=verifier,
+            ground_truth=ground_truth,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            seed=args.seed,
+            progress=progress,
+        )
+    with Store(args.db) as store:
+        store.save_resample(args.run, args.rollout, result.table())
+    if args.json:
+        print(json.dumps(result.to_json()))
+        return 0
+    print(
+        f"rollout {args.rollout} of {args.run!r}: {len(result.samples)} suffixes, {result.tokens} tokens, "
+        f"{result.seconds:.2f}s ({engine.name}, verifier {verifier})"
+    )
+    print(f"{'pos':>5} {'token':>8} {'V(s_t)':>8} {'stderr':>8} {'n':>4}")
+    for p in result.positions:
+        shown = repr(tokens[p.pos]) if p.pos < len(tokens) else "<end>"
+        err = "-" if p.stderr != p.stderr else f"{p.stderr:.3f}"
+        print(f"{p.pos:>5} {shown:>8} {p.value:>8.3f} {err:>8} {p.n:>4}")
+    return 0
