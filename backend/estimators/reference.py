@@ -75,13 +75,14 @@ def _rows(batch: RolloutBatch) -> list[list[int]]:
     return [[t for t, m in enumerate(row) if m] for row in mask]
 
 
-def outcome_loop(scores: list[float], groups: list[int], outcome: str = "grpo", eps: float = 1e-6) -> list[float]:
+def outcome_loop(scores: list[float], groups: list[int], outcome: str = "grpo",
+                 eps: float = 1e-6) -> list[float]:
     """Z per response, from the formulas of section 1."""
     members: dict = defaultdict(list)
     for i, g in enumerate(groups):
         members[g].append(i)
     z = [0.0] * len(scores)
-    for g, idx in members.items():
+    for idx in members.values():
         vals = [float(scores[i]) for i in idx]
         n = len(vals)
         mean = sum(vals) / n
@@ -331,7 +332,8 @@ def ktae_loop(batch, config) -> torch.Tensor:
                 return 0.0 if q <= 0 or q >= 1 else -(q * math.log2(q) + (1 - q) * math.log2(1 - q))
 
             hc = h2(n1 / n)
-            cond = (k / n) * (h2(a / k) if k else 0.0) + ((n - k) / n) * (h2((n1 - a) / (n - k)) if n - k else 0.0)
+            cond = (k / n) * (h2(a / k) if k else 0.0)
+            cond += ((n - k) / n) * (h2((n1 - a) / (n - k)) if n - k else 0.0)
             ig = min(max((hc - cond) / hc, 0.0), 1.0) if hc > 0 else 0.0
             h = 2 * math.asin(math.sqrt(a / n1)) - 2 * math.asin(math.sqrt(c / n0))
             key = math.copysign(1.0, h) * abs(h) / math.pi * ((1 - min(p, 1.0)) + ig) / 2 if h != 0 else 0.0
