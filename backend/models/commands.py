@@ -129,7 +129,8 @@ def cmd_resample(args) -> int:
     from tqdm import tqdm
 
     from backend.models.engine import load_engine
-    from backend.models.resample import parse_suggestion, resample
+    from backend.models.resample import check_positions, parse_suggestion, resample
+    from backend.rewards import get_verifier
     from backend.store import Store
 
     # The store is opened only to read the rollout and to save the samples, so other readers are not
@@ -148,22 +149,23 @@ def cmd_resample(args) -> int:
         )
     if args.samples < 1:
         raise InputError(f"--samples must be >= 1, got {args.samples}")
+    get_verifier(verifier)  # an unknown name fails before any model is loaded
+    token_ids = list(rollout["token_ids"])
+    if args.positions is not None:
+        positions = check_positions(parse_positions(args.positions), len(token_ids))
     engine = load_engine(
         _model_for(info, args.model, args.run),
         engine=args.engine,
         device=args.device,
         allow_pickle=args.allow_pickle,
     )
-    token_ids = list(rollout["token_ids"])
     prompt_ids = (
         list(rollout["prompt_ids"])
         if rollout.get("prompt_ids") is not None
         else engine.encode(rollout.get("prompt") or "")
     )
     tokens = list(rollout["tokens"]) if rollout.get("tokens") is not None else engine.token_texts(token_ids)
-    if args.positions is not None:
-        positions = parse_positions(args.positions)
-    else:
+    if args.positions is None:
         entropies = rollout.get("entropies")
         positions = parse_suggestion(args.suggest, tokens, None if entropies is None else list(entropies))
     with tqdm(

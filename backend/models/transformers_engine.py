@@ -48,6 +48,9 @@ class TransformersEngine(Engine):
         max_batch: int = 256,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # our commands draw their own progress on stderr
 
         folder = check_model_dir(model_dir, allow_pickle=allow_pickle)
         self.model_dir = str(model_dir)
