@@ -64,3 +64,50 @@ def add_commands(sub) -> None:
     p.add_argument("--port", type=int, default=8501)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, local only)")
     p.set_defaults(func=cmd_app)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """A real `streamlit run` server on 127.0.0.1 for browser tests and the bench (context manager)."""
+
+    def __init__(self, db: Path, port: int | None = None, log: Path | None = None):
+        self.db, self.port, self.log = Path(db), port or free_port(), log
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> Server:
+        import time
+        import urllib.request
+
+        prepare_store(self.db)
+        out = open(self.log, "w") if self.log else subprocess.DEVNULL  # noqa: SIM115 - closed in __exit__
+        env = dict(os.environ, CREDITLENS_DB=str(self.db), PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(streamlit_command(self.db, self.port), stdout=out, stderr=subprocess.STDOUT,
+                                     env=env, cwd=str(MAIN.parents[1]))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"streamlit exited with code {self.proc.returncode} (log: {self.log})")
+            try:
+                with urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=1) as resp:
+                    if resp.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.2)
+        self.__exit__()
+        raise RuntimeError(f"streamlit did not answer on {self.url} within 60 s (log: {self.log})")
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()

@@ -89,3 +89,88 @@ def estimator_advantages(db: str, run: str, group: int, estimator: str, config: 
     """A: (B, T) of one estimator on the group's task channel."""
     batch = data.group_batch(db, run, group)
     return registry.estimate(estimator, batch, **dict(config)).advantages.numpy()
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def group_rows(db: str, run: str, group: int, estimator: str, config: tuple,
+               betas: tuple = ()) -> tuple[dict[str, np.ndarray], dict[str, list[str]], list[int]]:
+    """The Group view's rows: one per response (final A and its tokens), labelled with id and task score."""
+    batch = data.group_batch(db, run, group)
+    credit = group_credit(db, run, group, estimator, config, betas)
+    task = batch.scores.get("task")
+    values, tokens, ids = {}, {}, []
+    for i, rid in enumerate(batch.rollout_ids.tolist()):
+        L = int(batch.lengths[i])
+        label = f"#{rid}" + (f" R={float(task[i]):+.2f}" if task is not None else "")
+        values[label] = credit.final[i, :L]
+        tokens[label] = list(batch.tokens[i]) if batch.tokens is not None else [
+            str(t) for t in batch.token_ids[i, :L].tolist()]
+        ids.append(int(rid))
+    return values, tokens, ids
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def compare(db: str, run: str, group: int, rollout_id: int, estimators: tuple) -> dict:
+    """Compare view numbers: per estimator A on the rollout, rank agreement and credit mass over the group.
+
+    estimators: ((name, config tuple), ...); labels are the names (with ' (2)' for repeats)."""
+    batch = data.group_batch(db, run, group)
+    row = _row_of(batch, rollout_id)
+    L = int(batch.lengths[row])
+    advantages = {}
+    for name, config in estimators:
+        label = name
+        while label in advantages:
+            label += "′"
+        advantages[label] = registry.estimate(name, batch, **dict(config)).advantages
+    classes = analysis.token_class_ids(batch)
+    return {
+        "tokens": list(batch.tokens[row]) if batch.tokens is not None else [
+            str(t) for t in batch.token_ids[row, :L].tolist()],
+        "rollout": {k: v[row, :L].numpy() for k, v in advantages.items()},
+        "agreement": analysis.rank_agreement(advantages, batch.response_mask),
+        "mass": analysis.credit_mass_by_class(advantages, classes, batch.response_mask),
+        "classes": analysis.token_class_labels(batch, row),
+    }
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def default_betas(db: str, run: str, group: int) -> dict[str, float]:
+    from backend import channels
+
+    return {c: s.beta for c, s in channels.default_specs(data.group_batch(db, run, group)).items()}
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def group_shares(db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple) -> dict[str, float]:
+    credit = group_credit(db, run, group, estimator, config, betas)
+    return analysis.abs_shares(credit.contributions)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def dual_ascent(db: str, run: str, tau: tuple, eta: float, beta0: tuple, mode: str) -> pd.DataFrame:
+    return analysis.dual_ascent_replay(data.step_channel_means(db, run), dict(tau), eta, dict(beta0), mode,
+                                       priority=tuple(c for c, _ in tau))
+
+
+@st.cache_data(show_spinner="Scoring estimators against the oracle…", max_entries=16)
+def oracle(db: str, run: str, estimators: tuple) -> tuple[pd.DataFrame, list[str]]:
+    return analysis.oracle_table(data.run_batch(db, run), list(estimators))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def teacher(db: str, run: str, estimators: tuple) -> pd.DataFrame:
+    """Agreement with the MC teacher on the rollouts that have resampled values (their groups only)."""
+    values = data.resample_values(db, run, None)
+    if values.empty:
+        return pd.DataFrame(columns=["estimator", "spearman", "sign_accuracy", "tokens"])
+    index = data.rollout_index(db, run)
+    groups = tuple(int(g) for g in sorted(set(index.loc[index["rollout_id"].isin(values["rollout_id"]), "group_id"])))
+    batch = data.groups_batch(db, run, groups)
+    advs = {}
+    for name in estimators:
+        try:
+            advs[name] = registry.estimate(name, batch).advantages
+        except Exception:  # noqa: BLE001 - an estimator that cannot run on this run is left out
+            continue
+    return analysis.teacher_agreement(batch, advs, values)

@@ -77,6 +77,12 @@ def group_batch(path: str, run: str, group_id: int):
         return store.load_batch(run, group_ids=[group_id])
 
 
+@st.cache_data(show_spinner=False, max_entries=8)
+def groups_batch(path: str, run: str, group_ids: tuple[int, ...]):
+    with store_handle(path).read() as store:
+        return store.load_batch(run, group_ids=list(group_ids))
+
+
 @st.cache_data(show_spinner=False, max_entries=4)
 def run_batch(path: str, run: str):
     """The whole run as one batch (oracle metrics over a synthetic run)."""
@@ -97,7 +103,7 @@ def step_channel_means(path: str, run: str) -> pd.DataFrame:
 
 
 @st.cache_data(show_spinner=False)
-def resample_values(path: str, run: str, rollout_id: int) -> pd.DataFrame:
+def resample_values(path: str, run: str, rollout_id: int | None) -> pd.DataFrame:
     with store_handle(path).read() as store:
         return store.resample_values(run, rollout_id)
 

@@ -76,12 +76,14 @@ def credit_heatmap(
     zmax: float | None = None,
     title: str | None = None,
     cell_text: bool | None = None,
+    row_tokens: dict[str, Sequence[str]] | None = None,
 ) -> go.Figure:
     """Token heatmap: one row per named series (channels, final, true credit), wrapped into bands.
 
     rows: name -> (L,) values per token (NaN: not defined); tokens: L display strings;
     token_info: optional columns `logprob`, `entropy` (L rows) for the hover;
-    shares: optional channel -> (L,) share of |A| at each token, shown in the hover.
+    shares: optional channel -> (L,) share of |A| at each token, shown in the hover;
+    row_tokens: optional per-row token text (the Group view: one response per row, L = the longest).
     The colour scale is diverging, centred at 0, symmetric, shared by all rows.
     """
     names = list(rows)
@@ -94,8 +96,14 @@ def credit_heatmap(
     hover = np.full((height, band), "", dtype=object)
     if cell_text is None:
         cell_text = L * R <= CELL_TEXT_LIMIT
-    cell = [visible_token(t) for t in tokens]
-    full = [safe(repr(t)[1:-1]) for t in tokens]
+    if row_tokens is not None:
+        L = max((len(v) for v in row_tokens.values()), default=0)
+        n_bands, height = band_layout(L, R, band)
+        z = np.full((height, band), np.nan)
+        text = np.full((height, band), "", dtype=object)
+        custom = np.full((height, band), None, dtype=object)
+        hover = np.full((height, band), "", dtype=object)
+    per_row = {n: list(row_tokens[n]) if row_tokens is not None else list(tokens) for n in names}
     lp = _column(token_info, "logprob", L)
     ent = _column(token_info, "entropy", L)
     share_text = [""] * L
@@ -107,17 +115,18 @@ def credit_heatmap(
     for r, name in enumerate(names):
         values = np.asarray(rows[name], dtype=np.float64)
         label = safe(name)
-        for t in range(L):
+        row_text = per_row[name]
+        for t in range(min(L, len(row_text))):
             bnd, col = divmod(t, band)
             y = bnd * (R + 1) + r
             v = values[t] if t < len(values) else np.nan
             z[y, col] = v
             if cell_text or r == R - 1:
-                text[y, col] = cell[t]
+                text[y, col] = visible_token(row_text[t])
             custom[y, col] = t
             hover[y, col] = (
-                f"<b>{full[t]}</b> · pos {t}<br>{label}: {_fmt(v)}<br>logprob {_fmt(lp[t])} · entropy {_fmt(ent[t])}"
-                f"{share_text[t]}"
+                f"<b>{safe(repr(row_text[t])[1:-1])}</b> · pos {t}<br>{label}: {_fmt(v)}<br>"
+                f"logprob {_fmt(lp[t])} · entropy {_fmt(ent[t])}{share_text[t]}"
             )
     peak = zmax if zmax is not None else symmetric_range(*[rows[n] for n in names])
     fig = go.Figure(

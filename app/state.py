@@ -139,3 +139,13 @@ def url_widget(
     value = st.session_state[key]
     st.query_params[url] = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
     return result
+
+
+def url_value(name: str) -> str | None:
+    """The value `?name=` had when this session started (a bookmark or a shared link), else None."""
+    return _initial_url().get(name)
+
+
+def publish(name: str, value) -> None:
+    """Mirror one of the view's choices into the URL."""
+    st.query_params[name] = str(value)

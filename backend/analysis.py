@@ -284,3 +284,147 @@ def _replace_beta(spec, beta: float):
     import dataclasses
 
     return dataclasses.replace(spec, beta=float(beta))
+
+
+def credit_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """B − A per token (the Compare view's difference row)."""
+    return np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)
+
+
+# ---- dual ascent replay ----------------------------------------------------------------------------
+
+def dual_ascent_replay(step_means: pd.DataFrame, tau: dict[str, float], eta: float,
+                       beta0: dict[str, float], mode: str = "projected",
+                       priority: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Replay constraint mode over a run's logged steps (ESTIMATORS.md section 8).
+
+    step_means: rows (step, channel, violation_rate) as `Store.step_channel_means` gives them;
+    tau, beta0: per constrained channel. Returns rows (step, channel, beta, rate, tau) where `beta` is
+    β_c after the update with that step's violation rate (plus a row at step "start" - 1 with β0).
+    """
+    from backend import channels
+
+    names = [c for c in tau if c in set(step_means["channel"])]
+    if not names:
+        return pd.DataFrame(columns=["step", "channel", "beta", "rate", "tau"])
+    wide = step_means.pivot(index="step", columns="channel", values="violation_rate").sort_index()
+    wide = wide.reindex(columns=names).fillna(0.0)
+    steps = wide.index.to_numpy()
+    rates = torch.tensor(wide.to_numpy(), dtype=torch.float64)  # (S, C)
+    betas = channels.dual_ascent(
+        rates, torch.tensor([tau[c] for c in names], dtype=torch.float64), float(eta),
+        torch.tensor([beta0.get(c, 1.0) for c in names], dtype=torch.float64), mode,
+        tuple(names.index(c) for c in priority if c in names),
+    ).numpy()  # (S + 1, C)
+    rows = []
+    start = (steps[0] - 1) if len(steps) else -1
+    for c, name in enumerate(names):
+        rows.append({"step": start, "channel": name, "beta": float(betas[0, c]), "rate": math.nan,
+                     "tau": tau[name]})
+        for s, step in enumerate(steps):
+            rows.append({"step": int(step), "channel": name, "beta": float(betas[s + 1, c]),
+                         "rate": float(rates[s, c]), "tau": tau[name]})
+    return pd.DataFrame(rows)
+
+
+# ---- resampling from the app --------------------------------------------------------------------------
+
+def resample_rollout(engine, rollout: dict, verifier: str | None, positions: list[int], samples: int,
+                     progress=None, cancel=None, seed: int = 0):
+    """Suffix resampling of one stored rollout (the dict `Store.rollout` returns) with a loaded engine.
+
+    Returns the `ResampleResult` (a cancelled run keeps its finished samples).
+    """
+    from backend.errors import InputError
+    from backend.models.resample import resample
+
+    verifier = verifier or "answer_match"
+    truth = rollout.get("ground_truth")
+    if truth is None:
+        truth = (rollout.get("meta") or {}).get("ground_truth")
+    if truth is None and ":" not in verifier:
+        raise InputError(f"rollout {rollout.get('rollout_id')} has no ground truth for verifier {verifier!r}")
+    prompt_ids = rollout.get("prompt_ids")
+    prompt_ids = list(prompt_ids) if prompt_ids is not None else engine.encode(rollout.get("prompt") or "")
+    return resample(engine, prompt_ids, list(rollout["token_ids"]), positions, samples=samples,
+                    verifier=verifier, ground_truth=truth, seed=seed, progress=progress, cancel=cancel)
+
+
+def suggested_positions(kind: str, tokens: list[str], entropies, k: int = 5) -> list[int]:
+    """Positions to resample: `entropy` (top-k entropy) or `steps` (step boundaries)."""
+    from backend.models.resample import suggest_entropy, suggest_steps
+
+    if kind == "entropy":
+        if entropies is None:
+            return []
+        return suggest_entropy(list(entropies), k)
+    return [p for p in suggest_steps(list(tokens)) if p < len(tokens)]
+
+
+# ---- oracle metrics -------------------------------------------------------------------------------------
+
+def has_oracle(batch: RolloutBatch) -> bool:
+    return all(k in batch.extras and batch.extras[k].dim() == 2 for k in ("key_mask", "true_credit"))
+
+
+def oracle_table(batch: RolloutBatch, estimators: list[str]) -> tuple[pd.DataFrame, list[str]]:
+    """Section-9 credit metrics per estimator on a synthetic run, in the mixed/single (scores summed,
+    one estimator) and mixed/split (channels projected and normalized separately) pipelines.
+
+    Returns (rows: pipeline, estimator, one column per metric; errors: one line per estimator that failed).
+    """
+    import dataclasses
+
+    from backend.metrics import METRICS, _pipelines, batch_metrics
+
+    task_only = dataclasses.replace(
+        batch, scores={"task": batch.scores["task"]},
+        token_rewards={}) if "task" in batch.scores else batch
+    rows, errors = [], []
+    for name in estimators:
+        _, single, split = _pipelines(name)
+        try:
+            for pipeline, fn in (("single", single), ("split", split)):
+                adv = fn(batch)
+                delta = adv - fn(task_only) if "style" in batch.scores else None
+                rows.append({"pipeline": pipeline, "estimator": name, **batch_metrics(adv, batch, delta)})
+        except Exception as exc:  # noqa: BLE001 - one estimator's failure must not hide the others
+            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+    return pd.DataFrame(rows, columns=["pipeline", "estimator", *METRICS]), errors
+
+
+def teacher_agreement(batch: RolloutBatch, advantages: dict[str, torch.Tensor],
+                      mc_values: pd.DataFrame, outcome_channel: str = "task") -> pd.DataFrame:
+    """On real runs: agreement of each estimator with the Monte Carlo teacher where resampled values exist.
+
+    mc_values: rows (rollout_id, pos, value) from `Store.resample_values`. The teacher's per-token
+    advantages are the segment differences of V̂ (ESTIMATORS.md section 5); compared tokens are those of
+    rollouts with at least one valued position. Returns rows (estimator, spearman, sign_accuracy, tokens).
+    """
+    from backend.models.resample import segment_advantages
+
+    teacher = np.zeros(tuple(batch.response_mask.shape), dtype=np.float32)
+    judged = np.zeros_like(teacher, dtype=bool)
+    rows_of = {int(r): i for i, r in enumerate(batch.rollout_ids.tolist())}
+    scores = batch.scores.get(outcome_channel)
+    for rid, part in mc_values.groupby("rollout_id"):
+        i = rows_of.get(int(rid))
+        if i is None:
+            continue
+        L = int(batch.lengths[i])
+        outcome = float(scores[i]) if scores is not None else 0.0
+        teacher[i, :L] = segment_advantages(dict(zip(part["pos"], part["value"], strict=True)), L, outcome)
+        judged[i, int(part["pos"].min()):L] = True
+    out = []
+    target = torch.from_numpy(teacher[judged])
+    for name, adv in advantages.items():
+        a = adv.detach().cpu()[torch.from_numpy(judged)]
+        nonzero = target != 0
+        out.append({
+            "estimator": name,
+            "spearman": spearman(a, target) if a.numel() > 1 else math.nan,
+            "sign_accuracy": float((torch.sign(a[nonzero]) == torch.sign(target[nonzero])).double().mean())
+            if bool(nonzero.any()) else math.nan,
+            "tokens": int(judged.sum()),
+        })
+    return pd.DataFrame(out, columns=["estimator", "spearman", "sign_accuracy", "tokens"])

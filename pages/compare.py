@@ -1,5 +1,59 @@
-"""compare view."""
+"""Compare: 2–6 estimators on the same rollout — small multiples, a difference, rank agreement, and
+where the credit lands by token class (the "why did filler get credit" answer)."""
 
 import streamlit as st
 
-st.title("compare")
+from app import compute, figures, state, views, widgets
+from backend import analysis
+
+sel = state.selection()
+views.require_rollout(sel)
+st.title(f"Compare estimators · rollout #{sel.rollout}")
+
+options = widgets.estimator_names()
+default = [n for n in ("grpo", "entropy", "prefix_tree") if n in options] or options[:2]
+if "compare_estimators" not in st.session_state:
+    from_url = state.url_value("ests")
+    picked = [n for n in (from_url or "").split(",") if n in options]
+    st.session_state["compare_estimators"] = picked if len(picked) >= 2 else default
+chosen = st.multiselect("Estimators (2–6)", options, key="compare_estimators", max_selections=6)
+state.publish("ests", ",".join(chosen))
+if len(chosen) < 2:
+    st.warning("Pick at least two estimators.")
+    st.stop()
+
+configs = []
+with st.expander("Parameters", expanded=False):
+    for column, name in zip(st.columns(len(chosen)), chosen, strict=True):
+        with column:
+            st.markdown(f"**{views.plain(name)}**")
+            configs.append((name, widgets.estimator_form(name, key="compare_cfg")))
+
+result = views.compute_or_explain(compute.compare, sel.db, sel.run, sel.group, sel.rollout, tuple(configs))
+
+st.subheader("Small multiples")
+st.caption("The task-channel advantage of each estimator on this rollout, one shared colour scale.")
+st.plotly_chart(figures.small_multiples(result["rollout"], result["tokens"]), key="compare_multiples",
+                width="stretch", config={"displayModeBar": False})
+
+st.subheader("Difference")
+names = list(result["rollout"])
+a_col, b_col = st.columns(2)
+first = a_col.selectbox("A", names, index=0, key="compare_diff_a")
+second = b_col.selectbox("B", names, index=1, key="compare_diff_b")
+difference = analysis.credit_difference(result["rollout"][first], result["rollout"][second])
+st.plotly_chart(figures.credit_heatmap({f"{second} − {first}": difference}, result["tokens"]),
+                key="compare_difference", width="stretch", config={"displayModeBar": False})
+
+left, right = st.columns(2)
+with left:
+    st.subheader("Rank agreement")
+    st.caption("Spearman ρ between estimators over every token of the group.")
+    st.plotly_chart(figures.rank_agreement_figure(result["agreement"]), key="compare_agreement", width="stretch")
+with right:
+    st.subheader("Credit mass by token class")
+    st.caption("Share of Σ|A| over the group per class; the dash is the class's share of tokens. A bar above "
+               "its dash means that class gets more credit than its count.")
+    st.plotly_chart(figures.class_mass_figure(result["mass"]), key="compare_mass", width="stretch")
+st.dataframe(result["mass"].pivot(index="token_class", columns="estimator", values="credit_share"),
+             width="stretch")
