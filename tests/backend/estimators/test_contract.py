@@ -1,0 +1,168 @@
+"""Registry contract, config validation, input errors, diagnostics and fallbacks."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from backend.batch import BatchError
+from backend.estimators import registry
+from backend.estimators.values import fitted_values
+
+from .helpers import random_batch
+
+REQUIRED = ["grpo", "dr_grpo", "rloo", "terminal_gae", "recency", "early_late", "entropy", "high_entropy_mask",
+            "step_boundary", "trace", "s_trace", "hapo", "gtpo", "gae", "prefix_tree", "suffix_mc", "token_rm",
+            "rudder", "ktae", "stare", "entropy_gate", "tepo_mask", "aggregation"]
+
+
+def test_every_name_registered_with_frozen_config_and_schema():
+    assert set(REQUIRED) <= set(registry.names())
+    for name in registry.names():
+        spec = registry.get(name)
+        config = spec.config_cls()
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            config.channel = "x"  # type: ignore[misc]
+        schema = registry.config_schema(name)
+        json.dumps(schema)
+        assert schema["description"] and all(f["help"] for f in schema["fields"])
+
+
+def test_register_twice_and_unknown_name():
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register("grpo", registry.get("grpo").config_cls, "again")(lambda b, c: None)
+    with pytest.raises(KeyError, match="known: .*grpo"):
+        registry.get("nope")
+
+
+@pytest.mark.parametrize("name,key,value", [("recency", "kappa", 1.5), ("grpo", "epsilon", -1.0),
+                                             ("trace", "mode", "sideways"), ("gae", "value_source", "oracle"),
+                                             ("aggregation", "mode", "sum"), ("hapo", "alpha", float("nan"))])
+def test_bad_config_values_are_quoted(name, key, value):
+    with pytest.raises(ValueError, match=repr(value) if not isinstance(value, float) or value == value else "nan"):
+        registry.make_config(name, **{key: value})
+
+
+def test_make_config_coerces_strings():
+    config = registry.make_config("recency", kappa="0.5", then_gae="true", value_source="stored")
+    assert config.kappa == 0.5 and config.then_gae is True
+
+
+@pytest.mark.parametrize("field", ["entropies", "values", "logprobs"])
+def test_nan_input_names_field_and_rollout(field):
+    batch = random_batch(0)
+    bad = getattr(batch, field).clone()
+    bad[2, 0] = float("nan")
+    batch = dataclasses.replace(batch, **{field: bad})
+    with pytest.raises(BatchError, match=f"{field} of rollout {int(batch.rollout_ids[2])}"):
+        registry.estimate("entropy", batch)
+
+
+def test_nan_in_scores_and_inf_in_token_rewards():
+    batch = random_batch(0)
+    scores = dict(batch.scores)
+    scores["task"] = scores["task"].clone()
+    scores["task"][1] = float("inf")
+    with pytest.raises(BatchError, match=r"scores\[task\] of rollout 101"):
+        registry.estimate("grpo", dataclasses.replace(batch, scores=scores))
+
+
+def test_missing_fields_are_clear():
+    batch = dataclasses.replace(random_batch(0), entropies=None, values=None)
+    with pytest.raises(BatchError, match="entropies"):
+        registry.estimate("entropy", batch)
+    with pytest.raises(BatchError, match="stored"):
+        registry.estimate("gae", batch, value_source="stored")
+    with pytest.raises(BatchError, match="no scores for channel 'safety'"):
+        registry.estimate("grpo", batch, channel="safety")
+    no_mc = random_batch(0, extras=False)
+    with pytest.raises(BatchError, match="resample"):
+        registry.estimate("suffix_mc", no_mc)
+
+
+def test_uniform_fallback_is_reported():
+    batch = random_batch(0, n_groups=2, singleton=False, flat_group=False)
+    ent = batch.entropies.clone()
+    ent[1] = 0.0
+    res = registry.estimate("entropy", dataclasses.replace(batch, entropies=ent))
+    assert res.diagnostics["fallback"].startswith("uniform fallback on rollouts [101]")
+    row = res.advantages[1][batch.response_mask[1]]
+    assert torch.allclose(row, res.diagnostics["Z"][1].expand_as(row))
+
+
+def test_mc_value_fallback_message():
+    batch = random_batch(2, extras=False)
+    res = registry.estimate("gae", batch, value_source="mc")
+    assert "no resampling results" in res.diagnostics["fallback"]
+    batch = random_batch(2)
+    mm = batch.extras["mc_mask"].clone()
+    mm[0] = 0.0
+    res = registry.estimate("gae", dataclasses.replace(batch, extras={**batch.extras, "mc_mask": mm}),
+                            value_source="mc")
+    assert "rollouts [100" in res.diagnostics["fallback"]
+
+
+def test_fitted_values_are_cross_fitted_by_group():
+    batch = random_batch(4, n_groups=6, singleton=False, flat_group=False)
+    z = registry.estimate("grpo", batch).diagnostics["Z"]
+    v1, diag = fitted_values(batch, z, folds=3)
+    assert diag["value_folds"] == 3
+    own = batch.group_ids == batch.group_ids[0]
+    z2 = torch.where(own, z * -5.0, z)  # change only the first group's outcomes
+    v2, _ = fitted_values(batch, z2, folds=3)
+    assert torch.equal(v1[own], v2[own])  # a group never informs its own values
+    assert not torch.equal(v1[~own], v2[~own])
+
+
+def test_fitted_values_from_hidden_states():
+    batch = random_batch(5, n_groups=5, singleton=False)
+    hidden = torch.randn(batch.B, batch.T, 6, generator=torch.Generator().manual_seed(0))
+    batch = dataclasses.replace(batch, extras={**batch.extras, "hidden": hidden})
+    res = registry.estimate("gae", batch, value_source="fitted")
+    assert res.diagnostics["value_features"] == ["hidden"]
+    assert res.diagnostics["values"][~batch.response_mask].abs().sum() == 0
+
+
+def test_prefix_tree_nodes_describe_the_trie():
+    batch = random_batch(1, n_groups=2, group_size=5, singleton=False, vocab=2)
+    tree = registry.estimate("prefix_tree", batch).diagnostics["tree"]
+    parent, depth = tree["parent"], tree["depth"]
+    roots = parent < 0
+    assert int(roots.sum()) == 2 and (depth[roots] == 0).all()
+    assert (depth[~roots] == depth[parent[~roots]] + 1).all()
+    tok = tree["token_node"]
+    mask = batch.response_mask
+    assert (tok[mask] >= 0).all() and (tok[~mask] == -1).all()
+    # tokens with the same node share the whole prefix: same depth and the same group
+    assert (tree["group"][tok[mask]] == batch.group_ids[:, None].expand_as(tok)[mask]).all()
+    assert (tree["count"] >= 1).all()
+    # the value of the root is the group mean of Z
+    z = registry.estimate("grpo", batch).diagnostics["Z"]
+    for gid in batch.group_ids.unique():
+        root = ((tree["group"] == gid) & roots).nonzero()[0, 0]
+        assert abs(tree["value"][root].item() - z[batch.group_ids == gid].mean().item()) < 1e-5
+
+
+def test_prefix_tree_large_group_runs():
+    gen = torch.Generator().manual_seed(0)
+    G, T = 16, 4096
+    from backend.estimators.tree import build_prefix_tree
+
+    tokens = torch.randint(0, 3, (G, T), generator=gen)
+    tokens[:, :100] = 1  # a long shared stem
+    mask = torch.ones(G, T, dtype=torch.bool)
+    tree = build_prefix_tree(tokens, mask, torch.zeros(G, dtype=torch.long), torch.randn(G))
+    assert tree.count_before[:, 0].eq(G).all() and tree.count_before[:, 99].eq(G).all()
+    assert tree.branch[:, 100].any()
+
+
+def test_estimator_inputs_unchanged():
+    batch = random_batch(3)
+    before = {k: v.clone() for k, v in batch.scores.items()}, batch.entropies.clone()
+    for name in registry.names():
+        registry.estimate(name, batch)
+    assert all(torch.equal(before[0][k], batch.scores[k]) for k in before[0])
+    assert torch.equal(before[1], batch.entropies)
