@@ -1,0 +1,130 @@
+"""`creditlens estimators [--json]` and `creditlens estimate ... --out FILE.parquet`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from backend.errors import InputError
+from backend.estimators import registry
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("estimators", help="list estimators with their parameters (defaults, ranges)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (what the app renders)")
+    p.set_defaults(func=cmd_estimators)
+
+    p = sub.add_parser("estimate", help="run an estimator on a stored run; one Parquet row per real token")
+    p.add_argument("--db", type=Path, default=None, help="store file")
+    p.add_argument("--run", required=True, help="run name")
+    p.add_argument("--estimator", required=True, help="estimator name (see `creditlens estimators`)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="estimator parameter, repeatable")
+    p.add_argument("--channel", default=None, help="reward channel (default: the estimator's, task)")
+    p.add_argument("--out", required=True, type=Path, help="output .parquet file")
+    p.set_defaults(func=cmd_estimate)
+
+
+def _jsonable(value):
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def cmd_estimators(args) -> int:
+    schemas = [registry.config_schema(name) for name in registry.names()]
+    if args.json:
+        for schema in schemas:
+            for f in schema["fields"]:
+                f["default"] = _jsonable(f["default"])
+        json.dump(schemas, sys.stdout, indent=2)
+        print()
+        return 0
+    for schema in schemas:
+        print(f"{schema['name']:<18} [{schema['family']}] {schema['description']}")
+        for f in schema["fields"]:
+            rng = ""
+            if f["choices"]:
+                rng = " {" + ", ".join(map(str, f["choices"])) + "}"
+            elif f["low"] is not None or f["high"] is not None:
+                rng = f" [{f['low']}, {f['high']}]"
+            print(f"    {f['name']:<14} = {f['default']!r:<12}{rng}  {f['help']}")
+    return 0
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set kappa=0.9")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def cmd_estimate(args) -> int:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import torch
+
+    from backend.store import Store
+
+    if args.out.suffix != ".parquet":
+        raise InputError(f"{args.out}: the output must be a .parquet file")
+    if not args.out.parent.exists():
+        raise InputError(f"{args.out}: directory {args.out.parent} does not exist")
+    try:
+        spec = registry.get(args.estimator)
+    except registry.UnknownEstimator as exc:
+        raise InputError(str(exc)) from None
+    overrides = parse_overrides(args.overrides)
+    if args.channel is not None:
+        fields = {f.name for f in dataclasses.fields(spec.config_cls)}
+        if "channel" not in fields:
+            raise InputError(f"estimator {args.estimator!r} has no channel parameter")
+        overrides["channel"] = args.channel
+    try:
+        config = registry.make_config(args.estimator, **overrides)
+    except ValueError as exc:
+        raise InputError(f"--set: {exc}") from None
+    with Store(args.db, read_only=True) as store:
+        batch = store.load_batch(args.run)
+    result = registry.estimate(args.estimator, batch, config)
+    mask = batch.response_mask.cpu()
+    rows, pos = mask.nonzero(as_tuple=True)
+    # `pos` is the index among the response's real tokens (the position the store and app use).
+    k = (mask.long().cumsum(1) - 1)[rows, pos]
+    if batch.tokens is not None:
+        flat = [tok for row in batch.tokens for tok in row]
+        tokens = pa.array(flat if len(flat) == rows.numel() else [None] * rows.numel(), type=pa.string())
+    else:
+        tokens = pa.nulls(rows.numel(), type=pa.string())
+    table = pa.table({
+        "rollout_id": pa.array(batch.rollout_ids.cpu()[rows].numpy(), type=pa.int64()),
+        "group_id": pa.array(batch.group_ids.cpu()[rows].numpy(), type=pa.int64()),
+        "pos": pa.array(k.numpy(), type=pa.int32()),
+        "token_id": pa.array(batch.token_ids.cpu()[rows, pos].numpy(), type=pa.int64()),
+        "token": tokens,
+        "advantage": pa.array(result.advantages.detach().to(torch.float32).cpu()[rows, pos].numpy(),
+                              type=pa.float32()),
+    })
+    # Write next to the target and rename, so a failure never leaves a half-written file.
+    fd, tmp = tempfile.mkstemp(suffix=".parquet.tmp", dir=args.out.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, args.out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    note = result.diagnostics.get("fallback")
+    if isinstance(note, str):
+        print(f"note: {note}", file=sys.stderr)
+    print(f"wrote {table.num_rows} tokens of {batch.B} rollouts to {args.out}")
+    return 0
