@@ -174,3 +174,11 @@ def teacher(db: str, run: str, estimators: tuple) -> pd.DataFrame:
         except Exception:  # noqa: BLE001 - an estimator that cannot run on this run is left out
             continue
     return analysis.teacher_agreement(batch, advs, values)
+
+
+@st.cache_resource(show_spinner="Loading the model…", max_entries=2)
+def engine(model_dir: str, engine_name: str = "auto"):
+    """One loaded engine per (model folder, engine) and process."""
+    from backend.models.engine import load_engine
+
+    return load_engine(model_dir, engine=engine_name)

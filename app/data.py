@@ -117,3 +117,7 @@ def resample_samples(path: str, run: str, rollout_id: int) -> pd.DataFrame:
 def invalidate() -> None:
     """After a write (import, delete, resample): drop every cached read."""
     st.cache_data.clear()
+
+
+def handle_for(path: str) -> StoreHandle:
+    return store_handle(path)
