@@ -13,7 +13,7 @@ import re
 _INT = r"[-+−]?\d{1,3}(?:,\d{3})+(?![\d,])|[-+−]?\d+"
 HASH_ANSWER = re.compile(r"####[ \t]*(" + _INT + r")(?:\.0+)?(?![\d.])")
 BOXED = re.compile(r"\\boxed\s*\{")
-LAST_INTEGER = re.compile(r"(?<![\w.])(" + _INT + r")(?:\.0+)?(?![\w.]|\.\d)")
+LAST_INTEGER = re.compile(r"(?<![\w.])(" + _INT + r")(?:\.0+)?(?!\w|\.\d)")
 
 
 def parse_int(text: str | int | float | None) -> int | None:
