@@ -89,8 +89,13 @@ class Server:
         prepare_store(self.db)
         out = open(self.log, "w") if self.log else subprocess.DEVNULL  # noqa: SIM115 - closed in __exit__
         env = dict(os.environ, CREDITLENS_DB=str(self.db), PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(streamlit_command(self.db, self.port), stdout=out, stderr=subprocess.STDOUT,
-                                     env=env, cwd=str(MAIN.parents[1]))
+        self.proc = subprocess.Popen(
+            streamlit_command(self.db, self.port),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(MAIN.parents[1]),
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

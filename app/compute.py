@@ -37,20 +37,26 @@ def _row_of(batch, rollout_id: int) -> int:
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def group_credit(db: str, run: str, group: int, estimator: str, config: tuple,
-                 betas: tuple = ()) -> analysis.ChannelCredit:
+def group_credit(
+    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple = ()
+) -> analysis.ChannelCredit:
     batch = data.group_batch(db, run, group)
     return analysis.channel_credit(batch, estimator, config, dict(betas) or None)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def rollout_view(db: str, run: str, group: int, rollout_id: int, estimator: str, config: tuple,
-                 betas: tuple = ()) -> RolloutView:
+def rollout_view(
+    db: str, run: str, group: int, rollout_id: int, estimator: str, config: tuple, betas: tuple = ()
+) -> RolloutView:
     batch = data.group_batch(db, run, group)
     credit = group_credit(db, run, group, estimator, config, betas)
     row = _row_of(batch, rollout_id)
     L = int(batch.lengths[row])
-    tokens = list(batch.tokens[row]) if batch.tokens is not None else [str(t) for t in batch.token_ids[row, :L].tolist()]
+    tokens = (
+        list(batch.tokens[row])
+        if batch.tokens is not None
+        else [str(t) for t in batch.token_ids[row, :L].tolist()]
+    )
     contributions = {c: v[row, :L] for c, v in credit.contributions.items()}
     final = credit.final[row, :L]
     rows = dict(contributions)
@@ -61,20 +67,33 @@ def rollout_view(db: str, run: str, group: int, rollout_id: int, estimator: str,
     def per_token(x):
         return np.full(L, np.nan) if x is None else x[row, :L].numpy()
 
-    info = pd.DataFrame({
-        "pos": np.arange(L),
-        "token": tokens,
-        "logprob": per_token(batch.logprobs),
-        "entropy": per_token(batch.entropies),
-        "value": per_token(batch.values),
-        "token_class": analysis.token_class_labels(batch, row),
-    })
-    return RolloutView(int(rollout_id), row, tokens, rows, contributions, final,
-                       analysis.token_shares(contributions), info, credit.betas)
+    info = pd.DataFrame(
+        {
+            "pos": np.arange(L),
+            "token": tokens,
+            "logprob": per_token(batch.logprobs),
+            "entropy": per_token(batch.entropies),
+            "value": per_token(batch.values),
+            "token_class": analysis.token_class_labels(batch, row),
+        }
+    )
+    return RolloutView(
+        int(rollout_id),
+        row,
+        tokens,
+        rows,
+        contributions,
+        final,
+        analysis.token_shares(contributions),
+        info,
+        credit.betas,
+    )
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def group_tree(db: str, run: str, group: int, channel: str = "task") -> tuple[analysis.PrefixTree, pd.DataFrame]:
+def group_tree(
+    db: str, run: str, group: int, channel: str = "task"
+) -> tuple[analysis.PrefixTree, pd.DataFrame]:
     """The display prefix tree of a group with V(u) in outcome (Z) units."""
     batch = data.group_batch(db, run, group)
     z = registry.estimate("grpo", batch, channel=channel).advantages[:, 0] if batch.T else np.zeros(batch.B)
@@ -92,8 +111,9 @@ def estimator_advantages(db: str, run: str, group: int, estimator: str, config: 
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def group_rows(db: str, run: str, group: int, estimator: str, config: tuple,
-               betas: tuple = ()) -> tuple[dict[str, np.ndarray], dict[str, list[str]], list[int]]:
+def group_rows(
+    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple = ()
+) -> tuple[dict[str, np.ndarray], dict[str, list[str]], list[int]]:
     """The Group view's rows: one per response (final A and its tokens), labelled with id and task score."""
     batch = data.group_batch(db, run, group)
     credit = group_credit(db, run, group, estimator, config, betas)
@@ -103,8 +123,11 @@ def group_rows(db: str, run: str, group: int, estimator: str, config: tuple,
         L = int(batch.lengths[i])
         label = f"#{rid}" + (f" R={float(task[i]):+.2f}" if task is not None else "")
         values[label] = credit.final[i, :L]
-        tokens[label] = list(batch.tokens[i]) if batch.tokens is not None else [
-            str(t) for t in batch.token_ids[i, :L].tolist()]
+        tokens[label] = (
+            list(batch.tokens[i])
+            if batch.tokens is not None
+            else [str(t) for t in batch.token_ids[i, :L].tolist()]
+        )
         ids.append(int(rid))
     return values, tokens, ids
 
@@ -125,8 +148,9 @@ def compare(db: str, run: str, group: int, rollout_id: int, estimators: tuple) -
         advantages[label] = registry.estimate(name, batch, **dict(config)).advantages
     classes = analysis.token_class_ids(batch)
     return {
-        "tokens": list(batch.tokens[row]) if batch.tokens is not None else [
-            str(t) for t in batch.token_ids[row, :L].tolist()],
+        "tokens": list(batch.tokens[row])
+        if batch.tokens is not None
+        else [str(t) for t in batch.token_ids[row, :L].tolist()],
         "rollout": {k: v[row, :L].numpy() for k, v in advantages.items()},
         "agreement": analysis.rank_agreement(advantages, batch.response_mask),
         "mass": analysis.credit_mass_by_class(advantages, classes, batch.response_mask),
@@ -142,15 +166,18 @@ def default_betas(db: str, run: str, group: int) -> dict[str, float]:
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def group_shares(db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple) -> dict[str, float]:
+def group_shares(
+    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple
+) -> dict[str, float]:
     credit = group_credit(db, run, group, estimator, config, betas)
     return analysis.abs_shares(credit.contributions)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def dual_ascent(db: str, run: str, tau: tuple, eta: float, beta0: tuple, mode: str) -> pd.DataFrame:
-    return analysis.dual_ascent_replay(data.step_channel_means(db, run), dict(tau), eta, dict(beta0), mode,
-                                       priority=tuple(c for c, _ in tau))
+    return analysis.dual_ascent_replay(
+        data.step_channel_means(db, run), dict(tau), eta, dict(beta0), mode, priority=tuple(c for c, _ in tau)
+    )
 
 
 @st.cache_data(show_spinner="Scoring estimators against the oracle…", max_entries=16)
@@ -165,7 +192,9 @@ def teacher(db: str, run: str, estimators: tuple) -> pd.DataFrame:
     if values.empty:
         return pd.DataFrame(columns=["estimator", "spearman", "sign_accuracy", "tokens"])
     index = data.rollout_index(db, run)
-    groups = tuple(int(g) for g in sorted(set(index.loc[index["rollout_id"].isin(values["rollout_id"]), "group_id"])))
+    groups = tuple(
+        int(g) for g in sorted(set(index.loc[index["rollout_id"].isin(values["rollout_id"]), "group_id"]))
+    )
     batch = data.groups_batch(db, run, groups)
     advs = {}
     for name in estimators:

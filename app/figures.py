@@ -159,7 +159,7 @@ def credit_heatmap(
     )
     fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, range=[-0.5, band - 0.5])
     fig.update_layout(
-        height=max(160, 22 * height + 60),
+        height=max(90, 22 * height + 50),
         margin={"l": 10, "r": 10, "t": 30 if title else 10, "b": 10},
         title=safe(title) if title else None,
         clickmode="event+select",
@@ -210,24 +210,26 @@ def small_multiples(advantages: dict[str, np.ndarray], tokens: Sequence[str], ba
     L = len(tokens)
     n_bands = max(1, math.ceil(L / band))
     peak = symmetric_range(*advantages.values())
-    fig = make_subplots(
-        rows=len(names),
-        cols=1,
-        subplot_titles=[safe(n) for n in names],
-        vertical_spacing=min(0.08, 0.3 / max(len(names), 1)),
-    )
+    fig = make_subplots(rows=len(names), cols=1, vertical_spacing=0.04 / max(len(names), 1) + 0.01)
     full = [safe(repr(t)[1:-1]) for t in tokens]
+    show_text = L * len(names) <= CELL_TEXT_LIMIT
     for i, name in enumerate(names):
         z = np.full((n_bands, band), np.nan)
+        text = np.full((n_bands, band), "", dtype=object)
         hover = np.full((n_bands, band), "", dtype=object)
         values = np.asarray(advantages[name], dtype=np.float64)
         for t in range(L):
             b, c = divmod(t, band)
             z[b, c] = values[t]
+            if show_text:
+                text[b, c] = visible_token(tokens[t])
             hover[b, c] = f"<b>{full[t]}</b> · pos {t}<br>{safe(name)}: {_fmt(values[t])}"
         fig.add_trace(
             go.Heatmap(
                 z=z,
+                text=text,
+                texttemplate="%{text}",
+                textfont={"size": 9},
                 hovertext=hover,
                 hoverinfo="text",
                 coloraxis="coloraxis",
@@ -238,12 +240,29 @@ def small_multiples(advantages: dict[str, np.ndarray], tokens: Sequence[str], ba
             row=i + 1,
             col=1,
         )
-        fig.update_yaxes(autorange="reversed", showticklabels=False, row=i + 1, col=1)
-        fig.update_xaxes(showticklabels=False, row=i + 1, col=1)
+        fig.update_yaxes(
+            autorange="reversed",
+            showticklabels=False,
+            showgrid=False,
+            zeroline=False,
+            title={"text": safe(name), "font": {"size": 12}},
+            row=i + 1,
+            col=1,
+        )
+        fig.update_xaxes(
+            showticklabels=False, showgrid=False, zeroline=False, range=[-0.5, band - 0.5], row=i + 1, col=1
+        )
     fig.update_layout(
-        coloraxis={"colorscale": DIVERGING, "cmid": 0, "cmin": -peak, "cmax": peak},
-        height=max(220, len(names) * (40 + 14 * n_bands) + 60),
-        margin={"l": 10, "r": 10, "t": 30, "b": 10},
+        coloraxis={
+            "colorscale": DIVERGING,
+            "cmid": 0,
+            "cmin": -peak,
+            "cmax": peak,
+            "colorbar": {"title": {"text": "A"}, "thickness": 12},
+        },
+        height=max(160, len(names) * (22 * n_bands + 24) + 40),
+        margin={"l": 10, "r": 10, "t": 10, "b": 10},
+        plot_bgcolor="rgba(0,0,0,0)",
     )
     return fig
 

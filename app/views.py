@@ -37,8 +37,10 @@ def prompt_and_response(sel: Selection) -> dict:
     """The prompt, response and sequence scores of the selected rollout, as plain text."""
     record = data.rollout(sel.db, sel.run, sel.rollout)
     scores = " · ".join(f"{k} {v:+.3f}" for k, v in record["rewards"].items())
-    st.caption(f"run {plain(sel.run)} · group {record['group_id']} · step {record['step']} · "
-               f"{len(record['token_ids'])} tokens · {plain(scores)}")
+    st.caption(
+        f"run {plain(sel.run)} · group {record['group_id']} · step {record['step']} · "
+        f"{len(record['token_ids'])} tokens · {plain(scores)}"
+    )
     with st.expander("Prompt and response", expanded=False):
         st.text("Prompt")
         st.code(record["prompt"] or "", language=None, wrap_lines=True)
@@ -78,8 +80,12 @@ def why_this_credit(sel: Selection, view: compute.RolloutView, pos: int) -> None
     chart, facts = st.columns([2, 1])
     contributions = {c: float(v[pos]) for c, v in view.contributions.items()}
     with chart:
-        st.plotly_chart(figures.contribution_waterfall(contributions, float(view.final[pos])),
-                        key="rollout_waterfall", width="stretch", config={"displayModeBar": False})
+        st.plotly_chart(
+            figures.contribution_waterfall(contributions, float(view.final[pos])),
+            key="rollout_waterfall",
+            width="stretch",
+            config={"displayModeBar": False},
+        )
     info = view.token_info.iloc[pos]
     tree, _ = compute.group_tree(sel.db, sel.run, sel.group)
     node = tree.node_at(view.row, pos)
@@ -90,8 +96,10 @@ def why_this_credit(sel: Selection, view: compute.RolloutView, pos: int) -> None
         st.text(f"logprob    {_num(info['logprob'])}")
         st.text(f"entropy    {_num(info['entropy'])}")
         st.text(f"value      {_num(info['value'])}")
-        st.text(f"tree node  #{node.node_id}: tokens [{node.start}, {node.end}), {len(node.members)} responses, "
-                f"V(u) {node.value:+.3f}" + (", branch point" if node.branches and pos == node.end - 1 else ""))
+        st.text(
+            f"tree node  #{node.node_id}: tokens [{node.start}, {node.end}), {len(node.members)} responses, "
+            f"V(u) {node.value:+.3f}" + (", branch point" if node.branches and pos == node.end - 1 else "")
+        )
         st.text("β          " + ", ".join(f"{c} {b:g}" for c, b in view.betas.items()))
 
 

@@ -42,14 +42,21 @@ def estimator_form(name: str, key: str, container=None) -> tuple[tuple[str, Any]
         label, help_text, default = f["name"], f["help"] or None, f["default"]
         if f["choices"]:
             options = list(f["choices"])
-            value = box.selectbox(label, options, index=options.index(default) if default in options else 0,
-                                  key=wkey, help=help_text)
+            value = box.selectbox(
+                label,
+                options,
+                index=options.index(default) if default in options else 0,
+                key=wkey,
+                help=help_text,
+            )
         elif f["type"] == "bool":
             value = box.checkbox(label, value=bool(default), key=wkey, help=help_text)
         elif f["type"] in ("float", "int"):
             value = _number(box, f, wkey)
         else:
-            value = box.text_input(label, value="" if default is None else str(default), key=wkey, help=help_text)
+            value = box.text_input(
+                label, value="" if default is None else str(default), key=wkey, help=help_text
+            )
             if value == ("" if default is None else str(default)):
                 value = default
         if value != default:
@@ -64,13 +71,15 @@ def _number(box, f: dict, wkey: str):
     bounded = low is not None and high is not None and math.isfinite(low) and math.isfinite(high)
     if bounded and (high - low) <= 100 and not (not is_int and 0 < abs(default or 0) < 1e-3):
         step = 1 if is_int else (0.01 if high - low <= 10 else 0.1)
-        return box.slider(f["name"], cast(low), cast(high), cast(default), step=cast(step), key=wkey,
-                          help=f["help"] or None)
+        return box.slider(
+            f["name"], cast(low), cast(high), cast(default), step=cast(step), key=wkey, help=f["help"] or None
+        )
     kwargs = {}
     if low is not None:
         kwargs["min_value"] = cast(low)
     if high is not None:
         kwargs["max_value"] = cast(high)
     fmt = None if is_int else ("%.2e" if default and abs(default) < 1e-3 else "%.4g")
-    return box.number_input(f["name"], value=cast(default), key=wkey, help=f["help"] or None, format=fmt,
-                            **kwargs)
+    return box.number_input(
+        f["name"], value=cast(default), key=wkey, help=f["help"] or None, format=fmt, **kwargs
+    )

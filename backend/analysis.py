@@ -238,6 +238,7 @@ def prefix_tree(token_ids: list[list[int]], z: np.ndarray | torch.Tensor) -> Pre
 
 # ---- channel credit of a group -----------------------------------------------------------------------
 
+
 @dataclass
 class ChannelCredit:
     """The split-channel credit of a batch (one group, usually), as numpy arrays.
@@ -252,8 +253,9 @@ class ChannelCredit:
     betas: dict[str, float]
 
 
-def channel_credit(batch: RolloutBatch, estimator: str = "grpo", config: tuple = (),
-                   betas: dict[str, float] | None = None) -> ChannelCredit:
+def channel_credit(
+    batch: RolloutBatch, estimator: str = "grpo", config: tuple = (), betas: dict[str, float] | None = None
+) -> ChannelCredit:
     """Split-channel credit with estimator `estimator` (overrides `config`) on the task channel and
     each other channel projected by its default spec (ESTIMATORS.md section 8); `betas` override β_c."""
     from backend import channels
@@ -276,8 +278,12 @@ def _with_task_estimator(specs: dict, estimator: str, config: dict) -> dict:
     if task is None:
         return specs
     overrides = tuple(sorted(config.items()))
-    return {**specs, "task": dataclasses.replace(task, projection="estimator", estimator=estimator,
-                                                 estimator_config=overrides)}
+    return {
+        **specs,
+        "task": dataclasses.replace(
+            task, projection="estimator", estimator=estimator, estimator_config=overrides
+        ),
+    }
 
 
 def _replace_beta(spec, beta: float):
@@ -293,9 +299,15 @@ def credit_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 # ---- dual ascent replay ----------------------------------------------------------------------------
 
-def dual_ascent_replay(step_means: pd.DataFrame, tau: dict[str, float], eta: float,
-                       beta0: dict[str, float], mode: str = "projected",
-                       priority: tuple[str, ...] = ()) -> pd.DataFrame:
+
+def dual_ascent_replay(
+    step_means: pd.DataFrame,
+    tau: dict[str, float],
+    eta: float,
+    beta0: dict[str, float],
+    mode: str = "projected",
+    priority: tuple[str, ...] = (),
+) -> pd.DataFrame:
     """Replay constraint mode over a run's logged steps (ESTIMATORS.md section 8).
 
     step_means: rows (step, channel, violation_rate) as `Store.step_channel_means` gives them;
@@ -312,25 +324,45 @@ def dual_ascent_replay(step_means: pd.DataFrame, tau: dict[str, float], eta: flo
     steps = wide.index.to_numpy()
     rates = torch.tensor(wide.to_numpy(), dtype=torch.float64)  # (S, C)
     betas = channels.dual_ascent(
-        rates, torch.tensor([tau[c] for c in names], dtype=torch.float64), float(eta),
-        torch.tensor([beta0.get(c, 1.0) for c in names], dtype=torch.float64), mode,
+        rates,
+        torch.tensor([tau[c] for c in names], dtype=torch.float64),
+        float(eta),
+        torch.tensor([beta0.get(c, 1.0) for c in names], dtype=torch.float64),
+        mode,
         tuple(names.index(c) for c in priority if c in names),
     ).numpy()  # (S + 1, C)
     rows = []
     start = (steps[0] - 1) if len(steps) else -1
     for c, name in enumerate(names):
-        rows.append({"step": start, "channel": name, "beta": float(betas[0, c]), "rate": math.nan,
-                     "tau": tau[name]})
+        rows.append(
+            {"step": start, "channel": name, "beta": float(betas[0, c]), "rate": math.nan, "tau": tau[name]}
+        )
         for s, step in enumerate(steps):
-            rows.append({"step": int(step), "channel": name, "beta": float(betas[s + 1, c]),
-                         "rate": float(rates[s, c]), "tau": tau[name]})
+            rows.append(
+                {
+                    "step": int(step),
+                    "channel": name,
+                    "beta": float(betas[s + 1, c]),
+                    "rate": float(rates[s, c]),
+                    "tau": tau[name],
+                }
+            )
     return pd.DataFrame(rows)
 
 
 # ---- resampling from the app --------------------------------------------------------------------------
 
-def resample_rollout(engine, rollout: dict, verifier: str | None, positions: list[int], samples: int,
-                     progress=None, cancel=None, seed: int = 0):
+
+def resample_rollout(
+    engine,
+    rollout: dict,
+    verifier: str | None,
+    positions: list[int],
+    samples: int,
+    progress=None,
+    cancel=None,
+    seed: int = 0,
+):
     """Suffix resampling of one stored rollout (the dict `Store.rollout` returns) with a loaded engine.
 
     Returns the `ResampleResult` (a cancelled run keeps its finished samples).
@@ -346,8 +378,18 @@ def resample_rollout(engine, rollout: dict, verifier: str | None, positions: lis
         raise InputError(f"rollout {rollout.get('rollout_id')} has no ground truth for verifier {verifier!r}")
     prompt_ids = rollout.get("prompt_ids")
     prompt_ids = list(prompt_ids) if prompt_ids is not None else engine.encode(rollout.get("prompt") or "")
-    return resample(engine, prompt_ids, list(rollout["token_ids"]), positions, samples=samples,
-                    verifier=verifier, ground_truth=truth, seed=seed, progress=progress, cancel=cancel)
+    return resample(
+        engine,
+        prompt_ids,
+        list(rollout["token_ids"]),
+        positions,
+        samples=samples,
+        verifier=verifier,
+        ground_truth=truth,
+        seed=seed,
+        progress=progress,
+        cancel=cancel,
+    )
 
 
 def suggested_positions(kind: str, tokens: list[str], entropies, k: int = 5) -> list[int]:
@@ -363,6 +405,7 @@ def suggested_positions(kind: str, tokens: list[str], entropies, k: int = 5) -> 
 
 # ---- oracle metrics -------------------------------------------------------------------------------------
 
+
 def has_oracle(batch: RolloutBatch) -> bool:
     return all(k in batch.extras and batch.extras[k].dim() == 2 for k in ("key_mask", "true_credit"))
 
@@ -373,28 +416,45 @@ def oracle_table(batch: RolloutBatch, estimators: list[str]) -> tuple[pd.DataFra
 
     Returns (rows: pipeline, estimator, one column per metric; errors: one line per estimator that failed).
     """
-    import dataclasses
+    from backend import channels
+    from backend.estimators.registry import estimate
+    from backend.metrics import METRICS, batch_metrics
 
-    from backend.metrics import METRICS, _pipelines, batch_metrics
-
-    task_only = dataclasses.replace(
-        batch, scores={"task": batch.scores["task"]},
-        token_rewards={}) if "task" in batch.scores else batch
+    styled = "style" in batch.scores and "style" in batch.token_rewards
     rows, errors = [], []
     for name in estimators:
-        _, single, split = _pipelines(name)
         try:
-            for pipeline, fn in (("single", single), ("split", split)):
-                adv = fn(batch)
-                delta = adv - fn(task_only) if "style" in batch.scores else None
-                rows.append({"pipeline": pipeline, "estimator": name, **batch_metrics(adv, batch, delta)})
+            task_only = estimate(name, batch).advantages  # the estimator on the task score alone
+            single = channels.mixed_baseline(batch, {c: 1.0 for c in batch.scores}, estimator=name)
+            rows.append(
+                {
+                    "pipeline": "single",
+                    "estimator": name,
+                    **batch_metrics(single, batch, single - task_only if styled else None),
+                }
+            )
+            specs = {"task": channels.ChannelSpec("task", "estimator", estimator=name, normalization="group")}
+            if styled:
+                specs["style"] = channels.ChannelSpec("style", "span", normalization="group")
+            split = channels.combine(batch, specs)
+            rows.append(
+                {
+                    "pipeline": "split",
+                    "estimator": name,
+                    **batch_metrics(split.final, batch, split.contributions.get("style")),
+                }
+            )
         except Exception as exc:  # noqa: BLE001 - one estimator's failure must not hide the others
             errors.append(f"{name}: {type(exc).__name__}: {exc}")
     return pd.DataFrame(rows, columns=["pipeline", "estimator", *METRICS]), errors
 
 
-def teacher_agreement(batch: RolloutBatch, advantages: dict[str, torch.Tensor],
-                      mc_values: pd.DataFrame, outcome_channel: str = "task") -> pd.DataFrame:
+def teacher_agreement(
+    batch: RolloutBatch,
+    advantages: dict[str, torch.Tensor],
+    mc_values: pd.DataFrame,
+    outcome_channel: str = "task",
+) -> pd.DataFrame:
     """On real runs: agreement of each estimator with the Monte Carlo teacher where resampled values exist.
 
     mc_values: rows (rollout_id, pos, value) from `Store.resample_values`. The teacher's per-token
@@ -414,17 +474,22 @@ def teacher_agreement(batch: RolloutBatch, advantages: dict[str, torch.Tensor],
         L = int(batch.lengths[i])
         outcome = float(scores[i]) if scores is not None else 0.0
         teacher[i, :L] = segment_advantages(dict(zip(part["pos"], part["value"], strict=True)), L, outcome)
-        judged[i, int(part["pos"].min()):L] = True
+        judged[i, int(part["pos"].min()) : L] = True
     out = []
     target = torch.from_numpy(teacher[judged])
     for name, adv in advantages.items():
         a = adv.detach().cpu()[torch.from_numpy(judged)]
         nonzero = target != 0
-        out.append({
-            "estimator": name,
-            "spearman": spearman(a, target) if a.numel() > 1 else math.nan,
-            "sign_accuracy": float((torch.sign(a[nonzero]) == torch.sign(target[nonzero])).double().mean())
-            if bool(nonzero.any()) else math.nan,
-            "tokens": int(judged.sum()),
-        })
+        out.append(
+            {
+                "estimator": name,
+                "spearman": spearman(a, target) if a.numel() > 1 else math.nan,
+                "sign_accuracy": float(
+                    (torch.sign(a[nonzero]) == torch.sign(target[nonzero])).double().mean()
+                )
+                if bool(nonzero.any())
+                else math.nan,
+                "tokens": int(judged.sum()),
+            }
+        )
     return pd.DataFrame(out, columns=["estimator", "spearman", "sign_accuracy", "tokens"])

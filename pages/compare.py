@@ -33,8 +33,12 @@ result = views.compute_or_explain(compute.compare, sel.db, sel.run, sel.group, s
 
 st.subheader("Small multiples")
 st.caption("The task-channel advantage of each estimator on this rollout, one shared colour scale.")
-st.plotly_chart(figures.small_multiples(result["rollout"], result["tokens"]), key="compare_multiples",
-                width="stretch", config={"displayModeBar": False})
+st.plotly_chart(
+    figures.small_multiples(result["rollout"], result["tokens"]),
+    key="compare_multiples",
+    width="stretch",
+    config={"displayModeBar": False},
+)
 
 st.subheader("Difference")
 names = list(result["rollout"])
@@ -42,18 +46,27 @@ a_col, b_col = st.columns(2)
 first = a_col.selectbox("A", names, index=0, key="compare_diff_a")
 second = b_col.selectbox("B", names, index=1, key="compare_diff_b")
 difference = analysis.credit_difference(result["rollout"][first], result["rollout"][second])
-st.plotly_chart(figures.credit_heatmap({f"{second} − {first}": difference}, result["tokens"]),
-                key="compare_difference", width="stretch", config={"displayModeBar": False})
+st.plotly_chart(
+    figures.credit_heatmap({f"{second} − {first}": difference}, result["tokens"]),
+    key="compare_difference",
+    width="stretch",
+    config={"displayModeBar": False},
+)
 
 left, right = st.columns(2)
 with left:
     st.subheader("Rank agreement")
     st.caption("Spearman ρ between estimators over every token of the group.")
-    st.plotly_chart(figures.rank_agreement_figure(result["agreement"]), key="compare_agreement", width="stretch")
+    st.plotly_chart(
+        figures.rank_agreement_figure(result["agreement"]), key="compare_agreement", width="stretch"
+    )
 with right:
     st.subheader("Credit mass by token class")
-    st.caption("Share of Σ|A| over the group per class; the dash is the class's share of tokens. A bar above "
-               "its dash means that class gets more credit than its count.")
+    st.caption(
+        "Share of Σ|A| over the group per class; the dash is the class's share of tokens. A bar above "
+        "its dash means that class gets more credit than its count."
+    )
     st.plotly_chart(figures.class_mass_figure(result["mass"]), key="compare_mass", width="stretch")
-st.dataframe(result["mass"].pivot(index="token_class", columns="estimator", values="credit_share"),
-             width="stretch")
+st.dataframe(
+    result["mass"].pivot(index="token_class", columns="estimator", values="credit_share"), width="stretch"
+)

@@ -9,27 +9,45 @@ views.require_rollout(sel)
 st.title(f"Group {sel.group}")
 record = views.prompt_and_response(sel)
 
-estimator = state.url_widget(st.selectbox, "Task-channel estimator", key="group_estimator", url="est",
-                             default="grpo", options=widgets.estimator_names())
+estimator = state.url_widget(
+    st.selectbox,
+    "Task-channel estimator",
+    key="group_estimator",
+    url="est",
+    default="grpo",
+    options=widgets.estimator_names(),
+)
 values, tokens, ids = views.compute_or_explain(compute.group_rows, sel.db, sel.run, sel.group, estimator, ())
 
 st.subheader("Responses aligned by position")
-st.caption("One row per response (final advantage, all channels combined); rows labelled by rollout id and "
-           "task score. Hover a cell for the token.")
-st.plotly_chart(figures.credit_heatmap(values, [], row_tokens=tokens), key="group_heatmap", width="stretch",
-                config={"displayModeBar": False})
+st.caption(
+    "One row per response (final advantage, all channels combined); rows labelled by rollout id and "
+    "task score. Hover a cell for the token."
+)
+st.plotly_chart(
+    figures.credit_heatmap(values, [], row_tokens=tokens),
+    key="group_heatmap",
+    width="stretch",
+    config={"displayModeBar": False},
+)
 
 st.subheader("Prefix tree")
-st.caption("Each box is a run of tokens shared by the responses below it (width = responses, colour = "
-           "V(u), the mean outcome Z of its responses). Branch points carry the TD corrections "
-           "V(child) − V(parent) that the prefix-tree estimator adds.")
+st.caption(
+    "Each box is a run of tokens shared by the responses below it (width = responses, colour = "
+    "V(u), the mean outcome Z of its responses). Branch points carry the TD corrections "
+    "V(child) − V(parent) that the prefix-tree estimator adds."
+)
 tree, frame = compute.group_tree(sel.db, sel.run, sel.group)
 st.plotly_chart(figures.prefix_tree_figure(frame), key="group_tree", width="stretch")
 branches = frame[frame["parent"].isin(frame.loc[frame["branches"], "node_id"])]
 st.text(f"{int(frame['branches'].sum())} branch points, {len(frame)} nodes")
 st.dataframe(
     branches[["node_id", "parent", "label", "start", "end", "count", "value", "td"]],
-    hide_index=True, width="stretch",
-    column_config={"label": st.column_config.TextColumn("tokens"), "value": st.column_config.NumberColumn("V(u)",
-                   format="%+.3f"), "td": st.column_config.NumberColumn("TD correction", format="%+.3f")},
+    hide_index=True,
+    width="stretch",
+    column_config={
+        "label": st.column_config.TextColumn("tokens"),
+        "value": st.column_config.NumberColumn("V(u)", format="%+.3f"),
+        "td": st.column_config.NumberColumn("TD correction", format="%+.3f"),
+    },
 )

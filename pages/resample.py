@@ -19,7 +19,10 @@ L = len(view.tokens)
 st.caption("Click tokens in the heatmap to add them as positions (V̂(s_t) keeps y_<t and samples the rest).")
 event = st.plotly_chart(
     figures.credit_heatmap({"final": view.final}, view.tokens, token_info=view.token_info),
-    key="resample_heatmap", on_select="rerun", selection_mode="points", width="stretch",
+    key="resample_heatmap",
+    on_select="rerun",
+    selection_mode="points",
+    width="stretch",
     config={"displayModeBar": False},
 )
 clicked = views.clicked_position(event, n_rows=1)
@@ -27,7 +30,8 @@ clicked = views.clicked_position(event, n_rows=1)
 if "resample_positions" not in st.session_state:
     from_url = [int(p) for p in (state.url_value("positions") or "").split(",") if p.strip().isdigit()]
     st.session_state["resample_positions"] = [p for p in from_url if p < L] or analysis.suggested_positions(
-        "entropy", view.tokens, view.token_info["entropy"].dropna().tolist() or None, 3)
+        "entropy", view.tokens, view.token_info["entropy"].dropna().tolist() or None, 3
+    )
 if clicked is not None and clicked != st.session_state.get("_resample_clicked"):
     st.session_state["_resample_clicked"] = clicked
     st.session_state["resample_positions"] = sorted({*st.session_state["resample_positions"], clicked})
@@ -40,17 +44,33 @@ def suggest(kind: str) -> None:
 
 left, mid, right = st.columns([3, 1, 1])
 with left:
-    positions = st.multiselect("Positions", list(range(L)), key="resample_positions",
-                               format_func=lambda p: f"{p} {view.tokens[p]!r}")
+    positions = st.multiselect(
+        "Positions", list(range(L)), key="resample_positions", format_func=lambda p: f"{p} {view.tokens[p]!r}"
+    )
     b1, b2 = st.columns(2)
     b1.button("Suggest: high entropy", on_click=suggest, args=("entropy",), key="resample_suggest_entropy")
     b2.button("Suggest: step ends", on_click=suggest, args=("steps",), key="resample_suggest_steps")
 with mid:
-    samples = state.url_widget(st.number_input, "M samples per position", key="resample_m", url="m", default=8,
-                               cast=int, min_value=1, max_value=256, step=1)
+    samples = state.url_widget(
+        st.number_input,
+        "M samples per position",
+        key="resample_m",
+        url="m",
+        default=8,
+        cast=int,
+        min_value=1,
+        max_value=256,
+        step=1,
+    )
 with right:
-    engine_name = state.url_widget(st.selectbox, "Engine", key="resample_engine", url="engine", default="auto",
-                                   options=["auto", "transformers", "vllm"])
+    engine_name = state.url_widget(
+        st.selectbox,
+        "Engine",
+        key="resample_engine",
+        url="engine",
+        default="auto",
+        options=["auto", "transformers", "vllm"],
+    )
 state.publish("positions", ",".join(map(str, positions)))
 
 model_dir = info.get("model_dir")
@@ -62,13 +82,25 @@ if job is not None and job.running:
     if st.button("Cancel", key="resample_cancel", type="secondary"):
         job.cancel.set()
 elif st.button("Run resampling", key="resample_run", type="primary", disabled=not (model_dir and positions)):
-    target = dict(record=record, positions=list(positions), samples=int(samples),
-                  engine=views.compute_or_explain(compute.engine, model_dir, engine_name), verifier=info.get("verifier"))
+    target = dict(
+        record=record,
+        positions=list(positions),
+        samples=int(samples),
+        engine=views.compute_or_explain(compute.engine, model_dir, engine_name),
+        verifier=info.get("verifier"),
+    )
 
     def work(job: jobs.Job, t=target):
         engine = t["engine"]
-        result = analysis.resample_rollout(engine, t["record"], t["verifier"], t["positions"], t["samples"],
-                                           progress=job.progress, cancel=job.cancel.is_set)
+        result = analysis.resample_rollout(
+            engine,
+            t["record"],
+            t["verifier"],
+            t["positions"],
+            t["samples"],
+            progress=job.progress,
+            cancel=job.cancel.is_set,
+        )
         if result.samples:
             with data.handle_for(sel.db).write() as store:
                 store.save_resample(sel.run, sel.rollout, result.table())
@@ -89,8 +121,10 @@ if job is not None and (job.running or st.session_state.get("_resample_shown") i
     elif job.result is not None:
         r = job.result
         note = " (cancelled; finished samples kept)" if r.cancelled else ""
-        st.success(f"{len(r.samples)} suffixes, {r.tokens} tokens in {r.seconds:.2f} s with {r.engine}{note}; "
-                   "stored.")
+        st.success(
+            f"{len(r.samples)} suffixes, {r.tokens} tokens in {r.seconds:.2f} s with {r.engine}{note}; "
+            "stored."
+        )
 
 values = data.resample_values(sel.db, sel.run, sel.rollout)
 st.subheader("V̂(s_t) along the rollout")
@@ -98,9 +132,15 @@ if values.empty:
     st.info("No resampled positions for this rollout yet.")
 else:
     outcome = record["rewards"].get("task")
-    st.plotly_chart(figures.value_estimates_figure(values, L, outcome), key="resample_values", width="stretch")
+    st.plotly_chart(
+        figures.value_estimates_figure(values, L, outcome), key="resample_values", width="stretch"
+    )
     st.dataframe(values, hide_index=True, width="stretch")
     st.subheader("Suffixes and their rewards")
     samples_frame = data.resample_samples(sel.db, sel.run, sel.rollout)
-    st.dataframe(samples_frame[["pos", "sample_idx", "suffix_text", "reward", "engine"]], hide_index=True,
-                 width="stretch", column_config={"suffix_text": st.column_config.TextColumn("suffix")})
+    st.dataframe(
+        samples_frame[["pos", "sample_idx", "suffix_text", "reward", "engine"]],
+        hide_index=True,
+        width="stretch",
+        column_config={"suffix_text": st.column_config.TextColumn("suffix")},
+    )

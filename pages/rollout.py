@@ -11,18 +11,34 @@ views.prompt_and_response(sel)
 
 left, right = st.columns([3, 1])
 with right:
-    estimator = state.url_widget(st.selectbox, "Task-channel estimator", key="rollout_estimator", url="est",
-                                 default="grpo", options=widgets.estimator_names())
+    estimator = state.url_widget(
+        st.selectbox,
+        "Task-channel estimator",
+        key="rollout_estimator",
+        url="est",
+        default="grpo",
+        options=widgets.estimator_names(),
+    )
     with st.expander("Estimator parameters"):
         config = widgets.estimator_form(estimator, key="rollout_cfg")
 
-view = views.compute_or_explain(compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, config)
+view = views.compute_or_explain(
+    compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, config
+)
 with left:
-    st.caption("One row per channel (β_c · Ã_c) and the final advantage; blue = positive credit, red = "
-               "negative, white = 0. Click a token to see why it got its credit.")
+    st.caption(
+        "One row per channel (β_c · Ã_c) and the final advantage; blue = positive credit, red = "
+        "negative, white = 0. Click a token to see why it got its credit."
+    )
     heatmap = figures.credit_heatmap(view.rows, view.tokens, token_info=view.token_info, shares=view.shares)
-    event = st.plotly_chart(heatmap, key="rollout_heatmap", on_select="rerun", selection_mode="points",
-                            width="stretch", config={"displayModeBar": False})
+    event = st.plotly_chart(
+        heatmap,
+        key="rollout_heatmap",
+        on_select="rerun",
+        selection_mode="points",
+        width="stretch",
+        config={"displayModeBar": False},
+    )
 
 clicked = views.clicked_position(event, n_rows=len(view.rows))
 if clicked is not None and clicked != st.session_state.get("_rollout_clicked"):
@@ -30,8 +46,17 @@ if clicked is not None and clicked != st.session_state.get("_rollout_clicked"):
     st.session_state["rollout_pos"] = clicked
 
 with right:
-    pos = state.url_widget(st.number_input, "Token position", key="rollout_pos", url="pos", default=0,
-                           cast=int, min_value=0, max_value=max(len(view.tokens) - 1, 0), step=1)
+    pos = state.url_widget(
+        st.number_input,
+        "Token position",
+        key="rollout_pos",
+        url="pos",
+        default=0,
+        cast=int,
+        min_value=0,
+        max_value=max(len(view.tokens) - 1, 0),
+        step=1,
+    )
 
 st.subheader(f"Why this credit: token {pos} {views.quoted(view.tokens[pos]) if view.tokens else ''}")
 views.why_this_credit(sel, view, pos)

@@ -12,11 +12,14 @@ from backend.errors import InputError, StoreError
 sel = state.selection()
 st.title("Runs")
 st.caption(f"Store: {data.db_path()}")
+if "runs_flash" in st.session_state:
+    st.success(st.session_state.pop("runs_flash"))
 
 runs = data.list_runs(sel.db)
 if runs:
-    table = pd.DataFrame(runs)[["name", "source", "rollouts", "groups", "steps", "tokens", "channels", "model",
-                                "created"]]
+    table = pd.DataFrame(runs)[
+        ["name", "source", "rollouts", "groups", "steps", "tokens", "channels", "model", "created"]
+    ]
     table["channels"] = table["channels"].map(", ".join)
     st.dataframe(table, hide_index=True, width="stretch")
 else:
@@ -34,8 +37,9 @@ fmt = st.selectbox("Format", ["detect", "native", "verl", "trl"], key="runs_impo
 source = st.radio("From", ["upload", "path on this machine"], key="runs_import_source", horizontal=True)
 upload = path = None
 if source == "upload":
-    upload = st.file_uploader("Rollout file (JSONL or Parquet)", type=["jsonl", "json", "parquet"],
-                              key="runs_import_upload")
+    upload = st.file_uploader(
+        "Rollout file (JSONL or Parquet)", type=["jsonl", "json", "parquet"], key="runs_import_upload"
+    )
 else:
     path = st.text_input("File or folder", key="runs_import_path", placeholder="/path/to/rollouts.jsonl")
 
@@ -52,7 +56,8 @@ def run_import(target: Path) -> None:
         report = import_path(store, target, name, fmt=None if fmt == "detect" else fmt, on_progress=progress)
     bar.progress(1.0, text="done")
     data.invalidate()
-    st.success(report.message())
+    st.session_state["runs_flash"] = report.message()
+    st.rerun()
 
 
 if st.button("Import", key="runs_import_button", type="primary"):
@@ -83,5 +88,5 @@ if runs:
         with data.handle().write() as store:
             store.delete_run(victim)
         data.invalidate()
-        st.success(f"Deleted run {victim!r}.")
+        st.session_state["runs_flash"] = f"Deleted run {victim!r}."
         st.rerun()

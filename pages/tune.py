@@ -9,8 +9,14 @@ sel = state.selection()
 views.require_rollout(sel)
 st.title(f"Tune channel weights · rollout #{sel.rollout}")
 
-estimator = state.url_widget(st.selectbox, "Task-channel estimator", key="tune_estimator", url="est",
-                             default="grpo", options=widgets.estimator_names())
+estimator = state.url_widget(
+    st.selectbox,
+    "Task-channel estimator",
+    key="tune_estimator",
+    url="est",
+    default="grpo",
+    options=widgets.estimator_names(),
+)
 defaults = compute.default_betas(sel.db, sel.run, sel.group)
 
 controls, chart = st.columns([1, 3])
@@ -18,23 +24,41 @@ betas = {}
 with controls:
     st.markdown("**β per channel**")
     for channel, beta0 in defaults.items():
-        betas[channel] = state.url_widget(st.slider, f"β {channel}", key=f"tune_beta_{channel}",
-                                          url=f"beta_{channel}", default=float(beta0), cast=float,
-                                          min_value=0.0, max_value=3.0, step=0.05)
+        betas[channel] = state.url_widget(
+            st.slider,
+            f"β {channel}",
+            key=f"tune_beta_{channel}",
+            url=f"beta_{channel}",
+            default=float(beta0),
+            cast=float,
+            min_value=0.0,
+            max_value=3.0,
+            step=0.05,
+        )
 beta_items = tuple(sorted(betas.items()))
-view = views.compute_or_explain(compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, (),
-                                beta_items)
+view = views.compute_or_explain(
+    compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, (), beta_items
+)
 with chart:
-    st.plotly_chart(figures.credit_heatmap(view.rows, view.tokens, token_info=view.token_info,
-                                           shares=view.shares),
-                    key="tune_heatmap", width="stretch", config={"displayModeBar": False})
+    st.plotly_chart(
+        figures.credit_heatmap(view.rows, view.tokens, token_info=view.token_info, shares=view.shares),
+        key="tune_heatmap",
+        width="stretch",
+        config={"displayModeBar": False},
+    )
     shares = compute.group_shares(sel.db, sel.run, sel.group, estimator, (), beta_items)
-    st.plotly_chart(figures.shares_figure(shares, "share of |A| per channel (this group)"), key="tune_shares",
-                    width="stretch", config={"displayModeBar": False})
+    st.plotly_chart(
+        figures.shares_figure(shares, "share of |A| per channel (this group)"),
+        key="tune_shares",
+        width="stretch",
+        config={"displayModeBar": False},
+    )
 
 st.subheader("Dual ascent replay")
-st.caption("Constraint mode: maximize task subject to violation rate_c ≤ τ_c, with "
-           "β_c ← max(0, β_c + η (rate_c − τ_c)) at each logged step. A violation is a negative score.")
+st.caption(
+    "Constraint mode: maximize task subject to violation rate_c ≤ τ_c, with "
+    "β_c ← max(0, β_c + η (rate_c − τ_c)) at each logged step. A violation is a negative score."
+)
 means = data.step_channel_means(sel.db, sel.run)
 constrained = [c for c in dict.fromkeys(means["channel"]) if c != "task"]
 if not constrained or means["step"].nunique() < 1:
@@ -44,15 +68,40 @@ cols = st.columns(len(constrained) + 2)
 tau = {}
 for col, channel in zip(cols, constrained, strict=False):
     with col:
-        tau[channel] = state.url_widget(st.slider, f"τ {channel}", key=f"tune_tau_{channel}", url=f"tau_{channel}",
-                                        default=0.1, cast=float, min_value=0.0, max_value=1.0, step=0.01)
+        tau[channel] = state.url_widget(
+            st.slider,
+            f"τ {channel}",
+            key=f"tune_tau_{channel}",
+            url=f"tau_{channel}",
+            default=0.1,
+            cast=float,
+            min_value=0.0,
+            max_value=1.0,
+            step=0.01,
+        )
 with cols[-2]:
-    eta = state.url_widget(st.slider, "η", key="tune_eta", url="eta", default=1.0, cast=float,
-                           min_value=0.0, max_value=10.0, step=0.1)
+    eta = state.url_widget(
+        st.slider,
+        "η",
+        key="tune_eta",
+        url="eta",
+        default=1.0,
+        cast=float,
+        min_value=0.0,
+        max_value=10.0,
+        step=0.1,
+    )
 with cols[-1]:
-    mode = state.url_widget(st.radio, "mode", key="tune_mode", url="mode", default="projected",
-                            options=["projected", "lexicographic"])
-replay = compute.dual_ascent(sel.db, sel.run, tuple(tau.items()), eta,
-                             tuple((c, betas.get(c, 1.0)) for c in tau), mode)
+    mode = state.url_widget(
+        st.radio,
+        "mode",
+        key="tune_mode",
+        url="mode",
+        default="projected",
+        options=["projected", "lexicographic"],
+    )
+replay = compute.dual_ascent(
+    sel.db, sel.run, tuple(tau.items()), eta, tuple((c, betas.get(c, 1.0)) for c in tau), mode
+)
 st.plotly_chart(figures.beta_trajectories(replay), key="tune_replay", width="stretch")
 st.dataframe(replay.pivot(index="step", columns="channel", values="beta"), width="stretch")

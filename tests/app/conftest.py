@@ -1,0 +1,90 @@
+"""AppTest fixtures: a real DuckDB store in a tmp dir with the bundled runs, a small run and a hostile one."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from backend.ingest import import_records
+from backend.store import Store
+from backend.store.commands import import_bundled
+from tests.conftest import make_records
+
+MAIN = Path(__file__).resolve().parents[2] / "app" / "main.py"
+SCRIPT = "<script>alert(1)</script>"
+IMG = "<img src=x onerror=alert(1)>"
+
+
+def hostile_records() -> list[dict]:
+    """A run whose prompt, response and token texts try to inject HTML, markdown and LaTeX."""
+    records = make_records(n_groups=1, group_size=3, seed=5)
+    for rec in records:
+        rec["prompt"] = f"{SCRIPT} **bold** $x^2$"
+        rec["response"] = f"{IMG} {SCRIPT}"
+        rec["tokens"] = [IMG if i % 2 else SCRIPT for i in range(len(rec["token_ids"]))]
+    return records
+
+
+@pytest.fixture(scope="session")
+def template_db(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("store") / "runs.duckdb"
+    with Store(path) as store:
+        import_bundled(store, quiet=True)
+        import_records(store, "small", make_records(n_groups=2, group_size=4, steps=3), content_key="small")
+        import_records(store, "hostile", hostile_records(), content_key="hostile")
+    return path
+
+
+@pytest.fixture
+def app_db(template_db, tmp_path) -> Path:
+    """A private copy of the template store (tests may write to it)."""
+    path = tmp_path / "runs.duckdb"
+    shutil.copy(template_db, path)
+    return path
+
+
+def open_app(db: Path, page: str | None = None, query: dict | None = None, timeout: float = 120):
+    """Run the app once (optionally switch to `pages/<page>.py`) and return the AppTest."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(MAIN), default_timeout=timeout)
+    at.session_state["app_db"] = str(db)
+    for k, v in (query or {}).items():
+        at.query_params[k] = v
+    at.run()
+    if page is not None:
+        at.switch_page(f"../pages/{page}.py")
+        at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def decode(value):
+    """Plotly 7 typed arrays ({"dtype", "bdata", "shape"}) to numpy; other values unchanged."""
+    if isinstance(value, dict) and "bdata" in value:
+        arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = value.get("shape")
+        if shape:
+            dims = [int(s) for s in str(shape).split(",")] if isinstance(shape, str) else list(shape)
+            arr = arr.reshape(dims)
+        return arr
+    return value
+
+
+def chart(at, key: str) -> dict:
+    """The figure JSON of the plotly chart with widget key `key` (or the n-th chart for an int)."""
+    charts = at.get("plotly_chart")
+    for c in charts:
+        spec = json.loads(c.proto.spec)
+        if key in (c.proto.id or "") or key in json.dumps(spec.get("layout", {}).get("meta", "")):
+            return spec
+    raise AssertionError(f"no chart {key!r}; have {[c.proto.id for c in charts]}")
+
+
+def heatmap_z(spec: dict) -> np.ndarray:
+    return np.asarray(decode(spec["data"][0]["z"]), dtype=np.float64)

@@ -1,0 +1,205 @@
+"""Every view under AppTest on a real DuckDB store: no exception, key elements, widgets change results."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.app.conftest import IMG, SCRIPT, chart, decode, heatmap_z, open_app
+from tests.conftest import make_records, write_jsonl
+
+
+def titles(at) -> list[str]:
+    return [t.value for t in at.title]
+
+
+def test_rollout_opens_on_demo_run_with_heatmap(app_db):
+    at = open_app(app_db)
+    assert titles(at) == ["Rollout #0"]
+    assert at.session_state["sel_run"] == "demo"
+    spec = chart(at, "rollout_heatmap")
+    ticks = spec["layout"]["yaxis"]["ticktext"]
+    assert any(t.startswith("task") for t in ticks) and any(t.startswith("final") for t in ticks)
+    assert np.isfinite(heatmap_z(spec)).any()
+    assert at.query_params["run"] == ["demo"] or at.query_params["run"] == "demo"
+    assert chart(at, "rollout_waterfall")["data"][0]["type"] == "waterfall"
+
+
+def test_rollout_estimator_change_changes_heatmap(app_db):
+    at = open_app(app_db)
+    before = heatmap_z(chart(at, "rollout_heatmap"))
+    at.selectbox(key="rollout_estimator").set_value("entropy").run()
+    assert not at.exception
+    after = heatmap_z(chart(at, "rollout_heatmap"))
+    assert before.shape == after.shape
+    assert not np.allclose(np.nan_to_num(before), np.nan_to_num(after))
+
+
+def test_url_selects_run_and_rollout_and_shows_true_credit(app_db):
+    at = open_app(app_db, query={"run": "oracle", "rollout": "5", "pos": "3"})
+    assert titles(at) == ["Rollout #5"]
+    assert at.session_state["sel_rollout"] == 5
+    assert at.number_input(key="rollout_pos").value == 3
+    ticks = chart(at, "rollout_heatmap")["layout"]["yaxis"]["ticktext"]
+    assert any(t.startswith("true credit") for t in ticks)
+
+
+def test_token_position_changes_why_this_credit(app_db):
+    at = open_app(app_db, query={"run": "oracle", "rollout": "0"})
+    first = [t.value for t in at.text]
+    at.number_input(key="rollout_pos").set_value(3).run()
+    assert not at.exception
+    assert at.query_params["pos"] in ("3", ["3"])
+    assert [t.value for t in at.text] != first
+    assert "token 3" in at.subheader[0].value
+
+
+def test_group_view_aligned_rows_and_prefix_tree(app_db):
+    at = open_app(app_db, "group", {"run": "demo", "rollout": "0"})
+    assert titles(at) == ["Group 0"]
+    z = heatmap_z(chart(at, "group_heatmap"))
+    assert z.shape[1] == 64
+    tree = chart(at, "group_tree")
+    assert tree["data"][0]["type"] == "icicle"
+    at.selectbox(key="group_estimator").set_value("entropy").run()
+    assert not np.allclose(np.nan_to_num(z), np.nan_to_num(heatmap_z(chart(at, "group_heatmap"))))
+
+
+def test_compare_view_multiples_agreement_mass(app_db):
+    at = open_app(app_db, "compare", {"run": "oracle", "rollout": "0"})
+    for key in ("compare_multiples", "compare_difference", "compare_agreement", "compare_mass"):
+        chart(at, key)
+    mass = at.dataframe[0].value
+    assert set(mass.columns) == {"grpo", "entropy", "prefix_tree"}
+    assert np.allclose(mass.sum(axis=0).to_numpy(), 1.0)
+    assert "key" in mass.index and "filler" in mass.index
+    at.multiselect(key="compare_estimators").set_value(["grpo", "hapo"]).run()
+    assert not at.exception
+    assert set(at.dataframe[0].value.columns) == {"grpo", "hapo"}
+
+
+def test_compare_parameter_form_changes_result(app_db):
+    at = open_app(app_db, "compare", {"run": "oracle", "rollout": "0", "ests": "grpo,entropy"})
+    before = chart(at, "compare_multiples")
+    at.slider(key="compare_cfg_entropy_p").set_value(3.0).run()
+    assert not at.exception
+    after = chart(at, "compare_multiples")
+    assert not np.allclose(
+        np.nan_to_num(decode(before["data"][1]["z"])), np.nan_to_num(decode(after["data"][1]["z"]))
+    )
+
+
+def test_tune_beta_slider_changes_heatmap_and_shares(app_db):
+    at = open_app(app_db, "tune", {"run": "oracle", "rollout": "0"})
+    before = heatmap_z(chart(at, "tune_heatmap"))
+    shares_before = decode(chart(at, "tune_shares")["data"][0]["x"])
+    at.slider(key="tune_beta_style").set_value(2.5).run()
+    assert not at.exception
+    assert at.query_params["beta_style"] in ("2.5", ["2.5"])
+    assert not np.allclose(np.nan_to_num(before), np.nan_to_num(heatmap_z(chart(at, "tune_heatmap"))))
+    assert not np.allclose(shares_before, decode(chart(at, "tune_shares")["data"][0]["x"]))
+
+
+def test_tune_dual_ascent_replay_reacts_to_tau_and_eta(app_db):
+    at = open_app(app_db, "tune", {"run": "demo", "rollout": "0"})
+    table = at.dataframe[0].value
+    assert len(table) >= 2
+    at.slider(key="tune_eta").set_value(5.0).run()
+    assert not at.exception
+    assert not at.dataframe[0].value.equals(table)
+
+
+def test_resample_runs_stores_and_shows_values(app_db):
+    at = open_app(app_db, "resample", {"run": "demo", "rollout": "0"})
+    at.multiselect(key="resample_positions").set_value([0, 5])
+    at.number_input(key="resample_m").set_value(2)
+    at.button(key="resample_run").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert any("suffixes" in s.value and "stored" in s.value for s in at.success)
+    values = chart(at, "resample_values")
+    assert list(decode(values["data"][0]["x"])) == [0, 5]
+    # stored: a fresh session sees them, and suffix_mc can use them
+    again = open_app(app_db, "resample", {"run": "demo", "rollout": "0"})
+    assert len(again.dataframe[0].value) == 2
+
+
+def test_resample_suggestions_fill_positions(app_db):
+    at = open_app(app_db, "resample", {"run": "demo", "rollout": "0"})
+    at.button(key="resample_suggest_steps").click().run()
+    assert 0 in at.multiselect(key="resample_positions").value
+    at.button(key="resample_suggest_entropy").click().run()
+    assert len(at.multiselect(key="resample_positions").value) == 5
+
+
+def test_oracle_view_metrics_table(app_db):
+    at = open_app(app_db, "oracle", {"run": "oracle", "rollout": "0", "ests": "grpo,entropy"})
+    table = at.dataframe[0].value
+    assert list(table["estimator"]) == ["grpo", "entropy"]
+    assert (
+        table.set_index("estimator").loc["entropy", "key_recall"]
+        > table.set_index("estimator").loc["grpo", "key_recall"]
+    )
+    at.radio(key="oracle_pipeline").set_value("single").run()
+    assert set(at.dataframe[0].value["pipeline"]) == {"single"}
+
+
+def test_oracle_view_real_run_without_teacher(app_db):
+    at = open_app(app_db, "oracle", {"run": "small", "rollout": "0"})
+    assert any("No resampled values" in i.value for i in at.info)
+
+
+def test_runs_list_import_path_and_bad_file(app_db, tmp_path):
+    at = open_app(app_db, "runs")
+    names = list(at.dataframe[0].value["name"])
+    assert {"demo", "oracle", "small"} <= set(names)
+    good = write_jsonl(tmp_path / "new.jsonl", make_records(n_groups=1, group_size=2, seed=9))
+    at.text_input(key="runs_import_name").set_value("fresh")
+    at.radio(key="runs_import_source").set_value("path on this machine").run()
+    at.text_input(key="runs_import_path").set_value(str(good))
+    at.button(key="runs_import_button").click().run()
+    assert not at.exception
+    assert any("imported 2 rollouts" in s.value for s in at.success), [s.value for s in at.success]
+    assert "fresh" in list(at.dataframe[0].value["name"])
+
+    bad = write_jsonl(tmp_path / "bad.jsonl", [make_records(1, 1)[0], '{"prompt": "p", "response": 3}'])
+    at.text_input(key="runs_import_name").set_value("broken")
+    at.text_input(key="runs_import_path").set_value(str(bad))
+    at.button(key="runs_import_button").click().run()
+    assert not at.exception
+    assert at.error and "bad.jsonl" in at.error[0].value and "nothing was written" in at.error[0].value
+    assert "broken" not in list(at.dataframe[0].value["name"])
+
+
+def test_runs_delete_needs_confirmation(app_db):
+    at = open_app(app_db, "runs")
+    at.selectbox(key="runs_delete_name").set_value("small").run()
+    assert at.button(key="runs_delete_button").disabled
+    at.checkbox(key="runs_delete_confirm").check().run()
+    at.button(key="runs_delete_button").click().run()
+    assert not at.exception
+    assert "small" not in list(at.dataframe[0].value["name"])
+
+
+@pytest.mark.parametrize("page", ["rollout", "group", "compare", "tune", "resample"])
+def test_hostile_text_is_escaped_everywhere(app_db, page):
+    at = open_app(app_db, page, {"run": "hostile", "rollout": "0"})
+    for element in at.markdown:
+        assert SCRIPT not in element.value and IMG not in element.value
+        assert not getattr(element.proto, "allow_html", False) or "<" not in element.value
+    for c in at.get("plotly_chart"):
+        raw = c.proto.spec
+        assert "<script" not in raw and "<img" not in raw, page
+    if page == "rollout":
+        spec = chart(at, "rollout_heatmap")
+        assert any("&lt;script&gt;" in str(t) for t in np.ravel(spec["data"][0]["hovertext"]))
+        codes = [c.value for c in at.code]
+        assert any(SCRIPT in v for v in codes)  # shown verbatim, as text
+
+
+def test_runs_table_shows_hostile_prompt_as_text(app_db):
+    at = open_app(app_db, "runs", {"run": "hostile"})
+    assert not any(getattr(m.proto, "allow_html", False) for m in at.markdown)
+    assert json.dumps([m.value for m in at.markdown]).count("<script") == 0
