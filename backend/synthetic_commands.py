@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
 
 from backend.errors import InputError
+
+
+def default_workers() -> int:
+    return max(1, min(2, os.cpu_count() or 1))
 
 
 def _add_size_args(parser) -> None:
@@ -63,7 +68,13 @@ def cmd_oracle_bench(args) -> int:
         raise InputError(f"--json {args.json}: directory {args.json.parent} does not exist")
     start = time.perf_counter()
     progress = None if args.quiet else (lambda message: print(message, file=sys.stderr, flush=True))
-    rows = oracle_bench(args.seeds, args.prompts, args.group, estimators=estimators, progress=progress)
+    if args.workers < 1:
+        raise InputError(f"--workers: must be at least 1, got {args.workers}")
+    import torch
+
+    torch.set_num_threads(1)  # seeds run in parallel processes instead; see oracle_bench
+    rows = oracle_bench(args.seeds, args.prompts, args.group, estimators=estimators, progress=progress,
+                        workers=args.workers)
     wall = time.perf_counter() - start
     print(format_table(rows))
     print(f"\n{args.seeds} seeds x {args.prompts} prompts x {args.group} responses; wall time {wall:.1f} s")
@@ -86,5 +97,7 @@ def add_commands(sub) -> None:
     _add_size_args(p)
     p.add_argument("--json", type=Path, default=None, help="also write the rows as JSON to FILE")
     p.add_argument("--estimators", default=None, help="comma-separated subset (default: all model-free)")
+    p.add_argument("--workers", type=int, default=default_workers(),
+                   help="processes running seeds in parallel (default: min(2, CPUs))")
     p.add_argument("--quiet", action="store_true", help="no per-seed progress on stderr")
     p.set_defaults(func=cmd_oracle_bench)

@@ -15,17 +15,21 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     from backend.metrics import format_table, oracle_bench
-    from backend.synthetic_commands import _jsonable
+    from backend.synthetic_commands import _jsonable, default_workers
 
     parser = argparse.ArgumentParser(prog="python -m bench oracle")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--prompts", type=int, default=500)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--workers", type=int, default=default_workers())
     args = parser.parse_args(argv or [])
 
     start = time.perf_counter()
-    rows = oracle_bench(args.seeds, args.prompts, args.group, progress=print)
+    import torch
+
+    torch.set_num_threads(1)
+    rows = oracle_bench(args.seeds, args.prompts, args.group, progress=print, workers=args.workers)
     wall = time.perf_counter() - start
     print(format_table(rows))
     per_estimator: dict[str, float] = {}
