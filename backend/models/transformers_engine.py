@@ -267,20 +267,32 @@ class TransformersEngine(Engine):
         token_entropy = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=self.device)
         finished = torch.zeros(B, dtype=torch.bool, device=self.device)
         lengths_out = torch.full((B,), max_new_tokens, dtype=torch.long, device=self.device)
-        logits = out.logits[:, -1].float()  # (B, V)
+        logits = out.logits[:, -1].float()  # (b, V), b = rows still in the batch
+        rows = torch.arange(B, device=self.device)  # (b,) batch row -> chunk row
+        can_shrink = hasattr(cache, "batch_select_indices")
         for t in range(max_new_tokens):
-            logp = torch.log_softmax(logits, dim=-1)  # (B, V)
-            choice = draw(logp, uniforms[:, t], temperature, top_p)  # (B,)
-            tokens[:, t] = choice
-            token_logp[:, t] = logp.gather(-1, choice[:, None])[:, 0]
-            token_entropy[:, t] = -(logp.exp() * logp).sum(-1)
-            ended = torch.isin(choice, eos) & ~finished
-            lengths_out = torch.where(ended, torch.full_like(lengths_out, t), lengths_out)
-            finished |= ended
+            logp = torch.log_softmax(logits, dim=-1)  # (b, V)
+            choice = draw(logp, uniforms[rows, t], temperature, top_p)  # (b,)
+            tokens[rows, t] = choice
+            token_logp[rows, t] = logp.gather(-1, choice[:, None])[:, 0]
+            token_entropy[rows, t] = -(logp.exp() * logp).sum(-1)
+            ended = torch.isin(choice, eos) & ~finished[rows]  # (b,)
+            lengths_out[rows[ended]] = t
+            finished[rows[ended]] = True
             if bool(finished.all()) or t == max_new_tokens - 1:
                 break
+            live = ~finished[rows]  # (b,)
+            # Finished rows would keep decoding for nothing: once half the batch is done, drop them from
+            # the batch and the KV cache. Each row's draws come from its own uniforms, so this changes
+            # no sample.
+            if can_shrink and int(live.sum()) <= len(rows) // 2:
+                keep = live.nonzero()[:, 0]
+                cache.batch_select_indices(keep)
+                rows, choice = rows[keep], choice[keep]
+                attention_mask, next_pos = attention_mask[keep], next_pos[keep]
             attention_mask = torch.cat(
-                [attention_mask, torch.ones((B, 1), dtype=attention_mask.dtype, device=self.device)], dim=1
+                [attention_mask, torch.ones((len(rows), 1), dtype=attention_mask.dtype, device=self.device)],
+                dim=1,
             )
             step = self.model(
                 input_ids=choice[:, None],
