@@ -67,7 +67,10 @@ def cmd_oracle_bench(args) -> int:
     if args.json is not None and not args.json.parent.exists():
         raise InputError(f"--json {args.json}: directory {args.json.parent} does not exist")
     start = time.perf_counter()
-    progress = None if args.quiet else (lambda message: print(message, file=sys.stderr, flush=True))
+    def progress(message: str) -> None:
+        if not args.quiet or "skipped" in message:  # a skipped estimator is always worth a line
+            print(message, file=sys.stderr, flush=True)
+
     if args.workers < 1:
         raise InputError(f"--workers: must be at least 1, got {args.workers}")
     import torch

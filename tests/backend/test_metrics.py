@@ -112,3 +112,58 @@ def test_summarize_mean_and_sample_std():
     assert out["auroc"] == pytest.approx(2.0)
     assert out["auroc_std"] == pytest.approx(math.sqrt(2.0))
     assert out["style_recall"] == pytest.approx(1.0) and out["style_recall_std"] == 0.0
+
+
+@pytest.fixture(scope="module")
+def small_bench():
+    """The real registry and channel pipelines on 2 seeds x 60 prompts x 8 responses."""
+    rows = metrics.oracle_bench(2, 60, 8, estimators=["grpo", "trace", "entropy", "token_rm"])
+    return {(r["setting"], r["pipeline"], r["estimator"]): r for r in rows}
+
+
+def test_bench_rows_have_every_metric_and_spread(small_bench):
+    assert len(small_bench) == 4 * 3
+    for row in small_bench.values():
+        assert row["seeds"] == 2
+        for m in metrics.METRICS:
+            assert f"{m}_std" in row
+        assert math.isnan(row["style_recall"]) == (row["setting"] == "task")
+
+
+def test_bench_reproduces_the_write_up_ordering(small_bench):
+    grpo = small_bench[("task", "single", "grpo")]
+    entropy = small_bench[("task", "single", "entropy")]
+    # broadcast and a terminal trace put most of the credit on filler
+    assert grpo["filler_mass"] > 0.85 and small_bench[("task", "single", "trace")]["filler_mass"] > 0.85
+    # entropy weighting finds the (high-entropy) keys; broadcast is at chance (4 of 48)
+    assert entropy["key_recall"] > 0.95 > 0.15 > grpo["key_recall"]
+    assert entropy["spearman"] > grpo["spearman"]
+    # mixing rewards first hides the style span; the split pipeline recalls it and keeps most key recall
+    single = small_bench[("mixed", "single", "entropy")]
+    split = small_bench[("mixed", "split", "entropy")]
+    assert single["style_recall"] < 0.2 < 0.95 < split["style_recall"]
+    assert split["key_recall"] > 0.5
+    assert small_bench[("mixed", "split", "grpo")]["style_recall"] > small_bench[("mixed", "single", "grpo")][
+        "style_recall"]
+    # the learned token RM reads the noisy decision signal: better rank agreement than broadcast
+    assert small_bench[("task", "single", "token_rm")]["spearman"] > grpo["spearman"]
+
+
+def test_oracle_bench_command_writes_json(tmp_path, capsys):
+    import json
+
+    from backend.cli import main
+
+    out = tmp_path / "bench.json"
+    args = ["oracle-bench", "--seeds", "1", "--prompts", "12", "--group", "4", "--estimators", "grpo,entropy",
+            "--workers", "1", "--quiet", "--json", str(out)]
+    assert main(args) == 0
+    table = capsys.readouterr().out
+    assert "entropy" in table and "wall time" in table
+    payload = json.loads(out.read_text())
+    assert [(r["setting"], r["pipeline"], r["estimator"]) for r in payload["rows"]] == [
+        ("task", "single", "grpo"), ("mixed", "single", "grpo"), ("mixed", "split", "grpo"),
+        ("task", "single", "entropy"), ("mixed", "single", "entropy"), ("mixed", "split", "entropy")]
+    assert payload["rows"][0]["style_recall"] is None
+    assert main(["oracle-bench", "--seeds", "1", "--estimators", "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
