@@ -99,7 +99,8 @@ class _Bar:
             from tqdm import tqdm
 
             self.bar = tqdm(
-                total=total, unit=unit, unit_scale=True, file=sys.stderr, leave=False, desc="import"
+                total=total, unit=unit, unit_scale=True, file=sys.stderr, leave=False, desc="import",
+                disable=None,  # a bar on terminals only: logs and pipes get just the result line
             )
 
     def __call__(self, n: int) -> None:

@@ -130,11 +130,13 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
                 f"{where(0)}: field 'rewards.{field.name}' must be a number, column type {field.type}"
             )
         values = child.cast(pa.float64())
-        ok = pc.is_finite(values)
+        ok = pc.and_(pc.is_finite(values), pc.less_equal(pc.abs(values), FLOAT32_MAX))
         present = values.is_valid()
         bad = pc.and_(present, pc.invert(ok.fill_null(True)))
         if pc.any(bad).as_py():
-            raise InputError(f"{where(_first_bad(bad))}: field 'rewards.{field.name}' is NaN or infinite")
+            raise InputError(
+                f"{where(_first_bad(bad))}: field 'rewards.{field.name}' is NaN, infinite or past float32"
+            )
         score_tables.append((field.name, values, present))
         any_score |= present.to_numpy(zero_copy_only=False)
     if not any_score.all():
@@ -212,9 +214,12 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
         if pa.types.is_string(meta.type) or pa.types.is_large_string(meta.type):
             for i, text in enumerate(meta.to_pylist()):
                 try:
-                    if text is not None and not isinstance(json.loads(text), dict):
-                        raise ValueError("not an object")
-                except ValueError:
+                    if text is not None:
+                        value = json.loads(text)
+                        if not isinstance(value, dict):
+                            raise ValueError("not an object")
+                        json.dumps(value, ensure_ascii=False).encode("utf-8")  # no unpaired surrogates
+                except (ValueError, RecursionError, UnicodeEncodeError):
                     raise InputError(f"{where(i)}: field 'meta' must be a JSON object") from None
             columns["meta"] = meta.cast(pa.string())
         else:

@@ -126,8 +126,10 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer) -> dict:
         check_text(str(channel), where, "rewards")
         if not _is_number(score):
             raise InputError(f"{where}: field 'rewards.{channel}' must be a number, got {score!r:.40}")
-        if not _is_finite(score):
-            raise InputError(f"{where}: field 'rewards.{channel}' is {score!r:.40} (must be finite)")
+        if not _is_finite(score, FLOAT32_MAX):  # estimators read scores as float32
+            raise InputError(
+                f"{where}: field 'rewards.{channel}' is {score!r:.40} (must be finite, within float32)"
+            )
     group = rec.get("group")
     if group is not None and not (isinstance(group, str) or _is_int(group)):
         raise InputError(f"{where}: field 'group' must be a string or an integer, got {group!r:.40}")
@@ -141,6 +143,10 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer) -> dict:
         meta = {}
     if not isinstance(meta, dict):
         raise InputError(f"{where}: field 'meta' must be an object, got {type(meta).__name__}")
+    try:  # DuckDB's JSON type refuses \udXXX escapes of unpaired surrogates anywhere inside
+        json.dumps(meta, default=str, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{where}: field 'meta' holds text with an unpaired surrogate") from None
 
     tokenized = "ids"
     if rec.get("token_ids") is not None:

@@ -279,7 +279,10 @@ class Store:
         try:
             self.con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {view}")
         finally:
-            self.con.unregister(view)
+            try:
+                self.con.unregister(view)
+            except duckdb.Error:
+                pass  # an aborted transaction refuses this too; keep the INSERT's own error
 
     def record_import(
         self, run_id: int, file_hash: str, path: str, fmt: str, records: int, tokens: int

@@ -1,0 +1,133 @@
+"""Shared pieces of the reliability suite: the CLI driven in-process, a store digest, a case tally.
+
+`CREDITLENS_FUZZ_LONG=1` raises every fuzz budget (the quick CI mode stays well under a minute).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from backend.cli import main as cli_main
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+LONG = os.environ.get("CREDITLENS_FUZZ_LONG") == "1"
+
+# Cases tried, by kind; printed after the run and written to $CREDITLENS_RELIABILITY_COUNTS if set.
+TALLY: Counter = Counter()
+
+
+def tally(kind: str, outcome: str) -> None:
+    TALLY[f"{kind}: {outcome}"] += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not TALLY:
+        return
+    terminalreporter.write_sep("-", "reliability cases tried")
+    for key in sorted(TALLY):
+        terminalreporter.write_line(f"{TALLY[key]:>6}  {key}")
+    terminalreporter.write_line(f"{sum(TALLY.values()):>6}  total")
+    out = os.environ.get("CREDITLENS_RELIABILITY_COUNTS")
+    if out:
+        Path(out).write_text(json.dumps(dict(TALLY), indent=1, sort_keys=True))
+
+
+@dataclass
+class CliResult:
+    rc: int
+    out: str
+    err: str
+
+    @property
+    def err_lines(self) -> list[str]:
+        return [line for line in self.err.splitlines() if line.strip()]
+
+
+def run_cli(args: list[str]) -> CliResult:
+    """`creditlens ARGS` in this process. Any exception escaping main() is a traceback for a user."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = cli_main([str(a) for a in args])
+        except SystemExit as exc:  # argparse
+            rc = exc.code if isinstance(exc.code, int) else 2
+    return CliResult(rc, out.getvalue(), err.getvalue())
+
+
+def store_digest(db: Path) -> dict[str, tuple[int, int]]:
+    """Per table: (rows, order-independent checksum of every row's content), read-only."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        tables = [
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY 1"
+            ).fetchall()
+        ]
+        out = {}
+        for table in tables:  # names come from the catalog, not from user data
+            rows, checksum = con.execute(
+                f'SELECT count(*), coalesce(sum(hash(t)::HUGEINT), 0) FROM "{table}" t'
+            ).fetchall()[0]
+            out[table] = (int(rows), int(checksum))
+        return out
+    finally:
+        con.close()
+
+
+ERROR_PREFIX = "creditlens import: error: "
+# Whole-file problems need no record number; everything else must name the line/record and a field.
+FILE_LEVEL = (
+    "no records to import",
+    "not a readable Parquet file",
+    "damaged Parquet data",
+    "unknown Parquet layout",
+    "unknown format",
+    "no reward columns",
+    "missing required TRL column",
+    "no such file",
+    "no verl files",
+    "no trl files",
+    "no native files",
+)
+RECORD_LEVEL = re.compile(r": (line|record) \d+")
+FIELD_HINTS = ("field", "malformed JSON", "not valid UTF-8", "a record must be", "every reward column")
+
+
+def assert_clean_error(result: CliResult, path: Path) -> str:
+    """Exit 2, exactly one line on stderr, naming the file and (for record problems) line and field."""
+    assert "Traceback" not in result.err + result.out, result.err
+    assert result.rc == 2, (result.rc, result.err)
+    lines = [line for line in result.err_lines if not line.startswith("detected format")]
+    assert len(lines) == 1, result.err
+    msg = lines[0]
+    assert msg.startswith(ERROR_PREFIX), msg
+    assert str(path) in msg, msg
+    if not any(phrase in msg for phrase in FILE_LEVEL):
+        assert RECORD_LEVEL.search(msg), f"no line/record number: {msg}"
+        assert any(h in msg for h in FIELD_HINTS), f"no field named: {msg}"
+    return msg
+
+
+@pytest.fixture(scope="module")
+def base_store(tmp_path_factory) -> Path:
+    """A store holding one small run, so 'unchanged' means something."""
+    from tests.conftest import make_records, write_jsonl
+
+    d = tmp_path_factory.mktemp("base")
+    src = write_jsonl(d / "base.jsonl", make_records(n_groups=2, group_size=3))
+    db = d / "runs.duckdb"
+    assert run_cli(["import", src, "--db", db, "--run", "base", "--quiet"]).rc == 0
+    return db
