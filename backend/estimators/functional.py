@@ -140,20 +140,26 @@ def compute_gae(token_level_rewards: torch.Tensor, values: torch.Tensor, respons
     leaves the carried values on masked positions), both outputs are exactly 0 on masked positions.
     """
     mask = response_mask.bool()
-    r = torch.where(mask, token_level_rewards.to(torch.float32), 0.0)
+    B, T = mask.shape
+    r = torch.where(mask, token_level_rewards.to(torch.float32), 0.0)  # padding may hold anything
     v = torch.where(mask, values.to(torch.float32), 0.0)
-    packed = not masked.is_left_packed(mask)
-    if packed:
-        r, pmask = masked.pack_left(r, mask)
-        v, _ = masked.pack_left(v, mask)
-    v_next = torch.cat([v[:, 1:], torch.zeros_like(v[:, :1])], dim=1)  # 0 past the last real token
-    delta = r + gamma * v_next - v  # (B, T), 0 on trailing padding
+    holes = not masked.is_left_packed(mask)
+    if holes:
+        # Pack the real tokens left with one scatter of (r, v); unpack with one gather.
+        k = mask.long().cumsum(dim=1) - 1  # (B, T) index among real tokens
+        dest = torch.where(mask, k, T)
+        rv = torch.zeros((2, B, T + 1), dtype=torch.float32, device=mask.device)
+        rv.scatter_(2, dest.expand(2, B, T), torch.stack([r, v]))
+        r_p, v_p = rv[0, :, :T], rv[1, :, :T]
+    else:
+        r_p, v_p = r, v
+    v_next = torch.cat([v_p[:, 1:], torch.zeros_like(v_p[:, :1])], dim=1)  # 0 past the last real token
+    delta = r_p + gamma * v_next - v_p  # (B, T), 0 on trailing padding
     adv = reverse_discounted_cumsum(delta, float(gamma) * float(lam))
-    if packed:
-        adv = masked.unpack_left(adv, pmask, mask)
-        v = torch.where(mask, values.to(torch.float32), 0.0)
-    adv = torch.where(mask, adv, 0.0)
-    return adv, torch.where(mask, adv + v, 0.0)
+    if holes:
+        adv = adv.gather(1, k.clamp(min=0))
+    adv = adv * mask  # exactly 0 on masked positions
+    return adv, adv + v
 
 
 # ---- 2. weighted redistribution ---------------------------------------------------------------------
