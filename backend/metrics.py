@@ -229,7 +229,7 @@ def _bench_seed(seed: int, prompts: int, group: int, names: list[str], threads: 
     mixed = to_batch(sample)
     task_only = to_batch(sample, channels=("task",))
     credit_ranks = _ranks(mixed.extras["true_credit"][mixed.response_mask])
-    out: dict = {"metrics": {}, "seconds": {}, "failed": {}}
+    out: dict = {"seed": seed, "metrics": {}, "seconds": {}, "failed": {}}
     for name in names:
         run_task, run_single, run_split = _pipelines(name)
         rows = []
@@ -284,6 +284,7 @@ def oracle_bench(seeds: int = 20, prompts: int = 500, group: int = 8, estimators
             for done, future in enumerate(as_completed(futures), start=1):
                 results.append(future.result())
                 say(f"oracle-bench: {done}/{seeds} seeds done")
+        results.sort(key=lambda r: r["seed"])  # same sums in the same order as in-process
     failed: dict[str, str] = {}
     for result in results:
         for name, message in result["failed"].items():
