@@ -167,3 +167,10 @@ def test_oracle_bench_command_writes_json(tmp_path, capsys):
     assert payload["rows"][0]["style_recall"] is None
     assert main(["oracle-bench", "--seeds", "1", "--estimators", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_parallel_seeds_match_in_process():
+    serial = metrics.oracle_bench(2, 10, 4, estimators=["entropy"], workers=1)
+    parallel = metrics.oracle_bench(2, 10, 4, estimators=["entropy"], workers=2)
+    strip = [{k: v for k, v in row.items() if k != "seconds"} for row in serial]
+    assert strip == [{k: v for k, v in row.items() if k != "seconds"} for row in parallel]
