@@ -81,7 +81,7 @@ def compute_rloo(scores: torch.Tensor, group_ids: torch.Tensor, response_mask: t
 
 # ---- reverse discounted cumsum and GAE ----------------------------------------------------------------
 
-_BLOCK = 64
+_BLOCK = 16  # measured fastest on 2 CPU cores (16 < 32 < 64) for 512x1024 and 64x8192
 
 
 @functools.lru_cache(maxsize=64)
