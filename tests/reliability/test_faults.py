@@ -1,0 +1,285 @@
+"""Faults: SIGKILL in the middle of an import or a resample, a full disk, a read-only directory, a store
+locked by another process. After each, the store opens and is consistent: a run is absent or complete."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from backend.store import Store, StoreHandle
+from backend.store.handle import StoreBusy
+from tests.conftest import make_records
+from tests.reliability.conftest import LONG, PYTHON, ROOT, run_cli, store_digest, tally
+from tests.reliability.fuzzing import write_jsonl
+
+pytestmark = pytest.mark.timeout(180)
+KILLS = 12 if LONG else 3
+
+# A child that imports with a progress callback printing the fraction done, so the parent can kill it
+# at a known point inside the transaction (not merely "some time after start").
+IMPORT_CHILD = textwrap.dedent(
+    """
+        from backend.ingest import import_path
+    from backend.store import Store
+    with Store(sys.argv[1]) as store:
+        print("open", flush=True)
+        import_path(store, sys.argv[2], "big", on_progress=lambda f: print(f"{f:.4f}", flush=True))
+    print("done", flush=True)
+    """
+)
+
+
+def _big_jsonl(path: Path, n_records: int = 6000) -> Path:
+    records = make_records(n_groups=n_records // 8, group_size=8, seed=11)
+    for rec in records:  # long enough rows that the import spends seconds inside its transaction
+        rec["token_ids"] = rec["token_ids"] * 8
+        for name in ("tokens", "logprobs", "entropies"):
+            rec[name] = rec[name] * 8
+        rec["token_rewards"] = {"style": rec["token_rewards"]["style"] * 8}
+    return write_jsonl(path, records)
+
+
+def _consistent(db: Path, expected_rollouts: int) -> str:
+    """Open the store after a crash: `big` must be absent, or present with every rollout and score."""
+    with Store(db) as store:
+        runs = {r["name"]: r for r in store.list_runs()}
+        assert runs["base"]["rollouts"] == 6
+        if "big" not in runs:
+            return "absent"
+        assert runs["big"]["rollouts"] == expected_rollouts, runs["big"]
+        run_id = store.run_id("big")
+        scores = store.con.execute("SELECT count(*) FROM scores WHERE run_id = ?", [run_id]).fetchall()[0][0]
+        assert scores == 2 * expected_rollouts
+        imports = store.con.execute("SELECT count(*) FROM imports WHERE run_id = ?", [run_id]).fetchall()
+        assert imports[0][0] == 1
+        return "complete"
+
+
+@pytest.fixture
+def db_with_base(tmp_path) -> Path:
+    db = tmp_path / "runs.duckdb"
+    src = write_jsonl(tmp_path / "base.jsonl", make_records(n_groups=2, group_size=3))
+    assert run_cli(["import", src, "--db", db, "--run", "base", "--quiet"]).rc == 0
+    return db
+
+
+def test_sigkill_at_random_points_of_an_import_leaves_the_run_absent_or_complete(db_with_base, tmp_path):
+    db = db_with_base
+    big = _big_jsonl(tmp_path / "big.jsonl")
+    n = sum(1 for _ in open(big))
+    rng = random.Random(7)
+    outcomes = []
+    for k in range(KILLS):
+        before = store_digest(db)
+        target = rng.uniform(0.05, 1.0) if k < KILLS - 1 else 1.0  # the last one: during COMMIT
+        child = subprocess.Popen([PYTHON, "-c", IMPORT_CHILD, str(db), str(big)], cwd=ROOT,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        for line in child.stdout:
+            if line.strip() not in ("open", "done") and float(line) >= target:
+                break
+        if target == 1.0:
+            time.sleep(rng.uniform(0, 0.05))
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+        outcome = _consistent(db, n)
+        outcomes.append(outcome)
+        if outcome == "absent":
+            assert store_digest(db) == before, "a killed import left rows behind"
+        else:
+            assert run_cli(["delete", "--db", db, "--run", "big"]).rc == 0
+        tally(f"SIGKILL during import (at {target:.0%})", f"run {outcome}")
+    # the store still takes the same import to completion afterwards
+    assert run_cli(["import", big, "--db", db, "--run", "big", "--quiet"]).rc == 0
+    assert _consistent(db, n) == "complete"
+
+
+def test_sigkill_during_a_resample_keeps_samples_all_or_nothing(tmp_path):
+    spec = json.loads((ROOT / "sample_runs" / "demo_run.json").read_text())
+    model = ROOT / "sample_runs" / spec["model"]
+    if not (model / "config.json").exists():
+        pytest.skip("no bundled demo policy")
+    db = tmp_path / "runs.duckdb"
+    src = ROOT / "sample_runs" / spec["file"]
+    assert run_cli(["import", src, "--db", db, "--run", "demo", "--model", model, "--quiet"]).rc == 0
+    args = ["resample", "--db", str(db), "--run", "demo", "--rollout", "0", "--positions", "1,2",
+            "--samples", "4", "--engine", "transformers"]
+    cmd = [PYTHON, "-m", "backend.cli", *args]
+    if "resample" not in run_cli(["--help"]).out:
+        pytest.skip("resample command not built yet")
+    rng = random.Random(3)
+    for _ in range(2 if LONG else 1):
+        child = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(rng.uniform(2.0, 6.0))
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+        with Store(db) as store:
+            counts = store.resample_values("demo", 0)
+        assert counts.empty or set(counts["n"]) == {4}, counts  # nothing, or every position complete
+        tally("SIGKILL during resample", "samples all or nothing")
+    done = run_cli(args)  # in-process: the model stack is already imported here
+    assert done.rc == 0, done.err[-2000:]
+    with Store(db, read_only=True) as store:
+        values = store.resample_values("demo", 0)
+    assert set(values["pos"]) >= {1, 2} and (values["n"] % 4 == 0).all()
+
+
+# --- full disk and read-only directory ---------------------------------------------------------
+FSIZE_CHILD = textwrap.dedent(
+    """
+    import resource, signal, sys
+    from backend.cli import main
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG instead
+    limit = int(sys.argv[1])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    sys.exit(main(sys.argv[2:]))
+    """
+)
+
+
+def _one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith("detected format")]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def test_full_disk_gives_one_line_and_keeps_the_store(db_with_base, tmp_path):
+    db = db_with_base
+    big = _big_jsonl(tmp_path / "big.jsonl", n_records=4000)
+    before = store_digest(db)
+    limit = db.stat().st_size + 256 * 1024  # the WAL or the checkpoint outgrows this
+    proc = subprocess.run([PYTHON, "-c", FSIZE_CHILD, str(limit), "import", str(big), "--db", str(db),
+                           "--run", "big", "--quiet"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    msg = _one_line(proc.stderr)
+    assert "nothing was written" in msg or "disk" in msg, msg
+    assert _consistent(db, 4000) == "absent"
+    assert store_digest(db) == before
+    tally("full disk (RLIMIT_FSIZE)", "clean error, store unchanged")
+
+
+@pytest.fixture
+def immutable_dir(tmp_path):
+    """A directory nobody can write to, root included (`chattr +i`); skips where unsupported."""
+    d = tmp_path / "ro"
+    d.mkdir()
+    yield d
+    subprocess.run(["chattr", "-i", str(d)], capture_output=True)
+
+
+def _make_immutable(d: Path) -> None:
+    proc = subprocess.run(["chattr", "+i", str(d)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"chattr +i not available: {proc.stderr.strip()}")
+
+
+def test_read_only_directory_gives_one_line(immutable_dir, tmp_path):
+    src = write_jsonl(tmp_path / "r.jsonl", make_records(n_groups=1, group_size=2))
+    _make_immutable(immutable_dir)
+    # a new store in a directory that refuses files
+    result = run_cli(["import", src, "--db", immutable_dir / "runs.duckdb", "--run", "r", "--quiet"])
+    assert result.rc == 2 and len(result.err_lines) == 1 and "Traceback" not in result.err, result.err
+    assert str(immutable_dir / "runs.duckdb") in result.err
+    # a new store under a directory that cannot be created
+    result = run_cli(["init", "--db", immutable_dir / "sub" / "runs.duckdb"])
+    assert result.rc == 2 and "cannot create its directory" in result.err, result.err
+    tally("read-only directory", "clean error")
+
+
+def test_existing_store_in_a_read_only_directory_can_still_be_read(tmp_path):
+    d = tmp_path / "ro2"
+    d.mkdir()
+    db = d / "runs.duckdb"
+    src = write_jsonl(tmp_path / "r.jsonl", make_records(n_groups=1, group_size=2))
+    assert run_cli(["import", src, "--db", db, "--run", "r", "--quiet"]).rc == 0
+    _make_immutable(d)
+    try:
+        listing = run_cli(["runs", "--db", db, "--json"])
+        assert listing.rc == 0 and json.loads(listing.out)[0]["name"] == "r"
+        result = run_cli(["import", src, "--db", db, "--run", "r2", "--quiet"])
+        assert result.rc == 2 and len(result.err_lines) == 1 and "Traceback" not in result.err, result.err
+    finally:
+        subprocess.run(["chattr", "-i", str(d)], capture_output=True)
+    tally("read-only directory", "reads work, write is a clean error")
+
+
+# --- a store locked by another process -------------------------------------------------------------
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from backend.store import Store
+    store = Store(sys.argv[1])
+    print("holding", flush=True)
+    time.sleep(float(sys.argv[2]))
+    store.close()
+    """
+)
+
+
+def _hold(db: Path, seconds: float) -> subprocess.Popen:
+    child = subprocess.Popen([PYTHON, "-c", HOLDER, str(db), str(seconds)], cwd=ROOT, stdout=subprocess.PIPE,
+                             text=True)
+    assert child.stdout.readline().strip() == "holding"
+    return child
+
+
+def test_locked_store_gives_clear_messages_and_readers_wait(db_with_base, tmp_path):
+    db = db_with_base
+    src = write_jsonl(tmp_path / "r.jsonl", make_records(n_groups=1, group_size=2))
+    child = _hold(db, 60)
+    try:
+        result = run_cli(["import", src, "--db", db, "--run", "r", "--quiet"])
+        assert result.rc == 2 and len(result.err_lines) == 1, result.err
+        assert "open for writing in another process" in result.err
+        assert run_cli(["runs", "--db", db]).rc == 2
+        handle = StoreHandle(db, wait_seconds=0.3)
+        with pytest.raises(StoreBusy, match="try again when it finishes"), handle.read():
+            pass
+    finally:
+        child.kill()
+        child.wait()
+    tally("store locked by another process", "clear message")
+    # a reader that waits long enough gets in once the writer is gone
+    child = _hold(db, 1.0)
+    start = time.monotonic()
+    with StoreHandle(db, wait_seconds=30).read() as store:
+        assert [r["name"] for r in store.list_runs()] == ["base"]
+    assert time.monotonic() - start >= 0.5
+    child.wait(timeout=30)
+    tally("store locked by another process", "reader waited, then read")
+
+
+CLI_CHILD = textwrap.dedent(
+    """
+    import sys
+    from backend import cli
+    cli.build_parser()  # import every command module first, so the signal lands in the command itself
+    print("ready", flush=True)
+    sys.exit(cli.main(sys.argv[1:]))
+    """
+)
+
+
+def test_ctrl_c_during_import_commits_nothing(db_with_base, tmp_path):
+    db = db_with_base
+    big = _big_jsonl(tmp_path / "big.jsonl", n_records=4000)
+    before = store_digest(db)
+    child = subprocess.Popen([PYTHON, "-c", CLI_CHILD, "import", str(big), "--db", str(db), "--run", "big"],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    time.sleep(0.3)  # inside the import by now: it runs for seconds
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=60)
+    if child.returncode == 0:  # it finished before the signal landed
+        assert _consistent(db, 4000) == "complete"
+    else:
+        assert child.returncode == 130 and "nothing was committed" in err, err[-2000:]
+        assert store_digest(db) == before
+    tally("Ctrl-C during import", "nothing committed" if child.returncode else "completed")
+
