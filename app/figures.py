@@ -25,7 +25,7 @@ def safe(text: str) -> str:
     return html.escape(str(text), quote=True)
 
 
-def visible_token(text: str, width: int = 4) -> str:
+def visible_token(text: str, width: int = 3) -> str:
     """A token as it can be read in a cell: whitespace made visible, cut to `width` characters, escaped."""
     shown = str(text).replace("\n", "⏎").replace("\t", "⇥").replace(" ", "␣")
     if len(shown) > width:
@@ -133,11 +133,9 @@ def credit_heatmap(
         go.Heatmap(
             z=z,
             text=text,
-            customdata=custom,
-            hovertext=hover,
-            hoverinfo="text",
             texttemplate="%{text}",
             textfont={"size": 10},
+            hoverinfo="skip",
             colorscale=DIVERGING,
             zmid=0,
             zmin=-peak,
@@ -145,7 +143,23 @@ def credit_heatmap(
             xgap=1,
             ygap=1,
             colorbar={"title": {"text": "A"}, "thickness": 12},
-            hoverongaps=False,
+        )
+    )
+    # Heatmaps emit no selection events, so an invisible marker per cell carries hover and clicks.
+    ys, xs = np.nonzero(custom != None)  # noqa: E711 - elementwise test on an object array
+    fig.add_trace(
+        go.Scattergl(
+            x=xs,
+            y=ys,
+            customdata=custom[ys, xs].astype(np.int64),
+            hovertext=hover[ys, xs],
+            hoverinfo="text",
+            mode="markers",
+            marker={"size": 12, "color": "rgba(0,0,0,0)", "symbol": "square"},
+            selected={"marker": {"color": "rgba(0,0,0,0.35)"}},
+            unselected={"marker": {"opacity": 1}},
+            showlegend=False,
+            name="tokens",
         )
     )
     tickvals = [b * (R + 1) + r for b in range(n_bands) for r in range(R)]

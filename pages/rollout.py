@@ -9,8 +9,8 @@ views.require_rollout(sel)
 st.title(f"Rollout #{sel.rollout}")
 views.prompt_and_response(sel)
 
-left, right = st.columns([3, 1])
-with right:
+pick, params, position = st.columns([1, 2, 1])
+with pick:
     estimator = state.url_widget(
         st.selectbox,
         "Task-channel estimator",
@@ -19,33 +19,33 @@ with right:
         default="grpo",
         options=widgets.estimator_names(),
     )
-    with st.expander("Estimator parameters"):
-        config = widgets.estimator_form(estimator, key="rollout_cfg")
+with params, st.expander("Estimator parameters"):
+    config = widgets.estimator_form(estimator, key="rollout_cfg")
 
 view = views.compute_or_explain(
     compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, config
 )
-with left:
-    st.caption(
-        "One row per channel (β_c · Ã_c) and the final advantage; blue = positive credit, red = "
-        "negative, white = 0. Click a token to see why it got its credit."
-    )
-    heatmap = figures.credit_heatmap(view.rows, view.tokens, token_info=view.token_info, shares=view.shares)
-    event = st.plotly_chart(
-        heatmap,
-        key="rollout_heatmap",
-        on_select="rerun",
-        selection_mode="points",
-        width="stretch",
-        config={"displayModeBar": False},
-    )
+st.caption(
+    "One row per channel (β_c · Ã_c) and the final advantage; blue = positive credit, red = negative, "
+    "white = 0. Hover a cell for the token, its logprob, entropy and channel shares; click it to see why it "
+    "got its credit."
+)
+heatmap = figures.credit_heatmap(view.rows, view.tokens, token_info=view.token_info, shares=view.shares)
+event = st.plotly_chart(
+    heatmap,
+    key="rollout_heatmap",
+    on_select="rerun",
+    selection_mode="points",
+    width="stretch",
+    config={"displayModeBar": False},
+)
 
 clicked = views.clicked_position(event, n_rows=len(view.rows))
 if clicked is not None and clicked != st.session_state.get("_rollout_clicked"):
     st.session_state["_rollout_clicked"] = clicked
     st.session_state["rollout_pos"] = clicked
 
-with right:
+with position:
     pos = state.url_widget(
         st.number_input,
         "Token position",

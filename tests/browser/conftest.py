@@ -1,0 +1,96 @@
+"""A real `streamlit run` server on a free port over a tmp store, and headless Debian chromium."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from app.commands import Server
+from backend.ingest import import_records
+from backend.store import Store
+from backend.store.commands import import_bundled
+from tests.conftest import make_records
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("chromium is not installed (make browser-deps)")
+    root = tmp_path_factory.mktemp("browser")
+    db = root / "runs.duckdb"
+    with Store(db) as store:
+        import_bundled(store, quiet=True)
+        import_records(store, "small", make_records(n_groups=2, group_size=4, steps=2), content_key="small")
+    with Server(db, log=root / "streamlit.log") as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("chromium is not installed (make browser-deps)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call":
+        item.rep_call = report
+
+
+@pytest.fixture
+def page(browser, server, request):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    pg.set_default_timeout(30_000)
+    pg.base_url = server.url
+    yield pg
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        SCREENSHOTS.mkdir(exist_ok=True)
+        pg.screenshot(path=str(SCREENSHOTS / f"{request.node.name}.png"), full_page=True)
+        log = Path(server.log) if server.log else None
+        if log and log.exists():
+            shutil.copy(log, SCREENSHOTS / f"{request.node.name}.streamlit.log")
+    context.close()
+
+
+def wait_idle(pg, timeout: float = 60_000) -> None:
+    """Wait until Streamlit has finished the current run (no 'running' status widget)."""
+    pg.wait_for_selector("[data-testid=stApp]")
+    pg.wait_for_function(
+        "() => !document.querySelector('[data-testid=stStatusWidget]')"
+        " && document.querySelectorAll('[data-stale=true]').length === 0",
+        timeout=timeout,
+    )
+
+
+def open_view(pg, path: str) -> None:
+    pg.goto(f"{pg.base_url}/{path}")
+    wait_idle(pg)
+    assert pg.locator("[data-testid=stException]").count() == 0, pg.locator(
+        "[data-testid=stException]"
+    ).inner_text()

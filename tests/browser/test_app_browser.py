@@ -1,0 +1,107 @@
+"""The app in headless chromium against a real server: every view, clicks, sliders, resample, upload."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.browser.conftest import open_view, wait_idle
+from tests.conftest import make_records
+
+pytestmark = pytest.mark.browser
+
+HEATMAP_Z = "(key) => JSON.stringify(document.querySelector(`.st-key-${key} .js-plotly-plot`).data[0].z)"
+
+
+@pytest.mark.parametrize(
+    "path, heading",
+    [
+        ("", "Rollout #0"),
+        ("group", "Group 0"),
+        ("compare", "Compare estimators"),
+        ("tune", "Tune channel weights"),
+        ("resample", "Resample suffixes"),
+        ("oracle?run=oracle", "Credit quality"),
+        ("runs", "Runs"),
+    ],
+)
+def test_each_view_opens(page, path, heading):
+    open_view(page, path)
+    assert heading in page.locator("h1").first.inner_text()
+    if path != "runs":
+        page.wait_for_selector(".js-plotly-plot .main-svg")
+
+
+def test_bookmark_opens_that_rollout(page):
+    open_view(page, "?run=oracle&rollout=7")
+    assert "Rollout #7" in page.locator("h1").first.inner_text()
+    page.wait_for_selector(".st-key-rollout_heatmap .ytick")
+    assert "true credit" in page.locator(".st-key-rollout_heatmap").text_content()
+    assert "run=oracle" in page.url and "rollout=7" in page.url
+
+
+def click_cell(page, key: str, col: int, row: int, n_rows: int, band_rows: int) -> None:
+    """Click heatmap cell (col, row) of a figure whose y axis has `band_rows` rows (reversed)."""
+    box = page.locator(f".st-key-{key} .nsewdrag").first.bounding_box()
+    x = box["x"] + box["width"] * (col + 0.5) / 64
+    y = box["y"] + box["height"] * (row + 0.5) / band_rows
+    page.mouse.click(x, y)
+
+
+def test_click_a_token_shows_why_this_credit(page):
+    open_view(page, "?run=oracle&rollout=0")
+    page.wait_for_selector(".st-key-rollout_heatmap .nsewdrag")
+    assert "token 0" in page.locator("h3").filter(has_text="Why this credit").inner_text()
+    n_rows = 4  # style, task, final, true credit
+    click_cell(page, "rollout_heatmap", col=10, row=2, n_rows=n_rows, band_rows=n_rows)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('h3')].some(h => h.innerText.includes('token 10'))"
+    )
+    wait_idle(page)
+    assert "pos=10" in page.url
+
+
+def test_beta_slider_redraws_the_heatmap(page):
+    open_view(page, "tune?run=oracle&rollout=0")
+    page.wait_for_selector(".st-key-tune_heatmap .js-plotly-plot")
+    before = page.evaluate(HEATMAP_Z, "tune_heatmap")
+    thumb = page.locator(".st-key-tune_beta_style input[type=range]")
+    thumb.focus()
+    for _ in range(4):
+        thumb.press("ArrowRight")
+    page.wait_for_function(f"(b) => ({HEATMAP_Z})('tune_heatmap') !== b", arg=before)
+    wait_idle(page)
+    assert "beta_style=1.2" in page.url
+
+
+def test_small_resample_shows_its_result(page):
+    open_view(page, "resample?run=demo&rollout=1")
+    m = page.locator(".st-key-resample_m input")
+    m.fill("2")
+    m.press("Enter")
+    wait_idle(page)
+    page.locator(".st-key-resample_run button").click()
+    page.wait_for_selector("text=stored", timeout=90_000)
+    wait_idle(page)
+    assert page.locator(".st-key-resample_values .js-plotly-plot").count() == 1
+
+
+def test_upload_a_file_imports_a_run(page, tmp_path):
+    path = tmp_path / "uploaded.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in make_records(n_groups=1, group_size=3, seed=4)) + "\n")
+    open_view(page, "runs")
+    name = page.locator(".st-key-runs_import_name input")
+    name.fill("uploaded-run")
+    name.press("Enter")
+    wait_idle(page)
+    page.locator(".st-key-runs_import_upload input[type=file]").set_input_files(str(path))
+    page.wait_for_selector("text=uploaded.jsonl")
+    wait_idle(page)
+    page.locator(".st-key-runs_import_button button").click()
+    page.wait_for_selector("text=imported 3 rollouts")
+    wait_idle(page)
+    assert (
+        "uploaded-run" in page.locator("[data-testid=stDataFrame]").first.inner_text()
+        or page.locator("text=uploaded-run").count() > 0
+    )
