@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 from backend.errors import InputError
 from backend.store.db import Store, default_db_path
+from backend.store.handle import StoreHandle
 
 SAMPLE_DIR = Path(__file__).resolve().parents[2] / "sample_runs"
+
+
+def open_store(db: Path | None, read_only: bool = False):
+    """The store for one command. While another process holds the file (an import, a resample, the app
+    reading) it waits up to $CREDITLENS_LOCK_WAIT seconds (default 30), then says what to wait for."""
+    wait = float(os.environ.get("CREDITLENS_LOCK_WAIT", "30"))
+    handle = StoreHandle(db or default_db_path(), wait_seconds=wait)
+    return handle.read() if read_only else handle.write()
 
 
 def add_db_arg(parser) -> None:
@@ -52,7 +62,7 @@ def import_bundled(store: Store, quiet: bool = False) -> list[str]:
 
 
 def cmd_init(args) -> int:
-    with Store(args.db) as store:
+    with open_store(args.db) as store:
         names = import_bundled(store)
         print(
             f"store ready at {store.path}; bundled runs imported: "
@@ -64,7 +74,7 @@ def cmd_init(args) -> int:
 def cmd_import(args) -> int:
     from backend.ingest import import_path
 
-    with Store(args.db) as store:
+    with open_store(args.db) as store:
         report = import_path(
             store,
             args.path,
@@ -81,7 +91,7 @@ def cmd_import(args) -> int:
 
 
 def cmd_runs(args) -> int:
-    with Store(args.db, read_only=Path(args.db or default_db_path()).exists()) as store:
+    with open_store(args.db, read_only=True) as store:
         runs = store.list_runs()
     if args.json:
         print(json.dumps(runs, indent=2))
@@ -102,7 +112,7 @@ def cmd_runs(args) -> int:
 
 
 def cmd_delete(args) -> int:
-    with Store(args.db) as store:
+    with open_store(args.db) as store:
         store.delete_run(args.run)
     print(f"deleted run {args.run!r}")
     return 0

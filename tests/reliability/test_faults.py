@@ -229,14 +229,15 @@ def _hold(db: Path, seconds: float) -> subprocess.Popen:
     return child
 
 
-def test_locked_store_gives_clear_messages_and_readers_wait(db_with_base, tmp_path):
+def test_locked_store_gives_clear_messages_and_readers_wait(db_with_base, tmp_path, monkeypatch):
     db = db_with_base
+    monkeypatch.setenv("CREDITLENS_LOCK_WAIT", "0.5")  # the CLI waits this long for the lock, then says so
     src = write_jsonl(tmp_path / "r.jsonl", make_records(n_groups=1, group_size=2))
     child = _hold(db, 60)
     try:
         result = run_cli(["import", src, "--db", db, "--run", "r", "--quiet"])
         assert result.rc == 2 and len(result.err_lines) == 1, result.err
-        assert "open for writing in another process" in result.err
+        assert "another process is writing to the store" in result.err and "try again" in result.err
         assert run_cli(["runs", "--db", db]).rc == 2
         handle = StoreHandle(db, wait_seconds=0.3)
         with pytest.raises(StoreBusy, match="try again when it finishes"), handle.read():
