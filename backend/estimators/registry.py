@@ -93,7 +93,9 @@ def make_config(name: str, **overrides: Any) -> Any:
     kwargs = {}
     for key, value in overrides.items():
         if key not in known:
-            raise ValueError(f"estimator {name!r} has no parameter {key!r}; it has: {', '.join(sorted(known))}")
+            raise ValueError(
+                f"estimator {name!r} has no parameter {key!r}; it has: {', '.join(sorted(known))}"
+            )
         kwargs[key] = _coerce(value, hints[key], key)
     return spec.config_cls(**kwargs)
 
@@ -134,7 +136,9 @@ def estimate(name: str, batch: RolloutBatch, config: Any = None, **overrides: An
     result = spec.fn(batch, config)
     adv = result.advantages
     if adv.shape != batch.response_mask.shape:
-        raise RuntimeError(f"estimator {name!r} returned shape {tuple(adv.shape)}, expected {(batch.B, batch.T)}")
+        raise RuntimeError(
+            f"estimator {name!r} returned shape {tuple(adv.shape)}, expected {(batch.B, batch.T)}"
+        )
     if not bool(torch.isfinite(adv).all()):
         raise RuntimeError(f"estimator {name!r} produced NaN/inf advantages")
     return result

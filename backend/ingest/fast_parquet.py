@@ -62,6 +62,26 @@ def _first_non_null(col: pa.Array) -> int:
     return int(np.flatnonzero(valid)[0]) if valid.any() else 0
 
 
+def _ground_truths(batch: pa.RecordBatch, names: set[str], n: int) -> list:
+    """`ground_truth` column, else `meta.ground_truth` (a struct field or inside JSON text)."""
+    if "ground_truth" in names:
+        return batch.column("ground_truth").to_pylist()
+    if "meta" in names:
+        meta = batch.column("meta")
+        if pa.types.is_struct(meta.type) and meta.type.get_field_index("ground_truth") >= 0:
+            return meta.field("ground_truth").to_pylist()
+        if pa.types.is_string(meta.type):
+            out = []
+            for text in meta.to_pylist():
+                try:
+                    value = json.loads(text) if text else None
+                except ValueError:
+                    value = None
+                out.append(value.get("ground_truth") if isinstance(value, dict) else None)
+            return out
+    return [None] * n
+
+
 def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int) -> dict[str, pa.Table]:
     """Validate one native Parquet record batch and return the store tables for it."""
 
@@ -148,7 +168,7 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
     tables: dict[str, pa.Table] = {}
     group_col = batch.column("group").to_pylist() if "group" in names else [None] * n
     prompts = batch.column("prompt").to_pylist()
-    gt = batch.column("ground_truth").to_pylist() if "ground_truth" in names else [None] * n
+    gt = _ground_truths(batch, names, n)
     start_id = buffer.next_rollout_id
     group_ids = np.empty(n, dtype=np.int64)
     for i in range(n):

@@ -22,7 +22,7 @@ def test_native_jsonl_and_parquet_give_the_same_batch(store, tmp_path):
     assert ba.token_ids.equal(bb.token_ids) and ba.group_ids.equal(bb.group_ids)
     assert ba.entropies.allclose(bb.entropies) and ba.token_rewards["style"].equal(bb.token_rewards["style"])
     assert ba.scores["task"].equal(bb.scores["task"]) and ba.tokens == bb.tokens
-    assert store.rollout("b", 5)["ground_truth"] is None or isinstance(store.rollout("b", 5)["ground_truth"], str)
+    assert store.rollout("b", 5)["ground_truth"] == records[5]["meta"]["ground_truth"]
 
 
 def test_reimport_adds_nothing_and_says_so(store, tmp_path):
@@ -97,7 +97,8 @@ def test_trl_completions(store, tmp_path):
 
 def test_trl_single_reward_function_is_task(store, tmp_path):
     pd.DataFrame({"step": [0, 0], "prompt": ["p", "p"], "completion": ["a", "b"],
-                  "reward": [1.0, 0.0], "advantage": [0.7, -0.7]}).to_parquet(tmp_path / "completions_0.parquet")
+                  "reward": [1.0, 0.0], "advantage": [0.7, -0.7]}).to_parquet(
+        tmp_path / "completions_0.parquet")
     import_path(store, tmp_path / "completions_0.parquet", "t")
     assert store.list_runs()[0]["channels"] == ["task"]
 
@@ -109,7 +110,8 @@ BAD_JSONL = [
     (json.dumps({"prompt": "p", "response": 3, "rewards": {"task": 1}}), "field 'response' must be a string"),
     ('{"prompt": "p", "response": "x", "rewards": {"task": NaN}}', "field 'rewards.task' is nan"),
     (json.dumps({"prompt": "p", "response": "x", "rewards": {"task": 1e400}}), "rewards.task"),
-    (json.dumps({"prompt": "p", "response": "x", "rewards": {"task": "1"}}), "field 'rewards.task' must be a number"),
+    (json.dumps({"prompt": "p", "response": "x", "rewards": {"task": "1"}}),
+     "field 'rewards.task' must be a number"),
     (json.dumps({"prompt": "p", "response": "x", "token_ids": [1, 2], "logprobs": [-1.0],
                  "rewards": {"task": 1}}), "field 'logprobs' has 1 entries but 'token_ids' has 2"),
     (json.dumps({"prompt": "p", "response": "x", "token_ids": [1, "a"], "rewards": {"task": 1}}),
