@@ -133,6 +133,9 @@ def estimate(name: str, batch: RolloutBatch, config: Any = None, **overrides: An
     if config is None:
         config = make_config(name, **overrides)
     batch.validate()
+    if batch.T == 0:  # every response is empty: no token to credit (kernels index position 0 or reduce over T)
+        batch.require(*spec.needs)
+        return EstimatorResult(torch.zeros(batch.response_mask.shape, dtype=torch.float32), {"empty": True})
     result = spec.fn(batch, config)
     adv = result.advantages
     if adv.shape != batch.response_mask.shape:
