@@ -1,0 +1,190 @@
+"""Security: parameterized SQL (hostile run names), no SQL built from user data, no streamlit in the
+backend, upload names that cannot escape, model loading that refuses pickle and remote code, and a
+server bound to 127.0.0.1 by default."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backend.errors import InputError
+from backend.uploads import safe_upload_path
+from tests.conftest import make_records
+from tests.reliability.conftest import LONG, ROOT, run_cli, tally
+from tests.reliability.fuzzing import write_jsonl
+
+BACKEND = ROOT / "backend"
+HOSTILE_NAMES = [
+    "it's",
+    'say "hi"',
+    "a; b",
+    "'; DROP TABLE runs; --",
+    "\"); DELETE FROM rollouts; --",
+    "run\\with\\backslashes",
+    "名前 with ünïcode",
+    "%s %d {} ?",
+    "-- comment",
+]
+
+
+def test_hostile_run_names_import_list_and_delete_exactly(tmp_path):
+    db = tmp_path / "runs.duckdb"
+    src = write_jsonl(tmp_path / "r.jsonl", make_records(n_groups=1, group_size=2))
+    for name in HOSTILE_NAMES:
+        assert run_cli(["import", src, "--db", db, "--run", name, "--quiet"]).rc == 0, name
+    listed = json.loads(run_cli(["runs", "--db", db, "--json"]).out)
+    assert [r["name"] for r in listed] == HOSTILE_NAMES and all(r["rollouts"] == 2 for r in listed)
+    for k, name in enumerate(HOSTILE_NAMES):
+        assert run_cli(["delete", "--db", db, "--run", name]).rc == 0, name
+        left = [r["name"] for r in json.loads(run_cli(["runs", "--db", db, "--json"]).out)]
+        assert left == HOSTILE_NAMES[k + 1:]
+        tally("security: hostile run names", "imported, listed, deleted exactly")
+    missing = run_cli(["delete", "--db", db, "--run", "'; DROP TABLE runs; --"])
+    assert missing.rc == 2 and "no run named" in missing.err
+
+
+def _py_files(root: Path):
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_backend_never_imports_streamlit():
+    offenders = []
+    for path in _py_files(BACKEND):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            if any(n == "streamlit" or n.startswith("streamlit.") for n in names):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not offenders, offenders
+
+
+SQL_WORDS = re.compile(r"\b(SELECT|INSERT|DELETE|UPDATE|WHERE|FROM|DROP|CREATE)\b")
+# Interpolations allowed inside SQL f-strings: names that come from constants in backend/store, never from
+# a caller (table names from a fixed tuple, column lists of an Arrow table we built, `?` placeholders).
+# (`sets` is built from names checked against PER_TOKEN_COLUMNS in Store.update_token_arrays.)
+ALLOWED_INTERPOLATIONS = {"table", "columns", "view", "cond", "column", "sets"}
+
+
+def test_sql_is_never_built_from_user_data():
+    problems = []
+    for path in _py_files(BACKEND):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.JoinedStr):
+                continue
+            text = "".join(v.value for v in node.values if isinstance(v, ast.Constant))
+            if not SQL_WORDS.search(text) or not re.search(r"\b(FROM|INTO|TABLE|SET)\b", text):
+                continue
+            where = f"{path.relative_to(ROOT)}:{node.lineno}"
+            if path.parent.name != "store" and "store" not in path.parts:
+                problems.append(f"{where}: SQL outside backend/store")
+            for value in node.values:
+                if isinstance(value, ast.FormattedValue):
+                    expr = ast.unparse(value.value)
+                    if expr not in ALLOWED_INTERPOLATIONS:
+                        problems.append(f"{where}: SQL f-string interpolates {expr!r}")
+    assert not problems, "\n".join(problems)
+
+
+def test_store_insert_refuses_unknown_tables(tmp_path):
+    import pyarrow as pa
+
+    from backend.store import Store
+
+    with Store(tmp_path / "s.duckdb") as store, pytest.raises(ValueError, match="not an insertable table"):
+        store.insert_arrow("runs; DROP TABLE runs", pa.table({"x": [1]}))
+
+
+# --- uploads ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("run.jsonl", "run.jsonl"),
+        ("../../etc/passwd", "passwd"),
+        ("..\\..\\windows\\run.parquet", "run.parquet"),
+        ("/abs/path/x.jsonl", "x.jsonl"),
+        ("..", "upload"),
+        (".", "upload"),
+        ("", "upload"),
+        (".hidden.jsonl", "hidden.jsonl"),
+        ("a\x00b.jsonl", "ab.jsonl"),
+        ("my run (1).jsonl", "my_run_1_.jsonl"),
+        ("x" * 5000 + ".parquet", "x" * 112 + ".parquet"),
+    ],
+)
+def test_upload_names_stay_inside_the_directory(tmp_path, name, expected):
+    path = safe_upload_path(tmp_path, name)
+    assert path.parent == tmp_path.resolve() and path.name == expected
+    tally("security: upload names", "kept inside the upload directory")
+
+
+@settings(max_examples=300 if LONG else 60, deadline=None)
+@given(name=st.text(alphabet=st.sampled_from("./\\.\x00:~$ab-_ é😀"), max_size=40) | st.text(max_size=40))
+def test_upload_names_fuzzed(tmp_path_factory, name):
+    directory = tmp_path_factory.getbasetemp() / "uploads"
+    directory.mkdir(exist_ok=True)
+    path = safe_upload_path(directory, name)
+    assert path.parent == directory.resolve()
+    assert path.name not in ("", ".", "..") and not path.name.startswith(".")
+    path.write_bytes(b"x")  # a real file can be written there
+    path.unlink()
+    tally("security: upload names (hypothesis)", "kept inside the upload directory")
+
+
+def test_upload_into_a_symlink_pointing_out_is_refused(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    uploads = tmp_path / "uploads"
+    uploads.mkdir()
+    (uploads / "evil.jsonl").symlink_to(outside / "target.jsonl")
+    with pytest.raises(InputError, match="cannot be saved"):
+        safe_upload_path(uploads, "evil.jsonl")
+
+
+# --- models and server -----------------------------------------------------------------------------
+def test_model_loading_refuses_pickle_remote_code_and_urls(tmp_path):
+    loading = pytest.importorskip("backend.models.loading")
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    (pickled / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    (pickled / "pytorch_model.bin").write_bytes(b"\x80\x04not really a pickle")
+    with pytest.raises(InputError, match="pickle"):
+        loading.check_model_dir(pickled)
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    (remote / "config.json").write_text(json.dumps({"model_type": "x", "auto_map": {"AutoModel": "m.M"}}))
+    (remote / "model.safetensors").write_bytes(b"")
+    with pytest.raises(InputError, match="remote code"):
+        loading.check_model_dir(remote)
+    with pytest.raises(InputError, match="URL"):
+        loading.check_model_dir("https://example.com/model")
+    # the same rules through the command line: one line, exit 2
+    db = tmp_path / "runs.duckdb"
+    bare = [{k: v for k, v in r.items() if k not in ("logprobs", "entropies")} for r in make_records(1, 2)]
+    src = write_jsonl(tmp_path / "r.jsonl", bare)
+    assert run_cli(["import", src, "--db", db, "--run", "r", "--quiet"]).rc == 0
+    if "score" in run_cli(["--help"]).out:
+        result = run_cli(["score", "--db", db, "--run", "r", "--model", pickled])
+        assert result.rc == 2 and "pickle" in result.err and "Traceback" not in result.err, result.err
+    tally("security: model loading", "pickle, remote code and URLs refused")
+
+
+def test_server_binds_localhost_by_default():
+    commands = pytest.importorskip("app.commands")
+    from backend.cli import build_parser
+
+    args = build_parser().parse_args(["app"])
+    assert args.host == "127.0.0.1"
+    cmd = commands.streamlit_command(Path("x.duckdb"), 8501)
+    assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
+    tally("security: server bind address", "127.0.0.1 by default")
