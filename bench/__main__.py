@@ -3,7 +3,7 @@
 import importlib
 import sys
 
-BENCHES = ("ingest", "estimators", "models", "oracle", "app")
+BENCHES = ("ingest", "estimators", "models", "oracle", "app", "reliability")
 
 
 def main(argv: list[str]) -> int:
