@@ -77,13 +77,15 @@ def credit_heatmap(
     title: str | None = None,
     cell_text: bool | None = None,
     row_tokens: dict[str, Sequence[str]] | None = None,
+    offset: int = 0,
 ) -> go.Figure:
     """Token heatmap: one row per named series (channels, final, true credit), wrapped into bands.
 
     rows: name -> (L,) values per token (NaN: not defined); tokens: L display strings;
     token_info: optional columns `logprob`, `entropy` (L rows) for the hover;
     shares: optional channel -> (L,) share of |A| at each token, shown in the hover;
-    row_tokens: optional per-row token text (the Group view: one response per row, L = the longest).
+    row_tokens: optional per-row token text (the Group view: one response per row, L = the longest);
+    offset: position of the first token shown (a window of a long rollout); positions stay absolute.
     The colour scale is diverging, centred at 0, symmetric, shared by all rows.
     """
     names = list(rows)
@@ -123,9 +125,9 @@ def credit_heatmap(
             z[y, col] = v
             if cell_text or r == R - 1:
                 text[y, col] = visible_token(row_text[t])
-            custom[y, col] = t
+            custom[y, col] = offset + t
             hover[y, col] = (
-                f"<b>{safe(repr(row_text[t])[1:-1])}</b> · pos {t}<br>{label}: {_fmt(v)}<br>"
+                f"<b>{safe(repr(row_text[t])[1:-1])}</b> · pos {offset + t}<br>{label}: {_fmt(v)}<br>"
                 f"logprob {_fmt(lp[t])} · entropy {_fmt(ent[t])}{share_text[t]}"
             )
     peak = zmax if zmax is not None else symmetric_range(*[rows[n] for n in names])
@@ -147,8 +149,9 @@ def credit_heatmap(
     )
     # Heatmaps emit no selection events, so an invisible marker per cell carries hover and clicks.
     ys, xs = np.nonzero(custom != None)  # noqa: E711 - elementwise test on an object array
+    # SVG, not WebGL: headless/software-rendered browsers draw it several times faster.
     fig.add_trace(
-        go.Scattergl(
+        go.Scatter(
             x=xs,
             y=ys,
             customdata=custom[ys, xs].astype(np.int64),
@@ -164,7 +167,7 @@ def credit_heatmap(
     )
     tickvals = [b * (R + 1) + r for b in range(n_bands) for r in range(R)]
     ticktext = [
-        f"{safe(n)}" + (f"  [{b * band}]" if r == 0 else "")
+        f"{safe(n)}" + (f"  [{offset + b * band}]" if r == 0 else "")
         for b in range(n_bands)
         for r, n in enumerate(names)
     ]

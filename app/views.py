@@ -109,3 +109,38 @@ def _num(v) -> str:
     except (TypeError, ValueError):
         return "–"
     return "–" if v != v else f"{v:+.4f}"
+
+
+WINDOW = 1024  # tokens drawn at once; longer rollouts are shown a window at a time
+
+
+def heatmap_window(view: compute.RolloutView, key: str) -> dict:
+    """Keyword arguments for `figures.credit_heatmap` showing one window of a long rollout.
+
+    Rollouts up to WINDOW tokens are drawn whole; longer ones get a picker of token ranges (mirrored to
+    the URL as `from`), so a 4096-token rollout draws as fast as a 1024-token one.
+    """
+    from app import state
+
+    L = len(view.tokens)
+    start = 0
+    if L > WINDOW:
+        starts = list(range(0, L, WINDOW))
+        start = state.url_widget(
+            st.selectbox,
+            "Tokens shown",
+            key=key,
+            url="from",
+            default=0,
+            cast=int,
+            options=starts,
+            format_func=lambda s: f"{s}–{min(s + WINDOW, L) - 1} of {L}",
+        )
+    stop = min(start + WINDOW, L)
+    return {
+        "rows": {k: v[start:stop] for k, v in view.rows.items()},
+        "tokens": view.tokens[start:stop],
+        "token_info": view.token_info.iloc[start:stop].reset_index(drop=True),
+        "shares": {k: v[start:stop] for k, v in view.shares.items()},
+        "offset": start,
+    }

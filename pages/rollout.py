@@ -30,7 +30,7 @@ st.caption(
     "white = 0. Hover a cell for the token, its logprob, entropy and channel shares; click it to see why it "
     "got its credit."
 )
-heatmap = figures.credit_heatmap(view.rows, view.tokens, token_info=view.token_info, shares=view.shares)
+heatmap = figures.credit_heatmap(**views.heatmap_window(view, key="rollout_window"))
 event = st.plotly_chart(
     heatmap,
     key="rollout_heatmap",

@@ -41,7 +41,7 @@ view = views.compute_or_explain(
 )
 with chart:
     st.plotly_chart(
-        figures.credit_heatmap(view.rows, view.tokens, token_info=view.token_info, shares=view.shares),
+        figures.credit_heatmap(**views.heatmap_window(view, key="tune_window")),
         key="tune_heatmap",
         width="stretch",
         config={"displayModeBar": False},
