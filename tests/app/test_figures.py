@@ -23,7 +23,7 @@ def test_heatmap_wraps_into_bands_of_64_with_a_centred_scale():
     assert np.isnan(z[2]).all()  # the gap row
     assert z[3, 0] == rows["task"][64]  # second band starts at token 64
     cells = fig.data[1]  # the invisible click/hover layer
-    assert cells.type == "scattergl" and len(cells.x) == 2 * L
+    assert cells.type == "scatter" and len(cells.x) == 2 * L
     at = [i for i in range(len(cells.x)) if cells.x[i] == 1 and cells.y[i] == 4][0]
     assert cells.customdata[at] == 65
 

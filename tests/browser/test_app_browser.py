@@ -36,7 +36,7 @@ def test_each_view_opens(page, path, heading):
 def test_bookmark_opens_that_rollout(page):
     open_view(page, "?run=oracle&rollout=7")
     assert "Rollout #7" in page.locator("h1").first.inner_text()
-    page.wait_for_selector(".st-key-rollout_heatmap .ytick")
+    page.wait_for_selector(".st-key-rollout_heatmap .ytick", state="attached")
     assert "true credit" in page.locator(".st-key-rollout_heatmap").text_content()
     assert "run=oracle" in page.url and "rollout=7" in page.url
 
