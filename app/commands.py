@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from backend.store import Store, default_db_path
+from backend.store import default_db_path
+from backend.store.commands import open_store
 
 MAIN = Path(__file__).resolve().parent / "main.py"
 MAX_UPLOAD_MB = 200
@@ -41,7 +42,7 @@ def prepare_store(db: Path) -> list[str]:
     """Create/migrate the store and import the bundled sample runs it lacks; returns their names."""
     from backend.store.commands import import_bundled
 
-    with Store(db) as store:
+    with open_store(db) as store:
         return import_bundled(store, quiet=True)
 
 

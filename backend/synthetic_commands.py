@@ -31,13 +31,13 @@ def _check_sizes(args) -> None:
 
 def cmd_synth(args) -> int:
     from backend.ingest import import_records
-    from backend.store import Store
+    from backend.store.commands import open_store
     from backend.synthetic import native_records
 
     _check_sizes(args)
     records = native_records(seeds=args.seeds, prompts=args.prompts, group=args.group)
     key = f"synthetic-oracle:seeds={args.seeds}:prompts={args.prompts}:group={args.group}"
-    with Store(args.db) as store:
+    with open_store(args.db) as store:
         report = import_records(store, args.run, records, source="synthetic", origin="synthetic oracle",
                                 content_key=key)
     print(report.message())

@@ -73,7 +73,7 @@ def cmd_estimate(args) -> int:
     import pyarrow.parquet as pq
     import torch
 
-    from backend.store import Store
+    from backend.store.commands import open_store
 
     if args.out.suffix != ".parquet":
         raise InputError(f"{args.out}: the output must be a .parquet file")
@@ -93,7 +93,7 @@ def cmd_estimate(args) -> int:
         config = registry.make_config(args.estimator, **overrides)
     except ValueError as exc:
         raise InputError(f"--set: {exc}") from None
-    with Store(args.db, read_only=True) as store:
+    with open_store(args.db, read_only=True) as store:
         batch = store.load_batch(args.run)
     result = registry.estimate(args.estimator, batch, config)
     mask = batch.response_mask.cpu()

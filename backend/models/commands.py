@@ -75,10 +75,10 @@ def cmd_score(args) -> int:
     from tqdm import tqdm
 
     from backend.models.engine import load_engine
-    from backend.store import Store
+    from backend.store.commands import open_store
     from backend.store.model_queries import rollouts_to_score
 
-    with Store(args.db) as store:
+    with open_store(args.db) as store:
         info = store.run_info(args.run)
         todo = rollouts_to_score(store, args.run, only_missing=not args.all)
     if not len(todo):
@@ -111,7 +111,7 @@ def cmd_score(args) -> int:
         int(rid): {"logprobs": s.logprobs.tolist(), "entropies": s.entropies.tolist()}
         for rid, s in zip(todo["rollout_id"], scored, strict=True)
     }
-    with Store(args.db) as store:
+    with open_store(args.db) as store:
         store.update_token_arrays(args.run, arrays)
     tokens = sum(len(r) for r in responses)
     print(f"scored {len(arrays)} rollouts ({tokens} tokens) of run {args.run!r} with {engine.model_dir}")
@@ -131,11 +131,11 @@ def cmd_resample(args) -> int:
     from backend.models.engine import load_engine
     from backend.models.resample import check_positions, parse_suggestion, resample
     from backend.rewards import get_verifier
-    from backend.store import Store
+    from backend.store.commands import open_store
 
     # The store is opened only to read the rollout and to save the samples, so other readers are not
     # locked out while the model runs.
-    with Store(args.db) as store:
+    with open_store(args.db) as store:
         info = store.run_info(args.run)
         rollout = store.rollout(args.run, args.rollout)
     verifier = args.verifier or info.get("verifier") or "answer_match"
@@ -195,7 +195,7 @@ def cmd_resample(args) -> int:
             seed=args.seed,
             progress=progress,
         )
-    with Store(args.db) as store:
+    with open_store(args.db) as store:
         store.save_resample(args.run, args.rollout, result.table())
     if args.json:
         print(json.dumps(result.to_json()))
