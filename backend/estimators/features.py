@@ -106,7 +106,11 @@ def ridge_folds(X: torch.Tensor, y: torch.Tensor, fold: torch.Tensor, k: int,
     X: (N, F) training rows, y: (N,), fold: (N,) in [0, k). Fit j uses every row not in fold j, so
     rows of fold j are predicted by `X @ W[j] + b[j]` without having seen themselves. Columns are
     standardized on all rows (no labels involved) before the penalty; the intercept is not shrunk.
-    Solved in float64 from per-fold Gram matrices (one pass over the data).
+    Solved in float64 from per-fold Gram matrices (one pass over the data), by the pseudo-inverse of
+    the penalized Gram matrix rather than `solve`: with `alpha = 0` (or a tiny one) a fold can train on
+    fewer rows than features, or on constant or collinear columns, and the matrix is singular. The
+    pseudo-inverse gives the minimum-norm least-squares fit there (directions the training rows do
+    not identify get weight 0) and the ordinary ridge solution wherever the matrix is well conditioned.
     """
     X64 = X.to(torch.float64)
     y64 = y.to(torch.float64)
@@ -122,10 +126,23 @@ def ridge_folds(X: torch.Tensor, y: torch.Tensor, fold: torch.Tensor, k: int,
     xty_out = xty.sum(0, keepdim=True) - xty
     penalty = torch.eye(F + 1, dtype=torch.float64, device=X.device) * alpha
     penalty[F, F] = 1e-9
-    coef = torch.linalg.solve(gram_out + penalty, xty_out[..., None])[..., 0]  # (k, F+1)
+    coef = (_pinv_psd(gram_out + penalty) @ xty_out[..., None])[..., 0]  # (k, F+1)
     W = coef[:, :F] / sd  # (k, F)
     b = coef[:, F] - (W * mu).sum(dim=1)  # (k,)
     return W.to(torch.float32), b.to(torch.float32)
+
+
+def _pinv_psd(A: torch.Tensor, rtol: float = 1e-10) -> torch.Tensor:
+    """Pseudo-inverse of a batch of symmetric PSD matrices (k, n, n) from one `eigh` (CPU and CUDA).
+
+    Eigenvalues below `rtol` x the largest of their matrix are treated as 0: in float64 the round-off
+    of a Gram matrix is ~1e-16 x its scale, so 1e-10 drops only directions the data do not determine,
+    which would otherwise get weights of the size of 1 / round-off.
+    """
+    evals, evecs = torch.linalg.eigh(A)  # (k, n), (k, n, n)
+    cutoff = rtol * evals.abs().amax(dim=-1, keepdim=True)
+    inv = torch.where(evals > cutoff, 1.0 / evals.clamp(min=torch.finfo(A.dtype).tiny), 0.0)
+    return (evecs * inv[..., None, :]) @ evecs.mT
 
 
 def subsample_rows(n: int, max_rows: int, device: torch.device) -> torch.Tensor:

@@ -167,3 +167,27 @@ def test_estimator_inputs_unchanged():
         registry.estimate(name, batch)
     assert all(torch.equal(before[0][k], batch.scores[k]) for k in before[0])
     assert torch.equal(before[1], batch.entropies)
+
+
+def test_ridge_fit_degenerate_batch_and_unchanged_where_regular():
+    from backend.estimators import features
+
+    # The hypothesis example that made torch.linalg.solve fail: two singleton groups, one token each.
+    batch = random_batch(0, n_groups=2, group_size=1, max_len=1, vocab=1)
+    for name in ("token_rm", "rudder", "gae"):
+        res = registry.estimate(name, batch, ridge=0.0)
+        assert torch.isfinite(res.advantages).all(), name
+    # Where the penalized Gram matrix is regular, the fit is the ordinary ridge solution.
+    gen = torch.Generator().manual_seed(0)
+    X, y = torch.randn(200, 4, generator=gen), torch.randn(200, generator=gen)
+    fold = torch.arange(200) % 3
+    W, b = features.ridge_folds(X, y, fold, 3, 0.5)
+    X64, y64 = X.double(), y.double()
+    mu, sd = X64.mean(0), X64.std(0, unbiased=False)
+    for j in range(3):
+        keep = fold != j
+        Xa = torch.cat([(X64[keep] - mu) / sd, torch.ones(int(keep.sum()), 1, dtype=torch.float64)], 1)
+        pen = torch.diag(torch.tensor([0.5] * 4 + [1e-9], dtype=torch.float64))
+        coef = torch.linalg.solve(Xa.T @ Xa + pen, Xa.T @ y64[keep])
+        torch.testing.assert_close(W[j], (coef[:4] / sd).float(), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(b[j], (coef[4] - (coef[:4] / sd * mu).sum()).float(), atol=1e-5, rtol=1e-5)
