@@ -8,6 +8,7 @@ import streamlit as st
 
 from app import data, state, views
 from backend.errors import InputError, StoreError
+from backend.uploads import safe_upload_path
 
 sel = state.selection()
 st.title("Runs")
@@ -67,10 +68,9 @@ if st.button("Import", key="runs_import_button", type="primary"):
         if source == "upload":
             if upload is None:
                 raise InputError("choose a file to upload")
-            # keep the uploaded file's own name (no folders), so import errors name the file the user knows
-            filename = Path(upload.name).name or "upload.jsonl"
+            # keep the uploaded file's own name, made safe, so import errors name the file the user knows
             with tempfile.TemporaryDirectory() as tmp:
-                target = Path(tmp) / filename
+                target = safe_upload_path(tmp, upload.name)
                 target.write_bytes(upload.getvalue())
                 run_import(target)
         else:
