@@ -13,6 +13,8 @@ from tests.app.conftest import open_app
 from tests.conftest import make_records
 
 HOSTILE = ["../../etc/passwd", "..", "a/../../b.jsonl", "/etc/passwd", "..\\..\\x.jsonl", ".", ""]
+# Names the uploader accepts (its type filter wants a .jsonl/.json/.parquet extension).
+ACCEPTED = ["../../etc/passwd.jsonl", "a/../../b.jsonl", "../.jsonl", "..\\..\\w.jsonl"]
 
 
 @pytest.mark.parametrize("name", HOSTILE)
@@ -26,8 +28,7 @@ def test_hostile_name_stays_in_the_upload_directory(tmp_path, name):
     assert target.is_file()
 
 
-# Names the uploader accepts (its type filter wants a .jsonl/.json/.parquet extension).
-@pytest.mark.parametrize("name", ["../../etc/passwd.jsonl", "a/../../b.jsonl", "../.jsonl", "..\\..\\w.jsonl"])
+@pytest.mark.parametrize("name", ACCEPTED)
 def test_upload_with_hostile_name_imports_from_inside_the_upload_folder(app_db, tmp_path, monkeypatch, name):
     temp_root = tmp_path / "tmp"
     temp_root.mkdir()
