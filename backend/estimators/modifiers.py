@@ -122,7 +122,7 @@ class TEPOMaskConfig(ModifierConfig):
 
 
 @register("tepo_mask", TEPOMaskConfig, "Mask positive-advantage tokens whose entropy fell vs the old policy",
-          needs=("entropies",), family="modifier")
+          needs_one_of=(("entropies", "old_entropies"), ("logprobs", "ref_logprobs")), family="modifier")
 def tepo_mask(batch: RolloutBatch, config: TEPOMaskConfig) -> EstimatorResult:
     """Old-policy entropies come from extras `old_entropies`; without them the token's surprisal under
     the reference (`ref_logprobs`) stands in: the entropy 'fell' where logprob > ref_logprob."""

@@ -15,7 +15,13 @@ from typing import Any
 
 import torch
 
-from backend.batch import RolloutBatch
+from backend.batch import BatchError, RolloutBatch
+
+MODEL = "model"
+"""Need name of estimators that run the policy model itself (a resource, not a batch field)."""
+MC_NEEDS = ("mc_values", "mc_mask")
+"""The one spelling of the suffix-resampling need: the batch extras `creditlens resample` writes.
+Estimators needing them (or `MODEL`) are not model-free: see `EstimatorSpec.model_free`."""
 
 
 @dataclass(frozen=True)
@@ -33,9 +39,34 @@ class EstimatorSpec:
     config_cls: type
     description: str
     needs: tuple[str, ...] = ()
-    """Batch fields or resources the estimator requires, e.g. ("entropies",) or ("model",)."""
+    """Batch fields (or extras) the estimator requires, all of them, e.g. ("entropies",), MC_NEEDS, or
+    the resource MODEL. Fields it merely uses when present (token text, hidden states) are not listed."""
     family: str = "credit"
     """UI grouping: outcome, credit, value, tree, learned, modifier, aggregation."""
+    needs_one_of: tuple[tuple[str, ...], ...] = ()
+    """Alternatives on top of `needs`: at least one of these sets of fields must be present in full,
+    e.g. (("entropies", "old_entropies"), ("logprobs", "ref_logprobs")). Empty: no alternatives."""
+
+    def unmet(self, available: set[str] | frozenset[str]) -> str | None:
+        """None when a run with the fields `available` (see `available_fields`) supports this
+        estimator with its defaults; otherwise what is missing, in words."""
+        missing = [n for n in self.needs if n not in available]
+        if missing:
+            return "no " + ", ".join(missing)
+        if self.needs_one_of and not any(set(alt) <= available for alt in self.needs_one_of):
+            return "none of " + " or ".join(" + ".join(alt) for alt in self.needs_one_of)
+        return None
+
+    @property
+    def model_free(self) -> bool:
+        """True when neither the model nor Monte Carlo resampling results are required (in `needs`, or
+        in every alternative of `needs_one_of`): the estimators the oracle bench can run on any run."""
+        def heavy(names: tuple[str, ...]) -> bool:
+            return any(n == MODEL or n in MC_NEEDS for n in names)
+
+        if heavy(self.needs):
+            return False
+        return not self.needs_one_of or any(not heavy(alt) for alt in self.needs_one_of)
 
 
 class UnknownEstimator(KeyError):
@@ -54,7 +85,7 @@ def param(default: Any, *, help: str, low: float | None = None, high: float | No
 
 
 def register(name: str, config_cls: type, description: str, needs: tuple[str, ...] = (),
-             family: str = "credit") -> Callable:
+             family: str = "credit", needs_one_of: tuple[tuple[str, ...], ...] = ()) -> Callable:
     """Decorator: `@register("grpo", GRPOConfig, "one line")`. Registering a name twice raises."""
 
     def wrap(fn: Callable) -> Callable:
@@ -62,7 +93,14 @@ def register(name: str, config_cls: type, description: str, needs: tuple[str, ..
             raise ValueError(f"estimator {name!r} is already registered")
         if not (dataclasses.is_dataclass(config_cls) and config_cls.__dataclass_params__.frozen):
             raise TypeError(f"config of {name!r} must be a frozen dataclass")
-        _REGISTRY[name] = EstimatorSpec(name, fn, config_cls, description, tuple(needs), family)
+        if isinstance(needs, str) or not all(isinstance(n, str) for n in needs):
+            raise TypeError(f"needs of {name!r} must be a tuple of field names, got {needs!r}")
+        alternatives = tuple(tuple(alt) for alt in needs_one_of)
+        if any(not alt or isinstance(alt, str) or not all(isinstance(n, str) for n in alt)
+               for alt in needs_one_of):
+            raise TypeError(f"needs_one_of of {name!r} must be non-empty tuples of field names, "
+                            f"got {needs_one_of!r}")
+        _REGISTRY[name] = EstimatorSpec(name, fn, config_cls, description, tuple(needs), family, alternatives)
         return fn
 
     return wrap
@@ -83,6 +121,35 @@ def get(name: str) -> EstimatorSpec:
     if name not in _REGISTRY:
         raise UnknownEstimator(f"unknown estimator {name!r}; known: {', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[name]
+
+
+def available_fields(batch: RolloutBatch) -> frozenset[str]:
+    """Names of the optional fields `batch` carries: per-token fields that are not None, `tokens`
+    (token text), and every extras key (e.g. old_entropies, mc_values, mc_mask, hidden)."""
+    optional = ("logprobs", "ref_logprobs", "entropies", "values", "tokens")
+    return frozenset([n for n in optional if getattr(batch, n) is not None] + list(batch.extras))
+
+
+def supported(batch: RolloutBatch, resources: tuple[str, ...] = ()) -> list[str]:
+    """Registered names whose needs `batch` meets (plus `resources`, e.g. (MODEL,) when a model is
+    loaded). Config choices can add needs (gae's value_source='stored' needs values): defaults only."""
+    available = available_fields(batch) | set(resources)
+    return [n for n in names() if get(n).unmet(available) is None]
+
+
+def check_needs(name: str, batch: RolloutBatch) -> None:
+    """Raise a `BatchError` saying what `batch` lacks for estimator `name` and how to get it."""
+    spec = get(name)
+    available = available_fields(batch)
+    if spec.unmet(available) is None:
+        return
+    if any(n in MC_NEEDS and n not in available for n in spec.needs):
+        raise BatchError(f"{name} needs resampling results (extras {', '.join(MC_NEEDS)}) and this run has "
+                         "none; run `creditlens resample --run RUN --rollout ID --suggest entropy:5` first")
+    batch.require(*spec.needs)  # names the missing fields and how to fill them
+    options = " or ".join(" + ".join(alt) for alt in spec.needs_one_of)  # `needs` are met: no alternative is
+    raise BatchError(f"{name} needs {options}; this run has none of these in full (import the missing "
+                     f"fields, or fill model fields with `creditlens score --model DIR`)")
 
 
 def make_config(name: str, **overrides: Any) -> Any:
@@ -133,8 +200,8 @@ def estimate(name: str, batch: RolloutBatch, config: Any = None, **overrides: An
     if config is None:
         config = make_config(name, **overrides)
     batch.validate()
-    if batch.T == 0:  # every response is empty: no token to credit (kernels index position 0 or reduce over T)
-        batch.require(*spec.needs)
+    check_needs(name, batch)
+    if batch.T == 0:  # every response is empty: nothing to credit (kernels index position 0 or reduce over T)
         return EstimatorResult(torch.zeros(batch.response_mask.shape, dtype=torch.float32), {"empty": True})
     result = spec.fn(batch, config)
     adv = result.advantages
@@ -148,7 +215,8 @@ def estimate(name: str, batch: RolloutBatch, config: Any = None, **overrides: An
 
 
 def config_schema(name: str) -> dict:
-    """Name, description, needs and fields (name, type, default, low, high, choices, help)."""
+    """Name, description, family, needs, needs_one_of, model_free and fields (name, type, default, low,
+    high, choices, help)."""
     spec = get(name)
     hints = typing.get_type_hints(spec.config_cls)
     out_fields = []
@@ -170,4 +238,5 @@ def config_schema(name: str) -> dict:
             "help": f.metadata.get("help", ""),
         })
     return {"name": spec.name, "description": spec.description, "family": spec.family,
-            "needs": list(spec.needs), "fields": out_fields}
+            "needs": list(spec.needs), "needs_one_of": [list(alt) for alt in spec.needs_one_of],
+            "model_free": spec.model_free, "fields": out_fields}

@@ -19,7 +19,7 @@ from backend.estimators.common import (
     token_positions,
     values_for,
 )
-from backend.estimators.registry import EstimatorResult, param, register
+from backend.estimators.registry import MC_NEEDS, EstimatorResult, param, register
 from backend.estimators.tree import build_prefix_tree
 
 
@@ -74,7 +74,7 @@ class SuffixMCConfig(OutcomeConfig):
 
 
 @register("suffix_mc", SuffixMCConfig, "Monte Carlo values from suffix resampling (VinePPO-style)",
-          needs=("mc_values",), family="value")
+          needs=MC_NEEDS, family="value")
 def suffix_mc(batch: RolloutBatch, config: SuffixMCConfig) -> EstimatorResult:
     """Segments between valued positions get the value difference. The segment before the first valued
     position starts at the empty prefix, valued at the group mean reward; the last segment ends at the

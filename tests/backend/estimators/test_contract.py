@@ -192,3 +192,48 @@ def test_ridge_fit_degenerate_batch_and_unchanged_where_regular():
         coef = torch.linalg.solve(Xa.T @ Xa + pen, Xa.T @ y64[keep])
         torch.testing.assert_close(W[j], (coef[:4] / sd).float(), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(b[j], (coef[4] - (coef[:4] / sd * mu).sum()).float(), atol=1e-5, rtol=1e-5)
+
+
+def _only(batch, fields):
+    """`batch` stripped to the fields named (plus the mask, ids, scores), as a run that has nothing else."""
+    full = {**{n: getattr(batch, n) for n in ("logprobs", "ref_logprobs", "entropies", "values", "tokens")},
+            **batch.extras, "old_entropies": batch.entropies * 1.1}
+    plain = {n: (full[n] if n in fields else None)
+             for n in ("logprobs", "ref_logprobs", "entropies", "values", "tokens")}
+    extras = {n: full[n] for n in fields if n not in plain}
+    return dataclasses.replace(batch, **plain, extras=extras)
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_needs_are_honest(name):
+    """Declared needs (and each alternative of needs_one_of) suffice with the defaults; dropping any of
+    them raises a BatchError; `supported` agrees."""
+    spec = registry.get(name)
+    batch = random_batch(3, n_groups=3, singleton=False, flat_group=False)
+    sets = [tuple(spec.needs) + alt for alt in spec.needs_one_of] or [tuple(spec.needs)]
+    for fields in sets:
+        enough = _only(batch, set(fields))
+        assert torch.isfinite(registry.estimate(name, enough).advantages).all()
+        assert name in registry.supported(enough)
+        for dropped in fields:
+            lacking = _only(batch, set(fields) - {dropped})
+            if spec.unmet(registry.available_fields(lacking)) is None:
+                continue  # another alternative still holds
+            with pytest.raises(BatchError):
+                registry.estimate(name, lacking)
+            assert name not in registry.supported(lacking)
+    schema = registry.config_schema(name)
+    assert schema["needs"] == list(spec.needs) and all(isinstance(n, str) for n in schema["needs"])
+
+
+def test_needs_metadata():
+    tepo = registry.get("tepo_mask")
+    assert tepo.needs == () and tepo.model_free
+    assert set(tepo.needs_one_of) == {("entropies", "old_entropies"), ("logprobs", "ref_logprobs")}
+    assert registry.get("suffix_mc").needs == registry.MC_NEEDS and not registry.get("suffix_mc").model_free
+    assert {n for n in registry.names() if not registry.get(n).model_free} == {"suffix_mc"}
+    batch = dataclasses.replace(random_batch(0), ref_logprobs=None)
+    with pytest.raises(BatchError, match="entropies \\+ old_entropies or logprobs \\+ ref_logprobs"):
+        registry.estimate("tepo_mask", batch)
+    with pytest.raises(TypeError, match="needs_one_of"):
+        registry.register("x_needs", registry.get("grpo").config_cls, "x", needs_one_of=((),))(lambda b, c: 0)
