@@ -21,8 +21,11 @@ CELL_TEXT_LIMIT = 12_000  # above this many cells only the last row of each band
 
 
 def safe(text: str) -> str:
-    """Escape `<`, `>`, `&`, quotes for Plotly's HTML-ish text rendering."""
-    return html.escape(str(text), quote=True)
+    """Escape `<`, `>`, `&`, quotes for Plotly's HTML-ish text rendering.
+
+    Plotly decodes numeric entities and a few named ones, but not `&quot;`, so `"` becomes `&#34;`
+    (else a hover label shows `&quot;` where the model wrote a quote)."""
+    return html.escape(str(text), quote=True).replace("&quot;", "&#34;")
 
 
 def visible_token(text: str, width: int = 3) -> str:

@@ -111,3 +111,9 @@ def test_value_estimates_have_error_bars():
     assert list(fig.data[0].error_y.array) == [0.1, 0.05]
     assert fig.data[1].x == (10,)
     json.loads(pio.to_json(fig))
+
+
+def test_safe_uses_entities_plotly_decodes():
+    # Plotly decodes &lt; &gt; &amp; and numeric entities, but shows &quot; literally
+    assert figures.safe('<img src=x onerror="a">') == "&lt;img src=x onerror=&#34;a&#34;&gt;"
+    assert "&quot;" not in figures.safe('"') and figures.safe("'") == "&#x27;"

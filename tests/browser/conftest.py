@@ -27,6 +27,35 @@ CHROMIUM_ARGS = [
 ]
 SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
 
+# Model text that tries to run script, load an image, render markdown/links and LaTeX.
+XSS_SCRIPT = "<script>window.__xss=1</script>"
+XSS_IMG = '<img src=x onerror="window.__xss=1">'
+XSS_MARKDOWN = "**bold** [link](javascript:alert(1))"
+XSS_LATEX = "$\\alpha$"
+PAYLOADS = (XSS_SCRIPT, XSS_IMG, XSS_MARKDOWN, XSS_LATEX)
+
+
+def hostile_records(group_size: int = 3, length: int = 12) -> list[dict]:
+    """One group whose prompt, response and every token carry the payloads."""
+    records = []
+    for i in range(group_size):
+        ids = [(i + t) % 7 if t < 2 else (3 * i + t) % 11 for t in range(length)]
+        records.append(
+            {
+                "prompt": " ".join(PAYLOADS),
+                "response": " ".join(PAYLOADS[(i + k) % 4] for k in range(4)),
+                "step": 0,
+                "token_ids": ids,
+                "tokens": [PAYLOADS[t % len(PAYLOADS)] for t in range(length)],
+                "logprobs": [-0.1 * (t + 1) for t in range(length)],
+                "entropies": [0.05 * t for t in range(length)],
+                "rewards": {"task": float(i % 2), "style": -float(i == 2)},
+                "token_rewards": {"style": [0.0] * (length - 1) + [-float(i == 2)]},
+                "meta": {"ground_truth": "1"},
+            }
+        )
+    return records
+
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
@@ -37,6 +66,7 @@ def server(tmp_path_factory):
     with Store(db) as store:
         import_bundled(store, quiet=True)
         import_records(store, "small", make_records(n_groups=2, group_size=4, steps=2), content_key="small")
+        import_records(store, "hostile", hostile_records(), content_key="hostile-browser")
     with Server(db, log=root / "streamlit.log") as srv:
         yield srv
 

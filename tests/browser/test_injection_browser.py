@@ -1,0 +1,83 @@
+"""Model text that tries HTML/JS, markdown links and LaTeX, opened in headless chromium: shown as text.
+
+The `hostile` run's prompt, response and every token carry the payloads of `conftest.PAYLOADS`. In each
+view: no script ran (`window.__xss` stays undefined), no `<img src=x>` element, no `javascript:` link,
+no bold or KaTeX made from model text, and the literal text can be read (in the code blocks of
+"Prompt and response", and in the heatmap's hover label).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.browser.conftest import XSS_IMG, XSS_MARKDOWN, XSS_SCRIPT, open_view, wait_idle
+
+pytestmark = pytest.mark.browser
+
+INJECTED = """() => ({
+  xss: typeof window.__xss,
+  img: document.querySelectorAll('img[src="x"], img[onerror]').length,
+  js_links: [...document.querySelectorAll('a[href]')]
+    .filter(a => /^\\s*javascript:/i.test(a.getAttribute('href'))).length,
+  bold: [...document.querySelectorAll('strong, b')].filter(e => e.textContent.trim() === 'bold').length,
+  katex: document.querySelectorAll('.katex, .katex-mathml, math').length,
+})"""
+CLEAN = {"xss": "undefined", "img": 0, "js_links": 0, "bold": 0, "katex": 0}
+
+
+def hover_text(page, key: str, col: int = 0, row: int = 0, n_rows: int = 1) -> str:
+    """Hover cell (col, row) of heatmap `key` (64 columns, `n_rows` rows drawn) and return its label."""
+    page.wait_for_selector(f".st-key-{key} .nsewdrag")
+    label = page.locator(f".st-key-{key} .hoverlayer .hovertext").filter(has_text=f"pos {col}")
+    for attempt in range(5):  # plotly hovers on mousemove; the first move can land before it listens
+        box = page.locator(f".st-key-{key} .nsewdrag").first.bounding_box()
+        x = box["x"] + box["width"] * (col + 0.5) / 64
+        y = box["y"] + box["height"] * (row + 0.5) / n_rows
+        page.mouse.move(x - 3 + attempt, y, steps=4)
+        try:
+            label.first.wait_for(state="attached", timeout=2_000)
+            break
+        except Exception:  # noqa: BLE001 - retried, then the final wait below reports it
+            continue
+    label.first.wait_for(state="attached")
+    return label.first.text_content()
+
+
+def show_prompt_and_response(page) -> str:
+    page.get_by_text("Prompt and response").first.click()
+    page.wait_for_selector("[data-testid=stCode]")
+    return "\n".join(page.locator("[data-testid=stCode]").all_inner_texts())
+
+
+@pytest.mark.parametrize(
+    "path, heatmap, n_rows",
+    [
+        ("?run=hostile&rollout=0", "rollout_heatmap", 4),  # style, task, final + gap rows: one band
+        ("group?run=hostile&rollout=0", "group_heatmap", 3),  # one row per response
+        ("compare?run=hostile&rollout=0", None, 1),
+        ("resample?run=hostile&rollout=0", "resample_heatmap", 1),
+    ],
+)
+def test_model_text_is_inert_and_readable(page, path, heatmap, n_rows):
+    open_view(page, path)
+    page.wait_for_selector(".js-plotly-plot .main-svg")
+    assert page.evaluate(INJECTED) == CLEAN
+
+    if heatmap is not None:
+        code = show_prompt_and_response(page)
+        for payload in (XSS_SCRIPT, XSS_IMG, XSS_MARKDOWN, "$\\alpha$"):
+            assert payload in code
+        # token 0 is the <script> payload, token 1 the <img>: their hover labels show them literally
+        rows = page.evaluate(
+            "(k) => document.querySelector(`.st-key-${k} .js-plotly-plot`)._fullLayout.yaxis.range", heatmap
+        )
+        band_rows = round(abs(rows[0] - rows[1]))
+        assert XSS_SCRIPT in hover_text(page, heatmap, col=0, row=0, n_rows=band_rows)
+        assert XSS_IMG in hover_text(page, heatmap, col=1, row=0, n_rows=band_rows)
+    else:
+        label = hover_text(page, "compare_multiples", col=0, row=0, n_rows=1)
+        assert XSS_SCRIPT in label
+    if heatmap == "rollout_heatmap":  # "why this credit" names token 0 verbatim
+        assert any(XSS_SCRIPT in t for t in page.locator("[data-testid=stText]").all_inner_texts())
+    wait_idle(page)
+    assert page.evaluate(INJECTED) == CLEAN
