@@ -45,3 +45,27 @@ class Job:
     @property
     def fraction(self) -> float:
         return min(1.0, self.done / self.total) if self.total else 0.0
+
+
+def resample_job(
+    handle, run: str, rollout_id: int, engine, record: dict, verifier: str | None, positions, samples: int
+) -> Job:
+    """A (not yet started) job resampling `positions` of a rollout with a loaded engine, M = `samples`.
+
+    It saves what it finished to the store behind `handle` (a `StoreHandle`), also when cancelled: the
+    engine stops after its current chunk and the finished suffixes are kept.
+    """
+    from backend import analysis
+
+    positions, samples = list(positions), int(samples)
+
+    def work(job: Job):
+        result = analysis.resample_rollout(
+            engine, record, verifier, positions, samples, progress=job.progress, cancel=job.cancel.is_set
+        )
+        if result.samples:
+            with handle.write() as store:
+                store.save_resample(run, rollout_id, result.table())
+        return result
+
+    return Job(work)

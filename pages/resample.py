@@ -82,31 +82,10 @@ if job is not None and job.running:
     if st.button("Cancel", key="resample_cancel", type="secondary"):
         job.cancel.set()
 elif st.button("Run resampling", key="resample_run", type="primary", disabled=not (model_dir and positions)):
-    target = dict(
-        record=record,
-        positions=list(positions),
-        samples=int(samples),
-        engine=views.compute_or_explain(compute.engine, model_dir, engine_name),
-        verifier=info.get("verifier"),
-    )
-
-    def work(job: jobs.Job, t=target):
-        engine = t["engine"]
-        result = analysis.resample_rollout(
-            engine,
-            t["record"],
-            t["verifier"],
-            t["positions"],
-            t["samples"],
-            progress=job.progress,
-            cancel=job.cancel.is_set,
-        )
-        if result.samples:
-            with data.handle_for(sel.db).write() as store:
-                store.save_resample(sel.run, sel.rollout, result.table())
-        return result
-
-    job = st.session_state["resample_job"] = jobs.Job(work).start()
+    engine = views.compute_or_explain(compute.engine, model_dir, engine_name)
+    handle, verifier = data.handle_for(sel.db), info.get("verifier")
+    job = jobs.resample_job(handle, sel.run, sel.rollout, engine, record, verifier, positions, samples)
+    st.session_state["resample_job"] = job.start()
 
 if job is not None and (job.running or st.session_state.get("_resample_shown") is not job):
     bar = st.progress(job.fraction, text="resampling…")
