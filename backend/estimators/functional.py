@@ -100,7 +100,8 @@ def reverse_discounted_cumsum(x: torch.Tensor, discount: float, block: int = _BL
     A blocked scan: inside blocks of `block` tokens one matmul with the (block, block) matrix of
     discount powers; the carries between blocks are the same problem, `block` times shorter, with
     discount^block, solved recursively. No python loop over T; needs 0 <= discount <= 1 (powers
-    never overflow). Float error is that of a `block`-term dot product.
+    never overflow). Float error is that of a `block`-term dot product. The carry is added in place:
+    on CPU a fresh (B, T) buffer costs page faults comparable to the arithmetic.
     """
     if not 0.0 <= discount <= 1.0:
         raise ValueError(f"discount must be in [0, 1], got {discount!r}")
@@ -116,10 +117,16 @@ def reverse_discounted_cumsum(x: torch.Tensor, discount: float, block: int = _BL
     heads = local[:, :, 0]  # (B, n_blocks): each block's scan value at its first token
     starts = reverse_discounted_cumsum(heads, float(discount) ** block, block)  # y at each block start
     carry = torch.cat([starts[:, 1:], torch.zeros_like(starts[:, :1])], dim=1)  # y at next block start
-    tail = torch.pow(torch.tensor(float(discount), dtype=torch.float64),
-                     torch.arange(block, 0, -1, dtype=torch.float64)).to(x.dtype).to(x.device)  # (block,)
-    y = local + carry[:, :, None] * tail  # (B, n_blocks, block)
-    return y.reshape(B, n_blocks * block)[:, :T]
+    local.addcmul_(carry[:, :, None], _tail_powers(float(discount), block, x.dtype, str(x.device)))
+    y = local.view(B, n_blocks * block)  # (B, n_blocks * block)
+    return y[:, :T] if pad else y
+
+
+@functools.lru_cache(maxsize=64)
+def _tail_powers(discount: float, n: int, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """(n,) discount^(n - t) for t = 0..n-1: what the next block's start contributes at token t."""
+    power = torch.arange(n, 0, -1, dtype=torch.float64)
+    return torch.pow(torch.tensor(discount, dtype=torch.float64), power).to(dtype=dtype, device=device)
 
 
 def discounted_returns(rewards: torch.Tensor, response_mask: torch.Tensor,
@@ -138,27 +145,30 @@ def compute_gae(token_level_rewards: torch.Tensor, values: torch.Tensor, respons
     value and the running advantage through unchanged, which is GAE over the real tokens packed to
     the left; so we pack, scan with `reverse_discounted_cumsum`, and unpack. Unlike verl (which
     leaves the carried values on masked positions), both outputs are exactly 0 on masked positions.
+    Every step after the first two `where`s works in place: at 512 x 1024 on CPU each fresh (B, T)
+    temporary costs about as much as the arithmetic, so the chain allocates only what it returns.
     """
     mask = response_mask.bool()
     B, T = mask.shape
-    r = torch.where(mask, token_level_rewards.to(torch.float32), 0.0)  # padding may hold anything
-    v = torch.where(mask, values.to(torch.float32), 0.0)
+    zero = torch.zeros((), dtype=torch.float32, device=mask.device)
+    v = torch.where(mask, values.to(torch.float32), zero)  # padding may hold anything
     holes = not masked.is_left_packed(mask)
     if holes:
-        # Pack the real tokens left with one scatter of (r, v); unpack with one gather.
-        k = mask.long().cumsum(dim=1) - 1  # (B, T) index among real tokens
-        dest = torch.where(mask, k, T)
-        rv = torch.zeros((2, B, T + 1), dtype=torch.float32, device=mask.device)
-        rv.scatter_(2, dest.expand(2, B, T), torch.stack([r, v]))
-        r_p, v_p = rv[0, :, :T], rv[1, :, :T]
+        # Pack the real tokens left with one scatter each of r and v (masked tokens, whatever they
+        # hold, go to a spare column T); unpack with one gather of the same index.
+        k = mask.cumsum(dim=1).sub_(1).masked_fill_(~mask, T)  # (B, T) int64 slot among real tokens
+        packed = torch.zeros((2, B, T + 1), dtype=torch.float32, device=mask.device)
+        delta = packed[0].scatter_(1, k, token_level_rewards.to(torch.float32))[:, :T]
+        v_p = packed[1].scatter_(1, k, v)[:, :T]
     else:
-        r_p, v_p = r, v
-    v_next = torch.cat([v_p[:, 1:], torch.zeros_like(v_p[:, :1])], dim=1)  # 0 past the last real token
-    delta = r_p + gamma * v_next - v_p  # (B, T), 0 on trailing padding
+        delta = torch.where(mask, token_level_rewards.to(torch.float32), zero)  # becomes delta in place
+        v_p = v
+    delta.sub_(v_p)
+    delta[:, :-1].add_(v_p[:, 1:], alpha=gamma)  # (B, T) r + gamma V_next - V, V_next = 0 past the end
     adv = reverse_discounted_cumsum(delta, float(gamma) * float(lam))
     if holes:
-        adv = adv.gather(1, k.clamp(min=0))
-    adv = adv * mask  # exactly 0 on masked positions
+        adv = adv.gather(1, k.clamp_(max=T - 1)).mul_(mask)  # exactly 0 on masked positions
+    # else: delta is exactly 0 on the trailing padding, so the scan leaves exact zeros there already
     return adv, adv + v
 
 

@@ -68,7 +68,7 @@ def is_left_packed(mask: torch.Tensor) -> bool:
     """True when every row is a run of real tokens starting at 0 followed by padding only."""
     if mask.shape[1] < 2:
         return True
-    return not bool((mask[:, 1:] & ~mask[:, :-1]).any())
+    return not bool((mask[:, 1:] > mask[:, :-1]).any())  # no False -> True step along a row
 
 
 def pack_left(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

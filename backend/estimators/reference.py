@@ -377,7 +377,7 @@ def _ridge_np(X: np.ndarray, y: np.ndarray, alpha: float):
     Xa = np.concatenate([(X - mu) / sd, np.ones((len(y), 1))], axis=1)
     pen = np.eye(Xa.shape[1]) * alpha
     pen[-1, -1] = 1e-9
-    coef = np.linalg.solve(Xa.T @ Xa + pen, Xa.T @ y)
+    coef = np.linalg.pinv(Xa.T @ Xa + pen, rcond=1e-10, hermitian=True) @ (Xa.T @ y)  # min-norm if singular
     return coef[:-1], coef[-1], mu, sd
 
 

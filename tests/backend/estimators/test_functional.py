@@ -152,3 +152,22 @@ def test_cuda_matches_cpu():
     scores = torch.randn(16, generator=gen)
     torch.testing.assert_close(F.compute_grpo(scores.cuda(), groups.cuda(), mask.cuda()).cpu(),
                                F.compute_grpo(scores, groups, mask))
+
+
+@pytest.mark.parametrize("holes", [False, True])
+def test_gae_ignores_garbage_on_masked_positions(holes):
+    """Masked positions may hold NaN/inf (the scan works in place and packs raw rewards): no leak."""
+    gen = torch.Generator().manual_seed(5)
+    B, T = 6, 37
+    mask = torch.arange(T) < torch.randint(1, T + 1, (B,), generator=gen)[:, None]
+    if holes:
+        mask &= torch.rand(B, T, generator=gen) > 0.3
+        mask[:, 0] = True
+    r, v = torch.randn(B, T, generator=gen), torch.randn(B, T, generator=gen)
+    clean = F.compute_gae(r * mask, v * mask, mask, 0.99, 0.9)
+    dirty_r = torch.where(mask, r, torch.nan)
+    dirty_v = torch.where(mask, v, torch.inf)
+    adv, ret = F.compute_gae(dirty_r, dirty_v, mask, 0.99, 0.9)
+    assert torch.equal(adv, clean[0]) and torch.equal(ret, clean[1])
+    assert adv[~mask].eq(0).all() and ret[~mask].eq(0).all()
+    assert torch.equal(dirty_r.isnan(), ~mask)  # inputs untouched
