@@ -81,6 +81,7 @@ def credit_heatmap(
     cell_text: bool | None = None,
     row_tokens: dict[str, Sequence[str]] | None = None,
     offset: int = 0,
+    clickable: bool = True,
 ) -> go.Figure:
     """Token heatmap: one row per named series (channels, final, true credit), wrapped into bands.
 
@@ -89,6 +90,8 @@ def credit_heatmap(
     shares: optional channel -> (L,) share of |A| at each token, shown in the hover;
     row_tokens: optional per-row token text (the Group view: one response per row, L = the longest);
     offset: position of the first token shown (a window of a long rollout); positions stay absolute.
+    clickable: add the invisible marker layer that makes cells selectable (heatmaps emit no selection
+    events); without it the heatmap carries the hover itself and draws about twice as fast.
     The colour scale is diverging, centred at 0, symmetric, shared by all rows.
     """
     names = list(rows)
@@ -140,7 +143,9 @@ def credit_heatmap(
             text=text,
             texttemplate="%{text}",
             textfont={"size": 10},
-            hoverinfo="skip",
+            hovertext=None if clickable else hover,
+            hoverinfo="skip" if clickable else "text",
+            hoverongaps=False,
             colorscale=DIVERGING,
             zmid=0,
             zmin=-peak,
@@ -153,21 +158,22 @@ def credit_heatmap(
     # Heatmaps emit no selection events, so an invisible marker per cell carries hover and clicks.
     ys, xs = np.nonzero(custom != None)  # noqa: E711 - elementwise test on an object array
     # SVG, not WebGL: headless/software-rendered browsers draw it several times faster.
-    fig.add_trace(
-        go.Scatter(
-            x=xs,
-            y=ys,
-            customdata=custom[ys, xs].astype(np.int64),
-            hovertext=hover[ys, xs],
-            hoverinfo="text",
-            mode="markers",
-            marker={"size": 12, "color": "rgba(0,0,0,0)", "symbol": "square"},
-            selected={"marker": {"color": "rgba(0,0,0,0.35)"}},
-            unselected={"marker": {"opacity": 1}},
-            showlegend=False,
-            name="tokens",
+    if clickable:
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                customdata=custom[ys, xs].astype(np.int64),
+                hovertext=hover[ys, xs],
+                hoverinfo="text",
+                mode="markers",
+                marker={"size": 12, "color": "rgba(0,0,0,0)", "symbol": "square"},
+                selected={"marker": {"color": "rgba(0,0,0,0.35)"}},
+                unselected={"marker": {"opacity": 1}},
+                showlegend=False,
+                name="tokens",
+            )
         )
-    )
     tickvals = [b * (R + 1) + r for b in range(n_bands) for r in range(R)]
     ticktext = [
         f"{safe(n)}" + (f"  [{offset + b * band}]" if r == 0 else "")

@@ -111,14 +111,14 @@ def _num(v) -> str:
     return "–" if v != v else f"{v:+.4f}"
 
 
-WINDOW = 1024  # tokens drawn at once; longer rollouts are shown a window at a time
+WINDOW = 512  # tokens drawn at once (8 bands, about one screen); longer rollouts a window at a time
 
 
 def heatmap_window(view: compute.RolloutView, key: str) -> dict:
     """Keyword arguments for `figures.credit_heatmap` showing one window of a long rollout.
 
     Rollouts up to WINDOW tokens are drawn whole; longer ones get a picker of token ranges (mirrored to
-    the URL as `from`), so a 4096-token rollout draws as fast as a 1024-token one.
+    the URL as `from`), so a 4096-token rollout draws as fast as a 512-token one.
     """
     from app import state
 

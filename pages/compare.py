@@ -47,7 +47,7 @@ first = a_col.selectbox("A", names, index=0, key="compare_diff_a")
 second = b_col.selectbox("B", names, index=1, key="compare_diff_b")
 difference = analysis.credit_difference(result["rollout"][first], result["rollout"][second])
 st.plotly_chart(
-    figures.credit_heatmap({f"{second} − {first}": difference}, result["tokens"]),
+    figures.credit_heatmap({f"{second} − {first}": difference}, result["tokens"], clickable=False),
     key="compare_difference",
     width="stretch",
     config={"displayModeBar": False},

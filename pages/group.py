@@ -25,7 +25,7 @@ st.caption(
     "task score. Hover a cell for the token."
 )
 st.plotly_chart(
-    figures.credit_heatmap(values, [], row_tokens=tokens),
+    figures.credit_heatmap(values, [], row_tokens=tokens, clickable=False),
     key="group_heatmap",
     width="stretch",
     config={"displayModeBar": False},

@@ -41,7 +41,9 @@ view = views.compute_or_explain(
 )
 with chart:
     st.plotly_chart(
-        figures.credit_heatmap(**views.heatmap_window(view, key="tune_window")),
+        figures.credit_heatmap(
+            **views.heatmap_window(view, key="tune_window"), clickable=False, cell_text=False
+        ),
         key="tune_heatmap",
         width="stretch",
         config={"displayModeBar": False},
