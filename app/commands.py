@@ -32,6 +32,8 @@ def streamlit_command(db: Path, port: int, host: str = "127.0.0.1") -> list[str]
         str(MAX_UPLOAD_MB),
         "--browser.gatherUsageStats",
         "false",
+        "--client.toolbarMode",  # no "Deploy" button, from any working directory
+        "viewer",
         "--",
         "--db",
         str(db),

@@ -29,6 +29,8 @@ HEATMAP_Z = "(key) => JSON.stringify(document.querySelector(`.st-key-${key} .js-
 def test_each_view_opens(page, path, heading):
     open_view(page, path)
     assert heading in page.locator("h1").first.inner_text()
+    assert page.locator("[data-testid=stAppDeployButton]").count() == 0  # client.toolbarMode = viewer
+    assert page.get_by_role("button", name="Deploy").count() == 0
     if path != "runs":
         page.wait_for_selector(".js-plotly-plot .main-svg")
 
