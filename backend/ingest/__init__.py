@@ -1,13 +1,16 @@
 """Importers: native JSONL/Parquet, verl rollout dumps, TRL completion logs -> the store.
 
-Every import is one transaction (a failure leaves the store exactly as it was), idempotent (a file
-already imported into the run, by content hash, adds nothing), and streaming (records are validated
-and inserted in chunks, so memory stays bounded by the chunk size, not the file size).
+Every import is atomic: chunks of validated records commit into a hidden staging run and one small
+last transaction publishes it, so a failure (or a killed process) leaves the store as it was, while
+memory stays bounded by the chunk size and a DuckDB buffer-pool cap, not by the file size (DuckDB
+holds an open transaction's rows in memory, so one big transaction per import would not be).
+Imports are idempotent: a file already imported into the run, by content hash, adds nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -33,6 +36,8 @@ from backend.ingest.tokenize import Tokenizer
 from backend.store import Store
 
 CHUNK_RECORDS = 2048
+# DuckDB's buffer pool during an import: committed chunks are evicted to the file beyond this.
+IMPORT_MEMORY_LIMIT = os.environ.get("CREDITLENS_IMPORT_MEMORY", "256MB")
 __all__ = ["ImportReport", "import_path", "import_records", "detect_format", "FORMATS"]
 
 
@@ -214,55 +219,68 @@ def _import(
         raise StoreError(f"{store.path}: opened read-only; imports need the writable store")
     if not run or len(run) > 200:
         raise InputError("--run: a run name of 1 to 200 characters is required")
+    if run.startswith(Store.STAGING_PREFIX):
+        raise InputError(f"--run: names starting with {Store.STAGING_PREFIX!r} are reserved")
     start = time.perf_counter()
-    n_records = n_tokens = 0
-    tokenization = "ids"
+    target_id = store.run_id(run) if store.has_run(run) else None
+    if target_id is not None and file_hash is not None and store.import_seen(target_id, file_hash):
+        return ImportReport(run, fmt, 0, 0, time.perf_counter() - start, already_imported=True)
+    first_id = store.next_rollout_id(target_id) if target_id is not None else 0
+    known_groups = store.group_keys(target_id) if target_id is not None else {}
     with store.transaction():
-        run_id = (
-            store.run_id(run)
-            if store.has_run(run)
-            else store.create_run(
-                run, source, model_dir=model_dir, tokenizer=tokenizer.name, verifier=verifier
-            )
-        )
-        if file_hash is not None and store.import_seen(run_id, file_hash):
-            return ImportReport(run, fmt, 0, 0, time.perf_counter() - start, already_imported=True)
-        first_id = store.next_rollout_id(run_id)
-        buffer = ChunkBuffer(run_id, first_id, store.group_keys(run_id))
+        staging_id = store.create_staging_run(source, model_dir, tokenizer.name, verifier)
+    try:
+        buffer = ChunkBuffer(staging_id, first_id, known_groups)
+        with store.memory_limit(IMPORT_MEMORY_LIMIT):
+            n_records, n_tokens, tokenization = _stage(store, buffer, records, parquet_path, tokenizer, bar)
+        if n_records == 0:
+            raise InputError(f"{origin}: no records to import (empty file)")
+        with store.transaction():
+            run_id = store.publish_staging_run(staging_id, run, target_id, first_id)
+            if file_hash is not None:
+                store.record_import(run_id, file_hash, origin, fmt, n_records, n_tokens)
+    except BaseException:
+        try:
+            store.discard_run_rows(staging_id)
+        except Exception:  # noqa: BLE001 - e.g. a full disk; the next writer discards the staging run
+            pass
+        raise
+    return ImportReport(run, fmt, n_records, n_tokens, time.perf_counter() - start, tokenization=tokenization)
 
-        def insert(tables):
+
+def _stage(store: Store, buffer: ChunkBuffer, records, parquet_path: Path | None, tokenizer: Tokenizer,
+           bar) -> tuple[int, int, str]:
+    """Validate and insert every record into the staging run, one committed transaction per chunk."""
+
+    def insert(tables):
+        with store.transaction():
             for table in ("groups", "rollouts", "scores", "token_rewards", "token_features"):
                 if table in tables:
                     store.insert_arrow(table, tables[table])
 
-        if parquet_path is not None:
-            n_records, n_tokens, tokenization = _import_native_parquet(
-                parquet_path, buffer, tokenizer, insert, bar
-            )
-        else:
-            for where, raw in records:
-                rec = validate_record(raw, where, tokenizer)
-                if rec["tokenized"] != "ids":
-                    tokenization = rec["tokenized"]
-                n_tokens += len(rec["token_ids"])
-                buffer.add(rec)
-                if len(buffer) >= CHUNK_RECORDS:
-                    insert(buffer.flush())
-            if len(buffer):
-                insert(buffer.flush())
-            n_records = buffer.next_rollout_id - first_id
-        if n_records == 0:
-            raise InputError(f"{origin}: no records to import (empty file)")
-        if file_hash is not None:
-            store.record_import(run_id, file_hash, origin, fmt, n_records, n_tokens)
-    return ImportReport(run, fmt, n_records, n_tokens, time.perf_counter() - start, tokenization=tokenization)
+    if parquet_path is not None:
+        return _import_native_parquet(parquet_path, buffer, tokenizer, insert, bar)
+    first_id = buffer.next_rollout_id
+    n_tokens = 0
+    tokenization = "ids"
+    for where, raw in records:
+        rec = validate_record(raw, where, tokenizer)
+        if rec["tokenized"] != "ids":
+            tokenization = rec["tokenized"]
+        n_tokens += len(rec["token_ids"])
+        buffer.add(rec)
+        if len(buffer) >= CHUNK_RECORDS:
+            insert(buffer.flush())
+    if len(buffer):
+        insert(buffer.flush())
+    return buffer.next_rollout_id - first_id, n_tokens, tokenization
 
 
 def _import_native_parquet(
     path: Path, buffer: ChunkBuffer, tokenizer: Tokenizer, insert, bar
 ) -> tuple[int, int, str]:
     try:
-        reader = pq.ParquetFile(path)
+        reader = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering keeps every batch read
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for corrupt files
         raise InputError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
     offset = n_records = n_tokens = 0

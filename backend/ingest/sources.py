@@ -50,7 +50,7 @@ def iter_parquet_rows(
     path: Path, progress: Progress | None = None, batch_size: int = 2048
 ) -> Iterator[tuple[str, dict]]:
     try:
-        reader = pq.ParquetFile(path)
+        reader = pq.ParquetFile(path, pre_buffer=False)  # bounded memory: see __init__
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
     offset = 0

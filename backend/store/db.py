@@ -10,6 +10,7 @@ import json
 import os
 import re
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
@@ -86,6 +87,7 @@ class Store:
         if not read_only:
             try:
                 self.migrate()
+                self.discard_abandoned_imports()
             except BaseException as exc:
                 self.con.close()
                 if isinstance(exc, duckdb.Error):
@@ -119,10 +121,10 @@ class Store:
             return []
         with self.transaction():
             for version, name, sql in pending:
-                for statement in (s.strip() for s in sql.split(";")):
-                    if statement and not all(
-                        line.strip().startswith("--") or not line.strip() for line in statement.splitlines()
-                    ):
+                # Comment lines go first, so a ';' inside a comment cannot split a statement.
+                code = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+                for statement in (part.strip() for part in code.split(";")):
+                    if statement:
                         con.execute(statement)
                 con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [version, name])
         return [m[0] for m in pending]
@@ -164,14 +166,15 @@ class Store:
 
     # --- runs ------------------------------------------------------------------------------
     def run_id(self, name: str) -> int:
-        row = self._first("SELECT run_id FROM runs WHERE name = ?", [name])
+        row = self._first("SELECT run_id FROM runs WHERE name = ? AND status = 'ready'", [name])
         if row is None:
-            known = [r[0] for r in self.con.execute("SELECT name FROM runs ORDER BY name").fetchall()]
+            known = [r[0] for r in self.con.execute(
+                "SELECT name FROM runs WHERE status = 'ready' ORDER BY name").fetchall()]
             raise StoreError(f"no run named {name!r} in {self.path}; runs: {', '.join(known) or '(none)'}")
         return int(row[0])
 
     def has_run(self, name: str) -> bool:
-        return self._first("SELECT 1 FROM runs WHERE name = ?", [name]) is not None
+        return self._first("SELECT 1 FROM runs WHERE name = ? AND status = 'ready'", [name]) is not None
 
     def create_run(
         self,
@@ -181,15 +184,80 @@ class Store:
         tokenizer: str | None = None,
         verifier: str | None = None,
         meta: dict | None = None,
+        status: str = "ready",
     ) -> int:
         """Insert a run row (call inside a transaction when it is part of an import)."""
         next_id = self._first("SELECT coalesce(max(run_id), 0) + 1 FROM runs", [])[0]
         self.con.execute(
-            "INSERT INTO runs (run_id, name, source, model_dir, tokenizer, verifier, meta) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [next_id, name, source, model_dir, tokenizer, verifier, json.dumps(meta or {})],
+            "INSERT INTO runs (run_id, name, source, model_dir, tokenizer, verifier, meta, status) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [next_id, name, source, model_dir, tokenizer, verifier, json.dumps(meta or {}), status],
         )
         return int(next_id)
+
+    # --- staged imports -------------------------------------------------------------------------
+    # DuckDB keeps a transaction's rows in memory until it commits, so one transaction per import
+    # grows with the file. An import therefore commits chunk by chunk into a hidden staging run
+    # (status 'importing', invisible to every read) and publishes it in one small transaction at the
+    # end; a failure discards the staging rows, and a staging run left by a killed process is
+    # discarded the next time a process opens the store for writing.
+    STAGING_PREFIX = "__importing__/"
+
+    def create_staging_run(self, source: str, model_dir: str | None, tokenizer: str | None,
+                           verifier: str | None) -> int:
+        name = f"{self.STAGING_PREFIX}{os.getpid()}/{uuid.uuid4().hex}"
+        return self.create_run(name, source, model_dir=model_dir, tokenizer=tokenizer, verifier=verifier,
+                               status="importing")
+
+    def publish_staging_run(self, staging_id: int, name: str, target_id: int | None,
+                            first_rollout_id: int) -> int:
+        """Make a staging run visible: as the new run `name`, or appended to run `target_id`. Call in a
+        transaction. Fails if another import changed the target meanwhile."""
+        if target_id is None:
+            if self.has_run(name):
+                raise StoreError(f"run {name!r} was created by another import meanwhile; import again")
+            self.con.execute(
+                "UPDATE runs SET name = ?, status = 'ready' WHERE run_id = ?", [name, staging_id]
+            )
+            return staging_id
+        if self.next_rollout_id(target_id) != first_rollout_id:
+            raise StoreError(f"run {name!r} received another import meanwhile; import again")
+        for table in _RUN_ROW_TABLES:
+            self.con.execute(f"UPDATE {table} SET run_id = ? WHERE run_id = ?", [target_id, staging_id])
+        self.con.execute("DELETE FROM runs WHERE run_id = ?", [staging_id])
+        return target_id
+
+    @contextmanager
+    def memory_limit(self, limit: str | None) -> Iterator[None]:
+        """Cap DuckDB's buffer pool for a while (e.g. "512MB"): committed chunks of an import are then
+        evicted to the file instead of cached, so a multi-GB import runs in bounded memory."""
+        if limit is None or not re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]i?B", limit):
+            if limit is not None:
+                raise ValueError(f"memory limit {limit!r}: expected something like '512MB'")
+            yield
+            return
+        previous = self._first("SELECT current_setting('memory_limit')", [])[0]
+        self.con.execute(f"SET memory_limit = '{limit}'")  # validated above: digits and a unit only
+        try:
+            yield
+        finally:
+            self.con.execute(f"SET memory_limit = '{previous}'")  # DuckDB's own setting text
+
+    def discard_run_rows(self, run_id: int) -> None:
+        """Delete a run id's rows from every table (one transaction)."""
+        with self.transaction() as con:
+            for table in (*_RUN_ROW_TABLES, "imports", "estimates", "resample_samples", "runs"):
+                con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+
+    def discard_abandoned_imports(self) -> list[int]:
+        """Staging runs of other processes: with the write lock held here, none of them is running."""
+        prefix = f"{self.STAGING_PREFIX}{os.getpid()}/"
+        rows = self.con.execute(
+            "SELECT run_id FROM runs WHERE status = 'importing' AND NOT starts_with(name, ?)", [prefix]
+        ).fetchall()
+        for (run_id,) in rows:
+            self.discard_run_rows(int(run_id))
+        return [int(r[0]) for r in rows]
 
     def run_info(self, name: str) -> dict:
         run_id = self.run_id(name)
@@ -213,6 +281,7 @@ class Store:
                    (SELECT list(DISTINCT s.channel ORDER BY s.channel) FROM scores s
                     WHERE s.run_id = r.run_id)
             FROM runs r LEFT JOIN rollouts o ON o.run_id = r.run_id
+            WHERE r.status = 'ready'
             GROUP BY r.run_id, r.name, r.source, r.model_dir, r.verifier, r.created
             ORDER BY r.run_id
             """
@@ -578,6 +647,7 @@ class Store:
         ).df()
 
 
+_RUN_ROW_TABLES = ("rollouts", "scores", "token_rewards", "token_features", "groups")
 _INSERTABLE = {
     "rollouts",
     "scores",

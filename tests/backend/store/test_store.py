@@ -1,24 +1,74 @@
 """The store on real DuckDB files: migrations, runs, batches, caches, resampling rows."""
 
+from pathlib import Path
+
+import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
 import torch
 
-from backend.errors import StoreError
+import backend.store
+from backend.errors import InputError, StoreError
 from backend.ingest import import_records
 from backend.store import Store, StoreHandle, pad_list_array
-from tests.conftest import make_records
+from tests.conftest import make_records, snapshot
 
 
 def test_migrations_are_recorded_once(db_path):
     with Store(db_path) as store:
-        versions = store.con.execute("SELECT version FROM schema_migrations").fetchall()
-        assert versions == [(1,)]
+        versions = store.con.execute("SELECT version FROM schema_migrations ORDER BY 1").fetchall()
+        assert versions == [(1,), (2,)]
     with Store(db_path) as store:  # reopening applies nothing twice
         assert store.migrate() == []
-        assert store.con.execute("SELECT count(*) FROM schema_migrations").fetchall() == [(1,)]
+        assert store.con.execute("SELECT count(*) FROM schema_migrations").fetchall() == [(2,)]
+
+
+def test_a_version_1_store_is_upgraded_in_place(db_path):
+    sql = (Path(backend.store.__file__).parent / "migrations" / "001_initial.sql").read_text()
+    con = duckdb.connect(str(db_path))
+    con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, "
+                "applied_at TIMESTAMP DEFAULT current_timestamp)")
+    for statement in sql.split(";"):
+        if statement.strip() and not all(
+                line.strip().startswith("--") or not line.strip() for line in statement.splitlines()):
+            con.execute(statement)
+    con.execute("INSERT INTO schema_migrations (version, name) VALUES (1, 'initial')")
+    con.execute("INSERT INTO runs (run_id, name, source) VALUES (1, 'old', 'v1')")
+    con.close()
+    with Store(db_path) as store:
+        assert [r["name"] for r in store.list_runs()] == ["old"]  # existing runs are ready
+        import_records(store, "new", make_records(n_groups=1))
+        assert [r["name"] for r in store.list_runs()] == ["old", "new"]
+
+
+def test_a_failed_import_leaves_no_staging_rows(store):
+    bad = make_records(n_groups=2) + [{"prompt": "p"}]
+    before = snapshot(store)
+    with pytest.raises(InputError):
+        import_records(store, "r", bad)
+    assert snapshot(store) == before
+
+
+def test_an_abandoned_staging_run_is_invisible_then_discarded(db_path):
+    with Store(db_path) as store:
+        import_records(store, "keep", make_records(n_groups=1))
+        before = snapshot(store)
+        with store.transaction():  # what a process killed mid-import leaves behind
+            dead = store.create_run(f"{Store.STAGING_PREFIX}999999999/x", "killed", status="importing")
+            store.con.execute("INSERT INTO rollouts (run_id, rollout_id, group_id, step, token_ids) "
+                              "VALUES (?, 0, 0, 0, [1, 2])", [dead])
+        assert [r["name"] for r in store.list_runs()] == ["keep"]
+        with pytest.raises(StoreError):
+            store.run_id(f"{Store.STAGING_PREFIX}999999999/x")
+    with Store(db_path) as store:  # the next writer cleans up
+        assert snapshot(store) == before
+
+
+def test_reserved_run_names_are_refused(store):
+    with pytest.raises(InputError, match="reserved"):
+        import_records(store, Store.STAGING_PREFIX + "x", make_records(n_groups=1))
 
 
 def test_load_batch_round_trips_records(store):
