@@ -36,6 +36,7 @@ from backend.ingest.tokenize import Tokenizer
 from backend.store import Store
 
 CHUNK_RECORDS = 2048
+CHUNK_TOKENS = 1_000_000
 # DuckDB's buffer pool during an import: committed chunks are evicted to the file beyond this.
 IMPORT_MEMORY_LIMIT = os.environ.get("CREDITLENS_IMPORT_MEMORY", "256MB")
 __all__ = ["ImportReport", "import_path", "import_records", "detect_format", "FORMATS"]
@@ -263,14 +264,18 @@ def _stage(store: Store, buffer: ChunkBuffer, records, parquet_path: Path | None
     first_id = buffer.next_rollout_id
     n_tokens = 0
     tokenization = "ids"
+    buffered_tokens = 0
     for where, raw in records:
         rec = validate_record(raw, where, tokenizer)
         if rec["tokenized"] != "ids":
             tokenization = rec["tokenized"]
         n_tokens += len(rec["token_ids"])
+        buffered_tokens += len(rec["token_ids"])
         buffer.add(rec)
-        if len(buffer) >= CHUNK_RECORDS:
+        # Long responses fill a chunk by tokens before they fill it by records.
+        if len(buffer) >= CHUNK_RECORDS or buffered_tokens >= CHUNK_TOKENS:
             insert(buffer.flush())
+            buffered_tokens = 0
     if len(buffer):
         insert(buffer.flush())
     return buffer.next_rollout_id - first_id, n_tokens, tokenization
