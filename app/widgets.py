@@ -23,8 +23,7 @@ def estimator_names(model_free: bool = False) -> list[str]:
     """Registered estimators; `model_free` leaves out those needing a model or resampled values."""
     out = []
     for name in registry.names():
-        needs = set(registry.get(name).needs)
-        if model_free and needs & {"model", "mc", "mc_values"}:
+        if model_free and not registry.get(name).model_free:
             continue
         out.append(name)
     return out

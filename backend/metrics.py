@@ -183,13 +183,13 @@ def summarize(per_seed: list[dict[str, float]]) -> dict[str, float]:
 
 
 def bench_estimators() -> list[str]:
-    """Registered estimators that need no model and no Monte Carlo resampling."""
+    """Registered estimators that need no model and no Monte Carlo resampling, and whose needs an
+    oracle run meets (e.g. `tepo_mask` wants old entropies or reference logprobs, which it lacks)."""
     from backend.estimators import registry
+    from backend.synthetic import oracle_batch
 
-    def model_free(needs: tuple[str, ...]) -> bool:
-        return not any(n == "model" or n.startswith("mc") for n in needs)
-
-    return [n for n in registry.names() if model_free(registry.get(n).needs)]
+    probe = oracle_batch(seed=0, prompts=2, group=2)
+    return [n for n in registry.supported(probe) if registry.get(n).model_free]
 
 
 def _pipelines(name: str):
