@@ -1,7 +1,7 @@
 """`python -m bench ingest [--tokens N]`: import speed of a native Parquet run, against naive inserts.
 
 Measured in one run:
-- the importer (`import_path`, vectorized Parquet path, one transaction) on a ~10M-token run;
+- the importer (`import_path`, vectorized Parquet path, staged chunks) on a ~10M-token run;
 - a naive row-by-row insert (one INSERT per rollout with python lists) on a 50k-token slice;
 - the storage layout question: one row per rollout with LIST columns (what the store uses) against a
   token table (one row per token), for insert speed, file size and fetching one 4096-token rollout.
