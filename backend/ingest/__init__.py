@@ -132,7 +132,7 @@ def import_path(
     show_progress: bool = False,
     on_progress: Callable[[float], None] | None = None,
 ) -> ImportReport:
-    """Import a file or directory into `run` (created if new) in one transaction."""
+    """Import a file or directory into `run` (created if new), atomically (see the module docstring)."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")

@@ -318,7 +318,7 @@ class Store:
             ):
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
 
-    # --- import support (called by backend.ingest inside one transaction) --------------------
+    # --- import support (called by backend.ingest, one transaction per chunk) --------------------
     def import_seen(self, run_id: int, file_hash: str) -> bool:
         return (
             self._first("SELECT 1 FROM imports WHERE run_id = ? AND file_hash = ?", [run_id, file_hash])
