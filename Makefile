@@ -27,6 +27,7 @@ app: $(STAMP)
 	$(BIN)/creditlens app --db $(DB) --port $(PORT)
 
 test: $(STAMP) browser-deps
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
