@@ -18,6 +18,12 @@ from plotly.subplots import make_subplots
 BAND = 64  # tokens per heatmap line
 DIVERGING = "RdBu"  # red = negative credit, blue = positive; centred at 0
 CELL_TEXT_LIMIT = 12_000  # above this many cells only the last row of each band shows token text
+# Hover label of a heatmap cell; customdata = [pos, token, row, value, logprob, entropy, *shares], strings
+# escaped and formatted when the figure is built, shares as fractions (the template names them).
+HOVER = (
+    "<b>%{customdata[1]}</b> · pos %{customdata[0]}<br>%{customdata[2]}: %{customdata[3]}<br>"
+    "logprob %{customdata[4]} · entropy %{customdata[5]}"
+)
 
 
 def safe(text: str) -> str:
@@ -78,7 +84,7 @@ def credit_heatmap(
     band: int = BAND,
     zmax: float | None = None,
     title: str | None = None,
-    cell_text: bool | None = None,
+    cell_text: bool | str | None = None,
     row_tokens: dict[str, Sequence[str]] | None = None,
     offset: int = 0,
     clickable: bool = True,
@@ -89,37 +95,35 @@ def credit_heatmap(
     token_info: optional columns `logprob`, `entropy` (L rows) for the hover;
     shares: optional channel -> (L,) share of |A| at each token, shown in the hover;
     row_tokens: optional per-row token text (the Group view: one response per row, L = the longest);
+    cell_text: token text in every cell (True), in the last row of each band ("last"), nowhere (False:
+    the hover still names the token; text is most of the browser's drawing time), or None: every cell
+    up to CELL_TEXT_LIMIT cells, else "last".
     offset: position of the first token shown (a window of a long rollout); positions stay absolute.
     clickable: add the invisible marker layer that makes cells selectable (heatmaps emit no selection
     events); without it the heatmap carries the hover itself and draws about twice as fast.
     The colour scale is diverging, centred at 0, symmetric, shared by all rows.
     """
     names = list(rows)
-    L = len(tokens)
     R = len(names)
+    if cell_text is None:
+        cell_text = True if len(tokens) * R <= CELL_TEXT_LIMIT else "last"
+    per_row = {n: list(row_tokens[n]) if row_tokens is not None else list(tokens) for n in names}
+    L = max((len(v) for v in per_row.values()), default=0) if row_tokens is not None else len(tokens)
     n_bands, height = band_layout(L, R, band)
     z = np.full((height, band), np.nan)
     text = np.full((height, band), "", dtype=object)
+    # Hover facts per cell, formatted once; the template lays them out (far smaller than per-cell HTML).
     custom = np.full((height, band), None, dtype=object)
-    hover = np.full((height, band), "", dtype=object)
-    if cell_text is None:
-        cell_text = L * R <= CELL_TEXT_LIMIT
-    if row_tokens is not None:
-        L = max((len(v) for v in row_tokens.values()), default=0)
-        n_bands, height = band_layout(L, R, band)
-        z = np.full((height, band), np.nan)
-        text = np.full((height, band), "", dtype=object)
-        custom = np.full((height, band), None, dtype=object)
-        hover = np.full((height, band), "", dtype=object)
-    per_row = {n: list(row_tokens[n]) if row_tokens is not None else list(tokens) for n in names}
-    lp = _column(token_info, "logprob", L)
-    ent = _column(token_info, "entropy", L)
-    share_text = [""] * L
-    if shares:
-        share_rows = {k: np.asarray(v, dtype=np.float64) for k, v in shares.items()}
-        share_text = [
-            "<br>" + " · ".join(f"{safe(k)} {v[t]:.0%}" for k, v in share_rows.items()) for t in range(L)
-        ]
+    lp = [_fmt(v) for v in _column(token_info, "logprob", L)]
+    ent = [_fmt(v) for v in _column(token_info, "entropy", L)]
+    shares = shares or {}
+    share_names = [safe(k).replace("%{", "% {") for k in shares]  # names go into the template itself
+    share_cols = [np.round(np.nan_to_num(np.asarray(v, dtype=np.float64)), 2) for v in shares.values()]
+    share_values = np.stack(share_cols, axis=1).tolist() if share_cols else [[]] * L
+    hover = HOVER + "".join(
+        ("<br>" if i == 0 else " · ") + f"{n} %{{customdata[{6 + i}]:.0%}}" for i, n in enumerate(share_names)
+    )
+    hover += "<extra></extra>"
     for r, name in enumerate(names):
         values = np.asarray(rows[name], dtype=np.float64)
         label = safe(name)
@@ -129,13 +133,11 @@ def credit_heatmap(
             y = bnd * (R + 1) + r
             v = values[t] if t < len(values) else np.nan
             z[y, col] = v
-            if cell_text or r == R - 1:
+            if cell_text is True or (cell_text == "last" and r == R - 1):
                 text[y, col] = visible_token(row_text[t])
-            custom[y, col] = offset + t
-            hover[y, col] = (
-                f"<b>{safe(repr(row_text[t])[1:-1])}</b> · pos {offset + t}<br>{label}: {_fmt(v)}<br>"
-                f"logprob {_fmt(lp[t])} · entropy {_fmt(ent[t])}{share_text[t]}"
-            )
+            custom[y, col] = [
+                offset + t, safe(repr(row_text[t])[1:-1]), label, _fmt(v), lp[t], ent[t], *share_values[t]
+            ]
     peak = zmax if zmax is not None else symmetric_range(*[rows[n] for n in names])
     fig = go.Figure(
         go.Heatmap(
@@ -143,8 +145,9 @@ def credit_heatmap(
             text=text,
             texttemplate="%{text}",
             textfont={"size": 10},
-            hovertext=None if clickable else hover,
-            hoverinfo="skip" if clickable else "text",
+            customdata=None if clickable else custom,
+            hovertemplate=None if clickable else hover,
+            hoverinfo="skip" if clickable else None,
             hoverongaps=False,
             colorscale=DIVERGING,
             zmid=0,
@@ -163,9 +166,8 @@ def credit_heatmap(
             go.Scatter(
                 x=xs,
                 y=ys,
-                customdata=custom[ys, xs].astype(np.int64),
-                hovertext=hover[ys, xs],
-                hoverinfo="text",
+                customdata=list(custom[ys, xs]),
+                hovertemplate=hover,
                 mode="markers",
                 marker={"size": 12, "color": "rgba(0,0,0,0)", "symbol": "square"},
                 selected={"marker": {"color": "rgba(0,0,0,0.35)"}},

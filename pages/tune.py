@@ -1,5 +1,8 @@
 """Tune: β per channel with live recompute, the share of |A| per channel, and a replay of dual ascent
-(β trajectories and violation rates against τ) over the run's steps."""
+(β trajectories and violation rates against τ) over the run's steps.
+
+The β panel and the replay are separate fragments: moving a β slider redraws only the heatmap and
+the shares; the replay starts from the β of its own last run (its widgets or its button rerun it)."""
 
 import streamlit as st
 
@@ -19,91 +22,106 @@ estimator = state.url_widget(
 )
 defaults = compute.default_betas(sel.db, sel.run, sel.group)
 
-controls, chart = st.columns([1, 3])
-betas = {}
-with controls:
-    st.markdown("**β per channel**")
-    for channel, beta0 in defaults.items():
-        betas[channel] = state.url_widget(
-            st.slider,
-            f"β {channel}",
-            key=f"tune_beta_{channel}",
-            url=f"beta_{channel}",
-            default=float(beta0),
-            cast=float,
-            min_value=0.0,
-            max_value=3.0,
-            step=0.05,
-        )
-beta_items = tuple(sorted(betas.items()))
-view = views.compute_or_explain(
-    compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, (), beta_items
-)
-with chart:
-    st.plotly_chart(
-        figures.credit_heatmap(
-            **views.heatmap_window(view, key="tune_window"), clickable=False, cell_text=False
-        ),
-        key="tune_heatmap",
-        width="stretch",
-        config={"displayModeBar": False},
-    )
-    shares = compute.group_shares(sel.db, sel.run, sel.group, estimator, (), beta_items)
-    st.plotly_chart(
-        figures.shares_figure(shares, "share of |A| per channel (this group)"),
-        key="tune_shares",
-        width="stretch",
-        config={"displayModeBar": False},
-    )
 
-st.subheader("Dual ascent replay")
-st.caption(
-    "Constraint mode: maximize task subject to violation rate_c ≤ τ_c, with "
-    "β_c ← max(0, β_c + η (rate_c − τ_c)) at each logged step. A violation is a negative score."
-)
-means = data.step_channel_means(sel.db, sel.run)
-constrained = [c for c in dict.fromkeys(means["channel"]) if c != "task"]
-if not constrained or means["step"].nunique() < 1:
-    st.info("This run has no scored channels besides task to constrain.")
-    st.stop()
-cols = st.columns(len(constrained) + 2)
-tau = {}
-for col, channel in zip(cols, constrained, strict=False):
-    with col:
-        tau[channel] = state.url_widget(
-            st.slider,
-            f"τ {channel}",
-            key=f"tune_tau_{channel}",
-            url=f"tau_{channel}",
-            default=0.1,
-            cast=float,
-            min_value=0.0,
-            max_value=1.0,
-            step=0.01,
-        )
-with cols[-2]:
-    eta = state.url_widget(
+def beta_slider(channel: str, beta0: float) -> float:
+    return state.url_widget(
         st.slider,
-        "η",
-        key="tune_eta",
-        url="eta",
-        default=1.0,
+        f"β {channel}",
+        key=f"tune_beta_{channel}",
+        url=f"beta_{channel}",
+        default=float(beta0),
         cast=float,
         min_value=0.0,
-        max_value=10.0,
-        step=0.1,
+        max_value=3.0,
+        step=0.05,
     )
-with cols[-1]:
-    mode = state.url_widget(
-        st.radio,
-        "mode",
-        key="tune_mode",
-        url="mode",
-        default="projected",
-        options=["projected", "lexicographic"],
+
+
+@st.fragment
+def channel_weights() -> None:
+    controls, chart = st.columns([1, 3])
+    with controls:
+        st.markdown("**β per channel**")
+        betas = {channel: beta_slider(channel, beta0) for channel, beta0 in defaults.items()}
+    beta_items = tuple(sorted(betas.items()))
+    view = views.compute_or_explain(
+        compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, (), beta_items
     )
-replay = compute.dual_ascent(
-    sel.db, sel.run, tuple(tau.items()), eta, tuple((c, betas.get(c, 1.0)) for c in tau), mode
-)
-st.plotly_chart(figures.beta_trajectories(replay), key="tune_replay", width="stretch")
-st.dataframe(replay.pivot(index="step", columns="channel", values="beta"), width="stretch")
+    with chart:
+        st.plotly_chart(
+            figures.credit_heatmap(
+                **views.heatmap_window(view, key="tune_window"), clickable=False, cell_text=False
+            ),
+            key="tune_heatmap",
+            width="stretch",
+            config={"displayModeBar": False},
+        )
+        shares = compute.group_shares(sel.db, sel.run, sel.group, estimator, (), beta_items)
+        st.plotly_chart(
+            figures.shares_figure(shares, "share of |A| per channel (this group)"),
+            key="tune_shares",
+            width="stretch",
+            config={"displayModeBar": False},
+        )
+
+
+@st.fragment
+def dual_ascent_replay() -> None:
+    st.subheader("Dual ascent replay")
+    st.caption(
+        "Constraint mode: maximize task subject to violation rate_c ≤ τ_c, with "
+        "β_c ← max(0, β_c + η (rate_c − τ_c)) at each logged step. A violation is a negative score."
+    )
+    means = data.step_channel_means(sel.db, sel.run)
+    constrained = [c for c in dict.fromkeys(means["channel"]) if c != "task"]
+    if not constrained or means["step"].nunique() < 1:
+        st.info("This run has no scored channels besides task to constrain.")
+        return
+    cols = st.columns(len(constrained) + 2)
+    tau = {}
+    for col, channel in zip(cols, constrained, strict=False):
+        with col:
+            tau[channel] = state.url_widget(
+                st.slider,
+                f"τ {channel}",
+                key=f"tune_tau_{channel}",
+                url=f"tau_{channel}",
+                default=0.1,
+                cast=float,
+                min_value=0.0,
+                max_value=1.0,
+                step=0.01,
+            )
+    with cols[-2]:
+        eta = state.url_widget(
+            st.slider,
+            "η",
+            key="tune_eta",
+            url="eta",
+            default=1.0,
+            cast=float,
+            min_value=0.0,
+            max_value=10.0,
+            step=0.1,
+        )
+    with cols[-1]:
+        mode = state.url_widget(
+            st.radio,
+            "mode",
+            key="tune_mode",
+            url="mode",
+            default="projected",
+            options=["projected", "lexicographic"],
+        )
+    # The β sliders above, as they are now (this fragment does not rerun when they move).
+    beta0 = {c: float(st.session_state.get(f"tune_beta_{c}", defaults.get(c, 1.0))) for c in tau}
+    start, button = st.columns([4, 1])
+    start.caption("Starts from β " + ", ".join(f"{views.plain(c)} {b:g}" for c, b in beta0.items()))
+    button.button("Replay from the current β", key="tune_replay_button")
+    replay = compute.dual_ascent(sel.db, sel.run, tuple(tau.items()), eta, tuple(beta0.items()), mode)
+    st.plotly_chart(figures.beta_trajectories(replay), key="tune_replay", width="stretch")
+    st.dataframe(replay.pivot(index="step", columns="channel", values="beta"), width="stretch")
+
+
+channel_weights()
+dual_ascent_replay()

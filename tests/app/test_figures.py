@@ -25,14 +25,14 @@ def test_heatmap_wraps_into_bands_of_64_with_a_centred_scale():
     cells = fig.data[1]  # the invisible click/hover layer
     assert cells.type == "scatter" and len(cells.x) == 2 * L
     at = [i for i in range(len(cells.x)) if cells.x[i] == 1 and cells.y[i] == 4][0]
-    assert cells.customdata[at] == 65
+    assert cells.customdata[at][0] == 65
 
 
 def test_click_maps_back_to_the_token():
     fig = figures.credit_heatmap({"a": np.arange(100.0), "b": np.arange(100.0)}, ["x"] * 100)
     cells = fig.data[1]
     at = [i for i in range(len(cells.x)) if cells.x[i] == 10 and cells.y[i] == 3][0]
-    assert figures.heatmap_position({"customdata": int(cells.customdata[at])}, 2) == 74
+    assert figures.heatmap_position({"customdata": list(cells.customdata[at])}, 2) == 74
     assert figures.heatmap_position({"x": 10, "y": 4}, 2) == 74
     assert figures.heatmap_position({"x": 1, "y": 2}, 2) is None  # gap row
 
@@ -42,7 +42,7 @@ def test_hostile_tokens_are_escaped_in_cells_and_hover():
     fig = figures.credit_heatmap({"final": np.ones(4)}, tokens, title=SCRIPT)
     raw = pio.to_json(fig)
     assert "<script" not in raw and "<img" not in raw
-    hover = " ".join(str(h) for h in np.ravel(fig.data[1].hovertext))
+    hover = " ".join(str(h) for h in fig.data[1].customdata)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in hover and "a&amp;b" in hover
     assert fig.data[0].text[0, 3] == "⏎"
 

@@ -194,7 +194,7 @@ def test_hostile_text_is_escaped_everywhere(app_db, page):
         assert "<script" not in raw and "<img" not in raw, page
     if page == "rollout":
         spec = chart(at, "rollout_heatmap")
-        assert any("&lt;script&gt;" in str(t) for t in np.ravel(spec["data"][1]["hovertext"]))
+        assert any("&lt;script&gt;" in str(t) for t in spec["data"][1]["customdata"])
         codes = [c.value for c in at.code]
         assert any(SCRIPT in v for v in codes)  # shown verbatim, as text
 
