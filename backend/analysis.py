@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 import pandas as pd
@@ -16,6 +17,7 @@ import torch
 
 from backend.batch import RolloutBatch
 from backend.estimators.features import TOKEN_CLASSES, classify_token
+from backend.estimators.tree import build_prefix_tree
 from backend.metrics import spearman
 
 # Display classes for "credit mass by token class", in priority order (a key token that is also a
@@ -201,39 +203,60 @@ def prefix_tree(token_ids: list[list[int]], z: np.ndarray | torch.Tensor) -> Pre
     """The radix tree of a group's responses (shared prefixes merged), with V(u) = mean Z of its members.
 
     token_ids: G lists of ids; z: (G,) outcome per response. Node 0 is the root (the prompt, empty).
+    The tree is the prefix_tree estimator's trie (`build_prefix_tree` node tables, one node per token
+    depth) with each run of trie nodes that holds the same responses drawn as one node.
     """
-    z = _np(z).astype(np.float64)
-    nodes: list[TreeNode] = []
+    G = len(token_ids)
+    if G == 0:
+        return PrefixTree([TreeNode(0, None, 0, 0, [], 0.0)])
+    lengths = [len(ids) for ids in token_ids]
+    tokens = torch.zeros((G, max(max(lengths), 1)), dtype=torch.long)  # (G, T), T >= 1 for the trie
+    for i, ids in enumerate(token_ids):
+        tokens[i, : lengths[i]] = torch.as_tensor(ids, dtype=torch.long)
+    mask = torch.arange(tokens.shape[1]) < torch.tensor(lengths)[:, None]  # (G, T)
+    z = torch.as_tensor(_np(z), dtype=torch.float64)
+    trie = build_prefix_tree(tokens, mask, torch.zeros(G, dtype=torch.long), z, with_nodes=True)
+    parent, count, value = trie.node_parent, trie.node_count, trie.node_value.tolist()
+    is_root = parent < 0
+    above = parent.clamp(min=0)
+    # A trie node opens a display node unless it continues its parent's run: the parent is not the
+    # root and holds the same responses (none ends or goes another way there).
+    opens = ~is_root & (is_root[above] | (count != count[above]))  # (N,)
+    nodes = [TreeNode(0, None, 0, 0, list(range(G)), value[int(is_root.nonzero()[0, 0])])]
+    display_of: dict[int, int] = {}  # trie node that opens a display node -> index in `nodes`
+    for i, length in enumerate(lengths):
+        path = trie.token_node[i, :length]  # (L,) trie node reached after each token
+        cuts = opens[path].nonzero()[:, 0].tolist() + [length]
+        up = 0
+        for start, end in pairwise(cuts):
+            node = int(path[start])
+            if node not in display_of:
+                display_of[node] = len(nodes)
+                nodes.append(TreeNode(len(nodes), up, start, end, [], value[node]))
+            up = display_of[node]
+            nodes[up].members.append(i)
+    return _numbered(nodes)
 
-    def add(parent: int | None, start: int, end: int, members: list[int]) -> int:
-        node = TreeNode(len(nodes), parent, start, end, members, float(z[members].mean()) if members else 0.0)
-        nodes.append(node)
-        if parent is not None:
-            nodes[parent].children.append(node.node_id)
-        return node.node_id
 
-    root = add(None, 0, 0, list(range(len(token_ids))))
-    stack = [(root, 0, list(range(len(token_ids))))]
+def _numbered(nodes: list[TreeNode]) -> PrefixTree:
+    """The tree with the node ids the views show: expanding the last numbered node first, a node's
+    children get consecutive ids in the order of their first response."""
+    children: list[list[int]] = [[] for _ in nodes]
+    for node in nodes[1:]:
+        children[node.parent].append(node.node_id)
+    order, stack = [0], [0]
     while stack:
-        parent, start, members = stack.pop()
-        by_token: dict[int, list[int]] = {}
-        for m in members:
-            if start < len(token_ids[m]):
-                by_token.setdefault(token_ids[m][start], []).append(m)
-        for group in by_token.values():
-            first = token_ids[group[0]]
-            end = start + 1
-            while (
-                all(end < len(token_ids[m]) for m in group)
-                and len(group) > 1
-                and all(token_ids[m][end] == first[end] for m in group)
-            ):
-                end += 1
-            if len(group) == 1:
-                end = len(first)
-            child = add(parent, start, end, group)
-            stack.append((child, end, group))
-    return PrefixTree(nodes)
+        kids = sorted(children[stack.pop()], key=lambda k: nodes[k].members[0])
+        order += kids
+        stack += kids
+    new_id = {old: new for new, old in enumerate(order)}
+    renumbered = []
+    for old in order:
+        n = nodes[old]
+        up = None if n.parent is None else new_id[n.parent]
+        kids = sorted(new_id[k] for k in children[old])
+        renumbered.append(TreeNode(new_id[old], up, n.start, n.end, n.members, n.value, kids))
+    return PrefixTree(renumbered)
 
 
 # ---- channel credit of a group -----------------------------------------------------------------------
