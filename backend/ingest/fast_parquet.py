@@ -173,20 +173,8 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
     group_ids = np.empty(n, dtype=np.int64)
     for i in range(n):
         group, step = group_col[i], int(steps[i])
-        key = group_key(step, group, prompts[i])
-        gid = buffer.group_keys.get(key)
-        if gid is None:
-            gid = buffer.group_keys[key] = len(buffer.group_keys)
-            buffer.new_groups.append(
-                {
-                    "group_id": gid,
-                    "group_key": key,
-                    "step": step,
-                    "prompt": prompts[i],
-                    "ground_truth": None if gt[i] is None else str(gt[i]),
-                }
-            )
-        group_ids[i] = gid
+        truth = None if gt[i] is None else str(gt[i])
+        group_ids[i] = buffer.group_id(group_key(step, group, prompts[i]), step, prompts[i], truth)
     rollout_ids = np.arange(start_id, start_id + n, dtype=np.int32)
     buffer.next_rollout_id += n
     run = buffer.run_id
@@ -284,15 +272,5 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
             )
         if parts:
             tables[table] = pa.concat_tables(parts)
-    groups, buffer.new_groups = buffer.new_groups, []
-    tables["groups"] = pa.table(
-        {
-            "run_id": pa.array([run] * len(groups), pa.int32()),
-            "group_id": pa.array([g["group_id"] for g in groups], pa.int32()),
-            "group_key": pa.array([g["group_key"] for g in groups], pa.string()),
-            "step": pa.array([g["step"] for g in groups], pa.int32()),
-            "prompt": pa.array([g["prompt"] for g in groups], pa.string()),
-            "ground_truth": pa.array([g["ground_truth"] for g in groups], pa.string()),
-        }
-    )
+    tables["groups"] = buffer.flush_groups()
     return tables

@@ -221,20 +221,19 @@ class ChunkBuffer:
     rows: list[dict] = field(default_factory=list)
     new_groups: list[dict] = field(default_factory=list)
 
-    def add(self, rec: dict) -> None:
-        key = rec["group_key"]
-        if key not in self.group_keys:
-            self.group_keys[key] = len(self.group_keys)
+    def group_id(self, key: str, step: int, prompt: str, ground_truth: str | None) -> int:
+        """The id of group `key`; a key not seen before gets the next id and joins `new_groups`."""
+        gid = self.group_keys.get(key)
+        if gid is None:
+            gid = self.group_keys[key] = len(self.group_keys)
             self.new_groups.append(
-                {
-                    "group_id": self.group_keys[key],
-                    "group_key": key,
-                    "step": rec["step"],
-                    "prompt": rec["prompt"],
-                    "ground_truth": rec["ground_truth"],
-                }
+                {"group_id": gid, "group_key": key, "step": step, "prompt": prompt,
+                 "ground_truth": ground_truth}
             )
-        rec["group_id"] = self.group_keys[key]
+        return gid
+
+    def add(self, rec: dict) -> None:
+        rec["group_id"] = self.group_id(rec["group_key"], rec["step"], rec["prompt"], rec["ground_truth"])
         rec["rollout_id"] = self.next_rollout_id
         self.next_rollout_id += 1
         self.rows.append(rec)
@@ -245,7 +244,6 @@ class ChunkBuffer:
     def flush(self) -> dict[str, pa.Table]:
         """Arrow tables for rollouts, scores, token_rewards, token_features, groups; empties the buffer."""
         rows, self.rows = self.rows, []
-        groups, self.new_groups = self.new_groups, []
         run = self.run_id
         f32 = pa.list_(pa.float32())
         tables = {
@@ -268,18 +266,23 @@ class ChunkBuffer:
             "scores": _long_table(run, rows, "rewards", "channel", "score", pa.float64()),
             "token_rewards": _long_table(run, rows, "token_rewards", "channel", "rewards", f32),
             "token_features": _long_table(run, rows, "extras", "name", "vals", f32),
-            "groups": pa.table(
-                {
-                    "run_id": pa.array([run] * len(groups), pa.int32()),
-                    "group_id": pa.array([g["group_id"] for g in groups], pa.int32()),
-                    "group_key": pa.array([g["group_key"] for g in groups], pa.string()),
-                    "step": pa.array([g["step"] for g in groups], pa.int32()),
-                    "prompt": pa.array([g["prompt"] for g in groups], pa.string()),
-                    "ground_truth": pa.array([g["ground_truth"] for g in groups], pa.string()),
-                }
-            ),
+            "groups": self.flush_groups(),
         }
         return tables
+
+    def flush_groups(self) -> pa.Table:
+        """The store's `groups` table of the groups first seen since the last flush; empties `new_groups`."""
+        groups, self.new_groups = self.new_groups, []
+        return pa.table(
+            {
+                "run_id": pa.array([self.run_id] * len(groups), pa.int32()),
+                "group_id": pa.array([g["group_id"] for g in groups], pa.int32()),
+                "group_key": pa.array([g["group_key"] for g in groups], pa.string()),
+                "step": pa.array([g["step"] for g in groups], pa.int32()),
+                "prompt": pa.array([g["prompt"] for g in groups], pa.string()),
+                "ground_truth": pa.array([g["ground_truth"] for g in groups], pa.string()),
+            }
+        )
 
 
 def _long_table(run: int, rows: list[dict], key: str, name_col: str, value_col: str, value_type) -> pa.Table:
