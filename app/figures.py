@@ -88,6 +88,7 @@ def credit_heatmap(
     row_tokens: dict[str, Sequence[str]] | None = None,
     offset: int = 0,
     clickable: bool = True,
+    highlight: Sequence[int] = (),
 ) -> go.Figure:
     """Token heatmap: one row per named series (channels, final, true credit), wrapped into bands.
 
@@ -101,6 +102,7 @@ def credit_heatmap(
     offset: position of the first token shown (a window of a long rollout); positions stay absolute.
     clickable: add the invisible marker layer that makes cells selectable (heatmaps emit no selection
     events); without it the heatmap carries the hover itself and draws about twice as fast.
+    highlight: absolute positions outlined across their band (the selected token, the chosen positions).
     The colour scale is diverging, centred at 0, symmetric, shared by all rows.
     """
     names = list(rows)
@@ -176,6 +178,22 @@ def credit_heatmap(
                 name="tokens",
             )
         )
+    for pos in highlight:
+        t = int(pos) - offset
+        if 0 <= t < L:
+            bnd, col = divmod(t, band)
+            top = bnd * (R + 1)
+            fig.add_shape(
+                type="rect",
+                x0=col - 0.5,
+                x1=col + 0.5,
+                y0=top - 0.5,
+                y1=top + R - 0.5,
+                line={"color": "#111111", "width": 3},
+                fillcolor="rgba(0,0,0,0)",
+                layer="above",
+                name=f"selected {int(pos)}",
+            )
     tickvals = [b * (R + 1) + r for b in range(n_bands) for r in range(R)]
     ticktext = [
         f"{safe(n)}" + (f"  [{offset + b * band}]" if r == 0 else "")

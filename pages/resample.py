@@ -17,16 +17,8 @@ view = views.compute_or_explain(compute.rollout_view, sel.db, sel.run, sel.group
 L = len(view.tokens)
 
 st.caption("Click tokens in the heatmap to add them as positions (V̂(s_t) keeps y_<t and samples the rest).")
-event = st.plotly_chart(
-    figures.credit_heatmap({"final": view.final}, view.tokens, token_info=view.token_info),
-    key="resample_heatmap",
-    on_select="rerun",
-    selection_mode="points",
-    width="stretch",
-    config={"displayModeBar": False},
-)
-clicked = views.clicked_position(event, n_rows=1)
-
+# A click reruns the page with the clicked cell in the chart's state; the chosen positions are outlined.
+clicked = views.clicked_position(st.session_state.get("resample_heatmap"), n_rows=1)
 if "resample_positions" not in st.session_state:
     from_url = [int(p) for p in (state.url_value("positions") or "").split(",") if p.strip().isdigit()]
     st.session_state["resample_positions"] = [p for p in from_url if p < L] or analysis.suggested_positions(
@@ -35,6 +27,19 @@ if "resample_positions" not in st.session_state:
 if clicked is not None and clicked != st.session_state.get("_resample_clicked"):
     st.session_state["_resample_clicked"] = clicked
     st.session_state["resample_positions"] = sorted({*st.session_state["resample_positions"], clicked})
+st.plotly_chart(
+    figures.credit_heatmap(
+        {"final": view.final},
+        view.tokens,
+        token_info=view.token_info,
+        highlight=st.session_state["resample_positions"],
+    ),
+    key="resample_heatmap",
+    on_select="rerun",
+    selection_mode="points",
+    width="stretch",
+    config={"displayModeBar": False},
+)
 
 
 def suggest(kind: str) -> None:

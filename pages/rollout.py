@@ -30,17 +30,9 @@ st.caption(
     "white = 0. Hover a cell for the token, its logprob, entropy and channel shares; click it to see why it "
     "got its credit."
 )
-heatmap = figures.credit_heatmap(**views.heatmap_window(view, key="rollout_window"))
-event = st.plotly_chart(
-    heatmap,
-    key="rollout_heatmap",
-    on_select="rerun",
-    selection_mode="points",
-    width="stretch",
-    config={"displayModeBar": False},
-)
-
-clicked = views.clicked_position(event, n_rows=len(view.rows))
+# A click reruns the page with the clicked cell in the chart's state: it selects that token (and the URL's
+# `pos`), and the heatmap is drawn with the token outlined.
+clicked = views.clicked_position(st.session_state.get("rollout_heatmap"), n_rows=len(view.rows))
 if clicked is not None and clicked != st.session_state.get("_rollout_clicked"):
     st.session_state["_rollout_clicked"] = clicked
     st.session_state["rollout_pos"] = clicked
@@ -57,6 +49,15 @@ with position:
         max_value=max(len(view.tokens) - 1, 0),
         step=1,
     )
+
+st.plotly_chart(
+    figures.credit_heatmap(**views.heatmap_window(view, key="rollout_window"), highlight=[pos]),
+    key="rollout_heatmap",
+    on_select="rerun",
+    selection_mode="points",
+    width="stretch",
+    config={"displayModeBar": False},
+)
 
 st.subheader(f"Why this credit: token {pos} {views.quoted(view.tokens[pos]) if view.tokens else ''}")
 views.why_this_credit(sel, view, pos)

@@ -28,6 +28,17 @@ def test_heatmap_wraps_into_bands_of_64_with_a_centred_scale():
     assert cells.customdata[at][0] == 65
 
 
+def test_highlight_outlines_the_token_across_its_band():
+    rows = {"a": np.arange(100.0), "b": np.arange(100.0), "final": np.arange(100.0)}
+    fig = figures.credit_heatmap(rows, ["x"] * 100, highlight=[74])
+    (shape,) = fig.layout.shapes
+    # token 74 = band 1, column 10; band 1 starts at grid row 4 (3 rows + a gap) and spans 3 rows
+    assert (shape.x0, shape.x1, shape.y0, shape.y1) == (9.5, 10.5, 3.5, 6.5)
+    windowed = figures.credit_heatmap(rows, ["x"] * 20, offset=64, highlight=[3, 74, 200])
+    assert len(windowed.layout.shapes) == 1  # positions outside the window are not drawn
+    assert windowed.layout.shapes[0].x0 == 9.5
+
+
 def test_click_maps_back_to_the_token():
     fig = figures.credit_heatmap({"a": np.arange(100.0), "b": np.arange(100.0)}, ["x"] * 100)
     cells = fig.data[1]

@@ -44,6 +44,8 @@ def test_url_selects_run_and_rollout_and_shows_true_credit(app_db):
     assert at.number_input(key="rollout_pos").value == 3
     ticks = chart(at, "rollout_heatmap")["layout"]["yaxis"]["ticktext"]
     assert any(t.startswith("true credit") for t in ticks)
+    (shape,) = chart(at, "rollout_heatmap")["layout"]["shapes"]  # the selected token is outlined
+    assert (shape["x0"], shape["x1"]) == (2.5, 3.5)
 
 
 def test_token_position_changes_why_this_credit(app_db):
@@ -54,6 +56,7 @@ def test_token_position_changes_why_this_credit(app_db):
     assert at.query_params["pos"] in ("3", ["3"])
     assert [t.value for t in at.text] != first
     assert "token 3" in at.subheader[0].value
+    assert chart(at, "rollout_heatmap")["layout"]["shapes"][0]["x0"] == 2.5
 
 
 def test_group_view_aligned_rows_and_prefix_tree(app_db):
@@ -124,6 +127,13 @@ def test_resample_runs_stores_and_shows_values(app_db):
     # stored: a fresh session sees them, and suffix_mc can use them
     again = open_app(app_db, "resample", {"run": "demo", "rollout": "0"})
     assert len(again.dataframe[0].value) == 2
+
+
+def test_resample_outlines_the_chosen_positions(app_db):
+    at = open_app(app_db, "resample", {"run": "demo", "rollout": "0", "positions": "0,5"})
+    assert at.multiselect(key="resample_positions").value == [0, 5]
+    shapes = chart(at, "resample_heatmap")["layout"]["shapes"]
+    assert sorted(s["x0"] for s in shapes) == [-0.5, 4.5]
 
 
 def test_resample_suggestions_fill_positions(app_db):

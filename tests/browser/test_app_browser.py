@@ -62,6 +62,12 @@ def test_click_a_token_shows_why_this_credit(page):
     )
     wait_idle(page)
     assert "pos=10" in page.url
+    # after the rerun the clicked token is outlined (a shape over column 10 of the first band)
+    shapes = page.evaluate(
+        "() => document.querySelector('.st-key-rollout_heatmap .js-plotly-plot').layout.shapes"
+    )
+    assert [(s["x0"], s["x1"]) for s in shapes] == [(9.5, 10.5)]
+    assert page.locator(".st-key-rollout_heatmap .shapelayer path").count() >= 1
 
 
 def test_beta_slider_redraws_the_heatmap(page):
