@@ -15,18 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from app.testing import CHROMIUM, launch, wait_idle
+
 OUT = Path(__file__).resolve().parent / "out"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 WORDS = ["the", "so", "we", "add", "carry", "then", "answer", "is", "step", ",", ".", "1", "2", "7", "\n"]
 Z_SUM = (
     "(key) => { const g = document.querySelector(`.st-key-${key} .js-plotly-plot`);"
@@ -59,14 +50,6 @@ def long_records(length: int = 4096, group: int = 8, seed: int = 0) -> list[dict
     return records
 
 
-def wait_idle(page, timeout: float = 120_000) -> None:
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=stStatusWidget]')"
-        " && document.querySelectorAll('[data-stale=true]').length === 0",
-        timeout=timeout,
-    )
-
-
 def time_navigation(page, url: str, key: str) -> float:
     start = time.perf_counter()
     page.goto(url)
@@ -88,7 +71,7 @@ def time_slider(page, key: str, slider: str) -> float:
     )
     page.wait_for_function(DRAWN, arg=key, timeout=120_000, polling=10)
     elapsed = time.perf_counter() - start
-    wait_idle(page)
+    wait_idle(page, 120_000)
     return elapsed
 
 
@@ -112,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             import_bundled(store, quiet=True)
             import_records(store, "long", long_records(), content_key="long-4096")
         with Server(db, log=Path(tmp) / "streamlit.log") as srv, sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            browser = launch(p)
             page = browser.new_page(viewport={"width": 1500, "height": 1000})
 
             nav = [

@@ -9,22 +9,12 @@ from pathlib import Path
 import pytest
 
 from app.commands import Server
+from app.testing import CHROMIUM, launch, wait_idle
 from backend.ingest import import_records
 from backend.store import Store
 from backend.store.commands import import_bundled
 from tests.conftest import make_records
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
 
 # Model text that tries to run script, load an image, render markdown/links and LaTeX.
@@ -78,7 +68,7 @@ def browser():
     if not os.path.exists(CHROMIUM):
         pytest.skip("chromium is not installed (make browser-deps)")
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        b = launch(p)
         yield b
         b.close()
 
@@ -106,16 +96,6 @@ def page(browser, server, request):
         if log and log.exists():
             shutil.copy(log, SCREENSHOTS / f"{request.node.name}.streamlit.log")
     context.close()
-
-
-def wait_idle(pg, timeout: float = 60_000) -> None:
-    """Wait until Streamlit has finished the current run (no 'running' status widget)."""
-    pg.wait_for_selector("[data-testid=stApp]")
-    pg.wait_for_function(
-        "() => !document.querySelector('[data-testid=stStatusWidget]')"
-        " && document.querySelectorAll('[data-stale=true]').length === 0",
-        timeout=timeout,
-    )
 
 
 def open_view(pg, path: str) -> None:
