@@ -62,6 +62,36 @@ def sample_seed(seed: int, prefix_index: int, n: int, sample_index: int) -> int:
     return int(seed) + prefix_index * n + sample_index
 
 
+Job = tuple[int, int, int]
+"""One sample to draw: (prefix_index, sample_index, seed)."""
+
+
+def sampling_jobs(n_prefixes: int, n: int, seed: int) -> list[Job]:
+    """Every sample of a `generate` call, prefix-major, each with its own seed."""
+    return [(i, j, sample_seed(seed, i, n, j)) for i in range(n_prefixes) for j in range(n)]
+
+
+def sample_in_chunks(
+    jobs: Sequence[Job],
+    max_batch: int,
+    sample_chunk: Callable[[Sequence[Job]], list[Sample]],
+    progress: Progress | None,
+    cancel: Cancel | None,
+) -> list[Sample]:
+    """`sample_chunk` over `jobs`, `max_batch` at a time, checking `cancel()` before each chunk and
+    calling `progress` after it. Returns the samples of every finished chunk, ordered by
+    (prefix_index, sample_index)."""
+    samples: list[Sample] = []
+    for begin in range(0, len(jobs), max_batch):
+        if cancel is not None and cancel():
+            break
+        samples.extend(sample_chunk(jobs[begin : begin + max_batch]))
+        if progress is not None:
+            progress(min(begin + max_batch, len(jobs)), len(jobs))
+    samples.sort(key=lambda s: (s.prefix_index, s.sample_index))
+    return samples
+
+
 class Engine:
     """Base class: `score` and `generate`; subclasses set `name`, `model_dir`, `tokenizer`, `device`."""
 
@@ -172,4 +202,14 @@ def load_engine(
     return TransformersEngine(model_dir, device=device, allow_pickle=allow_pickle, **kwargs)
 
 
-__all__ = ["Engine", "EngineUnavailable", "Sample", "Scored", "load_engine", "sample_seed", "vllm_usable"]
+__all__ = [
+    "Engine",
+    "EngineUnavailable",
+    "Sample",
+    "Scored",
+    "load_engine",
+    "sample_in_chunks",
+    "sample_seed",
+    "sampling_jobs",
+    "vllm_usable",
+]

@@ -25,7 +25,8 @@ from backend.models.engine import (
     Sample,
     Scored,
     check_sampling,
-    sample_seed,
+    sample_in_chunks,
+    sampling_jobs,
 )
 from backend.models.loading import check_model_dir
 
@@ -212,7 +213,7 @@ class TransformersEngine(Engine):
         `cancel()` turns true the chunks done so far are returned.
         """
         check_sampling(n, max_new_tokens, temperature, top_p)
-        jobs = [(i, j, sample_seed(seed, i, n, j)) for i in range(len(prefixes)) for j in range(n)]
+        jobs = sampling_jobs(len(prefixes), n, seed)
         contexts = [self._context(p) for p in prefixes]
         for i, ctx in enumerate(contexts):
             if self.max_positions and len(ctx) >= self.max_positions:
@@ -221,16 +222,13 @@ class TransformersEngine(Engine):
                 )
         # Similar lengths share a chunk, which keeps left padding short.
         jobs.sort(key=lambda job: (len(contexts[job[0]]), job[0], job[1]))
-        samples: list[Sample] = []
-        for begin in range(0, len(jobs), self.max_batch):
-            if cancel is not None and cancel():
-                break
-            chunk = jobs[begin : begin + self.max_batch]
-            samples.extend(self._generate_chunk(chunk, contexts, max_new_tokens, temperature, top_p))
-            if progress is not None:
-                progress(min(begin + self.max_batch, len(jobs)), len(jobs))
-        samples.sort(key=lambda s: (s.prefix_index, s.sample_index))
-        return samples
+        return sample_in_chunks(
+            jobs,
+            self.max_batch,
+            lambda chunk: self._generate_chunk(chunk, contexts, max_new_tokens, temperature, top_p),
+            progress,
+            cancel,
+        )
 
     def _generate_chunk(self, chunk, contexts, max_new_tokens, temperature, top_p) -> list[Sample]:
         B = len(chunk)

@@ -13,7 +13,16 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from backend.models.engine import Cancel, Engine, Progress, Sample, Scored, check_sampling, sample_seed
+from backend.models.engine import (
+    Cancel,
+    Engine,
+    Progress,
+    Sample,
+    Scored,
+    check_sampling,
+    sample_in_chunks,
+    sampling_jobs,
+)
 from backend.models.loading import EngineUnavailable, check_model_dir
 
 
@@ -88,46 +97,47 @@ class VLLMEngine(Engine):
         cancel: Cancel | None = None,
     ) -> list[Sample]:
         check_sampling(n, max_new_tokens, temperature, top_p)
+        eos = self.eos_ids
+        return sample_in_chunks(
+            sampling_jobs(len(prefixes), n, seed),
+            self.max_batch,
+            lambda chunk: self._generate_chunk(chunk, prefixes, eos, max_new_tokens, temperature, top_p),
+            progress,
+            cancel,
+        )
+
+    def _generate_chunk(self, chunk, prefixes, eos, max_new_tokens, temperature, top_p) -> list[Sample]:
         from vllm.inputs import TokensPrompt
 
-        eos = self.eos_ids
-        jobs = [(i, j, sample_seed(seed, i, n, j)) for i in range(len(prefixes)) for j in range(n)]
-        samples: list[Sample] = []
-        for begin in range(0, len(jobs), self.max_batch):
-            if cancel is not None and cancel():
-                break
-            chunk = jobs[begin : begin + self.max_batch]
-            prompts = [TokensPrompt(prompt_token_ids=list(prefixes[i])) for i, _, _ in chunk]
-            params = [
-                self._vllm.SamplingParams(
-                    n=1,
-                    temperature=temperature,
-                    top_p=top_p,
-                    max_tokens=max_new_tokens,
-                    seed=row_seed,
-                    logprobs=0,
-                    detokenize=False,
-                )
-                for _, _, row_seed in chunk
-            ]
-            outputs = self.llm.generate(prompts, params, use_tqdm=False)
-            for (i, j, row_seed), out in zip(chunk, outputs, strict=True):
-                completion = out.outputs[0]
-                token_ids = list(completion.token_ids)
-                logprobs = (
-                    [float(completion.logprobs[k][t].logprob) for k, t in enumerate(token_ids)]
-                    if completion.logprobs is not None
-                    else [float("nan")] * len(token_ids)
-                )
-                finished = completion.finish_reason == "stop"
-                if token_ids and token_ids[-1] in eos:
-                    token_ids, logprobs, finished = token_ids[:-1], logprobs[:-1], True
-                samples.append(
-                    Sample(i, j, row_seed, token_ids, logprobs, [float("nan")] * len(token_ids), finished)
-                )
-            if progress is not None:
-                progress(min(begin + self.max_batch, len(jobs)), len(jobs))
-        samples.sort(key=lambda s: (s.prefix_index, s.sample_index))
+        prompts = [TokensPrompt(prompt_token_ids=list(prefixes[i])) for i, _, _ in chunk]
+        params = [
+            self._vllm.SamplingParams(
+                n=1,
+                temperature=temperature,
+                top_p=top_p,
+                max_tokens=max_new_tokens,
+                seed=row_seed,
+                logprobs=0,
+                detokenize=False,
+            )
+            for _, _, row_seed in chunk
+        ]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        samples = []
+        for (i, j, row_seed), out in zip(chunk, outputs, strict=True):
+            completion = out.outputs[0]
+            token_ids = list(completion.token_ids)
+            logprobs = (
+                [float(completion.logprobs[k][t].logprob) for k, t in enumerate(token_ids)]
+                if completion.logprobs is not None
+                else [float("nan")] * len(token_ids)
+            )
+            finished = completion.finish_reason == "stop"
+            if token_ids and token_ids[-1] in eos:
+                token_ids, logprobs, finished = token_ids[:-1], logprobs[:-1], True
+            samples.append(
+                Sample(i, j, row_seed, token_ids, logprobs, [float("nan")] * len(token_ids), finished)
+            )
         return samples
 
     def score(
