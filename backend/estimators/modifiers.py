@@ -27,14 +27,11 @@ class ModifierConfig(OutcomeConfig):
     base: str = param("grpo", help="Base estimator whose advantages are modified (any registered name)")
 
 
-_NO_BASE = ("gtpo", "stare", "entropy_gate", "tepo_mask", "aggregation")
-
-
 def base_advantages(batch: RolloutBatch, config: ModifierConfig) -> torch.Tensor:
     """(B, T) advantages of `config.base` with its defaults, sharing channel/outcome/epsilon."""
-    if config.base in _NO_BASE:
-        raise ValueError(f"base {config.base!r} is itself a modifier; pick an estimator such as grpo")
     spec = registry.get(config.base)
+    if spec.family in ("modifier", "aggregation"):
+        raise ValueError(f"base {config.base!r} is itself a modifier; pick an estimator such as grpo")
     known = {f.name for f in dataclasses.fields(spec.config_cls)}
     shared = {k: getattr(config, k) for k in ("channel", "outcome", "epsilon") if k in known}
     return spec.fn(batch, spec.config_cls(**shared)).advantages
