@@ -57,38 +57,11 @@ def last_index(mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, idx, torch.full_like(idx, -1)).amax(dim=1)
 
 
-def first_index(mask: torch.Tensor) -> torch.Tensor:
-    """(B,) int64 position of the first real token of each row; T for an empty row."""
-    T = mask.shape[1]
-    idx = torch.arange(T, device=mask.device).expand_as(mask)
-    return torch.where(mask, idx, torch.full_like(idx, T)).amin(dim=1)
-
-
 def is_left_packed(mask: torch.Tensor) -> bool:
     """True when every row is a run of real tokens starting at 0 followed by padding only."""
     if mask.shape[1] < 2:
         return True
     return not bool((mask[:, 1:] > mask[:, :-1]).any())  # no False -> True step along a row
-
-
-def pack_left(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Move the real tokens of each row to the front, in order: (packed (B, T), packed_mask (B, T)).
-
-    One scatter: real token k of a row goes to column k; masked tokens go to a spill column that is
-    dropped.
-    """
-    B, T = mask.shape
-    dest = torch.where(mask, mask.long().cumsum(dim=1) - 1, torch.full_like(mask, T, dtype=torch.long))
-    packed = torch.zeros((B, T + 1), dtype=x.dtype, device=x.device).scatter_(1, dest, x)[:, :T]
-    packed_mask = torch.arange(T, device=mask.device) < mask.sum(dim=1, keepdim=True)  # (B, T)
-    return packed, packed_mask
-
-
-def unpack_left(packed: torch.Tensor, packed_mask: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Inverse of `pack_left` (one gather); 0 on padding."""
-    src = (mask.long().cumsum(dim=1) - 1).clamp(min=0)
-    out = packed.gather(1, src)
-    return torch.where(mask, out, torch.zeros((), dtype=out.dtype, device=out.device))
 
 
 def forward_fill_index(valid: torch.Tensor) -> torch.Tensor:

@@ -371,16 +371,6 @@ def _folds(batch, folds):
     return fold.tolist(), k
 
 
-def _ridge_np(X: np.ndarray, y: np.ndarray, alpha: float):
-    mu, sd = X.mean(0), X.std(0)
-    sd = np.where(sd > 1e-12, sd, 1.0)
-    Xa = np.concatenate([(X - mu) / sd, np.ones((len(y), 1))], axis=1)
-    pen = np.eye(Xa.shape[1]) * alpha
-    pen[-1, -1] = 1e-9
-    coef = np.linalg.pinv(Xa.T @ Xa + pen, rcond=1e-10, hermitian=True) @ (Xa.T @ y)  # min-norm if singular
-    return coef[:-1], coef[-1], mu, sd
-
-
 def token_rm_loop(batch, config) -> torch.Tensor:
     rows = _rows(batch)
     z = _z(batch, config)

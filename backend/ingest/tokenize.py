@@ -54,9 +54,6 @@ class Tokenizer:
         ids = self.hf(text, add_special_tokens=False)["input_ids"]
         return ids, self.display(ids)
 
-    def encode_ids(self, text: str) -> list[int]:
-        return self.encode(text)[0]
-
     def display(self, ids: list[int]) -> list[str]:
         """Display text per token id (what the heatmap cells show)."""
         if self.hf is None:
