@@ -1,8 +1,10 @@
 """Small analysis helpers behind the app's views (no Streamlit here).
 
 The views show numbers; this module computes them: token classes and credit mass per class, rank
-agreement between estimators, channel shares of |A|, the display prefix tree of a group, and the
-per-token "why this credit" breakdown. Shapes follow ESTIMATORS.md: `(B, T)` plus `response_mask`.
+agreement between estimators, channel shares of |A| and the split-channel credit of a group (the
+per-token "why this credit" breakdown), the display prefix tree of a group (drawn from the
+prefix_tree estimator's trie), the dual-ascent replay, resampling a stored rollout, and the oracle
+and Monte Carlo teacher tables. Shapes follow ESTIMATORS.md: `(B, T)` plus `response_mask`.
 """
 
 from __future__ import annotations

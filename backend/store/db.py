@@ -1,4 +1,5 @@
-"""The DuckDB store: one file, numbered migrations, Arrow in and out. All SQL of the project is here.
+"""The DuckDB store: one file, numbered migrations, Arrow in and out. All SQL of the project lives in
+this package: here, and in `model_queries.py` for the model commands.
 
 One read-write connection per process; other processes may open the file read-only. Threads use
 `store.cursor()`. Every query with user data is parameterized (`?`).
