@@ -435,31 +435,20 @@ def beta_trajectories(frame: pd.DataFrame) -> go.Figure:
     for i, (channel, part) in enumerate(frame.groupby("channel", sort=False)):
         color = palette[i % len(palette)]
         name = safe(channel)
-        fig.add_trace(
-            go.Scatter(
-                x=part["step"],
-                y=part["beta"],
-                mode="lines+markers",
-                name=name,
-                line={"color": color},
-                legendgroup=name,
-            ),
-            row=1,
-            col=1,
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=part["step"],
-                y=part["rate"],
-                mode="lines+markers",
-                name=f"{name} rate",
-                line={"color": color},
-                legendgroup=name,
-                showlegend=False,
-            ),
-            row=2,
-            col=1,
-        )
+        for row, column, label in ((1, "beta", name), (2, "rate", f"{name} rate")):
+            fig.add_trace(
+                go.Scatter(
+                    x=part["step"],
+                    y=part[column],
+                    mode="lines+markers",
+                    name=label,
+                    line={"color": color},
+                    legendgroup=name,
+                    showlegend=row == 1,
+                ),
+                row=row,
+                col=1,
+            )
         fig.add_trace(
             go.Scatter(
                 x=part["step"],

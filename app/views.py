@@ -24,6 +24,15 @@ def plain(text: str) -> str:
     return escaped
 
 
+def rollout_selection() -> Selection:
+    """The shared selection of a view about one rollout; explains and stops when there is none."""
+    from app import state
+
+    sel = state.selection()
+    require_rollout(sel)
+    return sel
+
+
 def require_rollout(sel: Selection) -> None:
     if sel.run is None:
         st.info("The store has no runs yet. Import one on the Runs page.")

@@ -29,6 +29,51 @@ def estimator_names(model_free: bool = False) -> list[str]:
     return out
 
 
+def estimator_picker(key: str) -> str:
+    """The view's task-channel estimator (a selectbox mirrored to `?est=`, grpo by default)."""
+    from app import state
+
+    return state.url_widget(
+        st.selectbox,
+        "Task-channel estimator",
+        key=key,
+        url="est",
+        default="grpo",
+        options=estimator_names(),
+    )
+
+
+def url_slider(label: str, *, key: str, url: str, default: float, low: float, high: float, step: float):
+    """A float slider mirrored to `?url=` (β, τ, η on the Tune view)."""
+    from app import state
+
+    return state.url_widget(
+        st.slider,
+        label,
+        key=key,
+        url=url,
+        default=float(default),
+        cast=float,
+        min_value=low,
+        max_value=high,
+        step=step,
+    )
+
+
+def url_multiselect(
+    label: str, options: list, *, key: str, url: str, default: list, least: int = 1, **kwargs
+) -> list:
+    """A multiselect mirrored to `?url=a,b`; a link's choice is kept if it names `least` known options."""
+    from app import state
+
+    if key not in st.session_state:
+        picked = [n for n in (state.url_value(url) or "").split(",") if n in options]
+        st.session_state[key] = picked if len(picked) >= least else default
+    chosen = st.multiselect(label, options, key=key, **kwargs)
+    state.publish(url, ",".join(chosen))
+    return chosen
+
+
 def estimator_form(name: str, key: str, container=None) -> tuple[tuple[str, Any], ...]:
     """Widgets for every config field of estimator `name`; returns the non-default values as a sorted
     tuple of (field, value) pairs (hashable: the cache key of the computation)."""

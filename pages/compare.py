@@ -3,21 +3,23 @@ where the credit lands by token class (the "why did filler get credit" answer)."
 
 import streamlit as st
 
-from app import compute, figures, state, views, widgets
+from app import compute, figures, views, widgets
 from backend import analysis
 
-sel = state.selection()
-views.require_rollout(sel)
+sel = views.rollout_selection()
 st.title(f"Compare estimators · rollout #{sel.rollout}")
 
 options = widgets.estimator_names()
 default = [n for n in ("grpo", "entropy", "prefix_tree") if n in options] or options[:2]
-if "compare_estimators" not in st.session_state:
-    from_url = state.url_value("ests")
-    picked = [n for n in (from_url or "").split(",") if n in options]
-    st.session_state["compare_estimators"] = picked if len(picked) >= 2 else default
-chosen = st.multiselect("Estimators (2–6)", options, key="compare_estimators", max_selections=6)
-state.publish("ests", ",".join(chosen))
+chosen = widgets.url_multiselect(
+    "Estimators (2–6)",
+    options,
+    key="compare_estimators",
+    url="ests",
+    default=default,
+    least=2,
+    max_selections=6,
+)
 if len(chosen) < 2:
     st.warning("Pick at least two estimators.")
     st.stop()

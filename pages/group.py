@@ -2,21 +2,13 @@
 
 import streamlit as st
 
-from app import compute, figures, state, views, widgets
+from app import compute, figures, views, widgets
 
-sel = state.selection()
-views.require_rollout(sel)
+sel = views.rollout_selection()
 st.title(f"Group {sel.group}")
 record = views.prompt_and_response(sel)
 
-estimator = state.url_widget(
-    st.selectbox,
-    "Task-channel estimator",
-    key="group_estimator",
-    url="est",
-    default="grpo",
-    options=widgets.estimator_names(),
-)
+estimator = widgets.estimator_picker("group_estimator")
 values, tokens, ids = views.compute_or_explain(compute.group_rows, sel.db, sel.run, sel.group, estimator, ())
 
 st.subheader("Responses aligned by position")

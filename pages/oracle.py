@@ -15,11 +15,7 @@ st.title(f"Credit quality · {views.plain(sel.run)}")
 
 options = widgets.estimator_names(model_free=True)
 default = [n for n in ("grpo", "entropy", "hapo", "prefix_tree", "token_rm") if n in options]
-if "oracle_estimators" not in st.session_state:
-    picked = [n for n in (state.url_value("ests") or "").split(",") if n in options]
-    st.session_state["oracle_estimators"] = picked or default
-chosen = st.multiselect("Estimators", options, key="oracle_estimators")
-state.publish("ests", ",".join(chosen))
+chosen = widgets.url_multiselect("Estimators", options, key="oracle_estimators", url="ests", default=default)
 if not chosen:
     st.stop()
 

@@ -8,8 +8,7 @@ import streamlit as st
 from app import compute, data, figures, jobs, state, views
 from backend import analysis
 
-sel = state.selection()
-views.require_rollout(sel)
+sel = views.rollout_selection()
 st.title(f"Resample suffixes · rollout #{sel.rollout}")
 record = views.prompt_and_response(sel)
 info = data.run_info(sel.db, sel.run)

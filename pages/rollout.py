@@ -4,21 +4,13 @@ import streamlit as st
 
 from app import compute, figures, state, views, widgets
 
-sel = state.selection()
-views.require_rollout(sel)
+sel = views.rollout_selection()
 st.title(f"Rollout #{sel.rollout}")
 views.prompt_and_response(sel)
 
 pick, params, position = st.columns([1, 2, 1])
 with pick:
-    estimator = state.url_widget(
-        st.selectbox,
-        "Task-channel estimator",
-        key="rollout_estimator",
-        url="est",
-        default="grpo",
-        options=widgets.estimator_names(),
-    )
+    estimator = widgets.estimator_picker("rollout_estimator")
 with params, st.expander("Estimator parameters"):
     config = widgets.estimator_form(estimator, key="rollout_cfg")
 

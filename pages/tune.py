@@ -8,33 +8,11 @@ import streamlit as st
 
 from app import compute, data, figures, state, views, widgets
 
-sel = state.selection()
-views.require_rollout(sel)
+sel = views.rollout_selection()
 st.title(f"Tune channel weights · rollout #{sel.rollout}")
 
-estimator = state.url_widget(
-    st.selectbox,
-    "Task-channel estimator",
-    key="tune_estimator",
-    url="est",
-    default="grpo",
-    options=widgets.estimator_names(),
-)
+estimator = widgets.estimator_picker("tune_estimator")
 defaults = compute.default_betas(sel.db, sel.run, sel.group)
-
-
-def beta_slider(channel: str, beta0: float) -> float:
-    return state.url_widget(
-        st.slider,
-        f"β {channel}",
-        key=f"tune_beta_{channel}",
-        url=f"beta_{channel}",
-        default=float(beta0),
-        cast=float,
-        min_value=0.0,
-        max_value=3.0,
-        step=0.05,
-    )
 
 
 @st.fragment
@@ -42,7 +20,12 @@ def channel_weights() -> None:
     controls, chart = st.columns([1, 3])
     with controls:
         st.markdown("**β per channel**")
-        betas = {channel: beta_slider(channel, beta0) for channel, beta0 in defaults.items()}
+        betas = {
+            c: widgets.url_slider(
+                f"β {c}", key=f"tune_beta_{c}", url=f"beta_{c}", default=b0, low=0.0, high=3.0, step=0.05
+            )
+            for c, b0 in defaults.items()
+        }
     beta_items = tuple(sorted(betas.items()))
     view = views.compute_or_explain(
         compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, (), beta_items
@@ -81,29 +64,17 @@ def dual_ascent_replay() -> None:
     tau = {}
     for col, channel in zip(cols, constrained, strict=False):
         with col:
-            tau[channel] = state.url_widget(
-                st.slider,
+            tau[channel] = widgets.url_slider(
                 f"τ {channel}",
                 key=f"tune_tau_{channel}",
                 url=f"tau_{channel}",
                 default=0.1,
-                cast=float,
-                min_value=0.0,
-                max_value=1.0,
+                low=0.0,
+                high=1.0,
                 step=0.01,
             )
     with cols[-2]:
-        eta = state.url_widget(
-            st.slider,
-            "η",
-            key="tune_eta",
-            url="eta",
-            default=1.0,
-            cast=float,
-            min_value=0.0,
-            max_value=10.0,
-            step=0.1,
-        )
+        eta = widgets.url_slider("η", key="tune_eta", url="eta", default=1.0, low=0.0, high=10.0, step=0.1)
     with cols[-1]:
         mode = state.url_widget(
             st.radio,

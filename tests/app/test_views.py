@@ -114,6 +114,16 @@ def test_tune_dual_ascent_replay_reacts_to_tau_and_eta(app_db):
     assert not at.dataframe[0].value.equals(table)
 
 
+def test_tune_replay_starts_from_the_current_beta(app_db):
+    at = open_app(app_db, "tune", {"run": "demo", "rollout": "0"})
+    table = at.dataframe[0].value
+    at.slider(key="tune_beta_style").set_value(2.5).run()
+    at.button(key="tune_replay_button").click().run()
+    assert not at.exception
+    assert any(c.value.startswith("Starts from β") and "style 2.5" in c.value for c in at.caption)
+    assert not at.dataframe[0].value.equals(table)
+
+
 def test_resample_runs_stores_and_shows_values(app_db):
     at = open_app(app_db, "resample", {"run": "demo", "rollout": "0"})
     at.multiselect(key="resample_positions").set_value([0, 5])
