@@ -104,7 +104,8 @@ def why_this_credit(sel: Selection, view: compute.RolloutView, pos: int) -> None
         st.text(f"class      {info['token_class']}")
         st.text(f"logprob    {_num(info['logprob'])}")
         st.text(f"entropy    {_num(info['entropy'])}")
-        st.text(f"value      {_num(info['value'])}")
+        value = _num(info["value"])
+        st.text("value      " + (value if value != "–" else "– (no value source: stored values absent)"))
         st.text(
             f"tree node  #{node.node_id}: tokens [{node.start}, {node.end}), {len(node.members)} responses, "
             f"V(u) {node.value:+.3f}" + (", branch point" if node.branches and pos == node.end - 1 else "")

@@ -56,6 +56,7 @@ def test_token_position_changes_why_this_credit(app_db):
     assert at.query_params["pos"] in ("3", ["3"])
     assert [t.value for t in at.text] != first
     assert "token 3" in at.subheader[0].value
+    assert any("no value source" in t.value for t in at.text)  # the oracle run stores no critic values
     assert chart(at, "rollout_heatmap")["layout"]["shapes"][0]["x0"] == 2.5
 
 
