@@ -80,6 +80,19 @@ def clicked_position(event, n_rows: int) -> int | None:
     return figures.heatmap_position(dict(points[-1]), n_rows)
 
 
+def new_click(chart_key: str, n_rows: int) -> int | None:
+    """The token position clicked on heatmap `chart_key` since the last rerun, else None.
+
+    Read from the chart's session state before the chart is drawn, so the view can outline the token in
+    this rerun; a click is reported once (the chart keeps its selection across reruns)."""
+    clicked = clicked_position(st.session_state.get(chart_key), n_rows)
+    seen = f"_{chart_key}_seen"
+    if clicked is None or clicked == st.session_state.get(seen):
+        return None
+    st.session_state[seen] = clicked
+    return clicked
+
+
 def why_this_credit(sel: Selection, view: compute.RolloutView, pos: int) -> None:
     """Waterfall of the token's final advantage into channel contributions, with its facts."""
     if not view.tokens:

@@ -17,14 +17,13 @@ L = len(view.tokens)
 
 st.caption("Click tokens in the heatmap to add them as positions (V̂(s_t) keeps y_<t and samples the rest).")
 # A click reruns the page with the clicked cell in the chart's state; the chosen positions are outlined.
-clicked = views.clicked_position(st.session_state.get("resample_heatmap"), n_rows=1)
+clicked = views.new_click("resample_heatmap", n_rows=1)
 if "resample_positions" not in st.session_state:
     from_url = [int(p) for p in (state.url_value("positions") or "").split(",") if p.strip().isdigit()]
     st.session_state["resample_positions"] = [p for p in from_url if p < L] or analysis.suggested_positions(
         "entropy", view.tokens, view.token_info["entropy"].dropna().tolist() or None, 3
     )
-if clicked is not None and clicked != st.session_state.get("_resample_clicked"):
-    st.session_state["_resample_clicked"] = clicked
+if clicked is not None:
     st.session_state["resample_positions"] = sorted({*st.session_state["resample_positions"], clicked})
 st.plotly_chart(
     figures.credit_heatmap(

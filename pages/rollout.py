@@ -24,9 +24,8 @@ st.caption(
 )
 # A click reruns the page with the clicked cell in the chart's state: it selects that token (and the URL's
 # `pos`), and the heatmap is drawn with the token outlined.
-clicked = views.clicked_position(st.session_state.get("rollout_heatmap"), n_rows=len(view.rows))
-if clicked is not None and clicked != st.session_state.get("_rollout_clicked"):
-    st.session_state["_rollout_clicked"] = clicked
+clicked = views.new_click("rollout_heatmap", n_rows=len(view.rows))
+if clicked is not None:
     st.session_state["rollout_pos"] = clicked
 
 with position:
