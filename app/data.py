@@ -119,5 +119,33 @@ def invalidate() -> None:
     st.cache_data.clear()
 
 
+def store_version(path: str) -> tuple:
+    """Changes whenever any process commits to the store: the stat of the file and of its WAL (no
+    connection needed, so it is cheap enough for every rerun)."""
+    version = []
+    for file in (path, path + ".wal"):
+        try:
+            info = os.stat(file)
+            version.append((info.st_mtime_ns, info.st_size))
+        except FileNotFoundError:
+            version.append(None)
+    return tuple(version)
+
+
+_seen_versions: dict[str, tuple] = {}
+
+
+def refresh_if_store_changed(path: str) -> bool:
+    """Drop the cached reads when another process (e.g. `creditlens import` in a terminal) changed
+    the store since the last rerun of any session; returns whether it did."""
+    version = store_version(path)
+    previous = _seen_versions.get(path)
+    _seen_versions[path] = version
+    if previous is not None and previous != version:
+        invalidate()
+        return True
+    return False
+
+
 def handle_for(path: str) -> StoreHandle:
     return store_handle(path)

@@ -16,7 +16,7 @@ if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts app/ on the pa
 
 import streamlit as st  # noqa: E402
 
-from app import state  # noqa: E402
+from app import data, state  # noqa: E402
 
 PAGES = ROOT / "pages"
 VIEWS = (
@@ -38,5 +38,6 @@ navigation = st.navigation(
         for script, title, url_path, icon in VIEWS
     ]
 )
+data.refresh_if_store_changed(data.db_path())  # another process may have imported or deleted a run
 st.session_state["_selection"] = state.init_selection()
 navigation.run()
