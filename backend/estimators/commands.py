@@ -26,6 +26,8 @@ def add_commands(sub) -> None:
                    help="estimator parameter, repeatable")
     p.add_argument("--channel", default=None, help="reward channel (default: the estimator's, task)")
     p.add_argument("--out", required=True, type=Path, help="output .parquet file")
+    p.add_argument("--no-cache", action="store_true",
+                   help="recompute even when the store holds this estimator's output for this config")
     p.set_defaults(func=cmd_estimate)
 
 
@@ -93,10 +95,28 @@ def cmd_estimate(args) -> int:
         config = registry.make_config(args.estimator, **overrides)
     except ValueError as exc:
         raise InputError(f"--set: {exc}") from None
+    channel = str(getattr(config, "channel", "-"))
+    key = registry.config_hash(args.estimator, config)
     with open_store(args.db, read_only=True) as store:
         batch = store.load_batch(args.run)
-    result = registry.estimate(args.estimator, batch, config)
+        cached = {} if args.no_cache else store.cached_estimate(args.run, args.estimator, key, channel)
     mask = batch.response_mask.cpu()
+    lengths = mask.sum(dim=1).tolist()
+    ids = batch.rollout_ids.cpu().tolist()
+    note = None
+    if cached and set(cached) == set(ids):
+        advantages = torch.zeros(mask.shape, dtype=torch.float32)
+        for i, rid in enumerate(ids):
+            advantages[i, : lengths[i]] = torch.from_numpy(cached[rid])
+        how = "from the store's cache"
+    else:
+        result = registry.estimate(args.estimator, batch, config)
+        advantages = result.advantages.detach().to(torch.float32).cpu()
+        note = result.diagnostics.get("fallback")
+        with open_store(args.db) as store:  # kept for the next call with the same config
+            store.save_estimate(args.run, args.estimator, key, dataclasses.asdict(config), channel,
+                                {rid: advantages[i, : lengths[i]].numpy() for i, rid in enumerate(ids)})
+        how = "computed"
     rows, pos = mask.nonzero(as_tuple=True)
     # `pos` is the index among the response's real tokens (the position the store and app use).
     k = (mask.long().cumsum(1) - 1)[rows, pos]
@@ -111,8 +131,7 @@ def cmd_estimate(args) -> int:
         "pos": pa.array(k.numpy(), type=pa.int32()),
         "token_id": pa.array(batch.token_ids.cpu()[rows, pos].numpy(), type=pa.int64()),
         "token": tokens,
-        "advantage": pa.array(result.advantages.detach().to(torch.float32).cpu()[rows, pos].numpy(),
-                              type=pa.float32()),
+        "advantage": pa.array(advantages[rows, pos].numpy(), type=pa.float32()),
     })
     # Write next to the target and rename, so a failure never leaves a half-written file.
     fd, tmp = tempfile.mkstemp(suffix=".parquet.tmp", dir=args.out.parent)
@@ -123,8 +142,7 @@ def cmd_estimate(args) -> int:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    note = result.diagnostics.get("fallback")
     if isinstance(note, str):
         print(f"note: {note}", file=sys.stderr)
-    print(f"wrote {table.num_rows} tokens of {batch.B} rollouts to {args.out}")
+    print(f"wrote {table.num_rows} tokens of {batch.B} rollouts to {args.out} ({how})")
     return 0

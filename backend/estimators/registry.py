@@ -8,9 +8,13 @@ help text; `config_schema` turns them into the JSON the CLI prints and the app r
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
+import json
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -240,3 +244,20 @@ def config_schema(name: str) -> dict:
     return {"name": spec.name, "description": spec.description, "family": spec.family,
             "needs": list(spec.needs), "needs_one_of": [list(alt) for alt in spec.needs_one_of],
             "model_free": spec.model_free, "fields": out_fields}
+
+
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """A hash of the estimator sources: cached outputs from older estimator code never match."""
+    digest = hashlib.sha256()
+    root = Path(__file__).resolve().parent
+    for path in sorted([*root.glob("*.py"), root.parent / "channels.py"]):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def config_hash(name: str, config: Any) -> str:
+    """The store's cache key of an estimator output: name, every config field, the code version."""
+    payload = {"estimator": name, "config": dataclasses.asdict(config), "code": code_fingerprint()}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]

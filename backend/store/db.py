@@ -226,6 +226,7 @@ class Store:
         for table in _RUN_ROW_TABLES:
             self.con.execute(f"UPDATE {table} SET run_id = ? WHERE run_id = ?", [target_id, staging_id])
         self.con.execute("DELETE FROM runs WHERE run_id = ?", [staging_id])
+        self._drop_cached_estimates(target_id)  # new rollouts join groups: cached outputs are stale
         return target_id
 
     @contextmanager
@@ -556,9 +557,15 @@ class Store:
                 )
             finally:
                 con.unregister(view)
+            self._drop_cached_estimates(run_id)
         return len(rows)
 
     # --- estimator cache -------------------------------------------------------------------------
+    # Outputs keyed on (estimator, config hash, channel). Anything that changes a run's inputs
+    # (appended rollouts, rescored tokens, new resampling results) drops the run's cached outputs.
+    def _drop_cached_estimates(self, run_id: int) -> None:
+        self.con.execute("DELETE FROM estimates WHERE run_id = ?", [run_id])
+
     def cached_estimate(
         self, run: str, estimator: str, config_hash: str, channel: str
     ) -> dict[int, np.ndarray]:
@@ -613,6 +620,7 @@ class Store:
         samples = samples.append_column("rollout_id", pa.array([int(rollout_id)] * n, pa.int32()))
         with self.transaction():
             self.insert_arrow("resample_samples", samples)
+            self._drop_cached_estimates(run_id)  # suffix_mc and value_source=mc read these
         return n
 
     def resample_samples(self, run: str, rollout_id: int) -> pd.DataFrame:

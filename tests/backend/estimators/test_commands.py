@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -75,3 +76,53 @@ def test_estimate_channel_and_bad_input(stored_run, tmp_path, capsys):
     code = main(["estimate", "--db", str(stored_run), "--run", "missing", "--estimator", "grpo",
                  "--out", str(tmp_path / "m.parquet")])
     assert code == 2
+
+
+def _estimate(db, out, *extra) -> str:
+    assert main(["estimate", "--db", str(db), "--run", "r1", "--estimator", "entropy", "--out", str(out),
+                 *extra]) == 0
+    return out
+
+
+def test_estimate_reuses_the_store_cache_until_the_inputs_change(stored_run, tmp_path, capsys):
+    from backend.store import Store
+
+    first = pq.read_table(_estimate(stored_run, tmp_path / "1.parquet")).to_pandas()
+    assert "(computed)" in capsys.readouterr().out
+    again = pq.read_table(_estimate(stored_run, tmp_path / "2.parquet")).to_pandas()
+    assert "(from the store's cache)" in capsys.readouterr().out
+    assert again.equals(first)
+    _estimate(stored_run, tmp_path / "3.parquet", "--set", "p=2")  # another config: its own entry
+    assert "(computed)" in capsys.readouterr().out
+    _estimate(stored_run, tmp_path / "4.parquet", "--no-cache")
+    assert "(computed)" in capsys.readouterr().out
+
+    # Rescoring a rollout changes the entropies the estimator reads: the cached outputs are dropped.
+    with Store(stored_run) as store:
+        n = len(store.rollout("r1", 0)["token_ids"])
+        store.update_token_arrays("r1", {0: {"entropies": [5.0] * n}})
+    fresh = pq.read_table(_estimate(stored_run, tmp_path / "5.parquet")).to_pandas()
+    assert "(computed)" in capsys.readouterr().out
+    assert not fresh.equals(first)
+
+    # New resampling results drop them too (suffix_mc and value_source=mc read those).
+    _estimate(stored_run, tmp_path / "6.parquet")
+    assert "(from the store's cache)" in capsys.readouterr().out
+    with Store(stored_run) as store:
+        store.save_resample("r1", 0, pa.table({"pos": [0], "sample_idx": [0], "seed": [1], "reward": [1.0]}))
+    _estimate(stored_run, tmp_path / "7.parquet")
+    assert "(computed)" in capsys.readouterr().out
+
+
+def test_appending_rollouts_drops_the_cache(stored_run, tmp_path, capsys):
+    from backend.ingest import import_records
+    from backend.store import Store
+
+    _estimate(stored_run, tmp_path / "1.parquet")
+    capsys.readouterr()
+    with Store(stored_run) as store:
+        import_records(store, "r1", make_records(n_groups=1, group_size=4, seed=8))
+        assert store.con.execute("SELECT count(*) FROM estimates").fetchall() == [(0,)]
+    table = pq.read_table(_estimate(stored_run, tmp_path / "2.parquet")).to_pandas()
+    assert "(computed)" in capsys.readouterr().out
+    assert table["rollout_id"].nunique() == 16
