@@ -1,7 +1,9 @@
 """Cached computations behind the views, keyed on (db, run, group/rollout, estimator, config tuple).
 
-Each function loads its batch through `app.data` and calls a backend function; results are numpy
-arrays and DataFrames (cheap to pickle), so a view never recomputes what it already showed.
+Each function calls the backend function a command also calls: estimator outputs come from
+`backend.estimates.estimate_rollouts` at the estimator's declared scope (group, step or run) through the
+store's cache, so a view shows exactly what `creditlens estimate` / `creditlens explain` print. Results
+are numpy arrays and DataFrames (cheap to pickle), so a view never recomputes what it already showed.
 """
 
 from __future__ import annotations
@@ -13,8 +15,11 @@ import pandas as pd
 import streamlit as st
 
 from app import data
-from backend import analysis
+from backend import analysis, estimates, explain
 from backend.estimators import registry
+
+_SCOPED = ("Computing credit (an estimator of step or run scope computes its whole step or run once; "
+           "the store keeps it)…")
 
 
 @dataclass
@@ -36,12 +41,27 @@ def _row_of(batch, rollout_id: int) -> int:
     return int((batch.rollout_ids == int(rollout_id)).nonzero()[0, 0])
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@st.cache_data(show_spinner=_SCOPED, max_entries=64)
 def group_credit(
     db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple = ()
 ) -> analysis.ChannelCredit:
-    batch = data.group_batch(db, run, group)
-    return analysis.channel_credit(batch, estimator, config, dict(betas) or None)
+    _, credit = explain.group_channel_credit(data.store_handle(db), run, group, estimator, config,
+                                             dict(betas) or None)
+    return credit
+
+
+@st.cache_data(show_spinner="Collecting the estimator's terms…", max_entries=64)
+def terms(db: str, run: str, rollout_id: int, estimator: str, config: tuple, channel: str = "task") -> dict:
+    """The estimator's terms for one rollout at its scope (what `creditlens explain --json` prints)."""
+    built = registry.make_config(estimator, **explain._with_channel(estimator, dict(config), channel))
+    return explain.scoped_terms(data.store_handle(db), run, rollout_id, estimator, built)
+
+
+def _scoped(db: str, run: str, name: str, config: tuple, rollout_ids: list[int], T: int):
+    """(B, T) advantages of `rollout_ids` under one estimator, at its scope through the store's cache."""
+    built = registry.make_config(name, **dict(config))
+    scoped = estimates.estimate_rollouts(data.store_handle(db), run, name, built, rollout_ids)
+    return scoped.padded(rollout_ids, T)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -103,11 +123,11 @@ def group_tree(
     return tree, tree.frame(batch.tokens)
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@st.cache_data(show_spinner=_SCOPED, max_entries=64)
 def estimator_advantages(db: str, run: str, group: int, estimator: str, config: tuple) -> np.ndarray:
-    """A: (B, T) of one estimator on the group's task channel."""
+    """A: (B, T) of one estimator on the group's task channel, at the estimator's scope."""
     batch = data.group_batch(db, run, group)
-    return registry.estimate(estimator, batch, **dict(config)).advantages.numpy()
+    return _scoped(db, run, estimator, config, batch.rollout_ids.tolist(), batch.T).numpy()
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -132,26 +152,31 @@ def group_rows(
     return values, tokens, ids
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
+@st.cache_data(show_spinner=_SCOPED, max_entries=32)
 def compare(db: str, run: str, group: int, rollout_id: int, estimators: tuple) -> dict:
-    """Compare view numbers: per estimator A on the rollout, rank agreement and credit mass over the group.
+    """Compare view numbers: per estimator A on the rollout, rank agreement and credit mass over the group;
+    an estimator that cannot run is left out with its error in `errors` (label -> message).
 
     estimators: ((name, config tuple), ...); labels are the names (with ' (2)' for repeats)."""
     batch = data.group_batch(db, run, group)
     row = _row_of(batch, rollout_id)
     L = int(batch.lengths[row])
-    advantages = {}
+    advantages, errors = {}, {}
     for name, config in estimators:
         label = name
-        while label in advantages:
+        while label in advantages or label in errors:
             label += "′"
-        advantages[label] = registry.estimate(name, batch, **dict(config)).advantages
+        try:
+            advantages[label] = _scoped(db, run, name, config, batch.rollout_ids.tolist(), batch.T)
+        except (ValueError, RuntimeError) as exc:  # BatchError, InputError, bad config: shown in its panel
+            errors[label] = str(exc)
     classes = analysis.token_class_ids(batch)
     return {
         "tokens": list(batch.tokens[row])
         if batch.tokens is not None
         else [str(t) for t in batch.token_ids[row, :L].tolist()],
         "rollout": {k: v[row, :L].numpy() for k, v in advantages.items()},
+        "errors": errors,
         "agreement": analysis.rank_agreement(advantages, batch.response_mask),
         "mass": analysis.credit_mass_by_class(advantages, classes, batch.response_mask),
         "classes": analysis.token_class_labels(batch, row),
@@ -199,7 +224,7 @@ def teacher(db: str, run: str, estimators: tuple) -> pd.DataFrame:
     advs = {}
     for name in estimators:
         try:
-            advs[name] = registry.estimate(name, batch).advantages
+            advs[name] = _scoped(db, run, name, (), batch.rollout_ids.tolist(), batch.T)
         except Exception:  # noqa: BLE001 - an estimator that cannot run on this run is left out
             continue
     return analysis.teacher_agreement(batch, advs, values)

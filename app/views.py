@@ -8,6 +8,7 @@ import streamlit as st
 
 from app import compute, data, figures
 from app.state import Selection
+from backend import explain
 
 
 def quoted(token: str) -> str:
@@ -93,12 +94,18 @@ def new_click(chart_key: str, n_rows: int) -> int | None:
     return clicked
 
 
-def why_this_credit(sel: Selection, view: compute.RolloutView, pos: int) -> None:
-    """Waterfall of the token's final advantage into channel contributions, with its facts."""
+def why_this_credit(sel: Selection, view: compute.RolloutView, pos: int, estimator: str = "grpo",
+                    config: tuple = ()) -> None:
+    """The estimator's derivation of the token's task advantage (its terms, with the numbers), the
+    waterfall of the final advantage into channel contributions, and the token's facts."""
     if not view.tokens:
         st.info("This rollout has no tokens.")
         return
     pos = min(max(int(pos), 0), len(view.tokens) - 1)
+    terms = compute_or_explain(compute.terms, sel.db, sel.run, sel.rollout, estimator, config)
+    lines = explain.derivation(terms, pos)
+    st.markdown(f"**{plain(estimator)}** on the task channel, computed at **{terms['scope']}** scope:")
+    st.code("\n".join(lines) or "(no terms)", language=None, wrap_lines=True)
     chart, facts = st.columns([2, 1])
     contributions = {c: float(v[pos]) for c, v in view.contributions.items()}
     with chart:
@@ -117,13 +124,24 @@ def why_this_credit(sel: Selection, view: compute.RolloutView, pos: int) -> None
         st.text(f"class      {info['token_class']}")
         st.text(f"logprob    {_num(info['logprob'])}")
         st.text(f"entropy    {_num(info['entropy'])}")
-        value = _num(info["value"])
-        st.text("value      " + (value if value != "–" else "– (no value source: stored values absent)"))
+        st.text("value      " + _value_line(terms, info, pos))
         st.text(
             f"tree node  #{node.node_id}: tokens [{node.start}, {node.end}), {len(node.members)} responses, "
             f"V(u) {node.value:+.3f}" + (", branch point" if node.branches and pos == node.end - 1 else "")
         )
         st.text("β          " + ", ".join(f"{c} {b:g}" for c, b in view.betas.items()))
+
+
+def _value_line(terms: dict, info, pos: int) -> str:
+    """The value that fed the estimator at `pos` (its own V(s_t) and source), else the stored critic's."""
+    values = terms["tokens"].get("values")
+    if values is not None and pos < len(values) and values[pos] is not None:
+        source = terms["notes"].get("value_source", "the estimator")
+        return f"{_num(values[pos])} (V(s_t) from {source})"
+    stored = _num(info["value"])
+    if stored != "–":
+        return f"{stored} (stored critic; this estimator uses no value)"
+    return "– (no value source: this estimator uses none and the run stores no critic values)"
 
 
 def _num(v) -> str:

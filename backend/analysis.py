@@ -276,24 +276,38 @@ class ChannelCredit:
     contributions: dict[str, np.ndarray]
     per_channel: dict[str, np.ndarray]
     betas: dict[str, float]
+    projected: dict[str, np.ndarray] = field(default_factory=dict)
+    """channel -> (B, T) the projection before normalization (an estimator channel: its advantages)."""
+
+
+def channel_specs(batch: RolloutBatch, estimator: str = "grpo", config: tuple = (),
+                  betas: dict[str, float] | None = None) -> dict:
+    """The default channel specs of `batch` with `estimator` (overrides `config`) on the task channel
+    and `betas` overriding β_c."""
+    from backend import channels
+
+    specs = _with_task_estimator(channels.default_specs(batch), estimator, dict(config))
+    if betas:
+        specs = {c: (_replace_beta(s, betas[c]) if c in betas else s) for c, s in specs.items()}
+    return specs
 
 
 def channel_credit(
-    batch: RolloutBatch, estimator: str = "grpo", config: tuple = (), betas: dict[str, float] | None = None
+    batch: RolloutBatch, estimator: str = "grpo", config: tuple = (), betas: dict[str, float] | None = None,
+    projected: dict[str, torch.Tensor] | None = None,
 ) -> ChannelCredit:
     """Split-channel credit with estimator `estimator` (overrides `config`) on the task channel and
-    each other channel projected by its default spec (ESTIMATORS.md section 8); `betas` override β_c."""
+    each other channel projected by its default spec (docs/estimators.md, channels); `betas` override β_c.
+    projected: estimator channels computed at their scope (see backend.estimates.group_channel_credit)."""
     from backend import channels
 
-    specs = channels.default_specs(batch)
-    specs = _with_task_estimator(specs, estimator, dict(config))
-    if betas:
-        specs = {c: (_replace_beta(s, betas[c]) if c in betas else s) for c, s in specs.items()}
-    result = channels.combine(batch, specs)
+    specs = channel_specs(batch, estimator, config, betas)
+    result = channels.combine(batch, specs, projected)
     contributions = {c: _np(v).astype(np.float32) for c, v in result.contributions.items()}
     per_channel = {c: _np(v).astype(np.float32) for c, v in result.per_channel.items()}
+    raw = {c: _np(v).astype(np.float32) for c, v in result.projected.items()}
     used = {c: float(s.beta) for c, s in specs.items()}
-    return ChannelCredit(_np(result.final).astype(np.float32), contributions, per_channel, used)
+    return ChannelCredit(_np(result.final).astype(np.float32), contributions, per_channel, used, raw)
 
 
 def _with_task_estimator(specs: dict, estimator: str, config: dict) -> dict:

@@ -90,7 +90,8 @@ def default_specs(batch: RolloutBatch) -> dict[str, ChannelSpec]:
     return specs
 
 
-def _estimator_config(spec: ChannelSpec):
+def estimator_config(spec: ChannelSpec):
+    """The built config of an estimator channel: its overrides, with `channel = spec.name` unless set."""
     cfg_cls = registry.get(spec.estimator).config_cls
     overrides = dict(spec.estimator_config)
     if "channel" in {f.name for f in dataclasses.fields(cfg_cls)} and "channel" not in overrides:
@@ -117,7 +118,7 @@ def project_channel(batch: RolloutBatch, spec: ChannelSpec) -> torch.Tensor:
     mask = batch.response_mask
     zero = torch.zeros(mask.shape, dtype=torch.float32, device=batch.device)
     if spec.projection == "estimator":
-        return registry.estimate(spec.estimator, batch, _estimator_config(spec)).advantages.to(torch.float32)
+        return registry.estimate(spec.estimator, batch, estimator_config(spec)).advantages.to(torch.float32)
     if spec.projection == "kl":
         if batch.logprobs is None or batch.ref_logprobs is None:
             raise BatchError(f"channel {spec.name!r}: the kl projection needs logprobs and ref_logprobs")
@@ -191,21 +192,32 @@ class CombinedResult:
     final: torch.Tensor
     per_channel: dict[str, torch.Tensor] = field(default_factory=dict)
     contributions: dict[str, torch.Tensor] = field(default_factory=dict)
+    projected: dict[str, torch.Tensor] = field(default_factory=dict)
+    """name -> (B, T) the channel's projection before normalization (for an estimator channel: the
+    estimator's advantages on that channel)."""
 
 
-def combine(batch: RolloutBatch, specs: dict[str, ChannelSpec]) -> CombinedResult:
-    """`A_final = sum_c beta_c * normalize(project_channel(c))`, summed in the order of `specs`."""
+def combine(batch: RolloutBatch, specs: dict[str, ChannelSpec],
+            projected: dict[str, torch.Tensor] | None = None) -> CombinedResult:
+    """`A_final = sum_c beta_c * normalize(project_channel(c))`, summed in the order of `specs`.
+
+    projected: channel -> (B, T) projections computed elsewhere, used instead of `project_channel`
+    (an estimator channel computed at the estimator's scope, wider than this batch)."""
     batch.validate()
     mask = batch.response_mask
     final = torch.zeros(mask.shape, dtype=torch.float32, device=batch.device)
     per_channel: dict[str, torch.Tensor] = {}
     contributions: dict[str, torch.Tensor] = {}
+    raw: dict[str, torch.Tensor] = {}
     for name, spec in specs.items():
-        tilde = normalize(project_channel(batch, spec), batch, spec.normalization)
+        given = (projected or {}).get(name)
+        raw[name] = (project_channel(batch, spec) if given is None
+                     else given.to(device=batch.device, dtype=torch.float32))
+        tilde = normalize(raw[name], batch, spec.normalization)
         per_channel[name] = tilde
         contributions[name] = spec.beta * tilde
         final = final + contributions[name]
-    return CombinedResult(final=final, per_channel=per_channel, contributions=contributions)
+    return CombinedResult(final=final, per_channel=per_channel, contributions=contributions, projected=raw)
 
 
 def mixed_baseline(batch: RolloutBatch, weights: dict[str, float], estimator: str = "grpo",

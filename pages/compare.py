@@ -32,6 +32,10 @@ with st.expander("Parameters", expanded=False):
             configs.append((name, widgets.estimator_form(name, key="compare_cfg")))
 
 result = views.compute_or_explain(compute.compare, sel.db, sel.run, sel.group, sel.rollout, tuple(configs))
+for label, message in result["errors"].items():
+    st.error(f"{views.plain(label)} cannot run on this run: {views.plain(message)}")
+if len(result["rollout"]) < 1:
+    st.stop()
 
 st.subheader("Small multiples")
 st.caption("The task-channel advantage of each estimator on this rollout, one shared colour scale.")
@@ -46,7 +50,7 @@ st.subheader("Difference")
 names = list(result["rollout"])
 a_col, b_col = st.columns(2)
 first = a_col.selectbox("A", names, index=0, key="compare_diff_a")
-second = b_col.selectbox("B", names, index=1, key="compare_diff_b")
+second = b_col.selectbox("B", names, index=min(1, len(names) - 1), key="compare_diff_b")
 difference = analysis.credit_difference(result["rollout"][first], result["rollout"][second])
 st.plotly_chart(
     figures.credit_heatmap({f"{second} − {first}": difference}, result["tokens"], clickable=False),

@@ -51,4 +51,4 @@ st.plotly_chart(
 )
 
 st.subheader(f"Why this credit: token {pos} {views.quoted(view.tokens[pos]) if view.tokens else ''}")
-views.why_this_credit(sel, view, pos)
+views.why_this_credit(sel, view, pos, estimator, config)

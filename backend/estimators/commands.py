@@ -30,6 +30,21 @@ def add_commands(sub) -> None:
                    help="recompute even when the store holds this estimator's output for this config")
     p.set_defaults(func=cmd_estimate)
 
+    p = sub.add_parser("explain", help="why one rollout's tokens got their credit (the Rollout view)")
+    p.add_argument("--db", type=Path, default=None, help="store file")
+    p.add_argument("--run", required=True, help="run name")
+    p.add_argument("--rollout", required=True, type=int, help="rollout id")
+    p.add_argument("--estimator", required=True, help="estimator on the task channel")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="estimator parameter, repeatable")
+    p.add_argument("--channel", default="task", help="channel whose estimator terms are shown (default task)")
+    p.add_argument("--beta", action="append", default=[], metavar="CHANNEL=VALUE",
+                   help="β of a channel in A_final, repeatable (default: the run's defaults)")
+    p.add_argument("--pos", type=int, default=None, help="also print the derivation of A at this token")
+    p.add_argument("--json", action="store_true",
+                   help="tokens, channels{name: {advantage, contribution}}, final, terms as JSON")
+    p.set_defaults(func=cmd_explain)
+
 
 def _jsonable(value):
     if isinstance(value, float) and value != value:
@@ -73,9 +88,9 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
 def cmd_estimate(args) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
-    import torch
 
-    from backend.store.commands import open_store
+    from backend import estimates
+    from backend.store.commands import store_handle
 
     if args.out.suffix != ".parquet":
         raise InputError(f"{args.out}: the output must be a .parquet file")
@@ -95,28 +110,16 @@ def cmd_estimate(args) -> int:
         config = registry.make_config(args.estimator, **overrides)
     except ValueError as exc:
         raise InputError(f"--set: {exc}") from None
-    channel = str(getattr(config, "channel", "-"))
-    key = registry.config_hash(args.estimator, config)
-    with open_store(args.db, read_only=True) as store:
+    handle = store_handle(args.db)
+    with handle.read() as store:
+        store.run_id(args.run)  # a clear error for an unknown run before any work
+    scoped = estimates.estimate_rollouts(handle, args.run, args.estimator, config,
+                                         use_cache=not args.no_cache)
+    with handle.read() as store:
         batch = store.load_batch(args.run)
-        cached = {} if args.no_cache else store.cached_estimate(args.run, args.estimator, key, channel)
     mask = batch.response_mask.cpu()
-    lengths = mask.sum(dim=1).tolist()
-    ids = batch.rollout_ids.cpu().tolist()
-    note = None
-    if cached and set(cached) == set(ids):
-        advantages = torch.zeros(mask.shape, dtype=torch.float32)
-        for i, rid in enumerate(ids):
-            advantages[i, : lengths[i]] = torch.from_numpy(cached[rid])
-        how = "from the store's cache"
-    else:
-        result = registry.estimate(args.estimator, batch, config)
-        advantages = result.advantages.detach().to(torch.float32).cpu()
-        note = result.diagnostics.get("fallback")
-        with open_store(args.db) as store:  # kept for the next call with the same config
-            store.save_estimate(args.run, args.estimator, key, dataclasses.asdict(config), channel,
-                                {rid: advantages[i, : lengths[i]].numpy() for i, rid in enumerate(ids)})
-        how = "computed"
+    advantages = scoped.padded(batch.rollout_ids.tolist(), batch.T)
+    how = "from the store's cache" if scoped.how == "cache" else "computed"
     rows, pos = mask.nonzero(as_tuple=True)
     # `pos` is the index among the response's real tokens (the position the store and app use).
     k = (mask.long().cumsum(1) - 1)[rows, pos]
@@ -142,7 +145,55 @@ def cmd_estimate(args) -> int:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    if isinstance(note, str):
+    for note in scoped.notes:
         print(f"note: {note}", file=sys.stderr)
-    print(f"wrote {table.num_rows} tokens of {batch.B} rollouts to {args.out} ({how})")
+    print(f"wrote {table.num_rows} tokens of {batch.B} rollouts to {args.out} ({how}), {scoped.scope} scope")
+    return 0
+
+
+def cmd_explain(args) -> int:
+    from backend import explain
+    from backend.store.commands import store_handle
+
+    try:
+        registry.get(args.estimator)
+    except registry.UnknownEstimator as exc:
+        raise InputError(str(exc)) from None
+    overrides = parse_overrides(args.overrides)
+    try:
+        registry.make_config(args.estimator, **overrides)  # a bad --set fails before any work
+    except ValueError as exc:
+        raise InputError(f"--set: {exc}") from None
+    betas = {}
+    for key, value in parse_overrides(args.beta).items():
+        try:
+            betas[key] = float(value)
+        except ValueError:
+            raise InputError(f"--beta {key}={value}: not a number") from None
+    handle = store_handle(args.db)
+    with handle.read() as store:
+        store.run_id(args.run)
+    result = explain.explain_rollout(handle, args.run, args.rollout, args.estimator,
+                                     tuple(sorted(overrides.items())), args.channel, betas or None)
+    L = len(result.tokens)
+    if args.pos is not None and not 0 <= args.pos < L:
+        raise InputError(f"--pos {args.pos}: rollout {args.rollout} has {L} tokens (0..{L - 1})")
+    if args.json:
+        out = result.to_json()
+        if args.pos is not None:
+            out["derivation"] = {"pos": args.pos, "lines": explain.derivation(result.terms, args.pos)}
+        json.dump(out, sys.stdout)
+        print()
+        return 0
+    names = list(result.channels)
+    print(f"rollout {result.rollout_id} (group {result.group_id}), {args.estimator} at {result.scope} scope; "
+          "columns: β_c·Ã_c per channel, then A_final")
+    print(f"{'pos':>4}  {'token':<14}" + "".join(f"{n[:10]:>11}" for n in names) + f"{'final':>11}")
+    for t, token in enumerate(result.tokens):
+        cells = "".join(f"{float(result.channels[n]['contribution'][t]):>11.4f}" for n in names)
+        print(f"{t:>4}  {token!r:<14.14}{cells}{float(result.final[t]):>11.4f}")
+    if args.pos is not None:
+        print(f"\nwhy A at pos {args.pos} ({result.tokens[args.pos]!r}) on {args.channel}:")
+        for line in explain.derivation(result.terms, args.pos):
+            print("  " + line)
     return 0

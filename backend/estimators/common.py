@@ -53,6 +53,11 @@ class Config:
             elif hint is bool and not isinstance(value, bool):
                 raise ValueError(f"{type(self).__name__}.{f.name} must be true or false, got {value!r}")
 
+    def scope(self) -> str:
+        """The batch this estimator needs for its true number (registry.SCOPES): its group by default;
+        configs of estimators with batch statistics (step) or fitted models (run) override this."""
+        return "group"
+
 
 @dataclass(frozen=True)
 class OutcomeConfig(Config):
@@ -72,6 +77,11 @@ class GAEFields(Config):
     lam: float = param(0.95, low=0.0, high=1.0, help="GAE lambda")
     folds: int = param(5, low=2, high=20, help="Cross-fitting folds (by group) of the fitted value probe")
     ridge: float = param(1.0, low=0.0, high=1e6, help="Ridge penalty of the fitted value probe")
+
+    def scope(self) -> str:
+        # The fitted probe is cross-fitted over the groups of the batch: it needs the whole run.
+        uses_values = getattr(self, "then_gae", True)
+        return "run" if uses_values and self.value_source == "fitted" else "group"
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,9 @@ class TokenRMConfig(CreditConfig):
     ridge: float = param(1.0, low=0.0, high=1e6, help="Ridge penalty")
     folds: int = param(5, low=2, high=20, help="Cross-fitting folds (by group)")
 
+    def scope(self) -> str:
+        return "run"  # the model is cross-fitted over the groups of the whole run
+
 
 @register("token_rm", TokenRMConfig, "Linear token reward model on token features, projected to sum to Z",
           family="learned")
@@ -57,6 +60,9 @@ class RudderConfig(CreditConfig):
 
     ridge: float = param(1.0, low=0.0, high=1e6, help="Ridge penalty")
     folds: int = param(5, low=2, high=20, help="Cross-fitting folds (by group)")
+
+    def scope(self) -> str:
+        return "run"  # the model is cross-fitted over the groups of the whole run
 
 
 @register("rudder", RudderConfig, "Return decomposition: r_t = g(y<=t) - g(y<t), residual on the last token",

@@ -26,15 +26,24 @@ class ModifierConfig(OutcomeConfig):
 
     base: str = param("grpo", help="Base estimator whose advantages are modified (any registered name)")
 
+    def scope(self) -> str:
+        """The base estimator's scope (a modifier of token_rm needs the run)."""
+        return registry.get(self.base).scope_for(base_config(self))
+
 
 def base_advantages(batch: RolloutBatch, config: ModifierConfig) -> torch.Tensor:
     """(B, T) advantages of `config.base` with its defaults, sharing channel/outcome/epsilon."""
+    return registry.get(config.base).fn(batch, base_config(config)).advantages
+
+
+def base_config(config: ModifierConfig):
+    """The base estimator's config: its defaults, sharing channel/outcome/epsilon with the modifier."""
     spec = registry.get(config.base)
     if spec.family in ("modifier", "aggregation"):
         raise ValueError(f"base {config.base!r} is itself a modifier; pick an estimator such as grpo")
     known = {f.name for f in dataclasses.fields(spec.config_cls)}
     shared = {k: getattr(config, k) for k in ("channel", "outcome", "epsilon") if k in known}
-    return spec.fn(batch, spec.config_cls(**shared)).advantages
+    return spec.config_cls(**shared)
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,9 @@ class GTPOConfig(OutcomeConfig):
 
     beta: float = param(0.1, low=0.0, high=10.0, help="Weight of the whitened entropy term")
     keep_sign: bool = param(True, help="Clip so no token's advantage flips sign against Z")
+
+    def scope(self) -> str:
+        return "step"  # the entropies are whitened over the training batch
 
 
 @register("gtpo", GTPOConfig, "Entropy-shaped token rewards, polarity-aware (GTPO-style)",
@@ -90,6 +102,9 @@ class STAREConfig(ModifierConfig):
 
     top_p: float = param(0.1, low=0.0, high=1.0, help="Share of the A > 0 tokens that are boosted")
     weight: float = param(1.1, low=0.0, high=10.0, help="Multiplier W of the boosted tokens")
+
+    def scope(self) -> str:
+        return registry.widest("step", super().scope())  # the surprisal quantile is over the batch
 
 
 @register("stare", STAREConfig, "Boost the most surprising tokens among positive advantages",
@@ -146,6 +161,9 @@ class AggregationConfig(ModifierConfig):
     mode: Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum", "dr-grpo"] = param(
         "seq-mean-token-mean", help="Loss aggregation: 1/(B L_i), 1/sum L, 1/B, 1/L_max")
     normalize: bool = param(True, help="Multiply c by the batch's real-token count (token-mean gives c = 1)")
+
+    def scope(self) -> str:
+        return registry.widest("step", super().scope())  # c depends on the batch size and lengths
 
 
 @register("aggregation", AggregationConfig, "Effective per-token push c * A under a loss-aggregation mode",

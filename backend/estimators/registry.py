@@ -23,7 +23,16 @@ from backend.batch import BatchError, RolloutBatch
 
 MODEL = "model"
 """Need name of estimators that run the policy model itself (a resource, not a batch field)."""
+SCOPES = ("group", "step", "run")
+"""The batch an estimator needs to give its true number for a rollout: the rollout's group, its training
+step (batch statistics: quantiles, batch means, Dr. GRPO's batch size), or the whole run (models fitted on
+the run). Views and `creditlens estimate` both compute at this scope, so they never disagree."""
 MC_NEEDS = ("mc_values", "mc_mask")
+
+
+def widest(*scopes: str) -> str:
+    """The widest of some scopes (group < step < run): a batch that serves all of them."""
+    return max(scopes, key=SCOPES.index)
 """The one spelling of the suffix-resampling need: the batch extras `creditlens resample` writes.
 Estimators needing them (or `MODEL`) are not model-free: see `EstimatorSpec.model_free`."""
 
@@ -50,6 +59,15 @@ class EstimatorSpec:
     needs_one_of: tuple[tuple[str, ...], ...] = ()
     """Alternatives on top of `needs`: at least one of these sets of fields must be present in full,
     e.g. (("entropies", "old_entropies"), ("logprobs", "ref_logprobs")). Empty: no alternatives."""
+
+    def scope_for(self, config: Any) -> str:
+        """The scope of this estimator under `config` (one of SCOPES), declared by the config class's
+        `scope()` method (a function of the config: gae needs the run only when it fits its value probe
+        on the run); a config without one is group-scoped."""
+        scope = config.scope() if hasattr(config, "scope") else "group"
+        if scope not in SCOPES:
+            raise RuntimeError(f"estimator {self.name!r} declares scope {scope!r}; expected one of {SCOPES}")
+        return scope
 
     def unmet(self, available: set[str] | frozenset[str]) -> str | None:
         """None when a run with the fields `available` (see `available_fields`) supports this
@@ -243,7 +261,7 @@ def config_schema(name: str) -> dict:
         })
     return {"name": spec.name, "description": spec.description, "family": spec.family,
             "needs": list(spec.needs), "needs_one_of": [list(alt) for alt in spec.needs_one_of],
-            "model_free": spec.model_free, "fields": out_fields}
+            "model_free": spec.model_free, "scope": spec.scope_for(spec.config_cls()), "fields": out_fields}
 
 
 @functools.lru_cache(maxsize=1)

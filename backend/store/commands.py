@@ -14,11 +14,16 @@ from backend.store.handle import StoreHandle
 SAMPLE_DIR = Path(__file__).resolve().parents[2] / "sample_runs"
 
 
-def open_store(db: Path | None, read_only: bool = False):
-    """The store for one command. While another process holds the file (an import, a resample, the app
-    reading) it waits up to $CREDITLENS_LOCK_WAIT seconds (default 30), then says what to wait for."""
+def store_handle(db: Path | None) -> StoreHandle:
+    """The store of one command, opened per unit of work. While another process holds the file (an
+    import, a resample, the app reading) it waits up to $CREDITLENS_LOCK_WAIT seconds (default 30)."""
     wait = float(os.environ.get("CREDITLENS_LOCK_WAIT", "30"))
-    handle = StoreHandle(db or default_db_path(), wait_seconds=wait)
+    return StoreHandle(db or default_db_path(), wait_seconds=wait)
+
+
+def open_store(db: Path | None, read_only: bool = False):
+    """A read or write connection to the store of one command (see `store_handle`)."""
+    handle = store_handle(db)
     return handle.read() if read_only else handle.write()
 
 

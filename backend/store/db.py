@@ -601,10 +601,11 @@ class Store:
             }
         )
         with self.transaction() as con:
+            # Only these rollouts: a step-scoped estimate is saved one step at a time.
             con.execute(
-                "DELETE FROM estimates "
-                "WHERE run_id = ? AND estimator = ? AND config_hash = ? AND channel = ?",
-                [run_id, estimator, config_hash, channel],
+                "DELETE FROM estimates WHERE run_id = ? AND estimator = ? AND config_hash = ? "
+                "AND channel = ? AND list_contains(?, rollout_id)",
+                [run_id, estimator, config_hash, channel, [int(r) for r in advantages]],
             )
             self.insert_arrow("estimates", data)
 

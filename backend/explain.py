@@ -1,0 +1,273 @@
+"""Why a token got its credit: the Rollout view's numbers and `creditlens explain`, from one code path.
+
+`explain_rollout` gives, for one rollout: its tokens, each channel's advantage (the estimator's output on
+that channel, equal to `creditlens estimate --channel C`) and contribution β_c·Ã_c, the final advantage,
+and the estimator's `terms`: the intermediate quantities behind its number, taken from the estimator's
+diagnostics at its declared scope and sliced to the rollout. `derivation` turns the terms at one token
+into a short derivation with the numbers, e.g. `A_t = Z · w_t / mean w = 0.540 × 1.83 = 0.99`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from backend import analysis, estimates
+from backend.batch import RolloutBatch
+from backend.errors import InputError
+from backend.estimators import registry
+from backend.store import StoreHandle
+
+
+@dataclass
+class Explanation:
+    """One rollout's credit, channel by channel, with the estimator's terms.
+
+    tokens: (L,) token text; channels: name -> {"advantage": (L,), "contribution": (L,)};
+    final: (L,) A_final; betas: name -> β_c; terms: see `terms_of`; batch/row: the rollout's group
+    batch and its row (for per-token facts)."""
+
+    rollout_id: int
+    group_id: int
+    estimator: str
+    scope: str
+    tokens: list[str]
+    channels: dict[str, dict[str, np.ndarray]]
+    final: np.ndarray
+    betas: dict[str, float]
+    terms: dict[str, Any]
+    batch: RolloutBatch
+    row: int
+
+    def to_json(self) -> dict:
+        def floats(x):
+            return [None if not math.isfinite(v) else float(v) for v in np.asarray(x, dtype=np.float64)]
+
+        return {
+            "rollout_id": self.rollout_id,
+            "group_id": self.group_id,
+            "estimator": self.estimator,
+            "scope": self.scope,
+            "tokens": self.tokens,
+            "channels": {c: {k: floats(v) for k, v in parts.items()} for c, parts in self.channels.items()},
+            "final": floats(self.final),
+            "betas": self.betas,
+            "terms": self.terms,
+        }
+
+
+def tokens_of(batch: RolloutBatch, row: int) -> list[str]:
+    L = int(batch.lengths[row])
+    if batch.tokens is not None:
+        return list(batch.tokens[row])
+    return [str(t) for t in batch.token_ids[row, :L].tolist()]
+
+
+def group_channel_credit(
+    handle: StoreHandle, run: str, group_id: int, estimator: str, config: tuple = (),
+    betas: dict[str, float] | None = None, progress: estimates.Progress | None = None,
+) -> tuple[RolloutBatch, analysis.ChannelCredit]:
+    """The split-channel credit of one group, every estimator channel computed at its declared scope
+    (through the store's cache), so the numbers equal `creditlens estimate` on the whole run."""
+    from backend import channels
+
+    with handle.read() as store:
+        batch = store.load_batch(run, group_ids=[int(group_id)])
+    ids = batch.rollout_ids.tolist()
+    projected = {}
+    for name, spec in analysis.channel_specs(batch, estimator, config, betas).items():
+        if spec.projection == "estimator":
+            cfg = channels.estimator_config(spec)
+            scoped = estimates.estimate_rollouts(handle, run, spec.estimator, cfg, ids, progress=progress)
+            projected[name] = scoped.padded(ids, batch.T)
+    return batch, analysis.channel_credit(batch, estimator, config, betas, projected)
+
+
+def explain_rollout(
+    handle: StoreHandle, run: str, rollout_id: int, estimator: str, config: tuple = (),
+    channel: str = "task", betas: dict[str, float] | None = None,
+) -> Explanation:
+    """Everything the Rollout view draws for `rollout_id` under `estimator` (overrides `config`, a tuple
+    of (key, value)); `terms` are the estimator's on `channel`."""
+    with handle.read() as store:
+        index = store.rollout_index(run)
+    match = index[index["rollout_id"] == int(rollout_id)]
+    if match.empty:
+        raise InputError(f"run {run!r} has no rollout {rollout_id}")
+    group_id = int(match["group_id"].iloc[0])
+    batch, credit = group_channel_credit(handle, run, group_id, estimator, config, betas)
+    row = int((batch.rollout_ids == int(rollout_id)).nonzero()[0, 0])
+    L = int(batch.lengths[row])
+    parts = {
+        c: {"advantage": credit.projected[c][row, :L], "contribution": credit.contributions[c][row, :L]}
+        for c in credit.contributions
+    }
+    built = registry.make_config(estimator, **_with_channel(estimator, dict(config), channel))
+    terms = scoped_terms(handle, run, int(rollout_id), estimator, built)
+    return Explanation(int(rollout_id), group_id, estimator, terms["scope"], tokens_of(batch, row), parts,
+                       credit.final[row, :L], credit.betas, terms, batch, row)
+
+
+def _with_channel(estimator: str, overrides: dict, channel: str) -> dict:
+    fields = {f["name"] for f in registry.config_schema(estimator)["fields"]}
+    if "channel" in fields and "channel" not in overrides:
+        overrides["channel"] = channel
+    return overrides
+
+
+def scoped_terms(handle: StoreHandle, run: str, rollout_id: int, estimator: str, config: Any) -> dict:
+    """The estimator's terms for one rollout, computed on the batch of its declared scope."""
+    scope = registry.get(estimator).scope_for(config)
+    with handle.read() as store:
+        if scope == "run":
+            batch = store.load_batch(run)
+        else:
+            info = store.rollout_index(run)
+            info = info[info["rollout_id"] == int(rollout_id)].iloc[0]
+            batch = (store.load_batch(run, steps=[int(info["step"])]) if scope == "step"
+                     else store.load_batch(run, group_ids=[int(info["group_id"])]))
+    result = registry.estimate(estimator, batch, config)
+    row = int((batch.rollout_ids == int(rollout_id)).nonzero()[0, 0])
+    return terms_of(batch, result, row, estimator, config)
+
+
+def terms_of(batch: RolloutBatch, result: registry.EstimatorResult, row: int, estimator: str,
+             config: Any) -> dict:
+    """The estimator's intermediate quantities for response `row`, in one documented form:
+
+    - `sequence`: name -> float, per-response numbers (Z; for outcome-based estimators also R, the group
+      mean and std of R over the responses that have a score, n and ε);
+    - `tokens`: name -> (L,) list of floats, per-token quantities (weights w, token rewards r, values
+      V(s_t), the base advantage of a modifier, masks as 0/1, ...) and always `advantage`;
+    - `notes`: name -> text (value source, fallbacks, feature names);
+    - `scope`, `estimator`, `config` (field -> value).
+    """
+    L = int(batch.lengths[row])
+    sequence: dict[str, float] = {}
+    tokens: dict[str, list[float]] = {}
+    notes: dict[str, Any] = {}
+    for key, value in result.diagnostics.items():
+        if isinstance(value, torch.Tensor):
+            if value.dim() == 0:
+                sequence[key] = float(value)
+            elif value.dim() == 1 and value.shape[0] == batch.B:
+                sequence[key] = float(value[row])
+            elif value.dim() == 2 and value.shape[0] == batch.B:
+                tokens[key] = value[row, :L].detach().to(torch.float64).cpu().tolist()
+        elif isinstance(value, (str, int, float, bool)) or value is None:
+            if value is not None:
+                notes[key] = value
+        elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            notes[key] = list(value)
+    tokens["advantage"] = result.advantages[row, :L].detach().to(torch.float64).cpu().tolist()
+    channel = getattr(config, "channel", None)
+    if channel is not None and channel in batch.scores:
+        sequence.update(_outcome_terms(batch, row, channel, getattr(config, "epsilon", None)))
+    spec = registry.get(estimator)
+    return {
+        "estimator": estimator,
+        "scope": spec.scope_for(config),
+        "config": {k: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v))
+                   for k, v in vars(config).items()},
+        "sequence": {k: _finite(v) for k, v in sequence.items()},
+        "tokens": {k: [_finite(v) for v in vals] for k, vals in tokens.items()},
+        "notes": notes,
+    }
+
+
+def _finite(v: float) -> float | None:
+    return float(v) if math.isfinite(v) else None
+
+
+def _outcome_terms(batch: RolloutBatch, row: int, channel: str, epsilon: float | None) -> dict[str, float]:
+    """R of the response and the statistics of its group (unbiased std), over responses with a score."""
+    scores = batch.scores[channel].to(torch.float64)
+    same = (batch.group_ids == batch.group_ids[row]) & torch.isfinite(scores)
+    R = scores[same]
+    out = {"R": float(scores[row]), "group_mean": float(R.mean()) if R.numel() else math.nan,
+           "group_std": float(R.std()) if R.numel() > 1 else 0.0, "group_n": float(R.numel())}
+    if epsilon is not None:
+        out["epsilon"] = float(epsilon)
+    return out
+
+
+def derivation(terms: dict, t: int) -> list[str]:
+    """A short derivation of A_t from the terms, with the numbers (one formula per line)."""
+    seq, tok, cfg = terms["sequence"], terms["tokens"], terms["config"]
+
+    def at(name: str, i: int | None = None) -> float | None:
+        vals = tok.get(name)
+        i = t if i is None else i
+        if vals is None or not 0 <= i < len(vals):
+            return None
+        return vals[i]
+
+    A = at("advantage")
+    lines: list[str] = []
+    if "R" in seq and "Z" in seq:
+        outcome = cfg.get("outcome", "grpo" if cfg.get("norm_by_std", True) else "dr_grpo")
+        R, mean, std, Z = seq["R"], seq["group_mean"], seq["group_std"], seq["Z"]
+        if None in (R, mean, std, Z):
+            lines.append("R: no score on this channel (left out of the group; advantage 0)")
+        elif outcome == "grpo":
+            eps = seq.get("epsilon", 0.0) or 0.0
+            lines.append(f"Z = (R − mean_G) / (std_G + ε) = ({R:.4g} − {mean:.4g}) / ({std:.4g} + {eps:.0e})"
+                         f" = {Z:.4g}   (G = {seq['group_n']:.0f})")
+        else:
+            lines.append(f"Z ({outcome}) from R = {R:.4g}, group mean {mean:.4g} (G = {seq['group_n']:.0f})"
+                         f" = {Z:.4g}")
+    w, r, V, base = at("weights"), at("r"), at("values"), at("base")
+    if V is not None and r is not None:
+        V_next = at("values", t + 1) or 0.0
+        gamma, lam = float(cfg.get("gamma", 1.0)), float(cfg.get("lam", 1.0))
+        delta = r + gamma * V_next - V
+        source = terms["notes"].get("value_source", "?")
+        A_next = at("advantage", t + 1) or 0.0
+        lines.append(f"V(s_t) from {source}: V(s_t) = {V:.4g}, V(s_t+1) = {V_next:.4g}")
+        lines.append(f"δ_t = r_t + γ V(s_t+1) − V(s_t) = {r:.4g} + {gamma:g} × {V_next:.4g} − {V:.4g}"
+                     f" = {delta:.4g}")
+        lines.append(f"A_t = δ_t + γλ A_t+1 = {delta:.4g} + {gamma * lam:.3g} × {A_next:.4g} = {A:.4g}")
+    elif "values_after" in tok and V is not None:
+        Va, branch = at("values_after"), at("branch")
+        eta = float(cfg.get("eta", 1.0))
+        Z = seq.get("Z") or 0.0
+        if branch:
+            lines.append(f"branch point: A_t = Z + η (V(s_t+1) − V(s_t)) = {Z:.4g} + {eta:g} × ({Va:.4g} − "
+                         f"{V:.4g}) = {A:.4g}")
+        else:
+            lines.append(f"no branch at t: A_t = Z = {A:.4g}")
+    elif V is not None and "mc_mask" in tok:
+        lines.append(f"V̂(s_t) = {V:.4g} (Monte Carlo, resampled = {bool(at('mc_mask'))}); A_t = {A:.4g}")
+    elif w is not None and r is not None and "Z" in seq:
+        weights = [x for x in tok["weights"] if x is not None]
+        mean_w = sum(weights) / max(len(weights), 1)
+        Z = seq["Z"]
+        if mean_w > 0:
+            lines.append(f"A_t = Z · w_t / mean w = {Z:.4g} × {w:.4g} / {mean_w:.4g} = {A:.4g}")
+        else:
+            lines.append(f"all weights 0: uniform fallback, A_t = Z = {A:.4g}")
+    elif r is not None and "Z" in seq:
+        L = len(tok["advantage"])
+        extra = ""
+        for name in ("phi", "g", "key_score"):
+            if at(name) is not None:
+                extra = f"   ({name}_t = {at(name):.4g})"
+        lines.append(f"A_t = L · r_t = {L} × {r:.4g} = {A:.4g}{extra}")
+    elif base is not None:
+        factor = A / base if base else float("nan")
+        flags = [n for n in ("boosted", "pivots", "mask") if at(n)]
+        note = f"   ({', '.join(flags)} at t)" if flags else ""
+        if base:
+            lines.append(f"A_t = f_t · base_t = {factor:.4g} × {base:.4g} = {A:.4g}{note}")
+        else:
+            lines.append(f"base_t = 0, so A_t = {A:.4g}{note}")
+    elif seq.get("Z") is not None and A is not None and abs(A - seq["Z"]) < 1e-6:
+        lines.append(f"A_t = Z = {A:.4g} (broadcast to every token)")
+    if not lines and A is not None:
+        shown = ", ".join(f"{k} = {at(k):.4g}" for k in tok if k != "advantage" and at(k) is not None)
+        lines.append(f"A_t = {A:.4g}" + (f"   ({shown})" if shown else ""))
+    return lines
