@@ -267,7 +267,8 @@ def derivation(terms: dict, t: int) -> list[str]:
             lines.append(f"base_t = 0, so A_t = {A:.4g}{note}")
     elif seq.get("Z") is not None and A is not None and abs(A - seq["Z"]) < 1e-6:
         lines.append(f"A_t = Z = {A:.4g} (broadcast to every token)")
-    if not lines and A is not None:
-        shown = ", ".join(f"{k} = {at(k):.4g}" for k in tok if k != "advantage" and at(k) is not None)
+    if A is not None and not any("A_t" in line for line in lines):
+        # No formula for these terms: the number itself, with every per-token term at t.
+        shown = ", ".join(f"{k}_t = {at(k):.4g}" for k in tok if k != "advantage" and at(k) is not None)
         lines.append(f"A_t = {A:.4g}" + (f"   ({shown})" if shown else ""))
     return lines

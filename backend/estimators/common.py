@@ -7,9 +7,6 @@ the bad value. Subclasses add fields; they inherit the check.
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import typing
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -18,45 +15,10 @@ import torch
 from backend.batch import BatchError, RolloutBatch
 from backend.estimators import functional as F
 from backend.estimators import masked
-from backend.estimators.registry import EstimatorResult, param
+from backend.estimators.registry import Config, EstimatorResult, param
 
 Outcome = Literal["grpo", "dr_grpo", "rloo"]
 ValueSource = Literal["zero", "stored", "fitted", "prefix_tree", "mc"]
-
-
-@dataclass(frozen=True)
-class Config:
-    """Base of every estimator config: validates ranges and choices on construction."""
-
-    def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            hint = hints[f.name]
-            choices = f.metadata.get("choices")
-            if choices is None and typing.get_origin(hint) is Literal:
-                choices = typing.get_args(hint)
-            if choices is not None and value not in choices:
-                raise ValueError(
-                    f"{type(self).__name__}.{f.name} must be one of {list(choices)}, got {value!r}"
-                )
-            if hint in (int, float) and not isinstance(value, bool) and isinstance(value, (int, float)):
-                if isinstance(value, float) and not math.isfinite(value):
-                    raise ValueError(f"{type(self).__name__}.{f.name} must be finite, got {value!r}")
-                low, high = f.metadata.get("low"), f.metadata.get("high")
-                if (low is not None and value < low) or (high is not None and value > high):
-                    raise ValueError(
-                        f"{type(self).__name__}.{f.name} must be in [{low}, {high}], got {value!r}"
-                    )
-            elif hint in (int, float) and not isinstance(value, (int, float)):
-                raise ValueError(f"{type(self).__name__}.{f.name} must be a number, got {value!r}")
-            elif hint is bool and not isinstance(value, bool):
-                raise ValueError(f"{type(self).__name__}.{f.name} must be true or false, got {value!r}")
-
-    def scope(self) -> str:
-        """The batch this estimator needs for its true number (registry.SCOPES): its group by default;
-        configs of estimators with batch statistics (step) or fitted models (run) override this."""
-        return "group"
 
 
 @dataclass(frozen=True)

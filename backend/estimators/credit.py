@@ -106,7 +106,8 @@ def high_entropy(batch: RolloutBatch, config: HighEntropyConfig) -> EstimatorRes
 class StepBoundaryConfig(CreditConfig):
     """Step boundaries: equal weight on the last token of each reasoning step."""
 
-    pattern: str = param(r"\n", help="Regex ending a step; the token with the match's last char ends it")
+    pattern: str = param(r"\n", kind="regex",
+                         help="Regex ending a step; the token with the match's last char ends it")
 
 
 def step_ends(batch: RolloutBatch, pattern: str) -> tuple[torch.Tensor, str | None]:

@@ -24,7 +24,8 @@ from backend.estimators.registry import EstimatorResult, param, register
 class ModifierConfig(OutcomeConfig):
     """A modifier applied on top of a base estimator."""
 
-    base: str = param("grpo", help="Base estimator whose advantages are modified (any registered name)")
+    base: str = param("grpo", kind="base_estimator",
+                      help="Base estimator whose advantages are modified (any registered non-modifier)")
 
     def scope(self) -> str:
         """The base estimator's scope (a modifier of token_rm needs the run)."""

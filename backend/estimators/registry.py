@@ -11,11 +11,13 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
+import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -91,6 +93,53 @@ class EstimatorSpec:
         return not self.needs_one_of or any(not heavy(alt) for alt in self.needs_one_of)
 
 
+@dataclass(frozen=True)
+class Config:
+    """Base of every estimator config: validates ranges and choices on construction."""
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            hint = hints[f.name]
+            choices = f.metadata.get("choices")
+            if choices is None and typing.get_origin(hint) is Literal:
+                choices = typing.get_args(hint)
+            if choices is not None and value not in choices:
+                raise ValueError(
+                    f"{type(self).__name__}.{f.name} must be one of {list(choices)}, got {value!r}"
+                )
+            if hint in (int, float) and not isinstance(value, bool) and isinstance(value, (int, float)):
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise ValueError(f"{type(self).__name__}.{f.name} must be finite, got {value!r}")
+                low, high = f.metadata.get("low"), f.metadata.get("high")
+                if (low is not None and value < low) or (high is not None and value > high):
+                    raise ValueError(
+                        f"{type(self).__name__}.{f.name} must be in [{low}, {high}], got {value!r}"
+                    )
+            elif hint in (int, float) and not isinstance(value, (int, float)):
+                raise ValueError(f"{type(self).__name__}.{f.name} must be a number, got {value!r}")
+            elif hint is bool and not isinstance(value, bool):
+                raise ValueError(f"{type(self).__name__}.{f.name} must be true or false, got {value!r}")
+            kind = f.metadata.get("kind")
+            if kind == "regex":
+                try:
+                    re.compile(value)
+                except (re.error, TypeError) as exc:
+                    raise ValueError(f"{type(self).__name__}.{f.name}: {value!r} is not a regular expression "
+                                     f"({exc})") from None
+            elif kind == "base_estimator":
+                bases = [n for n in names() if get(n).family not in ("modifier", "aggregation")]
+                if value not in bases:
+                    raise ValueError(f"{type(self).__name__}.{f.name} must be a registered estimator that is "
+                                     f"not a modifier ({', '.join(bases)}), got {value!r}")
+
+    def scope(self) -> str:
+        """The batch this estimator needs for its true number (registry.SCOPES): its group by default;
+        configs of estimators with batch statistics (step) or fitted models (run) override this."""
+        return "group"
+
+
 class UnknownEstimator(KeyError):
     def __str__(self) -> str:  # KeyError quotes its message; we want it plain
         return str(self.args[0])
@@ -100,9 +149,12 @@ _REGISTRY: dict[str, EstimatorSpec] = {}
 
 
 def param(default: Any, *, help: str, low: float | None = None, high: float | None = None,
-          choices: tuple | None = None) -> Any:
-    """A config field with its default, range (inclusive) or choices, and one line of help."""
-    meta = {"help": help, "low": low, "high": high, "choices": choices}
+          choices: tuple | None = None, kind: str | None = None) -> Any:
+    """A config field with its default, range (inclusive) or choices, and one line of help.
+
+    kind: "regex" (must compile) or "base_estimator" (a registered estimator that is not a modifier):
+    checked by `Config` when the config is built."""
+    meta = {"help": help, "low": low, "high": high, "choices": choices, "kind": kind}
     return field(default=default, metadata=meta)
 
 
@@ -113,8 +165,9 @@ def register(name: str, config_cls: type, description: str, needs: tuple[str, ..
     def wrap(fn: Callable) -> Callable:
         if name in _REGISTRY:
             raise ValueError(f"estimator {name!r} is already registered")
-        if not (dataclasses.is_dataclass(config_cls) and config_cls.__dataclass_params__.frozen):
-            raise TypeError(f"config of {name!r} must be a frozen dataclass")
+        if not (isinstance(config_cls, type) and issubclass(config_cls, Config)
+                and dataclasses.is_dataclass(config_cls) and config_cls.__dataclass_params__.frozen):
+            raise TypeError(f"config of {name!r} must be a frozen dataclass subclassing registry.Config")
         if isinstance(needs, str) or not all(isinstance(n, str) for n in needs):
             raise TypeError(f"needs of {name!r} must be a tuple of field names, got {needs!r}")
         alternatives = tuple(tuple(alt) for alt in needs_one_of)
@@ -233,6 +286,8 @@ def estimate(name: str, batch: RolloutBatch, config: Any = None, **overrides: An
         )
     if not bool(torch.isfinite(adv).all()):
         raise RuntimeError(f"estimator {name!r} produced NaN/inf advantages")
+    if bool((adv[~batch.response_mask.to(adv.device)] != 0).any()):
+        raise RuntimeError(f"estimator {name!r} wrote non-zero advantages on padding")
     return result
 
 

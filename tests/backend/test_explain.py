@@ -1,0 +1,128 @@
+"""One truth: `creditlens explain`, the scoped estimates behind every view, and `creditlens estimate`
+give the same advantages for every estimator that runs on the demo run; explain carries terms."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from backend import estimates, explain
+from backend.cli import main
+from backend.estimators import registry
+from backend.store import Store, StoreHandle
+from backend.store.commands import import_bundled
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLLOUT = 352  # a demo rollout in a group with mixed outcomes
+
+
+@pytest.fixture(scope="module")
+def demo_db(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("explain") / "runs.duckdb"
+    with Store(path) as store:
+        import_bundled(store, quiet=True)
+    return path
+
+
+def _supported(db: Path) -> list[str]:
+    with Store(db, read_only=True) as store:
+        batch = store.load_batch("demo", rollout_ids=[ROLLOUT])
+    return registry.supported(batch)
+
+
+def _cli_estimate(db: Path, name: str, out: Path) -> np.ndarray:
+    assert main(["estimate", "--db", str(db), "--run", "demo", "--estimator", name, "--out", str(out)]) == 0
+    frame = pq.read_table(out).to_pandas()
+    return frame[frame["rollout_id"] == ROLLOUT].sort_values("pos")["advantage"].to_numpy()
+
+
+def test_every_supported_estimator_explains_what_estimate_writes(demo_db, tmp_path):
+    names = _supported(demo_db)
+    assert {"token_rm", "rudder", "ktae", "gae", "gtpo", "aggregation", "grpo"} <= set(names)
+    handle = StoreHandle(demo_db)
+    for name in names:
+        from_cli = _cli_estimate(demo_db, name, tmp_path / f"{name}.parquet")
+        result = explain.explain_rollout(handle, "demo", ROLLOUT, name)
+        np.testing.assert_allclose(result.channels["task"]["advantage"], from_cli, atol=1e-6, err_msg=name)
+        # The final advantage is the sum of the channel contributions; the task channel's is β·A.
+        total = sum(part["contribution"] for part in result.channels.values())
+        np.testing.assert_allclose(total, result.final, atol=1e-5, err_msg=name)
+        assert result.terms["scope"] == registry.get(name).scope_for(registry.make_config(name))
+        np.testing.assert_allclose(result.terms["tokens"]["advantage"], from_cli, atol=1e-6, err_msg=name)
+        assert explain.derivation(result.terms, 0), name
+
+
+@pytest.mark.parametrize("name", ["token_rm", "rudder", "gae", "gtpo", "aggregation"])
+def test_wide_scope_estimators_differ_from_their_group_alone(demo_db, name):
+    """The reason scope exists: on the rollout's group alone these give other numbers (the bug)."""
+    handle = StoreHandle(demo_db)
+    scoped = estimates.estimate_rollouts(handle, "demo", name, rollout_ids=[ROLLOUT])
+    assert scoped.scope in ("step", "run")
+    with handle.read() as store:
+        group = int(store.rollout_index("demo").set_index("rollout_id").loc[ROLLOUT, "group_id"])
+        batch = store.load_batch("demo", group_ids=[group])
+    row = int((batch.rollout_ids == ROLLOUT).nonzero()[0, 0])
+    alone = registry.estimate(name, batch).advantages[row, : int(batch.lengths[row])].numpy()
+    assert np.abs(scoped.advantages[ROLLOUT] - alone).max() > 1e-3
+
+
+def test_step_scope_is_computed_per_training_step(demo_db, tmp_path):
+    """gtpo whitens over the training batch: the output of a step equals gtpo run on that step alone."""
+    db = tmp_path / "runs.duckdb"
+    shutil.copy(demo_db, db)
+    handle = StoreHandle(db)
+    scoped = estimates.estimate_rollouts(handle, "demo", "gtpo")
+    with handle.read() as store:
+        step = store.load_batch("demo", steps=[1])
+        assert store.cached_estimate("demo", "gtpo", registry.config_hash("gtpo", scoped.config), "task")
+    adv = registry.estimate("gtpo", step).advantages
+    for i, rid in enumerate(step.rollout_ids.tolist()):
+        np.testing.assert_allclose(scoped.advantages[rid], adv[i, : int(step.lengths[i])].numpy(), atol=1e-6)
+
+
+def test_views_read_what_the_command_line_cached(demo_db, tmp_path):
+    """A run-scope estimate computed for one rollout is saved for the whole run and read back."""
+    db = tmp_path / "runs.duckdb"
+    with Store(db) as store:
+        import_bundled(store, quiet=True)
+    handle = StoreHandle(db)
+    first = estimates.estimate_rollouts(handle, "demo", "token_rm", rollout_ids=[ROLLOUT])
+    again = estimates.estimate_rollouts(handle, "demo", "token_rm", rollout_ids=[ROLLOUT, 0])
+    assert (first.how, again.how) == ("computed", "cache")
+    np.testing.assert_array_equal(first.advantages[ROLLOUT], again.advantages[ROLLOUT])
+
+
+def test_explain_command_json_and_table(demo_db):
+    run = [sys.executable, "-m", "backend.cli", "explain", "--db", str(demo_db), "--run", "demo",
+           "--rollout", str(ROLLOUT), "--estimator", "recency", "--pos", "3"]
+    out = subprocess.run([*run, "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert set(doc) >= {"tokens", "channels", "final", "terms", "derivation"}
+    L = len(doc["tokens"])
+    assert all(len(part["advantage"]) == L and len(part["contribution"]) == L for part in doc["channels"].values())
+    terms = doc["terms"]
+    assert terms["estimator"] == "recency" and terms["scope"] == "group"
+    assert {"Z", "R", "group_mean", "group_std"} <= set(terms["sequence"])
+    assert {"weights", "r", "advantage"} <= set(terms["tokens"])
+    line = doc["derivation"]["lines"][-1]
+    w = terms["tokens"]["weights"]
+    assert line.startswith("A_t = Z · w_t / mean w") and f"{w[3]:.4g}" in line
+    table = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0 and "why A at pos 3" in table.stdout
+
+
+def test_explain_bad_input_is_one_line_exit_2(demo_db):
+    for extra, needle in ((["--rollout", "99999", "--estimator", "grpo"], "no rollout 99999"),
+                          (["--rollout", "0", "--estimator", "nope"], "unknown estimator"),
+                          (["--rollout", "0", "--estimator", "grpo", "--pos", "5000"], "--pos 5000")):
+        out = subprocess.run([sys.executable, "-m", "backend.cli", "explain", "--db", str(demo_db), "--run",
+                              "demo", *extra], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr, out.stderr
