@@ -17,7 +17,8 @@ def heatmap_row(spec: dict, name: str) -> np.ndarray:
     """The values of row `name` of a credit heatmap, bands unwrapped in token order."""
     z = np.asarray(decode(spec["data"][0]["z"]), dtype=np.float64)
     axis = spec["layout"]["yaxis"]
-    ys = [int(y) for y, t in zip(axis["tickvals"], axis["ticktext"], strict=True) if t.split("  [")[0] == name]
+    ticks = zip(axis["tickvals"], axis["ticktext"], strict=True)
+    ys = [int(y) for y, t in ticks if t.split("  [")[0] == name]
     values = np.concatenate([z[y] for y in ys])
     return values[np.isfinite(values)]
 

@@ -107,7 +107,8 @@ def test_explain_command_json_and_table(demo_db):
     doc = json.loads(out.stdout)
     assert set(doc) >= {"tokens", "channels", "final", "terms", "derivation"}
     L = len(doc["tokens"])
-    assert all(len(part["advantage"]) == L and len(part["contribution"]) == L for part in doc["channels"].values())
+    for part in doc["channels"].values():
+        assert len(part["advantage"]) == L and len(part["contribution"]) == L
     terms = doc["terms"]
     assert terms["estimator"] == "recency" and terms["scope"] == "group"
     assert {"Z", "R", "group_mean", "group_std"} <= set(terms["sequence"])
