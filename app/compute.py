@@ -123,6 +123,12 @@ def group_tree(
     return tree, tree.frame(batch.tokens)
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def unavailable(db: str, run: str, group: int) -> dict[str, str]:
+    """Estimators that cannot run on this run's data (checked on the group): name -> reason and fix."""
+    return registry.unavailable(data.group_batch(db, run, group))
+
+
 @st.cache_data(show_spinner=_SCOPED, max_entries=64)
 def estimator_advantages(db: str, run: str, group: int, estimator: str, config: tuple) -> np.ndarray:
     """A: (B, T) of one estimator on the group's task channel, at the estimator's scope."""

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
+from app.views import plain
 from backend.estimators import registry
+
+RESAMPLE_PAGE = Path(__file__).resolve().parents[1] / "pages" / "resample.py"
 
 # Fields better chosen elsewhere in the UI (the channel is picked by the view, not per estimator).
 HIDDEN_FIELDS = {"channel"}
@@ -29,18 +33,32 @@ def estimator_names(model_free: bool = False) -> list[str]:
     return out
 
 
-def estimator_picker(key: str) -> str:
-    """The view's task-channel estimator (a selectbox mirrored to `?est=`, grpo by default)."""
+def estimator_picker(key: str, unavailable: dict[str, str] | None = None) -> str:
+    """The view's task-channel estimator (a selectbox mirrored to `?est=`, grpo by default). Estimators
+    in `unavailable` (name -> reason and fix) are not offered; `unavailable_note` lists them."""
     from app import state
 
+    unavailable = unavailable or {}
     return state.url_widget(
         st.selectbox,
         "Task-channel estimator",
         key=key,
         url="est",
         default="grpo",
-        options=estimator_names(),
+        options=[n for n in estimator_names() if n not in unavailable],
     )
+
+
+def unavailable_note(unavailable: dict[str, str]) -> None:
+    """The estimators this run cannot run, each with the reason and the fix (never offered, then failing)."""
+    if not unavailable:
+        return
+    with st.expander(f"{len(unavailable)} estimator(s) unavailable on this run", expanded=False):
+        for name, reason in unavailable.items():
+            st.markdown(f"**{plain(name)}**: {plain(reason)}")
+        if any("resampl" in reason for reason in unavailable.values()):
+            st.page_link(str(RESAMPLE_PAGE), label="Resample this rollout to get Monte Carlo values",
+                         icon=":material/casino:")
 
 
 def url_slider(label: str, *, key: str, url: str, default: float, low: float, high: float, step: float):

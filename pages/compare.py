@@ -9,7 +9,8 @@ from backend import analysis
 sel = views.rollout_selection()
 st.title(f"Compare estimators · rollout #{sel.rollout}")
 
-options = widgets.estimator_names()
+unavailable = compute.unavailable(sel.db, sel.run, sel.group)
+options = [n for n in widgets.estimator_names() if n not in unavailable]
 default = [n for n in ("grpo", "entropy", "prefix_tree") if n in options] or options[:2]
 chosen = widgets.url_multiselect(
     "Estimators (2–6)",
@@ -20,6 +21,7 @@ chosen = widgets.url_multiselect(
     least=2,
     max_selections=6,
 )
+widgets.unavailable_note(unavailable)
 if len(chosen) < 2:
     st.warning("Pick at least two estimators.")
     st.stop()

@@ -8,7 +8,7 @@ sel = views.rollout_selection()
 st.title(f"Group {sel.group}")
 record = views.prompt_and_response(sel)
 
-estimator = widgets.estimator_picker("group_estimator")
+estimator = widgets.estimator_picker("group_estimator", compute.unavailable(sel.db, sel.run, sel.group))
 values, tokens, ids = views.compute_or_explain(compute.group_rows, sel.db, sel.run, sel.group, estimator, ())
 
 st.subheader("Responses aligned by position")

@@ -10,9 +10,10 @@ views.prompt_and_response(sel)
 
 pick, params, position = st.columns([1, 2, 1])
 with pick:
-    estimator = widgets.estimator_picker("rollout_estimator")
+    estimator = widgets.estimator_picker("rollout_estimator", compute.unavailable(sel.db, sel.run, sel.group))
 with params, st.expander("Estimator parameters"):
     config = widgets.estimator_form(estimator, key="rollout_cfg")
+widgets.unavailable_note(compute.unavailable(sel.db, sel.run, sel.group))
 
 view = views.compute_or_explain(
     compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, config

@@ -11,7 +11,7 @@ from app import compute, data, figures, state, views, widgets
 sel = views.rollout_selection()
 st.title(f"Tune channel weights · rollout #{sel.rollout}")
 
-estimator = widgets.estimator_picker("tune_estimator")
+estimator = widgets.estimator_picker("tune_estimator", compute.unavailable(sel.db, sel.run, sel.group))
 defaults = compute.default_betas(sel.db, sel.run, sel.group)
 
 

@@ -227,6 +227,18 @@ def check_needs(name: str, batch: RolloutBatch) -> None:
                      f"fields, or fill model fields with `creditlens score --model DIR`)")
 
 
+def unavailable(batch: RolloutBatch) -> dict[str, str]:
+    """Estimators that cannot run on `batch` with their defaults: name -> what is missing and how to
+    get it (the message `estimate` would fail with). The app lists them instead of offering them."""
+    out = {}
+    for name in names():
+        try:
+            check_needs(name, batch)
+        except BatchError as exc:
+            out[name] = str(exc)
+    return out
+
+
 def make_config(name: str, **overrides: Any) -> Any:
     """Build the frozen config of `name`, coercing string values (from `--set k=v` or URLs)."""
     spec = get(name)
