@@ -15,7 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from app import data
-from backend import analysis, estimates, explain
+from backend import analysis, estimates, explain, token_classes
 from backend.estimators import registry
 
 _SCOPED = ("Computing credit (an estimator of step or run scope computes its whole step or run once; "
@@ -94,7 +94,7 @@ def rollout_view(
             "logprob": per_token(batch.logprobs),
             "entropy": per_token(batch.entropies),
             "value": per_token(batch.values),
-            "token_class": analysis.token_class_labels(batch, row),
+            "token_class": analysis.token_class_labels(batch, row, data.token_classes(db, run)),
         }
     )
     return RolloutView(
@@ -176,7 +176,8 @@ def compare(db: str, run: str, group: int, rollout_id: int, estimators: tuple) -
             advantages[label] = _scoped(db, run, name, config, batch.rollout_ids.tolist(), batch.T)
         except (ValueError, RuntimeError) as exc:  # BatchError, InputError, bad config: shown in its panel
             errors[label] = str(exc)
-    classes = analysis.token_class_ids(batch)
+    classes = data.token_classes(db, run)
+    class_ids = analysis.token_class_ids(batch, classes)
     return {
         "tokens": list(batch.tokens[row])
         if batch.tokens is not None
@@ -184,8 +185,9 @@ def compare(db: str, run: str, group: int, rollout_id: int, estimators: tuple) -
         "rollout": {k: v[row, :L].numpy() for k, v in advantages.items()},
         "errors": errors,
         "agreement": analysis.rank_agreement(advantages, batch.response_mask),
-        "mass": analysis.credit_mass_by_class(advantages, classes, batch.response_mask),
-        "classes": analysis.token_class_labels(batch, row),
+        "mass": analysis.credit_mass_by_class(advantages, class_ids, batch.response_mask,
+                                              token_classes.names(classes)),
+        "classes": analysis.token_class_labels(batch, row, classes),
     }
 
 

@@ -97,6 +97,15 @@ def run_info(path: str, run: str) -> dict:
 
 
 @st.cache_data(show_spinner=False)
+def token_classes(path: str, run: str) -> tuple:
+    """The run's token classes (its own, saved in the store, else the defaults)."""
+    from backend import token_classes as classes
+
+    with store_handle(path).read() as store:
+        return classes.from_json(store.run_info(run)["meta"].get("token_classes"))
+
+
+@st.cache_data(show_spinner=False)
 def step_channel_means(path: str, run: str) -> pd.DataFrame:
     with store_handle(path).read() as store:
         return store.step_channel_means(run)

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from app.views import plain
@@ -124,6 +125,44 @@ def estimator_form(name: str, key: str, container=None) -> tuple[tuple[str, Any]
         if value != default:
             overrides[f["name"]] = value
     return tuple(sorted(overrides.items()))
+
+
+def token_class_editor(sel) -> None:
+    """Edit the run's token classes (regex, phrases or marker; first match wins, `other` for the rest)
+    and save them with the run: every credit-by-class chart and table then uses them."""
+    from app import data
+    from backend import token_classes
+
+    with st.expander("Token classes of this run", expanded=False):
+        st.caption("kind: regex (searched in each token's text), phrases (one per line, or separated by |, "
+                   "matched in the response text, any tokenizer), marker (key, style span). The first "
+                   "class that matches a token wins; every other token is `other`.")
+        current = pd.DataFrame(token_classes.to_json(data.token_classes(sel.db, sel.run)))
+        edited = st.data_editor(
+            current, num_rows="dynamic", key="token_class_table", width="stretch",
+            column_config={"kind": st.column_config.SelectboxColumn(options=["regex", "phrases", "marker"])},
+        )
+        save, reset = st.columns(2)
+        if save.button("Save for this run", key="token_class_save"):
+            rows = [
+                {**row, "pattern": "\n".join(str(row["pattern"]).split("|")) if row["kind"] == "phrases"
+                 else str(row["pattern"])}
+                for row in edited.dropna(how="all").to_dict("records")
+            ]
+            try:
+                classes = token_classes.from_json(rows)
+                with data.handle().write() as store:
+                    token_classes.save(store, sel.run, classes)
+            except (ValueError, KeyError) as exc:
+                st.error(plain(str(exc)))
+            else:
+                data.invalidate()
+                st.rerun()
+        if reset.button("Restore the defaults", key="token_class_reset"):
+            with data.handle().write() as store:
+                token_classes.save(store, sel.run, None)
+            data.invalidate()
+            st.rerun()
 
 
 def _number(box, f: dict, wkey: str):

@@ -17,63 +17,34 @@ import numpy as np
 import pandas as pd
 import torch
 
+from backend import token_classes
 from backend.batch import RolloutBatch
-from backend.estimators.features import TOKEN_CLASSES, classify_token
 from backend.estimators.tree import build_prefix_tree
 from backend.metrics import spearman
 
-# Display classes for "credit mass by token class", in priority order (a key token that is also a
-# digit counts as key).
-CREDIT_CLASSES = ("key", "style span", "step end", "digits", "punctuation", "filler")
-_STYLE_CHANNELS = ("style", "format")
+# The default display classes for "credit mass by token class", `other` last (a run may define its own:
+# backend.token_classes).
+CREDIT_CLASSES = token_classes.names()
 
 
 def _np(x: torch.Tensor | np.ndarray) -> np.ndarray:
     return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
-def token_class_ids(batch: RolloutBatch) -> np.ndarray:
-    """classes: (B, T) int64 index into CREDIT_CLASSES, -1 on padding.
-
-    key: the run's `key_mask` (synthetic runs); style span: `style_mask`, or a nonzero style/format
-    token reward; step end: a token containing a newline; digits/punctuation from the token text;
-    everything else is filler. Without token text only key/style/filler are known.
-    """
-    mask = _np(batch.response_mask).astype(bool)
-    B, T = mask.shape
-    classes = np.full((B, T), CREDIT_CLASSES.index("filler"), dtype=np.int64)
-    if batch.tokens is not None:
-        lexical = {
-            TOKEN_CLASSES.index("newline"): "step end",
-            TOKEN_CLASSES.index("digit"): "digits",
-            TOKEN_CLASSES.index("punct"): "punctuation",
-        }
-        for i, row in enumerate(batch.tokens):
-            for t, text in enumerate(row[:T]):
-                name = lexical.get(classify_token(text))
-                if name is not None:
-                    classes[i, t] = CREDIT_CLASSES.index(name)
-    style = np.zeros((B, T), dtype=bool)
-    if "style_mask" in batch.extras and batch.extras["style_mask"].dim() == 2:
-        style |= _np(batch.extras["style_mask"]) > 0
-    for channel in _STYLE_CHANNELS:
-        if channel in batch.token_rewards:
-            style |= _np(batch.token_rewards[channel]) != 0
-    classes[style] = CREDIT_CLASSES.index("style span")
-    if "key_mask" in batch.extras and batch.extras["key_mask"].dim() == 2:
-        classes[_np(batch.extras["key_mask"]) > 0] = CREDIT_CLASSES.index("key")
-    classes[~mask] = -1
-    return classes
+def token_class_ids(batch: RolloutBatch, classes: tuple = token_classes.DEFAULT_CLASSES) -> np.ndarray:
+    """classes: (B, T) int64 index into `token_classes.names(classes)`, -1 on padding."""
+    return token_classes.class_ids(batch, classes)
 
 
-def token_class_labels(batch: RolloutBatch, row: int) -> list[str]:
+def token_class_labels(batch: RolloutBatch, row: int,
+                       classes: tuple = token_classes.DEFAULT_CLASSES) -> list[str]:
     """The class name of every real token of response `row`."""
-    ids = token_class_ids(batch)[row]
-    return [CREDIT_CLASSES[c] for c in ids[ids >= 0]]
+    return token_classes.labels(batch, row, classes)
 
 
 def credit_mass_by_class(
-    advantages: dict[str, torch.Tensor], classes: np.ndarray, response_mask: torch.Tensor
+    advantages: dict[str, torch.Tensor], classes: np.ndarray, response_mask: torch.Tensor,
+    class_names: tuple[str, ...] = CREDIT_CLASSES,
 ) -> pd.DataFrame:
     """Share of Σ|A| that lands on each token class, per estimator.
 
@@ -88,7 +59,7 @@ def credit_mass_by_class(
     for name, adv in advantages.items():
         magnitude = np.abs(_np(adv).astype(np.float64)) * mask
         total = magnitude.sum()
-        for c, label in enumerate(CREDIT_CLASSES):
+        for c, label in enumerate(class_names):
             in_class = (classes == c) & mask
             if not in_class.any():
                 continue

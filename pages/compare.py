@@ -78,3 +78,4 @@ with right:
 st.dataframe(
     result["mass"].pivot(index="token_class", columns="estimator", values="credit_share"), width="stretch"
 )
+widgets.token_class_editor(sel)

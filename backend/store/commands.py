@@ -1,4 +1,4 @@
-"""`creditlens init | import | runs | delete`."""
+"""`creditlens init | import | runs | delete | token-classes`."""
 
 from __future__ import annotations
 
@@ -147,6 +147,42 @@ def add_commands(sub) -> None:
     add_db_arg(p)
     p.add_argument("--run", required=True)
     p.set_defaults(func=cmd_delete)
+
+    p = sub.add_parser("token-classes", help="show or set a run's token classes (credit by class)")
+    add_db_arg(p)
+    p.add_argument("--run", required=True)
+    p.add_argument("--add", nargs=3, action="append", default=[], metavar=("NAME", "KIND", "PATTERN"),
+                   help="append a class: KIND regex (matched in each token), phrases ('|'-separated, "
+                        "matched in the response text) or marker (key, style span); repeatable")
+    p.add_argument("--reset", action="store_true", help="back to the default classes")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_token_classes)
+
+
+def cmd_token_classes(args) -> int:
+    """Classes are kept in the run's meta; --add starts from the run's current classes."""
+    from backend import token_classes
+
+    with open_store(args.db, read_only=not (args.add or args.reset)) as store:
+        saved = store.run_info(args.run)["meta"].get("token_classes")
+        classes = token_classes.from_json(None if args.reset else saved)
+        if args.add:
+            added = tuple(
+                token_classes.TokenClass(name, kind, "\n".join(pattern.split("|")) if kind == "phrases"
+                                         else pattern)
+                for name, kind, pattern in args.add
+            )
+            classes = token_classes.from_json(token_classes.to_json(classes + added))
+        if args.add or args.reset:
+            saved = None if args.reset else token_classes.to_json(classes)
+            store.set_run_meta(args.run, "token_classes", saved)
+    if args.json:
+        print(json.dumps(token_classes.to_json(classes)))
+        return 0
+    for c in classes:
+        print(f"{c.name:<16} {c.kind:<8} {c.pattern!r}")
+    print(f"{token_classes.OTHER:<16} (every other token)")
+    return 0
 
 
 __all__ = ["add_commands", "import_bundled", "bundled_manifests", "InputError"]

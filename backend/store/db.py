@@ -305,20 +305,18 @@ class Store:
         ]
 
     def delete_run(self, name: str) -> None:
+        self.discard_run_rows(self.run_id(name))
+
+    def set_run_meta(self, name: str, key: str, value) -> None:
+        """Set one key of the run's JSON meta (e.g. its token classes); None removes it."""
         run_id = self.run_id(name)
+        meta = self.run_info(name)["meta"]
+        if value is None:
+            meta.pop(key, None)
+        else:
+            meta[key] = value
         with self.transaction() as con:
-            for table in (
-                "rollouts",
-                "scores",
-                "token_rewards",
-                "token_features",
-                "groups",
-                "imports",
-                "estimates",
-                "resample_samples",
-                "runs",
-            ):
-                con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+            con.execute("UPDATE runs SET meta = ? WHERE run_id = ?", [json.dumps(meta), run_id])
 
     # --- import support (called by backend.ingest, one transaction per chunk) --------------------
     def import_seen(self, run_id: int, file_hash: str) -> bool:

@@ -66,3 +66,15 @@ def test_compare_keeps_drawing_when_one_estimator_fails(app_db):
     result = compute.compare(str(app_db), "demo", 44, ROLLOUT, (("token_rm", ()), ("suffix_mc", ())))
     assert list(result["rollout"]) == ["token_rm"]
     assert "resampl" in result["errors"]["suffix_mc"]
+
+
+def test_compare_credit_by_class_uses_the_runs_own_classes(app_db):
+    from backend import token_classes
+    from backend.store import Store
+
+    with Store(app_db) as store:
+        token_classes.save(store, "demo", (token_classes.TokenClass("answer digits", "regex", r"^\d$"),))
+    at = open_app(app_db, page="compare", query={"run": "demo", "rollout": str(ROLLOUT)})
+    assert not at.exception, at.exception
+    mass = at.dataframe[0].value
+    assert set(mass.index) == {"answer digits", "other"}

@@ -78,7 +78,7 @@ def test_compare_view_multiples_agreement_mass(app_db):
     mass = at.dataframe[0].value
     assert set(mass.columns) == {"grpo", "entropy", "prefix_tree"}
     assert np.allclose(mass.sum(axis=0).to_numpy(), 1.0)
-    assert "key" in mass.index and "filler" in mass.index
+    assert "key" in mass.index and "other" in mass.index
     at.multiselect(key="compare_estimators").set_value(["grpo", "hapo"]).run()
     assert not at.exception
     assert set(at.dataframe[0].value.columns) == {"grpo", "hapo"}

@@ -37,8 +37,8 @@ def small_batch():
 def test_token_classes_priority_and_padding():
     batch = small_batch()
     classes = analysis.token_class_ids(batch)
-    assert analysis.token_class_labels(batch, 0) == ["filler", "style span", "digits", "step end"]
-    assert analysis.token_class_labels(batch, 1) == ["filler", "punctuation", "filler"]
+    assert analysis.token_class_labels(batch, 0) == ["other", "style span", "digits", "step end"]
+    assert analysis.token_class_labels(batch, 1) == ["other", "punctuation", "other"]
     assert classes[1, 3] == -1
 
 

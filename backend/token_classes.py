@@ -1,0 +1,166 @@
+"""Token classes: the user's names for kinds of tokens, for "where does the credit land" questions.
+
+A class is a regex matched against each token's text, a list of phrases (a token belongs to the class
+when it overlaps an occurrence of a phrase in the response, so multi-token phrases such as "let me
+think" work with any tokenizer), or one of the run's own markers (`key`: the synthetic run's key
+tokens; `style span`: the style mask or non-zero style/format token rewards). Classes are tried in
+order; the first that matches wins; tokens no class matches are `other`. A run's classes are saved
+with the run in the store (`Store.set_run_meta`, key "token_classes"); runs without their own use
+`DEFAULT_CLASSES`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+
+from backend.batch import RolloutBatch
+from backend.errors import InputError
+
+OTHER = "other"
+MARKERS = ("key", "style span")
+_STYLE_CHANNELS = ("style", "format")
+
+
+@dataclass(frozen=True)
+class TokenClass:
+    """name: the label; kind: regex (searched in the token text), phrases (one per line, matched
+    case-insensitively in the response text), or marker (one of MARKERS); pattern: the regex, the
+    phrases, or the marker's name."""
+
+    name: str
+    kind: Literal["regex", "phrases", "marker"]
+    pattern: str
+
+    def __post_init__(self) -> None:
+        if not self.name.strip() or self.name == OTHER:
+            raise InputError(f"token class name {self.name!r}: give a non-empty name other than {OTHER!r}")
+        if self.kind == "regex":
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise InputError(f"token class {self.name!r}: {self.pattern!r} is not a regex "
+                                 f"({exc})") from None
+        elif self.kind == "phrases":
+            if not self.phrases:
+                raise InputError(f"token class {self.name!r}: give at least one phrase (one per line)")
+        elif self.kind == "marker":
+            if self.pattern not in MARKERS:
+                raise InputError(f"token class {self.name!r}: marker must be one of {MARKERS}")
+        else:
+            raise InputError(f"token class {self.name!r}: kind must be regex, phrases or marker, "
+                             f"got {self.kind!r}")
+
+    @property
+    def phrases(self) -> list[str]:
+        return [p.strip().lower() for p in self.pattern.splitlines() if p.strip()]
+
+
+DEFAULT_CLASSES: tuple[TokenClass, ...] = (
+    TokenClass("key", "marker", "key"),
+    TokenClass("style span", "marker", "style span"),
+    TokenClass("step end", "regex", r"\n"),
+    TokenClass("digits", "regex", r"^\s*\d+\s*$"),
+    TokenClass("punctuation", "regex", r"^\s*[^\w\s]+\s*$"),
+    TokenClass("whitespace", "regex", r"^\s+$"),
+)
+
+
+def names(classes: tuple[TokenClass, ...] = DEFAULT_CLASSES) -> tuple[str, ...]:
+    """Class labels in priority order, `other` last: the index space of `class_ids`."""
+    return (*[c.name for c in classes], OTHER)
+
+
+def to_json(classes: tuple[TokenClass, ...]) -> list[dict]:
+    return [asdict(c) for c in classes]
+
+
+def from_json(items: list[dict] | None) -> tuple[TokenClass, ...]:
+    """Classes from their saved form; None or an empty list gives the defaults."""
+    if not items:
+        return DEFAULT_CLASSES
+    try:
+        classes = tuple(TokenClass(str(i["name"]), i["kind"], str(i["pattern"])) for i in items)
+    except (KeyError, TypeError) as exc:
+        raise InputError(f"token classes: each needs name, kind and pattern ({exc})") from None
+    seen = [c.name for c in classes]
+    if len(set(seen)) != len(seen):
+        raise InputError(f"token classes: names must be unique, got {seen}")
+    return classes
+
+
+def save(store, run: str, classes: tuple[TokenClass, ...] | None) -> None:
+    """Keep `classes` with run `run` in `store` (a `Store` open for writing); None restores the defaults."""
+    store.set_run_meta(run, "token_classes", None if classes is None else to_json(classes))
+
+
+def _markers(batch: RolloutBatch) -> dict[str, np.ndarray]:
+    B, T = batch.response_mask.shape
+    style = np.zeros((B, T), dtype=bool)
+    if "style_mask" in batch.extras and batch.extras["style_mask"].dim() == 2:
+        style |= batch.extras["style_mask"].cpu().numpy() > 0
+    for channel in _STYLE_CHANNELS:
+        if channel in batch.token_rewards:
+            style |= batch.token_rewards[channel].cpu().numpy() != 0
+    key = np.zeros((B, T), dtype=bool)
+    if "key_mask" in batch.extras and batch.extras["key_mask"].dim() == 2:
+        key = batch.extras["key_mask"].cpu().numpy() > 0
+    return {"key": key, "style span": style}
+
+
+def _phrase_hits(tokens: list[str], phrases: list[str]) -> np.ndarray:
+    """(L,) bool: tokens overlapping a case-insensitive occurrence of any phrase in the joined text."""
+    starts = np.cumsum([0] + [len(t) for t in tokens])
+    text = "".join(tokens).lower()
+    hits = np.zeros(len(tokens), dtype=bool)
+    for phrase in phrases:
+        for m in re.finditer(re.escape(phrase), text):
+            first = int(np.searchsorted(starts, m.start(), side="right")) - 1
+            last = int(np.searchsorted(starts, m.end(), side="left")) - 1
+            hits[max(first, 0): last + 1] = True
+    return hits
+
+
+def class_ids(batch: RolloutBatch, classes: tuple[TokenClass, ...] = DEFAULT_CLASSES) -> np.ndarray:
+    """(B, T) int64 index into `names(classes)`, -1 on padding. Without token text only markers and
+    `other` are known."""
+    mask = batch.response_mask.cpu().numpy().astype(bool)
+    B, T = mask.shape
+    other = len(classes)
+    out = np.full((B, T), other, dtype=np.int64)
+    markers = _markers(batch)
+    compiled = [re.compile(c.pattern) if c.kind == "regex" else None for c in classes]
+    # Assign from the lowest priority up, so the first matching class (highest priority) wins.
+    for k in reversed(range(len(classes))):
+        c = classes[k]
+        if c.kind == "marker":
+            out[markers[c.pattern] & mask] = k
+            continue
+        if batch.tokens is None:
+            continue
+        for i, row in enumerate(batch.tokens):
+            row = list(row[:T])
+            if c.kind == "regex":
+                hit = np.array([bool(compiled[k].search(t)) for t in row], dtype=bool)
+            else:
+                hit = _phrase_hits(row, c.phrases)
+            out[i, : len(row)][hit] = k
+    out[~mask] = -1
+    return out
+
+
+def labels(batch: RolloutBatch, row: int, classes: tuple[TokenClass, ...] = DEFAULT_CLASSES) -> list[str]:
+    """The class name of every real token of response `row`."""
+    ids = class_ids(batch, classes)[row]
+    label = names(classes)
+    return [label[c] for c in ids[ids >= 0]]
+
+
+def masks(batch: RolloutBatch, classes: tuple[TokenClass, ...] = DEFAULT_CLASSES) -> dict[str, torch.Tensor]:
+    """name -> (B, T) bool mask of each class (other included)."""
+    ids = torch.from_numpy(class_ids(batch, classes))
+    return {name: ids == k for k, name in enumerate(names(classes))}

@@ -1,0 +1,67 @@
+"""Token classes are the user's: regex or phrase lists, first match wins, `other` for the rest, saved with
+the run in the store and used by every credit-by-class table."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from backend import analysis, token_classes
+from backend.errors import InputError
+from backend.ingest import import_records
+from backend.store import Store
+from tests.backend.test_analysis import small_batch
+from tests.conftest import make_records
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_defaults_end_in_other_and_filler_is_gone():
+    assert token_classes.names()[-1] == "other"
+    assert "filler" not in token_classes.names()
+
+
+def test_phrases_match_across_tokens_and_user_regex_wins_by_order():
+    batch = small_batch()  # tokens: "Hi" "," "12" "\n" / "Hi" "," "x"
+    classes = (
+        token_classes.TokenClass("greeting", "phrases", "hi,"),  # spans two tokens
+        *token_classes.DEFAULT_CLASSES,
+        token_classes.TokenClass("letters", "regex", r"^[a-z]$"),
+    )
+    assert token_classes.labels(batch, 0, classes) == ["greeting", "greeting", "digits", "step end"]
+    assert token_classes.labels(batch, 1, classes) == ["greeting", "greeting", "letters"]
+    mass = analysis.credit_mass_by_class(
+        {"a": batch.response_mask.float()}, token_classes.class_ids(batch, classes), batch.response_mask,
+        token_classes.names(classes))
+    assert set(mass["token_class"]) == {"greeting", "digits", "step end", "letters"}
+    assert mass["credit_share"].sum() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("bad", [("", "regex", "x"), ("other", "regex", "x"), ("a", "regex", "("),
+                                 ("a", "phrases", "  \n "), ("a", "marker", "nope"), ("a", "glob", "*")])
+def test_bad_classes_are_input_errors(bad):
+    with pytest.raises(InputError):
+        token_classes.TokenClass(*bad)
+
+
+def test_classes_are_saved_with_the_run_and_the_cli_edits_them(tmp_path):
+    db = tmp_path / "runs.duckdb"
+    with Store(db) as store:
+        import_records(store, "r", make_records(n_groups=1, group_size=2), content_key="r")
+    cli = [sys.executable, "-m", "backend.cli", "token-classes", "--db", str(db), "--run", "r"]
+    out = subprocess.run([*cli, "--add", "hedges", "phrases", "obviously|let me", "--json"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    with Store(db, read_only=True) as store:
+        saved = token_classes.from_json(store.run_info("r")["meta"]["token_classes"])
+    assert saved[-1] == token_classes.TokenClass("hedges", "phrases", "obviously\nlet me")
+    bad = subprocess.run([*cli, "--add", "x", "regex", "("], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "not a regex" in bad.stderr
+    reset = subprocess.run([*cli, "--reset"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert reset.returncode == 0
+    with Store(db, read_only=True) as store:
+        assert "token_classes" not in store.run_info("r")["meta"]
