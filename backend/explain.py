@@ -130,9 +130,16 @@ def scoped_terms(handle: StoreHandle, run: str, rollout_id: int, estimator: str,
             info = info[info["rollout_id"] == int(rollout_id)].iloc[0]
             batch = (store.load_batch(run, steps=[int(info["step"])]) if scope == "step"
                      else store.load_batch(run, group_ids=[int(info["group_id"])]))
+        mc = store.resample_values(run, int(rollout_id)) if registry.MC_NEEDS[0] in batch.extras else None
     result = registry.estimate(estimator, batch, config)
     row = int((batch.rollout_ids == int(rollout_id)).nonzero()[0, 0])
-    return terms_of(batch, result, row, estimator, config)
+    terms = terms_of(batch, result, row, estimator, config)
+    if mc is not None and not mc.empty and ("mc_mask" in terms["tokens"] or
+                                             terms["notes"].get("value_source") == "mc"):
+        # The Monte Carlo values that fed it: V̂(s_t) ± stderr over n sampled suffixes, reward units.
+        terms["mc"] = [{"pos": int(r.pos), "value": float(r.value), "stderr": float(r.stderr), "n": int(r.n)}
+                       for r in mc.itertuples()]
+    return terms
 
 
 def terms_of(batch: RolloutBatch, result: registry.EstimatorResult, row: int, estimator: str,
@@ -158,6 +165,10 @@ def terms_of(batch: RolloutBatch, result: registry.EstimatorResult, row: int, es
                 sequence[key] = float(value[row])
             elif value.dim() == 2 and value.shape[0] == batch.B:
                 tokens[key] = value[row, :L].detach().to(torch.float64).cpu().tolist()
+            elif key == "feature_contributions" and value.dim() == 3 and value.shape[0] == batch.B:
+                names = result.diagnostics.get("features") or [str(i) for i in range(value.shape[2])]
+                per_feature = value[row, :L].detach().to(torch.float64).cpu().T.tolist()  # (F, L)
+                tokens.update({f"feature:{n}": vals for n, vals in zip(names, per_feature, strict=True)})
         elif isinstance(value, (str, int, float, bool)) or value is None:
             if value is not None:
                 notes[key] = value
@@ -241,7 +252,21 @@ def derivation(terms: dict, t: int) -> list[str]:
         else:
             lines.append(f"no branch at t: A_t = Z = {A:.4g}")
     elif V is not None and "mc_mask" in tok:
-        lines.append(f"V̂(s_t) = {V:.4g} (Monte Carlo, resampled = {bool(at('mc_mask'))}); A_t = {A:.4g}")
+        valued = {m["pos"]: m for m in terms.get("mc", [])}
+        before = [p for p in valued if p <= t]
+        after = [p for p in valued if p > t]
+        if before:
+            m = valued[max(before)]
+            lines.append(f"V̂(s_{m['pos']}) = {m['value']:.4g} ± {m['stderr']:.2g} (reward units, "
+                         f"{m['n']} sampled suffixes)")
+        else:
+            lines.append("before the first resampled position: V̂ = the group's mean reward")
+        if after:
+            m = valued[min(after)]
+            lines.append(f"V̂(s_{m['pos']}) = {m['value']:.4g} ± {m['stderr']:.2g} ({m['n']} suffixes)")
+        else:
+            lines.append(f"after the last resampled position: the outcome R = {seq.get('R')}")
+        lines.append(f"A_t = scale · (V̂ next − V̂ current) = {A:.4g}   (scale maps rewards to Z units)")
     elif w is not None and r is not None and "Z" in seq:
         weights = [x for x in tok["weights"] if x is not None]
         mean_w = sum(weights) / max(len(weights), 1)
@@ -256,6 +281,15 @@ def derivation(terms: dict, t: int) -> list[str]:
         for name in ("phi", "g", "key_score"):
             if at(name) is not None:
                 extra = f"   ({name}_t = {at(name):.4g})"
+        if at("phi") is not None:
+            phi_sum = sum(v for v in tok["phi"] if v is not None)
+            lines.append(f"r_t = φ_t + (Z − Σφ) / L = {at('phi'):.4g} + ({seq['Z']:.4g} − {phi_sum:.4g})"
+                         f" / {L} = {r:.4g}")
+            parts = sorted(((k[8:], at(k)) for k in tok if k.startswith("feature:") and at(k) is not None),
+                           key=lambda kv: -abs(kv[1]))[:3]
+            if parts:
+                lines.append("largest feature contributions to φ_t: "
+                             + ", ".join(f"{n} {v:+.3g}" for n, v in parts))
         lines.append(f"A_t = L · r_t = {L} × {r:.4g} = {A:.4g}{extra}")
     elif base is not None:
         factor = A / base if base else float("nan")

@@ -48,10 +48,14 @@ def token_rm(batch: RolloutBatch, config: TokenRMConfig) -> EstimatorResult:
     else:
         S = X.sum(dim=1)  # (B, F) per-response feature sums
         W, b = features.ridge_folds(S, z, fold, k, config.ridge)
-        phi = (X * W[fold][:, None, :]).sum(-1) + b[fold][:, None] / L  # (B, T) the intercept per token
+        contributions = X * W[fold][:, None, :]  # (B, T, F) each feature's part of phi_t
+        phi = contributions.sum(-1) + b[fold][:, None] / L  # (B, T) the intercept per token
         phi = torch.where(mask, phi, 0.0)
+    extra = {"phi": phi, "features": names, "fallback": note}
+    if k >= 2:
+        extra["feature_contributions"] = torch.where(mask[..., None], contributions, 0.0)
     r = phi + (z[:, None] - phi.sum(dim=1, keepdim=True)) / L  # (B, T) sums to Z
-    return finish_rewards(batch, config, z, r, {"phi": phi, "features": names, "fallback": note})
+    return finish_rewards(batch, config, z, r, extra)
 
 
 @dataclass(frozen=True)

@@ -127,3 +127,20 @@ def test_explain_bad_input_is_one_line_exit_2(demo_db):
         out = subprocess.run([sys.executable, "-m", "backend.cli", "explain", "--db", str(demo_db), "--run",
                               "demo", *extra], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_suffix_mc_explains_with_the_monte_carlo_values_that_fed_it(demo_db, tmp_path):
+    db = tmp_path / "runs.duckdb"
+    with Store(db) as store:
+        import_bundled(store, quiet=True)
+    assert main(["resample", "--db", str(db), "--run", "demo", "--rollout", str(ROLLOUT),
+                 "--positions", "3,17", "--samples", "4"]) == 0
+    result = explain.explain_rollout(StoreHandle(db), "demo", ROLLOUT, "suffix_mc")
+    assert [(m["pos"], m["n"]) for m in result.terms["mc"]] == [(3, 4), (17, 4)]
+    lines = explain.derivation(result.terms, 5)
+    assert lines[-3].startswith("V̂(s_3) = ") and "4 sampled suffixes" in lines[-3]
+    assert lines[-2].startswith("V̂(s_17) = ")
+    assert lines[-1].startswith("A_t = scale")
+    gae = explain.explain_rollout(StoreHandle(db), "demo", ROLLOUT, "gae", (("value_source", "mc"),))
+    assert gae.terms["notes"]["value_source"] == "mc" and "mc" in gae.terms
+    assert "V(s_t) from mc" in explain.derivation(gae.terms, 5)[1]
