@@ -64,7 +64,7 @@ def cmd_estimators(args) -> int:
         print()
         return 0
     for schema in schemas:
-        print(f"{schema['name']:<18} [{schema['family']}] {schema['description']}")
+        print(f"{schema['name']:<18} [{schema['family']}, {schema['scope']} scope] {schema['description']}")
         for f in schema["fields"]:
             rng = ""
             if f["choices"]:
