@@ -33,14 +33,18 @@ def estimator_picker(key: str) -> str:
     """The view's task-channel estimator (a selectbox mirrored to `?est=`, grpo by default)."""
     from app import state
 
-    return state.url_widget(
+    name = state.url_widget(
         st.selectbox,
         "Task-channel estimator",
         key=key,
         url="est",
         default="grpo",
+        cast=registry.canonical,  # a link with a deprecated name (e.g. ?est=hapo) opens its new name
         options=estimator_names(),
     )
+    info = schema(name)
+    st.caption(info["description"] + (f"  \nSource: {info['source']}" if info["source"] else ""))
+    return name
 
 
 def url_slider(label: str, *, key: str, url: str, default: float, low: float, high: float, step: float):

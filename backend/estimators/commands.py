@@ -50,6 +50,10 @@ def cmd_estimators(args) -> int:
         return 0
     for schema in schemas:
         print(f"{schema['name']:<18} [{schema['family']}] {schema['description']}")
+        if schema["source"]:
+            print(f"    source: {schema['source']}")
+        if schema["aliases"]:
+            print(f"    deprecated aliases: {', '.join(schema['aliases'])} (still accepted, with a warning)")
         for f in schema["fields"]:
             rng = ""
             if f["choices"]:

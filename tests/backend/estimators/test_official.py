@@ -125,10 +125,13 @@ def test_gtpo_reward_conservation_when_alphas_sum_to_one():
 
 
 def _trl_mask(entropies: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
-    accelerate = pytest.importorskip("accelerate")
-    trl_grpo = pytest.importorskip("trl.trainer.grpo_trainer")
-    owner = SimpleNamespace(accelerator=accelerate.Accelerator(cpu=True))
-    return trl_grpo.GRPOTrainer.get_high_entropy_mask(owner, entropies, mask, threshold)
+    """TRL's own method, bound to an object holding a real (single-process CPU) Accelerator, the only
+    attribute it reads."""
+    from accelerate import Accelerator
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    owner = SimpleNamespace(accelerator=Accelerator(cpu=True))
+    return GRPOTrainer.get_high_entropy_mask(owner, entropies, mask, threshold)
 
 
 @pytest.mark.parametrize("seed,holes,q", [(0, False, 0.8), (1, True, 0.8), (2, False, 0.5), (5, True, 0.95)])
