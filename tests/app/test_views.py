@@ -38,7 +38,8 @@ def test_rollout_estimator_change_changes_heatmap(app_db):
 
 
 def test_estimator_description_and_source_shown_and_old_names_in_links_resolve(app_db):
-    at = open_app(app_db, query={"run": "oracle", "rollout": "0", "est": "hapo"})  # a link from before the rename
+    # a link from before the rename
+    at = open_app(app_db, query={"run": "oracle", "rollout": "0", "est": "hapo"})
     assert not at.exception
     assert at.selectbox(key="rollout_estimator").value == "entropy_mix"
     assert any("Not HAPO" in c.value for c in at.caption)
