@@ -39,7 +39,8 @@ def base_advantages(batch: RolloutBatch, config: ModifierConfig) -> torch.Tensor
 GTPO_SOURCE = ("Tan et al., 'GTPO and GRPO-S: Token and Sequence-Level Reward Shaping with Policy Entropy', "
                "arXiv 2508.04349 (Eq. 3, 5, 6); no official code published: checked against the paper's "
                "formulas")
-STARE_SOURCE = ("STARE, official code hp-luo/STARE @ bffb9e79c96c318340e35402993d60548d864315 "
+STARE_SOURCE = ("STARE (arXiv 2606.19236), official code hp-luo/STARE @ "
+                "bffb9e79c96c318340e35402993d60548d864315 "
                 "(verl/trainer/ppo/core_algos.py: compute_stare_token_weights, STAREController)")
 
 
