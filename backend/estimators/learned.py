@@ -163,7 +163,8 @@ def key_scores(token_ids: torch.Tensor, mask: torch.Tensor, group_ids: torch.Ten
     h = asin sqrt(a/(a+c)) - asin sqrt(b/(b+d)), plus (use_tf) tf_c/(tf_w + 1e-5) - tf_w/(tf_c + 1e-5) with
     BM25    term frequencies (k1 = 2, b = 0.5) of the id among the correct and the incorrect rollouts' tokens;
     K = (sigmoid((alpha F + beta IG) x / (alpha + beta)) - 1/2) * 2 * scale, the EOS id scored 0. Groups that
-    are all correct or all incorrect give K = 0. Returns (B, T) float32 tensors, 0 on padding:
+    are all correct or all incorrect give K = 0; a set whose rollouts are all empty has term frequency 0.
+    Returns (B, T) float32 tensors, 0 on padding:
     key_score, fisher_strength, information_gain, cohen_h, tf_term."""
     B, T = mask.shape
     device = mask.device
@@ -205,7 +206,9 @@ def key_scores(token_ids: torch.Tensor, mask: torch.Tensor, group_ids: torch.Ten
         avg = (tc + tw) / 2
         kc = BM25_K1 * (1 - BM25_B + BM25_B * (tc / avg))
         kw = BM25_K1 * (1 - BM25_B + BM25_B * (tw / avg))
-        fc, fw = cnt_c / tc, cnt_w / tw
+        # a set whose rollouts are all empty has no tokens: tf 0 there (the official code divides by 0)
+        fc = torch.where(tc > 0, cnt_c / tc.clamp(min=1), 0.0)
+        fw = torch.where(tw > 0, cnt_w / tw.clamp(min=1), 0.0)
         tf_c = fc * (BM25_K1 + 1) / (fc + kc)
         tf_w = fw * (BM25_K1 + 1) / (fw + kw)
         tf_term = tf_c / (tf_w + 1e-5) - tf_w / (tf_c + 1e-5)

@@ -359,8 +359,8 @@ def ktae_loop(batch, config) -> torch.Tensor:
                 tot_c = sum(len(seqs[j]) for j in good)
                 tot_w = sum(len(seqs[j]) for j in bad)
                 avg = (tot_c + tot_w) / 2
-                fc = sum(seqs[j].count(v) for j in good) / tot_c
-                fw = sum(seqs[j].count(v) for j in bad) / tot_w
+                fc = sum(seqs[j].count(v) for j in good) / tot_c if tot_c else 0.0
+                fw = sum(seqs[j].count(v) for j in bad) / tot_w if tot_w else 0.0
                 tf_c = fc * 3.0 / (fc + 2.0 * (0.5 + 0.5 * tot_c / avg))
                 tf_w = fw * 3.0 / (fw + 2.0 * (0.5 + 0.5 * tot_w / avg))
                 x += tf_c / (tf_w + 1e-5) - tf_w / (tf_c + 1e-5)

@@ -72,3 +72,20 @@ def test_single_group_and_length_one(name):
     batch = random_batch(3, n_groups=1, group_size=5, max_len=1, singleton=False, flat_group=False)
     fast = registry.estimate(name, batch).advantages
     torch.testing.assert_close(fast, reference_advantages(name, batch), atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["ktae", "gtpo", "high_entropy_mask", "entropy_masked_trace", "aggregation"])
+def test_empty_responses_match_twin(name):
+    """A group whose correct responses are all empty (KTAE's term frequency divides by their token count)."""
+    from backend.batch import batch_from_records
+
+    records = []
+    for i, (R, ids) in enumerate([(1.0, []), (1.0, []), (0.0, [1, 2, 2]), (0.0, [3]), (1.0, [1, 3, 4]),
+                                  (0.0, [2, 2])]):
+        records.append({"token_ids": ids, "group_id": i // 3, "rollout_id": i, "scores": {"task": R},
+                        "entropies": [0.1 + 0.3 * k for k in range(len(ids))],
+                        "logprobs": [-0.5 * (k + 1) for k in range(len(ids))]})
+    batch = batch_from_records(records)
+    fast = registry.estimate(name, batch).advantages
+    assert torch.isfinite(fast).all()
+    torch.testing.assert_close(fast, reference_advantages(name, batch), atol=2e-5, rtol=1e-4)
