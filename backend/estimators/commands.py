@@ -100,10 +100,11 @@ def cmd_estimate(args) -> int:
     except ValueError as exc:
         raise InputError(f"--set: {exc}") from None
     channel = str(getattr(config, "channel", "-"))
-    key = registry.config_hash(args.estimator, config)
+    name = spec.name  # a deprecated alias stores and finds its outputs under the current name
+    key = registry.config_hash(name, config)
     with open_store(args.db, read_only=True) as store:
         batch = store.load_batch(args.run)
-        cached = {} if args.no_cache else store.cached_estimate(args.run, args.estimator, key, channel)
+        cached = {} if args.no_cache else store.cached_estimate(args.run, name, key, channel)
     mask = batch.response_mask.cpu()
     lengths = mask.sum(dim=1).tolist()
     ids = batch.rollout_ids.cpu().tolist()
@@ -114,11 +115,11 @@ def cmd_estimate(args) -> int:
             advantages[i, : lengths[i]] = torch.from_numpy(cached[rid])
         how = "from the store's cache"
     else:
-        result = registry.estimate(args.estimator, batch, config)
+        result = registry.estimate(name, batch, config)
         advantages = result.advantages.detach().to(torch.float32).cpu()
         note = result.diagnostics.get("fallback")
         with open_store(args.db) as store:  # kept for the next call with the same config
-            store.save_estimate(args.run, args.estimator, key, dataclasses.asdict(config), channel,
+            store.save_estimate(args.run, name, key, dataclasses.asdict(config), channel,
                                 {rid: advantages[i, : lengths[i]].numpy() for i, rid in enumerate(ids)})
         how = "computed"
     rows, pos = mask.nonzero(as_tuple=True)

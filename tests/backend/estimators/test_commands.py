@@ -48,6 +48,11 @@ def test_estimate_with_a_deprecated_name_warns_and_matches(stored_run, tmp_path,
     assert main(["estimate", "--db", str(stored_run), "--run", "r1", "--estimator", "entropy_mix",
                  "--out", str(new), "--no-cache"]) == 0
     assert pq.read_table(old).equals(pq.read_table(new))
+    cached = tmp_path / "cached.parquet"  # the old name finds the output cached under the new one
+    assert main(["estimate", "--db", str(stored_run), "--run", "r1", "--estimator", "hapo",
+                 "--out", str(cached)]) == 0
+    assert "from the store's cache" in capsys.readouterr().out
+    assert pq.read_table(cached).equals(pq.read_table(new))
 
 
 @pytest.fixture
