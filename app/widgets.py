@@ -29,6 +29,11 @@ def estimator_names(model_free: bool = False) -> list[str]:
     return out
 
 
+def canonical_estimator(name: str) -> str:
+    """The current name of an estimator named in a link (deprecated aliases resolve, with a warning)."""
+    return registry.canonical(name)
+
+
 def estimator_picker(key: str) -> str:
     """The view's task-channel estimator (a selectbox mirrored to `?est=`, grpo by default)."""
     from app import state
@@ -39,7 +44,7 @@ def estimator_picker(key: str) -> str:
         key=key,
         url="est",
         default="grpo",
-        cast=registry.canonical,  # a link with a deprecated name (e.g. ?est=hapo) opens its new name
+        cast=canonical_estimator,  # a link with a deprecated name (e.g. ?est=hapo) opens its new name
         options=estimator_names(),
     )
     info = schema(name)
@@ -65,13 +70,15 @@ def url_slider(label: str, *, key: str, url: str, default: float, low: float, hi
 
 
 def url_multiselect(
-    label: str, options: list, *, key: str, url: str, default: list, least: int = 1, **kwargs
+    label: str, options: list, *, key: str, url: str, default: list, least: int = 1, resolve=None, **kwargs
 ) -> list:
-    """A multiselect mirrored to `?url=a,b`; a link's choice is kept if it names `least` known options."""
+    """A multiselect mirrored to `?url=a,b`; a link's choice is kept if it names `least` known options.
+    `resolve` maps a name from the link first (estimators: a deprecated alias to its current name)."""
     from app import state
 
     if key not in st.session_state:
-        picked = [n for n in (state.url_value(url) or "").split(",") if n in options]
+        named = [(resolve or str)(n) for n in (state.url_value(url) or "").split(",") if n]
+        picked = [n for n in dict.fromkeys(named) if n in options]
         st.session_state[key] = picked if len(picked) >= least else default
     chosen = st.multiselect(label, options, key=key, **kwargs)
     state.publish(url, ",".join(chosen))

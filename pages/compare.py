@@ -19,6 +19,7 @@ chosen = widgets.url_multiselect(
     default=default,
     least=2,
     max_selections=6,
+    resolve=widgets.canonical_estimator,
 )
 if len(chosen) < 2:
     st.warning("Pick at least two estimators.")

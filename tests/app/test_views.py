@@ -45,6 +45,9 @@ def test_estimator_description_and_source_shown_and_old_names_in_links_resolve(a
     assert any("Not HAPO" in c.value for c in at.caption)
     at.selectbox(key="rollout_estimator").set_value("ktae").run()
     assert any("Source:" in c.value and "xiaolizh1/KTAE" in c.value for c in at.caption)
+    at = open_app(app_db, "compare", {"run": "oracle", "rollout": "0", "ests": "grpo,trace"})
+    assert not at.exception
+    assert at.multiselect(key="compare_estimators").value == ["grpo", "decaying_trace"]
 
 
 def test_url_selects_run_and_rollout_and_shows_true_credit(app_db):
