@@ -274,5 +274,10 @@ def aggregation(batch: RolloutBatch, config: AggregationConfig) -> EstimatorResu
     if config.normalize:
         c = c * N
     weights = torch.where(mask, c.expand_as(base), 0.0)
+    note = None
+    if config.mode == "dr-grpo" and not config.l_budget:
+        note = (f"dr-grpo without l_budget: used the padded width T = {budget} (here the longest response), "
+                "which makes c depend on the batch; set l_budget to the run's generation budget")
     return EstimatorResult(weights * base, {"base": base, "weights": weights, "B": B, "N": N,
-                                            "l_budget": budget if config.mode == "dr-grpo" else None})
+                                            "l_budget": budget if config.mode == "dr-grpo" else None,
+                                            "fallback": note})

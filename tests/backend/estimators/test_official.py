@@ -92,6 +92,9 @@ def test_dr_grpo_weights_equal_trl_on_nonempty_rows():
     torch.testing.assert_close(got, torch.where(batch.response_mask[nonempty], trl, 0.0), atol=1e-6, rtol=0)
     # not the batch's longest response: 1 / (B L_budget), B = 6 non-empty responses, L_budget = 16
     assert got[batch.response_mask[nonempty]].unique().tolist() == pytest.approx([1 / (6 * 16)])
+    assert res.diagnostics["fallback"] is None
+    unknown = registry.estimate("aggregation", batch, mode="dr-grpo", normalize=False).diagnostics
+    assert "without l_budget" in unknown["fallback"] and unknown["l_budget"] == batch.response_mask.shape[1]
 
 
 def test_gtpo_equals_paper_worked_example():
