@@ -34,20 +34,29 @@ def estimator_names(model_free: bool = False) -> list[str]:
     return out
 
 
+def canonical_estimator(name: str) -> str:
+    """The current name of an estimator named in a link (deprecated aliases resolve, with a warning)."""
+    return registry.canonical(name)
+
+
 def estimator_picker(key: str, unavailable: dict[str, str] | None = None) -> str:
     """The view's task-channel estimator (a selectbox mirrored to `?est=`, grpo by default). Estimators
     in `unavailable` (name -> reason and fix) are not offered; `unavailable_note` lists them."""
     from app import state
 
     unavailable = unavailable or {}
-    return state.url_widget(
+    name = state.url_widget(
         st.selectbox,
         "Task-channel estimator",
         key=key,
         url="est",
         default="grpo",
+        cast=canonical_estimator,  # a link with a deprecated name (e.g. ?est=hapo) opens its new name
         options=[n for n in estimator_names() if n not in unavailable],
     )
+    info = schema(name)
+    st.caption(info["description"] + (f"  \nSource: {info['source']}" if info["source"] else ""))
+    return name
 
 
 def unavailable_note(unavailable: dict[str, str]) -> None:
@@ -80,13 +89,15 @@ def url_slider(label: str, *, key: str, url: str, default: float, low: float, hi
 
 
 def url_multiselect(
-    label: str, options: list, *, key: str, url: str, default: list, least: int = 1, **kwargs
+    label: str, options: list, *, key: str, url: str, default: list, least: int = 1, resolve=None, **kwargs
 ) -> list:
-    """A multiselect mirrored to `?url=a,b`; a link's choice is kept if it names `least` known options."""
+    """A multiselect mirrored to `?url=a,b`; a link's choice is kept if it names `least` known options.
+    `resolve` maps a name from the link first (estimators: a deprecated alias to its current name)."""
     from app import state
 
     if key not in st.session_state:
-        picked = [n for n in (state.url_value(url) or "").split(",") if n in options]
+        named = [(resolve or str)(n) for n in (state.url_value(url) or "").split(",") if n]
+        picked = [n for n in dict.fromkeys(named) if n in options]
         st.session_state[key] = picked if len(picked) >= least else default
     chosen = st.multiselect(label, options, key=key, **kwargs)
     state.publish(url, ",".join(chosen))

@@ -89,6 +89,7 @@ def estimate_rollouts(
     Reads the store's cache first; what it computes at step or run scope (or for the whole run) it saves
     for the next caller. A store that another process is writing just skips the save."""
     spec = registry.get(name)
+    name = spec.name  # a deprecated alias reads and writes the cache under the current name
     config = registry.make_config(name) if config is None else config
     scope = spec.scope_for(config)
     key = registry.config_hash(name, config)

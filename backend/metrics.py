@@ -184,7 +184,7 @@ def summarize(per_seed: list[dict[str, float]]) -> dict[str, float]:
 
 def bench_estimators() -> list[str]:
     """Registered estimators that need no model and no Monte Carlo resampling, and whose needs an
-    oracle run meets (e.g. `tepo_mask` wants old entropies or reference logprobs, which it lacks)."""
+    oracle run meets (e.g. `entropy_drop_mask` wants old entropies, which it lacks)."""
     from backend.estimators import registry
     from backend.synthetic import oracle_batch
 

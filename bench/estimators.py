@@ -54,7 +54,8 @@ def make_batch(B: int, T: int, seed: int = 0, group: int = 8, device: str = "cpu
         ref_logprobs=f(-torch.rand(B, T, generator=gen) * 3),
         entropies=f(torch.rand(B, T, generator=gen) * 2), values=f(torch.randn(B, T, generator=gen)),
         tokens=text,
-        extras={"mc_values": f(torch.rand(B, T, generator=gen)), "mc_mask": mc_mask.float()},
+        extras={"mc_values": f(torch.rand(B, T, generator=gen)), "mc_mask": mc_mask.float(),
+                "old_entropies": f(torch.rand(B, T, generator=gen) * 2)},  # entropy_drop_mask's old policy
     ).to(device)
 
 

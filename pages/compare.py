@@ -20,6 +20,7 @@ chosen = widgets.url_multiselect(
     default=default,
     least=2,
     max_selections=6,
+    resolve=widgets.canonical_estimator,
 )
 widgets.unavailable_note(unavailable)
 if len(chosen) < 2:

@@ -14,7 +14,7 @@ if sel.run is None:
 st.title(f"Credit quality · {views.plain(sel.run)}")
 
 options = widgets.estimator_names(model_free=True)
-default = [n for n in ("grpo", "entropy", "hapo", "prefix_tree", "token_rm") if n in options]
+default = [n for n in ("grpo", "entropy", "entropy_mix", "prefix_tree", "token_rm") if n in options]
 chosen = widgets.url_multiselect("Estimators", options, key="oracle_estimators", url="ests", default=default)
 if not chosen:
     st.stop()

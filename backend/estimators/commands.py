@@ -65,6 +65,10 @@ def cmd_estimators(args) -> int:
         return 0
     for schema in schemas:
         print(f"{schema['name']:<18} [{schema['family']}, {schema['scope']} scope] {schema['description']}")
+        if schema["source"]:
+            print(f"    source: {schema['source']}")
+        if schema["aliases"]:
+            print(f"    deprecated aliases: {', '.join(schema['aliases'])} (still accepted, with a warning)")
         for f in schema["fields"]:
             rng = ""
             if f["choices"]:
@@ -110,11 +114,11 @@ def cmd_estimate(args) -> int:
         config = registry.make_config(args.estimator, **overrides)
     except ValueError as exc:
         raise InputError(f"--set: {exc}") from None
+    name = spec.name  # a deprecated alias stores and finds its outputs under the current name
     handle = store_handle(args.db)
     with handle.read() as store:
         store.run_id(args.run)  # a clear error for an unknown run before any work
-    scoped = estimates.estimate_rollouts(handle, args.run, args.estimator, config,
-                                         use_cache=not args.no_cache)
+    scoped = estimates.estimate_rollouts(handle, args.run, name, config, use_cache=not args.no_cache)
     with handle.read() as store:
         batch = store.load_batch(args.run)
     mask = batch.response_mask.cpu()

@@ -106,89 +106,153 @@ def rudder(batch: RolloutBatch, config: RudderConfig) -> EstimatorResult:
                                                 "fallback": note})
 
 
+KTAE_SOURCE = ("Sun et al., 'KTAE: A Model-Free Algorithm to Key-Tokens Advantage Estimation in Mathematical "
+               "Reasoning' (arXiv 2505.16826); official code xiaolizh1/KTAE @ "
+               "ea9fb77f366216d754e2368653911724e73a7376 (verl/workers/actor/compute_key_tokens.py, "
+               "verl/trainer/ppo/core_algos.py compute_ktae_outcome_advantage_and_keytokens)")
+BM25_K1, BM25_B = 2.0, 0.5  # the official compute_tf constants
+
+
 @dataclass(frozen=True)
 class KTAEConfig(CreditConfig):
-    """KTAE: per group and token id, a key score K(v) in (-1, 1) from the correct/incorrect 2x2 table."""
+    """KTAE: A = Z + K(token id), K from the group's correct (R > 0) vs incorrect table of each token id."""
 
-    scale: float = param(1.0, low=0.0, high=10.0, help="Weight of the key score added to Z")
+    scale: float = param(1.0, low=0.0, high=10.0, help="'top' of the official code: K in (-top, top)")
+    alpha: float = param(1.0, low=0.0, high=10.0, help="Weight of the Fisher strength exp(-2p)")
+    beta_ig: float = param(1.0, low=0.0, high=10.0, help="Weight of the information gain (bits)")
+    use_tf: bool = param(True, help="Add the term-frequency term tf_c/tf_w - tf_w/tf_c to Cohen's h")
+    eos_token_id: int = param(151643, low=-1, high=10_000_000,
+                              help="Token id scored 0 (official: 151643, Qwen2.5's <|endoftext|>); -1: none")
 
 
-def key_scores(token_ids: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor,
-               correct: torch.Tensor) -> torch.Tensor:
-    """K(y_{i,t}): (B, T) float32 key score of each token's id within its group, 0 on padding.
+def _log_comb(n: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    return torch.lgamma(n + 1) - torch.lgamma(k + 1) - torch.lgamma(n - k + 1)
 
-    Per (group, id): a = correct rollouts containing the id, c = incorrect ones; n1, n0 the group's
-    correct/incorrect counts. Strength 1 - p of Fisher's exact test (two-sided), information gain of
-    "contains id" about correctness (normalized by H(correct)), direction and size from Cohen's h
-    between P(contains | correct) and P(contains | incorrect):
-    `K = sign(h) |h| / pi * ((1 - p) + IG) / 2`. Groups that are all correct or all incorrect give 0.
-    """
+
+def fisher_p_values(t_a: torch.Tensor, t_b: torch.Tensor, t_c: torch.Tensor,
+                    t_d: torch.Tensor) -> torch.Tensor:
+    """Two-sided Fisher exact p of each table [[a, b], [c, d]] (a: correct rollouts containing the id, b:
+    incorrect containing, c, d: not containing), float32, summing the hypergeometric probabilities that do
+    not exceed the observed one exactly as the official code (no tolerance): (U,) float32."""
+    R1, C1 = t_a + t_b, t_a + t_c
+    n = R1 + t_c + t_d
+    k_min = torch.clamp(R1 + C1 - n, min=0.0)
+    k_max = torch.minimum(R1, C1)
+    ks = torch.arange(int(k_max.max()) + 1 if k_max.numel() else 1, dtype=torch.float32, device=t_a.device)
+    k = ks[None, :].expand(t_a.shape[0], -1)  # (U, K)
+    inside = (k >= k_min[:, None]) & (k <= k_max[:, None])
+    C1g, R1g, ng = C1[:, None].expand_as(k), R1[:, None].expand_as(k), n[:, None].expand_as(k)
+    p_k = torch.exp(_log_comb(C1g, k) + _log_comb(ng - C1g, R1g - k) - _log_comb(ng, R1g)) * inside.float()
+    p_obs = torch.exp(_log_comb(C1, t_a) + _log_comb(n - C1, R1 - t_a) - _log_comb(n, R1))
+    return torch.sum(torch.where((p_k <= p_obs[:, None]) & inside, p_k, 0.0), dim=1)
+
+
+def _entropy_term(p: torch.Tensor) -> torch.Tensor:
+    return -p * torch.where(p > 0, torch.log2(p), 0.0)
+
+
+def information_gain(t_a, t_b, t_c, t_d) -> torch.Tensor:
+    """IG (bits) of 'contains the id' about correctness, as the official calculate_ig: (U,) float32."""
+    t_n = t_a + t_b + t_c + t_d
+    h_y = _entropy_term((t_a + t_c) / t_n) + _entropy_term((t_b + t_d) / t_n)
+
+    def cond(x1, x2):
+        total = x1 + x2
+        return torch.where(total > 0, _entropy_term(x1 / total) + _entropy_term(x2 / total), 0.0)
+
+    ig = h_y - (((t_a + t_b) / t_n) * cond(t_a, t_b) + ((t_c + t_d) / t_n) * cond(t_c, t_d))
+    return torch.where(t_n == 0, 0.0, ig)
+
+
+def key_scores(token_ids: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, rewards: torch.Tensor,
+               config: KTAEConfig) -> dict[str, torch.Tensor]:
+    """The official KTAE key-token score of every real token, per group, vectorized over (group, id) pairs.
+
+    Per group: correct = R > 0; a/b = correct/incorrect rollouts containing the id, c/d = not containing.
+    F = exp(-2p) (0 when p == 1), p the two-sided Fisher exact test; IG in bits; Cohen's
+    h = asin sqrt(a/(a+c)) - asin sqrt(b/(b+d)), plus (use_tf) tf_c/(tf_w + 1e-5) - tf_w/(tf_c + 1e-5) with
+    BM25    term frequencies (k1 = 2, b = 0.5) of the id among the correct and the incorrect rollouts' tokens;
+    K = (sigmoid((alpha F + beta IG) x / (alpha + beta)) - 1/2) * 2 * scale, the EOS id scored 0. Groups that
+    are all correct or all incorrect give K = 0; a set whose rollouts are all empty has term frequency 0.
+    Returns (B, T) float32 tensors, 0 on padding:
+    key_score, fisher_strength, information_gain, cohen_h, tf_term."""
     B, T = mask.shape
     device = mask.device
-    index, n_groups = masked.group_index(group_ids)
+    gidx, n_groups = masked.group_index(group_ids)
     rows, cols = mask.nonzero(as_tuple=True)
     tok = token_ids[rows, cols].long()
     vocab = int(tok.max()) + 1 if tok.numel() else 1
-    pairs = torch.unique(rows * vocab + tok)  # (P,) each (rollout, id) present once
-    p_row, p_tok = pairs // vocab, pairs % vocab
-    gkey, inverse = torch.unique(index[p_row] * vocab + p_tok, return_inverse=True)  # (U,)
-    corr = correct.to(torch.float64)
-    a = torch.zeros(gkey.numel(), dtype=torch.float64, device=device).index_add_(0, inverse, corr[p_row])
-    c = torch.zeros_like(a).index_add_(0, inverse, 1.0 - corr[p_row])
-    g_of = gkey // vocab
-    n1 = masked.group_sum(corr, index, n_groups)[g_of]
-    n0 = masked.group_sum(1.0 - corr, index, n_groups)[g_of]
-    n = n1 + n0
-    k = a + c
-    # Fisher exact test: hypergeometric log-probabilities of every table with the same margins.
-    g_max = int(n.max()) if n.numel() else 0
-    x = torch.arange(g_max + 1, dtype=torch.float64, device=device)[None, :]  # (1, G+1)
-
-    def log_choose(top, bottom):
-        return torch.lgamma(top + 1) - torch.lgamma(bottom + 1) - torch.lgamma(top - bottom + 1)
-
-    lo = (k - n0).clamp(min=0)[:, None]
-    hi = torch.minimum(k, n1)[:, None]
-    support = (x >= lo) & (x <= hi)
-    xs = torch.where(support, x, lo)
-    logp = (log_choose(n1[:, None], xs) + log_choose(n0[:, None], k[:, None] - xs)
-            - log_choose(n[:, None], k[:, None]))
-    prob = torch.where(support, torch.exp(logp), 0.0)  # (U, G+1)
-    p_obs = torch.exp(log_choose(n1, a) + log_choose(n0, c) - log_choose(n, k))
-    p_value = torch.where(prob <= p_obs[:, None] * (1 + 1e-7), prob, 0.0).sum(1).clamp(max=1.0)
-
-    def entropy2(p):
-        p = p.clamp(0.0, 1.0)
-        terms = -(p * torch.log2(p.clamp(min=1e-300))) - ((1 - p) * torch.log2((1 - p).clamp(min=1e-300)))
-        return torch.where((p > 0) & (p < 1), terms, 0.0)
-
-    h_c = entropy2(n1 / n.clamp(min=1))
-    cond = (k / n.clamp(min=1)) * entropy2(a / k.clamp(min=1)) + ((n - k) / n.clamp(min=1)) * entropy2(
-        (n1 - a) / (n - k).clamp(min=1))
-    ig = torch.where(h_c > 0, (h_c - cond) / h_c.clamp(min=1e-12), 0.0).clamp(0.0, 1.0)
-    h = 2 * torch.asin(torch.sqrt(a / n1.clamp(min=1))) - 2 * torch.asin(torch.sqrt(c / n0.clamp(min=1)))
-    key = torch.sign(h) * h.abs() / torch.pi * ((1 - p_value) + ig) / 2
-    key = torch.where((n1 > 0) & (n0 > 0), key, 0.0).to(torch.float32)  # (U,)
-    # Back to tokens: every token's (group, id) is one of the unique keys.
-    tok_key = index[rows] * vocab + tok
-    pos = torch.searchsorted(gkey, tok_key)
-    out = torch.zeros((B, T), dtype=torch.float32, device=device)
-    out[rows, cols] = key[pos]
+    correct = rewards > 0.0
+    corr_f = correct.to(torch.float32)
+    n1 = masked.group_sum(corr_f, gidx, n_groups)  # (G,) correct rollouts per group
+    n0 = masked.group_sum(1.0 - corr_f, gidx, n_groups)
+    lengths = mask.sum(1).to(torch.float32)
+    total_c = masked.group_sum(lengths * corr_f, gidx, n_groups)  # (G,) tokens of the correct rollouts
+    total_w = masked.group_sum(lengths * (1.0 - corr_f), gidx, n_groups)
+    # (group, id) keys of every real token; presence counts once per rollout, tf counts every occurrence
+    tok_key = gidx[rows] * vocab + tok
+    keys, inverse = torch.unique(tok_key, return_inverse=True)  # (U,)
+    pairs, pair_inverse = torch.unique(rows * vocab + tok, return_inverse=True)
+    p_row = pairs // vocab
+    pair_key = torch.searchsorted(keys, gidx[p_row] * vocab + pairs % vocab)
+    U = keys.numel()
+    zeros = torch.zeros(U, dtype=torch.float32, device=device)
+    t_a = zeros.clone().index_add_(0, pair_key, corr_f[p_row])
+    t_b = zeros.clone().index_add_(0, pair_key, 1.0 - corr_f[p_row])
+    cnt_c = zeros.clone().index_add_(0, inverse, corr_f[rows])
+    cnt_w = zeros.clone().index_add_(0, inverse, 1.0 - corr_f[rows])
+    g_of = keys // vocab
+    t_c, t_d = n1[g_of] - t_a, n0[g_of] - t_b
+    fisher = torch.zeros_like(t_a)
+    if config.alpha:
+        p = fisher_p_values(t_a, t_b, t_c, t_d)
+        fisher = torch.where(p != 1.0, torch.exp(-2 * p), 0.0)
+    ig = information_gain(t_a, t_b, t_c, t_d) if config.beta_ig else torch.zeros_like(t_a)
+    h = (torch.asin(torch.sqrt(torch.clamp(t_a / (t_a + t_c + 1e-10), 0, 1)))
+         - torch.asin(torch.sqrt(torch.clamp(t_b / (t_b + t_d + 1e-10), 0, 1))))
+    tf_term = torch.zeros_like(t_a)
+    if config.use_tf:
+        tc, tw = total_c[g_of], total_w[g_of]
+        avg = (tc + tw) / 2
+        kc = BM25_K1 * (1 - BM25_B + BM25_B * (tc / avg))
+        kw = BM25_K1 * (1 - BM25_B + BM25_B * (tw / avg))
+        # a set whose rollouts are all empty has no tokens: tf 0 there (the official code divides by 0)
+        fc = torch.where(tc > 0, cnt_c / tc.clamp(min=1), 0.0)
+        fw = torch.where(tw > 0, cnt_w / tw.clamp(min=1), 0.0)
+        tf_c = fc * (BM25_K1 + 1) / (fc + kc)
+        tf_w = fw * (BM25_K1 + 1) / (fw + kw)
+        tf_term = tf_c / (tf_w + 1e-5) - tf_w / (tf_c + 1e-5)
+    x = h + tf_term
+    key = ((config.alpha * fisher + config.beta_ig * ig) * x) / (config.alpha + config.beta_ig)
+    key = (torch.sigmoid(key) - 0.5) * 2 * config.scale
+    mixed = (n1[g_of] > 0) & (n0[g_of] > 0)
+    key = torch.where(mixed & ((keys % vocab) != config.eos_token_id), key, 0.0)
+    out = {}
+    for name, per_key in (("key_score", key), ("fisher_strength", fisher), ("information_gain", ig),
+                          ("cohen_h", h), ("tf_term", tf_term)):
+        full = torch.zeros((B, T), dtype=torch.float32, device=device)
+        full[rows, cols] = torch.where(mixed, per_key, 0.0)[inverse]
+        out[name] = full
     return out
 
 
 @register("ktae", KTAEConfig,
-          "Key-token advantage: A = Z + K(token id) from per-group correct vs incorrect", family="learned")
+          "KTAE (Sun et al., arXiv 2505.16826, official xiaolizh1/KTAE): A = Z + K(token id), K in (-1, 1) "
+          "from "
+          "the group's correct (R > 0) vs incorrect rollouts: Fisher strength exp(-2p), information gain in "
+          "bits, Cohen's h plus a term-frequency term, tanh squash, EOS 0", family="learned",
+          source=KTAE_SOURCE)
 def ktae(batch: RolloutBatch, config: KTAEConfig) -> EstimatorResult:
-    """Correct means a score above the group mean (binary rewards: R = 1 in a mixed group)."""
+    """A: (B, T) = Z + K on real tokens (Z: the config's outcome; the official code uses grpo). Diagnostics:
+    Z, R, correct (B,) bool, key_score, fisher_strength, information_gain, cohen_h, tf_term (B, T)."""
     mask = batch.response_mask
     z = outcome_z(batch, config)
     R = scores_of(batch, config.channel)
-    index, n_groups = masked.group_index(batch.group_ids)
-    correct = R > masked.group_mean(R, index, n_groups)
-    K = key_scores(batch.token_ids, mask, batch.group_ids, correct)
-    adv = torch.where(mask, z[:, None] + config.scale * K, 0.0)
+    parts = key_scores(batch.token_ids, mask, batch.group_ids, R, config)
+    K = parts["key_score"]
+    adv = torch.where(mask, z[:, None] + K, 0.0)
     r = adv / mask.sum(dim=1, keepdim=True).clamp(min=1)
+    diagnostics = {"R": R, "correct": R > 0.0, **parts}
     if config.then_gae:
-        return finish_rewards(batch, config, z, r, {"key_score": K, "correct": correct})
-    return EstimatorResult(adv, {"Z": z, "r": r, "key_score": K, "correct": correct})
+        return finish_rewards(batch, config, z, r, diagnostics)
+    return EstimatorResult(adv, {"Z": z, "r": r, **diagnostics})

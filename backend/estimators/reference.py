@@ -218,20 +218,18 @@ def credit_weights_loop(name: str, batch: RolloutBatch, config) -> list[list[flo
                 w.append(config.kappa ** (t - 1) + config.kappa ** (L - t))
             elif name == "entropy":
                 w.append(H[k] ** config.p)
-            elif name == "high_entropy_mask":
-                w.append(1.0 if H[k] >= _quantile(H, config.q) else 0.0)
             elif name == "step_boundary":
                 text = batch.tokens[i][k] if batch.tokens is not None else ""
                 w.append(1.0 if t == L or re.search(config.pattern, text) else 0.0)
-            elif name in ("trace", "s_trace"):
+            elif name in ("decaying_trace", "entropy_masked_trace"):
                 d = config.trace_gamma * config.trace_lam
                 x = d ** (L - t)
                 if config.mode == "both":
                     x = 0.5 * (x + d ** (t - 1))
-                if name == "s_trace":
+                if name == "entropy_masked_trace":
                     x *= 1.0 if H[k] >= _quantile(H, config.q) else 0.0
                 w.append(x)
-            elif name == "hapo":
+            elif name == "entropy_mix":
                 mean_h = sum(H) / L
                 w.append(1.0 if mean_h <= 0 else 1 - config.alpha + config.alpha * H[k] / mean_h)
         out.append(w)
@@ -301,44 +299,133 @@ def suffix_mc_loop(batch, config) -> torch.Tensor:
     return _to_tensor(batch, rows, out)
 
 
-def ktae_loop(batch, config) -> torch.Tensor:
-    from scipy.stats import fisher_exact
+def _log_comb32(n: float, k: float) -> torch.Tensor:
+    n, k = torch.tensor(n, dtype=torch.float32), torch.tensor(k, dtype=torch.float32)
+    return torch.lgamma(n + 1) - torch.lgamma(k + 1) - torch.lgamma(n - k + 1)
 
+
+def _fisher_loop(a: int, b: int, c: int, d: int) -> float:
+    """Two-sided Fisher exact p of [[a, b], [c, d]] summed over the tables with the same margins whose
+    hypergeometric probability (float32, as the official code) does not exceed the observed one."""
+    R1, C1, n = a + b, a + c, a + b + c + d
+
+    def prob(k):
+        return torch.exp(_log_comb32(C1, k) + _log_comb32(n - C1, R1 - k) - _log_comb32(n, R1))
+
+    p_obs = prob(a)
+    total = torch.tensor(0.0, dtype=torch.float32)
+    for k in range(max(0, R1 + C1 - n), min(R1, C1) + 1):
+        p_k = prob(k)
+        if p_k <= p_obs:
+            total = total + p_k
+    return float(total)
+
+
+def _h2_terms(p: float) -> float:
+    return -p * math.log2(p) if p > 0 else 0.0
+
+
+def ktae_loop(batch, config) -> torch.Tensor:
+    """KTAE from the official code's definitions, one group and one token id at a time."""
     rows = _rows(batch)
     R = batch.scores[config.channel].tolist()
     groups = batch.group_ids.tolist()
     z = _z(batch, config)
     toks = batch.token_ids.tolist()
+    seqs = [[toks[i][t] for t in c] for i, c in enumerate(rows)]
     out = []
     for i, cols in enumerate(rows):
         mates = [j for j in range(len(R)) if groups[j] == groups[i]]
-        mean = sum(R[j] for j in mates) / len(mates)
-        correct = {j: R[j] > mean for j in mates}
-        n1 = sum(correct.values())
-        n0 = len(mates) - n1
+        good = [j for j in mates if R[j] > 0]
+        bad = [j for j in mates if R[j] <= 0]
         row = []
-        for t in cols:
-            v = toks[i][t]
-            if n1 == 0 or n0 == 0:
+        for k in range(len(cols)):
+            v = seqs[i][k]
+            if not good or not bad or v == config.eos_token_id:
                 row.append(z[i])
                 continue
-            has = {j: v in [toks[j][s] for s in rows[j]] for j in mates}
-            a = sum(1 for j in mates if has[j] and correct[j])
-            c = sum(1 for j in mates if has[j] and not correct[j])
-            p = fisher_exact([[a, n1 - a], [c, n0 - c]], alternative="two-sided").pvalue
-            n, k = n1 + n0, a + c
-
-            def h2(q):
-                return 0.0 if q <= 0 or q >= 1 else -(q * math.log2(q) + (1 - q) * math.log2(1 - q))
-
-            hc = h2(n1 / n)
-            cond = (k / n) * (h2(a / k) if k else 0.0)
-            cond += ((n - k) / n) * (h2((n1 - a) / (n - k)) if n - k else 0.0)
-            ig = min(max((hc - cond) / hc, 0.0), 1.0) if hc > 0 else 0.0
-            h = 2 * math.asin(math.sqrt(a / n1)) - 2 * math.asin(math.sqrt(c / n0))
-            key = math.copysign(1.0, h) * abs(h) / math.pi * ((1 - min(p, 1.0)) + ig) / 2 if h != 0 else 0.0
-            row.append(z[i] + config.scale * key)
+            a = sum(1 for j in good if v in seqs[j])
+            b = sum(1 for j in bad if v in seqs[j])
+            c, d = len(good) - a, len(bad) - b
+            n = a + b + c + d
+            p = _fisher_loop(a, b, c, d)
+            F = math.exp(-2 * p) if p != 1.0 else 0.0
+            h_y = _h2_terms((a + c) / n) + _h2_terms((b + d) / n)
+            h_yx = ((a + b) / n) * (_h2_terms(a / (a + b)) + _h2_terms(b / (a + b)) if a + b else 0.0)
+            h_yx += ((c + d) / n) * (_h2_terms(c / (c + d)) + _h2_terms(d / (c + d)) if c + d else 0.0)
+            ig = h_y - h_yx
+            x = math.asin(math.sqrt(a / (a + c + 1e-10))) - math.asin(math.sqrt(b / (b + d + 1e-10)))
+            if config.use_tf:
+                tot_c = sum(len(seqs[j]) for j in good)
+                tot_w = sum(len(seqs[j]) for j in bad)
+                avg = (tot_c + tot_w) / 2
+                fc = sum(seqs[j].count(v) for j in good) / tot_c if tot_c else 0.0
+                fw = sum(seqs[j].count(v) for j in bad) / tot_w if tot_w else 0.0
+                tf_c = fc * 3.0 / (fc + 2.0 * (0.5 + 0.5 * tot_c / avg))
+                tf_w = fw * 3.0 / (fw + 2.0 * (0.5 + 0.5 * tot_w / avg))
+                x += tf_c / (tf_w + 1e-5) - tf_w / (tf_c + 1e-5)
+            key = (config.alpha * F + config.beta_ig * ig) * x / (config.alpha + config.beta_ig)
+            row.append(z[i] + config.scale * math.tanh(key / 2))  # (sigmoid(x) - 1/2) * 2 = tanh(x / 2)
         out.append(row)
+    return _to_tensor(batch, rows, out)
+
+
+def high_entropy_mask_loop(batch, config) -> torch.Tensor:
+    rows = _rows(batch)
+    z = _z(batch, config)
+    H = _entropy_rows(batch, rows)
+    if config.quantile_over == "batch":
+        every = [h for row in H for h in row]
+        thresholds = [_quantile(every, config.q) if every else math.inf] * len(rows)
+    else:
+        thresholds = [_quantile(h, config.q) if h else math.inf for h in H]
+    return _to_tensor(batch, rows, [[z[i] if h >= thresholds[i] else 0.0 for h in H[i]]
+                                    for i in range(len(rows))])
+
+
+def masked_trace_loop(batch, config) -> torch.Tensor:
+    rows = _rows(batch)
+    z = _z(batch, config)
+    r_rows = []
+    for i, w in enumerate(credit_weights_loop("entropy_masked_trace", batch, config)):
+        L = len(w)
+        if not sum(w) > 0:
+            w = [1.0] * L
+        total = sum(w)
+        r_rows.append([z[i] * min(L * x / total, config.cap) / L for x in w])
+    return _finish(batch, config, z, rows, r_rows)
+
+
+def gtpo_loop(batch, config) -> torch.Tensor:
+    """GTPO per group and position, from the paper's Eq. 3, 5 and our reading of Eq. 6."""
+    rows = _rows(batch)
+    R = batch.scores[config.channel].tolist()
+    groups = batch.group_ids.tolist()
+    H = _entropy_rows(batch, rows)
+    out = [[0.0] * len(c) for c in rows]
+    for g in set(groups):
+        mates = [i for i in range(len(R)) if groups[i] == g]
+        shaped = {i: [0.0] * len(rows[i]) for i in mates}
+        for sign in (1, -1):
+            members = [i for i in mates if (R[i] > config.correct_above) == (sign > 0)]
+            for t in range(max((len(rows[i]) for i in mates), default=0)):
+                alive = [i for i in members if len(rows[i]) > t]
+                if sign > 0:
+                    vals = {i: H[i][t] for i in alive}
+                else:
+                    vals = {i: 1.0 / max(H[i][t], config.entropy_floor) for i in alive}
+                total = sum(vals.values())
+                for i in alive:
+                    share = vals[i] / total if total > 0 else 1.0 / len(alive)
+                    shaped[i][t] = sign * (config.alpha1 + config.alpha2 * share * len(alive))
+            # Eq. 6: this set's shaped rewards, 0 on the other set's tokens, over all tokens of the group
+            pool = [shaped[i][t] if i in members else 0.0 for i in mates for t in range(len(rows[i]))]
+            if len(pool) < 2:
+                continue
+            mean = sum(pool) / len(pool)
+            std = math.sqrt(sum((x - mean) ** 2 for x in pool) / (len(pool) - 1))
+            for i in members:
+                out[i] = [(x - mean) / (std + config.epsilon) if std > 0 else 0.0 for x in shaped[i]]
     return _to_tensor(batch, rows, out)
 
 
@@ -445,23 +532,7 @@ def modifier_loop(name, batch, config) -> torch.Tensor:
     rows = _rows(batch)
     out = torch.zeros(batch.response_mask.shape)
     if name == "gtpo":
-        z = _z(batch, config)
-        H = _entropy_rows(batch, rows)
-        for sign in (1, -1):
-            vals = [h for i, c in enumerate(rows) if (z[i] > 0) - (z[i] < 0) == sign for h in H[i]]
-            if not vals:
-                continue
-            mean = sum(vals) / len(vals)
-            var = sum((v - mean) ** 2 for v in vals) / max(len(vals) - 1, 1) if len(vals) > 1 else 0.0
-            for i, cols in enumerate(rows):
-                if (z[i] > 0) - (z[i] < 0) != sign:
-                    continue
-                for k, t in enumerate(cols):
-                    a = z[i] + config.beta * (H[i][k] - mean) / math.sqrt(var + 1e-8)
-                    if config.keep_sign:
-                        a = max(a, 0.0) if sign > 0 else min(a, 0.0)
-                    out[i, t] = a
-        return out
+        return gtpo_loop(batch, config)
     base = _base(batch, config)
     if name == "entropy_gate":
         H = _entropy_rows(batch, rows)
@@ -470,38 +541,44 @@ def modifier_loop(name, batch, config) -> torch.Tensor:
             for k, t in enumerate(cols):
                 out[i, t] = base[i, t] * (config.factor if H[i][k] >= thr else 1.0)
     elif name == "stare":
-        pos = [(i, t) for i, c in enumerate(rows) for t in c if base[i, t] > 0]
-        s = sorted(-float(batch.logprobs[i, t]) for i, t in pos)
-        n_top = math.ceil(config.top_p * len(s))
-        thr = s[len(s) - n_top] if n_top and s else math.inf
+        H = _entropy_rows(batch, rows)
+        n_tok = sum(len(c) for c in rows)
+        gate = (sum(map(sum, H)) / max(n_tok, 1)) < config.target_entropy
+        weights = {}
+        for sign, w in ((1, config.weight), (-1, config.weight_neg if config.variant == "C2" else None)):
+            cand = [(i, t) for i, c in enumerate(rows) for t in c if sign * float(base[i, t]) > 0]
+            if w is None or not cand or config.top_p <= 0:
+                continue
+            k = min(max(1, int(len(cand) * config.top_p + 0.999999)), len(cand))
+            # highest surprisal (lowest logprob) first
+            ranked = sorted(cand, key=lambda it: float(batch.logprobs[it[0], it[1]]))
+            for it in ranked[:k]:
+                weights[it] = w if gate else 1.0
         for i, cols in enumerate(rows):
             for t in cols:
-                boost = base[i, t] > 0 and -float(batch.logprobs[i, t]) >= thr
-                out[i, t] = base[i, t] * (config.weight if boost else 1.0)
-    elif name == "tepo_mask":
+                out[i, t] = base[i, t] * weights.get((i, t), 1.0)
+    elif name == "entropy_drop_mask":
+        old = batch.extras["old_entropies"]
         for i, cols in enumerate(rows):
             for t in cols:
-                if "old_entropies" in batch.extras and batch.entropies is not None:
-                    fell = float(batch.entropies[i, t]) < float(batch.extras["old_entropies"][i, t])
-                else:
-                    fell = float(batch.logprobs[i, t]) > float(batch.ref_logprobs[i, t])
+                fell = float(batch.entropies[i, t]) < float(old[i, t])
                 out[i, t] = base[i, t] * (config.scale if base[i, t] > 0 and fell else 1.0)
     elif name == "aggregation":
-        B = len(rows)
+        B = max(sum(1 for c in rows if c), 1)
         N = sum(len(c) for c in rows)
-        L_max = max(len(c) for c in rows)
+        budget = config.l_budget or batch.response_mask.shape[1]
         for i, cols in enumerate(rows):
-            c = {"seq-mean-token-mean": 1 / (B * max(len(cols), 1)), "token-mean": 1 / N,
-                 "seq-mean-token-sum": 1 / B, "dr-grpo": 1 / L_max}[config.mode]
+            c = {"seq-mean-token-mean": 1 / (B * max(len(cols), 1)), "token-mean": 1 / max(N, 1),
+                 "seq-mean-token-sum": 1 / B, "dr-grpo": 1 / (B * budget)}[config.mode]
             for t in cols:
-                out[i, t] = base[i, t] * c * (N if config.normalize else 1)
+                out[i, t] = base[i, t] * c * (max(N, 1) if config.normalize else 1)
     return out
 
 
 # ---- dispatch ----------------------------------------------------------------------------------------
 
-_CREDIT = ("terminal_gae", "recency", "early_late", "entropy", "high_entropy_mask", "step_boundary",
-           "trace", "s_trace", "hapo")
+_CREDIT = ("terminal_gae", "recency", "early_late", "entropy", "step_boundary", "decaying_trace",
+           "entropy_mix")
 
 
 def reference_advantages(name: str, batch: RolloutBatch, config=None) -> torch.Tensor:
@@ -509,6 +586,7 @@ def reference_advantages(name: str, batch: RolloutBatch, config=None) -> torch.T
     from backend.estimators import registry
 
     batch = batch.to("cpu")
+    name = registry.canonical(name)
     if config is None:
         config = registry.make_config(name)
     rows = _rows(batch)
@@ -519,6 +597,10 @@ def reference_advantages(name: str, batch: RolloutBatch, config=None) -> torch.T
         return _to_tensor(batch, rows, [[z[i]] * len(c) for i, c in enumerate(rows)])
     if name in _CREDIT:
         return redistribute_loop(batch, config, credit_weights_loop(name, batch, config))
+    if name == "high_entropy_mask":
+        return high_entropy_mask_loop(batch, config)
+    if name == "entropy_masked_trace":
+        return masked_trace_loop(batch, config)
     if name == "gae":
         z = _z(batch, config)
         r_rows = [[z[i] if k == len(c) - 1 else 0.0 for k in range(len(c))] for i, c in enumerate(rows)]

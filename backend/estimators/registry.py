@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import re
+import sys
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,6 +62,9 @@ class EstimatorSpec:
     needs_one_of: tuple[tuple[str, ...], ...] = ()
     """Alternatives on top of `needs`: at least one of these sets of fields must be present in full,
     e.g. (("entropies", "old_entropies"), ("logprobs", "ref_logprobs")). Empty: no alternatives."""
+    source: str = ""
+    """For an estimator named after a paper: the paper (arXiv id) and the official code with its commit that
+    the implementation was checked against. Empty for our own constructions."""
 
     def scope_for(self, config: Any) -> str:
         """The scope of this estimator under `config` (one of SCOPES), declared by the config class's
@@ -146,6 +150,10 @@ class UnknownEstimator(KeyError):
 
 
 _REGISTRY: dict[str, EstimatorSpec] = {}
+_ALIASES: dict[str, str] = {}
+"""Deprecated name -> current name. An alias resolves in `get` (so links, `--estimator oldname` and scripts
+keep working for one release) with a deprecation line on stderr; `names()` lists current names only."""
+_WARNED: set[str] = set()
 
 
 def param(default: Any, *, help: str, low: float | None = None, high: float | None = None,
@@ -159,7 +167,8 @@ def param(default: Any, *, help: str, low: float | None = None, high: float | No
 
 
 def register(name: str, config_cls: type, description: str, needs: tuple[str, ...] = (),
-             family: str = "credit", needs_one_of: tuple[tuple[str, ...], ...] = ()) -> Callable:
+             family: str = "credit", needs_one_of: tuple[tuple[str, ...], ...] = (), source: str = "",
+             aliases: tuple[str, ...] = ()) -> Callable:
     """Decorator: `@register("grpo", GRPOConfig, "one line")`. Registering a name twice raises."""
 
     def wrap(fn: Callable) -> Callable:
@@ -175,7 +184,12 @@ def register(name: str, config_cls: type, description: str, needs: tuple[str, ..
                for alt in needs_one_of):
             raise TypeError(f"needs_one_of of {name!r} must be non-empty tuples of field names, "
                             f"got {needs_one_of!r}")
-        _REGISTRY[name] = EstimatorSpec(name, fn, config_cls, description, tuple(needs), family, alternatives)
+        _REGISTRY[name] = EstimatorSpec(name, fn, config_cls, description, tuple(needs), family, alternatives,
+                                        source=source)
+        for old in aliases:
+            if old in _REGISTRY or old in _ALIASES:
+                raise ValueError(f"alias {old!r} of {name!r} is already a name or an alias")
+            _ALIASES[old] = name
         return fn
 
     return wrap
@@ -191,8 +205,31 @@ def names() -> list[str]:
     return list(_REGISTRY)
 
 
+def aliases() -> dict[str, str]:
+    """Deprecated names and the current names they resolve to."""
+    _load_all()
+    return dict(_ALIASES)
+
+
+def canonical(name: str) -> str:
+    """The current name of `name`: itself, or what a deprecated alias resolves to (with a deprecation
+    line on stderr, once per alias and process). Unknown names come back unchanged."""
+    _load_all()
+    new = _ALIASES.get(name)
+    if new is None:
+        return name
+    if name not in _WARNED:
+        _WARNED.add(name)
+        message = (f"creditlens: estimator name {name!r} is deprecated and will be removed in the next "
+                   "release; "
+                   f"use {new!r} (same results)")
+        print(message, file=sys.stderr)
+    return new
+
+
 def get(name: str) -> EstimatorSpec:
     _load_all()
+    name = canonical(name)
     if name not in _REGISTRY:
         raise UnknownEstimator(f"unknown estimator {name!r}; known: {', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[name]
@@ -326,7 +363,8 @@ def config_schema(name: str) -> dict:
             "choices": list(choices) if choices else None,
             "help": f.metadata.get("help", ""),
         })
-    return {"name": spec.name, "description": spec.description, "family": spec.family,
+    return {"name": spec.name, "description": spec.description, "family": spec.family, "source": spec.source,
+            "aliases": sorted(old for old, new in _ALIASES.items() if new == spec.name),
             "needs": list(spec.needs), "needs_one_of": [list(alt) for alt in spec.needs_one_of],
             "model_free": spec.model_free, "scope": spec.scope_for(spec.config_cls()), "fields": out_fields}
 
@@ -344,5 +382,5 @@ def code_fingerprint() -> str:
 
 def config_hash(name: str, config: Any) -> str:
     """The store's cache key of an estimator output: name, every config field, the code version."""
-    payload = {"estimator": name, "config": dataclasses.asdict(config), "code": code_fingerprint()}
+    payload = {"estimator": canonical(name), "config": dataclasses.asdict(config), "code": code_fingerprint()}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]

@@ -37,6 +37,19 @@ def test_rollout_estimator_change_changes_heatmap(app_db):
     assert not np.allclose(np.nan_to_num(before), np.nan_to_num(after))
 
 
+def test_estimator_description_and_source_shown_and_old_names_in_links_resolve(app_db):
+    # a link from before the rename
+    at = open_app(app_db, query={"run": "oracle", "rollout": "0", "est": "hapo"})
+    assert not at.exception
+    assert at.selectbox(key="rollout_estimator").value == "entropy_mix"
+    assert any("Not HAPO" in c.value for c in at.caption)
+    at.selectbox(key="rollout_estimator").set_value("ktae").run()
+    assert any("Source:" in c.value and "xiaolizh1/KTAE" in c.value for c in at.caption)
+    at = open_app(app_db, "compare", {"run": "oracle", "rollout": "0", "ests": "grpo,trace"})
+    assert not at.exception
+    assert at.multiselect(key="compare_estimators").value == ["grpo", "decaying_trace"]
+
+
 def test_url_selects_run_and_rollout_and_shows_true_credit(app_db):
     at = open_app(app_db, query={"run": "oracle", "rollout": "5", "pos": "3"})
     assert titles(at) == ["Rollout #5"]
@@ -79,9 +92,9 @@ def test_compare_view_multiples_agreement_mass(app_db):
     assert set(mass.columns) == {"grpo", "entropy", "prefix_tree"}
     assert np.allclose(mass.sum(axis=0).to_numpy(), 1.0)
     assert "key" in mass.index and "other" in mass.index
-    at.multiselect(key="compare_estimators").set_value(["grpo", "hapo"]).run()
+    at.multiselect(key="compare_estimators").set_value(["grpo", "entropy_mix"]).run()
     assert not at.exception
-    assert set(at.dataframe[0].value.columns) == {"grpo", "hapo"}
+    assert set(at.dataframe[0].value.columns) == {"grpo", "entropy_mix"}
 
 
 def test_compare_parameter_form_changes_result(app_db):

@@ -59,7 +59,7 @@ def test_every_supported_estimator_explains_what_estimate_writes(demo_db, tmp_pa
         assert explain.derivation(result.terms, 0), name
 
 
-@pytest.mark.parametrize("name", ["token_rm", "rudder", "gae", "gtpo", "aggregation"])
+@pytest.mark.parametrize("name", ["token_rm", "rudder", "gae", "high_entropy_mask", "aggregation"])
 def test_wide_scope_estimators_differ_from_their_group_alone(demo_db, name):
     """The reason scope exists: on the rollout's group alone these give other numbers (the bug)."""
     handle = StoreHandle(demo_db)
@@ -74,15 +74,17 @@ def test_wide_scope_estimators_differ_from_their_group_alone(demo_db, name):
 
 
 def test_step_scope_is_computed_per_training_step(demo_db, tmp_path):
-    """gtpo whitens over the training batch: the output of a step equals gtpo run on that step alone."""
+    """high_entropy_mask takes its entropy quantile over the training batch: a step's output equals the
+    estimator run on that step alone."""
     db = tmp_path / "runs.duckdb"
     shutil.copy(demo_db, db)
     handle = StoreHandle(db)
-    scoped = estimates.estimate_rollouts(handle, "demo", "gtpo")
+    scoped = estimates.estimate_rollouts(handle, "demo", "high_entropy_mask")
     with handle.read() as store:
         step = store.load_batch("demo", steps=[1])
-        assert store.cached_estimate("demo", "gtpo", registry.config_hash("gtpo", scoped.config), "task")
-    adv = registry.estimate("gtpo", step).advantages
+        key = registry.config_hash("high_entropy_mask", scoped.config)
+        assert store.cached_estimate("demo", "high_entropy_mask", key, "task")
+    adv = registry.estimate("high_entropy_mask", step).advantages
     for i, rid in enumerate(step.rollout_ids.tolist()):
         np.testing.assert_allclose(scoped.advantages[rid], adv[i, : int(step.lengths[i])].numpy(), atol=1e-6)
 

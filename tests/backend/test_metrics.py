@@ -117,7 +117,7 @@ def test_summarize_mean_and_sample_std():
 @pytest.fixture(scope="module")
 def small_bench():
     """The real registry and channel pipelines on 2 seeds x 60 prompts x 8 responses."""
-    rows = metrics.oracle_bench(2, 60, 8, estimators=["grpo", "trace", "entropy", "token_rm"])
+    rows = metrics.oracle_bench(2, 60, 8, estimators=["grpo", "decaying_trace", "entropy", "token_rm"])
     return {(r["setting"], r["pipeline"], r["estimator"]): r for r in rows}
 
 
@@ -134,7 +134,8 @@ def test_bench_reproduces_the_write_up_ordering(small_bench):
     grpo = small_bench[("task", "single", "grpo")]
     entropy = small_bench[("task", "single", "entropy")]
     # broadcast and a terminal trace put most of the credit on filler
-    assert grpo["filler_mass"] > 0.85 and small_bench[("task", "single", "trace")]["filler_mass"] > 0.85
+    trace = small_bench[("task", "single", "decaying_trace")]
+    assert grpo["filler_mass"] > 0.85 and trace["filler_mass"] > 0.85
     # entropy weighting finds the (high-entropy) keys; broadcast is at chance (4 of 48)
     assert entropy["key_recall"] > 0.95 > 0.15 > grpo["key_recall"]
     assert entropy["spearman"] > grpo["spearman"]

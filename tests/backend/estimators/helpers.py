@@ -42,6 +42,7 @@ def random_batch(seed: int = 0, n_groups: int = 4, group_size: int = 4, max_len:
                     "mc_values": [rng.random() for _ in ids],
                     "mc_mask": [float(rng.random() < 0.3) for _ in ids],
                     "decision_signal": [rng.gauss(0, 1) for _ in ids],
+                    "old_entropies": [rng.random() * 2 for _ in ids],
                 }
             records.append(rec)
             rid += 1

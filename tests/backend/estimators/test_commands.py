@@ -27,6 +27,34 @@ def test_estimators_json_lists_every_name_with_fields(capsys):
     assert "prefix_tree" in capsys.readouterr().out
 
 
+def test_estimators_show_sources_and_aliases(capsys):
+    assert main(["estimators", "--json"]) == 0
+    data = {d["name"]: d for d in json.loads(capsys.readouterr().out)}
+    assert "xiaolizh1/KTAE" in data["ktae"]["source"] and "hp-luo/STARE" in data["stare"]["source"]
+    assert "2508.04349" in data["gtpo"]["source"] and data["entropy_mix"]["source"] == ""
+    assert data["decaying_trace"]["aliases"] == ["trace"] and "trace" not in data
+    assert main(["estimators"]) == 0
+    text = capsys.readouterr().out
+    assert "source: KTAE" in text or "source: Sun et al." in text
+    assert "deprecated aliases: hapo" in text
+
+
+def test_estimate_with_a_deprecated_name_warns_and_matches(stored_run, tmp_path, capsys):
+    registry._WARNED.discard("hapo")
+    old, new = tmp_path / "old.parquet", tmp_path / "new.parquet"
+    assert main(["estimate", "--db", str(stored_run), "--run", "r1", "--estimator", "hapo", "--out", str(old),
+                 "--no-cache"]) == 0
+    assert "'hapo' is deprecated" in capsys.readouterr().err
+    assert main(["estimate", "--db", str(stored_run), "--run", "r1", "--estimator", "entropy_mix",
+                 "--out", str(new), "--no-cache"]) == 0
+    assert pq.read_table(old).equals(pq.read_table(new))
+    cached = tmp_path / "cached.parquet"  # the old name finds the output cached under the new one
+    assert main(["estimate", "--db", str(stored_run), "--run", "r1", "--estimator", "hapo",
+                 "--out", str(cached)]) == 0
+    assert "from the store's cache" in capsys.readouterr().out
+    assert pq.read_table(cached).equals(pq.read_table(new))
+
+
 @pytest.fixture
 def stored_run(db_path):
     from backend.ingest import import_records

@@ -15,8 +15,11 @@ from backend.estimators.values import fitted_values
 from .helpers import random_batch
 
 REQUIRED = ["grpo", "dr_grpo", "rloo", "terminal_gae", "recency", "early_late", "entropy",
-            "high_entropy_mask", "step_boundary", "trace", "s_trace", "hapo", "gtpo", "gae", "prefix_tree",
-            "suffix_mc", "token_rm", "rudder", "ktae", "stare", "entropy_gate", "tepo_mask", "aggregation"]
+            "high_entropy_mask", "step_boundary", "decaying_trace", "entropy_masked_trace", "entropy_mix",
+            "gtpo", "gae", "prefix_tree", "suffix_mc", "token_rm", "rudder", "ktae", "stare", "entropy_gate",
+            "entropy_drop_mask", "aggregation"]
+RENAMED = {"trace": "decaying_trace", "s_trace": "entropy_masked_trace", "hapo": "entropy_mix",
+           "tepo_mask": "entropy_drop_mask"}
 
 
 def test_every_name_registered_with_frozen_config_and_schema():
@@ -39,8 +42,10 @@ def test_register_twice_and_unknown_name():
 
 
 @pytest.mark.parametrize("name,key,value", [("recency", "kappa", 1.5), ("grpo", "epsilon", -1.0),
-                                             ("trace", "mode", "sideways"), ("gae", "value_source", "oracle"),
-                                             ("aggregation", "mode", "sum"), ("hapo", "alpha", float("nan"))])
+                                             ("decaying_trace", "mode", "sideways"),
+                                             ("gae", "value_source", "oracle"),
+                                             ("aggregation", "mode", "sum"),
+                                             ("entropy_mix", "alpha", float("nan"))])
 def test_bad_config_values_are_quoted(name, key, value):
     quoted = "nan" if value != value else repr(value)
     with pytest.raises(ValueError, match=quoted):
@@ -227,13 +232,30 @@ def test_needs_are_honest(name):
 
 
 def test_needs_metadata():
-    tepo = registry.get("tepo_mask")
-    assert tepo.needs == () and tepo.model_free
-    assert set(tepo.needs_one_of) == {("entropies", "old_entropies"), ("logprobs", "ref_logprobs")}
+    drop = registry.get("entropy_drop_mask")
+    assert drop.needs == ("entropies", "old_entropies") and drop.model_free and not drop.needs_one_of
+    assert registry.get("stare").needs == ("logprobs", "entropies")
     assert registry.get("suffix_mc").needs == registry.MC_NEEDS and not registry.get("suffix_mc").model_free
     assert {n for n in registry.names() if not registry.get(n).model_free} == {"suffix_mc"}
-    batch = dataclasses.replace(random_batch(0), ref_logprobs=None)
-    with pytest.raises(BatchError, match="entropies \\+ old_entropies or logprobs \\+ ref_logprobs"):
-        registry.estimate("tepo_mask", batch)
+    batch = random_batch(0)
+    batch = dataclasses.replace(batch, extras={k: v for k, v in batch.extras.items() if k != "old_entropies"})
+    with pytest.raises(BatchError, match="old_entropies"):  # never the logprob-vs-reference stand-in
+        registry.estimate("entropy_drop_mask", batch)
     with pytest.raises(TypeError, match="needs_one_of"):
         registry.register("x_needs", registry.get("grpo").config_cls, "x", needs_one_of=((),))(lambda b, c: 0)
+
+
+@pytest.mark.parametrize("old,new", sorted(RENAMED.items()))
+def test_old_names_are_deprecated_aliases_with_the_same_results(old, new, capsys):
+    registry._WARNED.discard(old)
+    batch = random_batch(2)
+    assert old not in registry.names() and registry.aliases()[old] == new
+    assert registry.get(old) is registry.get(new)
+    assert "deprecated" in capsys.readouterr().err  # one line on stderr, naming the new name
+    registry.get(old)
+    assert capsys.readouterr().err == ""  # once per process
+    torch.testing.assert_close(registry.estimate(old, batch).advantages,
+                               registry.estimate(new, batch).advantages)
+    config = registry.make_config(old)
+    assert registry.config_hash(old, config) == registry.config_hash(new, config)
+    assert old in registry.config_schema(new)["aliases"]

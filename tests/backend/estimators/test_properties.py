@@ -21,8 +21,8 @@ batches = st.builds(
     holes=st.booleans(),
     vocab=st.integers(1, 4),
 )
-CREDIT = ["terminal_gae", "recency", "early_late", "entropy", "high_entropy_mask", "step_boundary", "trace",
-          "s_trace", "hapo", "token_rm", "rudder"]
+CREDIT = ["terminal_gae", "recency", "early_late", "entropy", "step_boundary", "decaying_trace",
+          "entropy_mix", "token_rm", "rudder"]
 
 
 @SETTINGS
@@ -48,8 +48,8 @@ def test_redistribution_token_rewards_sum_to_z(batch):
 
 @SETTINGS
 @given(batch=batches, alpha=st.floats(0.0, 1.0))
-def test_hapo_keeps_sign_and_total(batch, alpha):
-    res = registry.estimate("hapo", batch, alpha=alpha)
+def test_entropy_mix_keeps_sign_and_total(batch, alpha):
+    res = registry.estimate("entropy_mix", batch, alpha=alpha)
     z = res.diagnostics["Z"]
     adv = res.advantages
     L = batch.lengths.to(torch.float32)
@@ -117,3 +117,26 @@ def test_grpo_group_mean_zero(scores, n_groups):
     counts = masked.group_count(index, n)[index]
     sums = masked.group_sum(z, index, n)[index]
     assert (sums[counts > 1].abs() < 1e-3).all()
+
+
+@SETTINGS
+@given(batch=batches, q=st.floats(0.0, 1.0))
+def test_high_entropy_mask_is_a_plain_mask(batch, q):
+    """A is Z on the kept tokens and 0 elsewhere (no rescaling); the kept tokens are those at or above one
+    batch-wide entropy quantile."""
+    res = registry.estimate("high_entropy_mask", batch, q=q)
+    d = res.diagnostics
+    z = d["Z"][:, None].expand_as(res.advantages)
+    torch.testing.assert_close(res.advantages, torch.where(d["kept"], z, 0.0))
+    H = batch.entropies.clamp(min=0)[batch.response_mask]
+    if H.numel():
+        assert (H[d["kept"][batch.response_mask]] >= d["entropy_threshold"]).all()
+        assert not (H[~d["kept"][batch.response_mask]] >= d["entropy_threshold"]).any()
+
+
+@SETTINGS
+@given(batch=batches, cap=st.floats(1.0, 20.0))
+def test_entropy_masked_trace_respects_the_cap(batch, cap):
+    res = registry.estimate("entropy_masked_trace", batch, cap=cap)
+    z = res.diagnostics["Z"][:, None].expand_as(res.advantages)
+    assert (res.advantages.abs() <= cap * z.abs() + 1e-5).all()

@@ -26,9 +26,12 @@ def test_fast_equals_twin(name, seed, holes):
 VARIANTS = [
     ("recency", {"then_gae": True, "value_source": "stored", "gamma": 0.99, "lam": 0.9, "outcome": "rloo"}),
     ("entropy", {"then_gae": True, "value_source": "prefix_tree", "p": 2.0}),
-    ("trace", {"mode": "both", "outcome": "dr_grpo", "trace_lam": 0.8}),
-    ("s_trace", {"q": 0.5, "mode": "both"}),
-    ("hapo", {"alpha": 1.0}),
+    ("decaying_trace", {"mode": "both", "outcome": "dr_grpo", "trace_lam": 0.8}),
+    ("entropy_masked_trace", {"q": 0.5, "mode": "both"}),
+    ("entropy_masked_trace", {"q": 0.9, "cap": 1.5, "then_gae": True, "value_source": "zero", "lam": 0.8}),
+    ("entropy_mix", {"alpha": 1.0}),
+    ("high_entropy_mask", {"q": 0.5, "quantile_over": "response", "outcome": "rloo"}),
+    ("high_entropy_mask", {"q": 0.3}),
     ("early_late", {"kappa": 0.5}),
     ("terminal_gae", {"then_gae": True, "value_source": "zero", "gamma": 1.0, "lam": 1.0}),
     ("gae", {"value_source": "stored", "gamma": 0.97, "lam": 0.9}),
@@ -40,13 +43,16 @@ VARIANTS = [
     ("token_rm", {"ridge": 10.0, "then_gae": True, "value_source": "zero", "lam": 0.7}),
     ("rudder", {"ridge": 0.1, "folds": 2}),
     ("ktae", {"scale": 2.0, "outcome": "dr_grpo"}),
-    ("gtpo", {"beta": 1.0, "keep_sign": False}),
+    ("ktae", {"use_tf": False, "alpha": 0.5, "eos_token_id": 3}),
+    ("gtpo", {"alpha1": 0.9, "alpha2": 0.5, "correct_above": 0.5}),
     ("entropy_gate", {"base": "recency", "factor": 2.0, "q": 0.5}),
-    ("stare", {"base": "entropy", "top_p": 0.5, "weight": 2.0}),
-    ("tepo_mask", {"scale": 0.5, "base": "rloo"}),
-    ("aggregation", {"mode": "token-mean", "base": "hapo"}),
+    ("stare", {"base": "entropy", "top_p": 0.5, "weight": 2.0, "target_entropy": 5.0}),
+    ("stare", {"top_p": 0.3, "variant": "C2", "target_entropy": 5.0}),
+    ("stare", {"target_entropy": 0.1}),
+    ("aggregation", {"mode": "token-mean", "base": "entropy_mix"}),
     ("aggregation", {"mode": "seq-mean-token-sum", "normalize": False}),
     ("aggregation", {"mode": "dr-grpo"}),
+    ("aggregation", {"mode": "dr-grpo", "l_budget": 64, "normalize": False}),
     ("grpo", {"norm_by_std": False, "channel": "style"}),
 ]
 
@@ -61,8 +67,25 @@ def test_fast_equals_twin_variants(name, overrides, holes):
     torch.testing.assert_close(fast, slow, atol=2e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["grpo", "recency", "prefix_tree", "ktae", "hapo", "gae"])
+@pytest.mark.parametrize("name", ["grpo", "recency", "prefix_tree", "ktae", "entropy_mix", "gae", "gtpo"])
 def test_single_group_and_length_one(name):
     batch = random_batch(3, n_groups=1, group_size=5, max_len=1, singleton=False, flat_group=False)
     fast = registry.estimate(name, batch).advantages
+    torch.testing.assert_close(fast, reference_advantages(name, batch), atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["ktae", "gtpo", "high_entropy_mask", "entropy_masked_trace", "aggregation"])
+def test_empty_responses_match_twin(name):
+    """A group whose correct responses are all empty (KTAE's term frequency divides by their token count)."""
+    from backend.batch import batch_from_records
+
+    records = []
+    for i, (R, ids) in enumerate([(1.0, []), (1.0, []), (0.0, [1, 2, 2]), (0.0, [3]), (1.0, [1, 3, 4]),
+                                  (0.0, [2, 2])]):
+        records.append({"token_ids": ids, "group_id": i // 3, "rollout_id": i, "scores": {"task": R},
+                        "entropies": [0.1 + 0.3 * k for k in range(len(ids))],
+                        "logprobs": [-0.5 * (k + 1) for k in range(len(ids))]})
+    batch = batch_from_records(records)
+    fast = registry.estimate(name, batch).advantages
+    assert torch.isfinite(fast).all()
     torch.testing.assert_close(fast, reference_advantages(name, batch), atol=2e-5, rtol=1e-4)
