@@ -209,3 +209,12 @@ def test_uploads_still_import_with_narrow_roots(tmp_path, app_db, monkeypatch):
     assert not at.error, [e.value for e in at.error]
     assert "uploaded" in _runs(app_db)
     assert os.listdir(root) == []
+
+
+def test_the_script_itself_shows_nothing_without_the_access_cookie(app_db, monkeypatch):
+    """The gate's backstop when main.py is served without app/server.py: no cookie, no views."""
+    monkeypatch.setenv(access.TOKEN_ENV, "some-token")
+    at = open_app(app_db, query={"run": "demo", "rollout": "1"})
+    assert [t.value for t in at.title] == ["Credit Lens · access token required"]
+    assert not at.get("plotly_chart") and not at.sidebar.selectbox
+    assert "demo" not in shown_text(at)
