@@ -125,7 +125,7 @@ def new_token() -> str:
 
 def token_matches(candidate: str | None, token: str) -> bool:
     """Constant-time comparison of a presented token with the server's."""
-    if not candidate:
+    if not isinstance(candidate, str) or not candidate:
         return False
     return hmac.compare_digest(candidate.encode("utf-8", "surrogatepass"), token.encode("utf-8"))
 
@@ -141,6 +141,6 @@ def cookie_value(token: str) -> str:
 
 
 def cookie_matches(candidate: str | None, token: str) -> bool:
-    if not candidate:
+    if not isinstance(candidate, str) or not candidate:
         return False
     return hmac.compare_digest(candidate.encode("utf-8", "surrogatepass"), cookie_value(token).encode())
