@@ -15,7 +15,11 @@ info = data.run_info(sel.db, sel.run)
 view = views.compute_or_explain(compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, "grpo", ())
 L = len(view.tokens)
 
-st.caption("Click tokens in the heatmap to add them as positions (V̂(s_t) keeps y_<t and samples the rest).")
+settings = data.settings()
+if not settings.read_only:
+    st.caption(
+        "Click tokens in the heatmap to add them as positions (V̂(s_t) keeps y_<t and samples the rest)."
+    )
 # A click reruns the page with the clicked cell in the chart's state; the chosen positions are outlined.
 clicked = views.new_click("resample_heatmap", n_rows=1)
 if "resample_positions" not in st.session_state:
@@ -30,7 +34,7 @@ st.plotly_chart(
         {"final": view.final},
         view.tokens,
         token_info=view.token_info,
-        highlight=st.session_state["resample_positions"],
+        highlight=[] if settings.read_only else st.session_state["resample_positions"],
     ),
     key="resample_heatmap",
     on_select="rerun",
@@ -45,7 +49,6 @@ def suggest(kind: str) -> None:
     st.session_state["resample_positions"] = analysis.suggested_positions(kind, view.tokens, entropies, 5)
 
 
-settings = data.settings()
 job = st.session_state.get("resample_job")
 if settings.read_only:
     st.info("This server runs in read-only mode: resampling is switched off. Stored values are shown below.")
