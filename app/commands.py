@@ -97,7 +97,8 @@ def app_arguments(db: Path, read_only: bool, import_roots: list[Path] | None, ma
 def _urls(host: str, port: int, token: str | None) -> list[str]:
     hosts = [host] if host not in ("0.0.0.0", "::", "") else ["127.0.0.1", socket.getfqdn()]
     query = f"/?token={token}" if token else "/"
-    return [f"http://{'[' + h + ']' if ':' in h else h}:{port}{query}" for h in hosts]
+    scheme = "https" if os.environ.get("STREAMLIT_SERVER_SSL_CERT_FILE") else "http"  # Streamlit's own TLS
+    return [f"{scheme}://{'[' + h + ']' if ':' in h else h}:{port}{query}" for h in hosts]
 
 
 def cmd_app(args) -> int:
