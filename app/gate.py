@@ -67,7 +67,7 @@ class TokenGate:
         if scope["type"] not in ("http", "websocket") or not self.token:
             await self.app(scope, receive, send)
             return
-        if scope["type"] == "http" and scope["path"].endswith(OPEN_PATHS):
+        if scope["type"] == "http" and scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])

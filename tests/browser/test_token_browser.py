@@ -64,6 +64,7 @@ def test_without_a_token_every_path_gets_the_token_page(gated):
         "/static/js/index.js",
         "/media/x.png",
         "/component/x/index.html",
+        "/x/_stcore/health",
     ):
         status, headers, body = request(gated.port, path)
         assert status == 401, path
