@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 from app import access
 from backend.errors import InputError
@@ -96,7 +97,7 @@ def app_arguments(db: Path, read_only: bool, import_roots: list[Path] | None, ma
 
 def _urls(host: str, port: int, token: str | None) -> list[str]:
     hosts = [host] if host not in ("0.0.0.0", "::", "") else ["127.0.0.1", socket.getfqdn()]
-    query = f"/?token={token}" if token else "/"
+    query = f"/?token={quote(token, safe='')}" if token else "/"
     scheme = "https" if os.environ.get("STREAMLIT_SERVER_SSL_CERT_FILE") else "http"  # Streamlit's own TLS
     return [f"{scheme}://{'[' + h + ']' if ':' in h else h}:{port}{query}" for h in hosts]
 

@@ -218,3 +218,13 @@ def test_the_script_itself_shows_nothing_without_the_access_cookie(app_db, monke
     assert [t.value for t in at.title] == ["Credit Lens · access token required"]
     assert not at.get("plotly_chart") and not at.sidebar.selectbox
     assert "demo" not in shown_text(at)
+
+
+def test_printed_urls_carry_the_token_intact():
+    from urllib.parse import parse_qs, urlsplit
+
+    token = "a&b#c d/é"
+    urls = commands._urls("0.0.0.0", 8501, token)
+    assert urls[0].startswith("http://127.0.0.1:8501/?token=")
+    assert all(parse_qs(urlsplit(u).query)["token"] == [token] for u in urls)
+    assert commands._urls("192.168.1.20", 8502, None) == ["http://192.168.1.20:8502/"]
