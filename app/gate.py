@@ -11,6 +11,7 @@ script runs for it. `/_stcore/health` stays open: it says "ok" and nothing else.
 from __future__ import annotations
 
 import html
+import os
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qsl, urlencode
 
@@ -60,7 +61,7 @@ class TokenGate:
 
     def __init__(self, app, token: str | None = None, secure_cookie: bool = False):
         self.app = app
-        self.token = token if token is not None else access.settings("").token
+        self.token = token if token is not None else (os.environ.get(access.TOKEN_ENV) or None)
         self.secure_cookie = secure_cookie
 
     async def __call__(self, scope, receive, send) -> None:
