@@ -6,7 +6,6 @@ turns the gate on.
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import os
 import re
@@ -104,20 +103,22 @@ def test_the_right_token_sets_a_cookie_and_leaves_the_url(gated):
 
 
 def test_the_websocket_needs_the_cookie(gated):
-    import websockets
+    # The synchronous client: the browser tests' Playwright keeps an event loop on this thread.
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
 
-    async def handshake(headers: dict) -> str:
+    def handshake(headers: dict) -> str:
         url = f"ws://127.0.0.1:{gated.port}/_stcore/stream"
         try:
-            async with websockets.connect(url, additional_headers=headers, subprotocols=["streamlit"]):
+            with connect(url, additional_headers=headers, subprotocols=["streamlit"], open_timeout=30):
                 return "open"
-        except websockets.exceptions.InvalidStatus as exc:
+        except InvalidStatus as exc:
             return str(exc.response.status_code)
 
-    assert asyncio.run(handshake({})) == "403"
+    assert handshake({}) == "403"
     forged = {"Cookie": f"{access.cookie_name(gated.port)}={TOKEN}"}  # the token itself is not the cookie
-    assert asyncio.run(handshake(forged)) == "403"
-    assert asyncio.run(handshake(cookie_header(gated))) == "open"
+    assert handshake(forged) == "403"
+    assert handshake(cookie_header(gated)) == "open"
 
 
 def test_browser_token_page_then_app_then_cookie(browser, gated):
