@@ -1,27 +1,39 @@
-"""`creditlens app`: start the Streamlit server on 127.0.0.1 over a store (created if missing)."""
+"""`creditlens app`: start the Streamlit server over a store (created if missing).
+
+Bound to loopback (the default) it behaves as a local tool. Bound to any other address it requires an
+access token (generated at start and printed with a ready-to-open URL, or given by `--token` /
+`CREDITLENS_TOKEN`) unless `--no-token`; see `app/access.py` and `app/gate.py`.
+"""
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
+from app import access
+from backend.errors import InputError
 from backend.store import default_db_path
 from backend.store.commands import open_store
 
 MAIN = Path(__file__).resolve().parent / "main.py"
+SERVER = Path(__file__).resolve().parent / "server.py"  # main.py behind the token gate
 MAX_UPLOAD_MB = 200
 
 
-def streamlit_command(db: Path, port: int, host: str = "127.0.0.1") -> list[str]:
-    """The `streamlit run` command line the app is served with."""
+def streamlit_command(
+    db: Path, port: int, host: str = "127.0.0.1", app_args: list[str] | tuple[str, ...] = ()
+) -> list[str]:
+    """The `streamlit run` command line the app is served with (`app_args`: `--read-only`, ...)."""
     return [
         sys.executable,
         "-m",
         "streamlit",
         "run",
-        str(MAIN),
+        str(SERVER),
         "--server.address",
         host,
         "--server.port",
@@ -37,6 +49,7 @@ def streamlit_command(db: Path, port: int, host: str = "127.0.0.1") -> list[str]
         "--",
         "--db",
         str(db),
+        *app_args,
     ]
 
 
@@ -48,24 +61,134 @@ def prepare_store(db: Path) -> list[str]:
         return import_bundled(store, quiet=True)
 
 
+def access_token(host: str, token: str | None, no_token: bool) -> tuple[str | None, bool]:
+    """The token the server will require and whether it was generated here.
+
+    Loopback: the given token if any, else none. Any other address: the given one (`--token`, else
+    $CREDITLENS_TOKEN), else a new random one; `--no-token` means none.
+    """
+    given = token or os.environ.get(access.TOKEN_ENV) or None
+    if no_token:
+        if token:
+            raise InputError("--no-token and --token contradict each other; pass one of them")
+        return None, False
+    if given or access.is_loopback(host):
+        return given, False
+    return access.new_token(), True
+
+
+def app_arguments(db: Path, read_only: bool, import_roots: list[Path] | None, max_suffixes: int | None):
+    """The switches after `--` that carry the access settings to the Streamlit script."""
+    roots = []
+    for root in import_roots or access.default_roots(db):
+        resolved = Path(root).expanduser().resolve()
+        if not resolved.is_dir():
+            raise InputError(f"--import-root {root}: not a directory")
+        roots.append(resolved)
+    out = ["--read-only"] if read_only else []
+    for root in dict.fromkeys(roots):
+        out += ["--import-root", str(root)]
+    if max_suffixes is not None:
+        if max_suffixes < 1:
+            raise InputError(f"--max-suffixes: must be at least 1, got {max_suffixes}")
+        out += ["--max-suffixes", str(max_suffixes)]
+    return out
+
+
+def _urls(host: str, port: int, token: str | None) -> list[str]:
+    hosts = [host] if host not in ("0.0.0.0", "::", "") else ["127.0.0.1", socket.getfqdn()]
+    query = f"/?token={quote(token, safe='')}" if token else "/"
+    scheme = "https" if os.environ.get("STREAMLIT_SERVER_SSL_CERT_FILE") else "http"  # Streamlit's own TLS
+    return [f"{scheme}://{'[' + h + ']' if ':' in h else h}:{port}{query}" for h in hosts]
+
+
 def cmd_app(args) -> int:
     db = Path(args.db or default_db_path())
-    imported = prepare_store(db)
-    if imported:
-        print(f"imported bundled runs: {', '.join(imported)}", file=sys.stderr)
-    print(f"Credit Lens on http://{args.host}:{args.port} (store {db})", file=sys.stderr)
+    token, generated = access_token(args.host, args.token, args.no_token)
+    app_args = app_arguments(db, args.read_only, args.import_root, args.max_suffixes)
+    if args.read_only:
+        if not db.exists():
+            raise InputError(f"{db}: no such store (read-only mode creates nothing; run creditlens init)")
+    else:
+        imported = prepare_store(db)
+        if imported:
+            print(f"imported bundled runs: {', '.join(imported)}", file=sys.stderr)
     env = dict(os.environ, CREDITLENS_DB=str(db))
+    env.pop(access.TOKEN_ENV, None)
+    if token:
+        env[access.TOKEN_ENV] = token  # the environment, not argv: `ps` shows argv to every user
+    if not access.is_loopback(args.host):
+        print(
+            f"Credit Lens is reachable from the network: bound to {args.host}:{args.port}.", file=sys.stderr
+        )
+        if token is None:
+            print(
+                "WARNING: --no-token: anyone who can reach this port can browse every run"
+                + (
+                    ""
+                    if args.read_only
+                    else ", import files from the import roots, delete runs and start jobs"
+                )
+                + ". Prefer an SSH tunnel (see the README).",
+                file=sys.stderr,
+            )
+        else:
+            print(
+                "It asks for an access token" + (" (generated for this start)" if generated else "") + ".",
+                file=sys.stderr,
+            )
+    roots = [app_args[i + 1] for i, a in enumerate(app_args) if a == "--import-root"]
+    print(
+        f"store {db}; path imports from: {', '.join(roots)}" + ("; read-only" if args.read_only else ""),
+        file=sys.stderr,
+    )
+    for url in _urls(args.host, args.port, token):
+        print(f"Credit Lens on {url}", file=sys.stderr)
     try:
-        return subprocess.call(streamlit_command(db, args.port, args.host), env=env)
+        return subprocess.call(streamlit_command(db, args.port, args.host, app_args), env=env)
     except KeyboardInterrupt:
         return 0
 
 
 def add_commands(sub) -> None:
-    p = sub.add_parser("app", help="start the Streamlit app on 127.0.0.1")
+    p = sub.add_parser("app", help="start the Streamlit app (127.0.0.1 unless --host)")
     p.add_argument("--db", type=Path, default=None, help=f"store file (default {default_db_path()})")
     p.add_argument("--port", type=int, default=8501)
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, local only)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1, local only; any other address requires a token)",
+    )
+    p.add_argument(
+        "--token",
+        default=None,
+        help=f"the access token (default: ${access.TOKEN_ENV}, else a new one when bound beyond loopback); "
+        f"prefer ${access.TOKEN_ENV}, since other users can read command lines",
+    )
+    p.add_argument(
+        "--no-token", action="store_true", help="no token even when bound beyond loopback (unsafe)"
+    )
+    p.add_argument(
+        "--read-only",
+        action="store_true",
+        help="browse, estimate and explain only: import, delete, score, resample and teacher are refused",
+    )
+    p.add_argument(
+        "--import-root",
+        type=Path,
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="a folder path imports may read from (repeatable; default: the store's folder and the cwd)",
+    )
+    p.add_argument(
+        "--max-suffixes",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"most suffixes (positions x samples) one resampling request may ask for "
+        f"(default {access.DEFAULT_MAX_SUFFIXES})",
+    )
     p.set_defaults(func=cmd_app)
 
 
@@ -78,22 +201,36 @@ def free_port() -> int:
 
 
 class Server:
-    """A real `streamlit run` server on 127.0.0.1 for browser tests and the bench (context manager)."""
+    """A real `streamlit run` server for browser tests and the bench (context manager), bound to `host`
+    (127.0.0.1 by default) and always reached on 127.0.0.1."""
 
-    def __init__(self, db: Path, port: int | None = None, log: Path | None = None):
+    def __init__(
+        self,
+        db: Path,
+        port: int | None = None,
+        log: Path | None = None,
+        host: str = "127.0.0.1",
+        token: str | None = None,
+        app_args: list[str] | tuple[str, ...] = (),
+    ):
         self.db, self.port, self.log = Path(db), port or free_port(), log
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.host, self.token, self.app_args = host, token, list(app_args)
+        self.url = f"http://127.0.0.1:{self.port}"  # reached on loopback whatever the bind address
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> Server:
         import time
         import urllib.request
 
-        prepare_store(self.db)
+        if "--read-only" not in self.app_args:
+            prepare_store(self.db)
         out = open(self.log, "w") if self.log else subprocess.DEVNULL  # noqa: SIM115 - closed in __exit__
         env = dict(os.environ, CREDITLENS_DB=str(self.db), PYTHONUNBUFFERED="1")
+        env.pop(access.TOKEN_ENV, None)
+        if self.token:
+            env[access.TOKEN_ENV] = self.token
         self.proc = subprocess.Popen(
-            streamlit_command(self.db, self.port),
+            streamlit_command(self.db, self.port, self.host, self.app_args),
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,

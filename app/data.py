@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from app import access
 from backend.store import StoreHandle, default_db_path
 
 
@@ -38,7 +39,7 @@ def store_handle(path: str) -> StoreHandle:
     handle = StoreHandle(path)
     with handle.read() as store:
         empty = not store.list_runs()
-    if empty:
+    if empty and not settings().read_only:
         with handle.write() as store:
             import_bundled(store, quiet=True)
     return handle
@@ -50,6 +51,11 @@ def db_path() -> str:
 
 def handle() -> StoreHandle:
     return store_handle(db_path())
+
+
+def settings() -> access.Settings:
+    """This server's access settings (token, read-only mode, import roots, job limits)."""
+    return access.settings(db_path())
 
 
 @st.cache_data(show_spinner=False)

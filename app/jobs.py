@@ -2,6 +2,10 @@
 
 The model runs in a worker thread so the page can draw a progress bar and a Cancel button while it
 works; Streamlit calls stay on the script thread. The worker saves what it finished to the store.
+
+Jobs started from the app go through `start`: read-only mode refuses them, and one store runs at most
+one model job (resample, teacher, score) at a time in this server process; another session asking
+meanwhile is refused with a message. Sessions share the process, so the slot is a module-level table.
 """
 
 from __future__ import annotations
@@ -10,7 +14,12 @@ import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from app import access
+
+MODEL_JOBS = ("resample", "teacher", "score")
 
 
 @dataclass
@@ -69,3 +78,58 @@ def resample_job(
         return result
 
     return Job(work)
+
+
+_running: dict[str, tuple[str, Job]] = {}
+_running_lock = threading.Lock()
+
+
+def running_job(db: str) -> tuple[str, Job] | None:
+    """(kind, job) of the model job running on store `db` in this process, if any."""
+    with _running_lock:
+        held = _running.get(str(Path(db).resolve()))
+    return held if held is not None and held[1].running else None
+
+
+def start(current: access.Settings, db: str, kind: str, job: Job) -> Job:
+    """Start `job` (a `MODEL_JOBS` kind) unless read-only mode or another running job on `db` refuses it."""
+    if kind not in MODEL_JOBS:
+        raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(MODEL_JOBS)}")
+    access.require_writable(current, kind)
+    key = str(Path(db).resolve())
+    with _running_lock:
+        _refuse_if_busy(_running.get(key))
+        _running[key] = (kind, job)
+        job.start()
+    return job
+
+
+def _refuse_if_busy(held: tuple[str, Job] | None) -> None:
+    if held is not None and held[1].running:
+        other, busy = held
+        raise access.Refused(
+            f"a {other} job is already running on this store ({busy.done}/{busy.total or '?'} done); "
+            "one model job runs at a time: wait for it to finish or cancel it where it was started"
+        )
+
+
+def start_resample(
+    current: access.Settings,
+    db: str,
+    handle,
+    run: str,
+    rollout_id: int,
+    load_engine: Callable[[], Any],
+    record: dict,
+    verifier: str | None,
+    positions,
+    samples: int,
+) -> Job:
+    """Check the request (read-only mode, the size cap, the store's job slot), then load the engine and
+    start a `resample_job`. The engine loads only for a request that would be allowed."""
+    positions = list(positions)
+    access.require_writable(current, "resample")
+    access.check_job_size(current, len(positions), int(samples))
+    _refuse_if_busy(running_job(db))  # checked again, atomically, in `start`; this spares loading the engine
+    job = resample_job(handle, run, rollout_id, load_engine(), record, verifier, positions, samples)
+    return start(current, db, "resample", job)

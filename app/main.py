@@ -16,7 +16,7 @@ if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts app/ on the pa
 
 import streamlit as st  # noqa: E402
 
-from app import data, state  # noqa: E402
+from app import access, data, state  # noqa: E402
 
 PAGES = ROOT / "pages"
 VIEWS = (
@@ -30,6 +30,17 @@ VIEWS = (
 )
 
 st.set_page_config(page_title="Credit Lens", page_icon=":material/grid_on:", layout="wide")
+settings = data.settings()
+# The token gate (app/gate.py) already refuses the WebSocket without the access cookie; this check keeps
+# the data closed when the script is served some other way (e.g. `streamlit run app/main.py`).
+if settings.token and not access.cookie_matches(
+    st.context.cookies.get(access.cookie_name(st.get_option("server.port"))), settings.token
+):
+    st.title("Credit Lens · access token required")
+    st.write("Open the address that `creditlens app` printed when it started (it carries the token).")
+    st.stop()
+if settings.read_only:
+    st.sidebar.caption(":material/lock: Read-only server: browsing, estimators and explanations only.")
 navigation = st.navigation(
     [
         st.Page(

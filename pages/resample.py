@@ -5,7 +5,7 @@ import time
 
 import streamlit as st
 
-from app import compute, data, figures, jobs, state, views
+from app import access, compute, data, figures, jobs, state, views
 from backend import analysis
 
 sel = views.rollout_selection()
@@ -15,7 +15,11 @@ info = data.run_info(sel.db, sel.run)
 view = views.compute_or_explain(compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, "grpo", ())
 L = len(view.tokens)
 
-st.caption("Click tokens in the heatmap to add them as positions (V̂(s_t) keeps y_<t and samples the rest).")
+settings = data.settings()
+if not settings.read_only:
+    st.caption(
+        "Click tokens in the heatmap to add them as positions (V̂(s_t) keeps y_<t and samples the rest)."
+    )
 # A click reruns the page with the clicked cell in the chart's state; the chosen positions are outlined.
 clicked = views.new_click("resample_heatmap", n_rows=1)
 if "resample_positions" not in st.session_state:
@@ -30,7 +34,7 @@ st.plotly_chart(
         {"final": view.final},
         view.tokens,
         token_info=view.token_info,
-        highlight=st.session_state["resample_positions"],
+        highlight=[] if settings.read_only else st.session_state["resample_positions"],
     ),
     key="resample_heatmap",
     on_select="rerun",
@@ -45,50 +49,73 @@ def suggest(kind: str) -> None:
     st.session_state["resample_positions"] = analysis.suggested_positions(kind, view.tokens, entropies, 5)
 
 
-left, mid, right = st.columns([3, 1, 1])
-with left:
-    positions = st.multiselect(
-        "Positions", list(range(L)), key="resample_positions", format_func=lambda p: f"{p} {view.tokens[p]!r}"
-    )
-    b1, b2 = st.columns(2)
-    b1.button("Suggest: high entropy", on_click=suggest, args=("entropy",), key="resample_suggest_entropy")
-    b2.button("Suggest: step ends", on_click=suggest, args=("steps",), key="resample_suggest_steps")
-with mid:
-    samples = state.url_widget(
-        st.number_input,
-        "M samples per position",
-        key="resample_m",
-        url="m",
-        default=8,
-        cast=int,
-        min_value=1,
-        max_value=256,
-        step=1,
-    )
-with right:
-    engine_name = state.url_widget(
-        st.selectbox,
-        "Engine",
-        key="resample_engine",
-        url="engine",
-        default="auto",
-        options=["auto", "transformers", "vllm"],
-    )
-state.publish("positions", ",".join(map(str, positions)))
-
-model_dir = info.get("model_dir")
-if not model_dir:
-    st.info("This run has no model recorded, so it cannot be resampled. Import it with `--model DIR`.")
-
 job = st.session_state.get("resample_job")
-if job is not None and job.running:
-    if st.button("Cancel", key="resample_cancel", type="secondary"):
-        job.cancel.set()
-elif st.button("Run resampling", key="resample_run", type="primary", disabled=not (model_dir and positions)):
-    engine = views.compute_or_explain(compute.engine, model_dir, engine_name)
-    handle, verifier = data.handle_for(sel.db), info.get("verifier")
-    job = jobs.resample_job(handle, sel.run, sel.rollout, engine, record, verifier, positions, samples)
-    st.session_state["resample_job"] = job.start()
+if settings.read_only:
+    st.info("This server runs in read-only mode: resampling is switched off. Stored values are shown below.")
+else:
+    left, mid, right = st.columns([3, 1, 1])
+    with left:
+        positions = st.multiselect(
+            "Positions",
+            list(range(L)),
+            key="resample_positions",
+            format_func=lambda p: f"{p} {view.tokens[p]!r}",
+        )
+        b1, b2 = st.columns(2)
+        b1.button(
+            "Suggest: high entropy", on_click=suggest, args=("entropy",), key="resample_suggest_entropy"
+        )
+        b2.button("Suggest: step ends", on_click=suggest, args=("steps",), key="resample_suggest_steps")
+    with mid:
+        samples = state.url_widget(
+            st.number_input,
+            "M samples per position",
+            key="resample_m",
+            url="m",
+            default=8,
+            cast=int,
+            min_value=1,
+            max_value=256,
+            step=1,
+        )
+    with right:
+        engine_name = state.url_widget(
+            st.selectbox,
+            "Engine",
+            key="resample_engine",
+            url="engine",
+            default="auto",
+            options=["auto", "transformers", "vllm"],
+        )
+    state.publish("positions", ",".join(map(str, positions)))
+    st.caption(f"At most {settings.max_suffixes} suffixes (positions × M) per request on this server.")
+
+    model_dir = info.get("model_dir")
+    if not model_dir:
+        st.info("This run has no model recorded, so it cannot be resampled. Import it with `--model DIR`.")
+
+    if job is not None and job.running:
+        if st.button("Cancel", key="resample_cancel", type="secondary"):
+            job.cancel.set()
+    elif st.button(
+        "Run resampling", key="resample_run", type="primary", disabled=not (model_dir and positions)
+    ):
+        try:
+            job = jobs.start_resample(
+                settings,
+                sel.db,
+                data.handle_for(sel.db),
+                sel.run,
+                sel.rollout,
+                lambda: views.compute_or_explain(compute.engine, model_dir, engine_name),
+                record,
+                info.get("verifier"),
+                positions,
+                samples,
+            )
+            st.session_state["resample_job"] = job
+        except access.Refused as exc:
+            st.error(f"Resampling refused: {exc}")
 
 if job is not None and (job.running or st.session_state.get("_resample_shown") is not job):
     bar = st.progress(job.fraction, text="resampling…")

@@ -1,14 +1,10 @@
-"""Runs: the runs in the store with their summaries; import (upload or path) and delete."""
-
-import tempfile
-from pathlib import Path
+"""Runs: the runs in the store with their summaries; import (upload or path) and delete (unless read-only)."""
 
 import pandas as pd
 import streamlit as st
 
-from app import data, state, views
+from app import access, actions, data, state, views
 from backend.errors import InputError, StoreError
-from backend.uploads import safe_upload_path
 
 sel = state.selection()
 st.title("Runs")
@@ -32,6 +28,11 @@ if sel.run is not None:
     if len(means):
         st.dataframe(means.pivot(index="step", columns="channel", values="mean"), width="stretch")
 
+settings = data.settings()
+if settings.read_only:
+    st.info("This server runs in read-only mode: importing and deleting runs are switched off.")
+    st.stop()
+
 st.subheader("Import a run")
 name = st.text_input("Run name", key="runs_import_name", placeholder="my-run")
 fmt = st.selectbox("Format", ["detect", "native", "verl", "trl"], key="runs_import_format")
@@ -42,42 +43,40 @@ if source == "upload":
         "Rollout file (JSONL or Parquet)", type=["jsonl", "json", "parquet"], key="runs_import_upload"
     )
 else:
-    path = st.text_input("File or folder", key="runs_import_path", placeholder="/path/to/rollouts.jsonl")
-
-
-def run_import(target: Path) -> None:
-    from backend.ingest import import_path
-
-    bar = st.progress(0.0, text="importing…")
-
-    def progress(fraction: float) -> None:
-        bar.progress(min(max(float(fraction), 0.0), 1.0), text=f"importing… {fraction:.0%}")
-
-    with data.handle().write() as store:
-        report = import_path(store, target, name, fmt=None if fmt == "detect" else fmt, on_progress=progress)
-    bar.progress(1.0, text="done")
-    data.invalidate()
-    st.session_state["runs_flash"] = report.message()
-    st.rerun()
-
+    roots = ", ".join(str(r) for r in settings.import_roots)
+    path = st.text_input(
+        "File or folder",
+        key="runs_import_path",
+        placeholder="/path/to/rollouts.jsonl",
+        help=f"Inside one of the folders this server imports from: {roots}",
+    )
+    st.caption(f"Path imports read only inside: {views.plain(roots)}")
 
 if st.button("Import", key="runs_import_button", type="primary"):
     try:
         if not name.strip():
             raise InputError("give the run a name")
+        if source == "upload" and upload is None:
+            raise InputError("choose a file to upload")
+        if source != "upload" and not (path or "").strip():
+            raise InputError("give a file or folder path")
+        bar = st.progress(0.0, text="importing…")
+
+        def progress(fraction: float) -> None:
+            bar.progress(min(max(float(fraction), 0.0), 1.0), text=f"importing… {fraction:.0%}")
+
+        kind = None if fmt == "detect" else fmt
         if source == "upload":
-            if upload is None:
-                raise InputError("choose a file to upload")
-            # keep the uploaded file's own name, made safe, so import errors name the file the user knows
-            with tempfile.TemporaryDirectory() as tmp:
-                target = safe_upload_path(tmp, upload.name)
-                target.write_bytes(upload.getvalue())
-                run_import(target)
+            report = actions.import_upload(
+                settings, data.handle(), upload.name, upload.getvalue(), name, kind, progress
+            )
         else:
-            if not (path or "").strip():
-                raise InputError("give a file or folder path")
-            run_import(Path(path).expanduser())
-    except (InputError, StoreError) as exc:
+            report = actions.import_from_path(settings, data.handle(), path.strip(), name, kind, progress)
+        bar.progress(1.0, text="done")
+        data.invalidate()
+        st.session_state["runs_flash"] = report.message()
+        st.rerun()
+    except (InputError, StoreError, access.Refused) as exc:
         st.error(f"Import failed, nothing was written: {exc}")
 
 st.subheader("Delete a run")
@@ -85,8 +84,11 @@ if runs:
     victim = st.selectbox("Run", [r["name"] for r in runs], key="runs_delete_name")
     confirm = st.checkbox(f"Yes, delete {victim!r} and everything stored for it", key="runs_delete_confirm")
     if st.button("Delete", key="runs_delete_button", disabled=not confirm):
-        with data.handle().write() as store:
-            store.delete_run(victim)
-        data.invalidate()
-        st.session_state["runs_flash"] = f"Deleted run {victim!r}."
-        st.rerun()
+        try:
+            actions.delete_run(settings, data.handle(), victim)
+        except (StoreError, access.Refused) as exc:
+            st.error(f"Delete failed: {exc}")
+        else:
+            data.invalidate()
+            st.session_state["runs_flash"] = f"Deleted run {victim!r}."
+            st.rerun()

@@ -73,12 +73,21 @@ def check_text(value: str, where: str, name: str) -> str:
     return value
 
 
+def _kind(value: Any) -> str:
+    """A bad value described without quoting its text: the app shows import errors to whoever can reach
+    it, and the file may hold what they must not read. Numbers are shown; they say what is out of range."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value!r:.40}"
+    names = {type(None): "null", bool: "a boolean", str: "a string", list: "a list", dict: "an object"}
+    return names.get(type(value), type(value).__name__)
+
+
 def _float_list(value: Any, where: str, name: str) -> list[float]:
     if not isinstance(value, list):
         raise InputError(f"{where}: field {name!r} must be a list of numbers, got {type(value).__name__}")
     for k, x in enumerate(value):
         if not _is_number(x):
-            raise InputError(f"{where}: field {name!r}[{k}] must be a number, got {x!r:.40}")
+            raise InputError(f"{where}: field {name!r}[{k}] must be a number, got {_kind(x)}")
         if not _is_finite(x, FLOAT32_MAX):
             raise InputError(
                 f"{where}: field {name!r}[{k}] is {x!r:.40} (must be finite and within float32 range)"
@@ -91,7 +100,7 @@ def _int_list(value: Any, where: str, name: str) -> list[int]:
         raise InputError(f"{where}: field {name!r} must be a list of integers, got {type(value).__name__}")
     for k, x in enumerate(value):
         if not _is_int(x):
-            raise InputError(f"{where}: field {name!r}[{k}] must be an integer, got {x!r:.40}")
+            raise InputError(f"{where}: field {name!r}[{k}] must be an integer, got {_kind(x)}")
         if not -(2**31) <= x < 2**31:
             raise InputError(f"{where}: field {name!r}[{k}] = {x} does not fit a 32-bit token id")
     return value
@@ -125,19 +134,19 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer) -> dict:
     for channel, score in rewards.items():
         check_text(str(channel), where, "rewards")
         if not _is_number(score):
-            raise InputError(f"{where}: field 'rewards.{channel}' must be a number, got {score!r:.40}")
+            raise InputError(f"{where}: field 'rewards.{channel}' must be a number, got {_kind(score)}")
         if not _is_finite(score, FLOAT32_MAX):  # estimators read scores as float32
             raise InputError(
                 f"{where}: field 'rewards.{channel}' is {score!r:.40} (must be finite, within float32)"
             )
     group = rec.get("group")
     if group is not None and not (isinstance(group, str) or _is_int(group)):
-        raise InputError(f"{where}: field 'group' must be a string or an integer, got {group!r:.40}")
+        raise InputError(f"{where}: field 'group' must be a string or an integer, got {_kind(group)}")
     if isinstance(group, str):
         check_text(group, where, "group")
     step = rec.get("step", 0)
     if not _is_int(step) or not 0 <= step < 2**31:
-        raise InputError(f"{where}: field 'step' must be a non-negative integer, got {step!r:.40}")
+        raise InputError(f"{where}: field 'step' must be a non-negative integer, got {_kind(step)}")
     meta = rec.get("meta", {})
     if meta is None:
         meta = {}
@@ -202,7 +211,7 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer) -> dict:
         out[name] = checked
     adv = rec.get("logged_advantage")
     if adv is not None and (not _is_number(adv) or not _is_finite(adv)):
-        raise InputError(f"{where}: field 'logged_advantage' must be a finite number, got {adv!r:.40}")
+        raise InputError(f"{where}: field 'logged_advantage' must be a finite number, got {_kind(adv)}")
     out["logged_advantage"] = adv
     if out["ground_truth"] is not None and not isinstance(out["ground_truth"], str):
         out["ground_truth"] = json.dumps(out["ground_truth"])

@@ -1,0 +1,76 @@
+"""What the app changes in the store: import (upload or path) and delete, each checking access first.
+
+The Runs page hides these in read-only mode; the checks here are what refuses them (`access.Refused`)
+whatever a client sends. Path imports read only inside the server's import roots, resolved after
+symlinks (also the links inside an imported folder); uploads are saved to a fresh temporary folder.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from app import access
+from backend import ingest
+from backend.store import StoreHandle
+from backend.uploads import safe_upload_path
+
+
+def _links_leaving_roots(current: access.Settings, folder: Path) -> None:
+    """Refuse a folder holding a symlink that resolves outside the import roots."""
+    if not folder.is_dir():
+        return
+    for entry in folder.rglob("*"):
+        if entry.is_symlink():
+            try:
+                access.import_path_allowed(current, entry)
+            except access.Refused:
+                raise access.Refused(
+                    f"{folder}: holds a link that leads outside the folders this server imports from; "
+                    "import the files it links to from inside an import root, or upload them"
+                ) from None
+
+
+def _import(handle: StoreHandle, target: Path, name: str, fmt: str | None, on_progress):
+    with handle.write() as store:
+        return ingest.import_path(store, target, name, fmt=fmt, on_progress=on_progress)
+
+
+def import_from_path(
+    current: access.Settings,
+    handle: StoreHandle,
+    path: str,
+    name: str,
+    fmt: str | None = None,
+    on_progress: Callable[[float], None] | None = None,
+):
+    """Import a file or folder on the server into run `name`; returns the importer's report."""
+    access.require_writable(current, "import")
+    target = access.import_path_allowed(current, path)
+    _links_leaving_roots(current, target)
+    return _import(handle, target, name, fmt, on_progress)
+
+
+def import_upload(
+    current: access.Settings,
+    handle: StoreHandle,
+    filename: str,
+    content: bytes,
+    name: str,
+    fmt: str | None = None,
+    on_progress: Callable[[float], None] | None = None,
+):
+    """Import uploaded bytes, saved under the browser's file name made safe (so errors name the file the
+    user knows) inside a temporary folder that is removed afterwards."""
+    access.require_writable(current, "import")
+    with tempfile.TemporaryDirectory() as tmp:
+        target = safe_upload_path(tmp, filename)
+        target.write_bytes(content)
+        return _import(handle, target, name, fmt, on_progress)
+
+
+def delete_run(current: access.Settings, handle: StoreHandle, name: str) -> None:
+    access.require_writable(current, "delete")
+    with handle.write() as store:
+        store.delete_run(name)
