@@ -46,7 +46,7 @@ def group_credit(
     db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple = ()
 ) -> analysis.ChannelCredit:
     _, credit = explain.group_channel_credit(data.store_handle(db), run, group, estimator, config,
-                                             dict(betas) or None)
+                                             dict(betas) or None, save=not data.settings().read_only)
     return credit
 
 
@@ -60,7 +60,8 @@ def terms(db: str, run: str, rollout_id: int, estimator: str, config: tuple, cha
 def _scoped(db: str, run: str, name: str, config: tuple, rollout_ids: list[int], T: int):
     """(B, T) advantages of `rollout_ids` under one estimator, at its scope through the store's cache."""
     built = registry.make_config(name, **dict(config))
-    scoped = estimates.estimate_rollouts(data.store_handle(db), run, name, built, rollout_ids)
+    scoped = estimates.estimate_rollouts(data.store_handle(db), run, name, built, rollout_ids,
+                                         save=not data.settings().read_only)
     return scoped.padded(rollout_ids, T)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from app import access
 from app.views import plain
 from backend.estimators import registry
 
@@ -144,6 +145,7 @@ def token_class_editor(sel) -> None:
     from app import data
     from backend import token_classes
 
+    read_only = data.settings().read_only
     with st.expander("Token classes of this run", expanded=False):
         st.caption("kind: regex (searched in each token's text), phrases (one per line, or separated by |, "
                    "matched in the response text, any tokenizer), marker (key, style span). The first "
@@ -153,6 +155,9 @@ def token_class_editor(sel) -> None:
             current, num_rows="dynamic", key="token_class_table", width="stretch",
             column_config={"kind": st.column_config.SelectboxColumn(options=["regex", "phrases", "marker"])},
         )
+        if read_only:
+            st.info("Saving classes is switched off: this server runs in read-only mode.")
+            return
         save, reset = st.columns(2)
         if save.button("Save for this run", key="token_class_save"):
             rows = [
@@ -161,15 +166,17 @@ def token_class_editor(sel) -> None:
                 for row in edited.dropna(how="all").to_dict("records")
             ]
             try:
+                access.require_writable(data.settings(), "token classes")
                 classes = token_classes.from_json(rows)
                 with data.handle().write() as store:
                     token_classes.save(store, sel.run, classes)
-            except (ValueError, KeyError) as exc:
+            except (ValueError, KeyError, access.Refused) as exc:
                 st.error(plain(str(exc)))
             else:
                 data.invalidate()
                 st.rerun()
         if reset.button("Restore the defaults", key="token_class_reset"):
+            access.require_writable(data.settings(), "token classes")
             with data.handle().write() as store:
                 token_classes.save(store, sel.run, None)
             data.invalidate()

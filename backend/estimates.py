@@ -24,10 +24,9 @@ import numpy as np
 import torch
 
 from backend.batch import RolloutBatch
-from backend.errors import InputError
+from backend.errors import InputError, StoreError
 from backend.estimators import registry
 from backend.store import StoreHandle
-from backend.store.handle import StoreBusy
 
 Progress = Callable[[int, int, str], None]
 """progress(done, total, what): called before each chunk and once at the end."""
@@ -81,13 +80,15 @@ def estimate_rollouts(
     rollout_ids: list[int] | None = None,
     *,
     use_cache: bool = True,
+    save: bool = True,
     progress: Progress | None = None,
 ) -> ScopedEstimate:
     """Advantages of `rollout_ids` (default: every rollout of `run`) under estimator `name` with `config`
     (a built config, default: the estimator's defaults), each computed on the batch of its scope.
 
     Reads the store's cache first; what it computes at step or run scope (or for the whole run) it saves
-    for the next caller. A store that another process is writing just skips the save."""
+    for the next caller (unless `save` is false: a read-only server). A store that another process is
+    writing, or that this process may not write, just skips the save."""
     spec = registry.get(name)
     name = spec.name  # a deprecated alias reads and writes the cache under the current name
     config = registry.make_config(name) if config is None else config
@@ -129,7 +130,7 @@ def estimate_rollouts(
                 notes.append(note)
     if progress is not None:
         progress(len(chunks), len(chunks), "done")
-    if scope != "group" or whole_run:
+    if save and (scope != "group" or whole_run):
         _save(handle, run, name, key, config, channel, advantages)
     return ScopedEstimate(name, config, scope, channel, {r: advantages[r] for r in wanted_ids}, "computed",
                           notes)
@@ -148,5 +149,5 @@ def _save(handle: StoreHandle, run: str, name: str, key: str, config: Any, chann
     try:
         with handle.write() as store:
             store.save_estimate(run, name, key, dataclasses.asdict(config), channel, advantages)
-    except StoreBusy:
-        pass  # another process is writing; the next caller computes again
+    except StoreError:  # StoreBusy included
+        pass  # another process is writing, or the file is not ours to write: the next caller computes again

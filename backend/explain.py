@@ -69,7 +69,7 @@ def tokens_of(batch: RolloutBatch, row: int) -> list[str]:
 
 def group_channel_credit(
     handle: StoreHandle, run: str, group_id: int, estimator: str, config: tuple = (),
-    betas: dict[str, float] | None = None, progress: estimates.Progress | None = None,
+    betas: dict[str, float] | None = None, progress: estimates.Progress | None = None, save: bool = True,
 ) -> tuple[RolloutBatch, analysis.ChannelCredit]:
     """The split-channel credit of one group, every estimator channel computed at its declared scope
     (through the store's cache), so the numbers equal `creditlens estimate` on the whole run."""
@@ -82,7 +82,8 @@ def group_channel_credit(
     for name, spec in analysis.channel_specs(batch, estimator, config, betas).items():
         if spec.projection == "estimator":
             cfg = channels.estimator_config(spec)
-            scoped = estimates.estimate_rollouts(handle, run, spec.estimator, cfg, ids, progress=progress)
+            scoped = estimates.estimate_rollouts(handle, run, spec.estimator, cfg, ids, progress=progress,
+                                                 save=save)
             projected[name] = scoped.padded(ids, batch.T)
     return batch, analysis.channel_credit(batch, estimator, config, betas, projected)
 
