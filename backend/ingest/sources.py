@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from backend.errors import InputError
 
 Progress = Callable[[int], None]  # called with bytes (or rows) consumed since the last call
-FORMATS = ("native", "verl", "trl")
+FORMATS = ("native", "verl", "trl", "nemo-rl", "prime-rl", "rl-logging-board")  # readers: token_dumps
 
 
 def iter_jsonl(path: Path, progress: Progress | None = None) -> Iterator[tuple[str, object]]:
