@@ -37,7 +37,7 @@ Where each field goes (all per-token lists cover the response tokens only):
   the mask is stored per token as extras `loss_mask` (1 trained, 0 not; NeMo-RL's is
   `token_loss_mask * sample_loss_mask`, what its loss uses).
 - the trainer's per-token advantage: extras `logged_advantage`; the rollout's `logged_advantage` is
-  set too when the advantage is one number over the trained tokens (GRPO).
+  set too when the advantage is one number over the generated tokens (GRPO).
 - trainer logprobs (NeMo-RL `prev_logprobs`, prime-rl `trainer_logprobs`, the board's `logprobs`)
   -> `logprobs`; the inference engine's (NeMo-RL `generation_logprobs`, prime-rl
   `inference_logprobs`) -> extras of those names; prime-rl `entropy` -> `entropies`; the board's
@@ -208,7 +208,7 @@ def _labels_and_text(ids: list[int], tokenizer: Tokenizer) -> tuple[list[str], s
     return labels, tokenizer.hf.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
-def _prompt_group(step: int, prompt_ids: list[int]) -> str:
+def _prompt_group(prompt_ids: list[int]) -> str:
     digest = hashlib.blake2b(",".join(map(str, prompt_ids)).encode(), digest_size=8).hexdigest()
     return f"prompt ids {digest}"
 
@@ -270,7 +270,7 @@ def nemo_rl_records(files: list[Path], progress: Progress | None, tokenizer: Tok
                 raise InputError(f"{where}: field 'token_ids' must hold integers")
             loss_mask = [m * float(sample_mask) for m in token_mask[start:]]
             extras = {"loss_mask": loss_mask}
-            rec: dict = {"step": step, "group": _prompt_group(step, prompt_ids), "prompt_ids": prompt_ids,
+            rec: dict = {"step": step, "group": _prompt_group(prompt_ids), "prompt_ids": prompt_ids,
                          "token_ids": response_ids, "rewards": {"task": _unbatch(obj, "rewards", where)}}
             if "prev_logprobs" in rows:
                 rec["logprobs"] = _numbers(rows["prev_logprobs"], "prev_logprobs", where)[start:]
@@ -280,7 +280,7 @@ def nemo_rl_records(files: list[Path], progress: Progress | None, tokenizer: Tok
             if "advantages" in rows:
                 advantages = _numbers(rows["advantages"], "advantages", where)[start:]
                 extras["logged_advantage"] = advantages
-                rec["logged_advantage"] = _one_advantage(advantages, loss_mask)
+                rec["logged_advantage"] = _one_advantage(advantages, token_mask[start:])
             rec["extras"] = extras
             labels, response = _labels_and_text(response_ids, tokenizer)
             rec["tokens"] = labels
@@ -321,7 +321,7 @@ def prime_rl_records(files: list[Path], progress: Progress | None, tokenizer: To
             trained = [a for a, m in zip(advantages, loss_mask, strict=True) if m]
             step = obj["step"]
             rec: dict = {"step": step, "prompt_ids": prompt_ids, "token_ids": response_ids,
-                         "group": _prompt_group(step, prompt_ids) if isinstance(step, int) else None,
+                         "group": _prompt_group(prompt_ids),
                          "rewards": {"advantage": math.fsum(trained) / len(trained)},
                          "logged_advantage": _one_advantage(advantages, loss_mask)}
             extras = {"loss_mask": loss_mask, "logged_advantage": advantages}
