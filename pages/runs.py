@@ -8,6 +8,7 @@ import streamlit as st
 
 from app import data, state, views
 from backend.errors import InputError, StoreError
+from backend.ingest.sources import FORMATS
 from backend.uploads import safe_upload_path
 
 sel = state.selection()
@@ -34,7 +35,7 @@ if sel.run is not None:
 
 st.subheader("Import a run")
 name = st.text_input("Run name", key="runs_import_name", placeholder="my-run")
-fmt = st.selectbox("Format", ["detect", "native", "verl", "trl"], key="runs_import_format")
+fmt = st.selectbox("Format", ["detect", *FORMATS], key="runs_import_format")
 source = st.radio("From", ["upload", "path on this machine"], key="runs_import_source", horizontal=True)
 upload = path = None
 if source == "upload":
