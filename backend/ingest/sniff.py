@@ -56,11 +56,10 @@ def file_kind(path: Path) -> str:
             return kind
         except (ValueError, RecursionError):
             pass
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if exc.start < len(head) - 4:  # not just a character cut by the 64 KiB window
-            return "binary"
+    # Mostly undecodable: a binary file (gzip, an image). A few bad bytes in a JSONL file are left to
+    # its reader, which names the line.
+    if head.decode("utf-8", errors="replace").count("\ufffd") > len(head) * 0.3:
+        return "binary"
     return "text"  # e.g. a JSONL file whose first line is broken: its reader names the line
 
 
