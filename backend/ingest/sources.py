@@ -211,7 +211,8 @@ def detect_format(path: Path) -> str:
         if _sorted_step_files(path, "*.jsonl"):
             return "verl"
         raise InputError(
-            f"{path}: a directory with neither <step>.jsonl (verl) nor completions_*.parquet (TRL)"
+            f"{path}: a directory with no files of a known format (<step>.jsonl, completions_*.parquet, "
+            "train_data_step<N>.jsonl, token_exports/); pass --format or a file"
         )
     if path.suffix == ".parquet":
         try:
@@ -234,4 +235,4 @@ def detect_format(path: Path) -> str:
         pass  # the importer will report the malformed line with its number
     if path.suffix in (".jsonl", ".json"):
         return "native"
-    raise InputError(f"{path}: unknown format; pass --format native|verl|trl")
+    raise InputError(f"{path}: unknown format; pass --format {'|'.join(FORMATS)}")

@@ -219,11 +219,9 @@ def _one_advantage(advantages: list[float], mask: list[float]) -> float | None:
     return kept.pop() if len(kept) == 1 else None
 
 
-def _response_start(mask: list, where: str, name: str) -> int:
-    for k, m in enumerate(mask):
-        if m:
-            return k
-    raise InputError(f"{where}: field {name!r} keeps no token; there is no response to import")
+def _response_start(mask: list) -> int:
+    """The first token the loss mask keeps; with none (an empty generation) the response is empty."""
+    return next((k for k, m in enumerate(mask) if m), len(mask))
 
 
 # --- NeMo-RL ----------------------------------------------------------------------------------------
@@ -264,7 +262,7 @@ def nemo_rl_records(files: list[Path], progress: Progress | None, tokenizer: Tok
             ids = rows["token_ids"]
             sample_mask = _unbatch(obj, "sample_loss_mask", where) if "sample_loss_mask" in obj else 1.0
             token_mask = _numbers(rows["token_loss_mask"], "token_loss_mask", where)
-            start = _response_start(token_mask, where, "token_loss_mask")
+            start = _response_start(token_mask)
             prompt_ids, response_ids = ids[:start], ids[start:]
             if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
                 raise InputError(f"{where}: field 'token_ids' must hold integers")
@@ -314,11 +312,11 @@ def prime_rl_records(files: list[Path], progress: Progress | None, tokenizer: To
             ids = _per_token(obj, "token_ids", where)
             n = len(ids)
             mask = _numbers(_per_token(obj, "loss_mask", where, n), "loss_mask", where)[:n]
-            start = _response_start(mask, where, "loss_mask")
+            start = _response_start(mask)
             prompt_ids, response_ids = ids[:start], ids[start:]
             loss_mask = mask[start:]
             advantages = _numbers(_per_token(obj, "advantages", where, n)[:n], "advantages", where)[start:]
-            trained = [a for a, m in zip(advantages, loss_mask, strict=True) if m]
+            trained = [a for a, m in zip(advantages, loss_mask, strict=True) if m] or [0.0]
             step = obj["step"]
             rec: dict = {"step": step, "prompt_ids": prompt_ids, "token_ids": response_ids,
                          "group": _prompt_group(prompt_ids),

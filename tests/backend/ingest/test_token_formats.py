@@ -546,3 +546,20 @@ def test_mismatch_checks_write_nothing_into_an_existing_store(tmp_path, store):
                                          r"line\); --format verl reads JSONL"):
         import_path(store, tmp_path / "doc.json", "keep", fmt="verl")
     assert snapshot(store) == before
+
+
+def test_an_empty_generation_imports_as_an_empty_response(tmp_path, store):
+    """A NeMo-RL sample whose assistant message has no tokens: its loss mask keeps nothing."""
+    line = {"content": [["Q: 1+1\nA:", "", "Environment: wrong"]], "rewards": [0.0], "input_lengths": [4],
+            "token_ids": [[5, 6, 7, 8, 0, 0, 0, 0]], "token_loss_mask": [[0] * 8], "sample_loss_mask": [1.0],
+            "advantages": [[0.0] * 8], "generation_logprobs": [[0.0] * 8],
+            "prev_logprobs": [[0.0, -1.0, -1.0, -1.0, 0.0, 0.0, 0.0, 0.0]], "idx": 0}
+    import_path(store, write_jsonl(tmp_path / "train_data_step2.jsonl", [line]), "n")
+    row = store.rollout("n", 0)
+    assert row["token_ids"] == [] and row["prompt_ids"] == [5, 6, 7, 8] and row["step"] == 2
+
+
+def test_an_unknown_directory_says_directory(tmp_path, store):
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(InputError, match="a directory with no files of a known format"):
+        import_path(store, tmp_path, "x")
