@@ -64,7 +64,6 @@ from backend.errors import InputError
 from backend.ingest.sources import Progress, iter_jsonl
 from backend.ingest.tokenize import Tokenizer
 
-TOKEN_DUMP_FORMATS = ("nemo-rl", "prime-rl", "rl-logging-board")
 NEMO_RL_PATTERN = "train_data_step*.jsonl"
 NEMO_RL_TOKEN_FIELDS = ("token_ids", "token_loss_mask", "advantages", "generation_logprobs", "prev_logprobs")
 NEMO_RL_KNOWN = {*NEMO_RL_TOKEN_FIELDS, "input_lengths", "rewards", "sample_loss_mask", "content", "idx"}
@@ -97,23 +96,34 @@ def _rank_files(step_dir: Path) -> list[Path]:
     return sorted(files, key=lambda p: (_step_number(p, r"rank_(\d+)"), p.name))
 
 
+def _prime_rl_steps(root: Path) -> tuple[list[Path], list[Path]]:
+    """Step folders under `root` with rank files: (those with prime-rl's `STABLE` marker, the others)."""
+    steps = sorted((p for p in root.glob("step_*") if p.is_dir() and _rank_files(p)),
+                   key=lambda p: _step_number(p, r"step_(\d+)"))
+    stable = [p for p in steps if (p / "STABLE").exists()]
+    return stable, [p for p in steps if p not in stable]
+
+
 def prime_rl_files(path: Path) -> list[Path]:
     """A rank file, a `step_<N>` folder, `token_exports/`, or the run's output folder. Of a folder of
-    steps, only steps with prime-rl's `STABLE` marker are read (the others are still being written;
-    a note on stderr names them)."""
+    steps, only steps with prime-rl's `STABLE` marker are read while any has one (the others are
+    still being written; the reader names them on stderr)."""
     if path.is_file():
         return [path]
     if _rank_files(path):
         return _rank_files(path)
     root = path / "token_exports" if (path / "token_exports").is_dir() else path
-    steps = sorted((p for p in root.glob("step_*") if p.is_dir() and _rank_files(p)),
-                   key=lambda p: _step_number(p, r"step_(\d+)"))
-    stable = [p for p in steps if (p / "STABLE").exists()]
-    unstable = [p.name for p in steps if p not in stable]
-    if unstable and stable:
-        print(f"note: {root}: skipped {', '.join(unstable)} (no STABLE marker yet: prime-rl is still "
-              "writing them)", file=sys.stderr)
-    return [f for step in (stable or steps) for f in _rank_files(step)]
+    stable, unstable = _prime_rl_steps(root)
+    return [f for step in (stable or unstable) for f in _rank_files(step)]
+
+
+def _note_unstable_steps(files: list[Path]) -> None:
+    read = {f.parent for f in files}
+    for root in sorted({f.parent.parent for f in files if f.parent.name.startswith("step_")}):
+        skipped = [p.name for p in _prime_rl_steps(root)[1] if p not in read]
+        if skipped:
+            print(f"note: {root}: skipped {', '.join(skipped)} (no STABLE marker yet: prime-rl is still "
+                  "writing them)", file=sys.stderr)
 
 
 def rl_logging_board_files(path: Path) -> list[Path]:
@@ -303,6 +313,7 @@ def nemo_rl_records(files: list[Path], progress: Progress | None, tokenizer: Tok
 
 def prime_rl_records(files: list[Path], progress: Progress | None, tokenizer: Tokenizer
                      ) -> Iterator[tuple[str, dict]]:
+    _note_unstable_steps(files)
     for path in files:
         for where, obj in iter_jsonl(path, progress):
             obj = _object(obj, where, "prime-rl")
