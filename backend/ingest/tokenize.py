@@ -118,7 +118,7 @@ def _token_bytes_fn(hf):
 
 
 def token_labels(hf, ids: Sequence[int], skip_special_tokens: bool = False) -> list[str]:
-    """One readable label per token id (the rule is in the module docstring).
+    """One readable label per token id (the rule is in the module docstring; no space clean-up).
 
     `hf`: a Hugging Face tokenizer. Tokens that are whole characters keep `hf.decode([id])`; tokens
     holding raw bytes are labelled by walking the bytes with one pending buffer of an unfinished
@@ -139,7 +139,8 @@ def token_labels(hf, ids: Sequence[int], skip_special_tokens: bool = False) -> l
         raw = token_bytes(int(token_id))
         if raw is None:
             give_up_pending()
-            labels.append(hf.decode([int(token_id)], skip_special_tokens=skip_special_tokens))
+            labels.append(hf.decode([int(token_id)], skip_special_tokens=skip_special_tokens,
+                                    clean_up_tokenization_spaces=False))
             continue
         labels.append("")
         stream = pending + [(b, k) for b in raw]
