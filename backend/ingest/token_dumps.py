@@ -61,6 +61,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from backend.errors import InputError
+from backend.ingest.records import check_text
 from backend.ingest.sources import Progress, iter_jsonl
 from backend.ingest.tokenize import Tokenizer
 
@@ -207,7 +208,10 @@ def _numbers(values: list, name: str, where: str) -> list[float]:
             x = float(x)
         if not isinstance(x, (int, float)):
             raise InputError(f"{where}: field {name!r}[{k}] must be a number, got {x!r:.40}")
-        out.append(float(x))
+        try:
+            out.append(float(x))
+        except OverflowError:
+            raise InputError(f"{where}: field {name!r}[{k}] = {x!r:.40} is too large for a float") from None
     return out
 
 
@@ -271,12 +275,13 @@ def nemo_rl_records(files: list[Path], progress: Progress | None, tokenizer: Tok
                     rows[name] = row[:length]
             ids = rows["token_ids"]
             sample_mask = _unbatch(obj, "sample_loss_mask", where) if "sample_loss_mask" in obj else 1.0
+            sample_mask = _numbers([sample_mask], "sample_loss_mask", where)[0]
             token_mask = _numbers(rows["token_loss_mask"], "token_loss_mask", where)
             start = _response_start(token_mask)
             prompt_ids, response_ids = ids[:start], ids[start:]
             if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
                 raise InputError(f"{where}: field 'token_ids' must hold integers")
-            loss_mask = [m * float(sample_mask) for m in token_mask[start:]]
+            loss_mask = [m * sample_mask for m in token_mask[start:]]
             extras = {"loss_mask": loss_mask}
             rec: dict = {"step": step, "group": _prompt_group(prompt_ids), "prompt_ids": prompt_ids,
                          "token_ids": response_ids, "rewards": {"task": _unbatch(obj, "rewards", where)}}
@@ -297,7 +302,9 @@ def nemo_rl_records(files: list[Path], progress: Progress | None, tokenizer: Tok
                 rec["response"] = response
             else:
                 content = _unbatch(obj, "content", where) if "content" in obj else []
-                messages = [m if isinstance(m, str) else str(m) for m in (content or [])]
+                if not isinstance(content, list):
+                    raise InputError(f"{where}: field 'content' must hold the list of message texts")
+                messages = [m if isinstance(m, str) else str(m) for m in content]
                 rec["prompt"] = messages[0] if messages else ""
                 rec["response"] = "".join(messages[1:]) if len(messages) > 1 else response
             meta = {"idx": obj.get("idx"), "sample_loss_mask": sample_mask, "input_length": length}
@@ -414,6 +421,8 @@ def rl_logging_board_records(files: list[Path], progress: Progress | None, token
             if tokens is not None:
                 if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
                     raise InputError(f"{where}: field 'response_tokens' must be a list of strings")
+                for token in tokens:
+                    check_text(token, where, "response_tokens")
                 n = next(iter(lengths.values()), len(tokens))
                 if len(tokens) < n:
                     raise InputError(f"{where}: field 'response_tokens' has {len(tokens)} entries but the "

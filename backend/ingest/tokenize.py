@@ -1,4 +1,4 @@
-"""Turning response text into token ids when a file has none.
+"""Turning response text into token ids when a file has none, and token ids into display labels.
 
 With `--model DIR` the run's own Hugging Face tokenizer is used. Without one, Credit Lens falls back
 to the documented *simple tokenization*: the text is cut into pieces matching
@@ -12,6 +12,7 @@ tokens, and decoding such a token alone gives `\ufffd`. The rule: a character is
 that completes it (so `中` split as E4 B8 | AD labels the second token `中`); a token all of whose
 bytes belong to a character completed later is labelled `·`; bytes that never complete a character
 (a response cut mid-character, invalid UTF-8) are shown as `<0xE4>` on the token that holds them.
+An id outside the tokenizer's vocabulary is labelled `<id>`, as without a tokenizer.
 """
 
 from __future__ import annotations
@@ -135,7 +136,12 @@ def token_labels(hf, ids: Sequence[int], skip_special_tokens: bool = False) -> l
         show_bytes(pending)
         pending.clear()
 
+    vocab_size = len(hf)
     for k, token_id in enumerate(ids):
+        if not 0 <= int(token_id) < vocab_size:  # not in this vocabulary: the id itself, as without a model
+            give_up_pending()
+            labels.append(f"<{int(token_id)}>")
+            continue
         raw = token_bytes(int(token_id))
         if raw is None:
             give_up_pending()

@@ -476,6 +476,7 @@ def test_byte_level_labels_are_readable(tmp_path):
     # special tokens keep their text; the Tokenizer used by imports gives the same labels
     assert token_labels(hf, [*ids, hf.eos_token_id])[-1] == "<EOD>"
     assert Tokenizer(tmp_path / "bpe").display(ids) == labels
+    assert token_labels(hf, [-3, len(hf) + 5]) == ["<-3>", f"<{len(hf) + 5}>"]  # not in the vocabulary
 
 
 def test_byte_fallback_pieces_are_bytes():
