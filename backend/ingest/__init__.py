@@ -1,4 +1,5 @@
-"""Importers: native JSONL/Parquet, verl rollout dumps, TRL completion logs -> the store.
+"""Importers: native JSONL/Parquet, verl rollout dumps, TRL completion logs, trainers' token dumps
+(NeMo-RL, prime-rl, RL Logging Board: `token_dumps`) -> the store.
 
 Every import is atomic: chunks of validated records commit into a hidden staging run and one small
 last transaction publishes it, so a failure (or a killed process) leaves the store as it was, while

@@ -150,9 +150,8 @@ def record_format(obj: object) -> str | None:
         return "nemo-rl"
     if "schema_version" in obj and "trainer_logprobs" in obj and "loss_mask" in obj:
         return "prime-rl"
-    if "response_tokens" in obj or (
-        {"prompt", "response", "reward", "step"} <= obj.keys() and "rewards" not in obj
-    ):
+    board_keys = {"prompt", "response", "reward", "step"} <= obj.keys()
+    if "rewards" not in obj and ("response_tokens" in obj or board_keys):  # native records have `rewards`
         return "rl-logging-board"
     return None
 
