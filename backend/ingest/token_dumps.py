@@ -257,8 +257,9 @@ def nemo_rl_records(files: list[Path], progress: Progress | None, tokenizer: Tok
             obj = _object(obj, where, "NeMo-RL")
             for name in ("token_ids", "token_loss_mask", "input_lengths", "rewards"):
                 if name not in obj:
-                    hint = (" (NeMo-RL logs token ids since its GRPO data logging included them; this dump "
-                            "has only text)" if name == "token_ids" and "content" in obj else "")
+                    text_only = name == "token_ids" and "content" in obj
+                    hint = (" (a text-only dump, as older NeMo-RL versions wrote them; this reader needs the "
+                            "token ids current NeMo-RL logs)") if text_only else ""
                     raise InputError(f"{where}: missing NeMo-RL field {name!r}{hint}")
             length = _unbatch(obj, "input_lengths", where)
             if isinstance(length, bool) or not isinstance(length, int) or length < 0:
