@@ -5,6 +5,7 @@ import streamlit as st
 
 from app import access, actions, data, state, views
 from backend.errors import InputError, StoreError
+from backend.ingest.sources import FORMATS
 
 sel = state.selection()
 st.title("Runs")
@@ -35,7 +36,7 @@ if settings.read_only:
 
 st.subheader("Import a run")
 name = st.text_input("Run name", key="runs_import_name", placeholder="my-run")
-fmt = st.selectbox("Format", ["detect", "native", "verl", "trl"], key="runs_import_format")
+fmt = st.selectbox("Format", ["detect", *FORMATS], key="runs_import_format")
 source = st.radio("From", ["upload", "path on this machine"], key="runs_import_source", horizontal=True)
 upload = path = None
 if source == "upload":

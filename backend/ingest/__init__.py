@@ -1,4 +1,5 @@
-"""Importers: native JSONL/Parquet, verl rollout dumps, TRL completion logs -> the store.
+"""Importers: native JSONL/Parquet, verl rollout dumps, TRL completion logs, trainers' token dumps
+(NeMo-RL, prime-rl, RL Logging Board: `token_dumps`) -> the store.
 
 Every import is atomic: chunks of validated records commit into a hidden staging run and one small
 last transaction publishes it, so a failure (or a killed process) leaves the store as it was, while
@@ -20,11 +21,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from backend.errors import InputError, StoreError
-from backend.ingest import fast_parquet
+from backend.ingest import fast_parquet, sniff, token_dumps
 from backend.ingest.records import ChunkBuffer, validate_record
 from backend.ingest.sources import (
     FORMATS,
-    detect_format,
     iter_jsonl,
     read_batches,
     trl_files,
@@ -32,6 +32,7 @@ from backend.ingest.sources import (
     verl_files,
     verl_records,
 )
+from backend.ingest.sources import detect_format as detect_file_format
 from backend.ingest.tokenize import Tokenizer
 from backend.store import Store
 
@@ -40,6 +41,11 @@ CHUNK_TOKENS = 1_000_000
 # DuckDB's buffer pool during an import: committed chunks are evicted to the file beyond this.
 IMPORT_MEMORY_LIMIT = os.environ.get("CREDITLENS_IMPORT_MEMORY", "256MB")
 __all__ = ["ImportReport", "import_path", "import_records", "detect_format", "FORMATS"]
+
+
+def detect_format(path: Path) -> str:
+    """The format of a file or folder: a trainer's token dump (see `token_dumps`), else native/verl/trl."""
+    return token_dumps.detect_token_dump(path) or detect_file_format(path)
 
 
 @dataclass
@@ -66,9 +72,9 @@ class ImportReport:
 
 
 def _files_of(path: Path, fmt: str) -> list[Path]:
-    files = {"verl": verl_files, "trl": trl_files}.get(fmt, lambda p: [p])(path)
+    files = {"verl": verl_files, "trl": trl_files, **token_dumps.FILES}.get(fmt, lambda p: [p])(path)
     if not files:
-        raise InputError(f"{path}: no {fmt} files found")
+        raise InputError(f"{path}: this directory has no {fmt} files")
     for f in files:
         if not f.is_file():
             raise InputError(f"{f}: not a readable file")
@@ -140,6 +146,8 @@ def import_path(
         fmt = detect_format(path)
     elif fmt not in FORMATS:
         raise InputError(f"{path}: unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    else:
+        sniff.check_format(path, fmt)  # a --format that cannot read the file says what the file is
     files = _files_of(path, fmt)
     tokenizer = Tokenizer(model_dir)
     file_hash = content_hash(files, path)
@@ -151,6 +159,8 @@ def import_path(
             records: Iterator = verl_records(files, bar)
         elif fmt == "trl":
             records = trl_records(files, bar)
+        elif fmt in token_dumps.READERS:
+            records = token_dumps.READERS[fmt](files, bar, tokenizer)
         elif files[0].suffix == ".parquet":
             records = None  # native Parquet: fast path per batch, see _import
         else:

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from backend.errors import InputError
 
 Progress = Callable[[int], None]  # called with bytes (or rows) consumed since the last call
-FORMATS = ("native", "verl", "trl")
+FORMATS = ("native", "verl", "trl", "nemo-rl", "prime-rl", "rl-logging-board")  # readers: token_dumps
 
 
 def iter_jsonl(path: Path, progress: Progress | None = None) -> Iterator[tuple[str, object]]:
@@ -211,7 +211,8 @@ def detect_format(path: Path) -> str:
         if _sorted_step_files(path, "*.jsonl"):
             return "verl"
         raise InputError(
-            f"{path}: a directory with neither <step>.jsonl (verl) nor completions_*.parquet (TRL)"
+            f"{path}: a directory with no files of a known format (<step>.jsonl, completions_*.parquet, "
+            "train_data_step<N>.jsonl, token_exports/); pass --format or a file"
         )
     if path.suffix == ".parquet":
         try:
@@ -234,4 +235,4 @@ def detect_format(path: Path) -> str:
         pass  # the importer will report the malformed line with its number
     if path.suffix in (".jsonl", ".json"):
         return "native"
-    raise InputError(f"{path}: unknown format; pass --format native|verl|trl")
+    raise InputError(f"{path}: unknown format; pass --format {'|'.join(FORMATS)}")

@@ -20,6 +20,7 @@ from typing import Literal
 import numpy as np
 
 from backend.errors import InputError
+from backend.ingest.tokenize import token_labels
 from backend.models.loading import EngineUnavailable
 
 Progress = Callable[[int, int], None]
@@ -133,8 +134,8 @@ class Engine:
         )
 
     def token_texts(self, token_ids: Sequence[int]) -> list[str]:
-        """Display text per token, such that their concatenation is the decoded text where possible."""
-        return [self.decode([t]) for t in token_ids]
+        """Display text per token (readable for byte-level BPE; the rule: `backend.ingest.tokenize`)."""
+        return token_labels(self.tokenizer, token_ids, skip_special_tokens=True)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))

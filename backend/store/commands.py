@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from backend.errors import InputError
+from backend.ingest.sources import FORMATS
 from backend.store.db import Store, default_db_path
 from backend.store.handle import StoreHandle
 
@@ -132,7 +133,7 @@ def add_commands(sub) -> None:
     p.add_argument("path", type=Path)
     add_db_arg(p)
     p.add_argument("--run", required=True, help="run name (created if new; re-importing a file adds nothing)")
-    p.add_argument("--format", choices=("native", "verl", "trl"), default=None, help="default: detect")
+    p.add_argument("--format", choices=FORMATS, default=None, help="default: detect")
     p.add_argument("--model", default=None, help="local HF folder whose tokenizer re-tokenizes text")
     p.add_argument("--verifier", default=None, help="verifier name or module:function recorded with the run")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

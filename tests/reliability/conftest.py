@@ -101,6 +101,9 @@ FILE_LEVEL = (
     "no verl files",
     "no trl files",
     "no native files",
+    "this is a",  # an explicit --format that cannot read the file says what the file is
+    "this is an",
+    "this directory has no",
 )
 RECORD_LEVEL = re.compile(r": (line|record) \d+")
 FIELD_HINTS = ("field", "malformed JSON", "not valid UTF-8", "a record must be", "every reward column")

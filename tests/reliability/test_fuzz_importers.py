@@ -16,7 +16,16 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from transformers import AutoTokenizer
 
+from tests.backend.ingest.test_token_formats import (
+    DEMO,
+    byte_level_bpe,
+    prime_rl_samples,
+    write_board_files,
+    write_nemo_rl_step,
+    write_prime_rl_step,
+)
 from tests.conftest import make_records
 from tests.reliability.conftest import LONG, PYTHON, ROOT, assert_clean_error, run_cli, store_digest, tally
 from tests.reliability.fuzzing import (
@@ -275,3 +284,24 @@ def test_subprocess_cli_prints_one_line_and_no_traceback(base_store, tmp_path, n
     assert len(lines) == 1 and str(path) in lines[0], proc.stderr
     assert store_digest(base_store) == before
     tally("subprocess cli", "clean error")
+
+
+@pytest.mark.slow
+def test_byte_mutations_of_token_dumps(base_store, tmp_path):
+    """NeMo-RL, prime-rl and RL Logging Board files as their projects write them, mutated byte-wise."""
+    tok = AutoTokenizer.from_pretrained(str(DEMO), local_files_only=True)
+    nemo = tmp_path / "train_data_step1.jsonl"
+    write_nemo_rl_step(nemo, tok, 1, ["1+2", "3+4"], group=2, seed=0)
+    write_prime_rl_step(tmp_path / "prime", tok, 1, prime_rl_samples(tok, 1, seed=0), ranks=1)
+    prime = tmp_path / "prime" / "token_exports" / "step_1" / "rank_0.jsonl"
+    write_board_files(tmp_path / "board", byte_level_bpe(tmp_path / "bpe"))
+    board = tmp_path / "board" / "rank0.jsonl"
+    rng = random.Random(2)
+    sources = [(nemo, "nemo-rl"), (prime, "prime-rl"), (board, "rl-logging-board")]
+    for k in range(max(6, MUTATIONS // 5)):
+        source, fmt = sources[k % 3]
+        op, data = mutate_bytes(source.read_bytes(), rng)
+        path = tmp_path / f"m{k}.jsonl"
+        path.write_bytes(data)
+        check_import(base_store, path, f"{fmt} byte mutation ({op})", fmt=fmt)
+        path.unlink()
