@@ -7,6 +7,7 @@ import streamlit as st
 
 from app import compute, data, figures, jobs, state, views
 from backend import analysis
+from backend.models.engine import engine_note
 
 sel = views.rollout_selection()
 st.title(f"Resample suffixes · rollout #{sel.rollout}")
@@ -74,6 +75,7 @@ with right:
         default="auto",
         options=["auto", "transformers", "vllm"],
     )
+    st.caption(engine_note(engine_name))
 state.publish("positions", ",".join(map(str, positions)))
 
 model_dir = info.get("model_dir")
