@@ -265,7 +265,8 @@ class VLLMEngine(Engine):
             token_ids = list(completion.token_ids)
             logprobs = None
             if completion.logprobs is not None:  # one {token id: Logprob} per drawn token
-                logprobs = [step[t].logprob for step, t in zip(completion.logprobs, token_ids, strict=True)]
+                # zip stops at the shorter list; parse_completion then refuses the length mismatch
+                logprobs = [step[t].logprob for step, t in zip(completion.logprobs, token_ids, strict=False)]
             samples.append(parse_completion(job, token_ids, logprobs, completion.finish_reason, eos))
         return samples
 
