@@ -10,9 +10,12 @@ distributions, so sampled-token entropies are not available here (reported as na
 
 Everything that is not a vLLM call — the model's metadata, the arguments given to `LLM` and
 `SamplingParams`, and the reading of a finished request — is a plain function here, tested on CPU
-without vLLM (tests/backend/models/test_vllm_engine.py). API facts were read in the vllm source
-(vllm-project/vllm: vllm/sampling_params.py, vllm/entrypoints/llm.py, vllm/v1/engine/__init__.py,
-vllm/v1/core/sched/utils.py).
+without vLLM (tests/backend/models/test_vllm_engine.py). API facts were read in the source of the
+vllm 0.33.0 wheel from PyPI (vllm/_version.py: commit g4ba787ec9): entrypoints/llm.py (LLM arguments,
+`model_config`), sampling_params.py (ranges, seed -1, generation_config EOS ids), config/model.py
+(`dtype="auto"` downcasts float32; `logprobs_mode="raw_logprobs"`), v1/engine/input_processor.py
+(empty and too-long prompts), v1/core/sched/utils.py and v1/engine/detokenizer.py (the stop token stays
+in `token_ids`), v1/engine/__init__.py (finish reasons), usage/usage_lib.py and envs.py (opt-out).
 """
 
 from __future__ import annotations

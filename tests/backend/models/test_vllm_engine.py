@@ -1,9 +1,11 @@
 """The vLLM engine's own logic on CPU, without vllm installed: the rules both engines share (sampling
 ranges, context building), EOS ids from generation_config.json, the arguments given to vLLM and the
-reading of its finished requests. Facts about vLLM are from the vllm source (vllm-project/vllm):
-`SamplingParams.__post_init__`/`_verify_args` in vllm/sampling_params.py (T > 2 refused, 0 < T < 0.01
-raised to 0.01, seed -1 read as random), FINISH_REASON_STRINGS in vllm/v1/engine/__init__.py, and
-`check_stop` in vllm/v1/core/sched/utils.py (the end token stays in the output token ids)."""
+reading of its finished requests. Facts about vLLM are from the source of the vllm 0.33.0 wheel on
+PyPI (vllm/_version.py: commit g4ba787ec9): `SamplingParams.__post_init__`/`_verify_args` in
+vllm/sampling_params.py (T > 2 refused, 0 < T < 0.01 raised to 0.01, seed -1 read as random),
+FINISH_REASON_STRINGS in vllm/v1/engine/__init__.py, `check_stop` in vllm/v1/core/sched/utils.py and
+`IncrementalDetokenizer` in vllm/v1/engine/detokenizer.py (the end token stays in the output token ids),
+`is_usage_stats_enabled` in vllm/usage/usage_lib.py (VLLM_NO_USAGE_STATS / DO_NOT_TRACK)"""
 
 import json
 import math
