@@ -7,6 +7,7 @@ import streamlit as st
 
 from app import access, compute, data, figures, jobs, state, views
 from backend import analysis
+from backend.models.engine import engine_note
 
 sel = views.rollout_selection()
 st.title(f"Resample suffixes · rollout #{sel.rollout}")
@@ -87,6 +88,7 @@ else:
             default="auto",
             options=["auto", "transformers", "vllm"],
         )
+        st.caption(engine_note(engine_name))
     state.publish("positions", ",".join(map(str, positions)))
     st.caption(f"At most {settings.max_suffixes} suffixes (positions × M) per request on this server.")
 

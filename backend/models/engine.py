@@ -12,6 +12,7 @@ Conventions (both engines):
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -97,6 +98,8 @@ class Engine:
     """Base class: `score` and `generate`; subclasses set `name`, `model_dir`, `tokenizer`, `device`."""
 
     name: str = "engine"
+    reports_entropies: bool = True
+    """False for an engine whose samples carry NaN entropies (vLLM)."""
     model_dir: str = ""
     device: str = "cpu"
     tokenizer = None
@@ -156,15 +159,80 @@ class Engine:
         return ids
 
 
-def check_sampling(n: int, max_new_tokens: int, temperature: float, top_p: float) -> None:
-    if n < 1:
-        raise InputError(f"samples must be >= 1, got {n}")
-    if max_new_tokens < 1:
-        raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if not (temperature >= 0 and math.isfinite(temperature)):
-        raise InputError(f"temperature must be >= 0, got {temperature}")
-    if not 0 < top_p <= 1:
-        raise InputError(f"top_p must be in (0, 1], got {top_p}")
+TEMPERATURE_MIN = 0.01
+"""Smallest non-zero temperature: vLLM silently raises 0 < T < 0.01 to 0.01
+(vllm/sampling_params.py `_MAX_TEMP`), so both engines refuse it instead."""
+TEMPERATURE_MAX = 2.0
+"""Largest temperature: vLLM's `SamplingParams` refuses T > 2."""
+SEED_LIMIT = 2**63
+"""Seeds are non-negative and below 2**63 (a torch generator seed; vLLM reads -1 as "random")."""
+
+
+def check_sampling(
+    n: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    seed: int = 0,
+    n_prefixes: int = 1,
+) -> None:
+    """The sampling parameters both engines accept, so a run means the same on either of them.
+
+    temperature: 0 (greedy) or in [0.01, 2]; top_p: (0, 1]; seed: an integer with every derived
+    per-sample seed (`seed + k`, k < n_prefixes * n) in [0, 2**63). Raises `InputError` naming the
+    parameter.
+    """
+    if not _is_integer(n) or n < 1:
+        raise InputError(f"samples must be an integer >= 1, got {n!r}")
+    if not _is_integer(max_new_tokens) or max_new_tokens < 1:
+        raise InputError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if not _is_real(temperature) or not math.isfinite(temperature):
+        raise InputError(f"temperature must be a finite number, got {temperature!r}")
+    if temperature != 0 and not TEMPERATURE_MIN <= temperature <= TEMPERATURE_MAX:
+        raise InputError(
+            f"temperature must be 0 (greedy) or in [{TEMPERATURE_MIN}, {TEMPERATURE_MAX:g}], "
+            f"got {temperature}"
+        )
+    if not _is_real(top_p) or not 0 < top_p <= 1:
+        raise InputError(f"top_p must be in (0, 1], got {top_p!r}")
+    if not _is_integer(seed):
+        raise InputError(f"seed must be an integer, got {seed!r}")
+    if seed < 0 or int(seed) + max(int(n_prefixes), 1) * int(n) - 1 >= SEED_LIMIT:
+        raise InputError(
+            f"seed must be >= 0 with every per-sample seed (seed + k) below 2**63 "
+            f"(vLLM reads -1 as a random seed), got {seed}"
+        )
+
+
+def _is_integer(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def start_token_id(bos_token_id, eos_ids: set[int]) -> int:
+    """The token an empty prefix is replaced by: the model's BOS, else its smallest EOS id, else 0."""
+    if isinstance(bos_token_id, int):
+        return int(bos_token_id)
+    return int(min(eos_ids)) if eos_ids else 0
+
+
+def build_context(prefix: Sequence[int], start_id: int, max_positions: int | None, index: int) -> list[int]:
+    """What the model is given for `prefix` (prefix number `index`), by the same rule in both engines.
+
+    An empty prefix becomes `[start_id]` (a token must precede the first drawn one; vLLM also refuses
+    an empty prompt). A context with no room left for one new token (`len >= max_positions`) raises
+    `InputError`.
+    """
+    context = list(prefix) if len(prefix) else [int(start_id)]
+    if max_positions and len(context) >= max_positions:
+        raise InputError(
+            f"generate: prefix {index} has {len(context)} tokens, the model takes {max_positions} "
+            f"(one position must stay free for a new token)"
+        )
+    return context
 
 
 def vllm_usable() -> bool:
@@ -178,23 +246,52 @@ def vllm_usable() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def resolve_engine(
+    engine: EngineName = "auto", device: str | None = None, need_entropies: bool = False
+) -> str:
+    """The engine `load_engine` opens: "vllm" or "transformers".
+
+    `auto` takes vLLM when it is importable and a CUDA device is visible (and `device` is unset or
+    CUDA), unless the caller needs per-token entropies of sampled tokens, which vLLM does not report.
+    """
+    if engine not in ("auto", "transformers", "vllm"):
+        raise InputError(f"unknown engine {engine!r}; choose auto, transformers or vllm")
+    if engine != "auto":
+        return engine
+    on_cuda = device is None or str(device).startswith("cuda")
+    return "vllm" if on_cuda and not need_entropies and vllm_usable() else "transformers"
+
+
+def engine_note(engine: EngineName = "auto", device: str | None = None) -> str:
+    """One line for the UI: which engine `engine` opens here and what its samples lack."""
+    chosen = resolve_engine(engine, device)
+    prefix = f"{engine} → {chosen} here" if engine == "auto" else chosen
+    if chosen == "vllm":
+        return (
+            f"{prefix}: vLLM reports the logprob of each sampled token but not its entropy "
+            "(stored as NaN); scoring and anything that needs entropies run through transformers."
+        )
+    return f"{prefix}: sampled tokens carry their logprob and entropy."
+
+
 def load_engine(
     model_dir: str | os.PathLike,
     engine: EngineName = "auto",
     device: str | None = None,
     allow_pickle: bool = False,
+    need_entropies: bool = False,
     **kwargs,
 ) -> Engine:
-    """Open a local model folder with the asked engine (auto: vLLM when importable with a GPU).
+    """Open a local model folder with the asked engine (see `resolve_engine` for what auto picks).
 
     Raises `InputError` for a folder that breaks the loading rules (see `backend.models.loading`) and
     `EngineUnavailable` (an `InputError`) when vLLM or a GPU is missing for `engine="vllm"`.
     """
-    if engine not in ("auto", "transformers", "vllm"):
-        raise InputError(f"unknown engine {engine!r}; choose auto, transformers or vllm")
-    if engine == "vllm" or (
-        engine == "auto" and (device in (None, "cuda") or str(device).startswith("cuda")) and vllm_usable()
-    ):
+    if resolve_engine(engine, device, need_entropies) == "vllm":
+        if need_entropies:
+            raise InputError(
+                "the vLLM engine reports no entropies of sampled tokens; use --engine transformers"
+            )
         from backend.models.vllm_engine import VLLMEngine
 
         return VLLMEngine(model_dir, allow_pickle=allow_pickle, **kwargs)
@@ -208,9 +305,14 @@ __all__ = [
     "EngineUnavailable",
     "Sample",
     "Scored",
+    "build_context",
+    "check_sampling",
+    "engine_note",
     "load_engine",
+    "resolve_engine",
     "sample_in_chunks",
     "sample_seed",
     "sampling_jobs",
+    "start_token_id",
     "vllm_usable",
 ]

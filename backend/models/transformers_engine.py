@@ -24,9 +24,11 @@ from backend.models.engine import (
     Progress,
     Sample,
     Scored,
+    build_context,
     check_sampling,
     sample_in_chunks,
     sampling_jobs,
+    start_token_id,
 )
 from backend.models.loading import check_model_dir
 
@@ -118,8 +120,7 @@ class TransformersEngine(Engine):
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else (min(self.eos_ids) if self.eos_ids else 0))
-        bos = getattr(self.config, "bos_token_id", None)
-        self.start_id = int(bos if isinstance(bos, int) else (min(self.eos_ids) if self.eos_ids else 0))
+        self.start_id = start_token_id(getattr(self.config, "bos_token_id", None), self.eos_ids)
 
     # scoring -------------------------------------------------------------------------------------
     @_on_engine_threads
@@ -189,8 +190,8 @@ class TransformersEngine(Engine):
         return results
 
     def _context(self, prompt: Sequence[int]) -> list[int]:
-        # A response needs at least one token before it to be predicted from.
-        return list(prompt) if len(prompt) else [self.start_id]
+        # A response needs at least one token before it to be predicted from (the rule of generate).
+        return build_context(prompt, self.start_id, None, 0)
 
     # sampling ------------------------------------------------------------------------------------
     @_on_engine_threads
@@ -212,14 +213,9 @@ class TransformersEngine(Engine):
         Returns the samples of every finished chunk, ordered by (prefix_index, sample_index); when
         `cancel()` turns true the chunks done so far are returned.
         """
-        check_sampling(n, max_new_tokens, temperature, top_p)
+        check_sampling(n, max_new_tokens, temperature, top_p, seed, len(prefixes))
         jobs = sampling_jobs(len(prefixes), n, seed)
-        contexts = [self._context(p) for p in prefixes]
-        for i, ctx in enumerate(contexts):
-            if self.max_positions and len(ctx) >= self.max_positions:
-                raise InputError(
-                    f"generate: prefix {i} has {len(ctx)} tokens, the model takes {self.max_positions}"
-                )
+        contexts = [build_context(p, self.start_id, self.max_positions, i) for i, p in enumerate(prefixes)]
         # Similar lengths share a chunk, which keeps left padding short.
         jobs.sort(key=lambda job: (len(contexts[job[0]]), job[0], job[1]))
         return sample_in_chunks(

@@ -21,7 +21,7 @@ def demo(app_db):
         pytest.skip("the demo run has no model")
     from backend.models.engine import load_engine
 
-    engine = load_engine(info["model_dir"])
+    engine = load_engine(info["model_dir"], engine="transformers")  # auto would take vLLM on a GPU box
     engine.max_batch = 16  # several chunks for 64 suffixes (cancel is checked between chunks)
     return handle, info, record, engine
 

@@ -156,6 +156,9 @@ def test_resample_runs_stores_and_shows_values(app_db):
 def test_resample_outlines_the_chosen_positions(app_db):
     at = open_app(app_db, "resample", {"run": "demo", "rollout": "0", "positions": "0,5"})
     assert at.multiselect(key="resample_positions").value == [0, 5]
+    from backend.models.engine import engine_note
+
+    assert engine_note("auto") in [c.value for c in at.caption]  # which engine auto is, and what it lacks
     shapes = chart(at, "resample_heatmap")["layout"]["shapes"]
     assert sorted(s["x0"] for s in shapes) == [-0.5, 4.5]
 
