@@ -82,8 +82,10 @@ def _ground_truths(batch: pa.RecordBatch, names: set[str], n: int) -> list:
     return [None] * n
 
 
-def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int) -> dict[str, pa.Table]:
-    """Validate one native Parquet record batch and return the store tables for it."""
+def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int,
+                  keys: np.ndarray | None = None) -> dict[str, pa.Table]:
+    """Validate one native Parquet record batch and return the store tables for it (`keys`: the rows'
+    record keys, int64)."""
 
     def where(i: int) -> str:
         return f"{path}: record {offset + i + 1}"
@@ -142,7 +144,6 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
 
     rewards = batch.column("rewards")
     score_tables = []
-    any_score = np.zeros(n, dtype=bool)
     # flatten(), not field(k): a child of a null struct row may hold a stale value.
     for field, child in zip(rewards.type, rewards.flatten(), strict=True):
         if not (pa.types.is_floating(field.type) or pa.types.is_integer(field.type)):
@@ -158,12 +159,7 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
                 f"{where(_first_bad(bad))}: field 'rewards.{field.name}' is NaN, infinite or past float32"
             )
         score_tables.append((field.name, values, present))
-        any_score |= present.to_numpy(zero_copy_only=False)
-    if not any_score.all():
-        raise InputError(
-            f"{where(_first_bad(pa.array(~any_score)))}: field 'rewards' must be a non-empty dict "
-            "channel -> number (this record has no score)"
-        )
+    # A row without any score is an unscorable rollout (no score rows), as in the per-record path.
 
     tables: dict[str, pa.Table] = {}
     group_col = batch.column("group").to_pylist() if "group" in names else [None] * n
@@ -189,6 +185,8 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
         "response": batch.column("response"),
         "token_ids": token_ids32,
     }
+    if keys is not None:
+        columns["record_key"] = pa.array(keys, pa.int64())
     if "prompt_ids" in names:
         prompt_ids = batch.column("prompt_ids")
         if not (_is_list(prompt_ids.type) and pa.types.is_integer(prompt_ids.type.value_type)):
@@ -231,7 +229,8 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
                     raise InputError(f"{where(i)}: field 'meta' must be a JSON object") from None
             columns["meta"] = meta.cast(pa.string())
         else:
-            columns["meta"] = pa.array([json.dumps(m, default=str) for m in meta.to_pylist()], pa.string())
+            texts = [json.dumps(m, default=str, ensure_ascii=False) for m in meta.to_pylist()]
+            columns["meta"] = pa.array(texts, pa.string())
     tables["rollouts"] = pa.table(columns)
 
     ids, chans, vals = [], [], []

@@ -33,6 +33,7 @@ KNOWN_FIELDS = {
     "extras",
     "ground_truth",
     "logged_advantage",
+    "record_key",
 }
 
 
@@ -120,8 +121,8 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer) -> dict:
             f"{where}: missing required field 'rewards' (a dict channel -> score, e.g. {{\"task\": 1}})"
         )
     rewards = rec["rewards"]
-    if not isinstance(rewards, dict) or not rewards:
-        raise InputError(f"{where}: field 'rewards' must be a non-empty dict channel -> number")
+    if not isinstance(rewards, dict):  # {} is an unscorable rollout: no score on any channel
+        raise InputError(f"{where}: field 'rewards' must be a dict channel -> number")
     for channel, score in rewards.items():
         check_text(str(channel), where, "rewards")
         if not _is_number(score):
@@ -204,6 +205,8 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer) -> dict:
     if adv is not None and (not _is_number(adv) or not _is_finite(adv)):
         raise InputError(f"{where}: field 'logged_advantage' must be a finite number, got {adv!r:.40}")
     out["logged_advantage"] = adv
+    key = rec.get("record_key")
+    out["record_key"] = key if _is_int(key) and -(2**63) <= key < 2**63 else None
     if out["ground_truth"] is not None and not isinstance(out["ground_truth"], str):
         out["ground_truth"] = json.dumps(out["ground_truth"])
     if out["ground_truth"] is not None:
@@ -260,7 +263,8 @@ class ChunkBuffer:
                     "tokens": pa.array([r["tokens"] for r in rows], pa.list_(pa.string())),
                     **{name: pa.array([r[name] for r in rows], f32) for name in PER_TOKEN},
                     "logged_advantage": pa.array([r["logged_advantage"] for r in rows], pa.float64()),
-                    "meta": [json.dumps(r["meta"], default=str) for r in rows],
+                    "meta": [json.dumps(r["meta"], default=str, ensure_ascii=False) for r in rows],
+                    "record_key": pa.array([r["record_key"] for r in rows], pa.int64()),
                 }
             ),
             "scores": _long_table(run, rows, "rewards", "channel", "score", pa.float64()),
