@@ -83,3 +83,8 @@ def run_grpo(output_dir: Path, conversational: bool, steps: int = 2) -> Path:
     )
     trainer.train()
     return output_dir / "completions"
+
+
+def has_newline(response: str, ground_truth) -> float:
+    """A verifier for resampling on a TRL run (TRL logs carry no ground truth): the newline reward."""
+    return float("\n" in response)
