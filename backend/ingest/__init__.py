@@ -281,7 +281,7 @@ def _import(
         buffer = ChunkBuffer(staging_id, first_id, known_groups)
         with store.memory_limit(IMPORT_MEMORY_LIMIT):
             n_records, n_tokens, tokenization, skipped = _stage(
-                store, buffer, records, parquet_path, tokenizer, bar, seen, file_hash
+                store, buffer, records, parquet_path, tokenizer, bar, seen, file_hash, fmt in ("trl", "verl")
             )
         if n_records == 0 and skipped == 0:
             raise InputError(f"{origin}: no records to import (empty file)")
@@ -305,7 +305,7 @@ def _import(
 
 
 def _stage(store: Store, buffer: ChunkBuffer, records, parquet_path: Path | None, tokenizer: Tokenizer,
-           bar, seen: set[int], file_hash: str | None) -> tuple[int, int, str, int]:
+           bar, seen: set[int], file_hash: str | None, unscorable_ok: bool) -> tuple[int, int, str, int]:
     """Validate and insert every record into the staging run, one committed transaction per chunk.
     Records whose key is in `seen` (the run's) are skipped; returns (records, tokens, tokenization,
     skipped)."""
@@ -329,7 +329,7 @@ def _stage(store: Store, buffer: ChunkBuffer, records, parquet_path: Path | None
                 skipped += 1
                 continue
             seen.add(key)
-        rec = validate_record(raw, where, tokenizer)
+        rec = validate_record(raw, where, tokenizer, allow_unscorable=unscorable_ok)
         if rec["tokenized"] != "ids":
             tokenization = rec["tokenized"]
         n_tokens += len(rec["token_ids"])

@@ -144,6 +144,7 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int,
 
     rewards = batch.column("rewards")
     score_tables = []
+    any_score = np.zeros(n, dtype=bool)
     # flatten(), not field(k): a child of a null struct row may hold a stale value.
     for field, child in zip(rewards.type, rewards.flatten(), strict=True):
         if not (pa.types.is_floating(field.type) or pa.types.is_integer(field.type)):
@@ -159,7 +160,12 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int,
                 f"{where(_first_bad(bad))}: field 'rewards.{field.name}' is NaN, infinite or past float32"
             )
         score_tables.append((field.name, values, present))
-    # A row without any score is an unscorable rollout (no score rows), as in the per-record path.
+        any_score |= present.to_numpy(zero_copy_only=False)
+    if not any_score.all():
+        raise InputError(
+            f"{where(_first_bad(pa.array(~any_score)))}: field 'rewards' must be a non-empty dict "
+            "channel -> number (this record has no score)"
+        )
 
     tables: dict[str, pa.Table] = {}
     group_col = batch.column("group").to_pylist() if "group" in names else [None] * n

@@ -106,8 +106,9 @@ def _check_length(values: list, n: int, where: str, name: str, origin: str) -> N
         )
 
 
-def validate_record(rec: Any, where: str, tokenizer: Tokenizer) -> dict:
-    """Check one native record and return it normalized (token ids filled, floats finite)."""
+def validate_record(rec: Any, where: str, tokenizer: Tokenizer, allow_unscorable: bool = False) -> dict:
+    """Check one native record and return it normalized (token ids filled, floats finite).
+    `allow_unscorable`: `rewards` may be empty (a TRL row whose reward functions all returned None)."""
     if not isinstance(rec, dict):
         raise InputError(f"{where}: a record must be a JSON object, got {type(rec).__name__}")
     for name in ("prompt", "response"):
@@ -121,8 +122,8 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer) -> dict:
             f"{where}: missing required field 'rewards' (a dict channel -> score, e.g. {{\"task\": 1}})"
         )
     rewards = rec["rewards"]
-    if not isinstance(rewards, dict):  # {} is an unscorable rollout: no score on any channel
-        raise InputError(f"{where}: field 'rewards' must be a dict channel -> number")
+    if not isinstance(rewards, dict) or not (rewards or allow_unscorable):
+        raise InputError(f"{where}: field 'rewards' must be a non-empty dict channel -> number")
     for channel, score in rewards.items():
         check_text(str(channel), where, "rewards")
         if not _is_number(score):

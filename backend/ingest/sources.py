@@ -274,7 +274,7 @@ def trl_blocks(prompt_keys: np.ndarray, steps: np.ndarray, size: int | None, pat
             step_starts = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]]) if n else np.zeros(0, int)
             for a, b in zip(step_starts, [*step_starts[1:], n], strict=True):
                 if (b - a) % size:
-                    raise InputError(f"{path}: step {steps[a]} has {b - a} rows, not a multiple of "
+                    raise InputError(f"{path}: record {a + 1}: its step has {b - a} rows, not a multiple of "
                                      f"--group-size {size}")
             starts = step_starts
         else:
@@ -288,7 +288,7 @@ def trl_blocks(prompt_keys: np.ndarray, steps: np.ndarray, size: int | None, pat
 
 
 def _prompt_keys(path: Path, has_step: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(N,) int64 hashes of the prompts (text or messages) and (N,) int64 steps of a TRL table."""
+    """(N,) int64 hashes of the prompts (text or messages) and of the steps of a TRL table."""
     try:
         head = pq.read_table(path, columns=["prompt", *(["step"] if has_step else [])])
     except (pa.ArrowException, OSError) as exc:
@@ -298,7 +298,9 @@ def _prompt_keys(path: Path, has_step: bool) -> tuple[np.ndarray, np.ndarray]:
          for p in head.column("prompt").to_pylist()),
         dtype=np.int64, count=head.num_rows,
     )
-    steps = (np.asarray(head.column("step").fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    # Steps only need comparing here; the record validator names a step that is not an integer.
+    steps = (np.fromiter((hash(repr(s)) for s in head.column("step").to_pylist()), dtype=np.int64,
+                         count=head.num_rows)
              if has_step else np.zeros(head.num_rows, dtype=np.int64))
     return keys, steps
 
@@ -325,8 +327,9 @@ def trl_records(files: list[Path], progress: Progress | None = None, notes: Read
             if name not in schemas[path].names:
                 raise InputError(f"{path}: missing required TRL column {name!r}")
         prompt_keys[path] = _prompt_keys(path, "step" in schemas[path].names)
-    sizes = np.concatenate([np.diff(np.r_[_runs(*k), len(k[0])]) for k in prompt_keys.values()] or [[1]])
-    common = group_size or int(sizes.min())
+    sizes = np.concatenate([np.diff(np.r_[_runs(*k), len(k[0])]) for k in prompt_keys.values()]
+                           or [np.zeros(0, np.int64)])
+    common = group_size or (int(sizes.min()) if len(sizes) else 1)
     split = group_size is None and bool(len(sizes)) and bool((sizes % common == 0).all())
     n_split = int((sizes > common).sum()) if split else 0
     if group_size is not None:
