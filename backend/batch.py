@@ -28,7 +28,8 @@ class RolloutBatch:
     group_ids: (B,) int64, responses of the same prompt share an id
     rollout_ids: (B,) int64, stable ids within the run (for messages and joins)
     steps: (B,) int64, training step
-    scores: channel -> (B,) float32 sequence score
+    scores: channel -> (B,) float32 sequence score; NaN where a rollout has no score on the channel
+        (left out of that channel's group statistics, Z = 0: see `functional.outcome_center_scale`)
     token_rewards: channel -> (B, T) float32 token-local reward
     logprobs, ref_logprobs, entropies, values: (B, T) float32 or None
     tokens: display text per token, one list per response (length L_i), or None
@@ -119,15 +120,27 @@ class RolloutBatch:
                 f"`creditlens score --model DIR`"
             )
 
+    def with_channel_sum(self, name: str = "all") -> RolloutBatch:
+        """The batch with one more channel `name`: per rollout the sum of its channel scores, skipping
+        missing ones (nansum); NaN where a rollout has no score on any channel (unscorable). This is
+        TRL's combined reward with weights 1."""
+        if not self.scores:
+            raise BatchError("this run has no scores on any channel")
+        stacked = torch.stack([v.to(torch.float32) for v in self.scores.values()])  # (C, B)
+        total = torch.nansum(stacked, dim=0)  # (B,)
+        total = torch.where(torch.isnan(stacked).all(dim=0), torch.nan, total)
+        return replace(self, scores={**self.scores, name: total})
+
     def validate(self) -> None:
-        """Raise `BatchError` naming the field and rollout id of the first NaN/inf."""
+        """Raise `BatchError` naming the field and rollout id of the first NaN/inf (a missing score, NaN
+        in `scores`, is allowed; an infinite one is not)."""
         checks: list[tuple[str, torch.Tensor | None]] = [(f, getattr(self, f)) for f in PER_TOKEN_FIELDS]
         checks += [(f"scores[{k}]", v) for k, v in self.scores.items()]
         checks += [(f"token_rewards[{k}]", v) for k, v in self.token_rewards.items()]
         for name, tensor in checks:
             if tensor is None or not tensor.is_floating_point():
                 continue
-            bad = ~torch.isfinite(tensor)
+            bad = torch.isinf(tensor) if name.startswith("scores[") else ~torch.isfinite(tensor)
             if tensor.dim() == 2:
                 bad = bad & self.response_mask
             if bool(bad.any()):
@@ -148,8 +161,9 @@ def batch_from_records(records: list[dict], device: str | torch.device = "cpu") 
     """Build a batch from native-format-like dicts (tests, synthetic runs, the store's loader).
 
     Each record: `token_ids` (list[int]), `group_id` (int), optional `rollout_id`, `step`,
-    `scores` (dict channel -> float), `token_rewards` (dict channel -> list), `logprobs`,
-    `ref_logprobs`, `entropies`, `values` (lists), `tokens` (list[str]), `extras` (dict name -> list).
+    `scores` (dict channel -> float; a channel a record lacks is NaN), `token_rewards` (dict channel ->
+    list), `logprobs`, `ref_logprobs`, `entropies`, `values` (lists), `tokens` (list[str]), `extras`
+    (dict name -> list).
     """
     lengths = [len(r["token_ids"]) for r in records]
     T = max(lengths, default=0)
@@ -174,7 +188,7 @@ def batch_from_records(records: list[dict], device: str | torch.device = "cpu") 
         ),
         steps=torch.tensor([int(r.get("step", 0)) for r in records], dtype=torch.long),
         scores={
-            c: torch.tensor([float(r["scores"].get(c, 0.0)) for r in records], dtype=torch.float32)
+            c: torch.tensor([float(r["scores"].get(c, math.nan)) for r in records], dtype=torch.float32)
             for c in channels
         },
         token_rewards={

@@ -133,7 +133,8 @@ def project_channel(batch: RolloutBatch, spec: ChannelSpec) -> torch.Tensor:
         return torch.where(mask, local.to(torch.float32), zero)
     if spec.name not in batch.scores:
         raise BatchError(f"channel {spec.name!r} has neither scores nor token_rewards in this run")
-    score = batch.scores[spec.name].to(torch.float32).to(batch.device)  # (B,)
+    # A rollout without a score on this channel gets no credit from it (advantage 0, as in TRL).
+    score = torch.nan_to_num(batch.scores[spec.name].to(torch.float32).to(batch.device), nan=0.0)  # (B,)
     if spec.projection == "broadcast":
         return masked.broadcast(score, mask)
     if spec.projection == "length":
@@ -227,8 +228,10 @@ def mixed_baseline(batch: RolloutBatch, weights: dict[str, float], estimator: st
     if missing:
         have = sorted(batch.scores)
         raise BatchError(f"mixed baseline: this run has no scores for {missing}; it has {have}")
-    mixed = sum(float(w) * batch.scores[c].to(torch.float32) for c, w in weights.items())
-    if not isinstance(mixed, torch.Tensor):
+    if weights:  # missing scores are skipped (nansum); no score on any channel stays NaN (unscorable)
+        stacked = torch.stack([float(w) * batch.scores[c].to(torch.float32) for c, w in weights.items()])
+        mixed = torch.where(torch.isnan(stacked).all(dim=0), torch.nan, torch.nansum(stacked, dim=0))
+    else:
         mixed = torch.zeros(batch.B, dtype=torch.float32, device=batch.device)
     mixed_batch = dataclasses.replace(batch, scores={**batch.scores, "__mixed__": mixed})
     overrides = dict(estimator_config)

@@ -62,6 +62,17 @@ def channel_key(config: Any) -> str:
     return str(getattr(config, "channel", "-"))
 
 
+ALL_CHANNELS = "all"
+
+
+def with_channel(batch: RolloutBatch, channel: str) -> RolloutBatch:
+    """The batch an estimator on `channel` reads: for 'all' (when the run has no channel of that name)
+    the per-rollout sum of the channel scores is added as channel 'all' (missing scores skipped)."""
+    if channel == ALL_CHANNELS and ALL_CHANNELS not in batch.scores:
+        return batch.with_channel_sum(ALL_CHANNELS)
+    return batch
+
+
 def scope_of(name: str, config: Any) -> str:
     return registry.get(name).scope_for(config)
 
@@ -122,7 +133,7 @@ def estimate_rollouts(
         for i, chunk in enumerate(chunks):
             if progress is not None:
                 progress(i, len(chunks), _describe(scope, chunk, run))
-            batch = store.load_batch(run, **chunk)
+            batch = with_channel(store.load_batch(run, **chunk), channel)
             result = registry.estimate(name, batch, config)
             advantages.update(_per_rollout(batch, result.advantages))
             note = result.diagnostics.get("fallback")

@@ -132,6 +132,7 @@ def scoped_terms(handle: StoreHandle, run: str, rollout_id: int, estimator: str,
             batch = (store.load_batch(run, steps=[int(info["step"])]) if scope == "step"
                      else store.load_batch(run, group_ids=[int(info["group_id"])]))
         mc = store.resample_values(run, int(rollout_id)) if registry.MC_NEEDS[0] in batch.extras else None
+    batch = estimates.with_channel(batch, estimates.channel_key(config))
     result = registry.estimate(estimator, batch, config)
     row = int((batch.rollout_ids == int(rollout_id)).nonzero()[0, 0])
     terms = terms_of(batch, result, row, estimator, config)

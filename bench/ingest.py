@@ -4,12 +4,18 @@ Measured in one run:
 - the importer (`import_path`, vectorized Parquet path, staged chunks) on a ~10M-token run;
 - a naive row-by-row insert (one INSERT per rollout with python lists) on a 50k-token slice;
 - the storage layout question: one row per rollout with LIST columns (what the store uses) against a
-  token table (one row per token), for insert speed, file size and fetching one 4096-token rollout.
+  token table (one row per token), for insert speed, file size and fetching one 4096-token rollout;
+- a TRL completions log of `--trl-rollouts` rows (synthetic, TRL 1.16's schema: step, prompt,
+  completion, two float reward columns with NaN, an int and a string `log_extra` column, advantage;
+  one file per step) through the TRL importer, against the per-record native JSONL importer on the
+  same rollouts; each import runs in its own process so that its peak RSS is its own.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import multiprocessing
 import resource
 import tempfile
 import time
@@ -57,6 +63,77 @@ def write_run(path: Path, total_tokens: int, seed: int = 0, mean_len: int = 1024
         rollout += n
     writer.close()
     return written
+
+
+TRL_PER_STEP = 16_384
+
+
+def write_trl_logs(directory: Path, rollouts: int, seed: int = 0, group: int = 8) -> Path:
+    """Synthetic TRL completion logs (`completions_{step:05d}.parquet`) and the same rollouts as one
+    native JSONL file; returns the JSONL path."""
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    native = directory.parent / "native.jsonl"
+    words = np.array(["the", "sum", "is", "carry", "1", "12", "so", "answer", "=", "+", "\n", "####"])
+    with open(native, "w") as out:
+        for step, start in enumerate(range(0, rollouts, TRL_PER_STEP), start=1):
+            n = min(TRL_PER_STEP, rollouts - start)
+            picks = rng.integers(0, len(words), size=(n, 24))
+            completions = [" ".join(row) for row in words[picks]]
+            prompts = [f"question {(start + i) // group}: what is {(start + i) // group} + 7?"
+                       for i in range(n)]
+            missing_a = rng.random(n) < 0.1  # a reward function that returned None (NaN)
+            a = np.where(missing_a, np.nan, rng.integers(0, 2, n).astype(np.float64))
+            b = np.where(~missing_a & (rng.random(n) < 0.1), np.nan, rng.random(n))
+            table = pa.table({
+                "step": pa.array(np.full(n, step, dtype=np.int64)),
+                "prompt": prompts,
+                "completion": completions,
+                "accuracy_reward": a,
+                "format_reward": b,
+                "n_chars": pa.array([len(c) for c in completions], pa.int64()),
+                "source": ["synthetic"] * n,
+                "advantage": rng.normal(size=n),
+            })
+            pq.write_table(table, directory / f"completions_{step:05d}.parquet")
+            for i in range(n):
+                rewards = {k: float(v) for k, v in (("accuracy_reward", a[i]), ("format_reward", b[i]))
+                           if v == v}
+                out.write(json.dumps({"prompt": prompts[i], "response": completions[i], "step": step,
+                                      "group": (start + i) // group,
+                                      "rewards": rewards}) + "\n")
+    return native
+
+
+def _timed_import(source: str, db: str, fmt: str, queue) -> None:
+    with Store(db) as store:
+        start = time.perf_counter()
+        report = import_path(store, source, "bench", fmt=fmt)
+        seconds = time.perf_counter() - start
+    queue.put((report.records, report.tokens, seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+
+
+def import_in_child(source: Path, db: Path, fmt: str) -> tuple[int, int, float, float]:
+    """(records, tokens, seconds, peak RSS MB) of one import in a fresh process."""
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_timed_import, args=(str(source), str(db), fmt, queue))
+    proc.start()
+    records, tokens, seconds, rss_kb = queue.get()
+    proc.join()
+    return records, tokens, seconds, rss_kb / 1024
+
+
+def trl_comparison(tmp: Path, rollouts: int) -> None:
+    native = write_trl_logs(tmp / "trl" / "completions", rollouts)
+    rows = [("native JSONL, per record (baseline)", *import_in_child(native, tmp / "n.duckdb", "native")),
+            ("TRL completions log", *import_in_child(tmp / "trl", tmp / "trl.duckdb", "trl"))]
+    base_rate = rows[0][2] / rows[0][3]
+    print(f"{'TRL import, simple tokenization':<40} {'rollouts':>10} {'tokens':>11} {'seconds':>8} "
+          f"{'tokens/s':>10} {'ratio':>6} {'peak RSS MB':>12}")
+    for name, records, tokens, seconds, rss in rows:
+        print(f"{name:<40} {records:>10,} {tokens:>11,} {seconds:>8.1f} {tokens / seconds:>10,.0f} "
+              f"{tokens / seconds / base_rate:>6.2f} {rss:>12,.0f}")
 
 
 def naive_insert(db: Path, source: Path, max_tokens: int) -> tuple[int, float]:
@@ -120,7 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench ingest")
     parser.add_argument("--tokens", type=int, default=10_000_000)
     parser.add_argument("--naive-tokens", type=int, default=50_000)
+    parser.add_argument("--trl-rollouts", type=int, default=1_000_000,
+                        help="rows of the synthetic TRL log (0: skip that table)")
+    parser.add_argument("--only-trl", action="store_true", help="only the TRL table")
     args = parser.parse_args(argv)
+    if args.only_trl:
+        with tempfile.TemporaryDirectory() as tmp:
+            trl_comparison(Path(tmp), args.trl_rollouts)
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         source = tmp / "run.parquet"
@@ -144,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'layout (512 x 4096 tokens)':<24} {'insert s':>9} {'file MB':>8} {'fetch 1 rollout ms':>19}")
         for name, insert_s, size_mb, fetch_ms in layout_comparison(tmp):
             print(f"{name:<24} {insert_s:>9.2f} {size_mb:>8.1f} {fetch_ms:>19.2f}")
+        if args.trl_rollouts:
+            print()
+            trl_comparison(tmp, args.trl_rollouts)
     return 0
 
 

@@ -24,7 +24,9 @@ def add_commands(sub) -> None:
     p.add_argument("--estimator", required=True, help="estimator name (see `creditlens estimators`)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="estimator parameter, repeatable")
-    p.add_argument("--channel", default=None, help="reward channel (default: the estimator's, task)")
+    p.add_argument("--channel", default=None,
+                   help="reward channel (default: the estimator's, task); 'all': the channel scores summed "
+                        "per rollout (missing ones skipped; TRL's combined reward)")
     p.add_argument("--out", required=True, type=Path, help="output .parquet file")
     p.add_argument("--no-cache", action="store_true",
                    help="recompute even when the store holds this estimator's output for this config")
@@ -44,6 +46,19 @@ def add_commands(sub) -> None:
     p.add_argument("--json", action="store_true",
                    help="tokens, channels{name: {advantage, contribution}}, final, terms as JSON")
     p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser("logged-gap", help="per rollout: the trainer's logged advantage, a recomputed one, "
+                                          "and their gap")
+    p.add_argument("--db", type=Path, default=None, help="store file")
+    p.add_argument("--run", required=True, help="run name")
+    p.add_argument("--estimator", default="grpo", help="the recomputing estimator (default grpo)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="estimator parameter, repeatable (TRL's default: --set epsilon=1e-4)")
+    p.add_argument("--channel", default=None, help="reward channel, or 'all' (summed, as TRL does)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="one JSON object per rollout")
+    out.add_argument("--out", type=Path, default=None, help="write a .parquet file")
+    p.set_defaults(func=cmd_logged_gap)
 
 
 def _jsonable(value):
@@ -89,6 +104,56 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def _config(spec, args):
+    """The estimator's config from `--set` pairs and `--channel`."""
+    overrides = parse_overrides(args.overrides)
+    if args.channel is not None:
+        fields = {f.name for f in dataclasses.fields(spec.config_cls)}
+        if "channel" not in fields:
+            raise InputError(f"estimator {spec.name!r} has no channel parameter")
+        overrides["channel"] = args.channel
+    try:
+        return registry.make_config(spec.name, **overrides)
+    except ValueError as exc:
+        raise InputError(f"--set: {exc}") from None
+
+
+def cmd_logged_gap(args) -> int:
+    from backend.estimates import with_channel
+    from backend.estimators.logged import logged_gap
+    from backend.store.commands import open_store
+
+    try:
+        spec = registry.get(args.estimator)
+    except registry.UnknownEstimator as exc:
+        raise InputError(str(exc)) from None
+    config = _config(spec, args)
+    with open_store(args.db, read_only=True) as store:
+        batch = with_channel(store.load_batch(args.run), str(getattr(config, "channel", "-")))
+    frame = logged_gap(batch, args.estimator, config)
+    if args.out is not None:
+        if args.out.suffix != ".parquet":
+            raise InputError(f"{args.out}: the output must be a .parquet file")
+        frame.to_parquet(args.out, index=False)
+        print(f"wrote {len(frame)} rollouts to {args.out}")
+    elif args.json:
+        for row in frame.to_dict(orient="records"):
+            print(json.dumps({k: _jsonable(v.item() if hasattr(v, "item") else v) for k, v in row.items()}))
+    else:
+        have = frame["gap"].notna()
+        gap = frame.loc[have, "gap"].abs()
+        print(f"{args.run}: {int(have.sum())} of {len(frame)} rollouts have a logged advantage; "
+              f"|{args.estimator} - logged|: max {gap.max() if len(gap) else float('nan'):.3g}, "
+              f"mean {gap.mean() if len(gap) else float('nan'):.3g}")
+        print(f"{'rollout':>8} {'group':>6} {'step':>5} {'logged':>10} {'recomputed':>11} {'gap':>10}")
+        for r in frame.head(50).itertuples():
+            print(f"{r.rollout_id:>8} {r.group_id:>6} {r.step:>5} {r.logged:>10.4f} {r.recomputed:>11.4f} "
+                  f"{r.gap:>10.2e}")
+        if len(frame) > 50:
+            print(f"... {len(frame) - 50} more (--json or --out for all)")
+    return 0
+
+
 def cmd_estimate(args) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -104,16 +169,7 @@ def cmd_estimate(args) -> int:
         spec = registry.get(args.estimator)
     except registry.UnknownEstimator as exc:
         raise InputError(str(exc)) from None
-    overrides = parse_overrides(args.overrides)
-    if args.channel is not None:
-        fields = {f.name for f in dataclasses.fields(spec.config_cls)}
-        if "channel" not in fields:
-            raise InputError(f"estimator {args.estimator!r} has no channel parameter")
-        overrides["channel"] = args.channel
-    try:
-        config = registry.make_config(args.estimator, **overrides)
-    except ValueError as exc:
-        raise InputError(f"--set: {exc}") from None
+    config = _config(spec, args)
     name = spec.name  # a deprecated alias stores and finds its outputs under the current name
     handle = store_handle(args.db)
     with handle.read() as store:

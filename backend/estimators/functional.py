@@ -30,32 +30,48 @@ def outcome_center_scale(scores: torch.Tensor, group_ids: torch.Tensor, outcome:
       verl would give (R - mean) / eps, which is float noise).
     - dr_grpo: center = group mean (0 for a singleton), scale 1.
     - rloo: center = mean of the other responses of the group (0 for a singleton), scale 1.
+    Missing scores (NaN: the rollout has no score on this channel) follow TRL's `GRPOTrainer`: the
+    rollout is left out of its group's mean, std and count, and gets scale 0 (so Z = 0 and anything
+    mapped into Z units is 0). A group of several responses with fewer than two scores has no
+    baseline: scale 0 for all of them (TRL's nan std gives advantage 0 there too).
     """
     scores = scores.to(torch.float32)
+    valid = ~torch.isnan(scores)  # (B,)
+    x = torch.where(valid, scores, 0.0)  # (B,)
     index, n_groups = masked.group_index(group_ids)
-    mean, std, count = masked.group_mean_std(scores, index, n_groups)
-    single = count <= 1
+    size = masked.group_count(index, n_groups)[index]  # (B,) members, scored or not
+    count = masked.group_sum(valid.to(torch.float32), index, n_groups)  # (G,) scored members
+    mean_g = masked.group_sum(x, index, n_groups) / count.clamp(min=1)  # (G,)
+    sq = masked.group_sum(torch.where(valid, (x - mean_g[index]) ** 2, 0.0), index, n_groups)
+    std = torch.sqrt(sq / (count - 1).clamp(min=1))[index]  # (B,) unbiased
+    mean, count = mean_g[index], count[index]
+    single = size <= 1
+    no_baseline = ~single & (count <= 1)
     zeros, ones = torch.zeros_like(scores), torch.ones_like(scores)
     if outcome == "grpo":
-        flat = masked.group_range_is_zero(scores, index, n_groups) & ~single
+        hi = masked.group_max(torch.where(valid, x, -torch.inf), index, n_groups)
+        lo = masked.group_min(torch.where(valid, x, torch.inf), index, n_groups)
+        flat = (hi == lo) & ~single
         center = torch.where(single, zeros, mean)
         scale = torch.where(single, ones, torch.where(flat, zeros, 1.0 / (std + epsilon)))
     elif outcome == "dr_grpo":
         center, scale = torch.where(single, zeros, mean), ones
     elif outcome == "rloo":
-        total = masked.group_sum(scores, index, n_groups)[index]
-        others = (total - scores) / (count - 1).clamp(min=1).to(scores.dtype)
+        total = masked.group_sum(x, index, n_groups)[index]
+        others = (total - x) / (count - 1).clamp(min=1)
         center, scale = torch.where(single, zeros, others), ones
     else:
         raise ValueError(f"unknown outcome {outcome!r}; use grpo, dr_grpo or rloo")
+    scale = torch.where(valid & ~no_baseline, scale, zeros)
     return center, scale
 
 
 def outcome_scores(scores: torch.Tensor, group_ids: torch.Tensor, outcome: Outcome = "grpo",
                    epsilon: float = 1e-6) -> torch.Tensor:
-    """Z: (B,) float32 group-relative outcome (section 1)."""
+    """Z: (B,) float32 group-relative outcome (section 1); exactly 0 where the score is missing (NaN)."""
     center, scale = outcome_center_scale(scores, group_ids, outcome, epsilon)
-    return (scores.to(torch.float32) - center) * scale
+    scores = scores.to(torch.float32)
+    return torch.where(torch.isnan(scores), 0.0, (scores - center) * scale)
 
 
 def compute_grpo(scores: torch.Tensor, group_ids: torch.Tensor, response_mask: torch.Tensor,

@@ -103,9 +103,23 @@ def group_count(index: torch.Tensor, n_groups: int) -> torch.Tensor:
 
 
 def group_mean(x: torch.Tensor, index: torch.Tensor, n_groups: int) -> torch.Tensor:
-    """(B,) mean over the group of each response."""
-    count = group_count(index, n_groups).clamp(min=1).to(x.dtype)
-    return (group_sum(x, index, n_groups) / count)[index]
+    """(B,) mean over the group of each response, of the non-NaN values (a missing score is NaN);
+    0 for a group without any."""
+    valid = ~torch.isnan(x)
+    count = group_sum(valid.to(x.dtype), index, n_groups).clamp(min=1)
+    return (group_sum(torch.where(valid, x, 0.0), index, n_groups) / count)[index]
+
+
+def group_max(x: torch.Tensor, index: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """(B,) max over the group of each response (-inf for an empty group)."""
+    out = torch.full((n_groups,), -torch.inf, dtype=x.dtype, device=x.device)
+    return out.scatter_reduce(0, index, x, reduce="amax")[index]
+
+
+def group_min(x: torch.Tensor, index: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """(B,) min over the group of each response (+inf for an empty group)."""
+    out = torch.full((n_groups,), torch.inf, dtype=x.dtype, device=x.device)
+    return out.scatter_reduce(0, index, x, reduce="amin")[index]
 
 
 def group_mean_std(x: torch.Tensor, index: torch.Tensor, n_groups: int,

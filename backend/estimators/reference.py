@@ -77,30 +77,11 @@ def _rows(batch: RolloutBatch) -> list[list[int]]:
 
 def outcome_loop(scores: list[float], groups: list[int], outcome: str = "grpo",
                  eps: float = 1e-6) -> list[float]:
-    """Z per response, from the formulas of section 1."""
-    members: dict = defaultdict(list)
-    for i, g in enumerate(groups):
-        members[g].append(i)
-    z = [0.0] * len(scores)
-    for idx in members.values():
-        vals = [float(scores[i]) for i in idx]
-        n = len(vals)
-        mean = sum(vals) / n
-        for i in idx:
-            R = float(scores[i])
-            if n == 1:
-                z[i] = R
-            elif outcome == "grpo":
-                if max(vals) == min(vals):
-                    z[i] = 0.0
-                else:
-                    std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
-                    z[i] = (R - mean) / (std + eps)
-            elif outcome == "dr_grpo":
-                z[i] = R - mean
-            else:
-                z[i] = R - (sum(vals) - R) / (n - 1)
-    return z
+    """Z per response, from the formulas of section 1. A missing score (NaN) is left out of its group's
+    statistics and gets Z = 0; a group of several with fewer than two scores gets Z = 0 (TRL)."""
+    cs = _center_scale(scores, groups, outcome, eps)
+    return [0.0 if math.isnan(float(scores[i])) else (float(scores[i]) - c) * k
+            for i, (c, k) in enumerate(cs)]
 
 
 def _center_scale(scores, groups, outcome, eps):
@@ -109,19 +90,22 @@ def _center_scale(scores, groups, outcome, eps):
         members[g].append(i)
     out = [(0.0, 1.0)] * len(scores)
     for idx in members.values():
-        vals = [float(scores[i]) for i in idx]
+        scored = [i for i in idx if not math.isnan(float(scores[i]))]
+        vals = [float(scores[i]) for i in scored]
         n = len(vals)
-        mean = sum(vals) / n
+        mean = sum(vals) / n if n else 0.0
         for i in idx:
-            if n == 1:
-                out[i] = (0.0, 1.0)
+            if len(idx) == 1:
+                out[i] = (0.0, 1.0 if n else 0.0)
+            elif i not in scored or n < 2:
+                out[i] = (mean, 0.0)
             elif outcome == "grpo":
                 std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
                 out[i] = (mean, 0.0 if max(vals) == min(vals) else 1.0 / (std + eps))
             elif outcome == "dr_grpo":
                 out[i] = (mean, 1.0)
             else:
-                out[i] = ((sum(vals) - vals[idx.index(i)]) / (n - 1), 1.0)
+                out[i] = ((sum(vals) - float(scores[i])) / (n - 1), 1.0)
     return out
 
 
@@ -285,8 +269,8 @@ def suffix_mc_loop(batch, config) -> torch.Tensor:
     mc, mm = batch.extras["mc_values"], batch.extras["mc_mask"]
     out = []
     for i, cols in enumerate(rows):
-        grp = [R[j] for j in range(len(R)) if groups[j] == groups[i]]
-        root = sum(grp) / len(grp)
+        grp = [R[j] for j in range(len(R)) if groups[j] == groups[i] and not math.isnan(R[j])]
+        root = sum(grp) / len(grp) if grp else 0.0
         valued = [t for t in cols if float(mm[i, t]) > 0.5]
         row = []
         for t in cols:
@@ -294,7 +278,7 @@ def suffix_mc_loop(batch, config) -> torch.Tensor:
             after = [s for s in valued if s > t]
             v_cur = float(mc[i, before[-1]]) if before else root
             v_next = float(mc[i, after[0]]) if after else R[i]
-            row.append(cs[i][1] * (v_next - v_cur))
+            row.append(0.0 if cs[i][1] == 0.0 else cs[i][1] * (v_next - v_cur))
         out.append(row)
     return _to_tensor(batch, rows, out)
 
@@ -614,6 +598,10 @@ def reference_advantages(name: str, batch: RolloutBatch, config=None) -> torch.T
         return _to_tensor(batch, rows, per_row)
     if name == "suffix_mc":
         return suffix_mc_loop(batch, config)
+    if name == "logged":
+        logged = batch.extras["logged_advantage"].tolist()
+        return _to_tensor(batch, rows, [[0.0 if math.isnan(logged[i]) else logged[i]] * len(c)
+                                        for i, c in enumerate(rows)])
     if name == "ktae":
         return ktae_loop(batch, config)
     if name == "token_rm":

@@ -96,7 +96,8 @@ def suffix_mc(batch: RolloutBatch, config: SuffixMCConfig) -> EstimatorResult:
     nxt = masked.backward_fill_index(valued, strict=True)  # (B, T) next valued position > t
     T = mask.shape[1]
     v_cur = torch.where(cur >= 0, v.gather(1, cur.clamp(min=0)), root[:, None].expand(-1, T))
-    v_next = torch.where(nxt < T, v.gather(1, nxt.clamp(max=T - 1)), R[:, None].expand(-1, T))
+    R_known = torch.nan_to_num(R)  # a missing score has scale 0: its advantage is 0 whatever this is
+    v_next = torch.where(nxt < T, v.gather(1, nxt.clamp(max=T - 1)), R_known[:, None].expand(-1, T))
     adv = torch.where(mask, scale[:, None] * (v_next - v_cur), 0.0)
     missing = mask.any(1) & ~valued.any(1)
     z = outcome_z(batch, config)

@@ -5,7 +5,10 @@ Every import is atomic: chunks of validated records commit into a hidden staging
 last transaction publishes it, so a failure (or a killed process) leaves the store as it was, while
 memory stays bounded by the chunk size and a DuckDB buffer-pool cap, not by the file size (DuckDB
 holds an open transaction's rows in memory, so one big transaction per import would not be).
-Imports are idempotent: a file already imported into the run, by content hash, adds nothing.
+Imports are idempotent by content: a file already imported into the run (by content hash) adds
+nothing, and every record a reader yields carries a key of (file name, position, content), so a record
+already in the run is skipped whatever path reaches it (a directory, a subdirectory, one of its files,
+the same directory after it grew). The summary says how many were skipped.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 
 from backend.errors import InputError, StoreError
@@ -25,8 +29,10 @@ from backend.ingest import fast_parquet, sniff, token_dumps
 from backend.ingest.records import ChunkBuffer, validate_record
 from backend.ingest.sources import (
     FORMATS,
+    ReadNotes,
     iter_jsonl,
     read_batches,
+    record_key,
     trl_files,
     trl_records,
     verl_files,
@@ -57,18 +63,33 @@ class ImportReport:
     seconds: float
     already_imported: bool = False
     tokenization: str = "ids"
+    skipped: int = 0
+    """Records already in the run (by record key), not added again."""
+    unscorable: int = 0
+    """Rollouts imported without a score on any channel."""
+    notes: list[str] = field(default_factory=list)
+    """What the reader decided: which columns became channels and which meta, how groups were formed."""
 
     def message(self) -> str:
         if self.already_imported:
             return f"{self.run}: this file was already imported into the run; nothing added"
+        if self.records == 0 and self.skipped:
+            return f"{self.run}: all {self.skipped} records are already in the run; nothing added"
         how = {
             "ids": "token ids from the file",
             "simple": "no token ids and no --model: simple tokenization (words and punctuation, see README)",
         }.get(self.tokenization, f"re-tokenized with {self.tokenization}")
-        return (
+        lines = [
             f"{self.run}: imported {self.records} rollouts, {self.tokens} tokens ({self.format} format; "
             f"{how}) in {self.seconds:.2f} s"
-        )
+        ]
+        if self.skipped:
+            lines.append(f"  skipped {self.skipped} records already in the run")
+        if self.unscorable:
+            lines.append(f"  {self.unscorable} rollouts have no score on any channel (unscorable: left out "
+                         "of group statistics, advantage 0)")
+        lines += [f"  {note}" for note in self.notes]
+        return "\n".join(lines)
 
 
 def _files_of(path: Path, fmt: str) -> list[Path]:
@@ -137,8 +158,14 @@ def import_path(
     source: str | None = None,
     show_progress: bool = False,
     on_progress: Callable[[float], None] | None = None,
+    channels: list[str] | None = None,
+    group_size: int | None = None,
 ) -> ImportReport:
-    """Import a file or directory into `run` (created if new), atomically (see the module docstring)."""
+    """Import a file or directory into `run` (created if new), atomically (see the module docstring).
+
+    `channels`: the columns (TRL) or keys (verl) that become reward channels, instead of the default
+    (TRL: the float columns; verl: `score` and the numeric keys). `group_size`: TRL's num_generations,
+    the size of the consecutive blocks that form groups."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
@@ -148,23 +175,31 @@ def import_path(
         raise InputError(f"{path}: unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     else:
         sniff.check_format(path, fmt)  # a --format that cannot read the file says what the file is
+    if channels is not None and fmt not in ("trl", "verl"):
+        raise InputError(f"{path}: --channels applies to trl and verl imports (native records name their "
+                         "channels in 'rewards')")
+    if group_size is not None and fmt != "trl":
+        raise InputError(f"{path}: --group-size applies to trl imports (verl groups come from uid or prompt)")
+    if group_size is not None and group_size < 1:
+        raise InputError(f"--group-size must be at least 1, got {group_size}")
     files = _files_of(path, fmt)
     tokenizer = Tokenizer(model_dir)
     file_hash = content_hash(files, path)
     by_rows = fmt == "trl" or any(f.suffix == ".parquet" for f in files)
     total = sum(_parquet_rows(f) for f in files) if by_rows else sum(f.stat().st_size for f in files)
     bar = _Bar(total, "rec" if by_rows else "B", show_progress, on_progress)
+    notes = ReadNotes()
     try:
         if fmt == "verl":
-            records: Iterator = verl_records(files, bar)
+            records: Iterator = verl_records(files, bar, notes, channels)
         elif fmt == "trl":
-            records = trl_records(files, bar)
+            records = trl_records(files, bar, notes, channels, group_size, tokenizer)
         elif fmt in token_dumps.READERS:
             records = token_dumps.READERS[fmt](files, bar, tokenizer)
         elif files[0].suffix == ".parquet":
             records = None  # native Parquet: fast path per batch, see _import
         else:
-            records = iter_jsonl(files[0], bar)
+            records = _keyed_jsonl(files[0], bar)
         return _import(
             store,
             run,
@@ -178,9 +213,19 @@ def import_path(
             verifier,
             model_dir,
             bar,
+            notes,
         )
     finally:
         bar.close()
+
+
+def _keyed_jsonl(path: Path, bar) -> Iterator[tuple[str, object]]:
+    """Native JSONL records with their record keys (a record that is not an object is left as it is, for
+    the validator to name)."""
+    for index, (where, obj) in enumerate(iter_jsonl(path, bar)):
+        if isinstance(obj, dict) and "record_key" not in obj:
+            obj = {**obj, "record_key": record_key(path.name, index, obj)}
+        yield where, obj
 
 
 def import_records(
@@ -225,6 +270,7 @@ def _import(
     verifier: str | None,
     model_dir: str | None,
     bar,
+    notes: ReadNotes | None = None,
 ) -> ImportReport:
     if store.read_only:
         raise StoreError(f"{store.path}: opened read-only; imports need the writable store")
@@ -238,30 +284,41 @@ def _import(
         return ImportReport(run, fmt, 0, 0, time.perf_counter() - start, already_imported=True)
     first_id = store.next_rollout_id(target_id) if target_id is not None else 0
     known_groups = store.group_keys(target_id) if target_id is not None else {}
+    seen = store.record_keys(target_id) if target_id is not None else set()
     with store.transaction():
         staging_id = store.create_staging_run(source, model_dir, tokenizer.name, verifier)
     try:
         buffer = ChunkBuffer(staging_id, first_id, known_groups)
         with store.memory_limit(IMPORT_MEMORY_LIMIT):
-            n_records, n_tokens, tokenization = _stage(store, buffer, records, parquet_path, tokenizer, bar)
-        if n_records == 0:
+            n_records, n_tokens, tokenization, skipped = _stage(
+                store, buffer, records, parquet_path, tokenizer, bar, seen, file_hash, fmt in ("trl", "verl")
+            )
+        if n_records == 0 and skipped == 0:
             raise InputError(f"{origin}: no records to import (empty file)")
-        with store.transaction():
-            run_id = store.publish_staging_run(staging_id, run, target_id, first_id)
-            if file_hash is not None:
+        with store.transaction():  # every record already in the run: nothing to publish
+            run_id = target_id
+            if n_records:
+                run_id = store.publish_staging_run(staging_id, run, target_id, first_id)
+            if file_hash is not None and run_id is not None:
                 store.record_import(run_id, file_hash, origin, fmt, n_records, n_tokens)
+        if not n_records:
+            store.discard_run_rows(staging_id)
     except BaseException:
         try:
             store.discard_run_rows(staging_id)
         except Exception:  # noqa: BLE001 - e.g. a full disk; the next writer discards the staging run
             pass
         raise
-    return ImportReport(run, fmt, n_records, n_tokens, time.perf_counter() - start, tokenization=tokenization)
+    notes = notes or ReadNotes()
+    return ImportReport(run, fmt, n_records, n_tokens, time.perf_counter() - start, tokenization=tokenization,
+                        skipped=skipped, unscorable=notes.unscorable, notes=list(notes.lines))
 
 
 def _stage(store: Store, buffer: ChunkBuffer, records, parquet_path: Path | None, tokenizer: Tokenizer,
-           bar) -> tuple[int, int, str]:
-    """Validate and insert every record into the staging run, one committed transaction per chunk."""
+           bar, seen: set[int], file_hash: str | None, unscorable_ok: bool) -> tuple[int, int, str, int]:
+    """Validate and insert every record into the staging run, one committed transaction per chunk.
+    Records whose key is in `seen` (the run's) are skipped; returns (records, tokens, tokenization,
+    skipped)."""
 
     def insert(tables):
         with store.transaction():
@@ -270,13 +327,19 @@ def _stage(store: Store, buffer: ChunkBuffer, records, parquet_path: Path | None
                     store.insert_arrow(table, tables[table])
 
     if parquet_path is not None:
-        return _import_native_parquet(parquet_path, buffer, tokenizer, insert, bar)
+        return _import_native_parquet(parquet_path, buffer, tokenizer, insert, bar, seen, file_hash)
     first_id = buffer.next_rollout_id
-    n_tokens = 0
+    n_tokens = skipped = 0
     tokenization = "ids"
     buffered_tokens = 0
     for where, raw in records:
-        rec = validate_record(raw, where, tokenizer)
+        key = raw.get("record_key") if isinstance(raw, dict) else None
+        if key is not None:
+            if key in seen:
+                skipped += 1
+                continue
+            seen.add(key)
+        rec = validate_record(raw, where, tokenizer, allow_unscorable=unscorable_ok)
         if rec["tokenized"] != "ids":
             tokenization = rec["tokenized"]
         n_tokens += len(rec["token_ids"])
@@ -288,21 +351,37 @@ def _stage(store: Store, buffer: ChunkBuffer, records, parquet_path: Path | None
             buffered_tokens = 0
     if len(buffer):
         insert(buffer.flush())
-    return buffer.next_rollout_id - first_id, n_tokens, tokenization
+    return buffer.next_rollout_id - first_id, n_tokens, tokenization, skipped
+
+
+def _parquet_keys(file_hash: str | None, path: Path, offset: int, n: int) -> np.ndarray:
+    """Record keys of rows offset..offset+n of a native Parquet file: its content hash and row number
+    (the per-record content is the file's; hashing each row's columns would cost the fast path)."""
+    name = file_hash or path.name
+    return np.array([record_key(name, offset + i, "") for i in range(n)], dtype=np.int64)
 
 
 def _import_native_parquet(
-    path: Path, buffer: ChunkBuffer, tokenizer: Tokenizer, insert, bar
-) -> tuple[int, int, str]:
+    path: Path, buffer: ChunkBuffer, tokenizer: Tokenizer, insert, bar, seen: set[int], file_hash: str | None
+) -> tuple[int, int, str, int]:
     try:
         reader = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering keeps every batch read
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for corrupt files
         raise InputError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
-    offset = n_records = n_tokens = 0
+    offset = n_records = n_tokens = skipped = 0
     tokenization = "ids"
     for batch in read_batches(reader, path, CHUNK_RECORDS):
+        keys = _parquet_keys(file_hash, path, offset, batch.num_rows)
+        # Keys derive from the whole file's hash, so a batch is either entirely in the run or not at all.
+        if any(k in seen for k in keys.tolist()):
+            skipped += batch.num_rows
+            offset += batch.num_rows
+            if bar is not None:
+                bar(batch.num_rows)
+            continue
+        seen.update(keys.tolist())
         try:
-            tables = fast_parquet.convert_batch(batch, buffer, path, offset)
+            tables = fast_parquet.convert_batch(batch, buffer, path, offset, keys)
             n_tokens += (
                 int(tables["rollouts"].column("token_ids").combine_chunks().value_lengths().to_numpy().sum())
                 if tables["rollouts"].num_rows
@@ -311,6 +390,7 @@ def _import_native_parquet(
             insert(tables)
         except fast_parquet.Unsupported:
             for k, raw in enumerate(batch.to_pylist()):
+                raw["record_key"] = int(keys[k])
                 rec = validate_record(raw, f"{path}: record {offset + k + 1}", tokenizer)
                 if rec["tokenized"] != "ids":
                     tokenization = rec["tokenized"]
@@ -321,4 +401,4 @@ def _import_native_parquet(
         n_records += batch.num_rows
         if bar is not None:
             bar(batch.num_rows)
-    return n_records, n_tokens, tokenization
+    return n_records, n_tokens, tokenization, skipped

@@ -82,8 +82,10 @@ def _ground_truths(batch: pa.RecordBatch, names: set[str], n: int) -> list:
     return [None] * n
 
 
-def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int) -> dict[str, pa.Table]:
-    """Validate one native Parquet record batch and return the store tables for it."""
+def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int,
+                  keys: np.ndarray | None = None) -> dict[str, pa.Table]:
+    """Validate one native Parquet record batch and return the store tables for it (`keys`: the rows'
+    record keys, int64)."""
 
     def where(i: int) -> str:
         return f"{path}: record {offset + i + 1}"
@@ -189,6 +191,8 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
         "response": batch.column("response"),
         "token_ids": token_ids32,
     }
+    if keys is not None:
+        columns["record_key"] = pa.array(keys, pa.int64())
     if "prompt_ids" in names:
         prompt_ids = batch.column("prompt_ids")
         if not (_is_list(prompt_ids.type) and pa.types.is_integer(prompt_ids.type.value_type)):
@@ -231,7 +235,8 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int)
                     raise InputError(f"{where(i)}: field 'meta' must be a JSON object") from None
             columns["meta"] = meta.cast(pa.string())
         else:
-            columns["meta"] = pa.array([json.dumps(m, default=str) for m in meta.to_pylist()], pa.string())
+            texts = [json.dumps(m, default=str, ensure_ascii=False) for m in meta.to_pylist()]
+            columns["meta"] = pa.array(texts, pa.string())
     tables["rollouts"] = pa.table(columns)
 
     ids, chans, vals = [], [], []

@@ -33,6 +33,7 @@ KNOWN_FIELDS = {
     "extras",
     "ground_truth",
     "logged_advantage",
+    "record_key",
 }
 
 
@@ -114,8 +115,9 @@ def _check_length(values: list, n: int, where: str, name: str, origin: str) -> N
         )
 
 
-def validate_record(rec: Any, where: str, tokenizer: Tokenizer) -> dict:
-    """Check one native record and return it normalized (token ids filled, floats finite)."""
+def validate_record(rec: Any, where: str, tokenizer: Tokenizer, allow_unscorable: bool = False) -> dict:
+    """Check one native record and return it normalized (token ids filled, floats finite).
+    `allow_unscorable`: `rewards` may be empty (a TRL row whose reward functions all returned None)."""
     if not isinstance(rec, dict):
         raise InputError(f"{where}: a record must be a JSON object, got {type(rec).__name__}")
     for name in ("prompt", "response"):
@@ -129,7 +131,7 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer) -> dict:
             f"{where}: missing required field 'rewards' (a dict channel -> score, e.g. {{\"task\": 1}})"
         )
     rewards = rec["rewards"]
-    if not isinstance(rewards, dict) or not rewards:
+    if not isinstance(rewards, dict) or not (rewards or allow_unscorable):
         raise InputError(f"{where}: field 'rewards' must be a non-empty dict channel -> number")
     for channel, score in rewards.items():
         check_text(str(channel), where, "rewards")
@@ -213,6 +215,8 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer) -> dict:
     if adv is not None and (not _is_number(adv) or not _is_finite(adv)):
         raise InputError(f"{where}: field 'logged_advantage' must be a finite number, got {_kind(adv)}")
     out["logged_advantage"] = adv
+    key = rec.get("record_key")
+    out["record_key"] = key if _is_int(key) and -(2**63) <= key < 2**63 else None
     if out["ground_truth"] is not None and not isinstance(out["ground_truth"], str):
         out["ground_truth"] = json.dumps(out["ground_truth"])
     if out["ground_truth"] is not None:
@@ -269,7 +273,8 @@ class ChunkBuffer:
                     "tokens": pa.array([r["tokens"] for r in rows], pa.list_(pa.string())),
                     **{name: pa.array([r[name] for r in rows], f32) for name in PER_TOKEN},
                     "logged_advantage": pa.array([r["logged_advantage"] for r in rows], pa.float64()),
-                    "meta": [json.dumps(r["meta"], default=str) for r in rows],
+                    "meta": [json.dumps(r["meta"], default=str, ensure_ascii=False) for r in rows],
+                    "record_key": pa.array([r["record_key"] for r in rows], pa.int64()),
                 }
             ),
             "scores": _long_table(run, rows, "rewards", "channel", "score", pa.float64()),

@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from backend.errors import InputError
 
 
@@ -63,6 +65,10 @@ def _model_for(info: dict, model: str | None, run: str) -> str:
     return model
 
 
+def _is_list(value) -> bool:
+    return isinstance(value, (list, tuple, np.ndarray))
+
+
 def _check_ids(ids, vocab_size: int, what: str) -> None:
     if ids is not None and len(ids) and (max(ids) >= vocab_size or min(ids) < 0):
         raise InputError(
@@ -93,7 +99,8 @@ def cmd_score(args) -> int:
     vocab = engine.model.get_output_embeddings().weight.shape[0]
     prompts, responses = [], []
     for row in todo.itertuples():
-        prompt_ids = list(row.prompt_ids) if row.prompt_ids is not None else engine.encode(row.prompt or "")
+        # DuckDB hands a NULL list to pandas as pd.NA (not None): test for a real sequence.
+        prompt_ids = list(row.prompt_ids) if _is_list(row.prompt_ids) else engine.encode(row.prompt or "")
         token_ids = list(row.token_ids)
         _check_ids(prompt_ids, vocab, f"run {args.run!r} rollout {row.rollout_id} prompt_ids")
         _check_ids(token_ids, vocab, f"run {args.run!r} rollout {row.rollout_id} token_ids")

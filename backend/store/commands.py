@@ -77,22 +77,55 @@ def cmd_init(args) -> int:
     return 0
 
 
+def _channel_names(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    if not names:
+        raise InputError(f"--channels {text!r}: expected column names separated by commas, e.g. a,b")
+    return names
+
+
 def cmd_import(args) -> int:
     from backend.ingest import import_path
 
+    options = {"model_dir": args.model, "verifier": args.verifier, "channels": _channel_names(args.channels),
+               "group_size": args.group_size}
+    if args.follow:
+        return _follow(args, options)
     with open_store(args.db) as store:
         report = import_path(
             store,
             args.path,
             args.run,
             fmt=args.format,
-            model_dir=args.model,
-            verifier=args.verifier,
             show_progress=not args.quiet,
+            **options,
         )
     if args.format is None:
         print(f"detected format: {report.format}", file=sys.stderr)
     print(report.message())
+    return 0
+
+
+def _follow(args, options: dict) -> int:
+    from backend.ingest.follow import follow
+
+    totals = {"files": 0, "rollouts": 0}
+
+    def report(rep, path) -> None:
+        totals["files"] += 1
+        totals["rollouts"] += rep.records
+        print(f"{path.name}: {rep.message()}", flush=True)
+
+    print(f"following {args.path} into run {args.run!r}; Ctrl-C stops", file=sys.stderr, flush=True)
+    try:
+        follow(lambda: open_store(args.db), args.path, args.run, fmt=args.format, on_report=report,
+               poll_seconds=args.poll, **options)
+    except KeyboardInterrupt:
+        pass  # the file in progress was imported whole or not at all
+    print(f"stopped following {args.path}: {totals['rollouts']} rollouts from {totals['files']} files",
+          flush=True)
     return 0
 
 
@@ -135,6 +168,14 @@ def add_commands(sub) -> None:
     p.add_argument("--run", required=True, help="run name (created if new; re-importing a file adds nothing)")
     p.add_argument("--format", choices=FORMATS, default=None, help="default: detect")
     p.add_argument("--model", default=None, help="local HF folder whose tokenizer re-tokenizes text")
+    p.add_argument("--channels", default=None, metavar="A,B",
+                   help="columns (trl) or keys (verl) that become reward channels; the rest go to meta "
+                        "(default: trl float columns; verl score and numeric keys)")
+    p.add_argument("--group-size", type=int, default=None, metavar="N",
+                   help="trl: groups are consecutive blocks of N rows (TRL's num_generations)")
+    p.add_argument("--follow", action="store_true",
+                   help="keep watching the directory and import each new step file as it appears (Ctrl-C)")
+    p.add_argument("--poll", type=float, default=1.0, help="--follow: seconds between looks at the directory")
     p.add_argument("--verifier", default=None, help="verifier name or module:function recorded with the run")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_import)

@@ -325,6 +325,13 @@ class Store:
             is not None
         )
 
+    def record_keys(self, run_id: int) -> set[int]:
+        """The content keys of the run's imported records (see migration 003)."""
+        table = self.con.sql(
+            "SELECT record_key FROM rollouts WHERE run_id = ? AND record_key IS NOT NULL", params=[run_id]
+        ).to_arrow_table()
+        return set(table.column(0).to_numpy().tolist()) if table.num_rows else set()
+
     def next_rollout_id(self, run_id: int) -> int:
         return int(
             self._first("SELECT coalesce(max(rollout_id) + 1, 0) FROM rollouts WHERE run_id = ?", [run_id])[0]
@@ -436,7 +443,7 @@ class Store:
         cond = " AND ".join(where)
         table = self.con.sql(
             f"SELECT rollout_id, group_id, step, token_ids, tokens, logprobs, ref_logprobs, entropies, "
-            f'"values" FROM rollouts WHERE {cond} ORDER BY rollout_id',
+            f'"values", logged_advantage FROM rollouts WHERE {cond} ORDER BY rollout_id',
             params=params,
         ).to_arrow_table()
         ids = table.column("rollout_id").to_numpy()
@@ -472,7 +479,9 @@ class Store:
                     dense = np.zeros((len(ids), T), dtype=np.float32)
                     dense[rows[sel]] = pad_list_array(data.column(2).filter(pa.array(sel)), T, np.float32)
                 else:
-                    dense = np.zeros(len(ids), dtype=np.float32)
+                    # A rollout without a score on this channel is NaN, never 0: the outcome estimators
+                    # leave it out of the group statistics and give it Z = 0 (TRL's semantics).
+                    dense = np.full(len(ids), np.nan, dtype=np.float32)
                     dense[rows[sel]] = data.column(2).filter(pa.array(sel)).to_numpy()
                 out[name] = torch.from_numpy(dense)
             return out
@@ -505,6 +514,11 @@ class Store:
                     mc_mask[row_of[int(rid)], pos] = 1.0
             extras["mc_values"], extras["mc_mask"] = mc_values, mc_mask
 
+        logged = table.column("logged_advantage")
+        if len(logged) and logged.null_count < len(logged):  # the trainer's own advantage, NaN where absent
+            extras["logged_advantage"] = torch.from_numpy(
+                logged.to_numpy(zero_copy_only=False).astype(np.float32)
+            )
         tokens_col = table.column("tokens")
         tokens = None if tokens_col.null_count else tokens_col.to_pylist()
         batch = RolloutBatch(

@@ -81,7 +81,9 @@ def test_normalize(mode):
 def test_mixed_baseline_sums_scores_first():
     batch = random_batch(5)
     mixed = C.mixed_baseline(batch, {"task": 1.0, "style": 0.5})
-    scores = dict(batch.scores, manual=batch.scores["task"] + 0.5 * batch.scores["style"])
+    task, style = batch.scores["task"], batch.scores["style"]
+    assert style.isnan().any()  # a missing style score is skipped in the sum, never read as 0
+    scores = dict(batch.scores, manual=torch.where(style.isnan(), task, task + 0.5 * style))
     manual = registry.estimate("grpo", dataclasses.replace(batch, scores=scores), channel="manual")
     assert torch.equal(mixed, manual.advantages)
     with pytest.raises(BatchError, match="safety"):

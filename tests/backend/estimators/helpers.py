@@ -4,6 +4,7 @@ zero-variance groups, length-1 responses, shared prefixes (so prefix trees branc
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 
 import torch
@@ -17,6 +18,7 @@ def random_batch(seed: int = 0, n_groups: int = 4, group_size: int = 4, max_len:
                  holes: bool = False, singleton: bool = True, flat_group: bool = True,
                  vocab: int = 4, extras: bool = True) -> RolloutBatch:
     rng = random.Random(seed)
+    gaps = random.Random(seed + 1000)  # missing scores and logged advantages: their own stream
     records = []
     rid = 0
     for g in range(n_groups):
@@ -37,12 +39,15 @@ def random_batch(seed: int = 0, n_groups: int = 4, group_size: int = 4, max_len:
                 "values": [rng.gauss(0, 1) for _ in ids],
                 "tokens": [TEXTS[i % len(TEXTS)] for i in ids],
             }
+            if gaps.random() < 0.2:
+                del rec["scores"]["style"]  # a missing score: NaN in the batch (TRL's None)
             if extras:
                 rec["extras"] = {
                     "mc_values": [rng.random() for _ in ids],
                     "mc_mask": [float(rng.random() < 0.3) for _ in ids],
                     "decision_signal": [rng.gauss(0, 1) for _ in ids],
                     "old_entropies": [rng.random() * 2 for _ in ids],
+                    "logged_advantage": gaps.gauss(0, 1) if gaps.random() < 0.9 else math.nan,
                 }
             records.append(rec)
             rid += 1

@@ -1,0 +1,92 @@
+"""`creditlens import --follow DIR`: tail a live run directory (verl `rollout_data_dir`, TRL
+`completions/`), importing each new step file, atomically, as soon as it is complete.
+
+A file counts as complete when its size has not changed between two polls and it reads whole: a
+Parquet file's footer opens, a JSONL file ends with a newline (verl writes its step file in one go or
+line by line; TRL's `to_parquet` writes the footer last). A file that changes after its import is
+imported again; the record keys skip the records the run already has, so only new ones are added.
+The store is opened per file, so the app and other readers see each step as it lands.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from backend.errors import InputError
+from backend.ingest import ImportReport, import_path
+from backend.ingest.sources import detect_format, trl_files, verl_files
+from backend.store import Store
+
+
+def _complete(path: Path) -> bool:
+    try:
+        if path.suffix == ".parquet":
+            pq.ParquetFile(path).metadata  # noqa: B018 - raises until the footer is written
+            return True
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            if fh.tell() == 0:
+                return False
+            fh.seek(-1, 2)
+            return fh.read(1) == b"\n"
+    except Exception:  # noqa: BLE001 - a file being written reads as anything; try again next poll
+        return False
+
+
+def _step_files(directory: Path, fmt: str | None) -> tuple[str | None, list[Path]]:
+    if fmt is None:
+        try:
+            fmt = detect_format(directory)
+        except InputError:
+            return None, []  # nothing written yet
+    return fmt, (trl_files(directory) if fmt == "trl" else verl_files(directory))
+
+
+def follow(
+    open_store: Callable[[], AbstractContextManager[Store]],
+    directory: str | Path,
+    run: str,
+    fmt: str | None = None,
+    on_report: Callable[[ImportReport, Path], None] | None = None,
+    poll_seconds: float = 1.0,
+    stop: Callable[[], bool] | None = None,
+    **import_options,
+) -> tuple[int, int]:
+    """Import step files of `directory` into `run` as they appear, until `stop()` is true or the process
+    gets KeyboardInterrupt (Ctrl-C), which propagates after the file in progress was either imported
+    whole or not at all. Returns (files imported, rollouts added)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise InputError(f"{directory}: --follow needs a directory (a verl rollout_data_dir or a TRL "
+                         "output/completions directory)")
+    if fmt not in (None, "verl", "trl"):
+        raise InputError(f"{directory}: --follow reads verl or trl directories, not {fmt!r}")
+    imported: dict[Path, tuple[int, int]] = {}  # file -> (size, mtime_ns) at its import
+    last_seen: dict[Path, tuple[int, int]] = {}
+    files_done = rollouts = 0
+    while stop is None or not stop():
+        fmt_now, files = _step_files(directory, fmt)
+        for f in files:
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            state = (st.st_size, st.st_mtime_ns)
+            stable = last_seen.get(f) == state
+            last_seen[f] = state
+            if imported.get(f) == state or not stable or not _complete(f):
+                continue
+            with open_store() as store:
+                report = import_path(store, f, run, fmt=fmt_now, **import_options)
+            imported[f] = state
+            files_done += 1
+            rollouts += report.records
+            if on_report is not None:
+                on_report(report, f)
+        time.sleep(poll_seconds)
+    return files_done, rollouts

@@ -1,0 +1,290 @@
+"""Real logs: TRL's own GRPOTrainer writes completion logs in the suite; verl dumps are written the way
+verl's code writes them (see verl_dumps.py). Every command runs on the imported runs."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from backend.cli import main
+from backend.ingest import import_path
+from backend.store import Store
+
+from .trl_logs import DEMO_POLICY, NUM_GENERATIONS, PROMPTS_PER_STEP, run_grpo
+from .verl_dumps import GROUPS, legacy_step, v1_step
+
+ROOT = Path(__file__).resolve().parents[3]
+STEPS = 2
+
+
+@pytest.fixture(scope="session")
+def trl_logs(tmp_path_factory) -> dict[str, Path]:
+    """Completion logs of two real 2-step GRPO runs (plain and conversational), made once per session."""
+    pytest.importorskip("trl")
+    base = tmp_path_factory.mktemp("trl")
+    return {kind: run_grpo(base / kind, conversational=kind == "conversational", steps=STEPS)
+            for kind in ("plain", "conversational")}
+
+
+def _table(directory: Path) -> pd.DataFrame:
+    return pd.concat([pq.read_table(f).to_pandas() for f in sorted(directory.glob("completions_*.parquet"))],
+                     ignore_index=True)
+
+
+def _cli(*args) -> int:
+    return main([str(a) for a in args])
+
+
+def _scores(store: Store, run: str) -> pd.DataFrame:
+    return store.con.execute(
+        "SELECT o.rollout_id, s.channel, s.score FROM scores s JOIN rollouts o USING (run_id, rollout_id) "
+        "WHERE o.run_id = ? ORDER BY 1, 2", [store.run_id(run)]).df()
+
+
+@pytest.mark.slow
+def test_trl_plain_log_imports_faithfully(trl_logs, db_path):
+    logs = _table(trl_logs["plain"])
+    n = STEPS * PROMPTS_PER_STEP * NUM_GENERATIONS
+    assert len(logs) == n and logs["digits_reward"].isna().any() and logs["n_chars"].dtype == np.int64
+    with Store(db_path) as store:
+        report = import_path(store, trl_logs["plain"].parent, "trl", model_dir=str(DEMO_POLICY))
+        text = report.message()
+        assert report.records == n and report.format == "trl"
+        assert "channels: digits_reward, newline_reward; kept in meta: first_char, n_chars" in text
+        assert "split into blocks of 4" in text  # the repeated prompt's 8 rows are two TRL groups
+        unscorable = logs[["digits_reward", "newline_reward"]].isna().all(axis=1)
+        assert report.unscorable == int(unscorable.sum()) > 0
+        index = store.rollout_index("trl")
+        # text and steps as logged, in order; groups are TRL's consecutive blocks of num_generations
+        assert index["response"].tolist() == logs["completion"].tolist()
+        assert index["step"].tolist() == logs["step"].tolist() == sorted(logs["step"])
+        assert index["group_id"].tolist() == [i // NUM_GENERATIONS for i in range(n)]
+        assert index.loc[0, "prompt"] == index.loc[4, "prompt"]  # same prompt text, two groups
+        # rewards: a score row per non-NaN value, none for NaN (never a silent 0)
+        scores = _scores(store, "trl")
+        for channel in ("digits_reward", "newline_reward"):
+            got = scores[scores.channel == channel].set_index("rollout_id")["score"]
+            want = logs[channel].dropna()
+            assert got.index.tolist() == want.index.tolist() and np.allclose(got.values, want.values)
+        assert set(scores.rollout_id) == set(np.flatnonzero(~unscorable.values))
+        # log_extra columns are kept per rollout in meta, with their types; the advantage as logged
+        for i in (0, 5, n - 1):
+            row = store.rollout("trl", i)
+            assert row["meta"]["n_chars"] == int(logs.loc[i, "n_chars"])
+            assert row["meta"]["first_char"] == logs.loc[i, "first_char"]
+            assert row["logged_advantage"] == pytest.approx(logs.loc[i, "advantage"], abs=1e-12)
+        batch = store.load_batch("trl")
+        assert math.isnan(float(batch.scores["digits_reward"][0]))
+
+
+@pytest.mark.slow
+def test_channel_all_reproduces_trls_logged_advantage(trl_logs, db_path, tmp_path):
+    with Store(db_path) as store:
+        import_path(store, trl_logs["plain"], "trl", model_dir=str(DEMO_POLICY))
+        import_path(store, trl_logs["conversational"], "conv", model_dir=str(DEMO_POLICY))
+    for run, kind in (("trl", "plain"), ("conv", "conversational")):
+        logs = _table(trl_logs[kind])
+        out = tmp_path / f"{run}.parquet"
+        assert _cli("estimate", "--db", db_path, "--run", run, "--estimator", "grpo", "--channel", "all",
+                    "--set", "epsilon=1e-4", "--out", out) == 0
+        per_rollout = pd.read_parquet(out).groupby("rollout_id")["advantage"].first()
+        assert np.abs(per_rollout.values - logs["advantage"].values[per_rollout.index]).max() < 1e-6
+        assert _cli("estimate", "--db", db_path, "--run", run, "--estimator", "logged", "--out", out) == 0
+        logged = pd.read_parquet(out).groupby("rollout_id")["advantage"].first()
+        assert np.allclose(logged.values, logs["advantage"].values[logged.index], atol=1e-6)
+        gap = tmp_path / f"{run}-gap.parquet"
+        assert _cli("logged-gap", "--db", db_path, "--run", run, "--channel", "all", "--set", "epsilon=1e-4",
+                    "--out", gap) == 0
+        frame = pd.read_parquet(gap)
+        assert len(frame) == len(logs) and frame["gap"].abs().max() < 1e-6
+        # the default epsilon is not TRL's: the gap command shows the difference per rollout
+        assert _cli("logged-gap", "--db", db_path, "--run", run, "--channel", "all", "--out", gap) == 0
+        assert pd.read_parquet(gap)["gap"].abs().max() > 1e-6
+
+
+@pytest.mark.slow
+def test_trl_conversational_log_keeps_messages(trl_logs, db_path):
+    logs = _table(trl_logs["conversational"])
+    with Store(db_path) as store:
+        import_path(store, trl_logs["conversational"], "conv", model_dir=str(DEMO_POLICY))
+        row = store.rollout("conv", 2)
+        completion = list(logs.loc[2, "completion"])
+        assert row["response"] == completion[0]["content"] and completion[0]["role"] == "assistant"
+        assert row["meta"]["completion_messages"] == [dict(m) for m in completion]
+        assert row["meta"]["prompt_messages"] == [dict(m) for m in logs.loc[2, "prompt"]]
+        assert row["prompt"] == f"user: {logs.loc[2, 'prompt'][0]['content']}\n"
+        # tokens are the response's characters (the demo tokenizer), not JSON syntax
+        assert "".join(row["tokens"]) == row["response"] and '"role"' not in row["response"]
+        raw = store.con.execute("SELECT meta FROM rollouts WHERE rollout_id = 2 AND run_id = ?",
+                                [store.run_id("conv")]).fetchall()[0][0]
+        assert "\\u" not in raw and "\\n" in raw  # real JSON: a newline is \n, no ASCII escapes
+
+
+@pytest.mark.slow
+def test_trl_channels_and_group_size_flags(trl_logs, db_path, capsys):
+    directory = trl_logs["plain"]
+    assert _cli("import", directory, "--db", db_path, "--run", "one", "--channels", "newline_reward",
+                "--group-size", "4", "--quiet") == 0
+    out = capsys.readouterr().out
+    assert "channels: newline_reward -> task; kept in meta: digits_reward, first_char, n_chars" in out
+    assert "blocks of 4 consecutive rows (--group-size)" in out
+    with Store(db_path, read_only=True) as store:
+        assert store.list_runs()[0]["channels"] == ["task"]
+        logs = _table(directory)
+        meta = [store.rollout("one", i)["meta"]["digits_reward"] for i in range(len(logs))]
+        assert meta == [None if math.isnan(v) else v for v in logs["digits_reward"]]  # NaN: JSON null
+        assert store.load_batch("one").group_ids.tolist() == [i // 4 for i in range(24)]
+    assert _cli("import", directory, "--db", db_path, "--run", "eight", "--group-size", "8", "--quiet") == 2
+    assert "not a multiple of --group-size 8" in capsys.readouterr().err
+    assert _cli("import", directory, "--db", db_path, "--run", "x", "--channels", "nope", "--quiet") == 2
+    assert "--channels names nope" in capsys.readouterr().err
+    with Store(db_path, read_only=True) as store:
+        assert [r["name"] for r in store.list_runs()] == ["one"]  # nothing written by the failures
+
+
+@pytest.mark.slow
+def test_reimport_by_any_path_adds_nothing(trl_logs, db_path, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(trl_logs["plain"].parent / "completions", out / "completions")
+    first, second = sorted((out / "completions").glob("*.parquet"))
+    grow = tmp_path / "grow" / "completions"
+    grow.mkdir(parents=True)
+    shutil.copy(first, grow)
+    with Store(db_path) as store:
+        assert import_path(store, grow.parent, "r").records == 12  # the run directory at step 1
+        shutil.copy(second, grow)  # the run wrote step 2
+        grown = import_path(store, grow.parent, "r")
+        assert (grown.records, grown.skipped) == (12, 12) and "skipped 12 records" in grown.message()
+        for path in (out, out / "completions", first, second):  # a directory, its subdirectory, a file
+            report = import_path(store, path, "r")
+            assert report.records == 0 and (report.skipped > 0 or report.already_imported), path
+            assert "nothing added" in report.message()
+        assert store.list_runs()[0]["rollouts"] == 24
+        assert store.load_batch("r").group_ids.tolist() == [i // 4 for i in range(24)]
+
+
+@pytest.mark.slow
+def test_every_command_on_an_imported_trl_run(trl_logs, db_path, tmp_path, capsys):
+    assert _cli("import", trl_logs["plain"], "--db", db_path, "--run", "trl", "--model", DEMO_POLICY,
+                "--quiet") == 0
+    out = tmp_path / "e.parquet"
+    assert _cli("estimate", "--db", db_path, "--run", "trl", "--estimator", "entropy", "--out", out) == 2
+    assert "creditlens score --model" in capsys.readouterr().err
+    assert _cli("score", "--db", db_path, "--run", "trl", "--model", DEMO_POLICY) == 0
+    assert _cli("estimate", "--db", db_path, "--run", "trl", "--estimator", "entropy", "--channel",
+                "digits_reward", "--out", out) == 0
+    frame = pd.read_parquet(out)
+    assert np.isfinite(frame["advantage"]).all() and frame["advantage"].abs().sum() > 0
+    # an unscorable rollout gets advantage 0 on every channel
+    assert (frame[frame.rollout_id == 0]["advantage"] == 0).all()
+    assert _cli("resample", "--db", db_path, "--run", "trl", "--rollout", "2", "--positions", "1,3",
+                "--samples", "2", "--verifier", "tests.backend.ingest.trl_logs:has_newline", "--json") == 0
+    capsys.readouterr()
+    with Store(db_path, read_only=True) as store:
+        assert sorted(set(store.resample_samples("trl", 2)["pos"])) == [1, 3]
+    capsys.readouterr()
+    assert _cli("runs", "--db", db_path, "--json") == 0
+    assert json.loads(capsys.readouterr().out)[0]["channels"] == ["digits_reward", "newline_reward"]
+
+
+def _verl_dir(tmp_path: Path, v1: bool, steps=(1, 2)) -> Path:
+    directory = tmp_path / ("v1" if v1 else "legacy")
+    for step in steps:
+        (v1_step if v1 else legacy_step)(directory, step)
+    return directory
+
+
+@pytest.mark.parametrize("v1", [False, True], ids=["legacy", "v1"])
+def test_verl_dump_imports_faithfully(db_path, tmp_path, v1):
+    directory = _verl_dir(tmp_path, v1)
+    lines = [json.loads(x) for f in sorted(directory.glob("*.jsonl")) for x in f.read_text().splitlines()]
+    with Store(db_path) as store:
+        report = import_path(store, directory, "v")
+        assert report.records == len(lines) == 18
+        index = store.rollout_index("v")
+        assert index["response"].tolist() == [x["output"] for x in lines]
+        assert index["task"].tolist() == [x["score"] for x in lines]
+        sizes = index.groupby("group_id").size()
+        if v1:  # uid groups: the repeated prompt's two groups stay two
+            assert "groups: by uid" in report.message() and sizes.tolist() == [3] * 6
+            assert store.rollout("v", 0)["meta"]["uid"] == lines[0]["uid"]
+        else:  # no uid: prompt text and step (the repeated prompt's groups merge)
+            assert sizes.tolist() == [6, 3] * 2
+            assert store.rollout("v", 4)["meta"]["request_id"] == lines[4]["request_id"]
+            assert index["acc"].tolist() == [float(x["acc"]) for x in lines]
+        truth = store.rollout("v", 6 if not v1 else [i for i, x in enumerate(lines) if x["gts"] != "46"][0])
+        assert truth["ground_truth"] == json.dumps(GROUPS[2][2], ensure_ascii=False)
+        assert json.loads(truth["ground_truth"]) == ["12", "12.0"]
+
+
+def test_every_command_on_an_imported_verl_run(db_path, tmp_path, capsys):
+    directory = _verl_dir(tmp_path, v1=True)
+    assert _cli("import", directory, "--db", db_path, "--run", "v", "--model", DEMO_POLICY, "--quiet") == 0
+    assert _cli("score", "--db", db_path, "--run", "v", "--model", DEMO_POLICY) == 0
+    out = tmp_path / "e.parquet"
+    for estimator in ("grpo", "entropy", "gae"):
+        assert _cli("estimate", "--db", db_path, "--run", "v", "--estimator", estimator, "--out", out) == 0
+        assert np.isfinite(pd.read_parquet(out)["advantage"]).all()
+    assert _cli("resample", "--db", db_path, "--run", "v", "--rollout", "0", "--positions", "2",
+                "--samples", "2", "--json") == 0
+    capsys.readouterr()
+    assert _cli("estimate", "--db", db_path, "--run", "v", "--estimator", "suffix_mc", "--out", out) == 0
+    capsys.readouterr()
+    assert _cli("runs", "--db", db_path, "--json") == 0
+    assert json.loads(capsys.readouterr().out)[0]["groups"] == 6  # 3 uid groups per step
+    assert _cli("import", directory, "--db", db_path, "--run", "v", "--quiet") == 0
+    assert "nothing added" in capsys.readouterr().out
+
+
+def test_follow_imports_each_new_step_until_interrupted(db_path, tmp_path):
+    directory = tmp_path / "rollout_data_dir"
+    directory.mkdir()
+    legacy_step(directory, 1)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "backend.cli", "import", str(directory), "--db", str(db_path), "--run", "live",
+         "--format", "verl", "--follow", "--poll", "0.2", "--quiet"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def rollouts() -> int:
+            try:
+                with Store(db_path, read_only=True) as store:
+                    return store.list_runs()[0]["rollouts"] if store.has_run("live") else 0
+            except Exception:  # noqa: BLE001 - the follower holds the write lock for a moment
+                return -1
+
+        def wait_for(count: int) -> None:
+            deadline = time.monotonic() + 60
+            while rollouts() != count:
+                assert proc.poll() is None, proc.stderr.read()
+                assert time.monotonic() < deadline, f"expected {count} rollouts, have {rollouts()}"
+                time.sleep(0.2)
+
+        wait_for(9)
+        legacy_step(directory, 2)
+        wait_for(18)
+        with open(directory / "3.jsonl", "w") as fh:  # a step file still being written is not imported
+            fh.write(json.dumps({"input": "1+1=?\n", "output": "#### 2", "score": 1.0, "step": 3}))
+        time.sleep(1.0)
+        assert rollouts() in (18, -1)
+        with open(directory / "3.jsonl", "a") as fh:
+            fh.write("\n")
+        wait_for(19)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert "1.jsonl: live: imported 9 rollouts" in stdout and "3.jsonl: live: imported 1 rollouts" in stdout
+    assert "stopped following" in stdout and "19 rollouts from 3 files" in stdout
