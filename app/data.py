@@ -103,6 +103,12 @@ def run_info(path: str, run: str) -> dict:
 
 
 @st.cache_data(show_spinner=False)
+def run_channels(path: str, run: str) -> list[str]:
+    """The run's scored channels (what `creditlens runs` lists)."""
+    return next((r["channels"] for r in list_runs(path) if r["name"] == run), [])
+
+
+@st.cache_data(show_spinner=False)
 def token_classes(path: str, run: str) -> tuple:
     """The run's token classes (its own, saved in the store, else the defaults)."""
     from backend import token_classes as classes

@@ -139,6 +139,13 @@ def estimator_form(name: str, key: str, container=None) -> tuple[tuple[str, Any]
     return tuple(sorted(overrides.items()))
 
 
+def with_channel(name: str, config: tuple, channel: str) -> tuple:
+    """`config` with the reward channel set, for estimators that have a channel field (sorted pairs)."""
+    if not any(f["name"] == "channel" for f in schema(name)["fields"]) or channel == "task":
+        return config
+    return tuple(sorted({**dict(config), "channel": channel}.items()))
+
+
 def token_class_editor(sel) -> None:
     """Edit the run's token classes (regex, phrases or marker; first match wins, `other` for the rest)
     and save them with the run: every credit-by-class chart and table then uses them."""

@@ -3,8 +3,8 @@ where the credit lands by token class (the "why did filler get credit" answer)."
 
 import streamlit as st
 
-from app import compute, figures, views, widgets
-from backend import analysis
+from app import compute, data, figures, state, views, widgets
+from backend import analysis, estimates
 
 sel = views.rollout_selection()
 st.title(f"Compare estimators · rollout #{sel.rollout}")
@@ -27,12 +27,19 @@ if len(chosen) < 2:
     st.warning("Pick at least two estimators.")
     st.stop()
 
+channels = [*data.run_channels(sel.db, sel.run), estimates.ALL_CHANNELS]
+channel = state.url_widget(
+    st.selectbox, "Reward channel (all: the channel scores summed per rollout first, as TRL does)",
+    key="compare_channel", url="channel", options=channels,
+    default="task" if "task" in channels else channels[0],
+)
 configs = []
 with st.expander("Parameters", expanded=False):
     for column, name in zip(st.columns(len(chosen)), chosen, strict=True):
         with column:
             st.markdown(f"**{views.plain(name)}**")
-            configs.append((name, widgets.estimator_form(name, key="compare_cfg")))
+            configs.append((name, widgets.with_channel(name, widgets.estimator_form(name, key="compare_cfg"),
+                                                       channel)))
 
 result = views.compute_or_explain(compute.compare, sel.db, sel.run, sel.group, sel.rollout, tuple(configs))
 for label, message in result["errors"].items():
@@ -41,7 +48,8 @@ if len(result["rollout"]) < 1:
     st.stop()
 
 st.subheader("Small multiples")
-st.caption("The task-channel advantage of each estimator on this rollout, one shared colour scale.")
+st.caption(f"Each estimator's advantage on the {views.plain(channel)} channel for this rollout, one shared "
+           "colour scale.")
 st.plotly_chart(
     figures.small_multiples(result["rollout"], result["tokens"]),
     key="compare_multiples",

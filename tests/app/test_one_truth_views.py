@@ -78,3 +78,18 @@ def test_compare_credit_by_class_uses_the_runs_own_classes(app_db):
     assert not at.exception, at.exception
     mass = at.dataframe[0].value
     assert set(mass.index) == {"answer digits", "other"}
+
+
+def test_compare_on_all_channels_equals_estimate_channel_all(app_db, tmp_path):
+    query = {"run": "demo", "rollout": str(ROLLOUT), "ests": "grpo,entropy", "channel": "all"}
+    at = open_app(app_db, page="compare", query=query)
+    assert not at.exception, at.exception
+    out = tmp_path / "all.parquet"
+    assert main(["estimate", "--db", str(app_db), "--run", "demo", "--estimator", "grpo", "--channel", "all",
+                 "--out", str(out)]) == 0
+    frame = pq.read_table(out).to_pandas()
+    expected = frame[frame["rollout_id"] == ROLLOUT].sort_values("pos")["advantage"].to_numpy()
+    z = np.asarray(decode(chart(at, "compare_multiples")["data"][0]["z"]), dtype=np.float64).ravel()
+    np.testing.assert_allclose(z[np.isfinite(z)], expected, atol=1e-5)
+    task = cli_advantages(app_db, "grpo", tmp_path / "task.parquet")
+    assert not np.allclose(expected, task)  # the summed channels are another outcome than task alone
