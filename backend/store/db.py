@@ -248,7 +248,8 @@ class Store:
     def discard_run_rows(self, run_id: int) -> None:
         """Delete a run id's rows from every table (one transaction)."""
         with self.transaction() as con:
-            for table in (*_RUN_ROW_TABLES, "imports", "estimates", "resample_samples", "runs"):
+            for table in (*_RUN_ROW_TABLES, *_SUMMARY_TABLES, "imports", "estimates", "resample_samples",
+                          "runs"):
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
 
     def discard_abandoned_imports(self) -> list[int]:
@@ -316,6 +317,7 @@ class Store:
                 "imports",
                 "estimates",
                 "resample_samples",
+                *_SUMMARY_TABLES,
                 "runs",
             ):
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
@@ -564,7 +566,8 @@ class Store:
     # Outputs keyed on (estimator, config hash, channel). Anything that changes a run's inputs
     # (appended rollouts, rescored tokens, new resampling results) drops the run's cached outputs.
     def _drop_cached_estimates(self, run_id: int) -> None:
-        self.con.execute("DELETE FROM estimates WHERE run_id = ?", [run_id])
+        for table in ("estimates", "credit_summary", "credit_agreement"):  # summaries of those outputs
+            self.con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
 
     def cached_estimate(
         self, run: str, estimator: str, config_hash: str, channel: str
@@ -658,6 +661,8 @@ class Store:
 
 
 _RUN_ROW_TABLES = ("rollouts", "scores", "token_rewards", "token_features", "groups")
+# Derived from a run's rows by backend.store.explorer_queries (rebuilt on import, dropped with the run).
+_SUMMARY_TABLES = ("rollout_summary", "credit_summary", "credit_agreement")
 _INSERTABLE = {
     "rollouts",
     "scores",
@@ -666,4 +671,5 @@ _INSERTABLE = {
     "groups",
     "estimates",
     "resample_samples",
+    "credit_summary",
 }
