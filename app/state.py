@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
@@ -149,3 +150,20 @@ def url_value(name: str) -> str | None:
 def publish(name: str, value) -> None:
     """Mirror one of the view's choices into the URL."""
     st.query_params[name] = str(value)
+
+
+_OPEN_ROLLOUT = "_open_rollout"
+ROLLOUT_PAGE = Path(__file__).resolve().parents[1] / "pages" / "rollout.py"
+
+
+def request_rollout(rollout_id: int) -> None:
+    """From a widget callback (a table row or a group row clicked): select `rollout_id` and open it in
+    the Rollout view on this rerun (the callback runs before the sidebar, so the selection is set here)."""
+    st.session_state[ROLLOUT] = int(rollout_id)
+    st.session_state[_OPEN_ROLLOUT] = True
+
+
+def follow_rollout_request() -> None:
+    """Switch to the Rollout view when a callback asked for it (pages that open rollouts call this)."""
+    if st.session_state.pop(_OPEN_ROLLOUT, False):
+        st.switch_page(ROLLOUT_PAGE)
