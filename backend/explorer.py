@@ -245,3 +245,10 @@ def step_trends(handle: StoreHandle, run: str, estimator: str | None = None, con
     with handle.read() as store:
         spec = _spec(store, run, estimator, config, None, ())
         return queries.step_trends(store, spec)
+
+
+def table_columns(handle: StoreHandle, run: str, query: ExplorerQuery) -> list[str]:
+    """The columns `rollout_table` returns for this query (without computing anything), `preview` last."""
+    with handle.read() as store:
+        spec = _spec(store, run, query.estimator, query.config, query.compare, query.compare_config)
+        return queries.table_columns(store, spec) + ["preview"]
