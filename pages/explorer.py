@@ -103,8 +103,13 @@ def _open_selected() -> None:
 
 percent = {c: st.column_config.NumberColumn(c, format="percent") for c in page.columns
            if c.startswith("share_") or c == "repetition"}
+# Shown credit first: the columns of the query, reordered for reading (the data is the CLI's).
+first = ["rollout_id", "step", "group_id", "length"]
+credit = [c for c in page.columns if c.startswith("share_") or c in ("max_abs", "logged_gap", "spearman")]
+shown_order = first + credit + [c for c in page.columns if c not in first and c not in credit]
 st.dataframe(
     page.rows,
+    column_order=shown_order,
     key="explorer_table",
     on_select=_open_selected,
     selection_mode="single-row",

@@ -77,3 +77,14 @@ def test_trends_draw_the_backend_numbers_with_the_toolbar(app_db):
     assert len(kl["data"]) == 1  # the demo run has reference logprobs
     for element in at.get("plotly_chart"):
         assert json.loads(element.proto.config).get("displayModeBar") is True
+
+
+def test_group_view_response_opens_its_rollout(app_db):
+    at = open_app(app_db, "group", {"run": "demo", "rollout": "9"})
+    assert [t.value for t in at.title] == ["Group 1"]
+    (picker,) = at.get("button_group")
+    assert picker.options and len(picker.options) == 8
+    picker.set_value(12).run()
+    assert not at.exception
+    assert [t.value for t in at.title] == ["Rollout #12"]
+    assert at.session_state["sel_rollout"] == 12 and at.session_state["sel_run"] == "demo"
