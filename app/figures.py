@@ -556,8 +556,8 @@ def class_share_trend(frame: pd.DataFrame, columns: dict[str, str]) -> go.Figure
     for column, label in columns.items():
         fig.add_trace(go.Scatter(x=frame["step"], y=frame[column].astype(float).fillna(0.0), name=safe(label),
                                  mode="lines", stackgroup="classes", hovertemplate="%{y:.1%}"))
-    return _trend_layout(fig, "credit share by token class (share of Σ|A|)", {"tickformat": ".0%",
-                                                                               "range": [0, 1]})
+    return _trend_layout(fig, "credit share by token class", {"title": "share of Σ|A|", "tickformat": ".0%",
+                                                              "range": [0, 1]})
 
 
 def quantile_band(frame: pd.DataFrame) -> go.Figure:
@@ -571,4 +571,4 @@ def quantile_band(frame: pd.DataFrame) -> go.Figure:
                                  fill="tonexty", fillcolor=f"rgba(69,117,180,{alpha})", name=label))
     fig.add_trace(go.Scatter(x=step, y=frame["q50"].astype(float), mode="lines+markers", name="median",
                              line={"color": "#4575b4"}))
-    return _trend_layout(fig, "advantage distribution over tokens (quantiles)")
+    return _trend_layout(fig, "advantage quantiles over tokens")
