@@ -61,6 +61,9 @@ def test_search_sort_filter_then_click_opens_the_rollout(page, server):
         estimator="grpo", sort="length", descending=True, search="Obviously",
         filters=(Filter("zero_variance", "=", False),), limit=50), prepare_missing=False)
     assert 0 < want.total < 448
+    page.wait_for_function(  # the last rerun (the flag filter) may still be on its way
+        f"() => document.body.innerText.includes('{want.total} rollouts match')")
+    wait_idle(page)
     assert caption_count(page) == want.total
     rows = grid_rows(page, 5)
     assert [int(r[0]) for r in rows] == want.rows["rollout_id"].tolist()[:len(rows)]
