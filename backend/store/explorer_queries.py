@@ -401,17 +401,24 @@ def step_trends(store: Store, spec: TableSpec, quantiles: bool = True) -> pd.Dat
         parts.append(f"LEFT JOIN ({credit}) cr USING (step)")
         all_params += [spec.run_id, k.estimator, k.config_hash, k.channel, list(k.classes)]
         select += [f"cr.{_alias(a)}" for a, _ in spec.class_columns] + ["cr.max_abs"]
-        if quantiles:
-            names = [f"q{round(q * 100):02d}" for q in QUANTILES]
-            qsel = ", ".join(f"q[{i + 1}] AS {_alias(n)}" for i, n in enumerate(names))
-            dist = (
-                f"SELECT step, {qsel} FROM (SELECT s.step, quantile_cont(v, {list(QUANTILES)}) AS q FROM "
-                "(SELECT rollout_id, unnest(advantages) AS v FROM estimates WHERE run_id = ? "
-                "AND estimator = ? AND config_hash = ? AND channel = ?) e "
-                "JOIN rollout_summary s ON s.run_id = ? AND s.rollout_id = e.rollout_id GROUP BY s.step)"
-            )
-            parts.append(f"LEFT JOIN ({dist}) qd USING (step)")
-            all_params += [spec.run_id, k.estimator, k.config_hash, k.channel, spec.run_id]
-            select += [f"qd.{_alias(n)}" for n in names]
     sql = f"SELECT {', '.join(select)} FROM {' '.join(parts)} ORDER BY b.step"
-    return store.con.execute(sql, all_params).df()
+    frame = store.con.execute(sql, all_params).df()
+    if spec.credit is not None and quantiles:
+        # Its own query (the merge is of one row per step): joined into the one above it ran 4x slower.
+        frame = frame.merge(_step_quantiles(store, spec.run_id, spec.credit), on="step", how="left")
+    return frame
+
+
+def _step_quantiles(store: Store, run_id: int, key: CreditKey) -> pd.DataFrame:
+    """step, q05, q25, q50, q75, q95 of the cached advantages over each step's tokens."""
+    names = [f"q{round(q * 100):02d}" for q in QUANTILES]
+    qsel = ", ".join(f"q[{i + 1}] AS {_alias(n)}" for i, n in enumerate(names))
+    # The step joins the estimates before the unnest: unnesting first and joining 10M tokens afterwards
+    # measured 6.5 s against 1.4 s on a 10M-token run.
+    return store.con.execute(
+        f"SELECT step, {qsel} FROM (SELECT e.step, quantile_cont(e.v, {list(QUANTILES)}) AS q FROM "
+        "(SELECT s.step, unnest(a.advantages) AS v FROM estimates a JOIN rollout_summary s "
+        "ON s.run_id = a.run_id AND s.rollout_id = a.rollout_id WHERE a.run_id = ? AND a.estimator = ? "
+        "AND a.config_hash = ? AND a.channel = ?) e GROUP BY e.step)",
+        [run_id, key.estimator, key.config_hash, key.channel],
+    ).df()
