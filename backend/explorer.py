@@ -236,15 +236,16 @@ def column_ranges(handle: StoreHandle, run: str, query: ExplorerQuery, columns: 
 
 
 def step_trends(handle: StoreHandle, run: str, estimator: str | None = None, config: tuple = (), *,
-                prepare_missing: bool = True) -> pd.DataFrame:
+                prepare_missing: bool = True, quantiles: bool = True) -> pd.DataFrame:
     """One row per step: rollouts, groups, reward, length, mean_entropy, kl (NULL without reference
     logprobs), zero_variance_share, truncated_share, repetition, score_<channel>...; with an estimator
-    share_<class>..., max_abs and the quantiles q05, q25, q50, q75, q95 of A over the step's tokens."""
+    share_<class>..., max_abs and (unless not `quantiles`) the quantiles q05, q25, q50, q75, q95 of A over
+    the step's tokens (a sort of every token: the slow part on big runs)."""
     if prepare_missing:
         prepare(handle, run, estimator, config)
     with handle.read() as store:
         spec = _spec(store, run, estimator, config, None, ())
-        return queries.step_trends(store, spec)
+        return queries.step_trends(store, spec, quantiles=quantiles)
 
 
 def table_columns(handle: StoreHandle, run: str, query: ExplorerQuery) -> list[str]:

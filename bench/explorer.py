@@ -109,6 +109,8 @@ def phase_queries(db: str) -> dict:
            cases.items()}
     out["trends (one row per step, with quantiles)"] = timed(
         lambda: explorer.step_trends(handle, "big", "grpo"))
+    out["trends without the advantage quantiles"] = timed(
+        lambda: explorer.step_trends(handle, "big", "grpo", quantiles=False))
     return {"times": out, "peak_mb": peak_mb()}
 
 
