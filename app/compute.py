@@ -15,7 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from app import data
-from backend import analysis, estimates, explain, token_classes
+from backend import analysis, estimates, explain, explorer, token_classes
 from backend.estimators import registry
 
 _SCOPED = ("Computing credit (an estimator of step or run scope computes its whole step or run once; "
@@ -245,3 +245,30 @@ def engine(model_dir: str, engine_name: str = "auto"):
     from backend.models.engine import load_engine
 
     return load_engine(model_dir, engine=engine_name)
+
+
+# ---- the run explorer and trends (backend.explorer: the functions `creditlens rollouts/trends` call) ----
+
+
+@st.cache_data(show_spinner="Summarizing the run (first time per estimator: computes it at its scope)…",
+               max_entries=64)
+def explorer_page(db: str, run: str, query) -> explorer.ExplorerPage:
+    """One page of the Explorer's rollout table (`query`: a frozen `backend.explorer.ExplorerQuery`)."""
+    return explorer.rollout_table(data.store_handle(db), run, query)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def explorer_ranges(db: str, run: str, query, columns: tuple[str, ...]) -> dict:
+    """min/max over the whole run of the numeric columns the filters offer."""
+    return explorer.column_ranges(data.store_handle(db), run, query, list(columns))
+
+
+@st.cache_data(show_spinner="Computing trends over steps…", max_entries=32)
+def trends(db: str, run: str, estimator: str | None, config: tuple = ()) -> pd.DataFrame:
+    """One row per step (what `creditlens trends` prints)."""
+    return explorer.step_trends(data.store_handle(db), run, estimator, config)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def explorer_columns(db: str, run: str, query) -> list[str]:
+    return explorer.table_columns(data.store_handle(db), run, query)

@@ -519,3 +519,56 @@ def oracle_metrics_figure(frame: pd.DataFrame, metrics: Sequence[str]) -> go.Fig
         barmode="group", height=380, margin={"l": 10, "r": 10, "t": 10, "b": 10}, legend={"orientation": "h"}
     )
     return fig
+
+
+# ---- trends over steps (one row per step from backend.explorer.step_trends) ----------------------------
+
+TREND_HEIGHT = 300
+
+
+def _trend_layout(fig: go.Figure, title: str, yaxis: dict | None = None) -> go.Figure:
+    fig.update_layout(
+        title=title,
+        height=TREND_HEIGHT,
+        xaxis={"title": "step", "dtick": 1},
+        yaxis=yaxis or {},
+        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+        legend={"orientation": "h", "y": -0.25},
+        hovermode="x unified",
+    )
+    return fig
+
+
+def trend_lines(frame: pd.DataFrame, columns: dict[str, str], title: str, percent: bool = False) -> go.Figure:
+    """One line per column over steps. columns: column -> legend label (channel names are escaped)."""
+    fig = go.Figure()
+    for column, label in columns.items():
+        if column in frame.columns:
+            fig.add_trace(go.Scatter(x=frame["step"], y=frame[column].astype(float), mode="lines+markers",
+                                     name=safe(label)))
+    return _trend_layout(fig, title, {"tickformat": ".0%"} if percent else None)
+
+
+def class_share_trend(frame: pd.DataFrame, columns: dict[str, str]) -> go.Figure:
+    """Share of Σ|A| per token class over steps, stacked to 100% (a growing `filler` band is the trend to
+    watch). columns: share column -> class name."""
+    fig = go.Figure()
+    for column, label in columns.items():
+        fig.add_trace(go.Scatter(x=frame["step"], y=frame[column].astype(float).fillna(0.0), name=safe(label),
+                                 mode="lines", stackgroup="classes", hovertemplate="%{y:.1%}"))
+    return _trend_layout(fig, "credit share by token class", {"title": "share of Σ|A|", "tickformat": ".0%",
+                                                              "range": [0, 1]})
+
+
+def quantile_band(frame: pd.DataFrame) -> go.Figure:
+    """The advantage distribution per step: q05–q95 and q25–q75 bands around the median."""
+    fig = go.Figure()
+    step = frame["step"]
+    for low, high, label, alpha in (("q05", "q95", "5–95%", 0.15), ("q25", "q75", "25–75%", 0.35)):
+        fig.add_trace(go.Scatter(x=step, y=frame[high].astype(float), mode="lines", line={"width": 0},
+                                 showlegend=False, hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=step, y=frame[low].astype(float), mode="lines", line={"width": 0},
+                                 fill="tonexty", fillcolor=f"rgba(69,117,180,{alpha})", name=label))
+    fig.add_trace(go.Scatter(x=step, y=frame["q50"].astype(float), mode="lines+markers", name="median",
+                             line={"color": "#4575b4"}))
+    return _trend_layout(fig, "advantage quantiles over tokens")

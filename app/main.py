@@ -1,7 +1,7 @@
 """Credit Lens: the Streamlit entry point.
 
-`streamlit run app/main.py -- --db DB` (or `creditlens app`). Builds the navigation over the seven
-view scripts in the top-level `pages/` folder, resolves the shared selection (run, rollout) and hands
+`streamlit run app/main.py -- --db DB` (or `creditlens app`). Builds the navigation over the view
+scripts in the top-level `pages/` folder, resolves the shared selection (run, rollout) and hands
 over to the chosen view.
 """
 
@@ -19,7 +19,9 @@ import streamlit as st  # noqa: E402
 from app import access, data, state  # noqa: E402
 
 PAGES = ROOT / "pages"
-VIEWS = (
+VIEWS = (  # the first is the landing page of a run
+    ("explorer.py", "Explorer", "explorer", ":material/table_rows:"),
+    ("trends.py", "Trends", "trends", ":material/monitoring:"),
     ("rollout.py", "Rollout", "rollout", ":material/grid_on:"),
     ("group.py", "Group", "group", ":material/account_tree:"),
     ("compare.py", "Compare", "compare", ":material/compare:"),
@@ -44,9 +46,9 @@ if settings.read_only:
 navigation = st.navigation(
     [
         st.Page(
-            str(PAGES / script), title=title, url_path=url_path, icon=icon, default=(url_path == "rollout")
+            str(PAGES / script), title=title, url_path=url_path, icon=icon, default=(i == 0)
         )
-        for script, title, url_path, icon in VIEWS
+        for i, (script, title, url_path, icon) in enumerate(VIEWS)
     ]
 )
 data.refresh_if_store_changed(data.db_path())  # another process may have imported or deleted a run

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
@@ -63,6 +64,8 @@ def init_selection() -> Selection:
     sidebar pickers, and write the selection into the URL."""
     db = data.db_path()
     url = _initial_url()
+    if _SELECT_ROLLOUT in st.session_state:  # a row opened from the Explorer or the Group view
+        st.session_state[RUN], st.session_state[ROLLOUT] = st.session_state.pop(_SELECT_ROLLOUT)
     names = [r["name"] for r in data.list_runs(db)]
     if not names:
         st.query_params.clear()
@@ -149,3 +152,22 @@ def url_value(name: str) -> str | None:
 def publish(name: str, value) -> None:
     """Mirror one of the view's choices into the URL."""
     st.query_params[name] = str(value)
+
+
+_OPEN_ROLLOUT, _SELECT_ROLLOUT = "_open_rollout", "_select_rollout"
+ROLLOUT_PAGE = Path(__file__).resolve().parents[1] / "pages" / "rollout.py"
+
+
+def request_rollout(rollout_id: int) -> None:
+    """From a widget callback (a table row or a group row clicked): open `rollout_id` in the Rollout view."""
+    st.session_state[_OPEN_ROLLOUT] = (st.session_state.get(RUN), int(rollout_id))
+
+
+def follow_rollout_request() -> None:
+    """Switch to the Rollout view when a callback asked for it (pages that open rollouts call this first).
+
+    The selection (run and rollout) is set again in the Rollout view's own run, before its sidebar is
+    drawn: the sidebar's widget values do not survive a `st.switch_page` from a page's script."""
+    if _OPEN_ROLLOUT in st.session_state:
+        st.session_state[_SELECT_ROLLOUT] = st.session_state.pop(_OPEN_ROLLOUT)
+        st.switch_page(ROLLOUT_PAGE)

@@ -23,10 +23,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from backend import credit_summary
 from backend.batch import RolloutBatch
 from backend.errors import InputError, StoreError
 from backend.estimators import registry
 from backend.store import StoreHandle
+from backend.store.explorer_queries import CreditKey
 
 Progress = Callable[[int, int, str], None]
 """progress(done, total, what): called before each chunk and once at the end."""
@@ -129,20 +131,27 @@ def estimate_rollouts(
 
     advantages: dict[int, np.ndarray] = {}
     notes: list[str] = []
+    saving = save and (scope != "group" or whole_run)
+    credit: list = []  # the Explorer's per-rollout credit summaries of what is saved
     with handle.read() as store:
+        definitions = credit_summary.run_classes(store, run)
+        classes = credit_summary.credit_classes(store, run)
         for i, chunk in enumerate(chunks):
             if progress is not None:
                 progress(i, len(chunks), _describe(scope, chunk, run))
             batch = with_channel(store.load_batch(run, **chunk), channel)
             result = registry.estimate(name, batch, config)
             advantages.update(_per_rollout(batch, result.advantages))
+            if saving:
+                credit.append(credit_summary.credit_rows(batch, result.advantages, classes, definitions))
             note = result.diagnostics.get("fallback")
             if isinstance(note, str):
                 notes.append(note)
     if progress is not None:
         progress(len(chunks), len(chunks), "done")
-    if save and (scope != "group" or whole_run):
-        _save(handle, run, name, key, config, channel, advantages)
+    if saving:
+        _save(handle, run, name, key, config, channel, advantages, CreditKey(name, key, channel, classes),
+              credit)
     return ScopedEstimate(name, config, scope, channel, {r: advantages[r] for r in wanted_ids}, "computed",
                           notes)
 
@@ -156,9 +165,11 @@ def _describe(scope: str, chunk: dict, run: str) -> str:
 
 
 def _save(handle: StoreHandle, run: str, name: str, key: str, config: Any, channel: str,
-          advantages: dict[int, np.ndarray]) -> None:
+          advantages: dict[int, np.ndarray], credit_key: CreditKey, credit: list) -> None:
     try:
         with handle.write() as store:
             store.save_estimate(run, name, key, dataclasses.asdict(config), channel, advantages)
+            with store.transaction():
+                credit_summary.save(store, run, credit_key, credit)
     except StoreError:  # StoreBusy included
         pass  # another process is writing, or the file is not ours to write: the next caller computes again

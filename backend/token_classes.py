@@ -94,8 +94,10 @@ def from_json(items: list[dict] | None) -> tuple[TokenClass, ...]:
 
 
 def save(store, run: str, classes: tuple[TokenClass, ...] | None) -> None:
-    """Keep `classes` with run `run` in `store` (a `Store` open for writing); None restores the defaults."""
+    """Keep `classes` with run `run` in `store` (a `Store` open for writing); None restores the defaults.
+    The run's credit summaries by class are dropped (the Explorer recomputes them)."""
     store.set_run_meta(run, "token_classes", None if classes is None else to_json(classes))
+    store.drop_credit_summaries(run)
 
 
 def _markers(batch: RolloutBatch) -> dict[str, np.ndarray]:

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             page = browser.new_page(viewport={"width": 1500, "height": 1000})
 
             nav = [
-                time_navigation(page, f"{srv.url}/?run=long&rollout=0", "rollout_heatmap")
+                time_navigation(page, f"{srv.url}/rollout?run=long&rollout=0", "rollout_heatmap")
                 for _ in range(repeats)
             ]
             wait_idle(page)
@@ -121,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
 
             views = [
-                ("rollout", "?run=demo&rollout=3"),
-                ("rollout_oracle", "?run=oracle&rollout=0&pos=3"),
+                ("rollout", "rollout?run=demo&rollout=3"),
+                ("rollout_oracle", "rollout?run=oracle&rollout=0&pos=3"),
                 ("group", "group?run=demo&rollout=3"),
                 ("compare", "compare?run=oracle&rollout=0"),
                 ("tune", "tune?run=demo&rollout=3"),

@@ -2,8 +2,9 @@
 
 import streamlit as st
 
-from app import compute, figures, views, widgets
+from app import compute, figures, state, views, widgets
 
+state.follow_rollout_request()  # a response picked below in the last rerun opens the Rollout view
 sel = views.rollout_selection()
 st.title(f"Group {sel.group}")
 record = views.prompt_and_response(sel)
@@ -22,6 +23,17 @@ st.plotly_chart(
     width="stretch",
     config={"displayModeBar": False},
 )
+
+
+def _open_response() -> None:
+    picked = st.session_state.get("group_open")
+    st.session_state["group_open"] = None  # picking the same response again opens it again
+    if picked is not None:
+        state.request_rollout(picked)
+
+
+st.pills("Open a response in the Rollout view", ids, format_func=lambda rid: f"#{rid}", key="group_open",
+         on_change=_open_response)
 
 st.subheader("Prefix tree")
 st.caption(

@@ -41,6 +41,7 @@ from backend.ingest.sources import (
 from backend.ingest.sources import detect_format as detect_file_format
 from backend.ingest.tokenize import Tokenizer
 from backend.store import Store
+from backend.store.explorer_queries import fill_rollout_summary
 
 CHUNK_RECORDS = 2048
 CHUNK_TOKENS = 1_000_000
@@ -299,6 +300,7 @@ def _import(
             run_id = target_id
             if n_records:
                 run_id = store.publish_staging_run(staging_id, run, target_id, first_id)
+                fill_rollout_summary(store, run_id)  # the Explorer's per-rollout numbers, whole run
             if file_hash is not None and run_id is not None:
                 store.record_import(run_id, file_hash, origin, fmt, n_records, n_tokens)
         if not n_records:

@@ -216,8 +216,7 @@ def cmd_token_classes(args) -> int:
             )
             classes = token_classes.from_json(token_classes.to_json(classes + added))
         if args.add or args.reset:
-            saved = None if args.reset else token_classes.to_json(classes)
-            store.set_run_meta(args.run, "token_classes", saved)
+            token_classes.save(store, args.run, None if args.reset else classes)
     if args.json:
         print(json.dumps(token_classes.to_json(classes)))
         return 0

@@ -248,7 +248,8 @@ class Store:
     def discard_run_rows(self, run_id: int) -> None:
         """Delete a run id's rows from every table (one transaction)."""
         with self.transaction() as con:
-            for table in (*_RUN_ROW_TABLES, "imports", "estimates", "resample_samples", "runs"):
+            for table in (*_RUN_ROW_TABLES, *_SUMMARY_TABLES, "imports", "estimates", "resample_samples",
+                          "runs"):
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
 
     def discard_abandoned_imports(self) -> list[int]:
@@ -575,8 +576,13 @@ class Store:
     # --- estimator cache -------------------------------------------------------------------------
     # Outputs keyed on (estimator, config hash, channel). Anything that changes a run's inputs
     # (appended rollouts, rescored tokens, new resampling results) drops the run's cached outputs.
+    def drop_credit_summaries(self, run: str) -> None:
+        """The run's credit-by-class summaries (after its token classes change)."""
+        self.con.execute("DELETE FROM credit_summary WHERE run_id = ?", [self.run_id(run)])
+
     def _drop_cached_estimates(self, run_id: int) -> None:
-        self.con.execute("DELETE FROM estimates WHERE run_id = ?", [run_id])
+        for table in ("estimates", "credit_summary", "credit_agreement"):  # summaries of those outputs
+            self.con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
 
     def cached_estimate(
         self, run: str, estimator: str, config_hash: str, channel: str
@@ -670,6 +676,8 @@ class Store:
 
 
 _RUN_ROW_TABLES = ("rollouts", "scores", "token_rewards", "token_features", "groups")
+# Derived from a run's rows by backend.store.explorer_queries (rebuilt on import, dropped with the run).
+_SUMMARY_TABLES = ("rollout_summary", "credit_summary", "credit_agreement")
 _INSERTABLE = {
     "rollouts",
     "scores",
@@ -678,4 +686,5 @@ _INSERTABLE = {
     "groups",
     "estimates",
     "resample_samples",
+    "credit_summary",
 }

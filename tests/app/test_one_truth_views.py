@@ -31,7 +31,7 @@ def cli_advantages(db, name: str, out) -> np.ndarray:
 
 @pytest.mark.parametrize("name", ["token_rm", "rudder", "ktae", "gae", "gtpo", "stare", "aggregation"])
 def test_rollout_view_task_row_equals_estimate(app_db, tmp_path, name):
-    at = open_app(app_db, query={"run": "demo", "rollout": str(ROLLOUT), "est": name})
+    at = open_app(app_db, "rollout", {"run": "demo", "rollout": str(ROLLOUT), "est": name})
     assert not at.exception, at.exception
     shown = heatmap_row(chart(at, "rollout_heatmap"), "task")
     expected = cli_advantages(app_db, name, tmp_path / "a.parquet")
@@ -51,7 +51,7 @@ def test_compare_view_panels_equal_estimate(app_db, tmp_path):
 
 
 def test_unavailable_estimators_are_listed_with_reason_and_fix_not_offered(app_db):
-    at = open_app(app_db, query={"run": "demo", "rollout": str(ROLLOUT)})
+    at = open_app(app_db, "rollout", {"run": "demo", "rollout": str(ROLLOUT)})
     assert "suffix_mc" not in at.selectbox(key="rollout_estimator").options
     notes = [m.value for m in at.markdown]
     assert any(n.startswith("**suffix\\_mc**") and "creditlens resample" in n for n in notes)

@@ -26,7 +26,7 @@ def _snapshot(db) -> dict:
 
 
 def test_views_browse_and_estimate(read_only, app_db):
-    at = open_app(app_db, query={"run": "demo", "rollout": "3"})
+    at = open_app(app_db, "rollout", {"run": "demo", "rollout": "3"})
     assert any("Read-only server" in c.value for c in at.sidebar.caption)
     z = heatmap_z(chart(at, "rollout_heatmap"))
     assert np.isfinite(z).sum() > 0  # the estimator ran and its credit is drawn

@@ -16,7 +16,7 @@ def titles(at) -> list[str]:
 
 
 def test_rollout_opens_on_demo_run_with_heatmap(app_db):
-    at = open_app(app_db)
+    at = open_app(app_db, "rollout")
     assert titles(at) == ["Rollout #0"]
     assert at.session_state["sel_run"] == "demo"
     spec = chart(at, "rollout_heatmap")
@@ -28,7 +28,7 @@ def test_rollout_opens_on_demo_run_with_heatmap(app_db):
 
 
 def test_rollout_estimator_change_changes_heatmap(app_db):
-    at = open_app(app_db)
+    at = open_app(app_db, "rollout")
     before = heatmap_z(chart(at, "rollout_heatmap"))
     at.selectbox(key="rollout_estimator").set_value("entropy").run()
     assert not at.exception
@@ -39,7 +39,7 @@ def test_rollout_estimator_change_changes_heatmap(app_db):
 
 def test_estimator_description_and_source_shown_and_old_names_in_links_resolve(app_db):
     # a link from before the rename
-    at = open_app(app_db, query={"run": "oracle", "rollout": "0", "est": "hapo"})
+    at = open_app(app_db, "rollout", {"run": "oracle", "rollout": "0", "est": "hapo"})
     assert not at.exception
     assert at.selectbox(key="rollout_estimator").value == "entropy_mix"
     assert any("Not HAPO" in c.value for c in at.caption)
@@ -51,7 +51,7 @@ def test_estimator_description_and_source_shown_and_old_names_in_links_resolve(a
 
 
 def test_url_selects_run_and_rollout_and_shows_true_credit(app_db):
-    at = open_app(app_db, query={"run": "oracle", "rollout": "5", "pos": "3"})
+    at = open_app(app_db, "rollout", {"run": "oracle", "rollout": "5", "pos": "3"})
     assert titles(at) == ["Rollout #5"]
     assert at.session_state["sel_rollout"] == 5
     assert at.number_input(key="rollout_pos").value == 3
@@ -62,7 +62,7 @@ def test_url_selects_run_and_rollout_and_shows_true_credit(app_db):
 
 
 def test_token_position_changes_why_this_credit(app_db):
-    at = open_app(app_db, query={"run": "oracle", "rollout": "0"})
+    at = open_app(app_db, "rollout", {"run": "oracle", "rollout": "0"})
     first = [t.value for t in at.text]
     at.number_input(key="rollout_pos").set_value(3).run()
     assert not at.exception

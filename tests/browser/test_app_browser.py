@@ -17,7 +17,9 @@ HEATMAP_Z = "(key) => JSON.stringify(document.querySelector(`.st-key-${key} .js-
 @pytest.mark.parametrize(
     "path, heading",
     [
-        ("", "Rollout #0"),
+        ("", "Explorer · demo"),
+        ("rollout", "Rollout #0"),
+        ("trends", "Trends · demo"),
         ("group", "Group 0"),
         ("compare", "Compare estimators"),
         ("tune", "Tune channel weights"),
@@ -31,12 +33,12 @@ def test_each_view_opens(page, path, heading):
     assert heading in page.locator("h1").first.inner_text()
     assert page.locator("[data-testid=stAppDeployButton]").count() == 0  # client.toolbarMode = viewer
     assert page.get_by_role("button", name="Deploy").count() == 0
-    if path != "runs":
+    if path not in ("runs", ""):  # the Explorer is a table
         page.wait_for_selector(".js-plotly-plot .main-svg")
 
 
 def test_bookmark_opens_that_rollout(page):
-    open_view(page, "?run=oracle&rollout=7")
+    open_view(page, "rollout?run=oracle&rollout=7")
     assert "Rollout #7" in page.locator("h1").first.inner_text()
     page.wait_for_selector(".st-key-rollout_heatmap .ytick", state="attached")
     assert "true credit" in page.locator(".st-key-rollout_heatmap").text_content()
@@ -52,7 +54,7 @@ def click_cell(page, key: str, col: int, row: int, n_rows: int, band_rows: int) 
 
 
 def test_click_a_token_shows_why_this_credit(page):
-    open_view(page, "?run=oracle&rollout=0")
+    open_view(page, "rollout?run=oracle&rollout=0")
     page.wait_for_selector(".st-key-rollout_heatmap .nsewdrag")
     assert "token 0" in page.locator("h3").filter(has_text="Why this credit").inner_text()
     n_rows = 4  # style, task, final, true credit

@@ -61,7 +61,7 @@ def test_two_sessions_keep_working_while_the_cli_imports(browser, own_server, tm
         deadline = time.monotonic() + 90
         while importer.poll() is None and time.monotonic() < deadline:
             for _, page in sessions:  # users keep clicking around while the import runs
-                open_view(page, "?run=demo&rollout=5")
+                open_view(page, "rollout?run=demo&rollout=5")
                 page.wait_for_selector(".js-plotly-plot .main-svg")
                 rendered += 1
         out, err = importer.communicate(timeout=90)
@@ -74,7 +74,7 @@ def test_two_sessions_keep_working_while_the_cli_imports(browser, own_server, tm
 
     # Both sessions see the new run, complete, once the import is done.
     for _, page in sessions:
-        open_view(page, "?run=concurrent&rollout=3")
+        open_view(page, "rollout?run=concurrent&rollout=3")
         page.wait_for_selector(".js-plotly-plot .main-svg")
         assert "run concurrent" in page.locator("body").inner_text()
     listed = subprocess.run(

@@ -52,7 +52,7 @@ def show_prompt_and_response(page) -> str:
 @pytest.mark.parametrize(
     "path, heatmap, n_rows",
     [
-        ("?run=hostile&rollout=0", "rollout_heatmap", 4),  # style, task, final + gap rows: one band
+        ("rollout?run=hostile&rollout=0", "rollout_heatmap", 4),  # style, task, final + gap rows: one band
         ("group?run=hostile&rollout=0", "group_heatmap", 3),  # one row per response
         ("compare?run=hostile&rollout=0", None, 1),
         ("resample?run=hostile&rollout=0", "resample_heatmap", 1),

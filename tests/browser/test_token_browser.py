@@ -126,7 +126,7 @@ def test_browser_token_page_then_app_then_cookie(browser, gated):
     page = context.new_page()
     page.set_default_timeout(60_000)
     try:
-        page.goto(f"{gated.url}/?run=demo&rollout=2")
+        page.goto(f"{gated.url}/rollout?run=demo&rollout=2")
         page.wait_for_selector("[data-testid=creditlens-token-page]")
         assert page.locator("[data-testid=stApp]").count() == 0
         assert "demo" not in page.locator("body").inner_text()
@@ -162,7 +162,7 @@ def test_browser_with_the_token_in_the_url_lands_on_the_view(browser, gated):
     page = context.new_page()
     page.set_default_timeout(60_000)
     try:
-        page.goto(f"{gated.url}/?token={TOKEN}&run=demo&rollout=5")
+        page.goto(f"{gated.url}/rollout?token={TOKEN}&run=demo&rollout=5")
         wait_idle(page)
         page.wait_for_selector(".js-plotly-plot .main-svg")
         assert "token=" not in page.url and "rollout=5" in page.url

@@ -1,0 +1,119 @@
+"""`creditlens rollouts ...` (the Explorer's table) and `creditlens trends ...` (one row per step).
+
+Both call `backend.explorer`, the functions the Explorer and Trends views call, so the numbers match.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from backend.errors import InputError
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("rollouts",
+                       help="the Explorer's table: one row per rollout, sorted, filtered, searched")
+    _common(p)
+    p.add_argument("--compare", default=None, metavar="E2",
+                   help="second estimator: adds `spearman`, the rank correlation of the two on each rollout")
+    p.add_argument("--compare-set", action="append", default=[], metavar="KEY=VALUE",
+                   dest="compare_overrides",
+                   help="parameter of the second estimator, repeatable")
+    p.add_argument("--sort", default="rollout_id",
+                   help="column to sort by (NULLs last); --sort=-COL or --descending sorts descending")
+    p.add_argument("--descending", action="store_true")
+    p.add_argument("--search", default="", help="case-insensitive text in the prompt or the response")
+    p.add_argument("--where", action="append", default=[], metavar="COL OP VALUE",
+                   help="filter, repeatable: e.g. 'length>=100', 'share_filler>0.5', 'zero_variance=true'")
+    p.add_argument("--limit", type=int, default=None, help="at most this many rows (default: all)")
+    p.add_argument("--offset", type=int, default=0, help="skip this many rows first")
+    p.set_defaults(func=cmd_rollouts)
+
+    p = sub.add_parser("trends", help="one row per step: scores, length, entropy, KL, credit share by class")
+    _common(p)
+    p.set_defaults(func=cmd_trends)
+
+
+def _common(p) -> None:
+    p.add_argument("--db", type=Path, default=None, help="store file")
+    p.add_argument("--run", required=True, help="run name")
+    p.add_argument("--estimator", default=None,
+                   help="estimator whose credit is summarized (share_<class>, max_abs); default: none")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="estimator parameter, repeatable")
+    out = p.add_mutually_exclusive_group(required=True)
+    out.add_argument("--json", action="store_true", help="print the rows as a JSON list of objects")
+    out.add_argument("--out", type=Path, default=None, help="write the rows to this .parquet file")
+
+
+def _config(pairs: list[str]) -> tuple:
+    from backend.estimators.commands import parse_overrides
+
+    return tuple(sorted(parse_overrides(pairs).items()))
+
+
+def _emit(frame: pd.DataFrame, args) -> None:
+    if args.json:
+        sys.stdout.write(frame.to_json(orient="records", double_precision=15))
+        sys.stdout.write("\n")
+        return
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out: Path = args.out
+    if out.suffix != ".parquet":
+        raise InputError(f"{out}: the output must be a .parquet file")
+    if not out.parent.exists():
+        raise InputError(f"{out}: directory {out.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(suffix=".parquet.tmp", dir=out.parent)
+    os.close(fd)
+    try:  # written beside the target and renamed: a failure never leaves half a file
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def cmd_rollouts(args) -> int:
+    from backend import explorer
+    from backend.store.commands import store_handle
+
+    sort, descending = args.sort, args.descending
+    if sort.startswith("-"):
+        sort, descending = sort[1:], True
+    query = explorer.ExplorerQuery(
+        estimator=args.estimator,
+        config=_config(args.overrides),
+        compare=args.compare,
+        compare_config=_config(args.compare_overrides),
+        sort=sort,
+        descending=descending,
+        search=args.search,
+        filters=tuple(explorer.parse_where(w) for w in args.where),
+        limit=args.limit,
+        offset=args.offset,
+    )
+    handle = store_handle(args.db)
+    page = explorer.rollout_table(handle, args.run, query)
+    for note in page.notes:
+        print(f"note: {note}", file=sys.stderr)
+    _emit(page.rows, args)
+    print(f"{len(page.rows)} of {page.total} rollouts"
+          + (f" written to {args.out}" if args.out else ""), file=sys.stderr)
+    return 0
+
+
+def cmd_trends(args) -> int:
+    from backend import explorer
+    from backend.store.commands import store_handle
+
+    frame = explorer.step_trends(store_handle(args.db), args.run, args.estimator, _config(args.overrides))
+    _emit(frame, args)
+    print(f"{len(frame)} steps" + (f" written to {args.out}" if args.out else ""), file=sys.stderr)
+    return 0

@@ -1,0 +1,136 @@
+"""Explorer: every rollout of the run in one table — sort, filter, search, page; a row opens the rollout."""
+
+import math
+
+import streamlit as st
+
+from app import compute, state, views, widgets
+from backend.explorer import FLAG_COLUMNS, ExplorerQuery, Filter
+
+state.follow_rollout_request()  # a row clicked in the last rerun opens the Rollout view
+sel = state.selection()
+if sel.run is None:
+    st.info("The store has no runs yet. Import one on the Runs page.")
+    st.stop()
+
+st.title(f"Explorer · {views.plain(sel.run)}")
+
+pick, versus, params = st.columns([1, 1, 2])
+with pick:
+    estimator = widgets.estimator_picker("explorer_estimator")
+with versus:
+    compare = state.url_widget(
+        st.selectbox, "Compare with (Spearman per rollout)", key="explorer_compare", url="vs",
+        default="none", options=["none", *widgets.estimator_names()],
+    )
+with params, st.expander("Estimator parameters"):
+    config = widgets.estimator_form(estimator, key="explorer_cfg")
+compare = None if compare == "none" else compare
+
+search_box, sort_box, order_box, size_box = st.columns([3, 2, 1, 1])
+with search_box:
+    search = state.url_widget(st.text_input, "Search prompt and response", key="explorer_search", url="q",
+                              default="", placeholder="text in the prompt or the response")
+base = ExplorerQuery(estimator=estimator, config=config, compare=compare)
+columns = views.compute_or_explain(compute.explorer_columns, sel.db, sel.run, base)
+sortable = [c for c in columns if c != "preview"]
+with sort_box:
+    sort = state.url_widget(st.selectbox, "Sort by", key="explorer_sort", url="sort", default="rollout_id",
+                            options=sortable)
+with order_box:
+    descending = state.url_widget(st.toggle, "Descending", key="explorer_desc", url="desc", default=False,
+                                  cast=lambda v: v == "True")
+with size_box:
+    size = state.url_widget(st.selectbox, "Rows per page", key="explorer_size", url="size", default=50,
+                            cast=int, options=[25, 50, 100, 200])
+
+numeric = [c for c in sortable if c not in FLAG_COLUMNS and c not in ("rollout_id", "group_id")]
+filters: list[Filter] = []
+with st.expander("Filters: flags and ranges"):
+    flag_cols = st.columns(len(FLAG_COLUMNS))
+    for box, flag in zip(flag_cols, FLAG_COLUMNS, strict=True):
+        with box:
+            choice = st.radio(flag.replace("_", " "), ["any", "yes", "no"], key=f"explorer_flag_{flag}",
+                              horizontal=True)
+        if choice != "any":
+            filters.append(Filter(flag, "=", choice == "yes"))
+    ranged = st.multiselect("Range filters on", numeric, key="explorer_ranged")
+    bounds = compute.explorer_ranges(sel.db, sel.run, base, tuple(ranged)) if ranged else {}
+    for column in ranged:
+        low, high = bounds.get(column, (None, None))
+        if low is None or high is None or low == high:
+            st.caption(f"{column}: a single value ({low}) in this run; nothing to filter")
+            continue
+        integer = column in ("step", "length")
+        low, high = (int(low), int(high)) if integer else (float(low), float(high))
+        chosen = st.slider(column, low, high, (low, high), key=f"explorer_range_{column}")
+        if chosen[0] > low:
+            filters.append(Filter(column, ">=", chosen[0]))
+        if chosen[1] < high:
+            filters.append(Filter(column, "<=", chosen[1]))
+
+# A new search, sort or filter starts again at page 1.
+signature = (estimator, config, compare, search, sort, descending, size, tuple(filters))
+if st.session_state.get("_explorer_signature") != signature:
+    st.session_state["_explorer_signature"] = signature
+    st.session_state["explorer_page_no"] = 1
+page_no = int(st.session_state.get("explorer_page_no", 1))
+
+query = ExplorerQuery(estimator=estimator, config=config, compare=compare, sort=sort, descending=descending,
+                      search=search, filters=tuple(filters), limit=size, offset=(page_no - 1) * size)
+page = views.compute_or_explain(compute.explorer_page, sel.db, sel.run, query)
+for note in page.notes:
+    st.caption(f"note: {views.plain(note)}")
+pages = max(1, math.ceil(page.total / size))
+if page_no > pages:  # the rows shrank under the page (another process deleted some)
+    st.session_state["explorer_page_no"] = pages
+    st.rerun()
+
+st.caption(
+    f"{page.total} rollouts match · page {page_no} of {pages} · click a row to open it in the Rollout view. "
+    f"share_<class>: share of the rollout's Σ|A| under {estimator} on each token class; max_abs: its largest "
+    "|A|; repetition: share of 16-token windows that repeat an earlier one; kl: mean logprob − ref logprob."
+)
+st.session_state["_explorer_ids"] = [int(r) for r in page.rows["rollout_id"]]
+
+
+def _open_selected() -> None:
+    rows = st.session_state["explorer_table"]["selection"]["rows"]
+    ids = st.session_state.get("_explorer_ids", [])
+    if rows and rows[0] < len(ids):
+        state.request_rollout(ids[rows[0]])
+
+
+percent = {c: st.column_config.NumberColumn(c, format="percent") for c in page.columns
+           if c.startswith("share_") or c == "repetition"}
+# Shown credit first: the columns of the query, reordered for reading (the data is the CLI's).
+first = ["rollout_id", "step", "group_id", "length"]
+credit = [c for c in page.columns if c.startswith("share_") or c in ("max_abs", "logged_gap", "spearman")]
+shown_order = first + credit + [c for c in page.columns if c not in first and c not in credit]
+st.dataframe(
+    page.rows,
+    column_order=shown_order,
+    key="explorer_table",
+    on_select=_open_selected,
+    selection_mode="single-row",
+    hide_index=True,
+    width="stretch",
+    height=min(38 + 35 * max(len(page.rows), 1), 740),
+    column_config={
+        **percent,
+        "preview": st.column_config.TextColumn("response (start)", width="large"),
+        "zero_variance": st.column_config.CheckboxColumn("zero var."),
+        "truncated": st.column_config.CheckboxColumn("truncated"),
+    },
+)
+st.number_input("Page", min_value=1, max_value=pages, step=1, key="explorer_page_no")
+
+with st.expander("The same table on the command line"):
+    parts = ["creditlens rollouts", f"--db {sel.db}", f"--run {sel.run}", f"--estimator {estimator}"]
+    parts += [f"--set {k}={v}" for k, v in config]
+    parts += [f"--compare {compare}"] if compare else []
+    parts += [f"--sort={'-' if descending else ''}{sort}"]
+    parts += [f"--search '{search}'"] if search else []
+    parts += [f"--where '{f.column}{f.op}{str(f.value).lower()}'" for f in filters]
+    parts += [f"--limit {size}", f"--offset {(page_no - 1) * size}", "--json"]
+    st.code(" ".join(parts), language=None, wrap_lines=True)

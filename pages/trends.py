@@ -1,0 +1,54 @@
+"""Trends: the run step by step — rewards, length, entropy, KL, zero-variance groups, where credit goes."""
+
+import streamlit as st
+
+from app import compute, figures, state, views, widgets
+
+sel = state.selection()
+if sel.run is None:
+    st.info("The store has no runs yet. Import one on the Runs page.")
+    st.stop()
+
+st.title(f"Trends · {views.plain(sel.run)}")
+pick, params = st.columns([1, 3])
+with pick:
+    estimator = widgets.estimator_picker("trends_estimator")
+with params, st.expander("Estimator parameters"):
+    config = widgets.estimator_form(estimator, key="trends_cfg")
+frame = views.compute_or_explain(compute.trends, sel.db, sel.run, estimator, config)
+st.caption(
+    f"One point per training step ({len(frame)} steps). Credit numbers are {estimator}'s advantages on the "
+    "task channel, computed at the estimator's scope (what `creditlens estimate` gives). Each chart's "
+    "toolbar saves it as PNG."
+)
+
+TOOLBAR = {"displayModeBar": True, "displaylogo": False}
+scores = {c: c.removeprefix("score_") for c in frame.columns if c.startswith("score_")}
+shares = {c: c.removeprefix("share_").replace("_", " ") for c in frame.columns if c.startswith("share_")}
+charts = [
+    ("trends_scores",
+     figures.trend_lines(frame, {**scores, "reward": "reward (sum)"}, "mean score per channel")),
+    ("trends_classes", figures.class_share_trend(frame, shares) if shares else None),
+    ("trends_quantiles", figures.quantile_band(frame) if "q50" in frame.columns else None),
+    ("trends_length", figures.trend_lines(frame, {"length": "mean length (tokens)"}, "response length")),
+    ("trends_entropy", figures.trend_lines(frame, {"mean_entropy": "mean entropy"}, "entropy (token mean)")),
+    ("trends_kl", figures.trend_lines(frame, {"kl": "mean logprob − ref logprob"}, "KL to the reference (k1)")
+     if frame["kl"].notna().any() else None),
+    ("trends_groups", figures.trend_lines(frame, {"zero_variance_share": "zero-variance groups",
+                                                  "truncated_share": "truncated responses"},
+                                          "share of groups with zero task variance", percent=True)),
+    ("trends_repetition", figures.trend_lines(frame, {"repetition": "repeated 16-token windows"},
+                                              "repetition", percent=True)),
+]
+shown = [(key, fig) for key, fig in charts if fig is not None]
+for start in range(0, len(shown), 2):
+    for box, (key, fig) in zip(st.columns(2), shown[start:start + 2], strict=False):
+        with box:
+            st.plotly_chart(fig, key=key, width="stretch", config=TOOLBAR)
+if frame["kl"].isna().all():
+    st.caption("No KL chart: this run has no reference logprobs.")
+
+with st.expander("The numbers (one row per step)"):
+    st.dataframe(frame, hide_index=True, width="stretch")
+    st.code(f"creditlens trends --db {sel.db} --run {sel.run} --estimator {estimator}"
+            + "".join(f" --set {k}={v}" for k, v in config) + " --json", language=None, wrap_lines=True)
