@@ -206,6 +206,7 @@ class TransformersEngine(Engine):
         *,
         progress: Progress | None = None,
         cancel: Cancel | None = None,
+        prefix_seeds: Sequence[int] | None = None,
     ) -> list[Sample]:
         """Sample `n` suffixes for every prefix, all rows batched `max_batch` at a time.
 
@@ -213,7 +214,7 @@ class TransformersEngine(Engine):
         `cancel()` turns true the chunks done so far are returned.
         """
         check_sampling(n, max_new_tokens, temperature, top_p)
-        jobs = sampling_jobs(len(prefixes), n, seed)
+        jobs = sampling_jobs(len(prefixes), n, seed, prefix_seeds)
         contexts = [self._context(p) for p in prefixes]
         for i, ctx in enumerate(contexts):
             if self.max_positions and len(ctx) >= self.max_positions:

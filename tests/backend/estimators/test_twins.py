@@ -38,6 +38,8 @@ VARIANTS = [
     ("prefix_tree", {"eta": 0.5, "outcome": "dr_grpo"}),
     ("suffix_mc", {"outcome": "rloo"}),
     ("token_rm", {"ridge": 10.0, "then_gae": True, "value_source": "zero", "lam": 0.7}),
+    ("token_rm", {"head": "mlp", "hidden": 4, "steps": 6, "ridge": 0.5}),
+    ("token_rm", {"head": "mlp", "hidden": 3, "steps": 4, "folds": 2, "then_gae": True, "value_source": "zero"}),
     ("rudder", {"ridge": 0.1, "folds": 2}),
     ("ktae", {"scale": 2.0, "outcome": "dr_grpo"}),
     ("gtpo", {"beta": 1.0, "keep_sign": False}),
