@@ -3,7 +3,7 @@
 import importlib
 import sys
 
-BENCHES = ("ingest", "estimators", "models", "teacher", "oracle", "app", "reliability")
+BENCHES = ("ingest", "estimators", "models", "teacher", "oracle", "heads", "app", "reliability")
 
 
 def main(argv: list[str]) -> int:

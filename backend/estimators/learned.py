@@ -28,8 +28,8 @@ class TokenRMConfig(CreditConfig):
     folds: int = param(5, low=2, high=20, help="Cross-fitting folds (by group)")
     head: str = param("linear", choices=("linear", "mlp"),
                       help="linear: ridge on the features; mlp: one hidden tanh layer, trained with Adam")
-    hidden: int = param(16, low=1, high=256, help="Hidden units of the MLP head")
-    steps: int = param(200, low=1, high=5000, help="Full-batch Adam steps of the MLP head")
+    hidden: int = param(8, low=1, high=256, help="Hidden units of the MLP head")
+    steps: int = param(150, low=1, high=5000, help="Full-batch Adam steps of the MLP head")
 
     def scope(self) -> str:
         return "run"  # the model is cross-fitted over the groups of the whole run
@@ -62,7 +62,7 @@ def token_rm(batch: RolloutBatch, config: TokenRMConfig) -> EstimatorResult:
     return finish_rewards(batch, config, z, r, {"phi": phi, "features": names, "fallback": note})
 
 
-MLP_FIT_TOKENS = 16384
+MLP_FIT_TOKENS = 8192
 MLP_LEARNING_RATE = 0.01
 
 
@@ -101,17 +101,21 @@ def mlp_token_rewards(X: torch.Tensor, mask: torch.Tensor, z: torch.Tensor, fold
     Xs = torch.where(mask[..., None], (X.to(torch.float64) - mu) / sd, 0.0)  # (B, T, F)
     params = {n: p.to(device).requires_grad_() for n, p in mlp_init(k, X.shape[-1], hidden).items()}
     rows = mlp_fit_rows(mask)
-    Xf, mf, zf, ff = Xs[rows], mask[rows].to(torch.float64), z[rows].to(torch.float64), fold[rows]
+    fit_mask = mask[rows]
+    tok_row, tok_col = fit_mask.nonzero(as_tuple=True)  # real tokens of the fit rows only: (N,)
+    Xf = Xs[rows][tok_row, tok_col]  # (N, F)
+    zf, ff = z[rows].to(torch.float64), fold[rows]
+    n = len(rows)
     train = (ff[None, :] != torch.arange(k, device=device)[:, None]).to(torch.float64)  # (k, n)
     n_train = train.sum(1).clamp(min=1)  # (k,)
     opt = torch.optim.Adam(list(params.values()), lr=MLP_LEARNING_RATE)
     with torch.enable_grad():
         for _ in range(steps):
             opt.zero_grad()
-            h = torch.tanh(torch.einsum("ntf,kfh->knth", Xf, params["W1"]) + params["b1"][:, None, None, :])
-            phi = torch.einsum("knth,kh->knt", h, params["w2"]) + params["b2"][:, None, None]  # (k, n, T)
-            pred = (phi * mf[None]).sum(-1)  # (k, n)
-            fit = (train * (pred - zf[None]) ** 2).sum(1) / n_train  # (k,)
+            h = torch.tanh(torch.matmul(Xf, params["W1"]) + params["b1"][:, None, :])  # (k, N, H)
+            phi = (h @ params["w2"][:, :, None])[..., 0] + params["b2"][:, None]  # (k, N)
+            pred = torch.zeros((k, n), dtype=torch.float64, device=device).index_add(1, tok_row, phi)
+            fit = (train * (pred - zf[None]) ** 2).sum(1) / n_train  # (k,) pred: (k, n) response sums
             decay = ridge / n_train * ((params["W1"] ** 2).sum((1, 2)) + (params["w2"] ** 2).sum(1))
             (fit + decay).sum().backward()
             opt.step()
