@@ -58,6 +58,8 @@ DEFINITIONS = {
     "value_mse": "value sources: mean squared error of V vs V̂ in Z units (lower is better)",
     "value_corr": "value sources: Pearson correlation of V vs V̂ (higher is better)",
 }
+SEGMENT_METRICS = ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1", "critical_hit3")
+VALUE_METRICS = ("value_mse", "value_corr")
 PER_ROLLOUT = ("ranking_accuracy", "sign_accuracy", "critical_hit1", "critical_hit3")
 """Metrics that have a value per rollout (the Oracle view lists the rollouts where they miss)."""
 VALUE_SOURCES = ("zero", "stored", "fitted", "prefix_tree")

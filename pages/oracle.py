@@ -70,12 +70,18 @@ else:
         st.caption(f"{bench.n_positions} valued positions in {bench.n_rollouts} rollouts, "
                    f"{bench.n_segments} segments.")
     shown_metrics = [m for m in teacher_bench.METRICS if bench.table[m].notna().any()]
-    columns = ["estimator", "kind"] + [c for m in shown_metrics for c in (m, f"{m}_se")]
     config = {m: st.column_config.NumberColumn(m, format="%.3f", help=teacher_bench.DEFINITIONS[m])
               for m in shown_metrics}
     config.update({f"{m}_se": st.column_config.NumberColumn("± se", format="%.3f") for m in shown_metrics})
-    st.dataframe(bench.table[columns], hide_index=True, width="stretch", column_config=config,
-                 key="oracle_teacher_table")
+    is_value = bench.table["kind"] == "value source"
+    tables = ((bench.table[~is_value], teacher_bench.SEGMENT_METRICS, "oracle_teacher_table"),
+              (bench.table[is_value], teacher_bench.VALUE_METRICS, "oracle_teacher_values"))
+    for rows, metrics, key in tables:
+        metrics = [m for m in metrics if m in shown_metrics]
+        if len(rows) and metrics:
+            columns = ["estimator", "kind"] + [c for m in metrics for c in (m, f"{m}_se")]
+            st.dataframe(rows[columns], hide_index=True, width="stretch", column_config=config, key=key,
+                         height=35 * (len(rows) + 1) + 3)
     with st.expander("Definitions", expanded=True):
         for m in shown_metrics:
             st.markdown(f"- **{m}**: {teacher_bench.DEFINITIONS[m]}")

@@ -229,13 +229,15 @@ def test_runs_table_shows_hostile_prompt_as_text(app_db):
 def test_oracle_view_teacher_table_on_the_shipped_teacher(app_db):
     at = open_app(app_db, "oracle", {"run": "demo", "rollout": "0", "ests": "grpo,token_rm"}, timeout=300)
     table = at.dataframe[0].value.set_index("estimator")
-    assert {"grpo", "token_rm", "chance", "V: fitted"} <= set(table.index)
+    assert {"grpo", "token_rm", "chance"} <= set(table.index)
+    values = at.dataframe[1].value.set_index("estimator")
+    assert {"V: zero", "V: fitted", "V: prefix_tree"} <= set(values.index) and "value_corr" in values
     best = table[table["kind"] == "estimator"]["ranking_accuracy"].idxmax()
     assert table.loc[f"{best} (inverted)", "ranking_accuracy"] < 0.5  # the sanity row under chance
     assert table.loc["grpo", "ranking_accuracy_se"] > 0 and (table["n_positions"] >= 1000).all()
     assert not at.warning  # enough valued positions
     assert any("ranking_accuracy" in m.value and "higher is better" in m.value for m in at.markdown)
-    misses = at.dataframe[1].value
+    misses = at.dataframe[2].value
     assert misses["open"].str.startswith("rollout?run=demo&rollout=").all()
 
 
