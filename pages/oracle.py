@@ -88,7 +88,7 @@ else:
         st.markdown("- **sanity rows**: `chance` is what a predictor with no information scores; the best "
                     "estimator inverted must fall below it, shuffled within each rollout must fall to it.")
         for line in bench.skipped:
-            st.markdown(f"- not scored: {views.plain(line)}")
+            st.text(f"not scored: {line}")  # plain text: no markdown, no HTML
     bars = [m for m in ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1")
             if m in shown_metrics]
     ranked = bench.table[bench.table["kind"].isin(["estimator", "uses teacher", "sanity"])]

@@ -234,7 +234,8 @@ def test_oracle_view_teacher_table_on_the_shipped_teacher(app_db):
     assert {"V: zero", "V: fitted", "V: prefix_tree"} <= set(values.index) and "value_corr" in values
     best = table[table["kind"] == "estimator"]["ranking_accuracy"].idxmax()
     assert table.loc[f"{best} (inverted)", "ranking_accuracy"] < 0.5  # the sanity row under chance
-    assert table.loc["grpo", "ranking_accuracy_se"] > 0 and (table["n_positions"] >= 1000).all()
+    assert table.loc["grpo", "ranking_accuracy_se"] > 0
+    assert any("1040 valued positions in 300 rollouts" in c.value for c in at.caption)
     assert not at.warning  # enough valued positions
     assert any("ranking_accuracy" in m.value and "higher is better" in m.value for m in at.markdown)
     misses = at.dataframe[2].value
