@@ -1,14 +1,15 @@
 """The Monte Carlo teacher job: V̂(s_t) ± stderr at chosen positions of many rollouts of a run.
 
-A rollout is one unit of work: its positions × M suffixes go to the engine in one batched `resample`
-call (ESTIMATORS.md section 5), with a seed that depends only on the job's seed and the rollout id, so
-the same job gives the same suffixes whether it runs in one process or on a Ray cluster, in any order.
+Consecutive rollouts are grouped until their positions × M suffixes fill one batched engine call
+(`TeacherSettings.chunk_rows`, ESTIMATORS.md section 5). Every suffix's seed depends only on the job's
+seed, the rollout id, the position's index and the sample's index, so the same job gives the same
+suffixes whether it runs in one process or on a Ray cluster, in any order and however it is grouped.
 
 Storage is atomic per rollout: a rollout's suffixes are written in one transaction marked
 `job = 'teacher'`, or not at all. A rerun plans only the rollouts without teacher rows, so a cancelled
 or killed job continues where it stopped. On Ray (`ray_address`), one engine lives in each worker
 actor (transformers on CPU workers, vLLM on GPU workers), rollouts are the tasks, and the driver
-writes the results in rollout order.
+writes the results in rollout order. Chunks of rollouts are the Ray tasks.
 """
 
 from __future__ import annotations
@@ -199,9 +200,12 @@ def value_rollouts(engine, tasks: Sequence[TeacherTask], settings: TeacherSettin
 
 
 def load_settings_engine(settings: TeacherSettings, cpu_threads: int | str | None = "auto"):
-    from backend.models.engine import load_engine
+    from backend.models.engine import load_engine, vllm_usable
 
-    extra = {"cpu_threads": cpu_threads} if settings.engine != "vllm" else {}
+    # cpu_threads is a transformers setting; "auto" on a GPU machine with vLLM loads vLLM instead.
+    transformers = settings.engine == "transformers" or (settings.engine == "auto" and not (
+        settings.device in (None, "cuda") and vllm_usable()))
+    extra = {"cpu_threads": cpu_threads} if transformers else {}
     return load_engine(settings.model_dir, engine=settings.engine, device=settings.device,
                        allow_pickle=settings.allow_pickle, **extra)
 
