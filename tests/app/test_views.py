@@ -126,7 +126,8 @@ def test_tune_replay_starts_from_the_current_beta(app_db):
 
 
 def test_resample_runs_stores_and_shows_values(app_db):
-    at = open_app(app_db, "resample", {"run": "demo", "rollout": "0"})
+    # rollout 2: the bundled Monte Carlo teacher did not value it, so its stored values start empty
+    at = open_app(app_db, "resample", {"run": "demo", "rollout": "2"})
     at.multiselect(key="resample_positions").set_value([0, 5])
     at.number_input(key="resample_m").set_value(2)
     at.button(key="resample_run").click().run()
@@ -136,7 +137,7 @@ def test_resample_runs_stores_and_shows_values(app_db):
     values = chart(at, "resample_values")
     assert list(decode(values["data"][0]["x"])) == [0, 5]
     # stored: a fresh session sees them, and suffix_mc can use them
-    again = open_app(app_db, "resample", {"run": "demo", "rollout": "0"})
+    again = open_app(app_db, "resample", {"run": "demo", "rollout": "2"})
     assert len(again.dataframe[0].value) == 2
 
 
