@@ -219,24 +219,17 @@ def oracle(db: str, run: str, estimators: tuple) -> tuple[pd.DataFrame, list[str
     return analysis.oracle_table(data.run_batch(db, run), list(estimators))
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def teacher(db: str, run: str, estimators: tuple) -> pd.DataFrame:
-    """Agreement with the MC teacher on the rollouts that have resampled values (their groups only)."""
-    values = data.resample_values(db, run, None)
-    if values.empty:
-        return pd.DataFrame(columns=["estimator", "spearman", "sign_accuracy", "tokens"])
-    index = data.rollout_index(db, run)
-    groups = tuple(
-        int(g) for g in sorted(set(index.loc[index["rollout_id"].isin(values["rollout_id"]), "group_id"]))
-    )
-    batch = data.groups_batch(db, run, groups)
-    advs = {}
-    for name in estimators:
-        try:
-            advs[name] = _scoped(db, run, name, (), batch.rollout_ids.tolist(), batch.T)
-        except Exception:  # noqa: BLE001 - an estimator that cannot run on this run is left out
-            continue
-    return analysis.teacher_agreement(batch, advs, values)
+@st.cache_data(show_spinner="Ranking estimators against the Monte Carlo teacher…", max_entries=16)
+def teacher(db: str, run: str, estimators: tuple):
+    """The teacher-bench result (what `creditlens teacher-bench` prints) for the chosen estimators, or None
+    when the run has no Monte Carlo values."""
+    from backend.errors import InputError
+    from backend.teacher_bench import parse_estimator_specs, teacher_bench
+
+    try:
+        return teacher_bench(data.store_handle(db), run, parse_estimator_specs(list(estimators)))
+    except InputError:
+        return None
 
 
 @st.cache_resource(show_spinner="Loading the model…", max_entries=2)

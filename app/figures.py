@@ -498,8 +498,9 @@ def value_estimates_figure(values: pd.DataFrame, length: int, outcome: float | N
     return fig
 
 
-def oracle_metrics_figure(frame: pd.DataFrame, metrics: Sequence[str]) -> go.Figure:
-    """One bar group per metric, one bar per estimator (frame: estimator + metric columns, + _std)."""
+def oracle_metrics_figure(frame: pd.DataFrame, metrics: Sequence[str], error: str = "_std") -> go.Figure:
+    """One bar group per metric, one bar per estimator (frame: estimator + metric columns, + the error
+    bar columns named metric + `error`)."""
     fig = go.Figure()
     for row in frame.itertuples(index=False):
         d = row._asdict()
@@ -510,7 +511,7 @@ def oracle_metrics_figure(frame: pd.DataFrame, metrics: Sequence[str]) -> go.Fig
                 name=safe(d["estimator"]),
                 error_y={
                     "type": "data",
-                    "array": [d.get(f"{m}_std", 0) or 0 for m in metrics],
+                    "array": [_bar(d.get(f"{m}{error}")) for m in metrics],
                     "visible": True,
                 },
             )
@@ -572,3 +573,7 @@ def quantile_band(frame: pd.DataFrame) -> go.Figure:
     fig.add_trace(go.Scatter(x=step, y=frame["q50"].astype(float), mode="lines+markers", name="median",
                              line={"color": "#4575b4"}))
     return _trend_layout(fig, "advantage quantiles over tokens")
+
+
+def _bar(value) -> float:
+    return 0.0 if value is None or value != value else float(value)

@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "backend.store.commands",
     "backend.estimators.commands",
     "backend.models.commands",
+    "backend.teacher_commands",
     "backend.synthetic_commands",
     "backend.explorer_commands",
     "app.commands",

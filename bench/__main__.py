@@ -3,7 +3,7 @@
 import importlib
 import sys
 
-BENCHES = ("ingest", "estimators", "models", "oracle", "app", "reliability", "explorer")
+BENCHES = ("ingest", "estimators", "models", "teacher", "oracle", "heads", "app", "reliability", "explorer")
 
 
 def main(argv: list[str]) -> int:

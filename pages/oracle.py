@@ -1,10 +1,12 @@
 """Oracle: how well each estimator finds the credit — against the true credit on synthetic runs, and
 against the Monte Carlo teacher on real runs where resampled values exist."""
 
+import urllib.parse
+
 import streamlit as st
 
 from app import compute, data, figures, state, views, widgets
-from backend import analysis
+from backend import analysis, teacher_bench
 from backend.metrics import METRICS
 
 sel = state.selection()
@@ -48,16 +50,63 @@ if analysis.has_oracle(batch):
     st.plotly_chart(figures.oracle_metrics_figure(shown, METRICS), key="oracle_chart", width="stretch")
 else:
     st.caption(
-        "Real run: estimators are scored against the Monte Carlo teacher (segment differences of "
-        "V̂ from suffix resampling) on the rollouts that have resampled values."
+        "Real run: estimators are scored against the Monte Carlo teacher — V̂(s_t) from suffix resampling "
+        "(`creditlens teacher`). Each segment between valued positions has the MC advantage "
+        "V̂(next) − V̂(here); an estimator predicts it by its advantage summed over the segment. "
+        "Mean ± stderr over rollouts (what `creditlens teacher-bench` prints)."
     )
-    agreement = compute.teacher(sel.db, sel.run, tuple(chosen))
-    if len(agreement) == 0:
-        st.info("No resampled values in this run yet: resample some positions on the Resample page first.")
-    else:
-        st.dataframe(agreement, hide_index=True, width="stretch")
-        st.plotly_chart(
-            figures.oracle_metrics_figure(agreement, ["spearman", "sign_accuracy"]),
-            key="oracle_teacher_chart",
-            width="stretch",
+    bench = compute.teacher(sel.db, sel.run, tuple(chosen))
+    if bench is None:
+        st.info("No resampled values in this run yet: run `creditlens teacher` or resample some positions "
+                "on the Resample page first.")
+        st.stop()
+    if bench.n_positions < teacher_bench.MIN_POSITIONS:
+        st.warning(
+            f"Only {bench.n_positions} valued positions in {bench.n_rollouts} rollouts: too few for these "
+            f"numbers to separate estimators (at least {teacher_bench.MIN_POSITIONS} are needed; "
+            "`creditlens teacher --run RUN` values many rollouts)."
         )
+    else:
+        st.caption(f"{bench.n_positions} valued positions in {bench.n_rollouts} rollouts, "
+                   f"{bench.n_segments} segments.")
+    shown_metrics = [m for m in teacher_bench.METRICS if bench.table[m].notna().any()]
+    config = {m: st.column_config.NumberColumn(m, format="%.3f", help=teacher_bench.DEFINITIONS[m])
+              for m in shown_metrics}
+    config.update({f"{m}_se": st.column_config.NumberColumn("± se", format="%.3f") for m in shown_metrics})
+    is_value = bench.table["kind"] == "value source"
+    tables = ((bench.table[~is_value], teacher_bench.SEGMENT_METRICS, "oracle_teacher_table"),
+              (bench.table[is_value], teacher_bench.VALUE_METRICS, "oracle_teacher_values"))
+    for rows, metrics, key in tables:
+        metrics = [m for m in metrics if m in shown_metrics]
+        if len(rows) and metrics:
+            columns = ["estimator", "kind"] + [c for m in metrics for c in (m, f"{m}_se")]
+            st.dataframe(rows[columns], hide_index=True, width="stretch", column_config=config, key=key,
+                         height=35 * (len(rows) + 1) + 3)
+    with st.expander("Definitions", expanded=True):
+        for m in shown_metrics:
+            st.markdown(f"- **{m}**: {teacher_bench.DEFINITIONS[m]}")
+        st.markdown("- **sanity rows**: `chance` is what a predictor with no information scores; the best "
+                    "estimator inverted must fall below it, shuffled within each rollout must fall to it.")
+        for line in bench.skipped:
+            st.text(f"not scored: {line}")  # plain text: no markdown, no HTML
+    bars = [m for m in ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1")
+            if m in shown_metrics]
+    ranked = bench.table[bench.table["kind"].isin(["estimator", "uses teacher", "sanity"])]
+    st.plotly_chart(figures.oracle_metrics_figure(ranked, bars, error="_se"), key="oracle_teacher_chart",
+                    width="stretch")
+
+    st.subheader("Where an estimator misses")
+    scored = bench.table["kind"].isin(["estimator", "uses teacher"])
+    estimators = bench.table.loc[scored, "estimator"].tolist()
+    left, right = st.columns(2)
+    who = left.selectbox("Estimator", estimators, key="oracle_miss_estimator")
+    metric = right.selectbox("Metric", list(teacher_bench.PER_ROLLOUT), key="oracle_miss_metric")
+    misses = bench.misses(who, metric)
+    if misses.empty:
+        st.caption(f"{views.plain(who)} misses no rollout on {metric}.")
+    else:
+        run = urllib.parse.quote(sel.run)
+        misses = misses.assign(open=[f"rollout?run={run}&rollout={r}" for r in misses["rollout_id"]])
+        st.dataframe(misses, hide_index=True, width="stretch", key="oracle_misses",
+                     column_config={"open": st.column_config.LinkColumn("open", display_text="open rollout"),
+                                    metric: st.column_config.NumberColumn(metric, format="%.2f")})

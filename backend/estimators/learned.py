@@ -21,16 +21,22 @@ MAX_FIT_TOKENS = 65536
 
 @dataclass(frozen=True)
 class TokenRMConfig(CreditConfig):
-    """Token reward model: phi_t = w . x_t fitted so that sum_t phi_t predicts Z, then projected."""
+    """Token reward model: phi_t = f(x_t) fitted so that sum_t phi_t predicts Z, then projected; f is
+    linear (a ridge fit) or a small MLP."""
 
-    ridge: float = param(1.0, low=0.0, high=1e6, help="Ridge penalty")
+    ridge: float = param(1.0, low=0.0, high=1e6, help="Ridge penalty (linear: L2 on w; mlp: weight decay)")
     folds: int = param(5, low=2, high=20, help="Cross-fitting folds (by group)")
+    head: str = param("linear", choices=("linear", "mlp"),
+                      help="linear: ridge on the features; mlp: one hidden tanh layer, trained with Adam")
+    hidden: int = param(8, low=1, high=256, help="Hidden units of the MLP head")
+    steps: int = param(150, low=1, high=5000, help="Full-batch Adam steps of the MLP head")
 
     def scope(self) -> str:
         return "run"  # the model is cross-fitted over the groups of the whole run
 
 
-@register("token_rm", TokenRMConfig, "Linear token reward model on token features, projected to sum to Z",
+@register("token_rm", TokenRMConfig,
+          "Token reward model (linear or MLP head) on token features, projected to sum to Z",
           family="learned")
 def token_rm(batch: RolloutBatch, config: TokenRMConfig) -> EstimatorResult:
     """Features: entropy, surprisal, position, token class, and extras decision_signal / style_flags when
@@ -42,9 +48,12 @@ def token_rm(batch: RolloutBatch, config: TokenRMConfig) -> EstimatorResult:
     L = mask.sum(dim=1, keepdim=True).clamp(min=1).to(torch.float32)  # (B, 1)
     fold, k = features.group_folds(batch, config.folds)
     note = None
+    contributions = None  # the linear head's per-feature parts of phi (the explanation's terms)
     if k < 2:
         phi = torch.zeros(mask.shape, dtype=torch.float32, device=batch.device)
         note = "token_rm needs at least two groups to cross-fit; used phi = 0 (uniform r = Z / L)"
+    elif config.head == "mlp":
+        phi = mlp_token_rewards(X, mask, z, fold, k, config.ridge, config.hidden, config.steps)
     else:
         S = X.sum(dim=1)  # (B, F) per-response feature sums
         W, b = features.ridge_folds(S, z, fold, k, config.ridge)
@@ -52,10 +61,74 @@ def token_rm(batch: RolloutBatch, config: TokenRMConfig) -> EstimatorResult:
         phi = contributions.sum(-1) + b[fold][:, None] / L  # (B, T) the intercept per token
         phi = torch.where(mask, phi, 0.0)
     extra = {"phi": phi, "features": names, "fallback": note}
-    if k >= 2:
+    if contributions is not None:
         extra["feature_contributions"] = torch.where(mask[..., None], contributions, 0.0)
     r = phi + (z[:, None] - phi.sum(dim=1, keepdim=True)) / L  # (B, T) sums to Z
     return finish_rewards(batch, config, z, r, extra)
+
+
+MLP_FIT_TOKENS = 8192
+MLP_LEARNING_RATE = 0.01
+
+
+def mlp_fit_rows(mask: torch.Tensor, max_tokens: int = MLP_FIT_TOKENS) -> torch.Tensor:
+    """Rows (whole responses) the MLP head trains on: all of them, or evenly strided ones holding about
+    `max_tokens` tokens (training cost is per token and step; prediction still covers every row)."""
+    B = mask.shape[0]
+    tokens = int(mask.sum())
+    keep = B if tokens <= max_tokens else max(1, B * max_tokens // max(tokens, 1))
+    return features.subsample_rows(B, keep, mask.device)
+
+
+def mlp_init(k: int, F: int, H: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Initial weights of the k fold models, float64: W1 (k, F, H) ~ N(0, 1/F), w2 (k, H) ~ N(0, 1/H)
+    scaled by 0.1, biases 0; drawn on the CPU from one seeded generator (the same on any device)."""
+    gen = torch.Generator().manual_seed(seed)
+    W1 = torch.randn((k, F, H), generator=gen, dtype=torch.float64) / F ** 0.5
+    w2 = torch.randn((k, H), generator=gen, dtype=torch.float64) * 0.1 / H ** 0.5
+    return {"W1": W1, "b1": torch.zeros((k, H), dtype=torch.float64), "w2": w2,
+            "b2": torch.zeros(k, dtype=torch.float64)}
+
+
+def mlp_token_rewards(X: torch.Tensor, mask: torch.Tensor, z: torch.Tensor, fold: torch.Tensor, k: int,
+                      ridge: float, hidden: int, steps: int) -> torch.Tensor:
+    """phi: (B, T) float32 from k cross-fitted MLPs `phi = w2 . tanh(W1^T x + b1) + b2`, 0 on padding.
+
+    X: (B, T, F) features, standardized here over every real token (no labels involved); z: (B,).
+    Model j trains on the responses outside fold j (of the `mlp_fit_rows`) to minimise
+    `mean_i (sum_t phi_it - z_i)^2 + ridge / n_j (|W1|^2 + |w2|^2)` by `steps` full-batch Adam steps
+    (lr 0.01), all k models at once in float64; response i is then scored by model fold(i).
+    """
+    device = X.device
+    real = X[mask].to(torch.float64)  # (N, F)
+    mu, sd = real.mean(0), real.std(0, unbiased=False)
+    sd = torch.where(sd > 1e-12, sd, torch.ones_like(sd))
+    Xs = torch.where(mask[..., None], (X.to(torch.float64) - mu) / sd, 0.0)  # (B, T, F)
+    params = {n: p.to(device).requires_grad_() for n, p in mlp_init(k, X.shape[-1], hidden).items()}
+    rows = mlp_fit_rows(mask)
+    fit_mask = mask[rows]
+    tok_row, tok_col = fit_mask.nonzero(as_tuple=True)  # real tokens of the fit rows only: (N,)
+    Xf = Xs[rows][tok_row, tok_col]  # (N, F)
+    zf, ff = z[rows].to(torch.float64), fold[rows]
+    n = len(rows)
+    train = (ff[None, :] != torch.arange(k, device=device)[:, None]).to(torch.float64)  # (k, n)
+    n_train = train.sum(1).clamp(min=1)  # (k,)
+    opt = torch.optim.Adam(list(params.values()), lr=MLP_LEARNING_RATE)
+    with torch.enable_grad():
+        for _ in range(steps):
+            opt.zero_grad()
+            h = torch.tanh(torch.matmul(Xf, params["W1"]) + params["b1"][:, None, :])  # (k, N, H)
+            phi = (h @ params["w2"][:, :, None])[..., 0] + params["b2"][:, None]  # (k, N)
+            pred = torch.zeros((k, n), dtype=torch.float64, device=device).index_add(1, tok_row, phi)
+            fit = (train * (pred - zf[None]) ** 2).sum(1) / n_train  # (k,) pred: (k, n) response sums
+            decay = ridge / n_train * ((params["W1"] ** 2).sum((1, 2)) + (params["w2"] ** 2).sum(1))
+            (fit + decay).sum().backward()
+            opt.step()
+    with torch.no_grad():
+        W1, b1, w2, b2 = (params[n][fold] for n in ("W1", "b1", "w2", "b2"))  # per response
+        h = torch.tanh(torch.einsum("btf,bfh->bth", Xs, W1) + b1[:, None, :])  # (B, T, H)
+        phi = torch.einsum("bth,bh->bt", h, w2) + b2[:, None]  # (B, T)
+    return torch.where(mask, phi, 0.0).to(torch.float32)
 
 
 @dataclass(frozen=True)

@@ -442,11 +442,51 @@ def _folds(batch, folds):
     return fold.tolist(), k
 
 
+def token_rm_mlp_phi_loop(batch, config, feats, z, fold, k) -> list[list[float]]:
+    """phi per real token from k MLPs trained one fold at a time, each response's sum built token by
+    token (the fast path trains the k models at once over padded tensors)."""
+    from backend.estimators.learned import MLP_LEARNING_RATE, mlp_fit_rows, mlp_init
+
+    flat = np.array([x for f in feats for x in f], dtype=np.float64)
+    mu, sd = flat.mean(0), flat.std(0)
+    sd = np.where(sd > 1e-12, sd, 1.0)
+    xs = [torch.tensor((np.array(f, dtype=np.float64) - mu) / sd) for f in feats]
+    init = mlp_init(k, flat.shape[1], config.hidden)
+    fit_rows = mlp_fit_rows(batch.response_mask).tolist()
+    models = []
+    for j in range(k):
+        p = {n: v[j].clone().requires_grad_() for n, v in init.items()}
+        train = [i for i in fit_rows if fold[i] != j]
+        opt = torch.optim.Adam(list(p.values()), lr=MLP_LEARNING_RATE)
+        for _ in range(config.steps):
+            opt.zero_grad()
+            loss = torch.zeros((), dtype=torch.float64)
+            for i in train:
+                total = torch.zeros((), dtype=torch.float64)
+                for x in xs[i]:
+                    total = total + torch.tanh(x @ p["W1"] + p["b1"]) @ p["w2"] + p["b2"]
+                loss = loss + (total - z[i]) ** 2
+            n = max(len(train), 1)
+            loss = loss / n + config.ridge / n * ((p["W1"] ** 2).sum() + (p["w2"] ** 2).sum())
+            loss.backward()
+            opt.step()
+        models.append({n: v.detach() for n, v in p.items()})
+    out = []
+    for i, x in enumerate(xs):
+        m = models[fold[i]]
+        out.append([float(torch.tanh(row @ m["W1"] + m["b1"]) @ m["w2"] + m["b2"]) for row in x])
+    return out
+
+
 def token_rm_loop(batch, config) -> torch.Tensor:
     rows = _rows(batch)
     z = _z(batch, config)
     fold, k = _folds(batch, config.folds)
     feats = [_features_loop(batch, i, c) for i, c in enumerate(rows)]
+    if getattr(config, "head", "linear") == "mlp" and k >= 2:
+        phis = token_rm_mlp_phi_loop(batch, config, feats, z, fold, k)
+        r_rows = [[p + (z[i] - sum(phi)) / len(phi) for p in phi] for i, phi in enumerate(phis)]
+        return _finish(batch, config, z, rows, r_rows)
     sums = np.array([np.sum(f, axis=0) for f in feats], dtype=np.float64)
     r_rows = []
     for i, cols in enumerate(rows):

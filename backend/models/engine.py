@@ -68,8 +68,13 @@ Job = tuple[int, int, int]
 """One sample to draw: (prefix_index, sample_index, seed)."""
 
 
-def sampling_jobs(n_prefixes: int, n: int, seed: int) -> list[Job]:
-    """Every sample of a `generate` call, prefix-major, each with its own seed."""
+def sampling_jobs(n_prefixes: int, n: int, seed: int, prefix_seeds: Sequence[int] | None = None) -> list[Job]:
+    """Every sample of a `generate` call, prefix-major, each with its own seed: `seed + i * n + j`, or
+    `prefix_seeds[i] + j` when given (so a prefix draws the same samples whatever shares its call)."""
+    if prefix_seeds is not None:
+        if len(prefix_seeds) != n_prefixes:
+            raise InputError(f"prefix_seeds has {len(prefix_seeds)} seeds for {n_prefixes} prefixes")
+        return [(i, j, int(prefix_seeds[i]) + j) for i in range(n_prefixes) for j in range(n)]
     return [(i, j, sample_seed(seed, i, n, j)) for i in range(n_prefixes) for j in range(n)]
 
 
@@ -127,6 +132,7 @@ class Engine:
         *,
         progress: Progress | None = None,
         cancel: Cancel | None = None,
+        prefix_seeds: Sequence[int] | None = None,
     ) -> list[Sample]:
         raise NotImplementedError
 

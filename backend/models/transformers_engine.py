@@ -207,6 +207,7 @@ class TransformersEngine(Engine):
         *,
         progress: Progress | None = None,
         cancel: Cancel | None = None,
+        prefix_seeds: Sequence[int] | None = None,
     ) -> list[Sample]:
         """Sample `n` suffixes for every prefix, all rows batched `max_batch` at a time.
 
@@ -214,7 +215,7 @@ class TransformersEngine(Engine):
         `cancel()` turns true the chunks done so far are returned.
         """
         check_sampling(n, max_new_tokens, temperature, top_p, seed, len(prefixes))
-        jobs = sampling_jobs(len(prefixes), n, seed)
+        jobs = sampling_jobs(len(prefixes), n, seed, prefix_seeds)
         contexts = [build_context(p, self.start_id, self.max_positions, i) for i, p in enumerate(prefixes)]
         # Similar lengths share a chunk, which keeps left padding short.
         jobs.sort(key=lambda job: (len(contexts[job[0]]), job[0], job[1]))

@@ -241,12 +241,13 @@ class VLLMEngine(Engine):
         *,
         progress: Progress | None = None,
         cancel: Cancel | None = None,
+        prefix_seeds: Sequence[int] | None = None,
     ) -> list[Sample]:
         check_sampling(n, max_new_tokens, temperature, top_p, seed, len(prefixes))
         contexts = [build_context(p, self.start_id, self.max_positions, i) for i, p in enumerate(prefixes)]
         eos = self.eos_ids
         return sample_in_chunks(
-            sampling_jobs(len(prefixes), n, seed),
+            sampling_jobs(len(prefixes), n, seed, prefix_seeds),
             self.max_batch,
             lambda chunk: self._generate_chunk(chunk, contexts, eos, max_new_tokens, temperature, top_p),
             progress,

@@ -45,12 +45,14 @@ def bundled_manifests(sample_dir: Path = SAMPLE_DIR) -> list[dict]:
 
 
 def import_bundled(store: Store, quiet: bool = False) -> list[str]:
-    """Import every bundled run that the store does not have yet; returns the names imported."""
+    """Import every bundled run that the store does not have yet, and a bundled run's Monte Carlo
+    teacher (manifest key `teacher`) where the run has none; returns the names imported."""
     from backend.ingest import import_path
 
     imported = []
     for spec in bundled_manifests():
         if store.has_run(spec["run"]):
+            imported += import_bundled_teacher(store, spec, quiet)
             continue
         report = import_path(
             store,
@@ -64,7 +66,24 @@ def import_bundled(store: Store, quiet: bool = False) -> list[str]:
         imported.append(spec["run"])
         if not quiet:
             print(report.message(), file=sys.stderr)
+        imported += import_bundled_teacher(store, spec, quiet)
     return imported
+
+
+def import_bundled_teacher(store: Store, spec: dict, quiet: bool = False) -> list[str]:
+    """The teacher suffixes shipped with a bundled run (one transaction), unless it has teacher rows."""
+    from backend.models.teacher import JOB, read_teacher_file
+
+    teacher = spec.get("teacher")
+    if not teacher or store.job_rollouts(spec["run"], JOB):
+        return []
+    index = store.rollout_index(spec["run"])
+    lengths = dict(zip(index["rollout_id"].astype(int), index["length"].astype(int), strict=True))
+    table = read_teacher_file(SAMPLE_DIR / teacher["file"], lengths)
+    rows = store.import_job_samples(spec["run"], table, JOB)
+    if not quiet:
+        print(f"{spec['run']}: imported the Monte Carlo teacher ({rows} suffixes)", file=sys.stderr)
+    return [f"{spec['run']} teacher"]
 
 
 def cmd_init(args) -> int:

@@ -628,19 +628,60 @@ class Store:
             self.insert_arrow("estimates", data)
 
     # --- resampling results --------------------------------------------------------------------
-    def save_resample(self, run: str, rollout_id: int, samples: pa.Table | pd.DataFrame) -> int:
+    def save_resample(self, run: str, rollout_id: int, samples: pa.Table | pd.DataFrame,
+                      job: str | None = None) -> int:
         """Append resampled suffixes: columns pos, sample_idx, seed, suffix_ids, suffix_text, reward,
-        engine, model. Atomic; returns the number of rows stored."""
+        engine, model; `job` marks the rows (the teacher job writes 'teacher'). Atomic; returns the
+        number of rows stored."""
+        return self.save_resamples(run, {int(rollout_id): samples}, job=job)
+
+    def save_resamples(self, run: str, tables: dict[int, pa.Table | pd.DataFrame],
+                       job: str | None = None) -> int:
+        """`save_resample` for several rollouts: one transaction per rollout, so a failure keeps every
+        rollout before it whole and leaves no part of the failing one. Returns the rows stored."""
         run_id = self.run_id(run)
-        if isinstance(samples, pd.DataFrame):
-            samples = pa.Table.from_pandas(samples, preserve_index=False)
+        total = 0
+        for rollout_id, samples in tables.items():
+            if isinstance(samples, pd.DataFrame):
+                samples = pa.Table.from_pandas(samples, preserve_index=False)
+            n = samples.num_rows
+            samples = samples.append_column("run_id", pa.array([run_id] * n, pa.int32()))
+            samples = samples.append_column("rollout_id", pa.array([int(rollout_id)] * n, pa.int32()))
+            if job is not None:
+                samples = samples.append_column("job", pa.array([job] * n, pa.string()))
+            with self.transaction():
+                self.insert_arrow("resample_samples", samples)
+                self._drop_cached_estimates(run_id)  # suffix_mc and value_source=mc read these
+            total += n
+        return total
+
+    def import_job_samples(self, run: str, samples: pa.Table, job: str) -> int:
+        """Add suffixes of several rollouts (a `job_samples` table) in one transaction; returns rows."""
+        run_id = self.run_id(run)
         n = samples.num_rows
         samples = samples.append_column("run_id", pa.array([run_id] * n, pa.int32()))
-        samples = samples.append_column("rollout_id", pa.array([int(rollout_id)] * n, pa.int32()))
+        samples = samples.append_column("job", pa.array([job] * n, pa.string()))
         with self.transaction():
             self.insert_arrow("resample_samples", samples)
-            self._drop_cached_estimates(run_id)  # suffix_mc and value_source=mc read these
+            self._drop_cached_estimates(run_id)
         return n
+
+    def job_rollouts(self, run: str, job: str) -> set[int]:
+        """Rollout ids that have suffixes stored by `job` (each rollout is stored whole, or not at all)."""
+        rows = self.con.execute(
+            "SELECT DISTINCT rollout_id FROM resample_samples WHERE run_id = ? AND job = ?",
+            [self.run_id(run), job],
+        ).fetchall()
+        return {int(r[0]) for r in rows}
+
+    def job_samples(self, run: str, job: str) -> pa.Table:
+        """Every suffix `job` stored for `run`: rollout_id, pos, sample_idx, seed, suffix_ids,
+        suffix_text, reward, engine, model; ordered by rollout, position and sample."""
+        return self.con.sql(
+            "SELECT rollout_id, pos, sample_idx, seed, suffix_ids, suffix_text, reward, engine, model "
+            "FROM resample_samples WHERE run_id = ? AND job = ? ORDER BY rollout_id, pos, sample_idx",
+            params=[self.run_id(run), job],
+        ).to_arrow_table()
 
     def resample_samples(self, run: str, rollout_id: int) -> pd.DataFrame:
         return self.con.execute(

@@ -56,7 +56,7 @@ def test_a_second_job_is_refused_while_one_runs(writable, demo_engine, app_db, t
         assert jobs.running_job(str(app_db)) == ("resample", job)
 
         # Another session on the same store asks for a resampling: refused with a message, nothing stored.
-        at = open_app(app_db, "resample", {"run": "demo", "rollout": "1"})
+        at = open_app(app_db, "resample", {"run": "demo", "rollout": "2"})
         at.multiselect(key="resample_positions").set_value([0])
         at.number_input(key="resample_m").set_value(2)
         at.button(key="resample_run").click().run()
@@ -64,7 +64,7 @@ def test_a_second_job_is_refused_while_one_runs(writable, demo_engine, app_db, t
         errors = [e.value for e in at.error]
         assert len(errors) == 1 and "a resample job is already running on this store" in errors[0], errors
         assert "resample_job" not in at.session_state
-        assert _samples(app_db, 1) == 0
+        assert _samples(app_db, 2) == 0
 
         # Teacher and score jobs share the slot: one model job per store.
         for kind in ("teacher", "score"):
@@ -88,12 +88,12 @@ def test_a_second_job_is_refused_while_one_runs(writable, demo_engine, app_db, t
     at.button(key="resample_run").click().run()
     assert not at.error, [e.value for e in at.error]
     assert any("stored" in s.value for s in at.success), [s.value for s in at.success]
-    assert _samples(app_db, 1) == 2
+    assert _samples(app_db, 2) == 2
 
 
 def test_a_request_over_the_suffix_cap_is_refused(writable, app_db, monkeypatch):
     monkeypatch.setenv(access.MAX_SUFFIXES_ENV, "10")
-    at = open_app(app_db, "resample", {"run": "demo", "rollout": "0"})
+    at = open_app(app_db, "resample", {"run": "demo", "rollout": "2"})
     assert any("At most 10 suffixes" in c.value for c in at.caption)
     at.multiselect(key="resample_positions").set_value([0, 1, 2])
     at.number_input(key="resample_m").set_value(4)
@@ -101,12 +101,12 @@ def test_a_request_over_the_suffix_cap_is_refused(writable, app_db, monkeypatch)
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and "3 positions x 4 samples = 12 suffixes" in errors[0], errors
     assert "at most 10 per request" in errors[0]
-    assert _samples(app_db, 0) == 0
+    assert _samples(app_db, 2) == 0
 
     at.number_input(key="resample_m").set_value(3).run()  # 9 suffixes: within the cap
     at.button(key="resample_run").click().run()
     assert not at.error, [e.value for e in at.error]
-    assert _samples(app_db, 0) == 9
+    assert _samples(app_db, 2) == 9
 
 
 def _must_not_run(job):

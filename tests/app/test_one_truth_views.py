@@ -51,19 +51,23 @@ def test_compare_view_panels_equal_estimate(app_db, tmp_path):
 
 
 def test_unavailable_estimators_are_listed_with_reason_and_fix_not_offered(app_db):
-    at = open_app(app_db, "rollout", {"run": "demo", "rollout": str(ROLLOUT)})
+    # The oracle run has no resampled values (the demo run ships its Monte Carlo teacher).
+    at = open_app(app_db, "rollout", {"run": "oracle", "rollout": "0"})
     assert "suffix_mc" not in at.selectbox(key="rollout_estimator").options
     notes = [m.value for m in at.markdown]
     assert any(n.startswith("**suffix\\_mc**") and "creditlens resample" in n for n in notes)
-    at = open_app(app_db, page="compare", query={"run": "demo", "rollout": str(ROLLOUT)})
+    at = open_app(app_db, page="compare", query={"run": "oracle", "rollout": "0"})
     assert "suffix_mc" not in at.multiselect(key="compare_estimators").options
 
 
 def test_compare_keeps_drawing_when_one_estimator_fails(app_db):
     """An estimator that fails on this run (no resampling results) gets its error; the rest are computed."""
     from app import compute
+    from backend.store import Store
 
-    result = compute.compare(str(app_db), "demo", 44, ROLLOUT, (("token_rm", ()), ("suffix_mc", ())))
+    with Store(app_db, read_only=True) as store:
+        group = int(store.rollout_index("oracle").set_index("rollout_id").loc[0, "group_id"])
+    result = compute.compare(str(app_db), "oracle", group, 0, (("token_rm", ()), ("suffix_mc", ())))
     assert list(result["rollout"]) == ["token_rm"]
     assert "resampl" in result["errors"]["suffix_mc"]
 

@@ -139,7 +139,8 @@ def test_tune_replay_starts_from_the_current_beta(app_db):
 
 
 def test_resample_runs_stores_and_shows_values(app_db):
-    at = open_app(app_db, "resample", {"run": "demo", "rollout": "0"})
+    # rollout 2: the bundled Monte Carlo teacher did not value it, so its stored values start empty
+    at = open_app(app_db, "resample", {"run": "demo", "rollout": "2"})
     at.multiselect(key="resample_positions").set_value([0, 5])
     at.number_input(key="resample_m").set_value(2)
     at.button(key="resample_run").click().run()
@@ -149,7 +150,7 @@ def test_resample_runs_stores_and_shows_values(app_db):
     values = chart(at, "resample_values")
     assert list(decode(values["data"][0]["x"])) == [0, 5]
     # stored: a fresh session sees them, and suffix_mc can use them
-    again = open_app(app_db, "resample", {"run": "demo", "rollout": "0"})
+    again = open_app(app_db, "resample", {"run": "demo", "rollout": "2"})
     assert len(again.dataframe[0].value) == 2
 
 
@@ -240,3 +241,33 @@ def test_runs_table_shows_hostile_prompt_as_text(app_db):
     at = open_app(app_db, "runs", {"run": "hostile"})
     assert not any(getattr(m.proto, "allow_html", False) for m in at.markdown)
     assert json.dumps([m.value for m in at.markdown]).count("<script") == 0
+
+
+def test_oracle_view_teacher_table_on_the_shipped_teacher(app_db):
+    at = open_app(app_db, "oracle", {"run": "demo", "rollout": "0", "ests": "grpo,token_rm"}, timeout=300)
+    table = at.dataframe[0].value.set_index("estimator")
+    assert {"grpo", "token_rm", "chance"} <= set(table.index)
+    values = at.dataframe[1].value.set_index("estimator")
+    assert {"V: zero", "V: fitted", "V: prefix_tree"} <= set(values.index) and "value_corr" in values
+    best = table[table["kind"] == "estimator"]["ranking_accuracy"].idxmax()
+    assert table.loc[f"{best} (inverted)", "ranking_accuracy"] < 0.5  # the sanity row under chance
+    assert table.loc["grpo", "ranking_accuracy_se"] > 0
+    assert any("1040 valued positions in 300 rollouts" in c.value for c in at.caption)
+    assert not at.warning  # enough valued positions
+    assert any("ranking_accuracy" in m.value and "higher is better" in m.value for m in at.markdown)
+    misses = at.dataframe[2].value
+    assert misses["open"].str.startswith("rollout?run=demo&rollout=").all()
+
+
+def test_oracle_view_warns_when_few_positions_are_valued(app_db):
+    import pandas as pd
+
+    from backend.store import Store
+
+    with Store(app_db) as store:
+        store.save_resample("small", 0, pd.DataFrame({
+            "pos": [0, 0, 2, 2], "sample_idx": [0, 1, 0, 1], "seed": [0, 1, 2, 3], "suffix_ids": [[1]] * 4,
+            "suffix_text": ["a"] * 4, "reward": [1.0, 0.0, 0.0, 0.0], "engine": ["t"] * 4,
+            "model": ["m"] * 4}))
+    at = open_app(app_db, "oracle", {"run": "small", "rollout": "0", "ests": "grpo"})
+    assert any("Only 2 valued positions" in w.value for w in at.warning)

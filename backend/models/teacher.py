@@ -1,0 +1,441 @@
+"""The Monte Carlo teacher job: V̂(s_t) ± stderr at chosen positions of many rollouts of a run.
+
+Consecutive rollouts are grouped until their positions × M suffixes fill one batched engine call
+(`TeacherSettings.chunk_rows`, ESTIMATORS.md section 5). Every suffix's seed depends only on the job's
+seed, the rollout id, the position's index and the sample's index, so the same job gives the same
+suffixes whether it runs in one process or on a Ray cluster, in any order and however it is grouped.
+
+Storage is atomic per rollout: a rollout's suffixes are written in one transaction marked
+`job = 'teacher'`, or not at all. A rerun plans only the rollouts without teacher rows, so a cancelled
+or killed job continues where it stopped. On Ray (`ray_address`), one engine lives in each worker
+actor (transformers on CPU workers, vLLM on GPU workers), rollouts are the tasks, and the driver
+writes the results in rollout order. Chunks of rollouts are the Ray tasks.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from backend.errors import InputError
+from backend.models.resample import (
+    ResampleResult,
+    SuffixSample,
+    position_values,
+    suggest_entropy,
+    suggest_steps,
+)
+from backend.rewards import get_verifier, run_verifier
+
+JOB = "teacher"
+SEED_STRIDE = 1_000_003
+"""Rollout r samples with seed `seed + r * SEED_STRIDE` (+ prefix_index * M + sample_index inside)."""
+WRITE_EVERY_SECONDS = 2.0
+
+Progress = Callable[[int, int], None]
+
+
+# ---- plan -----------------------------------------------------------------------------------------------
+def teacher_positions(spec: str, tokens: Sequence[str], entropies: Sequence[float] | None,
+                      length: int) -> list[int]:
+    """Positions t (0 <= t < L) of one response to value: `steps` (position 0 and each line start),
+    `entropy:K` (position 0 and the K highest-entropy tokens) or `every:K` (0, K, 2K, ...)."""
+    kind, _, arg = spec.partition(":")
+    if kind == "steps" and not arg:
+        out = suggest_steps(list(tokens))
+    elif kind in ("entropy", "every"):
+        try:
+            k = int(arg)
+        except ValueError:
+            raise InputError(f"--positions {spec!r}: expected {kind}:K with an integer K") from None
+        if k < 1:
+            raise InputError(f"--positions {spec!r}: K must be >= 1")
+        if kind == "every":
+            out = list(range(0, length, k))
+        else:
+            if entropies is None or not len(entropies):
+                raise InputError("--positions entropy:K needs entropies; fill them with "
+                                 "`creditlens score --run RUN --model DIR` first")
+            out = [0, *suggest_entropy(list(entropies)[:length], k)]
+    else:
+        raise InputError(f"--positions {spec!r}: choose steps, entropy:K or every:K")
+    return sorted({int(p) for p in out if 0 <= int(p) < length})
+
+
+@dataclass(frozen=True)
+class TeacherTask:
+    """One rollout to value: what a worker needs, and nothing from the store."""
+
+    rollout_id: int
+    prompt_ids: tuple[int, ...] | None
+    prompt: str
+    token_ids: tuple[int, ...]
+    positions: tuple[int, ...]
+    ground_truth: Any
+    seed: int
+
+
+@dataclass(frozen=True)
+class TeacherSettings:
+    """How every rollout is valued (the same on the driver and on each Ray worker)."""
+
+    model_dir: str
+    samples: int = 16
+    verifier: str = "answer_match"
+    engine: str = "auto"
+    device: str | None = None
+    allow_pickle: bool = False
+    max_new_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    chunk_rows: int = 256
+    """Suffixes per engine call: rollouts are grouped until their positions x M reach this."""
+
+
+def pick_rollouts(rollout_ids: Sequence[int], count: int | None) -> list[int]:
+    """`count` rollouts spread evenly over the run (every rollout when None or >= the run's size)."""
+    ids = sorted(int(r) for r in rollout_ids)
+    if count is None or count >= len(ids):
+        return ids
+    if count < 1:
+        raise InputError(f"--rollouts must be >= 1 or 'all', got {count}")
+    picks = np.unique(np.linspace(0, len(ids) - 1, count).round().astype(np.int64))
+    return [ids[i] for i in picks]
+
+
+def plan_teacher(store, run: str, *, rollouts: int | None, positions: str, seed: int,
+                 verifier: str) -> tuple[list[TeacherTask], int]:
+    """Tasks for the chosen rollouts that have no teacher rows yet; also the number chosen in all."""
+    chosen = pick_rollouts(store.rollout_index(run)["rollout_id"].tolist(), rollouts)
+    done = store.job_rollouts(run, JOB)
+    tasks = []
+    for rid in chosen:
+        if rid in done:
+            continue
+        row = store.rollout(run, rid)
+        token_ids = [int(t) for t in row["token_ids"]]
+        truth = row.get("ground_truth")
+        if truth is None:
+            truth = (row.get("meta") or {}).get("ground_truth")
+        if truth is None and ":" not in verifier:
+            raise InputError(f"run {run!r} rollout {rid}: no ground truth (meta.ground_truth) for verifier "
+                             f"{verifier!r}")
+        tokens = list(row["tokens"]) if row.get("tokens") is not None else [""] * len(token_ids)
+        entropies = row.get("entropies")
+        where = teacher_positions(positions, tokens, None if entropies is None else list(entropies),
+                                  len(token_ids))
+        if not where:
+            continue  # an empty response has nothing to value
+        prompt_ids = row.get("prompt_ids")
+        tasks.append(TeacherTask(
+            rollout_id=rid,
+            prompt_ids=None if prompt_ids is None else tuple(int(t) for t in prompt_ids),
+            prompt=row.get("prompt") or "",
+            token_ids=tuple(token_ids),
+            positions=tuple(where),
+            ground_truth=truth,
+            seed=int(seed) + rid * SEED_STRIDE,
+        ))
+    return tasks, len(chosen)
+
+
+# ---- a chunk of rollouts ---------------------------------------------------------------------------------
+def chunk_tasks(tasks: Sequence[TeacherTask], samples: int, rows: int) -> list[list[TeacherTask]]:
+    """Consecutive rollouts grouped into engine calls of at most `rows` suffixes (a bigger rollout alone)."""
+    chunks: list[list[TeacherTask]] = []
+    size = 0
+    for task in tasks:
+        need = len(task.positions) * samples
+        if chunks and size + need <= rows:
+            chunks[-1].append(task)
+            size += need
+        else:
+            chunks.append([task])
+            size = need
+    return chunks
+
+
+def value_rollouts(engine, tasks: Sequence[TeacherTask], settings: TeacherSettings,
+                   cancel=None) -> list[ResampleResult]:
+    """Every position of every rollout in `tasks` in one batched engine call.
+
+    Position k of a rollout samples with seeds `task.seed + k * M + j`, which is what
+    `resample(..., seed=task.seed)` uses for that rollout alone, so grouping rollouts changes no seed.
+    A result whose samples were not all drawn (cancelled) has `cancelled=True`.
+    """
+    M = settings.samples
+    prefixes, seeds, owner = [], [], []
+    for i, task in enumerate(tasks):
+        prompt = list(task.prompt_ids) if task.prompt_ids is not None else engine.encode(task.prompt)
+        for k, pos in enumerate(task.positions):
+            prefixes.append(prompt + list(task.token_ids[:pos]))
+            seeds.append(task.seed + k * M)
+            owner.append((i, pos))
+    start = time.perf_counter()
+    drawn = engine.generate(prefixes, n=M, max_new_tokens=settings.max_new_tokens or 64,
+                            temperature=settings.temperature, top_p=settings.top_p, prefix_seeds=seeds,
+                            cancel=cancel)
+    verify = get_verifier(settings.verifier)
+    per_task: list[list[SuffixSample]] = [[] for _ in tasks]
+    for s in drawn:
+        i, pos = owner[s.prefix_index]
+        task = tasks[i]
+        text = engine.decode(list(task.token_ids[:pos]) + s.token_ids)
+        reward = run_verifier(verify, text, task.ground_truth, settings.verifier)
+        per_task[i].append(SuffixSample(pos, s.sample_index, s.seed, list(s.token_ids),
+                                        engine.decode(s.token_ids), reward))
+    seconds = (time.perf_counter() - start) / max(len(tasks), 1)
+    return [
+        ResampleResult(position_values(samples), samples, sum(len(x.suffix_ids) for x in samples), seconds,
+                       engine.name, str(engine.model_dir),
+                       cancelled=len(samples) < len(task.positions) * M, requested=list(task.positions))
+        for task, samples in zip(tasks, per_task, strict=True)
+    ]
+
+
+def load_settings_engine(settings: TeacherSettings, cpu_threads: int | str | None = "auto"):
+    from backend.models.engine import load_engine, vllm_usable
+
+    # cpu_threads is a transformers setting; "auto" on a GPU machine with vLLM loads vLLM instead.
+    transformers = settings.engine == "transformers" or (settings.engine == "auto" and not (
+        settings.device in (None, "cuda") and vllm_usable()))
+    extra = {"cpu_threads": cpu_threads} if transformers else {}
+    return load_engine(settings.model_dir, engine=settings.engine, device=settings.device,
+                       allow_pickle=settings.allow_pickle, **extra)
+
+
+@dataclass
+class TeacherReport:
+    chosen: int
+    """Rollouts the job covers."""
+    already: int
+    """Of those, valued by an earlier run of the job."""
+    valued: int
+    """Valued and stored by this run."""
+    positions: int
+    suffixes: int
+    tokens: int
+    seconds: float
+    workers: int
+    engine: str
+    cancelled: bool = False
+
+    def to_json(self) -> dict:
+        return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+
+# ---- the job --------------------------------------------------------------------------------------------
+def run_teacher(
+    handle,
+    run: str,
+    settings: TeacherSettings,
+    *,
+    rollouts: int | None = None,
+    positions: str = "steps",
+    seed: int = 0,
+    engine=None,
+    ray_address: str | None = None,
+    workers: int | None = None,
+    progress: Progress | None = None,
+    cancel=None,
+) -> TeacherReport:
+    """Value the chosen rollouts of `run` that are not valued yet and store each one atomically.
+
+    handle: a `StoreHandle` (the store is opened only to plan and to write, never while sampling).
+    engine: a loaded engine for the single-process path (default: loaded from `settings`).
+    ray_address: None (this process), "auto", "local:N" (start a local cluster with N CPUs) or a Ray
+        address; `workers` actors (default: one per CPU of the cluster).
+    cancel: a callable or `threading.Event`; checked between rollouts (and inside the engine): rollouts
+        finished before it was set are stored, the one in progress is dropped.
+    """
+    should_stop = cancel.is_set if hasattr(cancel, "is_set") else (cancel or (lambda: False))
+    from backend.rewards import get_verifier
+
+    get_verifier(settings.verifier)  # an unknown verifier fails before any model is loaded
+    if settings.samples < 1:
+        raise InputError(f"--samples must be >= 1, got {settings.samples}")
+    with handle.read() as store:
+        tasks, chosen = plan_teacher(store, run, rollouts=rollouts, positions=positions, seed=seed,
+                                     verifier=settings.verifier)
+        if settings.max_new_tokens is None:
+            # One budget for the whole run (twice its longest response, plus 16), whatever --rollouts
+            # picks, so a suffix never depends on which rollouts share its job.
+            longest = int(store.rollout_index(run)["length"].max())
+            settings = TeacherSettings(**{**asdict(settings), "max_new_tokens": 2 * longest + 16})
+    report = TeacherReport(chosen, chosen - len(tasks), 0, 0, 0, 0, 0.0, 1, settings.engine)
+    if not tasks:
+        return report
+    start = time.perf_counter()
+    if ray_address is None:
+        engine = engine or load_settings_engine(settings)
+        report.engine = engine.name
+        results = _local_results(engine, tasks, settings, should_stop)
+    else:
+        results, report.workers = _ray_results(ray_address, tasks, settings, workers, should_stop)
+        report.engine = f"{settings.engine} on ray"
+    pending: dict[int, Any] = {}
+    last_write = time.monotonic()
+
+    def flush() -> None:
+        if pending:
+            with handle.write() as store:
+                store.save_resamples(run, pending, job=JOB)
+            pending.clear()
+
+    try:
+        for task, result in results:
+            if result.cancelled:
+                report.cancelled = True
+                break
+            pending[task.rollout_id] = result.table()
+            report.valued += 1
+            report.positions += len(result.positions)
+            report.suffixes += len(result.samples)
+            report.tokens += result.tokens
+            if progress is not None:
+                progress(report.valued, len(tasks))
+            if time.monotonic() - last_write >= WRITE_EVERY_SECONDS:
+                flush()
+                last_write = time.monotonic()
+            if should_stop():
+                report.cancelled = report.valued < len(tasks)
+                break
+    finally:
+        results.close()  # stops Ray workers still busy after a cancel
+        flush()  # what finished is kept, also on Ctrl-C
+        report.seconds = time.perf_counter() - start
+    return report
+
+
+def _local_results(engine, tasks: list[TeacherTask], settings: TeacherSettings,
+                   should_stop) -> Iterator[tuple[TeacherTask, ResampleResult]]:
+    for chunk in chunk_tasks(tasks, settings.samples, settings.chunk_rows):
+        if should_stop():
+            return
+        yield from zip(chunk, value_rollouts(engine, chunk, settings, cancel=should_stop), strict=True)
+
+
+# ---- Ray --------------------------------------------------------------------------------------------------
+class TeacherWorker:
+    """A Ray actor: one engine, loaded once, values rollouts sent to it (one CPU or one GPU each)."""
+
+    def __init__(self, settings: TeacherSettings):
+        # One thread per worker: the cluster gives each actor one CPU.
+        self.settings = settings
+        threads = 1 if settings.device in (None, "cpu") else None
+        self.engine = load_settings_engine(settings, cpu_threads=threads)
+
+    def value(self, chunk: list[TeacherTask]) -> list[ResampleResult]:
+        return value_rollouts(self.engine, chunk, self.settings)
+
+    def engine_name(self) -> str:
+        return self.engine.name
+
+
+def connect_ray(address: str):
+    """Connect to (or for `local:N` start) a Ray cluster; the driver's checkout is put on the workers'
+    PYTHONPATH, so a local cluster needs nothing installed (a remote one needs Credit Lens installed)."""
+    import ray  # optional dependency (requirements.txt pins it); imported only for --ray
+
+    root = str(Path(__file__).resolve().parents[2])
+    runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}}
+    if ray.is_initialized():
+        return ray
+    kind, _, arg = address.partition(":")
+    if kind == "local":
+        try:
+            cpus = int(arg) if arg else None
+        except ValueError:
+            raise InputError(f"--ray {address!r}: expected local:N with an integer N") from None
+        ray.init(num_cpus=cpus, runtime_env=runtime_env, include_dashboard=False, log_to_driver=False)
+    else:
+        try:
+            ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise InputError(f"--ray {address!r}: cannot connect to a Ray cluster "
+                             f"({str(exc).splitlines()[0]})") from None
+    return ray
+
+
+def _ray_results(address: str, tasks: list[TeacherTask], settings: TeacherSettings, workers: int | None,
+                 should_stop) -> tuple[Iterator[tuple[TeacherTask, ResampleResult]], int]:
+    ray = connect_ray(address)
+    resources = ray.cluster_resources()
+    gpus = int(resources.get("GPU", 0))
+    use_gpu = gpus > 0 and settings.engine in ("auto", "vllm") and settings.device in (None, "cuda")
+    count = workers or (gpus if use_gpu else max(1, int(resources.get("CPU", 1))))
+    options = {"num_gpus": 1, "num_cpus": 1} if use_gpu else {"num_cpus": 1}
+    worker_settings = settings if use_gpu else TeacherSettings(
+        **{**asdict(settings), "engine": "transformers", "device": "cpu"})
+    actor = ray.remote(**options)(TeacherWorker)
+    actors = [actor.remote(worker_settings) for _ in range(count)]
+
+    chunks = chunk_tasks(tasks, settings.samples, settings.chunk_rows)
+
+    def ordered() -> Iterator[tuple[TeacherTask, ResampleResult]]:
+        # Each actor keeps two chunks in flight; results are yielded in task order.
+        in_flight: dict[Any, tuple[int, Any]] = {}
+        done: dict[int, list[ResampleResult]] = {}
+        next_chunk, next_out = 0, 0
+        free = [a for a in actors for _ in range(2)]
+        try:
+            while next_out < len(chunks):
+                while free and next_chunk < len(chunks) and not should_stop():
+                    a = free.pop(0)
+                    in_flight[a.value.remote(chunks[next_chunk])] = (next_chunk, a)
+                    next_chunk += 1
+                while next_out in done:
+                    yield from zip(chunks[next_out], done.pop(next_out), strict=True)
+                    next_out += 1
+                if next_out >= len(chunks) or not in_flight:
+                    return  # finished, or cancelled with nothing left in flight
+                ready, _ = ray.wait(list(in_flight), num_returns=1)
+                for ref in ready:
+                    index, a = in_flight.pop(ref)
+                    done[index] = ray.get(ref)
+                    free.append(a)
+        finally:
+            for a in actors:
+                ray.kill(a)
+
+    return ordered(), count
+
+
+# ---- the shipped teacher file ---------------------------------------------------------------------------
+TEACHER_COLUMNS = ("rollout_id", "pos", "sample_idx", "seed", "suffix_ids", "suffix_text", "reward",
+                   "engine", "model")
+
+
+def read_teacher_file(path: str | os.PathLike, lengths: dict[int, int]):
+    """A teacher Parquet file (`creditlens teacher --export`) checked against the run it belongs to:
+    every column present, every rollout in `lengths` (rollout id -> response length), every position
+    inside its response, every reward finite. Returns the Arrow table; errors name the file and row."""
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in TEACHER_COLUMNS if c not in table.column_names]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)}")
+    table = table.select(list(TEACHER_COLUMNS))
+    rollouts = table.column("rollout_id").to_pylist()
+    positions = table.column("pos").to_pylist()
+    rewards = table.column("reward").to_pylist()
+    for row, (rid, pos, reward) in enumerate(zip(rollouts, positions, rewards, strict=True)):
+        if rid not in lengths:
+            raise InputError(f"{path}: row {row}: field rollout_id: the run has no rollout {rid}")
+        if pos is None or not 0 <= pos <= lengths[rid]:
+            raise InputError(f"{path}: row {row}: field pos: {pos} is outside rollout {rid} "
+                             f"(0..{lengths[rid]})")
+        if reward is None or not np.isfinite(reward):
+            raise InputError(f"{path}: row {row}: field reward: {reward!r} is not a finite number")
+    return table

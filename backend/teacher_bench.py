@@ -1,0 +1,365 @@
+"""Every estimator ranked against the Monte Carlo teacher of a real run (`creditlens teacher-bench`,
+the Oracle view's teacher table).
+
+The teacher (ESTIMATORS.md section 5): a rollout with valued positions p_0 < ... < p_{n-1} has n
+segments [p_k, p_{k+1}) (p_n = L, the last segment ends at the observed outcome V̂(p_n) = R) with MC
+advantage Δ_k = V̂(p_{k+1}) − V̂(p_k) and stderr sqrt(se_k² + se_{k+1}²). An estimator's prediction
+for segment k is its advantage summed over the segment's tokens, S_k. Tokens before p_0 are not judged.
+
+Metrics (each with its stderr over rollouts; DEFINITIONS says which direction is better):
+- spearman: Spearman of S against Δ pooled over every segment of the run; stderr by bootstrap over
+  rollouts (200 resamples, seed 0);
+- ranking_accuracy (VinePPO's step ranking): per rollout, over pairs of its segments with different
+  Δ, the share with (Δ_i − Δ_j)(S_i − S_j) > 0, a tie in S counting one half; mean over rollouts;
+- sign_accuracy: segments with |Δ| > 2 stderr ("clearly non-zero"): share with sign S = sign Δ
+  (S = 0 counts one half); per rollout, mean over rollouts;
+- critical_hit1 / critical_hit3 ("Critical Tokens Matter"): in incorrect rollouts (R <= 0) whose
+  first valued prefix can still succeed, the critical segment is the one after which every
+  continuation fails (the first k with V̂(p_k) = 0, segment k − 1): is it among the estimator's 1 (3)
+  most negative segments?;
+- value_mse / value_corr, for the value sources zero, stored, fitted and prefix_tree (gae's V in Z
+  units) against V̂ mapped to Z units the way suffix_mc maps it (group centre and scale): mean per
+  rollout squared error, and the Pearson correlation pooled (bootstrap stderr).
+Sanity rows: `chance` (what a random predictor scores), and the best estimator inverted (−A, must fall
+below chance) and shuffled (its token advantages permuted within each rollout, must fall to chance).
+Estimators that read the teacher's own values (suffix_mc, gae with value_source=mc) are listed as
+kind `uses teacher` and never chosen as best.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from backend import estimates
+from backend.batch import BatchError
+from backend.errors import InputError
+from backend.estimators import functional as F
+from backend.estimators import registry
+from backend.metrics import spearman
+
+METRICS = ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1", "critical_hit3",
+           "value_mse", "value_corr")
+DEFINITIONS = {
+    "spearman": "Spearman of the estimator's segment sums vs the MC segment advantages, pooled "
+                "(higher is better; chance 0)",
+    "ranking_accuracy": "share of segment pairs in a rollout ordered as the teacher orders them "
+                        "(higher is better; chance 0.5)",
+    "sign_accuracy": "share of clearly non-zero MC segments (|Δ| > 2 se) whose sign the estimator gets "
+                     "(higher is better; chance 0.5)",
+    "critical_hit1": "incorrect rollouts: the critical segment is the estimator's most negative "
+                     "(higher is better; chance 1/segments)",
+    "critical_hit3": "… among its 3 most negative (higher is better; chance 3/segments)",
+    "value_mse": "value sources: mean squared error of V vs V̂ in Z units (lower is better)",
+    "value_corr": "value sources: Pearson correlation of V vs V̂ (higher is better)",
+}
+SEGMENT_METRICS = ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1", "critical_hit3")
+VALUE_METRICS = ("value_mse", "value_corr")
+PER_ROLLOUT = ("ranking_accuracy", "sign_accuracy", "critical_hit1", "critical_hit3")
+"""Metrics that have a value per rollout (the Oracle view lists the rollouts where they miss)."""
+VALUE_SOURCES = ("zero", "stored", "fitted", "prefix_tree")
+MIN_POSITIONS = 200
+"""Fewer valued positions than this: the view warns that the table is noise."""
+BOOTSTRAP = 200
+
+
+@dataclass
+class Segments:
+    """The teacher's segments of the valued rollouts, flat over the run.
+
+    rollout: (S,) rollout id; start, end: (S,) token range; delta, delta_se: (S,) MC advantage and its
+    stderr; index: (S,) k within its rollout. Per rollout (dict by id): critical segment k or None.
+    """
+
+    rollout: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    delta: np.ndarray
+    delta_se: np.ndarray
+    index: np.ndarray
+    critical: dict[int, int | None]
+    n_positions: int
+
+
+def teacher_segments(values: pd.DataFrame, lengths: dict[int, int], outcomes: dict[int, float]) -> Segments:
+    """values: rows (rollout_id, pos, value, stderr) from `Store.resample_values`; lengths and outcomes
+    by rollout id. Positions at or past a response's end are ignored."""
+    cols: dict[str, list] = {k: [] for k in ("rollout", "start", "end", "delta", "delta_se", "index")}
+    critical: dict[int, int | None] = {}
+    n_positions = 0
+    for rid, part in values.groupby("rollout_id", sort=True):
+        rid = int(rid)
+        if rid not in lengths:
+            continue
+        L = lengths[rid]
+        part = part[(part["pos"] >= 0) & (part["pos"] < L)].sort_values("pos")
+        if part.empty:
+            continue
+        n_positions += len(part)
+        pos = part["pos"].to_numpy(np.int64)
+        v = np.append(part["value"].to_numpy(np.float64), outcomes[rid])
+        se = np.append(np.nan_to_num(part["stderr"].to_numpy(np.float64)), 0.0)
+        ends = np.append(pos[1:], L)
+        for k in range(len(pos)):
+            cols["rollout"].append(rid)
+            cols["start"].append(pos[k])
+            cols["end"].append(ends[k])
+            cols["delta"].append(v[k + 1] - v[k])
+            cols["delta_se"].append(math.hypot(se[k], se[k + 1]))
+            cols["index"].append(k)
+        critical[rid] = None
+        if outcomes[rid] <= 0 and v[0] > 0:
+            first_dead = int(np.flatnonzero(v <= 0)[0])  # v[-1] = R <= 0, so there is one
+            critical[rid] = first_dead - 1
+    arrays = {k: np.asarray(v) for k, v in cols.items()}
+    return Segments(critical=critical, n_positions=n_positions, **arrays)
+
+
+def segment_sums(segments: Segments, advantages: dict[int, np.ndarray]) -> np.ndarray:
+    """S: (S,) the estimator's advantage summed over each segment."""
+    out = np.zeros(len(segments.rollout), dtype=np.float64)
+    for i, (rid, a, b) in enumerate(zip(segments.rollout, segments.start, segments.end, strict=True)):
+        out[i] = float(np.sum(advantages[int(rid)][a:b], dtype=np.float64))
+    return out
+
+
+def _mean_se(x: list[float]) -> tuple[float, float]:
+    x = np.asarray([v for v in x if v == v], dtype=np.float64)
+    if len(x) == 0:
+        return math.nan, math.nan
+    return float(x.mean()), float(x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else math.nan
+
+
+def _ties(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.isclose(a, b, rtol=1e-6, atol=1e-9)
+
+
+def per_rollout_metrics(segments: Segments, sums: np.ndarray) -> pd.DataFrame:
+    """rollout_id, ranking_accuracy, sign_accuracy, critical_hit1, critical_hit3 (NaN where a rollout
+    has nothing to judge)."""
+    rows = []
+    bounds = np.flatnonzero(np.diff(segments.rollout)) + 1
+    for idx in np.split(np.arange(len(sums)), bounds):
+        if len(idx) == 0:
+            continue
+        rid = int(segments.rollout[idx[0]])
+        d, s, se = segments.delta[idx], sums[idx], segments.delta_se[idx]
+        i, j = np.triu_indices(len(idx), k=1)
+        judged = d[i] != d[j]
+        ranking = math.nan
+        if judged.any():
+            agree = ((d[i] - d[j]) * (s[i] - s[j]) > 0) & ~_ties(s[i], s[j])
+            ranking = float(np.mean(np.where(_ties(s[i], s[j]), 0.5, agree.astype(float))[judged]))
+        clear = (d != 0) & (np.abs(d) > 2 * se)
+        sign = math.nan
+        if clear.any():
+            hits = np.where(_ties(s, 0.0), 0.5, (np.sign(s) == np.sign(d)).astype(float))
+            sign = float(hits[clear].mean())
+        crit = segments.critical.get(rid)
+        hit1 = hit3 = math.nan
+        if crit is not None:
+            order = np.argsort(s, kind="stable")  # most negative first
+            hit1 = float(crit in order[:1])
+            hit3 = float(crit in order[:3])
+        rows.append({"rollout_id": rid, "ranking_accuracy": ranking, "sign_accuracy": sign,
+                     "critical_hit1": hit1, "critical_hit3": hit3, "segments": len(idx)})
+    return pd.DataFrame(rows, columns=["rollout_id", "ranking_accuracy", "sign_accuracy", "critical_hit1",
+                                       "critical_hit3", "segments"])
+
+
+def _bootstrap_se(stat, groups: list[np.ndarray], seed: int = 0) -> float:
+    """Stderr of `stat(indices)` by resampling rollouts (each a block of segment indices) with replacement."""
+    if len(groups) < 3:
+        return math.nan
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(BOOTSTRAP):
+        pick = rng.integers(0, len(groups), len(groups))
+        v = stat(np.concatenate([groups[k] for k in pick]))
+        if v == v:
+            draws.append(v)
+    return float(np.std(draws, ddof=1)) if len(draws) > 1 else math.nan
+
+
+def _blocks(rollout: np.ndarray) -> list[np.ndarray]:
+    return np.split(np.arange(len(rollout)), np.flatnonzero(np.diff(rollout)) + 1)
+
+
+def score_sums(segments: Segments, sums: np.ndarray) -> tuple[dict[str, float], pd.DataFrame]:
+    """Every segment metric of one predictor (with `_se`), and its per-rollout frame."""
+    per = per_rollout_metrics(segments, sums)
+    out: dict[str, float] = {}
+
+    def pooled(idx):
+        return spearman(torch.from_numpy(sums[idx]), torch.from_numpy(segments.delta[idx]))
+
+    out["spearman"] = pooled(np.arange(len(sums))) if len(sums) > 1 else math.nan
+    out["spearman_se"] = _bootstrap_se(pooled, _blocks(segments.rollout))
+    for m in ("ranking_accuracy", "sign_accuracy", "critical_hit1", "critical_hit3"):
+        out[m], out[f"{m}_se"] = _mean_se(per[m].tolist())
+    return out, per
+
+
+def chance_row(segments: Segments) -> dict[str, float]:
+    """What a predictor with no information scores: 0, 1/2, 1/2 and min(K, n)/n per judged rollout."""
+    counts = pd.Series(segments.index).groupby(segments.rollout).size()
+    judged = [int(counts[r]) for r, c in segments.critical.items() if c is not None]
+    row = {"spearman": 0.0, "ranking_accuracy": 0.5, "sign_accuracy": 0.5}
+    for k in (1, 3):
+        row[f"critical_hit{k}"], row[f"critical_hit{k}_se"] = _mean_se([min(k, n) / n for n in judged])
+    return row
+
+
+def parse_estimator_specs(items: list[str] | None) -> list[tuple[str, str, dict]]:
+    """[(label, name, overrides)]: "name" or "name:key=value,key=value"; default every registered name."""
+    if not items:
+        return [(n, n, {}) for n in registry.names()]
+    out = []
+    for item in items:
+        name, _, rest = item.partition(":")
+        overrides = {}
+        for pair in filter(None, rest.split(",")):
+            key, eq, value = pair.partition("=")
+            if not eq:
+                raise InputError(f"--estimators {item!r}: expected name:key=value,key=value")
+            overrides[key.strip()] = value.strip()
+        try:
+            registry.make_config(name, **overrides)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise InputError(f"--estimators {item!r}: {exc}") from None
+        out.append((item, name, overrides))
+    return out
+
+
+def uses_teacher(name: str, config: Any) -> bool:
+    return any(n in registry.MC_NEEDS for n in registry.get(name).needs) or (
+        getattr(config, "value_source", None) == "mc")
+
+
+@dataclass
+class TeacherBench:
+    table: pd.DataFrame
+    """estimator, kind, one column per metric and its `_se`, n_positions, n_rollouts."""
+    per_rollout: pd.DataFrame
+    """estimator, rollout_id, ranking_accuracy, sign_accuracy, critical_hit1, critical_hit3, segments."""
+    n_positions: int
+    n_rollouts: int
+    n_segments: int
+    skipped: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        def clean(records):
+            return [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
+                    for r in records]
+
+        return {"n_positions": self.n_positions, "n_rollouts": self.n_rollouts, "n_segments": self.n_segments,
+                "definitions": DEFINITIONS, "rows": clean(self.table.to_dict("records")),
+                "skipped": self.skipped}
+
+    def misses(self, estimator: str, metric: str) -> pd.DataFrame:
+        """The rollouts where `estimator` misses on `metric` (below 1, a miss first), worst first."""
+        part = self.per_rollout[self.per_rollout["estimator"] == estimator]
+        part = part[part[metric].notna() & (part[metric] < 1)]
+        return part.sort_values([metric, "rollout_id"])[["rollout_id", metric, "segments"]]
+
+
+def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = None,
+                  outcome_channel: str = "task") -> TeacherBench:
+    """Rank estimators (default: every registered one) against the stored teacher values of `run`.
+
+    Advantages come from `estimates.estimate_rollouts` at each estimator's scope, through the store's
+    cache: the numbers `creditlens estimate` prints. Raises `InputError` when the run has no values.
+    """
+    specs = specs if specs is not None else parse_estimator_specs(None)
+    with handle.read() as store:
+        values = store.resample_values(run)
+        index = store.rollout_index(run)
+    if values.empty:
+        raise InputError(f"run {run!r} has no Monte Carlo values; run `creditlens teacher --run {run}` first")
+    if outcome_channel not in index.columns:
+        raise InputError(f"run {run!r} has no {outcome_channel!r} scores to end the last segment")
+    lengths = dict(zip(index["rollout_id"].astype(int), index["length"].astype(int), strict=True))
+    outcomes = dict(zip(index["rollout_id"].astype(int), index[outcome_channel].astype(float), strict=True))
+    segments = teacher_segments(values, lengths, outcomes)
+    valued = sorted({int(r) for r in segments.rollout})
+    rows, per_frames, skipped = [], [], []
+    advantages_of: dict[str, dict[int, np.ndarray]] = {}
+    for label, name, overrides in specs:
+        config = registry.make_config(name, **overrides)
+        try:
+            scoped = estimates.estimate_rollouts(handle, run, name, config, valued)
+        except (BatchError, InputError, ValueError, RuntimeError) as exc:
+            skipped.append(f"{label}: {str(exc).splitlines()[0]}")
+            continue
+        sums = segment_sums(segments, scoped.advantages)
+        metrics, per = score_sums(segments, sums)
+        kind = "uses teacher" if uses_teacher(name, config) else "estimator"
+        rows.append({"estimator": label, "kind": kind, **metrics})
+        per_frames.append(per.assign(estimator=label))
+        if kind == "estimator":
+            advantages_of[label] = scoped.advantages
+    table = pd.DataFrame(rows)
+    rows = [*rows, *value_source_rows(handle, run, values, outcome_channel, skipped)]
+    chance = {"estimator": "chance", "kind": "sanity", **chance_row(segments)}
+    rows.append(chance)
+    if len(table) and (table["kind"] == "estimator").any():
+        best = table[table["kind"] == "estimator"].sort_values("ranking_accuracy", ascending=False).iloc[0]
+        adv = advantages_of[best["estimator"]]
+        inverted = {r: -a for r, a in adv.items()}
+        rng = np.random.default_rng(0)
+        shuffled = {r: rng.permutation(a) for r, a in sorted(adv.items())}
+        for suffix, variant in (("inverted", inverted), ("shuffled", shuffled)):
+            metrics, _ = score_sums(segments, segment_sums(segments, variant))
+            rows.append({"estimator": f"{best['estimator']} ({suffix})", "kind": "sanity", **metrics})
+    columns = ["estimator", "kind"] + [c for m in METRICS for c in (m, f"{m}_se")]
+    out = pd.DataFrame(rows).reindex(columns=columns)
+    out["n_positions"] = segments.n_positions
+    out["n_rollouts"] = len(valued)
+    per_rollout = (pd.concat(per_frames, ignore_index=True) if per_frames
+                   else pd.DataFrame(columns=["estimator", "rollout_id"]))
+    return TeacherBench(out, per_rollout, segments.n_positions, len(valued), len(segments.rollout), skipped)
+
+
+def value_source_rows(handle, run: str, values: pd.DataFrame, outcome_channel: str,
+                      skipped: list[str]) -> list[dict]:
+    """value_mse and value_corr of gae's value sources against V̂ in Z units, one row per source."""
+    with handle.read() as store:
+        batch = store.load_batch(run)
+    R = batch.scores[outcome_channel].to(torch.float32)
+    center, scale = F.outcome_center_scale(R, batch.group_ids, "grpo", 1e-6)
+    row_of = {int(r): i for i, r in enumerate(batch.rollout_ids.tolist())}
+    lengths = batch.lengths.tolist()
+    keep = [(row_of[int(r)], int(p), float(v)) for r, p, v in
+            zip(values["rollout_id"], values["pos"], values["value"], strict=True)
+            if int(r) in row_of and 0 <= int(p) < lengths[row_of[int(r)]]]
+    if not keep:
+        return []
+    rows_i = np.array([k[0] for k in keep])
+    pos = np.array([k[1] for k in keep])
+    target = (scale[rows_i].numpy() * (np.array([k[2] for k in keep]) - center[rows_i].numpy()))
+    blocks = _blocks(rows_i)
+    out = []
+    for source in VALUE_SOURCES:
+        try:
+            result = registry.estimate("gae", batch, value_source=source)
+        except (BatchError, InputError, ValueError, RuntimeError) as exc:
+            skipped.append(f"V: {source}: {str(exc).splitlines()[0]}")
+            continue
+        v = result.diagnostics["values"][rows_i, pos].numpy().astype(np.float64)
+        mse, mse_se = _mean_se([float(np.mean((v[b] - target[b]) ** 2)) for b in blocks])
+
+        def corr(idx, v=v):
+            if np.std(v[idx]) < 1e-12 or np.std(target[idx]) < 1e-12:
+                return math.nan
+            return float(np.corrcoef(v[idx], target[idx])[0, 1])
+
+        everything = np.arange(len(v))
+        out.append({"estimator": f"V: {source}", "kind": "value source", "value_mse": mse,
+                    "value_mse_se": mse_se, "value_corr": corr(everything),
+                    "value_corr_se": _bootstrap_se(corr, blocks)})
+    return out

@@ -1,0 +1,134 @@
+"""`creditlens teacher` (Monte Carlo teacher values of a run) and `creditlens teacher-bench` (every
+estimator ranked against them)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from backend.errors import InputError
+from backend.models.commands import add_db_arg, add_model_args
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("teacher", help="Monte Carlo teacher values V(s_t) at positions of many rollouts "
+                                       "(resumable: a rerun continues where it stopped)")
+    add_db_arg(p)
+    p.add_argument("--run", required=True)
+    p.add_argument("--rollouts", default="all", help="N (spread evenly over the run) or all")
+    p.add_argument("--positions", default="steps", help="steps, entropy:K or every:K (position 0 always)")
+    p.add_argument("--samples", type=int, default=16, help="suffixes per position (M)")
+    p.add_argument("--seed", type=int, default=0)
+    add_model_args(p)
+    p.add_argument("--verifier", default=None, help="verifier name or module:function (default: the run's)")
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--ray", default=None, metavar="auto|ADDRESS|local:N",
+                   help="run on a Ray cluster: auto (the running cluster), an address such as "
+                        "ray://head:10001, or local:N (start one here with N CPUs)")
+    p.add_argument("--workers", type=int, default=None, help="Ray workers (default: one per CPU or GPU)")
+    p.add_argument("--export", type=Path, default=None,
+                   help="afterwards, write every teacher suffix of the run to this Parquet file")
+    p.add_argument("--json", action="store_true", help="print the job's report as JSON")
+    p.set_defaults(func=cmd_teacher)
+
+    p = sub.add_parser("teacher-bench", help="rank every estimator against the run's Monte Carlo teacher")
+    add_db_arg(p)
+    p.add_argument("--run", required=True)
+    p.add_argument("--estimators", nargs="*", default=None,
+                   help="names, or name:key=value,key=value for a setting (default: every registered one)")
+    p.add_argument("--json", type=Path, default=None, help="write the table and its definitions here")
+    p.set_defaults(func=cmd_teacher_bench)
+
+
+def parse_rollouts(text: str) -> int | None:
+    if text == "all":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise InputError(f"--rollouts {text!r}: expected a number or 'all'") from None
+
+
+def cmd_teacher(args) -> int:
+    from tqdm import tqdm
+
+    from backend.models.commands import _model_for
+    from backend.models.teacher import JOB, TeacherSettings, run_teacher
+    from backend.store.commands import store_handle
+
+    handle = store_handle(args.db)
+    with handle.read() as store:
+        info = store.run_info(args.run)
+    settings = TeacherSettings(
+        model_dir=str(_model_for(info, args.model, args.run)),
+        samples=args.samples,
+        verifier=args.verifier or info.get("verifier") or "answer_match",
+        engine=args.engine,
+        device=args.device,
+        allow_pickle=args.allow_pickle,
+        max_new_tokens=args.max_new_tokens,
+    )
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())  # Ctrl-C: keep what is finished
+    bar = tqdm(desc="teacher", unit="rollout", file=sys.stderr, disable=args.json and not sys.stderr.isatty())
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    try:
+        report = run_teacher(handle, args.run, settings, rollouts=parse_rollouts(args.rollouts),
+                             positions=args.positions, seed=args.seed, ray_address=args.ray,
+                             workers=args.workers, progress=progress, cancel=stop)
+    finally:
+        bar.close()
+        signal.signal(signal.SIGINT, previous)
+    if args.export is not None:
+        import pyarrow.parquet as pq
+
+        with handle.read() as store:
+            table = store.job_samples(args.run, JOB)
+        pq.write_table(table, args.export, compression="zstd", compression_level=19)
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        state = "cancelled; rerun to continue" if report.cancelled else "done"
+        print(f"teacher for {args.run!r} ({state}): {report.valued} rollouts valued now, {report.already} "
+              f"earlier, of {report.chosen}; {report.positions} positions, {report.suffixes} suffixes, "
+              f"{report.tokens} tokens in {report.seconds:.1f}s ({report.engine}, "
+              f"{report.workers} worker(s))")
+    return 130 if report.cancelled and stop.is_set() else 0
+
+
+def cmd_teacher_bench(args) -> int:
+    from backend.store.commands import store_handle
+    from backend.teacher_bench import DEFINITIONS, METRICS, parse_estimator_specs, teacher_bench
+
+    handle = store_handle(args.db)
+    specs = parse_estimator_specs(args.estimators)
+    result = teacher_bench(handle, args.run, specs)
+    table = result.table
+    if args.json is not None:
+        args.json.write_text(json.dumps(result.to_json(), indent=1, default=float))
+    print(f"run {args.run!r}: {result.n_positions} valued positions in {result.n_rollouts} rollouts "
+          f"({result.n_segments} segments); mean ± stderr over rollouts")
+    shown = [m for m in METRICS if table[m].notna().any()]
+    print(f"{'estimator':<30}{'kind':<14}" + "".join(f"{m:>18}" for m in shown))
+    for _, row in table.iterrows():
+        cells = "".join(f"{_cell(row[m], row[f'{m}_se']):>18}" for m in shown)
+        print(f"{row['estimator'][:29]:<30}{row['kind']:<14}{cells}")
+    for line in result.skipped:
+        print(f"skipped {line}")
+    for m in shown:
+        print(f"{m}: {DEFINITIONS[m]}")
+    return 0
+
+
+def _cell(value: float, se: float) -> str:
+    if value != value:
+        return "-"
+    return f"{value:.3f} ± {se:.3f}" if se == se else f"{value:.3f}"
