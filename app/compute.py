@@ -8,14 +8,14 @@ are numpy arrays and DataFrames (cheap to pickle), so a view never recomputes wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 from app import data
-from backend import analysis, estimates, explain, token_classes
+from backend import analysis, estimates, explain, strips, token_classes
 from backend.estimators import registry
 
 _SCOPED = ("Computing credit (an estimator of step or run scope computes its whole step or run once; "
@@ -35,6 +35,8 @@ class RolloutView:
     shares: dict[str, np.ndarray]  # channel -> (L,) share of |A| at each token
     token_info: pd.DataFrame  # pos, token, logprob, entropy, value, token_class
     betas: dict[str, float]
+    strips: dict[str, np.ndarray] = field(default_factory=dict)  # backend.strips.token_strips
+    dimmed: np.ndarray | None = None  # (L,) bool: outside the stored loss mask
 
 
 def _row_of(batch, rollout_id: int) -> int:
@@ -107,7 +109,14 @@ def rollout_view(
         analysis.token_shares(contributions),
         info,
         credit.betas,
+        strips.token_strips(batch, row),
+        _outside_loss_mask(batch, row),
     )
+
+
+def _outside_loss_mask(batch, row: int) -> np.ndarray | None:
+    inside = strips.loss_mask(batch, row)
+    return None if inside is None else ~inside
 
 
 @st.cache_data(show_spinner=False, max_entries=32)

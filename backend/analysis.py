@@ -403,14 +403,15 @@ def resample_rollout(
 
 
 def suggested_positions(kind: str, tokens: list[str], entropies, k: int = 5) -> list[int]:
-    """Positions to resample: `entropy` (top-k entropy) or `steps` (step boundaries)."""
+    """Positions to resample: `entropy` (top-k entropy) or `steps` (the states right after each line
+    that ends a reasoning step; position 0, the start, is not a step end)."""
     from backend.models.resample import suggest_entropy, suggest_steps
 
     if kind == "entropy":
         if entropies is None:
             return []
         return suggest_entropy(list(entropies), k)
-    return [p for p in suggest_steps(list(tokens)) if p < len(tokens)]
+    return [p for p in suggest_steps(list(tokens), include_start=False) if p < len(tokens)]
 
 
 # ---- oracle metrics -------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from backend import analysis, estimates
+from backend import analysis, estimates, strips
 from backend.batch import RolloutBatch
 from backend.errors import InputError
 from backend.estimators import registry
@@ -29,7 +29,7 @@ class Explanation:
 
     tokens: (L,) token text; channels: name -> {"advantage": (L,), "contribution": (L,)};
     final: (L,) A_final; betas: name -> β_c; terms: see `terms_of`; batch/row: the rollout's group
-    batch and its row (for per-token facts)."""
+    batch and its row (for per-token facts; `to_json` adds the per-token strips of `backend.strips`)."""
 
     rollout_id: int
     group_id: int
@@ -57,6 +57,7 @@ class Explanation:
             "final": floats(self.final),
             "betas": self.betas,
             "terms": self.terms,
+            "strips": {k: floats(v) for k, v in strips.token_strips(self.batch, self.row).items()},
         }
 
 
