@@ -20,6 +20,7 @@ from app import data
 
 RUN, ROLLOUT = "sel_run", "sel_rollout"
 _URL_AT_START = "_url_at_start"
+_LINK_BOX = "_link_warnings_box"  # a container at the top of the view, where link warnings go
 DEFAULT_RUN = "demo"
 
 
@@ -45,11 +46,16 @@ def link_warning(name: str, value: Any, reason: str, fallback: Any) -> None:
     seen.add(name)
     from app.views import plain
 
-    st.warning(
-        f"Link parameter `{plain(name)}={plain(value)}` cannot be honoured: {plain(reason)}. "
-        f"Showing {plain(fallback)} instead.",
-        icon=":material/link_off:",
+    box = st.session_state.get(_LINK_BOX) or st
+    box.warning(
+        f"Link parameter {_code(f'{name}={value}')} cannot be honoured: {plain(reason)}. "
+        f"Showing {plain(fallback)} instead."
     )
+
+
+def _code(text: str) -> str:
+    """Untrusted text as an inline code span (nothing inside is markdown; a backtick could end it)."""
+    return "`" + str(text).replace("`", "ˋ") + "`"
 
 
 def _first_rollout(db: str, run: str) -> int | None:
@@ -80,6 +86,7 @@ def init_selection() -> Selection:
     sidebar pickers, and write the selection into the URL."""
     db = data.db_path()
     url = _initial_url()
+    st.session_state[_LINK_BOX] = st.container()
     names = [r["name"] for r in data.list_runs(db)]
     if not names:
         st.query_params.clear()

@@ -10,6 +10,7 @@ import pytest
 
 from app.commands import Server
 from app.testing import CHROMIUM, launch, wait_idle
+from backend.demo.subword import subword_records
 from backend.ingest import import_records
 from backend.store import Store
 from backend.store.commands import import_bundled
@@ -57,6 +58,12 @@ def server(tmp_path_factory):
         import_bundled(store, quiet=True)
         import_records(store, "small", make_records(n_groups=2, group_size=4, steps=2), content_key="small")
         import_records(store, "hostile", hostile_records(), content_key="hostile-browser")
+        # word/subword tokens: a byte-level BPE trained in-repo (one 870-token response for windowing),
+        # and the importer's simple tokenization (records without token ids, no model)
+        import_records(store, "subword", subword_records(groups=2, long_response=700), content_key="subword")
+        simple = [{k: v for k, v in r.items() if k not in ("token_ids", "tokens")}
+                  for r in subword_records(groups=1)]
+        import_records(store, "simple", simple, content_key="simple-tokens")
     with Server(db, log=root / "streamlit.log") as srv:
         yield srv
 
