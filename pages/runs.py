@@ -22,6 +22,7 @@ if runs:
         ["name", "source", "rollouts", "groups", "steps", "tokens", "channels", "model", "created"]
     ]
     table["channels"] = table["channels"].map(", ".join)
+    table["model"] = table["model"].map(lambda m: m or "–")
     st.dataframe(table, hide_index=True, width="stretch")
 else:
     st.info("No runs yet.")
@@ -43,9 +44,14 @@ if source == "upload":
     )
 else:
     path = st.text_input("File or folder", key="runs_import_path", placeholder="/path/to/rollouts.jsonl")
+model = st.text_input(
+    "Model folder (optional)", key="runs_import_model", placeholder="/path/to/hf-model",
+    help="A local Hugging Face folder: its tokenizer cuts responses that have no token ids, and Resample and "
+         "`creditlens score` use it. Without one, the simple tokenization is used.",
+)
 
 
-def run_import(target: Path) -> None:
+def run_import(target: Path, shown_as: str | None = None) -> None:
     from backend.ingest import import_path
 
     bar = st.progress(0.0, text="importing…")
@@ -53,8 +59,16 @@ def run_import(target: Path) -> None:
     def progress(fraction: float) -> None:
         bar.progress(min(max(float(fraction), 0.0), 1.0), text=f"importing… {fraction:.0%}")
 
-    with data.handle().write() as store:
-        report = import_path(store, target, name, fmt=None if fmt == "detect" else fmt, on_progress=progress)
+    try:
+        with data.handle().write() as store:
+            report = import_path(store, target, name, fmt=None if fmt == "detect" else fmt,
+                                 model_dir=(model or "").strip() or None, on_progress=progress)
+    except (InputError, StoreError) as exc:
+        if shown_as is None:
+            raise
+        # name the file the user uploaded, not the temporary copy it was read from
+        message = str(exc).replace(str(target), shown_as).replace(str(target.parent), shown_as)
+        raise type(exc)(message) from None
     bar.progress(1.0, text="done")
     data.invalidate()
     st.session_state["runs_flash"] = report.message()
@@ -72,7 +86,7 @@ if st.button("Import", key="runs_import_button", type="primary"):
             with tempfile.TemporaryDirectory() as tmp:
                 target = safe_upload_path(tmp, upload.name)
                 target.write_bytes(upload.getvalue())
-                run_import(target)
+                run_import(target, shown_as=upload.name)
         else:
             if not (path or "").strip():
                 raise InputError("give a file or folder path")

@@ -125,6 +125,20 @@ def test_tune_replay_starts_from_the_current_beta(app_db):
     assert not at.dataframe[0].value.equals(table)
 
 
+def test_tune_compares_against_the_default_beta_and_applies_the_replayed_beta(app_db):
+    query = {"run": "oracle", "rollout": "0", "beta_style": "2.0", "base": "difference"}
+    at = open_app(app_db, "tune", query)
+    ticks = chart(at, "tune_baseline_heatmap")["layout"]["yaxis"]["ticktext"]
+    assert any(t.startswith("style: tuned − default") for t in ticks)
+    assert not any(t.startswith("true credit") for t in ticks)  # ground truth has no β
+    bands = [np.asarray(decode(t["z"]), dtype=float) for t in chart(at, "tune_baseline_heatmap")["data"]]
+    assert max(np.nanmax(np.abs(z)) for z in bands) > 0  # β style 2 against its default: style differs
+    last = float(at.dataframe[0].value["style"].iloc[-1])  # the replay's β at its last step
+    at.button(key="tune_apply_replayed").click().run()
+    assert not at.exception
+    assert at.slider(key="tune_beta_style").value == pytest.approx(min(max(last, 0.0), 3.0), abs=1e-6)
+
+
 def test_resample_runs_stores_and_shows_values(app_db):
     at = open_app(app_db, "resample", {"run": "demo", "rollout": "0"})
     at.multiselect(key="resample_positions").set_value([0, 5])
