@@ -47,7 +47,7 @@ def require_rollout(sel: Selection) -> None:
 def prompt_and_response(sel: Selection) -> dict:
     """The prompt, response and sequence scores of the selected rollout, as plain text."""
     record = data.rollout(sel.db, sel.run, sel.rollout)
-    scores = " · ".join(f"{k} {v:+.3f}" for k, v in record["rewards"].items())
+    scores = " · ".join(f"{k} {figures.nice(v)}" for k, v in record["rewards"].items())
     st.caption(
         f"run {plain(sel.run)} · group {record['group_id']} · step {record['step']} · "
         f"{len(record['token_ids'])} tokens · {plain(scores)}"
