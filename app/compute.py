@@ -45,10 +45,10 @@ def _row_of(batch, rollout_id: int) -> int:
 
 @st.cache_data(show_spinner=_SCOPED, max_entries=64)
 def group_credit(
-    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple = ()
+    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple = (), norms: tuple = ()
 ) -> analysis.ChannelCredit:
     _, credit = explain.group_channel_credit(data.store_handle(db), run, group, estimator, config,
-                                             dict(betas) or None)
+                                             dict(betas) or None, normalizations=dict(norms) or None)
     return credit
 
 
@@ -68,10 +68,11 @@ def _scoped(db: str, run: str, name: str, config: tuple, rollout_ids: list[int],
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def rollout_view(
-    db: str, run: str, group: int, rollout_id: int, estimator: str, config: tuple, betas: tuple = ()
+    db: str, run: str, group: int, rollout_id: int, estimator: str, config: tuple, betas: tuple = (),
+    norms: tuple = (),
 ) -> RolloutView:
     batch = data.group_batch(db, run, group)
-    credit = group_credit(db, run, group, estimator, config, betas)
+    credit = group_credit(db, run, group, estimator, config, betas, norms)
     row = _row_of(batch, rollout_id)
     L = int(batch.lengths[row])
     tokens = (
@@ -207,11 +208,18 @@ def default_betas(db: str, run: str, group: int) -> dict[str, float]:
     return {c: s.beta for c, s in channels.default_specs(data.group_batch(db, run, group)).items()}
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def default_normalizations(db: str, run: str, group: int) -> dict[str, str]:
+    from backend import channels
+
+    return {c: s.normalization for c, s in channels.default_specs(data.group_batch(db, run, group)).items()}
+
+
 @st.cache_data(show_spinner=False, max_entries=64)
 def group_shares(
-    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple
+    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple, norms: tuple = ()
 ) -> dict[str, float]:
-    credit = group_credit(db, run, group, estimator, config, betas)
+    credit = group_credit(db, run, group, estimator, config, betas, norms)
     return analysis.abs_shares(credit.contributions)
 
 

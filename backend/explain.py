@@ -71,6 +71,7 @@ def tokens_of(batch: RolloutBatch, row: int) -> list[str]:
 def group_channel_credit(
     handle: StoreHandle, run: str, group_id: int, estimator: str, config: tuple = (),
     betas: dict[str, float] | None = None, progress: estimates.Progress | None = None,
+    normalizations: dict[str, str] | None = None,
 ) -> tuple[RolloutBatch, analysis.ChannelCredit]:
     """The split-channel credit of one group, every estimator channel computed at its declared scope
     (through the store's cache), so the numbers equal `creditlens estimate` on the whole run."""
@@ -80,17 +81,18 @@ def group_channel_credit(
         batch = store.load_batch(run, group_ids=[int(group_id)])
     ids = batch.rollout_ids.tolist()
     projected = {}
-    for name, spec in analysis.channel_specs(batch, estimator, config, betas).items():
+    for name, spec in analysis.channel_specs(batch, estimator, config, betas, normalizations).items():
         if spec.projection == "estimator":
             cfg = channels.estimator_config(spec)
             scoped = estimates.estimate_rollouts(handle, run, spec.estimator, cfg, ids, progress=progress)
             projected[name] = scoped.padded(ids, batch.T)
-    return batch, analysis.channel_credit(batch, estimator, config, betas, projected)
+    return batch, analysis.channel_credit(batch, estimator, config, betas, projected, normalizations)
 
 
 def explain_rollout(
     handle: StoreHandle, run: str, rollout_id: int, estimator: str, config: tuple = (),
     channel: str = "task", betas: dict[str, float] | None = None,
+    normalizations: dict[str, str] | None = None,
 ) -> Explanation:
     """Everything the Rollout view draws for `rollout_id` under `estimator` (overrides `config`, a tuple
     of (key, value)); `terms` are the estimator's on `channel`."""
@@ -100,7 +102,8 @@ def explain_rollout(
     if match.empty:
         raise InputError(f"run {run!r} has no rollout {rollout_id}")
     group_id = int(match["group_id"].iloc[0])
-    batch, credit = group_channel_credit(handle, run, group_id, estimator, config, betas)
+    batch, credit = group_channel_credit(handle, run, group_id, estimator, config, betas,
+                                         normalizations=normalizations)
     row = int((batch.rollout_ids == int(rollout_id)).nonzero()[0, 0])
     L = int(batch.lengths[row])
     parts = {

@@ -14,6 +14,7 @@ st.title(f"Tune channel weights · rollout #{sel.rollout}")
 
 estimator = widgets.estimator_picker("tune_estimator", compute.unavailable(sel.db, sel.run, sel.group))
 defaults = compute.default_betas(sel.db, sel.run, sel.group)
+default_norms = compute.default_normalizations(sel.db, sel.run, sel.group)
 
 
 @st.fragment
@@ -27,9 +28,19 @@ def channel_weights() -> None:
             )
             for c, b0 in defaults.items()
         }
+        with st.expander("Normalization per channel"):
+            norms = {
+                c: state.url_widget(
+                    st.selectbox, f"{c}", key=f"tune_norm_{c}", url=f"norm_{c}", default=n0,
+                    options=["group", "batch", "none"],
+                    help="group: z-score over the group's tokens; batch: over the batch's; none: unchanged",
+                )
+                for c, n0 in default_norms.items()
+            }
     beta_items = tuple(sorted(betas.items()))
+    norm_items = tuple(sorted((c, m) for c, m in norms.items() if m != default_norms[c]))
     view = views.compute_or_explain(
-        compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, (), beta_items
+        compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, (), beta_items, norm_items
     )
     with controls:
         baseline = state.url_widget(
@@ -75,7 +86,7 @@ def channel_weights() -> None:
                 width="stretch",
                 config={"displayModeBar": False},
             )
-        shares = compute.group_shares(sel.db, sel.run, sel.group, estimator, (), beta_items)
+        shares = compute.group_shares(sel.db, sel.run, sel.group, estimator, (), beta_items, norm_items)
         st.plotly_chart(
             figures.shares_figure(shares, "share of |A| per channel (this group)"),
             key="tune_shares",
