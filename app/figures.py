@@ -179,10 +179,10 @@ def _colour_axis(peak: float, height: int) -> dict:
         "cmax": 1,
         "cmid": 0,
         "colorbar": {
-            "title": {"text": "A", "side": "right"},
+            "title": {"text": "A", "side": "top"},
             "thickness": 10,
             "lenmode": "pixels",
-            "len": max(50, height - 30),
+            "len": min(max(50, height - 30), 320),
             "tickvals": [-1, 0, 1],
             "ticktext": [nice(-peak, 2), "0", nice(peak, 2)],
             "tickfont": {"size": 10},

@@ -33,13 +33,14 @@ README_VIEWS = (
     ("rollout-subword", "?run=subword&rollout=9&pos=4", ".st-key-rollout_heatmap .js-plotly-plot"),
     ("group", "group?run=oracle&rollout=0", ".st-key-group_heatmap .js-plotly-plot"),
     ("compare", "compare?run=oracle&rollout=0", ".st-key-compare_multiples .js-plotly-plot"),
-    ("tune", "tune?run=oracle&rollout=0&base=difference", ".st-key-tune_heatmap .js-plotly-plot"),
+    ("tune", "tune?run=oracle&rollout=0&beta_style=2.0&base=difference",
+     ".st-key-tune_heatmap .js-plotly-plot"),
     ("resample", "resample?run=demo&rollout=1", ".st-key-resample_heatmap .js-plotly-plot"),
     ("oracle", "oracle?run=oracle", ".js-plotly-plot"),
     ("runs", "runs", "[data-testid=stDataFrame]"),
 )
 MORE_VIEWS = tuple(
-    (f"{view}-{run}", f"{path}?run={run}&rollout={rollout}", ".js-plotly-plot")
+    (f"{view}-{run}-{rollout}", f"{path}?run={run}&rollout={rollout}", ".js-plotly-plot")
     for run, rollout in (("subword", 0), ("subword", 9), ("simple", 2))
     for view, path in (("rollout", ""), ("group", "group"), ("compare", "compare"), ("tune", "tune"),
                        ("resample", "resample"))
@@ -73,11 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=1000)
     parser.add_argument("--colours", type=int, default=64)
     parser.add_argument("--height", type=int, default=1100, help="viewport height (the picture's)")
+    parser.add_argument("--only", default="", help="comma-separated picture names to make (default: all)")
     args = parser.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
     args.out.mkdir(parents=True, exist_ok=True)
     views = README_VIEWS + (MORE_VIEWS if args.all else ())
+    if args.only:
+        views = tuple(v for v in views if v[0] in args.only.split(","))
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "runs.duckdb"
         build_store(db)
@@ -89,7 +93,10 @@ def main(argv: list[str] | None = None) -> int:
             for name, path, ready in views:
                 page.goto(f"{server.url}/{path}")
                 wait_idle(page, timeout=120_000)
-                page.wait_for_selector(ready, state="attached")
+                try:
+                    page.wait_for_selector(ready, state="attached")
+                except Exception:  # noqa: BLE001 - keep what the page shows, say what was missing
+                    print(f"{name}: {ready} did not appear", file=sys.stderr)
                 wait_idle(page, timeout=120_000)
                 page.wait_for_timeout(800)  # plotly's last relayout
                 target = args.out / f"{name}.png"

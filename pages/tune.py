@@ -19,15 +19,17 @@ default_norms = compute.default_normalizations(sel.db, sel.run, sel.group)
 
 @st.fragment
 def channel_weights() -> None:
-    controls, chart = st.columns([1, 3])
-    with controls:
-        st.markdown("**β per channel**")
-        betas = {
-            c: widgets.url_slider(
+    # controls in a row above, the heatmaps at full width below (token text needs the width)
+    st.markdown("**β per channel**")
+    betas = {}
+    for column, (c, b0) in zip(st.columns(max(len(defaults), 3)), defaults.items(), strict=False):
+        with column:
+            betas[c] = widgets.url_slider(
                 f"β {c}", key=f"tune_beta_{c}", url=f"beta_{c}", default=b0, low=0.0, high=3.0, step=0.05
             )
-            for c, b0 in defaults.items()
-        }
+    controls, options = st.columns([1, 1])
+    chart = st.container()
+    with options:
         with st.expander("Normalization per channel"):
             norms = {
                 c: state.url_widget(
@@ -45,7 +47,7 @@ def channel_weights() -> None:
     with controls:
         baseline = state.url_widget(
             st.radio, "Against the default β", key="tune_baseline", url="base", default="none",
-            options=["none", "side by side", "difference"],
+            options=["none", "side by side", "difference"], horizontal=True,
             help="The same rollout with the run's default β, beside the tuned one or subtracted from it.",
         )
     with chart:
