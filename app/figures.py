@@ -182,7 +182,7 @@ def _colour_axis(peak: float, height: int) -> dict:
             "title": {"text": "A", "side": "top"},
             "thickness": 10,
             "lenmode": "pixels",
-            "len": min(max(50, height - 30), 320),
+            "len": min(max(100, height - 30), 320),
             "tickvals": [-1, 0, 1],
             "ticktext": [nice(-peak, 2), "0", nice(peak, 2)],
             "tickfont": {"size": 10},
@@ -344,7 +344,7 @@ def credit_heatmap(
         for r, n in enumerate(names)
     ]
     height = n_bands * (R + 1) - 1
-    fig_height = max(110, 22 * height + 50)
+    fig_height = max(140, 22 * height + 50)  # a one-row figure keeps a readable colour bar
     fig.update_yaxes(
         tickvals=tickvals, ticktext=ticktext, autorange="reversed", showgrid=False, zeroline=False
     )

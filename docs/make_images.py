@@ -1,7 +1,7 @@
 """The README's pictures: each view of the app on the bundled runs, taken by driving the real app
 (`streamlit run` on a fresh store) in headless Debian chromium, so they can be remade after a change.
 
-    python docs/make_images.py                 # writes docs/images/*.png (small: 1000 px wide, 64 colours)
+    python docs/make_images.py                 # writes docs/images/*.png (small: 1000 px wide, 256 colours)
     python docs/make_images.py --out /tmp/shots --all   # every view, also on subword and simple-token runs
 
 The store holds the bundled runs (`creditlens init`) plus two runs with word-sized tokens: `subword` (the
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "images")
     parser.add_argument("--all", action="store_true", help="also every view on the subword and simple runs")
     parser.add_argument("--width", type=int, default=1000)
-    parser.add_argument("--colours", type=int, default=64)
+    parser.add_argument("--colours", type=int, default=256)
     parser.add_argument("--height", type=int, default=1100, help="viewport height (the picture's)")
     parser.add_argument("--only", default="", help="comma-separated picture names to make (default: all)")
     args = parser.parse_args(argv)

@@ -86,7 +86,7 @@ def test_scale_modes_shared_row_quantile_lock_and_true_credit_on_its_own():
 def test_one_row_figure_has_a_readable_colour_bar():
     fig = figures.credit_heatmap({"final": np.linspace(-1, 1, 10)}, ["x"] * 10)
     bar = fig.layout.coloraxis.colorbar
-    assert fig.layout.height >= 110 and bar.lenmode == "pixels" and bar.len >= 50
+    assert fig.layout.height >= 140 and bar.lenmode == "pixels" and bar.len >= 100
     assert list(bar.ticktext) == ["-1.00", "0", "+1.00"]
 
 
