@@ -172,18 +172,18 @@ def heatmap_position(point: dict, n_rows: int, band: int = BAND) -> int | None:
 
 
 def _colour_axis(peak: float, height: int) -> dict:
-    """The shared colour axis on [-1, 1] (values are divided by their row's half-width), labelled in A."""
+    """The shared colour axis on [-peak, peak], centred at 0, labelled in A at its ends and 0."""
     return {
         "colorscale": DIVERGING,
-        "cmin": -1,
-        "cmax": 1,
+        "cmin": -peak,
+        "cmax": peak,
         "cmid": 0,
         "colorbar": {
             "title": {"text": "A", "side": "top"},
             "thickness": 10,
             "lenmode": "pixels",
             "len": min(max(100, height - 30), 320),
-            "tickvals": [-1, 0, 1],
+            "tickvals": [-peak, 0, peak],
             "ticktext": [nice(-peak, 2), "0", nice(peak, 2)],
             "tickfont": {"size": 10},
         },
@@ -223,9 +223,9 @@ def credit_heatmap(
 
     Cells are sized to their token text (`cell_units`, about two characters a unit) and packed into bands
     `band` units wide, so a character-level run has `band` tokens a line and a subword run fewer, each
-    readable. Each band is one heatmap trace with cell edges; all share one colour axis on [-1, 1] (every
-    value divided by its row's half-width), labelled in A; a row whose half-width differs from the colour
-    bar's says so in its label. The hover shows the true value.
+    readable. Each band is one heatmap trace with cell edges; all share one colour axis in A (the most
+    common half-width); a row with another half-width is rescaled onto it and says so in its label.
+    The hover shows the true value.
     """
     names = list(rows)
     R = len(names)
@@ -243,6 +243,8 @@ def credit_heatmap(
     if peaks is None:
         peak = zmax if zmax is not None else symmetric_range(*[rows[n] for n in names])
         peaks = {n: peak for n in names}
+    # the colour axis is in A on the most common half-width; a row on its own scale is rescaled onto it
+    # (its label says so), so the z of every other row is its true value
     common = max(set(peaks.values()), key=list(peaks.values()).count) if peaks else 1.0
     lp = [_fmt(v) for v in _column(token_info, "logprob", L)]
     ent = [_fmt(v) for v in _column(token_info, "entropy", L)]
@@ -276,7 +278,7 @@ def credit_heatmap(
                 if t >= len(row_text):
                     continue
                 v = values[t] if t < len(values) else np.nan
-                z[r, j] = np.clip(v / peaks[name], -1.0, 1.0) if np.isfinite(v) else np.nan
+                z[r, j] = v * (common / peaks[name]) if np.isfinite(v) else np.nan  # on the common scale
                 if cell_text is True or (cell_text == "last" and r == R - 1):
                     text[r, j] = visible_token(row_text[t], 2 * widths[t])
                 band_custom[r, j] = [

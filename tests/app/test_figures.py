@@ -20,9 +20,9 @@ def test_heatmap_wraps_into_bands_of_64_with_a_centred_scale():
     bands = [t for t in fig.data if t.type == "heatmap"]
     assert len(bands) == 3 and [np.asarray(t.z).shape for t in bands] == [(2, 64), (2, 64), (2, 2)]
     axis = fig.layout.coloraxis
-    assert (axis.cmin, axis.cmid, axis.cmax) == (-1, 0, 1)  # values divided by the half-width, 2
+    assert (axis.cmin, axis.cmid, axis.cmax) == (-2, 0, 2)  # centred, symmetric: max |A| = 2
     assert list(axis.colorbar.ticktext) == ["-2.00", "0", "+2.00"]
-    assert np.asarray(bands[1].z, dtype=float)[0, 0] == rows["task"][64] / 2  # band 2 starts at token 64
+    assert np.asarray(bands[1].z, dtype=float)[0, 0] == rows["task"][64]  # band 2 starts at token 64
     assert list(bands[1].y) == [2.5, 3.5, 4.5]  # rows 3 and 4 of the grid (one blank row between bands)
     cells = fig.data[-1]  # the invisible click/hover layer
     assert cells.type == "scatter" and len(cells.x) == 2 * L
@@ -78,7 +78,9 @@ def test_scale_modes_shared_row_quantile_lock_and_true_credit_on_its_own():
     assert ticks[0].startswith("task") and "±" not in ticks[0]
     assert ticks[2].startswith("true credit (±0.02)")  # its own scale, said in its label
     z = np.asarray(fig.data[0].z, dtype=float)
-    assert z[2, 0] == 1.0  # true credit fills its own scale
+    assert np.asarray(fig.data[1].z, dtype=float)[0, 35] == 5.0  # token 99: rows on the common scale
+    assert z[1, 0] == -0.5  # keep their values
+    assert z[2, 0] == 5.0  # true credit fills its own scale (rescaled onto the colour bar's)
     with pytest.raises(ValueError, match="unknown colour scale"):
         figures.scale_peaks(rows, "log")
 
