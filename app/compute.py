@@ -8,14 +8,14 @@ are numpy arrays and DataFrames (cheap to pickle), so a view never recomputes wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 from app import data
-from backend import analysis, estimates, explain, explorer, token_classes
+from backend import analysis, estimates, explain, explorer, strips, token_classes
 from backend.estimators import registry
 
 _SCOPED = ("Computing credit (an estimator of step or run scope computes its whole step or run once; "
@@ -35,6 +35,8 @@ class RolloutView:
     shares: dict[str, np.ndarray]  # channel -> (L,) share of |A| at each token
     token_info: pd.DataFrame  # pos, token, logprob, entropy, value, token_class
     betas: dict[str, float]
+    strips: dict[str, np.ndarray] = field(default_factory=dict)  # backend.strips.token_strips
+    dimmed: np.ndarray | None = None  # (L,) bool: outside the stored loss mask
 
 
 def _row_of(batch, rollout_id: int) -> int:
@@ -43,10 +45,11 @@ def _row_of(batch, rollout_id: int) -> int:
 
 @st.cache_data(show_spinner=_SCOPED, max_entries=64)
 def group_credit(
-    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple = ()
+    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple = (), norms: tuple = ()
 ) -> analysis.ChannelCredit:
     _, credit = explain.group_channel_credit(data.store_handle(db), run, group, estimator, config,
-                                             dict(betas) or None, save=not data.settings().read_only)
+                                             dict(betas) or None, normalizations=dict(norms) or None,
+                                             save=not data.settings().read_only)
     return credit
 
 
@@ -67,10 +70,11 @@ def _scoped(db: str, run: str, name: str, config: tuple, rollout_ids: list[int],
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def rollout_view(
-    db: str, run: str, group: int, rollout_id: int, estimator: str, config: tuple, betas: tuple = ()
+    db: str, run: str, group: int, rollout_id: int, estimator: str, config: tuple, betas: tuple = (),
+    norms: tuple = (),
 ) -> RolloutView:
     batch = data.group_batch(db, run, group)
-    credit = group_credit(db, run, group, estimator, config, betas)
+    credit = group_credit(db, run, group, estimator, config, betas, norms)
     row = _row_of(batch, rollout_id)
     L = int(batch.lengths[row])
     tokens = (
@@ -108,7 +112,14 @@ def rollout_view(
         analysis.token_shares(contributions),
         info,
         credit.betas,
+        strips.token_strips(batch, row),
+        _outside_loss_mask(batch, row),
     )
+
+
+def _outside_loss_mask(batch, row: int) -> np.ndarray | None:
+    inside = strips.loss_mask(batch, row)
+    return None if inside is None else ~inside
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -199,11 +210,18 @@ def default_betas(db: str, run: str, group: int) -> dict[str, float]:
     return {c: s.beta for c, s in channels.default_specs(data.group_batch(db, run, group)).items()}
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def default_normalizations(db: str, run: str, group: int) -> dict[str, str]:
+    from backend import channels
+
+    return {c: s.normalization for c, s in channels.default_specs(data.group_batch(db, run, group)).items()}
+
+
 @st.cache_data(show_spinner=False, max_entries=64)
 def group_shares(
-    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple
+    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple, norms: tuple = ()
 ) -> dict[str, float]:
-    credit = group_credit(db, run, group, estimator, config, betas)
+    credit = group_credit(db, run, group, estimator, config, betas, norms)
     return analysis.abs_shares(credit.contributions)
 
 

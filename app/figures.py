@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+import plotly.colors as pcolors
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -34,9 +35,14 @@ def safe(text: str) -> str:
     return html.escape(str(text), quote=True).replace("&quot;", "&#34;")
 
 
+def shown_token(text: str) -> str:
+    """A token with its whitespace made visible (newline ⏎, tab ⇥, space ␣), not escaped."""
+    return str(text).replace("\n", "⏎").replace("\t", "⇥").replace(" ", "␣")
+
+
 def visible_token(text: str, width: int = 3) -> str:
     """A token as it can be read in a cell: whitespace made visible, cut to `width` characters, escaped."""
-    shown = str(text).replace("\n", "⏎").replace("\t", "⇥").replace(" ", "␣")
+    shown = shown_token(text)
     if len(shown) > width:
         shown = shown[: width - 1] + "…"
     return safe(shown)
@@ -51,6 +57,96 @@ def symmetric_range(*arrays: np.ndarray) -> float:
         if finite.size:
             peak = max(peak, float(np.abs(finite).max()))
     return peak if peak > 0 else 1.0
+
+
+SCALES = ("shared", "row", "quantile")
+SCALE_LABELS = {
+    "shared": "shared (max |A| of all rows)",
+    "row": "per row (each row its own max |A|)",
+    "quantile": "quantile (98th percentile of |A|: robust to one spike)",
+}
+OWN_SCALE_ROWS = ("true credit",)  # ground truth in its own units: never on an estimator's scale
+QUANTILE = 0.98
+
+
+def quantile_range(*arrays: np.ndarray, q: float = QUANTILE) -> float:
+    """The q-quantile of |value| over the arrays: a half-width one spike cannot stretch (falls back to the
+    max when the quantile is 0)."""
+    parts = [np.abs(np.asarray(a, dtype=np.float64)) for a in arrays]
+    flat = np.concatenate([p[np.isfinite(p)] for p in parts]) if parts else np.array([])
+    if not flat.size:
+        return 1.0
+    peak = float(np.quantile(flat, q))
+    return peak if peak > 0 else symmetric_range(*arrays)
+
+
+def scale_peaks(
+    rows: dict[str, np.ndarray], mode: str = "shared", locked: float | None = None
+) -> dict[str, float]:
+    """The colour half-width of each row: `shared` (one max |A| for all), `row` (each its own), `quantile`
+    (one robust half-width). `locked` replaces the shared half-width (a β move does not rescale). Rows in
+    OWN_SCALE_ROWS always get their own."""
+    if mode not in SCALES:
+        raise ValueError(f"unknown colour scale {mode!r}; use one of {', '.join(SCALES)}")
+    names = list(rows)
+    own = {n: symmetric_range(rows[n]) for n in names if n in OWN_SCALE_ROWS}
+    rest = [rows[n] for n in names if n not in own]
+    if mode == "row":
+        return {n: own.get(n, symmetric_range(rows[n])) for n in names}
+    if locked is not None and locked > 0:
+        peak = float(locked)
+    else:
+        peak = quantile_range(*rest) if mode == "quantile" else symmetric_range(*rest)
+    return {n: own.get(n, peak) for n in names}
+
+
+def nice(v, digits: int = 3, signed: bool = True) -> str:
+    """A number for people: '–' for missing/NaN, no '-0.000', `digits` decimals."""
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return "–"
+    if not math.isfinite(v):
+        return "–"
+    text = f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
+    if float(text) == 0:
+        return f"{0:.{digits}f}"
+    return text
+
+
+def percent(v) -> str:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return "–"
+    return "–" if not math.isfinite(v) else f"{v:.0%}"
+
+
+def credit_colour(value: float, peak: float) -> tuple[str, str]:
+    """(background, text colour) of a value on the diverging scale centred at 0 with half-width `peak`."""
+    if value is None or not np.isfinite(value):
+        return "rgba(0,0,0,0)", "inherit"
+    x = float(np.clip(value / (peak if peak > 0 else 1.0), -1.0, 1.0))
+    (bg,) = pcolors.sample_colorscale(DIVERGING, [(x + 1) / 2])
+    return bg, ("#ffffff" if abs(x) > 0.6 else "#111111")
+
+
+def cell_units(token: str, limit: int = 8) -> int:
+    """Width of a token's cell in grid units (one unit fits about two characters; 1 to `limit`)."""
+    return int(min(max(1, math.ceil(len(str(token)) / 2)), limit))
+
+
+def band_cells(widths: Sequence[int], band: int = BAND) -> list[tuple[int, int]]:
+    """(band, first column) of each token when cells of `widths` units are packed into bands of `band` units.
+
+    One-unit tokens (a character-level run) give exactly `band` tokens per band."""
+    out, bnd, col = [], 0, 0
+    for w in widths:
+        if col + w > band and col > 0:
+            bnd, col = bnd + 1, 0
+        out.append((bnd, col))
+        col += w
+    return out
 
 
 def band_layout(length: int, n_rows: int, band: int = BAND) -> tuple[int, int]:
@@ -75,6 +171,25 @@ def heatmap_position(point: dict, n_rows: int, band: int = BAND) -> int | None:
     return bnd * band + int(round(x))
 
 
+def _colour_axis(peak: float, height: int) -> dict:
+    """The shared colour axis on [-peak, peak], centred at 0, labelled in A at its ends and 0."""
+    return {
+        "colorscale": DIVERGING,
+        "cmin": -peak,
+        "cmax": peak,
+        "cmid": 0,
+        "colorbar": {
+            "title": {"text": "A", "side": "top"},
+            "thickness": 10,
+            "lenmode": "pixels",
+            "len": min(max(100, height - 30), 320),
+            "tickvals": [-peak, 0, peak],
+            "ticktext": [nice(-peak, 2), "0", nice(peak, 2)],
+            "tickfont": {"size": 10},
+        },
+    }
+
+
 def credit_heatmap(
     rows: dict[str, np.ndarray],
     tokens: Sequence[str],
@@ -83,6 +198,7 @@ def credit_heatmap(
     shares: dict[str, np.ndarray] | None = None,
     band: int = BAND,
     zmax: float | None = None,
+    peaks: dict[str, float] | None = None,
     title: str | None = None,
     cell_text: bool | str | None = None,
     row_tokens: dict[str, Sequence[str]] | None = None,
@@ -101,9 +217,15 @@ def credit_heatmap(
     up to CELL_TEXT_LIMIT cells, else "last".
     offset: position of the first token shown (a window of a long rollout); positions stay absolute.
     clickable: add the invisible marker layer that makes cells selectable (heatmaps emit no selection
-    events); without it the heatmap carries the hover itself and draws about twice as fast.
+    events); without it the heatmap carries the hover itself.
     highlight: absolute positions outlined across their band (the selected token, the chosen positions).
-    The colour scale is diverging, centred at 0, symmetric, shared by all rows.
+    peaks: each row's colour half-width (`scale_peaks`); default: one shared max |A| (`zmax` if given).
+
+    Cells are sized to their token text (`cell_units`, about two characters a unit) and packed into bands
+    `band` units wide, so a character-level run has `band` tokens a line and a subword run fewer, each
+    readable. Each band is one heatmap trace with cell edges; all share one colour axis in A (the most
+    common half-width); a row with another half-width is rescaled onto it and says so in its label.
+    The hover shows the true value.
     """
     names = list(rows)
     R = len(names)
@@ -111,11 +233,19 @@ def credit_heatmap(
         cell_text = True if len(tokens) * R <= CELL_TEXT_LIMIT else "last"
     per_row = {n: list(row_tokens[n]) if row_tokens is not None else list(tokens) for n in names}
     L = max((len(v) for v in per_row.values()), default=0) if row_tokens is not None else len(tokens)
-    n_bands, height = band_layout(L, R, band)
-    z = np.full((height, band), np.nan)
-    text = np.full((height, band), "", dtype=object)
-    # Hover facts per cell, formatted once; the template lays them out (far smaller than per-cell HTML).
-    custom = np.full((height, band), None, dtype=object)
+    # a position's width: the widest text any row has there (Group rows differ), in units
+    widths = [
+        max((cell_units(shown_token(per_row[n][t])) for n in names if t < len(per_row[n])), default=1)
+        for t in range(L)
+    ]
+    cells = band_cells(widths, band)
+    n_bands = (cells[-1][0] + 1) if cells else 1
+    if peaks is None:
+        peak = zmax if zmax is not None else symmetric_range(*[rows[n] for n in names])
+        peaks = {n: peak for n in names}
+    # the colour axis is in A on the most common half-width; a row on its own scale is rescaled onto it
+    # (its label says so), so the z of every other row is its true value
+    common = max(set(peaks.values()), key=list(peaks.values()).count) if peaks else 1.0
     lp = [_fmt(v) for v in _column(token_info, "logprob", L)]
     ent = [_fmt(v) for v in _column(token_info, "entropy", L)]
     shares = shares or {}
@@ -126,49 +256,63 @@ def credit_heatmap(
         ("<br>" if i == 0 else " · ") + f"{n} %{{customdata[{6 + i}]:.0%}}" for i, n in enumerate(share_names)
     )
     hover += "<extra></extra>"
-    for r, name in enumerate(names):
-        values = np.asarray(rows[name], dtype=np.float64)
-        label = safe(name)
-        row_text = per_row[name]
-        for t in range(min(L, len(row_text))):
-            bnd, col = divmod(t, band)
-            y = bnd * (R + 1) + r
-            v = values[t] if t < len(values) else np.nan
-            z[y, col] = v
-            if cell_text is True or (cell_text == "last" and r == R - 1):
-                text[y, col] = visible_token(row_text[t])
-            custom[y, col] = [
-                offset + t, safe(repr(row_text[t])[1:-1]), label, _fmt(v), lp[t], ent[t], *share_values[t]
-            ]
-    peak = zmax if zmax is not None else symmetric_range(*[rows[n] for n in names])
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            text=text,
-            texttemplate="%{text}",
-            textfont={"size": 10},
-            customdata=None if clickable else custom,
-            hovertemplate=None if clickable else hover,
-            hoverinfo="skip" if clickable else None,
-            hoverongaps=False,
-            colorscale=DIVERGING,
-            zmid=0,
-            zmin=-peak,
-            zmax=peak,
-            xgap=1,
-            ygap=1,
-            colorbar={"title": {"text": "A"}, "thickness": 12},
+    by_band: dict[int, list[int]] = {}
+    for t, (bnd, _) in enumerate(cells):
+        by_band.setdefault(bnd, []).append(t)
+    fig = go.Figure()
+    xs, ys, custom = [], [], []
+    for bnd in range(n_bands):
+        members = by_band.get(bnd, [])
+        edges = [cells[t][1] - 0.5 for t in members] + (
+            [cells[members[-1]][1] + widths[members[-1]] - 0.5] if members else [-0.5, 0.5]
         )
-    )
+        top = bnd * (R + 1)
+        z = np.full((R, max(len(members), 1)), np.nan)
+        text = np.full(z.shape, "", dtype=object)
+        band_custom = np.full(z.shape, None, dtype=object)
+        for r, name in enumerate(names):
+            values = np.asarray(rows[name], dtype=np.float64)
+            label = safe(name)
+            row_text = per_row[name]
+            for j, t in enumerate(members):
+                if t >= len(row_text):
+                    continue
+                v = values[t] if t < len(values) else np.nan
+                z[r, j] = v * (common / peaks[name]) if np.isfinite(v) else np.nan  # on the common scale
+                if cell_text is True or (cell_text == "last" and r == R - 1):
+                    text[r, j] = visible_token(row_text[t], 2 * widths[t])
+                band_custom[r, j] = [
+                    offset + t, safe(repr(row_text[t])[1:-1]), label, _fmt(v), lp[t], ent[t], *share_values[t]
+                ]
+                xs.append(cells[t][1] + (widths[t] - 1) / 2)
+                ys.append(top + r)
+                custom.append(band_custom[r, j])
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                x=edges,
+                y=[top + r - 0.5 for r in range(R + 1)],
+                text=text,
+                texttemplate="%{text}",
+                textfont={"size": 10},
+                customdata=None if clickable else band_custom,
+                hovertemplate=None if clickable else hover,
+                hoverinfo="skip" if clickable else None,
+                hoverongaps=False,
+                coloraxis="coloraxis",
+                xgap=1,
+                ygap=1,
+                name=f"band {bnd}",
+            )
+        )
     # Heatmaps emit no selection events, so an invisible marker per cell carries hover and clicks.
-    ys, xs = np.nonzero(custom != None)  # noqa: E711 - elementwise test on an object array
     # SVG, not WebGL: headless/software-rendered browsers draw it several times faster.
     if clickable:
         fig.add_trace(
             go.Scatter(
                 x=xs,
                 y=ys,
-                customdata=list(custom[ys, xs]),
+                customdata=custom,
                 hovertemplate=hover,
                 mode="markers",
                 marker={"size": 12, "color": "rgba(0,0,0,0)", "symbol": "square"},
@@ -181,12 +325,12 @@ def credit_heatmap(
     for pos in highlight:
         t = int(pos) - offset
         if 0 <= t < L:
-            bnd, col = divmod(t, band)
+            bnd, col = cells[t]
             top = bnd * (R + 1)
             fig.add_shape(
                 type="rect",
                 x0=col - 0.5,
-                x1=col + 0.5,
+                x1=col + widths[t] - 0.5,
                 y0=top - 0.5,
                 y1=top + R - 0.5,
                 line={"color": "#111111", "width": 3},
@@ -195,23 +339,141 @@ def credit_heatmap(
                 name=f"selected {int(pos)}",
             )
     tickvals = [b * (R + 1) + r for b in range(n_bands) for r in range(R)]
+    starts = {b: by_band[b][0] for b in by_band}
     ticktext = [
-        f"{safe(n)}" + (f"  [{offset + b * band}]" if r == 0 else "")
+        _row_label(n, peaks[n], common) + (f"  [{offset + starts.get(b, 0)}]" if r == 0 else "")
         for b in range(n_bands)
         for r, n in enumerate(names)
     ]
+    height = n_bands * (R + 1) - 1
+    fig_height = max(140, 22 * height + 50)  # a one-row figure keeps a readable colour bar
     fig.update_yaxes(
         tickvals=tickvals, ticktext=ticktext, autorange="reversed", showgrid=False, zeroline=False
     )
     fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, range=[-0.5, band - 0.5])
     fig.update_layout(
-        height=max(90, 22 * height + 50),
+        height=fig_height,
         margin={"l": 10, "r": 10, "t": 30 if title else 10, "b": 10},
         title=safe(title) if title else None,
         clickmode="event+select",
         dragmode=False,
         plot_bgcolor="rgba(0,0,0,0)",
+        coloraxis=_colour_axis(common, fig_height),
     )
+    return fig
+
+
+def _row_label(name: str, peak: float, common: float) -> str:
+    label = safe(name)
+    return label if np.isclose(peak, common) else f"{label} (±{nice(peak, 2, signed=False)})"
+
+
+def credit_text_html(
+    tokens: Sequence[str],
+    values: np.ndarray,
+    peak: float,
+    *,
+    offset: int = 0,
+    selected: int | None = None,
+    facts: Sequence[str] | None = None,
+    dimmed: np.ndarray | None = None,
+) -> str:
+    """The response as running text, each token a span coloured by its value on the diverging scale
+    centred at 0 with half-width `peak`.
+
+    Token text is untrusted: every character goes through `html.escape`. Whitespace stays as written
+    (the container uses `white-space: pre-wrap`, so the text wraps like the document); a newline shows
+    as ↵ before the break, a tab as ⇥; every span has a hairline edge, so a space token is a visible box.
+    Each span carries `data-pos` (absolute position) for clicks and a `title` (hover: position, value and
+    `facts[t]`, escaped). `selected` is outlined; `dimmed` (L,) bool tokens (loss-masked) are faded."""
+    parts = []
+    for t, token in enumerate(tokens):
+        v = float(values[t]) if t < len(values) else float("nan")
+        bg, fg = credit_colour(v, peak)
+        shown = html.escape(str(token), quote=True)
+        shown = shown.replace("\n", '<span class="nl">↵</span>\n')
+        shown = shown.replace("\t", '<span class="nl">⇥</span>\t')
+        title = f"pos {offset + t} · A {nice(v)}" + (f" · {facts[t]}" if facts is not None else "")
+        classes = "tok" + (" sel" if selected == offset + t else "") + (
+            " dim" if dimmed is not None and t < len(dimmed) and dimmed[t] else ""
+        )
+        parts.append(
+            f'<span class="{classes}" data-pos="{offset + t}" style="background:{bg};color:{fg}" '
+            f'title="{html.escape(title, quote=True)}">{shown}</span>'
+        )
+    return '<div class="credit-text">' + "".join(parts) + "</div>"
+
+
+def overview_strip(values: np.ndarray, start: int, stop: int, peak: float | None = None,
+                   bins: int = 256) -> go.Figure:
+    """The whole response as one thin row (long responses binned: each bin shows its largest |A|) with the
+    window [start, stop) outlined, so a reader sees where the drawn tokens sit."""
+    values = np.asarray(values, dtype=np.float64)
+    L = len(values)
+    n = max(1, min(bins, L))
+    edges = np.linspace(0, L, n + 1).round().astype(int)
+    shown = []
+    for a, b in zip(edges[:-1], edges[1:], strict=True):
+        part = values[a:max(b, a + 1)]
+        finite = part[np.isfinite(part)]
+        shown.append(float(finite[np.argmax(np.abs(finite))]) if finite.size else np.nan)
+    peak = peak if peak is not None else symmetric_range(values)
+    fig = go.Figure(
+        go.Heatmap(
+            z=[shown],
+            x=edges.tolist(),
+            y=[-0.5, 0.5],
+            colorscale=DIVERGING,
+            zmin=-peak,
+            zmax=peak,
+            zmid=0,
+            showscale=False,
+            hovertemplate="tokens %{x}<br>A %{z:+.3f}<extra></extra>",
+        )
+    )
+    fig.add_shape(type="rect", x0=start, x1=stop, y0=-0.5, y1=0.5, line={"color": "#111111", "width": 2},
+                  fillcolor="rgba(0,0,0,0)", name="window")
+    fig.update_xaxes(range=[0, max(L, 1)], showgrid=False, zeroline=False, tickformat="d",
+                     tickfont={"size": 9})
+    fig.update_yaxes(visible=False)
+    fig.update_layout(height=60, margin={"l": 10, "r": 10, "t": 4, "b": 20}, dragmode=False,
+                      title=None, plot_bgcolor="rgba(0,0,0,0)")
+    return fig
+
+
+def token_strips_figure(strips: dict[str, np.ndarray], tokens: Sequence[str], *, offset: int = 0,
+                        dimmed: np.ndarray | None = None, highlight: int | None = None) -> go.Figure:
+    """Per-token strips (logprob, ref logprob, log-ratios, entropy, value, ratio) as bars over the same
+    positions, one small panel each; loss-masked tokens (`dimmed`) drawn faded, never hidden."""
+    names = list(strips)
+    fig = make_subplots(rows=max(len(names), 1), cols=1, shared_xaxes=True, vertical_spacing=0.02)
+    L = len(tokens)
+    x = np.arange(offset, offset + L)
+    label = [safe(repr(t)[1:-1]) for t in tokens]
+    opacity = [0.25 if dimmed is not None and t < len(dimmed) and dimmed[t] else 0.9 for t in range(L)]
+    for i, name in enumerate(names):
+        values = np.asarray(strips[name], dtype=np.float64)[:L]
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=values,
+                customdata=label,
+                marker={"color": "#4d6a8a", "opacity": opacity},
+                hovertemplate=f"<b>%{{customdata}}</b> · pos %{{x}}<br>{safe(name)} %{{y:+.3f}}"
+                "<extra></extra>",
+                name=safe(name),
+                showlegend=False,
+            ),
+            row=i + 1,
+            col=1,
+        )
+        fig.update_yaxes(title={"text": safe(name), "font": {"size": 10}}, row=i + 1, col=1,
+                         tickfont={"size": 9}, nticks=3)
+        if highlight is not None and offset <= highlight < offset + L:
+            fig.add_vline(x=highlight, line={"color": "#111111", "width": 1, "dash": "dot"}, row=i + 1, col=1)
+    fig.update_xaxes(tickformat="d", showgrid=False)
+    fig.update_layout(height=60 + 70 * max(len(names), 1), bargap=0.05,
+                      margin={"l": 10, "r": 10, "t": 10, "b": 10}, dragmode=False)
     return fig
 
 
@@ -222,7 +484,7 @@ def _column(frame: pd.DataFrame | None, name: str, n: int) -> np.ndarray:
 
 
 def _fmt(v: float) -> str:
-    return "–" if v is None or not np.isfinite(v) else f"{v:+.3f}"
+    return nice(v)
 
 
 def contribution_waterfall(contributions: dict[str, float], final: float, title: str = "") -> go.Figure:
@@ -250,67 +512,13 @@ def contribution_waterfall(contributions: dict[str, float], final: float, title:
     return fig
 
 
-def small_multiples(advantages: dict[str, np.ndarray], tokens: Sequence[str], band: int = BAND) -> go.Figure:
-    """One panel per estimator (the rollout wrapped into bands), one shared diverging colour scale."""
-    names = list(advantages)
-    L = len(tokens)
-    n_bands = max(1, math.ceil(L / band))
-    peak = symmetric_range(*advantages.values())
-    fig = make_subplots(rows=len(names), cols=1, vertical_spacing=0.04 / max(len(names), 1) + 0.01)
-    full = [safe(repr(t)[1:-1]) for t in tokens]
-    show_text = L * len(names) <= CELL_TEXT_LIMIT
-    for i, name in enumerate(names):
-        z = np.full((n_bands, band), np.nan)
-        text = np.full((n_bands, band), "", dtype=object)
-        hover = np.full((n_bands, band), "", dtype=object)
-        values = np.asarray(advantages[name], dtype=np.float64)
-        for t in range(L):
-            b, c = divmod(t, band)
-            z[b, c] = values[t]
-            if show_text:
-                text[b, c] = visible_token(tokens[t])
-            hover[b, c] = f"<b>{full[t]}</b> · pos {t}<br>{safe(name)}: {_fmt(values[t])}"
-        fig.add_trace(
-            go.Heatmap(
-                z=z,
-                text=text,
-                texttemplate="%{text}",
-                textfont={"size": 9},
-                hovertext=hover,
-                hoverinfo="text",
-                coloraxis="coloraxis",
-                xgap=1,
-                ygap=1,
-                hoverongaps=False,
-            ),
-            row=i + 1,
-            col=1,
-        )
-        fig.update_yaxes(
-            autorange="reversed",
-            showticklabels=False,
-            showgrid=False,
-            zeroline=False,
-            title={"text": safe(name), "font": {"size": 12}},
-            row=i + 1,
-            col=1,
-        )
-        fig.update_xaxes(
-            showticklabels=False, showgrid=False, zeroline=False, range=[-0.5, band - 0.5], row=i + 1, col=1
-        )
-    fig.update_layout(
-        coloraxis={
-            "colorscale": DIVERGING,
-            "cmid": 0,
-            "cmin": -peak,
-            "cmax": peak,
-            "colorbar": {"title": {"text": "A"}, "thickness": 12},
-        },
-        height=max(160, len(names) * (22 * n_bands + 24) + 40),
-        margin={"l": 10, "r": 10, "t": 10, "b": 10},
-        plot_bgcolor="rgba(0,0,0,0)",
-    )
-    return fig
+def small_multiples(advantages: dict[str, np.ndarray], tokens: Sequence[str], band: int = BAND, *,
+                    peaks: dict[str, float] | None = None, offset: int = 0) -> go.Figure:
+    """One row per estimator in every band (the rollout wrapped into bands, cells sized to their text), so
+    the estimators' credit for a token sits one above the other; one colour axis (`peaks`: per-row or
+    shared half-widths, default one shared max |A|). Labels are row ticks: they never overlap."""
+    return credit_heatmap(dict(advantages), tokens, band=band, peaks=peaks, offset=offset, clickable=False,
+                          cell_text="last")
 
 
 def rank_agreement_figure(matrix: pd.DataFrame) -> go.Figure:
@@ -463,8 +671,15 @@ def beta_trajectories(frame: pd.DataFrame) -> go.Figure:
             col=1,
         )
     fig.update_layout(height=460, margin={"l": 10, "r": 10, "t": 30, "b": 10})
+    fig.update_xaxes(tickformat="d", dtick=_step_tick(frame["step"]))
     fig.update_xaxes(title="step", row=2, col=1)
     return fig
+
+
+def _step_tick(steps) -> int:
+    """An integer tick spacing showing at most about 10 steps."""
+    span = int(np.nanmax(steps) - np.nanmin(steps)) if len(steps) else 0
+    return max(1, math.ceil(span / 10))
 
 
 def value_estimates_figure(values: pd.DataFrame, length: int, outcome: float | None = None) -> go.Figure:

@@ -3,7 +3,9 @@
 The selected run and rollout live in `st.session_state["sel_run"]` / `["sel_rollout"]`, set only
 here, and are mirrored into the query string on every rerun (`?run=NAME&rollout=ID`), together with
 the current view's own choices (`url_widget`). A fresh session (a bookmark, a shared link) reads
-them back from the URL once.
+them back from the URL once. A link value that cannot be honoured (an unknown run, a rollout the run
+does not have, an option that does not exist, a number out of range) is not dropped silently: the view
+shows a warning naming the parameter and what it shows instead (`link_warning`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from app import data
 
 RUN, ROLLOUT = "sel_run", "sel_rollout"
 _URL_AT_START = "_url_at_start"
+_LINK_BOX = "_link_warnings_box"  # a container at the top of the view, where link warnings go
 DEFAULT_RUN = "demo"
 
 
@@ -34,6 +37,26 @@ def _initial_url() -> dict[str, str]:
     if _URL_AT_START not in st.session_state:
         st.session_state[_URL_AT_START] = {k: st.query_params.get(k) for k in st.query_params}
     return st.session_state[_URL_AT_START]
+
+
+def link_warning(name: str, value: Any, reason: str, fallback: Any) -> None:
+    """Say, once per session and parameter, that the link's `?name=value` cannot be honoured and why."""
+    seen = st.session_state.setdefault("_link_warned", set())
+    if name in seen:
+        return
+    seen.add(name)
+    from app.views import plain
+
+    box = st.session_state.get(_LINK_BOX) or st
+    box.warning(
+        f"Link parameter {_code(f'{name}={value}')} cannot be honoured: {plain(reason)}. "
+        f"Showing {plain(fallback)} instead."
+    )
+
+
+def _code(text: str) -> str:
+    """Untrusted text as an inline code span (nothing inside is markdown; a backtick could end it)."""
+    return "`" + str(text).replace("`", "ˋ") + "`"
 
 
 def _first_rollout(db: str, run: str) -> int | None:
@@ -66,6 +89,7 @@ def init_selection() -> Selection:
     url = _initial_url()
     if _SELECT_ROLLOUT in st.session_state:  # a row opened from the Explorer or the Group view
         st.session_state[RUN], st.session_state[ROLLOUT] = st.session_state.pop(_SELECT_ROLLOUT)
+    st.session_state[_LINK_BOX] = st.container()
     names = [r["name"] for r in data.list_runs(db)]
     if not names:
         st.query_params.clear()
@@ -74,8 +98,12 @@ def init_selection() -> Selection:
     if run not in names:
         wanted = url.get("run")
         run = wanted if wanted in names else (DEFAULT_RUN if DEFAULT_RUN in names else names[0])
+        if wanted is not None and wanted != run:
+            link_warning("run", wanted, "the store has no run of that name", f"run {run}")
         st.session_state[RUN] = run
         st.session_state[ROLLOUT] = _valid_rollout(db, run, url.get("rollout")) if wanted == run else None
+        if wanted == run and url.get("rollout") is not None and st.session_state[ROLLOUT] is None:
+            link_warning("rollout", url.get("rollout"), f"run {run} has no such rollout", "its first rollout")
     if _valid_rollout(db, run, st.session_state.get(ROLLOUT)) is None:
         st.session_state[ROLLOUT] = _first_rollout(db, run)
 
@@ -128,9 +156,15 @@ def url_widget(
     if key not in st.session_state:
         value = st.session_state.get(keep)
         if value is None and url in _initial_url():
+            raw = _initial_url()[url]
             try:
-                value = cast(_initial_url()[url])
+                value = cast(raw)
             except (TypeError, ValueError):
+                link_warning(url, raw, f"not a valid {getattr(cast, '__name__', 'value')}", default)
+                value = None
+            if value is not None and not _in_bounds(value, options, kwargs):
+                link_warning(url, raw, "not one of the choices or out of range" if options is not None
+                             else "out of range", default)
                 value = None
         if value is None or (options is not None and value not in options):
             value = default
@@ -144,14 +178,27 @@ def url_widget(
     return result
 
 
+def _in_bounds(value: Any, options: list | None, kwargs: dict) -> bool:
+    if options is not None:
+        return value in options
+    low, high = kwargs.get("min_value"), kwargs.get("max_value")
+    try:
+        return (low is None or value >= low) and (high is None or value <= high)
+    except TypeError:
+        return True
+
+
 def url_value(name: str) -> str | None:
     """The value `?name=` had when this session started (a bookmark or a shared link), else None."""
     return _initial_url().get(name)
 
 
 def publish(name: str, value) -> None:
-    """Mirror one of the view's choices into the URL."""
-    st.query_params[name] = str(value)
+    """Mirror one of the view's choices into the URL (None removes it)."""
+    if value is None:
+        st.query_params.pop(name, None)
+    else:
+        st.query_params[name] = str(value)
 
 
 _OPEN_ROLLOUT, _SELECT_ROLLOUT = "_open_rollout", "_select_rollout"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 
+import numpy as np
 import streamlit as st
 
 from app import compute, data, figures
@@ -46,7 +47,7 @@ def require_rollout(sel: Selection) -> None:
 def prompt_and_response(sel: Selection) -> dict:
     """The prompt, response and sequence scores of the selected rollout, as plain text."""
     record = data.rollout(sel.db, sel.run, sel.rollout)
-    scores = " · ".join(f"{k} {v:+.3f}" for k, v in record["rewards"].items())
+    scores = " · ".join(f"{k} {figures.nice(v)}" for k, v in record["rewards"].items())
     st.caption(
         f"run {plain(sel.run)} · group {record['group_id']} · step {record['step']} · "
         f"{len(record['token_ids'])} tokens · {plain(scores)}"
@@ -119,11 +120,11 @@ def why_this_credit(sel: Selection, view: compute.RolloutView, pos: int, estimat
     tree, _ = compute.group_tree(sel.db, sel.run, sel.group)
     node = tree.node_at(view.row, pos)
     with facts:
-        st.metric("final A", f"{float(view.final[pos]):+.3f}")
+        st.metric("final A", figures.nice(view.final[pos]))
         st.text(f"token      {info['token']!r}")
         st.text(f"class      {info['token_class']}")
-        st.text(f"logprob    {_num(info['logprob'])}")
-        st.text(f"entropy    {_num(info['entropy'])}")
+        st.text(f"logprob    {figures.nice(info['logprob'], 4)}")
+        st.text(f"entropy    {figures.nice(info['entropy'], 4, signed=False)}")
         st.text("value      " + _value_line(terms, info, pos))
         st.text(
             f"tree node  #{node.node_id}: tokens [{node.start}, {node.end}), {len(node.members)} responses, "
@@ -145,25 +146,19 @@ def _value_line(terms: dict, info, pos: int) -> str:
 
 
 def _num(v) -> str:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return "–"
-    return "–" if v != v else f"{v:+.4f}"
+    return figures.nice(v, 4)
 
 
-WINDOW = 512  # tokens drawn at once (8 bands, about one screen); longer rollouts a window at a time
+WINDOW = 512  # tokens drawn at once in every view that draws tokens; longer responses a window at a time
 
 
-def heatmap_window(view: compute.RolloutView, key: str) -> dict:
-    """Keyword arguments for `figures.credit_heatmap` showing one window of a long rollout.
-
-    Rollouts up to WINDOW tokens are drawn whole; longer ones get a picker of token ranges (mirrored to
-    the URL as `from`), so a 4096-token rollout draws as fast as a 512-token one.
-    """
+def token_window(L: int, key: str, overview: np.ndarray | None = None, peak: float | None = None
+                 ) -> tuple[int, int]:
+    """The one windowing rule of every view that draws tokens: responses up to WINDOW tokens are drawn
+    whole; longer ones a window of WINDOW tokens at a time, picked from a list of ranges (mirrored to the
+    URL as `from`), with a whole-response overview strip (`overview`: (L,) values) marking the window."""
     from app import state
 
-    L = len(view.tokens)
     start = 0
     if L > WINDOW:
         starts = list(range(0, L, WINDOW))
@@ -177,11 +172,64 @@ def heatmap_window(view: compute.RolloutView, key: str) -> dict:
             options=starts,
             format_func=lambda s: f"{s}–{min(s + WINDOW, L) - 1} of {L}",
         )
-    stop = min(start + WINDOW, L)
+        if overview is not None:
+            st.plotly_chart(
+                figures.overview_strip(overview, start, min(start + WINDOW, L), peak),
+                key=f"{key}_overview",
+                width="stretch",
+                config={"displayModeBar": False},
+            )
+    return start, min(start + WINDOW, L)
+
+
+def heatmap_window(view: compute.RolloutView, key: str, peaks: dict[str, float] | None = None) -> dict:
+    """Keyword arguments for `figures.credit_heatmap` showing the window of `token_window` (drawn here,
+    with the overview strip of the final advantage)."""
+    L = len(view.tokens)
+    peak = None if peaks is None else peaks.get("final")
+    start, stop = token_window(L, key, view.final, peak)
     return {
         "rows": {k: v[start:stop] for k, v in view.rows.items()},
         "tokens": view.tokens[start:stop],
         "token_info": view.token_info.iloc[start:stop].reset_index(drop=True),
         "shares": {k: v[start:stop] for k, v in view.shares.items()},
         "offset": start,
+        "peaks": peaks,
     }
+
+
+def credit_text(view: compute.RolloutView, window: dict, peak: float, selected: int | None, key: str
+                ) -> int | None:
+    """The window of the response as running text coloured by its final advantage (hover: the token's
+    facts; click: select it). Returns a position clicked in this rerun."""
+    start = window["offset"]
+    info = window["token_info"]
+    facts = [
+        f"logprob {figures.nice(r.logprob)} · entropy {figures.nice(r.entropy)} · class {r.token_class}"
+        for r in info.itertuples(index=False)
+    ]
+    dimmed = None if view.dimmed is None else view.dimmed[start:start + len(window["tokens"])]
+    text = figures.credit_text_html(window["tokens"], window["rows"]["final"], peak, offset=start,
+                                    selected=selected, facts=facts, dimmed=dimmed)
+    from app import widgets  # widgets imports this module's `plain`
+
+    return widgets.credit_text(text, key=key)
+
+
+def token_strips(view: compute.RolloutView, window: dict, pos: int | None, key: str) -> None:
+    """The per-token strips of the window (logprob, reference, log-ratios, entropy, value, ratio)."""
+    start, stop = window["offset"], window["offset"] + len(window["tokens"])
+    if not view.strips:
+        st.caption("This run stores no per-token logprobs, entropies or values (`creditlens score` fills "
+                   "them).")
+        return
+    dimmed = None if view.dimmed is None else view.dimmed[start:stop]
+    st.plotly_chart(
+        figures.token_strips_figure({k: v[start:stop] for k, v in view.strips.items()}, window["tokens"],
+                                    offset=start, dimmed=dimmed, highlight=pos),
+        key=key,
+        width="stretch",
+        config={"displayModeBar": False},
+    )
+    if view.dimmed is not None:
+        st.caption("Faded bars and text: tokens outside the loss mask (kept, never hidden).")

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
+import streamlit.components.v2  # noqa: F401 - registers st.components.v2
 
 from app import access
 from app.views import plain
@@ -54,10 +55,22 @@ def estimator_picker(key: str, unavailable: dict[str, str] | None = None) -> str
         default="grpo",
         cast=canonical_estimator,  # a link with a deprecated name (e.g. ?est=hapo) opens its new name
         options=[n for n in estimator_names() if n not in unavailable],
+        format_func=described,
+        help="Each estimator with the first line of its description; `creditlens estimators` lists them all.",
     )
     info = schema(name)
     st.caption(info["description"] + (f"  \nSource: {info['source']}" if info["source"] else ""))
     return name
+
+
+@st.cache_data(show_spinner=False)
+def described(name: str) -> str:
+    """`name — what it does` for pickers (the registry's description, cut to one short line)."""
+    text = " ".join(str(registry.get(name).description).split())
+    text = text.split(". ")[0].rstrip(".")
+    if len(text) > 70:
+        text = text[:69].rstrip() + "…"
+    return f"{name} — {text}" if text else name
 
 
 def unavailable_note(unavailable: dict[str, str]) -> None:
@@ -107,7 +120,13 @@ def url_multiselect(
 
 def estimator_form(name: str, key: str, container=None) -> tuple[tuple[str, Any], ...]:
     """Widgets for every config field of estimator `name`; returns the non-default values as a sorted
-    tuple of (field, value) pairs (hashable: the cache key of the computation)."""
+    tuple of (field, value) pairs (hashable: the cache key of the computation).
+
+    Each non-default value is mirrored to the URL as `?<estimator>.<field>=value`, and a link's value is
+    restored from it (checked against the field's type, range and choices; one that does not fit is
+    named in a warning and the default is used)."""
+    from app import state
+
     box = container or st
     overrides = {}
     for f in schema(name)["fields"]:
@@ -115,6 +134,8 @@ def estimator_form(name: str, key: str, container=None) -> tuple[tuple[str, Any]
             continue
         wkey = f"{key}_{name}_{f['name']}"
         label, help_text, default = f["name"], f["help"] or None, f["default"]
+        url = f"{name}.{f['name']}"
+        _restore_field(f, wkey, url)
         if f["choices"]:
             options = list(f["choices"])
             value = box.selectbox(
@@ -136,6 +157,7 @@ def estimator_form(name: str, key: str, container=None) -> tuple[tuple[str, Any]
                 value = default
         if value != default:
             overrides[f["name"]] = value
+        state.publish(url, value if value != default else None)
     return tuple(sorted(overrides.items()))
 
 
@@ -144,6 +166,32 @@ def with_channel(name: str, config: tuple, channel: str) -> tuple:
     if not any(f["name"] == "channel" for f in schema(name)["fields"]) or channel == "task":
         return config
     return tuple(sorted({**dict(config), "channel": channel}.items()))
+
+
+def _restore_field(f: dict, wkey: str, url: str) -> None:
+    """Seed widget `wkey` from the link's `?url=` once, if the value fits field `f`; else warn."""
+    from app import state
+
+    raw = state.url_value(url)
+    if raw is None or wkey in st.session_state or st.session_state.get(f"_restored_{wkey}"):
+        return
+    st.session_state[f"_restored_{wkey}"] = True
+    try:
+        if f["choices"]:
+            value = next(c for c in f["choices"] if str(c) == raw)
+        elif f["type"] == "bool":
+            value = {"true": True, "false": False}[raw.lower()]
+        elif f["type"] in ("float", "int"):
+            value = (int if f["type"] == "int" else float)(raw)
+            if (f["low"] is not None and value < f["low"]) or (f["high"] is not None and value > f["high"]):
+                raise ValueError(f"outside [{f['low']}, {f['high']}]")
+        else:
+            value = raw
+    except (StopIteration, KeyError, ValueError) as exc:
+        reason = f"not a valid value of {f['name']}" + (f" ({exc})" if str(exc) else "")
+        state.link_warning(url, raw, reason, f"the default {f['default']}")
+        return
+    st.session_state[wkey] = value
 
 
 def token_class_editor(sel) -> None:
@@ -188,6 +236,85 @@ def token_class_editor(sel) -> None:
                 token_classes.save(store, sel.run, None)
             data.invalidate()
             st.rerun()
+
+
+_CREDIT_TEXT_JS = """
+export default function(component) {
+  const { data, setTriggerValue, parentElement } = component;
+  let box = parentElement.querySelector('.credit-text-root');
+  if (!box) {
+    box = document.createElement('div');
+    box.className = 'credit-text-root';
+    parentElement.appendChild(box);
+  }
+  box.innerHTML = data;  // built by app.figures.credit_text_html: every token's text is HTML-escaped
+  box.querySelectorAll('[data-pos]').forEach((el) => {
+    el.onclick = () => setTriggerValue('clicked', Number(el.dataset.pos));
+  });
+}
+"""
+_CREDIT_TEXT_CSS = """
+.credit-text { white-space: pre-wrap; word-break: break-word; font-family: ui-monospace, monospace;
+  font-size: 14px; line-height: 1.9; max-height: 420px; overflow-y: auto; padding: 4px 2px; }
+.credit-text .tok { box-shadow: inset 0 0 0 0.5px rgba(0,0,0,0.25); border-radius: 2px; cursor: pointer;
+  padding: 1px 0; }
+.credit-text .tok:hover { outline: 1px solid #555; }
+.credit-text .tok.sel { outline: 2px solid #111; }
+.credit-text .tok.dim { opacity: 0.35; }
+.credit-text .nl { opacity: 0.5; }
+"""
+_credit_text_component = st.components.v2.component(
+    "creditlens_credit_text", js=_CREDIT_TEXT_JS, css=_CREDIT_TEXT_CSS
+)
+
+
+def credit_text(html_text: str, key: str) -> int | None:
+    """Draw `figures.credit_text_html` output; returns the position of a token clicked in this rerun."""
+    result = _credit_text_component(data=html_text, key=key, on_clicked_change=lambda: None)
+    clicked = getattr(result, "clicked", None)
+    return None if clicked is None else int(clicked)
+
+
+def scale_controls(
+    key: str, lockable: bool = False, current: float | None = None
+) -> tuple[str, float | None]:
+    """The colour-scale mode (`?scale=`) and, when `lockable`, a lock that keeps the shared half-width
+    fixed (`?zlock=`): a β move then recolours without rescaling. Returns (mode, locked half-width)."""
+    from app import figures, state
+
+    mode_col, lock_col = st.columns([3, 2])
+    with mode_col:
+        mode = state.url_widget(
+            st.radio, "Colour scale", key=f"{key}_scale", url="scale", default="shared",
+            options=list(figures.SCALES), format_func=lambda m: figures.SCALE_LABELS[m], horizontal=True,
+        )
+    if not lockable:
+        return mode, None
+    lock_key = f"{key}_zlock"
+    if lock_key not in st.session_state:
+        raw = state.url_value("zlock")
+        try:
+            st.session_state[lock_key] = float(raw) if raw is not None else None
+        except ValueError:
+            state.link_warning("zlock", raw, "not a number", "an unlocked scale")
+            st.session_state[lock_key] = None
+        if st.session_state[lock_key] is not None and not st.session_state[lock_key] > 0:
+            state.link_warning("zlock", raw, "the half-width must be positive", "an unlocked scale")
+            st.session_state[lock_key] = None
+    with lock_col:
+        locked = st.toggle(
+            "Lock the scale", value=st.session_state[lock_key] is not None, key=f"{key}_lock_toggle",
+            help="Keep today's colour half-width while you move β, so colours compare across moves.",
+            disabled=mode == "row",
+        )
+    if locked and mode != "row":
+        if st.session_state[lock_key] is None:
+            st.session_state[lock_key] = current
+    else:
+        st.session_state[lock_key] = None
+    value = st.session_state[lock_key]
+    state.publish("zlock", None if value is None else f"{value:.6g}")
+    return mode, value
 
 
 def _number(box, f: dict, wkey: str):

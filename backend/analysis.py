@@ -252,27 +252,35 @@ class ChannelCredit:
 
 
 def channel_specs(batch: RolloutBatch, estimator: str = "grpo", config: tuple = (),
-                  betas: dict[str, float] | None = None) -> dict:
-    """The default channel specs of `batch` with `estimator` (overrides `config`) on the task channel
-    and `betas` overriding β_c."""
+                  betas: dict[str, float] | None = None,
+                  normalizations: dict[str, str] | None = None) -> dict:
+    """The default channel specs of `batch` with `estimator` (overrides `config`) on the task channel,
+    `betas` overriding β_c and `normalizations` overriding a channel's normalization (group, batch, none)."""
+    import dataclasses
+
     from backend import channels
 
     specs = _with_task_estimator(channels.default_specs(batch), estimator, dict(config))
     if betas:
         specs = {c: (_replace_beta(s, betas[c]) if c in betas else s) for c, s in specs.items()}
+    unknown = sorted(set(normalizations or {}) - set(specs))
+    if unknown:
+        raise ValueError(f"normalization for {unknown}: this run's channels are {sorted(specs)}")
+    for c, mode in (normalizations or {}).items():
+        specs[c] = dataclasses.replace(specs[c], normalization=mode)  # ChannelSpec checks the mode
     return specs
 
 
 def channel_credit(
     batch: RolloutBatch, estimator: str = "grpo", config: tuple = (), betas: dict[str, float] | None = None,
-    projected: dict[str, torch.Tensor] | None = None,
+    projected: dict[str, torch.Tensor] | None = None, normalizations: dict[str, str] | None = None,
 ) -> ChannelCredit:
     """Split-channel credit with estimator `estimator` (overrides `config`) on the task channel and
     each other channel projected by its default spec (docs/estimators.md, channels); `betas` override β_c.
     projected: estimator channels computed at their scope (see backend.estimates.group_channel_credit)."""
     from backend import channels
 
-    specs = channel_specs(batch, estimator, config, betas)
+    specs = channel_specs(batch, estimator, config, betas, normalizations)
     result = channels.combine(batch, specs, projected)
     contributions = {c: _np(v).astype(np.float32) for c, v in result.contributions.items()}
     per_channel = {c: _np(v).astype(np.float32) for c, v in result.per_channel.items()}
@@ -403,14 +411,15 @@ def resample_rollout(
 
 
 def suggested_positions(kind: str, tokens: list[str], entropies, k: int = 5) -> list[int]:
-    """Positions to resample: `entropy` (top-k entropy) or `steps` (step boundaries)."""
+    """Positions to resample: `entropy` (top-k entropy) or `steps` (the states right after each line
+    that ends a reasoning step; position 0, the start, is not a step end)."""
     from backend.models.resample import suggest_entropy, suggest_steps
 
     if kind == "entropy":
         if entropies is None:
             return []
         return suggest_entropy(list(entropies), k)
-    return [p for p in suggest_steps(list(tokens)) if p < len(tokens)]
+    return [p for p in suggest_steps(list(tokens), include_start=False) if p < len(tokens)]
 
 
 # ---- oracle metrics -------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from backend import analysis, estimates
+from backend import analysis, estimates, strips
 from backend.batch import RolloutBatch
 from backend.errors import InputError
 from backend.estimators import registry
@@ -29,7 +29,7 @@ class Explanation:
 
     tokens: (L,) token text; channels: name -> {"advantage": (L,), "contribution": (L,)};
     final: (L,) A_final; betas: name -> β_c; terms: see `terms_of`; batch/row: the rollout's group
-    batch and its row (for per-token facts)."""
+    batch and its row (for per-token facts; `to_json` adds the per-token strips of `backend.strips`)."""
 
     rollout_id: int
     group_id: int
@@ -57,6 +57,7 @@ class Explanation:
             "final": floats(self.final),
             "betas": self.betas,
             "terms": self.terms,
+            "strips": {k: floats(v) for k, v in strips.token_strips(self.batch, self.row).items()},
         }
 
 
@@ -69,7 +70,8 @@ def tokens_of(batch: RolloutBatch, row: int) -> list[str]:
 
 def group_channel_credit(
     handle: StoreHandle, run: str, group_id: int, estimator: str, config: tuple = (),
-    betas: dict[str, float] | None = None, progress: estimates.Progress | None = None, save: bool = True,
+    betas: dict[str, float] | None = None, progress: estimates.Progress | None = None,
+    normalizations: dict[str, str] | None = None, save: bool = True,
 ) -> tuple[RolloutBatch, analysis.ChannelCredit]:
     """The split-channel credit of one group, every estimator channel computed at its declared scope
     (through the store's cache), so the numbers equal `creditlens estimate` on the whole run."""
@@ -79,18 +81,19 @@ def group_channel_credit(
         batch = store.load_batch(run, group_ids=[int(group_id)])
     ids = batch.rollout_ids.tolist()
     projected = {}
-    for name, spec in analysis.channel_specs(batch, estimator, config, betas).items():
+    for name, spec in analysis.channel_specs(batch, estimator, config, betas, normalizations).items():
         if spec.projection == "estimator":
             cfg = channels.estimator_config(spec)
             scoped = estimates.estimate_rollouts(handle, run, spec.estimator, cfg, ids, progress=progress,
                                                  save=save)
             projected[name] = scoped.padded(ids, batch.T)
-    return batch, analysis.channel_credit(batch, estimator, config, betas, projected)
+    return batch, analysis.channel_credit(batch, estimator, config, betas, projected, normalizations)
 
 
 def explain_rollout(
     handle: StoreHandle, run: str, rollout_id: int, estimator: str, config: tuple = (),
     channel: str = "task", betas: dict[str, float] | None = None,
+    normalizations: dict[str, str] | None = None,
 ) -> Explanation:
     """Everything the Rollout view draws for `rollout_id` under `estimator` (overrides `config`, a tuple
     of (key, value)); `terms` are the estimator's on `channel`."""
@@ -100,7 +103,8 @@ def explain_rollout(
     if match.empty:
         raise InputError(f"run {run!r} has no rollout {rollout_id}")
     group_id = int(match["group_id"].iloc[0])
-    batch, credit = group_channel_credit(handle, run, group_id, estimator, config, betas)
+    batch, credit = group_channel_credit(handle, run, group_id, estimator, config, betas,
+                                         normalizations=normalizations)
     row = int((batch.rollout_ids == int(rollout_id)).nonzero()[0, 0])
     L = int(batch.lengths[row])
     parts = {

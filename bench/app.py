@@ -19,10 +19,11 @@ from app.testing import CHROMIUM, launch, wait_idle
 
 OUT = Path(__file__).resolve().parent / "out"
 WORDS = ["the", "so", "we", "add", "carry", "then", "answer", "is", "step", ",", ".", "1", "2", "7", "\n"]
-Z_SUM = (
+Z_SUM = (  # every band's z (cells are sized to their tokens: one heatmap trace per band)
     "(key) => { const g = document.querySelector(`.st-key-${key} .js-plotly-plot`);"
-    " if (!g || !g.data) return null; const z = g.data[0].z;"
-    " return (z && typeof z.bdata === 'string') ? z.bdata : JSON.stringify(z); }"
+    " if (!g || !g.data) return null;"
+    " return g.data.map(t => (t.z && typeof t.z.bdata === 'string') ? t.z.bdata : JSON.stringify(t.z))"
+    ".join('|'); }"
 )
 DRAWN = "(key) => !!document.querySelector(`.st-key-${key} .js-plotly-plot .heatmaplayer image`)"
 

@@ -21,6 +21,7 @@ chosen = widgets.url_multiselect(
     least=2,
     max_selections=6,
     resolve=widgets.canonical_estimator,
+    format_func=widgets.described,
 )
 widgets.unavailable_note(unavailable)
 if len(chosen) < 2:
@@ -48,10 +49,15 @@ if len(result["rollout"]) < 1:
     st.stop()
 
 st.subheader("Small multiples")
-st.caption(f"Each estimator's advantage on the {views.plain(channel)} channel for this rollout, one shared "
-           "colour scale.")
+st.caption(f"Each estimator's advantage on the {views.plain(channel)} channel for this rollout, one row "
+           "each, aligned by token.")
+mode, _ = widgets.scale_controls("compare")
+peaks = figures.scale_peaks(result["rollout"], mode)
+L = len(result["tokens"])
+start, stop = views.token_window(L, "compare_window", result["rollout"][next(iter(result["rollout"]))])
 st.plotly_chart(
-    figures.small_multiples(result["rollout"], result["tokens"]),
+    figures.small_multiples({k: v[start:stop] for k, v in result["rollout"].items()},
+                            result["tokens"][start:stop], peaks=peaks, offset=start),
     key="compare_multiples",
     width="stretch",
     config={"displayModeBar": False},
@@ -59,12 +65,21 @@ st.plotly_chart(
 
 st.subheader("Difference")
 names = list(result["rollout"])
+pair = [n for n in (state.url_value("diff") or "").split(",") if n]
+if "compare_diff_a" not in st.session_state and pair:
+    if len(pair) == 2 and all(n in names for n in pair):
+        st.session_state["compare_diff_a"], st.session_state["compare_diff_b"] = pair
+    else:
+        state.link_warning("diff", ",".join(pair), "it must name two of the compared estimators",
+                           "the first two")
 a_col, b_col = st.columns(2)
 first = a_col.selectbox("A", names, index=0, key="compare_diff_a")
 second = b_col.selectbox("B", names, index=min(1, len(names) - 1), key="compare_diff_b")
+state.publish("diff", f"{first},{second}")
 difference = analysis.credit_difference(result["rollout"][first], result["rollout"][second])
 st.plotly_chart(
-    figures.credit_heatmap({f"{second} − {first}": difference}, result["tokens"], clickable=False),
+    figures.credit_heatmap({f"{second} − {first}": difference[start:stop]}, result["tokens"][start:stop],
+                           offset=start, clickable=False),
     key="compare_difference",
     width="stretch",
     config={"displayModeBar": False},
@@ -84,7 +99,9 @@ with right:
         "its dash means that class gets more credit than its count."
     )
     st.plotly_chart(figures.class_mass_figure(result["mass"]), key="compare_mass", width="stretch")
+shares = result["mass"].pivot(index="token_class", columns="estimator", values="credit_share")
 st.dataframe(
-    result["mass"].pivot(index="token_class", columns="estimator", values="credit_share"), width="stretch"
+    shares, width="stretch",
+    column_config={c: st.column_config.NumberColumn(c, format="percent") for c in shares.columns},
 )
 widgets.token_class_editor(sel)

@@ -17,8 +17,15 @@ st.caption(
     "One row per response (final advantage, all channels combined); rows labelled by rollout id and "
     "task score. Hover a cell for the token."
 )
+mode, _ = widgets.scale_controls("group")
+longest = max((len(v) for v in tokens.values()), default=0)
+peaks = figures.scale_peaks(values, mode)
+start, stop = views.token_window(longest, "group_window")
 st.plotly_chart(
-    figures.credit_heatmap(values, [], row_tokens=tokens, clickable=False),
+    figures.credit_heatmap(
+        {k: v[start:stop] for k, v in values.items()}, [],
+        row_tokens={k: v[start:stop] for k, v in tokens.items()}, peaks=peaks, offset=start, clickable=False,
+    ),
     key="group_heatmap",
     width="stretch",
     config={"displayModeBar": False},

@@ -30,11 +30,13 @@ if "resample_positions" not in st.session_state:
     )
 if clicked is not None:
     st.session_state["resample_positions"] = sorted({*st.session_state["resample_positions"], clicked})
+start, stop = views.token_window(L, "resample_window", view.final)
 st.plotly_chart(
     figures.credit_heatmap(
-        {"final": view.final},
-        view.tokens,
-        token_info=view.token_info,
+        {"final": view.final[start:stop]},
+        view.tokens[start:stop],
+        token_info=view.token_info.iloc[start:stop].reset_index(drop=True),
+        offset=start,
         highlight=[] if settings.read_only else st.session_state["resample_positions"],
     ),
     key="resample_heatmap",
@@ -48,6 +50,7 @@ st.plotly_chart(
 def suggest(kind: str) -> None:
     entropies = view.token_info["entropy"].dropna().tolist() or None
     st.session_state["resample_positions"] = analysis.suggested_positions(kind, view.tokens, entropies, 5)
+    st.session_state["resample_suggested"] = kind
 
 
 job = st.session_state.get("resample_job")

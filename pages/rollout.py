@@ -1,4 +1,5 @@
-"""Rollout: one response's token credit, one heatmap row per channel, and why a token got its credit."""
+"""Rollout: one response's token credit as coloured text and as one heatmap row per channel, the
+per-token strips under it, and why a token got its credit."""
 
 import streamlit as st
 
@@ -18,16 +19,13 @@ widgets.unavailable_note(compute.unavailable(sel.db, sel.run, sel.group))
 view = views.compute_or_explain(
     compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, config
 )
-st.caption(
-    "One row per channel (β_c · Ã_c) and the final advantage; blue = positive credit, red = negative, "
-    "white = 0. Hover a cell for the token, its logprob, entropy and channel shares; click it to see why it "
-    "got its credit."
-)
-# A click reruns the page with the clicked cell in the chart's state: it selects that token (and the URL's
-# `pos`), and the heatmap is drawn with the token outlined.
+# A click (on the text or on a heatmap cell) reruns the page: it selects that token (and the URL's `pos`),
+# and both are drawn with the token outlined.
 clicked = views.new_click("rollout_heatmap", n_rows=len(view.rows))
-if clicked is not None:
-    st.session_state["rollout_pos"] = clicked
+pending = st.session_state.pop("rollout_text_clicked", None)
+for chosen in (clicked, pending):
+    if chosen is not None:
+        st.session_state["rollout_pos"] = chosen
 
 with position:
     pos = state.url_widget(
@@ -42,14 +40,36 @@ with position:
         step=1,
     )
 
+mode, _ = widgets.scale_controls("rollout")
+peaks = figures.scale_peaks(view.rows, mode)
+window = views.heatmap_window(view, key="rollout_window", peaks=peaks)
+
+st.subheader("Credit as text")
+st.caption(
+    "The response as written, each token coloured by its final advantage: blue = positive credit, red = "
+    f"negative, white = 0 (scale ±{figures.nice(peaks['final'], 2, signed=False)}). ↵ marks a newline. "
+    "Hover a token for its facts; click it to see why it got its credit."
+)
+text_click = views.credit_text(view, window, peaks["final"], pos, key="rollout_text")
+if text_click is not None and text_click != pos:
+    st.session_state["rollout_text_clicked"] = text_click
+    st.rerun()
+
+st.subheader("Credit by channel")
+st.caption(
+    "One row per channel (β_c · Ã_c) and the final advantage; cells sized to their token. Hover a cell for "
+    "the token, its logprob, entropy and channel shares; click it to select it."
+)
 st.plotly_chart(
-    figures.credit_heatmap(**views.heatmap_window(view, key="rollout_window"), highlight=[pos]),
+    figures.credit_heatmap(**window, highlight=[pos]),
     key="rollout_heatmap",
     on_select="rerun",
     selection_mode="points",
     width="stretch",
     config={"displayModeBar": False},
 )
+with st.expander("Per-token strips: logprob, reference, log-ratio, entropy, value", expanded=True):
+    views.token_strips(view, window, pos, key="rollout_strips")
 
 st.subheader(f"Why this credit: token {pos} {views.quoted(view.tokens[pos]) if view.tokens else ''}")
 views.why_this_credit(sel, view, pos, estimator, config)

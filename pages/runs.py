@@ -19,6 +19,7 @@ if runs:
         ["name", "source", "rollouts", "groups", "steps", "tokens", "channels", "model", "created"]
     ]
     table["channels"] = table["channels"].map(", ".join)
+    table["model"] = table["model"].map(lambda m: m or "–")
     st.dataframe(table, hide_index=True, width="stretch")
 else:
     st.info("No runs yet.")

@@ -1,5 +1,5 @@
-"""Tune: β per channel with live recompute, the share of |A| per channel, and a replay of dual ascent
-(β trajectories and violation rates against τ) over the run's steps.
+"""Tune: β per channel with live recompute against a baseline (the default β), the share of |A| per
+channel, and a replay of dual ascent (β trajectories and violation rates against τ) over the run's steps.
 
 The β panel and the replay are separate fragments: moving a β slider redraws only the heatmap and
 the shares; the replay starts from the β of its own last run (its widgets or its button rerun it)."""
@@ -7,39 +7,88 @@ the shares; the replay starts from the β of its own last run (its widgets or it
 import streamlit as st
 
 from app import compute, data, figures, state, views, widgets
+from backend import analysis
 
 sel = views.rollout_selection()
 st.title(f"Tune channel weights · rollout #{sel.rollout}")
 
 estimator = widgets.estimator_picker("tune_estimator", compute.unavailable(sel.db, sel.run, sel.group))
 defaults = compute.default_betas(sel.db, sel.run, sel.group)
+default_norms = compute.default_normalizations(sel.db, sel.run, sel.group)
 
 
 @st.fragment
 def channel_weights() -> None:
-    controls, chart = st.columns([1, 3])
-    with controls:
-        st.markdown("**β per channel**")
-        betas = {
-            c: widgets.url_slider(
+    # controls in a row above, the heatmaps at full width below (token text needs the width)
+    st.markdown("**β per channel**")
+    betas = {}
+    for column, (c, b0) in zip(st.columns(max(len(defaults), 3)), defaults.items(), strict=False):
+        with column:
+            betas[c] = widgets.url_slider(
                 f"β {c}", key=f"tune_beta_{c}", url=f"beta_{c}", default=b0, low=0.0, high=3.0, step=0.05
             )
-            for c, b0 in defaults.items()
-        }
+    controls, options = st.columns([1, 1])
+    chart = st.container()
+    with options:
+        with st.expander("Normalization per channel"):
+            norms = {
+                c: state.url_widget(
+                    st.selectbox, f"{c}", key=f"tune_norm_{c}", url=f"norm_{c}", default=n0,
+                    options=["group", "batch", "none"],
+                    help="group: z-score over the group's tokens; batch: over the batch's; none: unchanged",
+                )
+                for c, n0 in default_norms.items()
+            }
     beta_items = tuple(sorted(betas.items()))
+    norm_items = tuple(sorted((c, m) for c, m in norms.items() if m != default_norms[c]))
     view = views.compute_or_explain(
-        compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, (), beta_items
+        compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, (), beta_items, norm_items
     )
+    with controls:
+        baseline = state.url_widget(
+            st.radio, "Against the default β", key="tune_baseline", url="base", default="none",
+            options=["none", "side by side", "difference"], horizontal=True,
+            help="The same rollout with the run's default β, beside the tuned one or subtracted from it.",
+        )
     with chart:
+        mode, locked = widgets.scale_controls(
+            "tune", lockable=True, current=figures.scale_peaks(view.rows, "shared")["final"]
+        )
+        peaks = figures.scale_peaks(view.rows, mode, locked)
+        window = views.heatmap_window(view, key="tune_window", peaks=peaks)
         st.plotly_chart(
-            figures.credit_heatmap(
-                **views.heatmap_window(view, key="tune_window"), clickable=False, cell_text=False
-            ),
+            figures.credit_heatmap(**window, clickable=False, title="tuned β"),
             key="tune_heatmap",
             width="stretch",
             config={"displayModeBar": False},
         )
-        shares = compute.group_shares(sel.db, sel.run, sel.group, estimator, (), beta_items)
+        if baseline != "none":
+            base = views.compute_or_explain(
+                compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, (),
+                tuple(sorted(defaults.items())),
+            )
+            start, stop = window["offset"], window["offset"] + len(window["tokens"])
+            if baseline == "side by side":
+                rows = {k: v[start:stop] for k, v in base.rows.items()}
+                base_peaks = {k: peaks.get(k, figures.symmetric_range(v)) for k, v in rows.items()}
+                title = "default β (same colour scale)"
+            else:
+                changed = [k for k in view.rows if k in base.rows and k not in figures.OWN_SCALE_ROWS]
+                rows = {
+                    f"{k}: tuned − default": analysis.credit_difference(base.rows[k], view.rows[k])
+                    for k in changed
+                }
+                rows = {k: v[start:stop] for k, v in rows.items()}
+                base_peaks = figures.scale_peaks(rows, mode)
+                title = "tuned β − default β"
+            st.plotly_chart(
+                figures.credit_heatmap(rows, window["tokens"], offset=start, peaks=base_peaks,
+                                       clickable=False, title=title),
+                key="tune_baseline_heatmap",
+                width="stretch",
+                config={"displayModeBar": False},
+            )
+        shares = compute.group_shares(sel.db, sel.run, sel.group, estimator, (), beta_items, norm_items)
         st.plotly_chart(
             figures.shares_figure(shares, "share of |A| per channel (this group)"),
             key="tune_shares",
@@ -48,12 +97,21 @@ def channel_weights() -> None:
         )
 
 
+def apply_betas(betas: dict[str, float]) -> None:
+    """Set the β sliders to the replay's last step (a callback: it runs before the sliders are drawn)."""
+    for channel, beta in betas.items():
+        st.session_state[f"tune_beta_{channel}"] = float(min(max(beta, 0.0), 3.0))
+
+
 @st.fragment
 def dual_ascent_replay() -> None:
     st.subheader("Dual ascent replay")
     st.caption(
         "Constraint mode: maximize task subject to violation rate_c ≤ τ_c, with "
-        "β_c ← max(0, β_c + η (rate_c − τ_c)) at each logged step. A violation is a negative score."
+        "β_c ← max(0, β_c + η (rate_c − τ_c)) at each logged step. A violation is a negative score. "
+        "Projected: every channel's β moves at once by its own violation. Lexicographic: channels are "
+        "served in priority order (the order of the τ sliders): a channel's β moves only while every "
+        "channel before it meets its τ."
     )
     means = data.step_channel_means(sel.db, sel.run)
     constrained = [c for c in dict.fromkeys(means["channel"]) if c != "task"]
@@ -91,6 +149,14 @@ def dual_ascent_replay() -> None:
     button.button("Replay from the current β", key="tune_replay_button")
     replay = compute.dual_ascent(sel.db, sel.run, tuple(tau.items()), eta, tuple(beta0.items()), mode)
     st.plotly_chart(figures.beta_trajectories(replay), key="tune_replay", width="stretch")
+    last = replay[replay["step"] == replay["step"].max()] if len(replay) else replay
+    replayed = {str(r.channel): float(r.beta) for r in last.itertuples(index=False)}
+    if replayed:
+        st.button(
+            "Apply the replayed β (last step): "
+            + ", ".join(f"{views.plain(c)} {b:.2f}" for c, b in replayed.items()),
+            key="tune_apply_replayed", on_click=apply_betas, args=(replayed,),
+        )
     st.dataframe(replay.pivot(index="step", columns="channel", values="beta"), width="stretch")
 
 

@@ -42,6 +42,8 @@ def add_commands(sub) -> None:
     p.add_argument("--channel", default="task", help="channel whose estimator terms are shown (default task)")
     p.add_argument("--beta", action="append", default=[], metavar="CHANNEL=VALUE",
                    help="β of a channel in A_final, repeatable (default: the run's defaults)")
+    p.add_argument("--norm", action="append", default=[], metavar="CHANNEL=MODE",
+                   help="a channel's normalization (group, batch, none), repeatable (default: the run's)")
     p.add_argument("--pos", type=int, default=None, help="also print the derivation of A at this token")
     p.add_argument("--json", action="store_true",
                    help="tokens, channels{name: {advantage, contribution}}, final, terms as JSON")
@@ -230,11 +232,22 @@ def cmd_explain(args) -> int:
             betas[key] = float(value)
         except ValueError:
             raise InputError(f"--beta {key}={value}: not a number") from None
+    norms = parse_overrides(args.norm)
+    bad = {c: m for c, m in norms.items() if m not in ("group", "batch", "none")}
+    if bad:
+        raise InputError("--norm " + ", ".join(f"{c}={m}" for c, m in bad.items())
+                         + ": a normalization is group, batch or none")
     handle = store_handle(args.db)
     with handle.read() as store:
         store.run_id(args.run)
-    result = explain.explain_rollout(handle, args.run, args.rollout, args.estimator,
-                                     tuple(sorted(overrides.items())), args.channel, betas or None)
+    try:
+        result = explain.explain_rollout(handle, args.run, args.rollout, args.estimator,
+                                         tuple(sorted(overrides.items())), args.channel, betas or None,
+                                         norms or None)
+    except ValueError as exc:
+        if not norms or "normalization" not in str(exc):
+            raise
+        raise InputError(f"--norm: {exc}") from None
     L = len(result.tokens)
     if args.pos is not None and not 0 <= args.pos < L:
         raise InputError(f"--pos {args.pos}: rollout {args.rollout} has {L} tokens (0..{L - 1})")

@@ -188,10 +188,11 @@ def suggest_entropy(entropies: Sequence[float], k: int = 5) -> list[int]:
 
 
 def suggest_steps(tokens: Sequence[str], include_start: bool = True) -> list[int]:
-    """Step boundaries: position 0 and every position right after a token that ends a line."""
+    """Step boundaries: position 0 (with `include_start`) and every position right after a token that
+    ends a line (a token containing a newline: subword tokenizers merge "\n" with its neighbours)."""
     positions = [0] if include_start else []
     for t, tok in enumerate(tokens[:-1] if tokens else []):
-        if tok.endswith("\n"):
+        if "\n" in tok:
             positions.append(t + 1)
     return sorted(set(positions))
 

@@ -14,12 +14,17 @@ ROLLOUT = 352
 
 
 def heatmap_row(spec: dict, name: str) -> np.ndarray:
-    """The values of row `name` of a credit heatmap, bands unwrapped in token order."""
-    z = np.asarray(decode(spec["data"][0]["z"]), dtype=np.float64)
+    """The values of row `name` of a credit heatmap (one heatmap trace per band), in token order."""
     axis = spec["layout"]["yaxis"]
-    ticks = zip(axis["tickvals"], axis["ticktext"], strict=True)
-    ys = [int(y) for y, t in ticks if t.split("  [")[0] == name]
-    values = np.concatenate([z[y] for y in ys])
+    label = {int(v): t.split("  [")[0] for v, t in zip(axis["tickvals"], axis["ticktext"], strict=True)}
+    parts = []
+    for trace in spec["data"]:
+        if trace["type"] != "heatmap":
+            continue
+        z = np.asarray(decode(trace["z"]), dtype=np.float64)
+        edges = np.asarray(decode(trace["y"]), dtype=np.float64)
+        parts += [z[r] for r in range(z.shape[0]) if label.get(int(round(edges[r] + 0.5))) == name]
+    values = np.concatenate(parts)
     return values[np.isfinite(values)]
 
 
@@ -46,8 +51,7 @@ def test_compare_view_panels_equal_estimate(app_db, tmp_path):
     assert not at.exception, at.exception
     spec = chart(at, "compare_multiples")
     expected = cli_advantages(app_db, "token_rm", tmp_path / "t.parquet")
-    z = np.asarray(decode(spec["data"][0]["z"]), dtype=np.float64).ravel()
-    np.testing.assert_allclose(z[np.isfinite(z)], expected, atol=1e-5)
+    np.testing.assert_allclose(heatmap_row(spec, "token_rm"), expected, atol=1e-5)  # one row per estimator
 
 
 def test_unavailable_estimators_are_listed_with_reason_and_fix_not_offered(app_db):
@@ -93,7 +97,6 @@ def test_compare_on_all_channels_equals_estimate_channel_all(app_db, tmp_path):
                  "--out", str(out)]) == 0
     frame = pq.read_table(out).to_pandas()
     expected = frame[frame["rollout_id"] == ROLLOUT].sort_values("pos")["advantage"].to_numpy()
-    z = np.asarray(decode(chart(at, "compare_multiples")["data"][0]["z"]), dtype=np.float64).ravel()
-    np.testing.assert_allclose(z[np.isfinite(z)], expected, atol=1e-5)
+    np.testing.assert_allclose(heatmap_row(chart(at, "compare_multiples"), "grpo"), expected, atol=1e-5)
     task = cli_advantages(app_db, "grpo", tmp_path / "task.parquet")
     assert not np.allclose(expected, task)  # the summed channels are another outcome than task alone

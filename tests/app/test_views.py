@@ -58,7 +58,7 @@ def test_url_selects_run_and_rollout_and_shows_true_credit(app_db):
     ticks = chart(at, "rollout_heatmap")["layout"]["yaxis"]["ticktext"]
     assert any(t.startswith("true credit") for t in ticks)
     (shape,) = chart(at, "rollout_heatmap")["layout"]["shapes"]  # the selected token is outlined
-    assert (shape["x0"], shape["x1"]) == (2.5, 3.5)
+    assert shape["name"] == "selected 3" and shape["x1"] - shape["x0"] >= 1
 
 
 def test_token_position_changes_why_this_credit(app_db):
@@ -68,16 +68,16 @@ def test_token_position_changes_why_this_credit(app_db):
     assert not at.exception
     assert at.query_params["pos"] in ("3", ["3"])
     assert [t.value for t in at.text] != first
-    assert "token 3" in at.subheader[0].value
+    assert "token 3" in [h.value for h in at.subheader if h.value.startswith("Why")][0]
     assert any("no value source" in t.value for t in at.text)  # the oracle run stores no critic values
-    assert chart(at, "rollout_heatmap")["layout"]["shapes"][0]["x0"] == 2.5
+    assert chart(at, "rollout_heatmap")["layout"]["shapes"][0]["name"] == "selected 3"
 
 
 def test_group_view_aligned_rows_and_prefix_tree(app_db):
     at = open_app(app_db, "group", {"run": "demo", "rollout": "0"})
     assert titles(at) == ["Group 0"]
     z = heatmap_z(chart(at, "group_heatmap"))
-    assert z.shape[1] == 64
+    assert z.shape[0] == 8  # one row per response of the group, cells sized to their tokens
     tree = chart(at, "group_tree")
     assert tree["data"][0]["type"] == "icicle"
     at.selectbox(key="group_estimator").set_value("entropy").run()
@@ -104,7 +104,7 @@ def test_compare_parameter_form_changes_result(app_db):
     assert not at.exception
     after = chart(at, "compare_multiples")
     assert not np.allclose(
-        np.nan_to_num(decode(before["data"][1]["z"])), np.nan_to_num(decode(after["data"][1]["z"]))
+        np.nan_to_num(decode(before["data"][0]["z"])), np.nan_to_num(decode(after["data"][0]["z"]))
     )
 
 
@@ -138,6 +138,20 @@ def test_tune_replay_starts_from_the_current_beta(app_db):
     assert not at.dataframe[0].value.equals(table)
 
 
+def test_tune_compares_against_the_default_beta_and_applies_the_replayed_beta(app_db):
+    query = {"run": "oracle", "rollout": "0", "beta_style": "2.0", "base": "difference"}
+    at = open_app(app_db, "tune", query)
+    ticks = chart(at, "tune_baseline_heatmap")["layout"]["yaxis"]["ticktext"]
+    assert any(t.startswith("style: tuned − default") for t in ticks)
+    assert not any(t.startswith("true credit") for t in ticks)  # ground truth has no β
+    bands = [np.asarray(decode(t["z"]), dtype=float) for t in chart(at, "tune_baseline_heatmap")["data"]]
+    assert max(np.nanmax(np.abs(z)) for z in bands) > 0  # β style 2 against its default: style differs
+    last = float(at.dataframe[0].value["style"].iloc[-1])  # the replay's β at its last step
+    at.button(key="tune_apply_replayed").click().run()
+    assert not at.exception
+    assert at.slider(key="tune_beta_style").value == pytest.approx(min(max(last, 0.0), 3.0), abs=1e-6)
+
+
 def test_resample_runs_stores_and_shows_values(app_db):
     # rollout 2: the bundled Monte Carlo teacher did not value it, so its stored values start empty
     at = open_app(app_db, "resample", {"run": "demo", "rollout": "2"})
@@ -167,7 +181,8 @@ def test_resample_outlines_the_chosen_positions(app_db):
 def test_resample_suggestions_fill_positions(app_db):
     at = open_app(app_db, "resample", {"run": "demo", "rollout": "0"})
     at.button(key="resample_suggest_steps").click().run()
-    assert 0 in at.multiselect(key="resample_positions").value
+    # rollout 0 is "4+8=12 carry 1\n8+4+1=14 carry 1\n#### 142": the states right after each line's end
+    assert at.multiselect(key="resample_positions").value == [15, 32]
     at.button(key="resample_suggest_entropy").click().run()
     assert len(at.multiselect(key="resample_positions").value) == 5
 
@@ -232,7 +247,7 @@ def test_hostile_text_is_escaped_everywhere(app_db, page):
         assert "<script" not in raw and "<img" not in raw, page
     if page == "rollout":
         spec = chart(at, "rollout_heatmap")
-        assert any("&lt;script&gt;" in str(t) for t in spec["data"][1]["customdata"])
+        assert any("&lt;script&gt;" in str(t) for t in spec["data"][-1]["customdata"])
         codes = [c.value for c in at.code]
         assert any(SCRIPT in v for v in codes)  # shown verbatim, as text
 

@@ -146,3 +146,20 @@ def test_suffix_mc_explains_with_the_monte_carlo_values_that_fed_it(demo_db, tmp
     gae = explain.explain_rollout(StoreHandle(db), "demo", ROLLOUT, "gae", (("value_source", "mc"),))
     assert gae.terms["notes"]["value_source"] == "mc" and "mc" in gae.terms
     assert "V(s_t) from mc" in explain.derivation(gae.terms, 5)[1]
+
+
+def test_explain_json_carries_the_strips_and_a_channel_normalization(demo_db, capsys):
+    args = ["explain", "--db", str(demo_db), "--run", "demo", "--rollout", str(ROLLOUT),
+            "--estimator", "grpo", "--json"]
+    assert main(args) == 0
+    plain = json.loads(capsys.readouterr().out)
+    L = len(plain["tokens"])
+    assert {"logprob", "ref logprob", "log-ratio k1", "log-ratio k3", "entropy"} <= set(plain["strips"])
+    k1, k3 = np.array(plain["strips"]["log-ratio k1"]), np.array(plain["strips"]["log-ratio k3"])
+    assert len(k1) == L and np.allclose(k3, np.expm1(-k1) + k1, atol=1e-6) and (k3 >= -1e-9).all()
+    assert main([*args, "--norm", "task=group"]) == 0
+    normed = json.loads(capsys.readouterr().out)
+    task = [doc["channels"]["task"]["contribution"] for doc in (plain, normed)]
+    assert not np.allclose(*task)  # the task channel z-scored over the group's tokens: a different A
+    assert main([*args, "--norm", "task=sideways"]) == 2
+    assert "group, batch or none" in capsys.readouterr().err

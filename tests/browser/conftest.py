@@ -10,6 +10,7 @@ import pytest
 
 from app.commands import Server
 from app.testing import CHROMIUM, launch, wait_idle
+from backend.demo.subword import subword_records
 from backend.ingest import import_records
 from backend.store import Store
 from backend.store.commands import import_bundled
@@ -57,6 +58,12 @@ def server(tmp_path_factory):
         import_bundled(store, quiet=True)
         import_records(store, "small", make_records(n_groups=2, group_size=4, steps=2), content_key="small")
         import_records(store, "hostile", hostile_records(), content_key="hostile-browser")
+        # word/subword tokens: a byte-level BPE trained in-repo (one 870-token response for windowing),
+        # and the importer's simple tokenization (records without token ids, no model)
+        import_records(store, "subword", subword_records(groups=2, long_response=700), content_key="subword")
+        simple = [{k: v for k, v in r.items() if k not in ("token_ids", "tokens")}
+                  for r in subword_records(groups=1)]
+        import_records(store, "simple", simple, content_key="simple-tokens")
     with Server(db, log=root / "streamlit.log") as srv:
         yield srv
 
@@ -104,3 +111,36 @@ def open_view(pg, path: str) -> None:
     assert pg.locator("[data-testid=stException]").count() == 0, pg.locator(
         "[data-testid=stException]"
     ).inner_text()
+
+
+# Page coordinates of token `pos` (row `row` of its band) in heatmap `key`: cells are sized to their token
+# text, so a token's place comes from the figure (the click layer's markers, else the band traces' cell
+# edges), converted with plotly's axes.
+TOKEN_POINT = """([key, pos, row]) => {
+  const gd = document.querySelector(`.st-key-${key} .js-plotly-plot`);
+  const box = gd.querySelector('.nsewdrag').getBoundingClientRect();
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  const at = (x, y) => [box.left + xa.l2p(x), box.top + ya.l2p(y)];
+  for (const t of gd._fullData) {
+    if (t.type === 'scatter' && t.customdata) {
+      const hits = [...t.customdata.keys()].filter(i => t.customdata[i][0] === pos);
+      if (hits.length) { const i = hits[Math.min(row, hits.length - 1)]; return at(t.x[i], t.y[i]); }
+    }
+  }
+  for (const t of gd._fullData) {
+    if (t.type !== 'heatmap' || !t.customdata) continue;
+    for (let r = 0; r < t.customdata.length; r++) {
+      const j = t.customdata[r].findIndex(c => c && c[0] === pos);
+      if (j >= 0 && r >= row) return at((t.x[j] + t.x[j + 1]) / 2, (t.y[r] + t.y[r + 1]) / 2);
+    }
+  }
+  return null;
+}"""
+
+
+def token_point(pg, key: str, pos: int, row: int = 0) -> tuple[float, float]:
+    pg.wait_for_selector(f".st-key-{key} .nsewdrag")
+    pg.locator(f".st-key-{key} .js-plotly-plot").scroll_into_view_if_needed()
+    point = pg.evaluate(TOKEN_POINT, [key, pos, row])
+    assert point is not None, f"token {pos} is not drawn in {key}"
+    return point[0], point[1]

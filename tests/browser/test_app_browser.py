@@ -6,12 +6,13 @@ import json
 
 import pytest
 
-from tests.browser.conftest import open_view, wait_idle
+from tests.browser.conftest import open_view, token_point, wait_idle
 from tests.conftest import make_records
 
 pytestmark = pytest.mark.browser
 
-HEATMAP_Z = "(key) => JSON.stringify(document.querySelector(`.st-key-${key} .js-plotly-plot`).data[0].z)"
+HEATMAP_Z = ("(key) => JSON.stringify(document.querySelector(`.st-key-${key} .js-plotly-plot`)"
+             ".data.map(t => t.z))")  # every band
 
 
 @pytest.mark.parametrize(
@@ -45,20 +46,16 @@ def test_bookmark_opens_that_rollout(page):
     assert "run=oracle" in page.url and "rollout=7" in page.url
 
 
-def click_cell(page, key: str, col: int, row: int, n_rows: int, band_rows: int) -> None:
-    """Click heatmap cell (col, row) of a figure whose y axis has `band_rows` rows (reversed)."""
-    box = page.locator(f".st-key-{key} .nsewdrag").first.bounding_box()
-    x = box["x"] + box["width"] * (col + 0.5) / 64
-    y = box["y"] + box["height"] * (row + 0.5) / band_rows
-    page.mouse.click(x, y)
+def click_cell(page, key: str, col: int, row: int) -> None:
+    """Click token `col` in row `row` of its band of heatmap `key`."""
+    page.mouse.click(*token_point(page, key, col, row))
 
 
 def test_click_a_token_shows_why_this_credit(page):
     open_view(page, "rollout?run=oracle&rollout=0")
     page.wait_for_selector(".st-key-rollout_heatmap .nsewdrag")
     assert "token 0" in page.locator("h3").filter(has_text="Why this credit").inner_text()
-    n_rows = 4  # style, task, final, true credit
-    click_cell(page, "rollout_heatmap", col=10, row=2, n_rows=n_rows, band_rows=n_rows)
+    click_cell(page, "rollout_heatmap", col=10, row=2)  # rows: style, task, final, true credit
     page.wait_for_function(
         "() => [...document.querySelectorAll('h3')].some(h => h.innerText.includes('token 10'))"
     )
@@ -68,7 +65,7 @@ def test_click_a_token_shows_why_this_credit(page):
     shapes = page.evaluate(
         "() => document.querySelector('.st-key-rollout_heatmap .js-plotly-plot').layout.shapes"
     )
-    assert [(s["x0"], s["x1"]) for s in shapes] == [(9.5, 10.5)]
+    assert [s["name"] for s in shapes] == ["selected 10"]
     assert page.locator(".st-key-rollout_heatmap .shapelayer path").count() >= 1
 
 

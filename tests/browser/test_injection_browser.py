@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.conftest import XSS_IMG, XSS_MARKDOWN, XSS_SCRIPT, open_view, wait_idle
+from tests.browser.conftest import XSS_IMG, XSS_MARKDOWN, XSS_SCRIPT, open_view, token_point, wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -25,15 +25,12 @@ INJECTED = """() => ({
 CLEAN = {"xss": "undefined", "img": 0, "js_links": 0, "bold": 0, "katex": 0}
 
 
-def hover_text(page, key: str, col: int = 0, row: int = 0, n_rows: int = 1) -> str:
-    """Hover cell (col, row) of heatmap `key` (64 columns, `n_rows` rows drawn) and return its label."""
-    page.wait_for_selector(f".st-key-{key} .nsewdrag")
+def hover_text(page, key: str, col: int = 0, row: int = 0) -> str:
+    """Hover token `col` (row `row` of its band) of heatmap `key` and return its label."""
     label = page.locator(f".st-key-{key} .hoverlayer .hovertext").filter(has_text=f"pos {col}")
     for attempt in range(5):  # plotly hovers on mousemove; the first move can land before it listens
-        box = page.locator(f".st-key-{key} .nsewdrag").first.bounding_box()
-        x = box["x"] + box["width"] * (col + 0.5) / 64
-        y = box["y"] + box["height"] * (row + 0.5) / n_rows
-        page.mouse.move(x - 3 + attempt, y, steps=4)
+        x, y = token_point(page, key, col, row)
+        page.mouse.move(x - 2 + attempt, y, steps=4)
         try:
             label.first.wait_for(state="attached", timeout=2_000)
             break
@@ -68,14 +65,10 @@ def test_model_text_is_inert_and_readable(page, path, heatmap, n_rows):
         for payload in (XSS_SCRIPT, XSS_IMG, XSS_MARKDOWN, "$\\alpha$"):
             assert payload in code
         # token 0 is the <script> payload, token 1 the <img>: their hover labels show them literally
-        rows = page.evaluate(
-            "(k) => document.querySelector(`.st-key-${k} .js-plotly-plot`)._fullLayout.yaxis.range", heatmap
-        )
-        band_rows = round(abs(rows[0] - rows[1]))
-        assert XSS_SCRIPT in hover_text(page, heatmap, col=0, row=0, n_rows=band_rows)
-        assert XSS_IMG in hover_text(page, heatmap, col=1, row=0, n_rows=band_rows)
+        assert XSS_SCRIPT in hover_text(page, heatmap, col=0)
+        assert XSS_IMG in hover_text(page, heatmap, col=1)
     else:
-        label = hover_text(page, "compare_multiples", col=0, row=0, n_rows=1)
+        label = hover_text(page, "compare_multiples", col=0)
         assert XSS_SCRIPT in label
     if heatmap == "rollout_heatmap":  # "why this credit" names token 0 verbatim
         assert any(XSS_SCRIPT in t for t in page.locator("[data-testid=stText]").all_inner_texts())

@@ -1,0 +1,136 @@
+"""Tokens people can read, in headless chromium: the text view of credit on a subword-tokenized run,
+the colour scale locked across a β move, a shared link that restores a configured Compare view, and a
+link whose parameters cannot be honoured."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.demo.subword import subword_records
+from backend.estimators import registry
+from tests.browser.conftest import open_view, wait_idle
+
+pytestmark = pytest.mark.browser
+
+SPANS = ".st-key-rollout_text .credit-text .tok"
+COLOURBAR = ("(key) => JSON.stringify(document.querySelector(`.st-key-${key} .js-plotly-plot`)"
+             ".layout.coloraxis.colorbar.ticktext)")
+HEATMAP_Z = ("(key) => JSON.stringify(document.querySelector(`.st-key-${key} .js-plotly-plot`)"
+             ".data.map(t => t.z))")  # every band
+
+
+def shown_choice(page, key: str) -> str:
+    """What a selectbox shows (its text, or its input's value where it renders one)."""
+    box = page.locator(f".st-key-{key}")
+    inputs = box.locator("input")
+    return (box.text_content() or "") + " " + (inputs.first.input_value() if inputs.count() else "")
+
+
+def test_text_view_reads_a_subword_response_and_clicks_select_tokens(page):
+    record = subword_records(groups=2, long_response=700)[1]  # rollout 1: a whole response
+    open_view(page, "?run=subword&rollout=1")
+    page.wait_for_selector(SPANS)
+    spans = page.locator(SPANS)
+    assert spans.count() == len(record["tokens"])
+    texts = spans.all_text_contents()
+    assert [t.replace("↵", "") for t in texts] == record["tokens"]  # one span per token, text as written
+    assert "".join(texts).replace("↵", "") == record["response"]  # reads as the response, newlines kept
+    assert " carry" in texts
+    styles = [s.get_attribute("style") for s in spans.all()[:12]]
+    assert all("background:rgb" in c for c in styles)  # coloured by credit (GRPO: one colour a response)
+    # the band view's cells are sized to their tokens: whole words, not "th…"
+    page.wait_for_selector(".st-key-rollout_heatmap .js-plotly-plot")
+    assert "␣carry" in page.locator(".st-key-rollout_heatmap").text_content()
+    pos = texts.index(" carry")
+    spans.nth(pos).click()
+    page.wait_for_function(
+        f"() => [...document.querySelectorAll('h3')].some(h => h.innerText.includes('token {pos} '))"
+    )
+    wait_idle(page)
+    assert f"pos={pos}" in page.url
+    assert "sel" in page.locator(SPANS).nth(pos).get_attribute("class")  # outlined after the rerun
+
+
+def test_a_long_subword_response_is_windowed_with_an_overview(page):
+    open_view(page, "?run=subword&rollout=0")
+    page.wait_for_selector(SPANS)
+    assert page.locator(SPANS).count() == 512  # the window, not all 870 tokens
+    assert page.locator(".st-key-rollout_window_overview .js-plotly-plot").count() == 1
+    assert "0–511 of" in shown_choice(page, "rollout_window")
+
+
+def test_locked_scale_survives_a_beta_move(page):
+    open_view(page, "tune?run=oracle&rollout=0")
+    page.wait_for_selector(".st-key-tune_heatmap .js-plotly-plot")
+    thumb = page.locator(".st-key-tune_beta_style input[type=range]")
+
+    def move_beta(presses: int, key: str) -> None:
+        before = page.evaluate(HEATMAP_Z, "tune_heatmap")
+        thumb.focus()
+        for _ in range(presses):
+            thumb.press(key)
+        page.wait_for_function(f"(b) => ({HEATMAP_Z})('tune_heatmap') !== b", arg=before)
+        wait_idle(page)
+
+    unlocked = page.evaluate(COLOURBAR, "tune_heatmap")
+    move_beta(10, "ArrowRight")
+    assert page.evaluate(COLOURBAR, "tune_heatmap") != unlocked  # unlocked, a β move rescales
+    page.locator(".st-key-tune_lock_toggle label").click()
+    page.wait_for_function("() => location.href.includes('zlock=')")
+    wait_idle(page)
+    locked = page.evaluate(COLOURBAR, "tune_heatmap")
+    move_beta(16, "ArrowLeft")  # down, so the tuned credit shrinks inside the locked scale
+    assert page.evaluate(COLOURBAR, "tune_heatmap") == locked  # locked: same scale, new colours
+    assert "zlock=" in page.url
+
+
+def _second_estimator() -> tuple[str, str, float]:
+    """An estimator besides grpo with a bounded float parameter other than epsilon (from the registry)."""
+    for name in registry.names():
+        schema = registry.config_schema(name)
+        if name == "grpo" or not schema["model_free"]:
+            continue
+        for f in schema["fields"]:
+            if f["type"] == "float" and f["name"] != "epsilon" and f["low"] is not None and f["high"]:
+                value = round(min(f["high"], (f["default"] or 0) + (f["high"] - f["low"]) / 4), 2)
+                if value != f["default"]:
+                    return name, f["name"], value
+    pytest.skip("no estimator with a second float parameter")
+
+
+def test_shared_link_restores_a_configured_compare_view(page):
+    other, field, value = _second_estimator()
+    link = (f"compare?run=oracle&rollout=3&ests=grpo,{other}&{other}.{field}={value}"
+            f"&grpo.norm_by_std=false&diff={other},grpo&scale=row")
+    open_view(page, link)
+    page.wait_for_selector(".st-key-compare_difference .js-plotly-plot")
+    assert "rollout #3" in page.locator("h1").first.inner_text()
+    chosen = page.locator(".st-key-compare_estimators").inner_text()
+    assert "grpo" in chosen and other in chosen
+    page.get_by_text("Parameters", exact=True).click()
+    page.wait_for_selector(f".st-key-compare_cfg_{other}_{field}")
+    assert f"{value:g}" in shown_choice(page, f"compare_cfg_{other}_{field}")
+    assert not page.locator(".st-key-compare_cfg_grpo_norm_by_std input").is_checked()
+    assert other in shown_choice(page, "compare_diff_a")
+    assert "grpo" in shown_choice(page, "compare_diff_b")
+    ticks = page.evaluate(
+        "() => document.querySelector('.st-key-compare_difference .js-plotly-plot').layout.yaxis.ticktext"
+    )
+    assert ticks[0].startswith(f"grpo − {other}")
+    assert page.locator(".st-key-compare_scale input[type=radio]").nth(1).is_checked()  # per row
+    for part in (f"{other}.{field}={value}", "grpo.norm_by_std=False", f"diff={other}%2Cgrpo", "scale=row"):
+        assert part in page.url, part  # the view's URL is still the whole view: it can be shared again
+    assert page.locator("[data-testid=stAlert]").filter(has_text="cannot be honoured").count() == 0
+
+
+def test_a_link_that_cannot_be_honoured_says_so_and_falls_back(page):
+    open_view(page, "?run=demo&rollout=0&est=no_such_estimator&scale=log&grpo.epsilon=abc&pos=99999")
+    page.wait_for_selector(SPANS)
+    alerts = page.locator("[data-testid=stAlert]").filter(has_text="cannot be honoured").all_inner_texts()
+    text = "\n".join(alerts)
+    for name in ("est=no_such_estimator", "scale=log", "grpo.epsilon=abc", "pos=99999"):
+        assert name in text, (name, text)
+    assert "Rollout #0" in page.locator("h1").first.inner_text()  # fell back to the defaults
+    assert "est=grpo" in page.url and "scale=shared" in page.url and "grpo.epsilon" not in page.url
+    open_view(page, "?run=no_such_run&rollout=3")
+    assert "run=no_such_run" in page.locator("[data-testid=stAlert]").first.inner_text()
