@@ -28,7 +28,7 @@ def shown_choice(page, key: str) -> str:
 
 def test_text_view_reads_a_subword_response_and_clicks_select_tokens(page):
     record = subword_records(groups=2, long_response=700)[1]  # rollout 1: a whole response
-    open_view(page, "?run=subword&rollout=1")
+    open_view(page, "rollout?run=subword&rollout=1")
     page.wait_for_selector(SPANS)
     spans = page.locator(SPANS)
     assert spans.count() == len(record["tokens"])
@@ -52,7 +52,7 @@ def test_text_view_reads_a_subword_response_and_clicks_select_tokens(page):
 
 
 def test_a_long_subword_response_is_windowed_with_an_overview(page):
-    open_view(page, "?run=subword&rollout=0")
+    open_view(page, "rollout?run=subword&rollout=0")
     page.wait_for_selector(SPANS)
     assert page.locator(SPANS).count() == 512  # the window, not all 870 tokens
     assert page.locator(".st-key-rollout_window_overview .js-plotly-plot").count() == 1
@@ -124,7 +124,7 @@ def test_shared_link_restores_a_configured_compare_view(page):
 
 
 def test_a_link_that_cannot_be_honoured_says_so_and_falls_back(page):
-    open_view(page, "?run=demo&rollout=0&est=no_such_estimator&scale=log&grpo.epsilon=abc&pos=99999")
+    open_view(page, "rollout?run=demo&rollout=0&est=no_such_estimator&scale=log&grpo.epsilon=abc&pos=99999")
     page.wait_for_selector(SPANS)
     alerts = page.locator("[data-testid=stAlert]").filter(has_text="cannot be honoured").all_inner_texts()
     text = "\n".join(alerts)
@@ -132,5 +132,5 @@ def test_a_link_that_cannot_be_honoured_says_so_and_falls_back(page):
         assert name in text, (name, text)
     assert "Rollout #0" in page.locator("h1").first.inner_text()  # fell back to the defaults
     assert "est=grpo" in page.url and "scale=shared" in page.url and "grpo.epsilon" not in page.url
-    open_view(page, "?run=no_such_run&rollout=3")
+    open_view(page, "rollout?run=no_such_run&rollout=3")
     assert "run=no_such_run" in page.locator("[data-testid=stAlert]").first.inner_text()
