@@ -109,7 +109,7 @@ def estimate_rollouts(
     key = registry.config_hash(name, config)
     channel = channel_key(config)
     with handle.read() as store:
-        index = store.rollout_index(run)[["rollout_id", "group_id", "step"]]
+        index = store.rollout_keys(run)
         cached = store.cached_estimate(run, name, key, channel) if use_cache else {}
     wanted = index if rollout_ids is None else index[index["rollout_id"].isin([int(r) for r in rollout_ids])]
     missing = set(int(r) for r in (rollout_ids or [])) - set(wanted["rollout_id"].tolist())

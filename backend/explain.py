@@ -98,7 +98,7 @@ def explain_rollout(
     """Everything the Rollout view draws for `rollout_id` under `estimator` (overrides `config`, a tuple
     of (key, value)); `terms` are the estimator's on `channel`."""
     with handle.read() as store:
-        index = store.rollout_index(run)
+        index = store.rollout_keys(run)
     match = index[index["rollout_id"] == int(rollout_id)]
     if match.empty:
         raise InputError(f"run {run!r} has no rollout {rollout_id}")
@@ -131,7 +131,7 @@ def scoped_terms(handle: StoreHandle, run: str, rollout_id: int, estimator: str,
         if scope == "run":
             batch = store.load_batch(run)
         else:
-            info = store.rollout_index(run)
+            info = store.rollout_keys(run)
             info = info[info["rollout_id"] == int(rollout_id)].iloc[0]
             batch = (store.load_batch(run, steps=[int(info["step"])]) if scope == "step"
                      else store.load_batch(run, group_ids=[int(info["group_id"])]))

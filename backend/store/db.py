@@ -371,6 +371,13 @@ class Store:
         )
 
     # --- reads -------------------------------------------------------------------------------
+    def rollout_keys(self, run: str) -> pd.DataFrame:
+        """One row per rollout: rollout_id, group_id, step (what scoping an estimate needs; no text)."""
+        return self.con.execute(
+            "SELECT rollout_id, group_id, step FROM rollouts WHERE run_id = ? ORDER BY rollout_id",
+            [self.run_id(run)],
+        ).df()
+
     def rollout_index(self, run: str) -> pd.DataFrame:
         """One row per rollout: rollout_id, group_id, step, length, prompt, response, and one column per
         channel score (for lists and pickers)."""
