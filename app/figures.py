@@ -562,10 +562,11 @@ def class_mass_figure(frame: pd.DataFrame) -> go.Figure:
     )
     fig.update_layout(
         barmode="group",
-        height=340,
+        height=360,
+        xaxis={"tickangle": -30, "automargin": True},  # class names stay whole under the bars
         yaxis={"title": "share of Σ|A|", "tickformat": ".0%"},
-        margin={"l": 10, "r": 10, "t": 10, "b": 10},
-        legend={"orientation": "h"},
+        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+        legend={"orientation": "h", "y": 1.12},
     )
     return fig
 

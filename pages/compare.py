@@ -49,8 +49,10 @@ if len(result["rollout"]) < 1:
     st.stop()
 
 st.subheader("Small multiples")
-st.caption(f"Each estimator's advantage on the {views.plain(channel)} channel for this rollout, one row "
-           "each, aligned by token.")
+summed = channel == estimates.ALL_CHANNELS
+shown = "all channels (scores summed first)" if summed else f"the {channel} channel"
+st.caption(f"Each estimator's advantage on {views.plain(shown)} for this rollout, one row each, aligned by "
+           "token.")
 mode, _ = widgets.scale_controls("compare")
 peaks = figures.scale_peaks(result["rollout"], mode)
 L = len(result["tokens"])
