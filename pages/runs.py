@@ -5,7 +5,7 @@ import streamlit as st
 
 from app import access, actions, data, state, views
 from backend.errors import InputError, StoreError
-from backend.ingest.sources import FORMATS
+from backend.ingest import FORMATS
 
 sel = state.selection()
 st.title("Runs")

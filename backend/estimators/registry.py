@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import torch
 
-from backend.batch import BatchError, RolloutBatch
+from backend.batch import MC_EXTRAS, OPTIONAL_FIELDS, BatchError, RolloutBatch
 
 MODEL = "model"
 """Need name of estimators that run the policy model itself (a resource, not a batch field)."""
@@ -30,7 +30,7 @@ SCOPES = ("group", "step", "run")
 """The batch an estimator needs to give its true number for a rollout: the rollout's group, its training
 step (batch statistics: quantiles, batch means, Dr. GRPO's batch size), or the whole run (models fitted on
 the run). Views and `creditlens estimate` both compute at this scope, so they never disagree."""
-MC_NEEDS = ("mc_values", "mc_mask")
+MC_NEEDS = MC_EXTRAS
 
 
 def widest(*scopes: str) -> str:
@@ -238,8 +238,7 @@ def get(name: str) -> EstimatorSpec:
 def available_fields(batch: RolloutBatch) -> frozenset[str]:
     """Names of the optional fields `batch` carries: per-token fields that are not None, `tokens`
     (token text), and every extras key (e.g. old_entropies, mc_values, mc_mask, hidden)."""
-    optional = ("logprobs", "ref_logprobs", "entropies", "values", "tokens")
-    return frozenset([n for n in optional if getattr(batch, n) is not None] + list(batch.extras))
+    return frozenset([n for n in OPTIONAL_FIELDS if getattr(batch, n) is not None] + list(batch.extras))
 
 
 def supported(batch: RolloutBatch, resources: tuple[str, ...] = ()) -> list[str]:

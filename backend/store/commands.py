@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from backend.errors import InputError
-from backend.ingest.sources import FORMATS
+from backend.ingest import FORMATS
 from backend.store.db import Store, default_db_path
 from backend.store.handle import StoreHandle
 
