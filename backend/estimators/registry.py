@@ -143,6 +143,12 @@ class Config:
         configs of estimators with batch statistics (step) or fitted models (run) override this."""
         return "group"
 
+    def reads(self) -> tuple[str, ...] | None:
+        """Optional batch fields this estimator reads beyond its declared needs (token ids, the mask, ids
+        and scores always come): None, the default, means any field the run has. A streamed estimate
+        loads only `needs` plus these (`fields_for`); the streamed == in-memory test checks the claim."""
+        return None
+
 
 class UnknownEstimator(KeyError):
     def __str__(self) -> str:  # KeyError quotes its message; we want it plain
@@ -273,6 +279,15 @@ def unavailable(batch: RolloutBatch) -> dict[str, str]:
         except BatchError as exc:
             out[name] = str(exc)
     return out
+
+
+def fields_for(name: str, config: Any) -> frozenset[str] | None:
+    """The batch fields estimator `name` reads under `config` (None: every field the run has)."""
+    spec = get(name)
+    reads = config.reads() if hasattr(config, "reads") else None
+    if reads is None:
+        return None
+    return frozenset([*spec.needs, *(n for alt in spec.needs_one_of for n in alt), *reads])
 
 
 def make_config(name: str, **overrides: Any) -> Any:

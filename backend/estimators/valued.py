@@ -30,6 +30,10 @@ class GAEConfig(GAEFields, OutcomeConfig):
     value_source: str = param("fitted", choices=("zero", "stored", "fitted", "prefix_tree", "mc"),
                               help="V(s_t): zero, stored critic, fitted probe, prefix_tree, mc")
 
+    def reads(self) -> tuple[str, ...] | None:
+        # the fitted probe's features use whatever the run has (token text, entropies, logprobs)
+        return {"zero": (), "stored": ("values",), "prefix_tree": (), "mc": MC_NEEDS}.get(self.value_source)
+
 
 @register("gae", GAEConfig,
           "GAE on the terminal outcome with a value source (zero, stored, fitted, tree, MC)", family="value")
@@ -49,6 +53,9 @@ class PrefixTreeConfig(OutcomeConfig):
 
     eta: float = param(1.0, low=0.0, high=10.0, help="Weight of the tree TD term at branch points")
     nodes: bool = param(False, help="Also return the node tables (for drawing the tree; ~4x slower)")
+
+    def reads(self) -> tuple[str, ...]:
+        return ()  # token ids and scores
 
 
 @register("prefix_tree", PrefixTreeConfig,

@@ -24,15 +24,24 @@ class Results(Runs):
 
 
     def cached_estimate(
-        self, run: str, estimator: str, config_hash: str, channel: str
+        self, run: str, estimator: str, config_hash: str, channel: str,
+        id_range: tuple[int, int] | None = None,
     ) -> dict[int, np.ndarray]:
-        run_id = self.run_id(run)
+        """Cached advantages per rollout id (of rollouts `id_range`, inclusive, when given)."""
+        first, last = id_range if id_range is not None else (-(2**31), 2**31 - 1)
         rows = self.con.execute(
             "SELECT rollout_id, advantages FROM estimates "
-            "WHERE run_id = ? AND estimator = ? AND config_hash = ? AND channel = ?",
-            [run_id, estimator, config_hash, channel],
+            "WHERE run_id = ? AND estimator = ? AND config_hash = ? AND channel = ? "
+            "AND rollout_id BETWEEN ? AND ?",
+            [self.run_id(run), estimator, config_hash, channel, int(first), int(last)],
         ).fetchall()
         return {int(r): np.asarray(a, dtype=np.float32) for r, a in rows}
+
+    def cached_rollouts(self, run: str, estimator: str, config_hash: str, channel: str) -> int:
+        """How many rollouts of `run` have a cached output under this key."""
+        return int(self._first(
+            "SELECT count(*) FROM estimates WHERE run_id = ? AND estimator = ? AND config_hash = ? "
+            "AND channel = ?", [self.run_id(run), estimator, config_hash, channel])[0])
 
     def save_estimate(
         self,
