@@ -20,4 +20,6 @@ def reference_advantages(name: str, batch: RolloutBatch, config: Any = None) -> 
     fn = registry.get_twin(name)
     if config is None:
         config = registry.make_config(registry.canonical(name))
+    if batch.T == 0:  # as `registry.estimate`: every response is empty, nothing to credit
+        return torch.zeros(batch.response_mask.shape, dtype=torch.float32)
     return fn(batch.to("cpu"), config)

@@ -63,7 +63,8 @@ def token_rm_twin(batch: RolloutBatch, config) -> torch.Tensor:
         phis = token_rm_mlp_phi_loop(batch, config, feats, z, fold, k)
         r_rows = [[p + (z[i] - sum(phi)) / len(phi) for p in phi] for i, phi in enumerate(phis)]
         return finish_rewards_loop(batch, config, z, rows, r_rows)
-    sums = np.array([np.sum(f, axis=0) for f in feats], dtype=np.float64)
+    width = max((len(f[0]) for f in feats if f), default=0)
+    sums = np.array([np.sum(f, axis=0) if f else np.zeros(width) for f in feats], dtype=np.float64)
     r_rows = []
     for i, cols in enumerate(rows):
         L = len(cols)
