@@ -54,6 +54,7 @@ VARIANTS = [
     ("token_rm", {"head": "mlp", "hidden": 3, "steps": 4, "folds": 2, "then_gae": True,
                   "value_source": "zero"}),
     ("rudder", {"ridge": 0.1, "folds": 2}),
+    ("rudder", {"ridge": 0.0}),
     ("ktae", {"scale": 2.0, "outcome": "dr_grpo"}),
     ("ktae", {"use_tf": False, "alpha": 0.5, "eos_token_id": 3}),
     ("gtpo", {"alpha1": 0.9, "alpha2": 0.5, "correct_above": 0.5}),
