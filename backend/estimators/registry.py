@@ -3,6 +3,8 @@
 Every estimator is `fn(batch: RolloutBatch, config: <frozen dataclass>) -> EstimatorResult`.
 Config fields are declared with `param(...)`, which records the default, the range and a one-line
 help text; `config_schema` turns them into the JSON the CLI prints and the app renders as widgets.
+Importing this module runs `backend/estimators/__init__.py` first, which imports (registers) every
+estimator module, so the list is complete whenever it is read.
 """
 
 from __future__ import annotations
@@ -195,11 +197,6 @@ def register(name: str, config_cls: type, description: str, needs: tuple[str, ..
     return wrap
 
 
-def _load_all() -> None:
-    # Importing the package registers every estimator module exactly once.
-    import backend.estimators  # noqa: F401
-
-
 _TWINS: dict[str, Callable] = {}
 """Estimator name -> its slow loop twin `fn(batch, config) -> advantages (B, T)`, registered with `@twin`
 beside its family in backend/estimators/twins/. Tests compare every estimator with its twin."""
@@ -226,7 +223,7 @@ def twin(name: str) -> Callable:
 def _load_twins() -> None:
     # The twin modules import this one (for `twin`), so they are loaded on first use, not at import time;
     # production code never needs them.
-    import backend.estimators.twins  # noqa: F401
+    import backend.estimators.twins  # noqa: F401, PLC0415 - the twin modules import this one (a cycle)
 
 
 def twin_names() -> list[str]:
@@ -252,20 +249,17 @@ def missing_twins() -> list[str]:
 
 
 def names() -> list[str]:
-    _load_all()
     return list(_REGISTRY)
 
 
 def aliases() -> dict[str, str]:
     """Deprecated names and the current names they resolve to."""
-    _load_all()
     return dict(_ALIASES)
 
 
 def canonical(name: str) -> str:
     """The current name of `name`: itself, or what a deprecated alias resolves to (with a deprecation
     line on stderr, once per alias and process). Unknown names come back unchanged."""
-    _load_all()
     new = _ALIASES.get(name)
     if new is None:
         return name
@@ -279,7 +273,6 @@ def canonical(name: str) -> str:
 
 
 def get(name: str) -> EstimatorSpec:
-    _load_all()
     name = canonical(name)
     if name not in _REGISTRY:
         raise UnknownEstimator(f"unknown estimator {name!r}; known: {', '.join(sorted(_REGISTRY))}")
