@@ -220,21 +220,14 @@ def twin(name: str) -> Callable:
     return wrap
 
 
-def _load_twins() -> None:
-    # The twin modules import this one (for `twin`), so they are loaded on first use, not at import time;
-    # production code never needs them.
-    import backend.estimators.twins  # noqa: F401, PLC0415 - the twin modules import this one (a cycle)
-
-
 def twin_names() -> list[str]:
-    """Names with a registered loop twin."""
-    _load_twins()
+    """Names with a registered loop twin. The twins register when backend.estimators.reference (their one
+    entry) is imported; production code never imports them."""
     return list(_TWINS)
 
 
 def get_twin(name: str) -> Callable:
     """The loop twin of estimator `name` (an alias resolves to its current name), or MissingTwin."""
-    _load_twins()
     current = canonical(name)
     if current not in _TWINS:
         raise MissingTwin(f"no twin for {current!r}: write its loop version with @twin({current!r}) in "
@@ -243,8 +236,8 @@ def get_twin(name: str) -> Callable:
 
 
 def missing_twins() -> list[str]:
-    """Registered estimators without a loop twin (empty when the registry is complete)."""
-    _load_twins()
+    """Registered estimators without a loop twin (empty when the registry is complete; import
+    backend.estimators.reference first, which registers the twins)."""
     return [n for n in names() if n not in _TWINS]
 
 
