@@ -15,8 +15,8 @@ from backend import chunks, estimates
 from backend.cli import main
 from backend.estimators import registry
 from backend.ingest import import_records
+from backend.ingest.bundled import import_bundled
 from backend.store import Store, StoreHandle
-from backend.store.commands import import_bundled
 from tests.conftest import make_records
 
 
