@@ -2,7 +2,7 @@
 
 import sys
 
-from bench import app, estimators, explorer, heads, ingest, models, oracle, reliability, teacher
+from bench import app, estimators, explorer, heads, ingest, models, oracle, reliability, scale, teacher
 
 BENCHES = {
     "ingest": ingest,
@@ -14,6 +14,7 @@ BENCHES = {
     "app": app,
     "reliability": reliability,
     "explorer": explorer,
+    "scale": scale,
 }
 
 
