@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from backend import credit_summary
+from backend import credit_summary, token_classes
 from backend.batch import RolloutBatch
 from backend.chunks import DEFAULT_CHUNK_ROLLOUTS, Chunk, plan
 from backend.errors import InputError, StoreError
@@ -198,10 +198,11 @@ def stream_run(
 ) -> RunEstimate:
     """Estimator `name` on every rollout of `run`, chunk by chunk (`backend.chunks.plan`): each chunk is
     loaded with only the fields the estimator reads (`registry.fields_for`; token text too when
-    `with_tokens` or when saving, for the credit summaries), padded to its own longest response, and
-    dropped once the caller has moved on. Computed outputs are saved to the cache (and the Explorer's
-    credit summaries) every `SAVE_EVERY_TOKENS` tokens and at the end; a cache holding the whole run is
-    read back chunk by chunk instead (`how` says which). `chunk_rollouts=None`: the in-memory plan."""
+    `with_tokens`, and what token classes read when saving, for the credit summaries), padded to its own
+    longest response, and dropped once the caller has moved on. Computed outputs are saved to the cache
+    (and the Explorer's credit summaries) every `SAVE_EVERY_TOKENS` tokens and at the end; a cache
+    holding the whole run is read back chunk by chunk instead (`how` says which).
+    `chunk_rollouts=None`: the in-memory plan."""
     spec = registry.get(name)
     name = spec.name
     config = registry.make_config(name) if config is None else config
@@ -217,7 +218,9 @@ def stream_run(
         items = _from_cache(handle, run, (name, key, channel), chunks, with_tokens, progress)
         return RunEstimate(name, config, scope, channel, "cache", chunks, notes, items)
     fields = None if chunk_rollouts is None else registry.fields_for(name, config)
-    if fields is not None and (with_tokens or save):
+    if fields is not None and save:
+        fields = fields | set(token_classes.CLASS_FIELDS)  # the credit summaries saved with the outputs
+    if fields is not None and with_tokens:
         fields = fields | {"tokens"}
     items = _computed(handle, run, name, config, chunks, fields, save, progress, notes)
     return RunEstimate(name, config, scope, channel, "computed", chunks, notes, items)
