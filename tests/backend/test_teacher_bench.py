@@ -2,8 +2,6 @@
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +20,7 @@ from backend.teacher_bench import (
     teacher_bench,
     teacher_segments,
 )
+from tests.conftest import run_cli_here
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,16 +78,14 @@ def test_estimator_list_comes_from_the_registry():
 def test_init_imports_the_shipped_teacher_and_the_bench_ranks_on_it(tmp_path):
     manifest = json.loads((ROOT / "sample_runs" / "demo_run.json").read_text())["teacher"]
     db = tmp_path / "runs.duckdb"
-    done = subprocess.run([sys.executable, "-m", "backend.cli", "init", "--db", str(db)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    done = run_cli_here("init", "--db", db)
     assert done.returncode == 0, done.stderr
     assert "demo teacher" in done.stdout
     with Store(db, read_only=True) as store:
         assert len(store.job_rollouts("demo", JOB)) == manifest["rollouts"]
         values = store.resample_values("demo")
     assert len(values) == manifest["positions"] >= 1000 and (values["n"] >= 16).all()
-    again = subprocess.run([sys.executable, "-m", "backend.cli", "init", "--db", str(db)], cwd=ROOT,
-                           capture_output=True, text=True, timeout=300)
+    again = run_cli_here("init", "--db", db)
     assert "none (already there)" in again.stdout  # the teacher is not imported twice
 
     result = teacher_bench(StoreHandle(db), "demo")
