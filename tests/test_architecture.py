@@ -24,7 +24,6 @@ MAX_LINES = 450
 _BEING_SPLIT = {
     "backend/store/db.py",
     "app/figures.py",
-    "backend/estimators/reference.py",
 }
 
 
