@@ -176,18 +176,10 @@ def test_being_split_lists_only_real_files():
     assert all((ROOT / rel).exists() for rel in _BEING_SPLIT), "drop the files that are gone"
 
 
-def _twin_names() -> set[str]:
-    """The estimators that have a loop twin: the registry's own list once it keeps one, else every
-    name the twin module dispatches on (a string constant in backend/estimators/reference.py)."""
-    if hasattr(registry, "twin_names"):
-        return set(registry.twin_names())
-    tree = ast.parse((ROOT / "backend/estimators/reference.py").read_text())
-    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
-
-
 def test_every_registered_estimator_has_a_twin():
-    missing = sorted(set(registry.names()) - _twin_names())
+    missing = sorted(set(registry.names()) - set(registry.twin_names()))
     assert not missing, f"no twin for {', '.join(missing)}"
+    assert registry.missing_twins() == []
 
 
 def test_pages_reach_the_backend_only_through_app():

@@ -4,7 +4,7 @@ Every estimator is `fn(batch: RolloutBatch, config: <frozen dataclass>) -> Estim
 Config fields are declared with `param(...)`, which records the default, the range and a one-line
 help text; `config_schema` turns them into the JSON the CLI prints and the app renders as widgets.
 Importing this module runs `backend/estimators/__init__.py` first, which imports (registers) every
-estimator module, so the list is complete whenever it is read.
+estimator module and every twin, so the lists are complete whenever they are read.
 """
 
 from __future__ import annotations
@@ -220,21 +220,13 @@ def twin(name: str) -> Callable:
     return wrap
 
 
-def _load_twins() -> None:
-    # The twin modules import this one (for `twin`), so they are loaded on first use, not at import time;
-    # production code never needs them.
-    import backend.estimators.twins  # noqa: F401, PLC0415 - the twin modules import this one (a cycle)
-
-
 def twin_names() -> list[str]:
     """Names with a registered loop twin."""
-    _load_twins()
     return list(_TWINS)
 
 
 def get_twin(name: str) -> Callable:
     """The loop twin of estimator `name` (an alias resolves to its current name), or MissingTwin."""
-    _load_twins()
     current = canonical(name)
     if current not in _TWINS:
         raise MissingTwin(f"no twin for {current!r}: write its loop version with @twin({current!r}) in "
@@ -244,7 +236,6 @@ def get_twin(name: str) -> Callable:
 
 def missing_twins() -> list[str]:
     """Registered estimators without a loop twin (empty when the registry is complete)."""
-    _load_twins()
     return [n for n in names() if n not in _TWINS]
 
 
