@@ -42,6 +42,7 @@ def _cli_estimate(db: Path, name: str, out: Path) -> np.ndarray:
     return frame[frame["rollout_id"] == ROLLOUT].sort_values("pos")["advantage"].to_numpy()
 
 
+@pytest.mark.slow
 def test_every_supported_estimator_explains_what_estimate_writes(demo_db, tmp_path):
     names = _supported(demo_db)
     assert {"token_rm", "rudder", "ktae", "gae", "gtpo", "aggregation", "grpo"} <= set(names)

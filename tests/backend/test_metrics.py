@@ -168,6 +168,7 @@ def test_oracle_bench_command_writes_json(tmp_path, capsys):
     assert "nope" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_parallel_seeds_match_in_process():
     serial = oracle.oracle_bench(2, 10, 4, estimators=["entropy"], workers=1)
     parallel = oracle.oracle_bench(2, 10, 4, estimators=["entropy"], workers=2)

@@ -179,6 +179,7 @@ def test_nemo_rl_dump_imports_through_the_cli_and_estimates(tmp_path, demo_token
         np.testing.assert_allclose(per_rollout[list(g)].to_numpy(), z, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_nemo_rl_without_a_model_uses_the_logged_messages(tmp_path, demo_tokenizer):
     path = tmp_path / "train_data_step3.jsonl"
     truth = write_nemo_rl_step(path, demo_tokenizer, 3, ["7+1"], group=2, seed=5)

@@ -102,6 +102,7 @@ def run_cli(*args):
     return run_cli_here(*args)
 
 
+@pytest.mark.slow
 def test_resample_and_score_commands_on_a_real_store(tmp_path, capsys):
     db = tmp_path / "runs.duckdb"
     bare = tmp_path / "bare.jsonl"

@@ -114,6 +114,7 @@ def test_cancel_keeps_whole_rollouts_and_a_rerun_resumes(demo_db, tmp_path, engi
         pd.testing.assert_frame_equal(a.resample_values("demo"), b.resample_values("demo"))
 
 
+@pytest.mark.slow
 def test_a_failing_rollout_leaves_no_partial_rows(tmp_path, engine):
     records = [json.loads(line) for line in DEMO_RUN.read_text().splitlines()[:24]]
     for record in records[16:]:  # the third group: its ground truth makes the verifier crash
@@ -151,6 +152,7 @@ def run_cli(*args):
     return run_cli_here(*args)
 
 
+@pytest.mark.slow
 def test_teacher_and_teacher_bench_commands(demo_db, tmp_path):
     out = tmp_path / "teacher.parquet"
     done = run_cli("teacher", "--db", str(demo_db), "--run", "demo", "--rollouts", "4", "--samples", "2",
