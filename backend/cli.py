@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "backend.teacher_commands",
     "backend.synthetic_commands",
     "backend.explorer_commands",
+    "backend.step_commands",
     "app.commands",
 )
 
