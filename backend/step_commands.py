@@ -10,15 +10,16 @@ def add_commands(sub) -> None:
     from backend.rewards.registry import describe_step_verifiers
 
     known = ", ".join(d["name"] for d in describe_step_verifiers())
-    p = sub.add_parser("verify-steps", help="score each step (line) of every rollout with a step verifier and "
-                                            "store the scores as the run's process channel")
+    p = sub.add_parser("verify-steps", help="score each step (line) of every rollout with a step verifier "
+                                            "and store the scores as the run's process channel")
     p.add_argument("--db", type=Path, default=None, help="store file (default ~/.creditlens/runs.duckdb)")
     p.add_argument("--run", required=True)
     p.add_argument("--step-verifier", default="arithmetic_steps",
                    help=f"a registered step verifier ({known}) or module:function "
                         "fn(prompt, response, ground_truth) -> list[Step]")
     p.add_argument("--channel", default="process", help="the channel to (re)write (default process)")
-    p.add_argument("--json", action="store_true", help="print the report, with each first wrong step, as JSON")
+    p.add_argument("--json", action="store_true",
+                   help="print the report, with each first wrong step, as JSON")
     p.set_defaults(func=cmd_verify_steps)
 
 

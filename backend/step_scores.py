@@ -42,7 +42,8 @@ class StepReport:
                                 for r, (k, note) in sorted(self.first_wrong.items())]}
 
 
-def verify_steps(handle, run: str, step_verifier: str = "arithmetic_steps", channel: str = "process") -> StepReport:
+def verify_steps(handle, run: str, step_verifier: str = "arithmetic_steps",
+                 channel: str = "process") -> StepReport:
     """Judge every rollout of `run` with `step_verifier` and store the result as channel `channel`."""
     get_step_verifier(step_verifier)  # an unknown name fails before any work
     if channel in ("task", "kl"):

@@ -157,6 +157,7 @@ def run_step_verifier(verifier: steps.StepVerifier, prompt: str, response: str, 
             raise InputError(f"step verifier {name!r}: step {i} spans characters [{step.start}, {step.end}), "
                              f"not in order inside the {len(response)}-character response")
         if step.score != step.score or step.score in (float("inf"), float("-inf")):
-            raise InputError(f"step verifier {name!r}: step {i} has score {step.score}, expected a finite number")
+            raise InputError(f"step verifier {name!r}: step {i} has score {step.score}, expected a finite "
+                             "number")
         end = step.end
     return list(found)

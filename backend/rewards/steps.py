@@ -101,7 +101,8 @@ def arithmetic_steps(prompt: str | None, response: str, ground_truth) -> list[St
             errors = _column_errors(column, k, carry_in, problem)
             carry_in = int(column.group(5)) if column.group(5) is not None else 0
             k += 1
-            steps.append(Step(start, end, WRONG if errors else CLEAN, "; ".join(errors) or f"column {k} checks"))
+            note = "; ".join(errors) or f"column {k} checks"
+            steps.append(Step(start, end, WRONG if errors else CLEAN, note))
         elif "####" in text or (i == last_content and re.search(r"\d", text)):
             got = extract_answer(text)
             if truth is None:

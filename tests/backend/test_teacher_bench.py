@@ -106,8 +106,9 @@ def test_init_imports_the_shipped_teacher_and_the_bench_ranks_on_it(tmp_path):
     # first wrong step (the demo's process channel): flat-per-line credit scores chance, the verifier's own
     # credit scores above it, and the judged rollouts are the failed ones with a wrong step
     assert 150 < result.n_first_wrong < result.n_rollouts
-    assert table.loc["step_boundary", "first_wrong_hit1"] == pytest.approx(table.loc["chance", "first_wrong_hit1"])
-    assert table.loc["process channel", "first_wrong_hit1"] > table.loc["chance", "first_wrong_hit1"] + 0.1
+    chance = table.loc["chance", "first_wrong_hit1"]
+    assert table.loc["step_boundary", "first_wrong_hit1"] == pytest.approx(chance)
+    assert table.loc["process channel", "first_wrong_hit1"] > chance + 0.1
     assert table.loc["process channel", "kind"] == "uses verifier" and best != "process channel"
 
 
@@ -118,7 +119,7 @@ def test_first_wrong_step_by_hand(tmp_path):
 
     responses = [("4+8=12 carry 1\n8+4+1=14 carry 1\n#### 142", 0.0),  # failed, first wrong is line 1
                  ("4+8=12 carry 1\n8+4+1=13 carry 1\n#### 132", 1.0),  # right: not judged
-                 ("4+8=13 carry 1\n8+4+1=13 carry 1\n#### 132", 1.0),  # a wrong step, right answer: not judged
+                 ("4+8=13 carry 1\n8+4+1=13 carry 1\n#### 132", 1.0),  # wrong step, right answer: not judged
                  ("4+8=12 carry 1\n8+4+1=13 carry 1", 0.0)]  # failed without a wrong step: not judged
     records = []
     for text, task in responses:

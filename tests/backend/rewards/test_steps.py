@@ -21,7 +21,8 @@ def verdicts(prompt, response, truth=None):
 
 
 def test_a_correct_solution_checks_line_by_line():
-    steps = arithmetic_steps("847+385=?\n", "7+5=12 carry 1\n4+8+1=13 carry 1\n8+3+1=12 carry 1\n#### 1232", 1232)
+    response = "7+5=12 carry 1\n4+8+1=13 carry 1\n8+3+1=12 carry 1\n#### 1232"
+    steps = arithmetic_steps("847+385=?\n", response, 1232)
     assert [s.score for s in steps] == [0.0, 0.0, 0.0, 0.0]
     assert [(s.start, s.end) for s in steps] == [(0, 15), (15, 32), (32, 49), (49, 58)]  # newline kept
     assert first_wrong(steps) is None
