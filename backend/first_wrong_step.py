@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from backend.batch import RolloutBatch
-from backend.estimators.credit import step_ends
+from backend.estimators.token_helpers import step_ends
 
 
 @dataclass

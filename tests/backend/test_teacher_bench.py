@@ -11,7 +11,11 @@ import pandas as pd
 import pytest
 from scipy.stats import spearmanr
 
+from backend import first_wrong_step as fws
+from backend.estimators import registry
+from backend.ingest import import_records
 from backend.models.teacher import JOB
+from backend.rewards import evaluate
 from backend.store import Store, StoreHandle
 from backend.teacher_bench import (
     chance_row,
@@ -70,8 +74,6 @@ def test_inverted_and_tied_predictions():
 
 
 def test_estimator_list_comes_from_the_registry():
-    from backend.estimators import registry
-
     assert [name for _, name, _ in parse_estimator_specs(None)] == registry.names()
     assert parse_estimator_specs(["token_rm:head=mlp,steps=5"]) == [
         ("token_rm:head=mlp,steps=5", "token_rm", {"head": "mlp", "steps": "5"})]
@@ -113,10 +115,6 @@ def test_init_imports_the_shipped_teacher_and_the_bench_ranks_on_it(tmp_path):
 
 
 def test_first_wrong_step_by_hand(tmp_path):
-    from backend import first_wrong_step as fws
-    from backend.ingest import import_records
-    from backend.rewards import evaluate
-
     responses = [("4+8=12 carry 1\n8+4+1=14 carry 1\n#### 142", 0.0),  # failed, first wrong is line 1
                  ("4+8=12 carry 1\n8+4+1=13 carry 1\n#### 132", 1.0),  # right: not judged
                  ("4+8=13 carry 1\n8+4+1=13 carry 1\n#### 132", 1.0),  # wrong step, right answer: not judged

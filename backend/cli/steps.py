@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+
+from backend.cli.common import add_db_arg
+from backend.rewards.registry import describe_step_verifiers
+from backend.step_scores import verify_steps
+from backend.store import store_handle
 
 
 def add_commands(sub) -> None:
-    from backend.rewards.registry import describe_step_verifiers
-
     known = ", ".join(d["name"] for d in describe_step_verifiers())
     p = sub.add_parser("verify-steps", help="score each step (line) of every rollout with a step verifier "
                                             "and store the scores as the run's process channel")
-    p.add_argument("--db", type=Path, default=None, help="store file (default ~/.creditlens/runs.duckdb)")
+    add_db_arg(p)
     p.add_argument("--run", required=True)
     p.add_argument("--step-verifier", default="arithmetic_steps",
                    help=f"a registered step verifier ({known}) or module:function "
@@ -24,9 +26,6 @@ def add_commands(sub) -> None:
 
 
 def cmd_verify_steps(args) -> int:
-    from backend.step_scores import verify_steps
-    from backend.store.commands import store_handle
-
     report = verify_steps(store_handle(args.db), args.run, args.step_verifier, args.channel)
     if args.json:
         print(json.dumps(report.to_json()))
