@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from backend.batch import RolloutBatch
+from backend.estimators import entropy_methods
 from backend.estimators.features import classify_token
 
 # ---- verl-style loops ------------------------------------------------------------------------------
@@ -648,4 +649,6 @@ def reference_advantages(name: str, batch: RolloutBatch, config=None) -> torch.T
         return token_rm_loop(batch, config)
     if name == "rudder":
         return rudder_loop(batch, config)
+    if name in entropy_methods.TWINS:
+        return entropy_methods.TWINS[name](batch, config)
     return modifier_loop(name, batch, config)
