@@ -134,13 +134,17 @@ class DivergenceProgressConfig(PivotFields):
     lam: float = param(0.5, low=0.0, high=10.0,
                        help="Weight of the process signal s_t added to Z (0: the gated outcome only)")
     signal_epsilon: float = param(1e-6, low=0.0, high=1.0, help="Added to the window std of the divergence")
+    signal_clip: float = param(3.0, low=0.0, high=1e6,
+                               help="|s| is clipped here: a window of near-equal divergences gives its one "
+                                    "outlier a huge z-score (on the demo run up to ~10)")
 
 
 @register("divergence_progress", DivergenceProgressConfig,
           "Our construction after the EP-GRPO abstract (not EP-GRPO): process signal d = logprob - "
           "ref_logprob, standardized (s) over the group's tokens in the same cumulative-entropy window "
-          "(progress = entropy spent before t / total); A = g (Z + lam s), g = 1 + alpha at pivots. s is "
-          "over tokens, not rewards, so a group whose rewards are all equal (Z = 0) still gets A = lam g s",
+          "(progress = entropy spent before t / total), clipped to +-signal_clip; A = g (Z + lam s), "
+          "g = 1 + alpha at pivots. s is over tokens, not rewards, so a group whose rewards are all equal "
+          "(Z = 0) still gets A = lam g s",
           needs=("entropies", "logprobs", "ref_logprobs"), source=EPGRPO_SOURCE)
 def divergence_progress(batch: RolloutBatch, config: DivergenceProgressConfig) -> EstimatorResult:
     """A response without a score on the channel gets 0 (no outcome to anchor to); its tokens still count in
@@ -163,6 +167,7 @@ def divergence_progress(batch: RolloutBatch, config: DivergenceProgressConfig) -
     gidx, n_groups = masked.group_index(batch.group_ids)
     mean, std, _ = window_stats(d, mask, gidx, n_groups, window, config.windows)
     signal = torch.where(mask & (std > 0), (d.to(torch.float64) - mean) / (std + config.signal_epsilon), 0.0)
+    signal = signal.clamp(-config.signal_clip, config.signal_clip)
     anchored = torch.where(mask & scored[:, None], z[:, None].to(torch.float64) + config.lam * signal, 0.0)
     adv = (gate.to(torch.float64) * anchored).to(torch.float32)
     return EstimatorResult(torch.where(mask, adv, 0.0), {
@@ -312,6 +317,7 @@ def divergence_progress_loop(batch: RolloutBatch, config: DivergenceProgressConf
         for k, key in enumerate(keys[i]):
             mean, std = stats[key]
             s = (divs[i][k] - mean) / (std + config.signal_epsilon) if std > 0 else 0.0
+            s = min(max(s, -config.signal_clip), config.signal_clip)
             row.append(0.0 if math.isnan(scores[i]) else gates[i][k] * (z[i] + config.lam * s))
         per_row.append(row)
     return _to_tensor(batch, rows, per_row)

@@ -30,6 +30,7 @@ VARIANTS = [
     ("divergence_progress", {"lam": 2.0, "windows": 2, "q": 0.5}),
     ("divergence_progress", {"lam": 0.0, "alpha": 0.0, "outcome": "rloo"}),
     ("divergence_progress", {"windows": 1, "signal_epsilon": 0.0, "channel": "style"}),
+    ("divergence_progress", {"signal_clip": 0.5, "lam": 3.0}),
     ("asymmetric_confidence", {"alpha": 3.0, "outcome": "dr_grpo"}),
     ("asymmetric_confidence", {"keep_total": False, "channel": "style"}),
 ]
@@ -115,6 +116,8 @@ def test_divergence_progress_keeps_signal_when_the_rewards_are_all_equal():
     torch.testing.assert_close(res.diagnostics["gate"], gate)
     torch.testing.assert_close(res.advantages, gate * s, atol=1e-5, rtol=0)
     assert res.advantages.abs().sum() > 0
+    clipped = registry.estimate("divergence_progress", batch, q=0.9, windows=2, lam=1.0, signal_clip=0.5)
+    torch.testing.assert_close(clipped.diagnostics["signal"], s.clamp(-0.5, 0.5), atol=1e-5, rtol=0)
 
 
 def test_divergence_progress_without_divergence_is_the_gated_outcome_and_unscored_rows_get_zero():
@@ -170,3 +173,21 @@ def test_cli_lists_them_with_honest_names_sources_and_scope(capsys):
         assert entry["scope"] == "group" and entry["model_free"]
         assert {f["name"] for f in entry["fields"]} >= {"channel", "outcome", "alpha"}
     assert listed["divergence_progress"]["needs"] == ["entropies", "logprobs", "ref_logprobs"]
+
+
+@pytest.mark.parametrize("name,formula", [("pivot_buckets", "w_t = (1 − β) + β ĝ_t"),
+                                          ("divergence_progress", "A_t = g_t (Z + λ s_t)"),
+                                          ("asymmetric_confidence", "u_t = ")])
+def test_explain_terms_and_derivation_carry_the_numbers(name, formula):
+    from backend import explain
+
+    batch = random_batch(5)
+    config = registry.make_config(name)
+    result = registry.estimate(name, batch, config)
+    row = int(batch.lengths.argmax())
+    terms = explain.terms_of(batch, result, row, name, config)
+    assert terms["scope"] == "group" and "Z" in terms["sequence"]
+    t = int(batch.lengths[row]) - 1
+    lines = explain.derivation(terms, t)
+    assert any(formula in line for line in lines), lines
+    assert lines[-1].endswith(f"{terms['tokens']['advantage'][t]:.4g}")
