@@ -14,13 +14,12 @@ replaced by the faithful method when the papers' formulas can be checked. Hence 
   token's probability alone; uncertain tokens weigh more in successes, overconfident ones in failures.
 
 Positions t are 1-based among a response's real tokens (mid-sequence masked tokens are skipped); every
-statistic is over real tokens only, so padding is exactly 0. The plain-loop twins are at the bottom.
+statistic is over real tokens only, so padding is exactly 0. Loop twins: twins/entropy_methods.py.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from dataclasses import dataclass
 
 import torch
@@ -231,114 +230,3 @@ def asymmetric_confidence(batch: RolloutBatch, config: AsymmetricConfidenceConfi
                                  "confidence": confidence.to(torch.float32),
                                  "weights_raw": w.to(torch.float32),
                                  "token_weight": weight.to(torch.float32)})
-
-
-# ---- plain-loop twins (tests compare them with the vectorized estimators) ------------------------------
-
-def _rows(batch: RolloutBatch) -> list[list[int]]:
-    return [[t for t, m in enumerate(row) if m] for row in batch.response_mask.tolist()]
-
-
-def _row_quantile(values: list[float], q: float) -> float:
-    s = sorted(values)
-    pos = q * (len(s) - 1)
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-def _gates(batch, rows, config) -> list[list[float]]:
-    out = []
-    for i, cols in enumerate(rows):
-        H = [max(float(batch.entropies[i, t]), 0.0) for t in cols]
-        thr = _row_quantile(H, config.q) if H else 0.0
-        out.append([1.0 + config.alpha if h >= thr else 1.0 for h in H])
-    return out
-
-
-def _z_loop(batch, config) -> list[float]:
-    from backend.estimators.reference import outcome_loop  # the shared outcome twin; reference imports us
-
-    return outcome_loop(batch.scores[config.channel].tolist(), batch.group_ids.tolist(), config.outcome,
-                        config.epsilon)
-
-
-def _to_tensor(batch, rows, per_row) -> torch.Tensor:
-    out = torch.zeros(batch.response_mask.shape)
-    for i, cols in enumerate(rows):
-        for k, t in enumerate(cols):
-            out[i, t] = per_row[i][k]
-    return out
-
-
-def pivot_buckets_loop(batch: RolloutBatch, config: PivotBucketsConfig) -> torch.Tensor:
-    rows, z = _rows(batch), _z_loop(batch, config)
-    gates = _gates(batch, rows, config)
-    cells: dict = defaultdict(list)
-    keys = []
-    for i, cols in enumerate(rows):
-        L = len(cols)
-        keys.append([(int(batch.group_ids[i]), min(math.floor(config.windows * k / L), config.windows - 1))
-                     for k in range(L)])
-        for k in range(L):
-            cells[keys[i][k]].append(gates[i][k])
-    mean_gate = {key: sum(values) / len(values) for key, values in cells.items()}
-    per_row = [[z[i] * ((1 - config.anchor) + config.anchor * gates[i][k] / mean_gate[key])
-                for k, key in enumerate(keys[i])] for i in range(len(rows))]
-    return _to_tensor(batch, rows, per_row)
-
-
-def divergence_progress_loop(batch: RolloutBatch, config: DivergenceProgressConfig) -> torch.Tensor:
-    rows, z = _rows(batch), _z_loop(batch, config)
-    gates = _gates(batch, rows, config)
-    scores = batch.scores[config.channel].tolist()
-    cells: dict = defaultdict(list)
-    keys, divs = [], []
-    for i, cols in enumerate(rows):
-        H = [max(float(batch.entropies[i, t]), 0.0) for t in cols]
-        total, spent, row_keys = sum(H), 0.0, []
-        for k, h in enumerate(H):
-            progress = spent / total if total > 0 else k / len(H)
-            window = min(math.floor(config.windows * progress), config.windows - 1)
-            row_keys.append((int(batch.group_ids[i]), window))
-            spent += h
-        d = [float(batch.logprobs[i, t]) - float(batch.ref_logprobs[i, t]) for t in cols]
-        for key, value in zip(row_keys, d, strict=True):
-            cells[key].append(value)
-        keys.append(row_keys)
-        divs.append(d)
-    stats = {}
-    for key, values in cells.items():
-        mean = sum(values) / len(values)
-        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
-        stats[key] = (mean, std)
-    per_row = []
-    for i in range(len(rows)):
-        row = []
-        for k, key in enumerate(keys[i]):
-            mean, std = stats[key]
-            s = (divs[i][k] - mean) / (std + config.signal_epsilon) if std > 0 else 0.0
-            s = min(max(s, -config.signal_clip), config.signal_clip)
-            row.append(0.0 if math.isnan(scores[i]) else gates[i][k] * (z[i] + config.lam * s))
-        per_row.append(row)
-    return _to_tensor(batch, rows, per_row)
-
-
-def asymmetric_confidence_loop(batch: RolloutBatch, config: AsymmetricConfidenceConfig) -> torch.Tensor:
-    rows, z = _rows(batch), _z_loop(batch, config)
-    per_row = []
-    for i, cols in enumerate(rows):
-        w = []
-        for t in cols:
-            p = min(math.exp(float(batch.logprobs[i, t])), 1.0)
-            u = -sum(x * math.log(x) for x in (p, 1.0 - p) if x > 0) / math.log(2.0)
-            u = min(max(u, 0.0), 1.0)
-            c = 1.0 - u if p >= 0.5 else 0.0
-            w.append(1.0 + config.alpha * u if z[i] > 0 else 1.0 + config.alpha * c if z[i] < 0 else 1.0)
-        mean_w = sum(w) / len(w) if w else 1.0
-        per_row.append([z[i] * (x / mean_w if config.keep_total else x) for x in w])
-    return _to_tensor(batch, rows, per_row)
-
-
-TWINS = {"pivot_buckets": pivot_buckets_loop, "divergence_progress": divergence_progress_loop,
-         "asymmetric_confidence": asymmetric_confidence_loop}
-"""Loop twin of each estimator of this module, for `reference.reference_advantages`."""
