@@ -67,6 +67,13 @@ def window_of(progress: torch.Tensor, windows: int, mask: torch.Tensor) -> torch
     return torch.where(mask, k, 0)
 
 
+def position_window(mask: torch.Tensor, windows: int) -> torch.Tensor:
+    """(B, T) int64 window k = floor(K (t-1) / L) of each real token, in integers: a float (t-1)/L can land
+    just below a window edge (float32 7/10 * 10 < 7) and move a token to the previous window."""
+    L = mask.sum(dim=1, keepdim=True).clamp(min=1)  # (B, 1)
+    return torch.where(mask, (masked.positions(mask).clamp(min=0) * windows) // L, 0)
+
+
 def window_stats(x: torch.Tensor, mask: torch.Tensor, gidx: torch.Tensor, n_groups: int, window: torch.Tensor,
                  windows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Mean, unbiased std and count of `x` over the real tokens of each (group, window), read back per
@@ -112,8 +119,7 @@ def pivot_buckets(batch: RolloutBatch, config: PivotBucketsConfig) -> EstimatorR
     mask = batch.response_mask
     z = outcome_z(batch, config)
     pivots, gate = pivot_gate(batch, config)
-    t, L = token_positions(batch)
-    window = window_of((t - 1) / L.clamp(min=1), config.windows, mask)
+    window = position_window(mask, config.windows)
     gidx, n_groups = masked.group_index(batch.group_ids)
     mean_gate, _, _ = window_stats(gate, mask, gidx, n_groups, window, config.windows)
     g_hat = torch.where(mask, gate.to(torch.float64) / mean_gate.clamp(min=1e-12), 0.0)
@@ -159,9 +165,11 @@ def divergence_progress(batch: RolloutBatch, config: DivergenceProgressConfig) -
     spent = torch.cumsum(H, dim=1) - H  # (B, T) entropy before t (padding adds 0)
     total = H.sum(dim=1, keepdim=True)  # (B, 1)
     t, L = token_positions(batch)
-    positional = ((t - 1) / L.clamp(min=1)).to(torch.float64)
-    progress = torch.where(total > 0, spent / total.clamp(min=1e-300), positional)
-    window = window_of(progress, config.windows, mask)
+    positional = ((t - 1) / L.clamp(min=1)).to(torch.float64)  # shown only; its window is in integers
+    has_entropy = total > 0  # (B, 1)
+    progress = torch.where(has_entropy, spent / total.clamp(min=1e-300), positional)
+    window = torch.where(has_entropy, window_of(progress, config.windows, mask),
+                         position_window(mask, config.windows))
     d = torch.where(mask, need(batch, "logprobs") - need(batch, "ref_logprobs"), 0.0)
     gidx, n_groups = masked.group_index(batch.group_ids)
     mean, std, _ = window_stats(d, mask, gidx, n_groups, window, config.windows)

@@ -37,7 +37,7 @@ def pivot_buckets_twin(batch: RolloutBatch, config) -> torch.Tensor:
     keys = []
     for i, cols in enumerate(rows):
         L = len(cols)
-        keys.append([(int(batch.group_ids[i]), _window(k / L, config.windows)) for k in range(L)])
+        keys.append([(int(batch.group_ids[i]), k * config.windows // L) for k in range(L)])
         for k, key in enumerate(keys[i]):
             cells[key].append(gates[i][k])
     mean_gate = {key: sum(values) / len(values) for key, values in cells.items()}
@@ -56,8 +56,8 @@ def divergence_progress_twin(batch: RolloutBatch, config) -> torch.Tensor:
     for i, (cols, H) in enumerate(zip(rows, entropy_rows(batch, rows), strict=True)):
         total, spent, row_keys = sum(H), 0.0, []
         for k, h in enumerate(H):
-            progress = spent / total if total > 0 else k / len(H)
-            row_keys.append((int(batch.group_ids[i]), _window(progress, config.windows)))
+            window = _window(spent / total, config.windows) if total > 0 else k * config.windows // len(H)
+            row_keys.append((int(batch.group_ids[i]), window))
             spent += h
         d = [float(batch.logprobs[i, t]) - float(batch.ref_logprobs[i, t]) for t in cols]
         for key, value in zip(row_keys, d, strict=True):

@@ -191,3 +191,17 @@ def test_explain_terms_and_derivation_carry_the_numbers(name, formula):
     lines = explain.derivation(terms, t)
     assert any(formula in line for line in lines), lines
     assert lines[-1].endswith(f"{terms['tokens']['advantage'][t]:.4g}")
+
+
+def test_position_windows_are_exact_at_window_edges():
+    # float32 (8 - 1) / 10 * 10 = 6.99999988: a float window would put the 8th of 10 tokens in window 6.
+    records = [{"token_ids": [1] * 10, "group_id": 0, "scores": {"task": float(i % 2)},
+                "entropies": [0.0] * 10, "logprobs": [-0.1 * k for k in range(10)],
+                "ref_logprobs": [-0.2] * 10} for i in range(4)]
+    batch = batch_from_records(records)
+    for name in ("pivot_buckets", "divergence_progress"):  # zero entropy: divergence_progress uses positions
+        config = registry.make_config(name, windows=10)
+        res = registry.estimate(name, batch, config)
+        assert res.diagnostics["window"][0].tolist() == list(range(10)), name
+        twin = reference_advantages(name, batch, config)
+        torch.testing.assert_close(res.advantages, twin, atol=2e-5, rtol=1e-4)
