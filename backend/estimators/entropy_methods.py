@@ -26,9 +26,10 @@ import torch
 
 from backend.batch import RolloutBatch
 from backend.estimators import masked
-from backend.estimators.common import OutcomeConfig, masked_entropies, need, outcome_z, token_positions
+from backend.estimators.common import OutcomeConfig, outcome_z
 from backend.estimators.credit import response_high_entropy_mask
 from backend.estimators.registry import EstimatorResult, param, register
+from backend.estimators.token_helpers import masked_entropies, need, token_positions
 
 ERPO_SOURCE = ("Inspired by ERPO (Yu, Li, Zhao, Yang, 'ERPO: Token-Level Entropy-Regulated Policy "
                "Optimization for Large Reasoning Models', arXiv 2603.28204): built from the abstract only; "

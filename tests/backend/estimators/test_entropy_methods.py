@@ -13,6 +13,7 @@ import math
 import pytest
 import torch
 
+from backend import explain
 from backend.batch import batch_from_records
 from backend.cli import main
 from backend.estimators import registry
@@ -179,8 +180,6 @@ def test_cli_lists_them_with_honest_names_sources_and_scope(capsys):
                                           ("divergence_progress", "A_t = g_t (Z + λ s_t)"),
                                           ("asymmetric_confidence", "u_t = ")])
 def test_explain_terms_and_derivation_carry_the_numbers(name, formula):
-    from backend import explain
-
     batch = random_batch(5)
     config = registry.make_config(name)
     result = registry.estimate(name, batch, config)
