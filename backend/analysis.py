@@ -4,7 +4,7 @@ The views show numbers; this module computes them: token classes and credit mass
 agreement between estimators, channel shares of |A| and the split-channel credit of a group (the
 per-token "why this credit" breakdown), the display prefix tree of a group (drawn from the
 prefix_tree estimator's trie), the dual-ascent replay, resampling a stored rollout, and the oracle
-and Monte Carlo teacher tables. Shapes follow ESTIMATORS.md: `(B, T)` plus `response_mask`.
+and Monte Carlo teacher tables. Shapes follow docs/estimators.md: `(B, T)` plus `response_mask`.
 """
 
 from __future__ import annotations
@@ -326,7 +326,7 @@ def dual_ascent_replay(
     mode: str = "projected",
     priority: tuple[str, ...] = (),
 ) -> pd.DataFrame:
-    """Replay constraint mode over a run's logged steps (ESTIMATORS.md section 8).
+    """Replay constraint mode over a run's logged steps (docs/estimators.md section 8).
 
     step_means: rows (step, channel, violation_rate) as `Store.step_channel_means` gives them;
     tau, beta0: per constrained channel. Returns rows (step, channel, beta, rate, tau) where `beta` is
@@ -477,7 +477,7 @@ def teacher_agreement(
     """On real runs: agreement of each estimator with the Monte Carlo teacher where resampled values exist.
 
     mc_values: rows (rollout_id, pos, value) from `Store.resample_values`. The teacher's per-token
-    advantages are the segment differences of V̂ (ESTIMATORS.md section 5); compared tokens are those of
+    advantages are the segment differences of V̂ (docs/estimators.md section 5); compared tokens are those of
     rollouts with at least one valued position. Returns rows (estimator, spearman, sign_accuracy, tokens).
     """
     from backend.models.resample import segment_advantages

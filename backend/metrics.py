@@ -1,4 +1,4 @@
-"""Credit-quality metrics (ESTIMATORS.md section 9) and the oracle benchmark.
+"""Credit-quality metrics (docs/estimators.md section 9) and the oracle benchmark.
 
 Every metric compares advantages `A: (B, T)` with the oracle fields a synthetic run carries
 (`key_mask`, `style_mask`, `true_credit`; see `backend.synthetic`). Conventions:
