@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from backend.batch import BatchError
+from backend.batch import BatchError, batch_from_records
 from backend.estimators import registry
 from backend.estimators.reference import reference_advantages
 
@@ -112,8 +112,6 @@ def test_single_group_and_length_one(name):
 @pytest.mark.parametrize("name", ["ktae", "gtpo", "high_entropy_mask", "entropy_masked_trace", "aggregation"])
 def test_empty_responses_match_twin(name):
     """A group whose correct responses are all empty (KTAE's term frequency divides by their token count)."""
-    from backend.batch import batch_from_records
-
     records = []
     for i, (R, ids) in enumerate([(1.0, []), (1.0, []), (0.0, [1, 2, 2]), (0.0, [3]), (1.0, [1, 3, 4]),
                                   (0.0, [2, 2])]):
