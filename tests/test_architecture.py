@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.estimators import registry
+from backend.estimators import reference, registry
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("backend", "app", "pages", "bench")
@@ -177,9 +177,9 @@ def test_being_split_lists_only_real_files():
 
 
 def test_every_registered_estimator_has_a_twin():
-    missing = sorted(set(registry.names()) - set(registry.twin_names()))
+    missing = sorted(set(registry.names()) - set(reference.twin_names()))
     assert not missing, f"no twin for {', '.join(missing)}"
-    assert registry.missing_twins() == []
+    assert reference.missing_twins() == []
 
 
 def test_pages_reach_the_backend_only_through_app():

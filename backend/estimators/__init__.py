@@ -21,14 +21,12 @@ Adding an estimator:
 4. Document the math, its source and its scope in docs/estimators.md.
 """
 
-# Registers every estimator and every twin, so the registry's lists (names, twin_names) are complete
-# whenever it is read: the family and twin modules import the registry, the registry never imports them.
 from backend.estimators import (  # noqa: F401  (registers)
     credit,
+    entropy_methods,
     learned,
     logged,
     modifiers,
     outcome,
-    twins,
     valued,
 )

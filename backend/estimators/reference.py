@@ -11,7 +11,8 @@ from typing import Any
 import torch
 
 from backend.batch import RolloutBatch
-from backend.estimators import registry
+from backend.estimators import registry, twins  # noqa: F401  (importing the twins registers them)
+from backend.estimators.registry import MissingTwin, get_twin, missing_twins, twin_names  # noqa: F401
 
 
 def reference_advantages(name: str, batch: RolloutBatch, config: Any = None) -> torch.Tensor:

@@ -4,7 +4,7 @@ Every estimator is `fn(batch: RolloutBatch, config: <frozen dataclass>) -> Estim
 Config fields are declared with `param(...)`, which records the default, the range and a one-line
 help text; `config_schema` turns them into the JSON the CLI prints and the app renders as widgets.
 Importing this module runs `backend/estimators/__init__.py` first, which imports (registers) every
-estimator module and every twin, so the lists are complete whenever they are read.
+estimator module, so the list is complete whenever it is read.
 """
 
 from __future__ import annotations
@@ -221,7 +221,8 @@ def twin(name: str) -> Callable:
 
 
 def twin_names() -> list[str]:
-    """Names with a registered loop twin."""
+    """Names with a registered loop twin. The twins register when backend.estimators.reference (their one
+    entry) is imported; production code never imports them."""
     return list(_TWINS)
 
 
@@ -235,7 +236,8 @@ def get_twin(name: str) -> Callable:
 
 
 def missing_twins() -> list[str]:
-    """Registered estimators without a loop twin (empty when the registry is complete)."""
+    """Registered estimators without a loop twin (empty when the registry is complete; import
+    backend.estimators.reference first, which registers the twins)."""
     return [n for n in names() if n not in _TWINS]
 
 
