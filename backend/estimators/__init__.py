@@ -3,4 +3,12 @@
 Add an estimator by writing a module here that uses `registry.register` and importing it below.
 """
 
-from backend.estimators import credit, learned, logged, modifiers, outcome, valued  # noqa: F401  (registers)
+from backend.estimators import (  # noqa: F401  (registers)
+    blocks,
+    credit,
+    learned,
+    logged,
+    modifiers,
+    outcome,
+    valued,
+)
