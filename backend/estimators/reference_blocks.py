@@ -11,6 +11,7 @@ import re
 
 import torch
 
+from backend.estimators.modifiers import base_config
 from backend.estimators.reference import (
     _gae_rows,
     _rows,
@@ -68,7 +69,7 @@ def block_ids_loop(batch, config) -> list[list[int]]:
 
 def block_mean_loop(batch, config) -> torch.Tensor:
     rows = _rows(batch)
-    base = reference_advantages(config.base, batch, None) if config.base else None
+    base = reference_advantages(config.base, batch, base_config(config))
     ids = block_ids_loop(batch, config)
     out = []
     for i, cols in enumerate(rows):
