@@ -241,8 +241,13 @@ def derivation(terms: dict, t: int) -> list[str]:
     if V is not None and "temporal" in tok:
         absolute = seq.get("absolute") or 0.0
         lines.append(f"V(s_t) from {terms['notes'].get('value_source', '?')}: V(s_t) = {V:.4g}")
-        lines.append(f"A_t = Z − V(s_t) + w_abs (R − anchor) = {seq.get('Z') or 0.0:.4g} − {V:.4g} + "
-                     f"{absolute:.4g} = {A:.4g}")
+        temporal = at("temporal") or 0.0
+        if float(cfg.get("lam", 1.0)) == 1.0 and float(cfg.get("gamma", 1.0)) == 1.0:
+            lines.append(f"temporal (GAE, γ = λ = 1): Z − V(s_t) = {seq.get('Z') or 0.0:.4g} − {V:.4g} = "
+                         f"{temporal:.4g}")
+        else:
+            lines.append(f"temporal (GAE, γ = {cfg.get('gamma')}, λ = {cfg.get('lam')}) = {temporal:.4g}")
+        lines.append(f"A_t = temporal + w_abs (R − anchor) = {temporal:.4g} + {absolute:.4g} = {A:.4g}")
     elif V is not None and r is not None:
         V_next = at("values", t + 1) or 0.0
         gamma = float(cfg.get("gamma", 1.0))

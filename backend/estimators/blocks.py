@@ -14,8 +14,16 @@ from typing import Literal
 import torch
 
 from backend.batch import RolloutBatch
+from backend.estimators import functional as F
 from backend.estimators import masked
-from backend.estimators.common import GAEFields, OutcomeConfig, outcome_z, scores_of, values_for
+from backend.estimators.common import (
+    GAEFields,
+    OutcomeConfig,
+    outcome_z,
+    scores_of,
+    token_positions,
+    values_for,
+)
 from backend.estimators.credit import step_ends
 from backend.estimators.modifiers import ModifierConfig, base_advantages
 from backend.estimators.registry import EstimatorResult, param, register
@@ -88,10 +96,12 @@ def block_mean(batch: RolloutBatch, config: BlockMeanConfig) -> EstimatorResult:
 
 @dataclass(frozen=True)
 class ValueAnchoredConfig(GAEFields, OutcomeConfig):
-    """Process values (temporal: A = Z - V(s_t)) plus an absolute anchor w_abs (R - anchor) on every token."""
+    """Process values (temporal: GAE on the terminal Z, with gamma = lam = 1 A = Z - V(s_t)) plus an absolute
+    anchor w_abs (R - anchor) on every token."""
 
     value_source: str = param("prefix_tree", choices=("zero", "stored", "fitted", "prefix_tree", "mc"),
                               help="V(s_t) in Z units: prefix_tree (the group's shared prefixes), fitted")
+    lam: float = param(1.0, low=0.0, high=1.0, help="GAE lambda of the temporal part (1: Z - V(s_t))")
     w_abs: float = param(0.1, low=0.0, high=10.0,
                          help="Weight of the absolute term R - anchor (a signal in flat groups)")
     anchor: float = param(0.5, low=-1e9, high=1e9,
@@ -99,20 +109,22 @@ class ValueAnchoredConfig(GAEFields, OutcomeConfig):
 
 
 @register("value_anchored", ValueAnchoredConfig,
-          "VGPO-inspired (our construction): A = Z - V(s_t) (process value of the state before the token, "
-          "from the value source; the group's prefix tree by default) + w_abs (R - anchor), an absolute "
-          "term that does not vanish when every response of a group scores the same. VGPO itself is for "
-          "image flow matching (per-step reward of predicted images, adaptive dual advantages); this is not "
-          "its method", family="value")
+          "VGPO-inspired (our construction): A = GAE of the terminal Z with process values V(s_t) (the "
+          "group's prefix tree by default; gamma = lam = 1 gives Z - V(s_t)) + w_abs (R - anchor), an "
+          "absolute term that does not vanish when every response of a group scores the same. VGPO itself is "
+          "for image flow matching (temporal cumulative rewards over denoising steps, adaptive dual "
+          "advantage estimation); this is not its method", family="value")
 def value_anchored(batch: RolloutBatch, config: ValueAnchoredConfig) -> EstimatorResult:
-    """A: (B, T). The temporal part equals `gae` with gamma = lam = 1 and the same values.
-    Diagnostics: Z (B,), values (B, T), temporal (B, T) Z - V, absolute (B,) w_abs (R - anchor)."""
+    """A: (B, T); the temporal part is `gae` with the same values, gamma and lam.
+    Diagnostics: Z (B,), values (B, T), temporal (B, T), returns (B, T), absolute (B,) w_abs (R - anchor)."""
     mask = batch.response_mask
     z = outcome_z(batch, config)
+    t, L = token_positions(batch)
+    r = torch.where((t == L) & mask, z[:, None], 0.0)  # (B, T) terminal reward
     values, diag = values_for(batch, config, z)
+    temporal, returns = F.compute_gae(r, values, mask, config.gamma, config.lam)
     R = scores_of(batch, config.channel)
     absolute = torch.where(torch.isnan(R), 0.0, config.w_abs * (R - config.anchor))  # (B,) 0 if unscored
-    temporal = torch.where(mask, z[:, None] - values, 0.0)  # (B, T)
     adv = torch.where(mask, temporal + absolute[:, None], 0.0)
-    return EstimatorResult(adv, {"Z": z, "values": values, "temporal": temporal, "absolute": absolute,
-                                 "paper": VGPO_PAPER, **diag})
+    return EstimatorResult(adv, {"Z": z, "values": values, "temporal": temporal, "returns": returns,
+                                 "absolute": absolute, "paper": VGPO_PAPER, **diag})

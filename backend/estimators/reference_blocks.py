@@ -85,10 +85,12 @@ def block_mean_loop(batch, config) -> torch.Tensor:
 def value_anchored_loop(batch, config) -> torch.Tensor:
     rows = _rows(batch)
     z = _z(batch, config)
+    r_rows = [[z[i] if k == len(c) - 1 else 0.0 for k in range(len(c))] for i, c in enumerate(rows)]
     v_rows = _values_rows(batch, config, z, rows)
+    temporal = _gae_rows(batch, r_rows, v_rows, config.gamma, config.lam)
     R = batch.scores[config.channel].tolist()
     out = []
-    for i, cols in enumerate(rows):
+    for i in range(len(rows)):
         absolute = 0.0 if math.isnan(R[i]) else config.w_abs * (R[i] - config.anchor)
-        out.append([z[i] - v_rows[i][k] + absolute for k in range(len(cols))])
+        out.append([a + absolute for a in temporal[i]])
     return _to_tensor(batch, rows, out)

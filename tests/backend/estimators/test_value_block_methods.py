@@ -28,6 +28,7 @@ VARIANTS = [
     ("value_anchored", {}),
     ("value_anchored", {"value_source": "stored", "w_abs": 0.5, "anchor": 0.0}),
     ("value_anchored", {"value_source": "zero", "outcome": "dr_grpo", "w_abs": 0.0}),
+    ("value_anchored", {"value_source": "stored", "lam": 0.8, "gamma": 0.9}),
 ]
 
 
@@ -138,6 +139,10 @@ def test_value_anchored_temporal_part_is_gae_with_lambda_one_and_keeps_flat_grou
     batch = random_batch(6)
     for source in ("stored", "prefix_tree"):
         anchored = registry.estimate("value_anchored", batch, value_source=source, w_abs=0.0).advantages
+        z = registry.estimate("grpo", batch).advantages
+        values = registry.estimate("value_anchored", batch, value_source=source).diagnostics["values"]
+        torch.testing.assert_close(anchored, torch.where(batch.response_mask, z - values, 0.0), atol=1e-5,
+                                   rtol=1e-5)  # gamma = lam = 1: Z - V(s_t)
         gae = registry.estimate("gae", batch, value_source=source, gamma=1.0, lam=1.0).advantages
         torch.testing.assert_close(anchored, gae, atol=1e-5, rtol=1e-5)
     # group 0 of random_batch is flat (every R = 1): GRPO gives 0 there; the absolute anchor does not
