@@ -192,8 +192,20 @@ def bench_estimators() -> list[str]:
     return [n for n in registry.supported(probe) if registry.get(n).model_free]
 
 
-def _pipelines(name: str):
-    """The three ways of computing A for estimator `name`, each `batch -> (A, ΔA or None)`.
+def bench_spec(label: str) -> tuple[str, dict[str, str]]:
+    """A bench row label, "name" or "name:key=value,key=value" (a variant), as (name, overrides)."""
+    name, _, rest = label.partition(":")
+    overrides = {}
+    for pair in filter(None, rest.split(",")):
+        key, eq, value = pair.partition("=")
+        if not eq:
+            raise ValueError(f"{label!r}: expected name:key=value,key=value")
+        overrides[key.strip()] = value.strip()
+    return name, overrides
+
+
+def _pipelines(label: str):
+    """The three ways of computing A for estimator `label` (`bench_spec`), each `batch -> (A, ΔA or None)`.
 
     task: the estimator on the task score. single (mixed): scores summed first, one estimator; its
     task-only counterpart is exactly the `task` pipeline (a sum of one score), so the bench reuses
@@ -204,14 +216,19 @@ def _pipelines(name: str):
     from backend import channels
     from backend.estimators.registry import estimate
 
+    name, overrides = bench_spec(label)
+    pairs = tuple(overrides.items())
+
     def task(batch):
-        return estimate(name, batch).advantages
+        return estimate(name, batch, **overrides).advantages
 
     def single(batch):
-        return channels.mixed_baseline(batch, {c: 1.0 for c in batch.scores}, estimator=name)
+        return channels.mixed_baseline(batch, {c: 1.0 for c in batch.scores}, estimator=name,
+                                       estimator_config=pairs)
 
     def split(batch):
-        specs = {"task": channels.ChannelSpec("task", "estimator", estimator=name, normalization="group"),
+        specs = {"task": channels.ChannelSpec("task", "estimator", estimator=name, estimator_config=pairs,
+                                              normalization="group"),
                  "style": channels.ChannelSpec("style", "span", normalization="group")}
         result = channels.combine(batch, specs)
         return result.final, result.contributions["style"]
