@@ -10,7 +10,7 @@ from backend.batch import batch_from_records
 from backend.estimators import functional as F
 from backend.estimators import registry
 from backend.estimators.reference import reference_advantages
-from backend.estimators.reference_blocks import gae_loop
+from backend.estimators.twins.valued import gae_loop
 
 from .helpers import random_batch
 
