@@ -9,6 +9,7 @@ import torch
 from backend.batch import batch_from_records
 from backend.estimators import functional as F
 from backend.estimators import registry
+from backend.estimators.common import outcome_z, token_positions
 from backend.estimators.reference import reference_advantages
 from backend.estimators.twins.valued import gae_loop
 
@@ -169,8 +170,6 @@ def test_configs_validate_and_declare_scope():
 
 def _terminal(batch):
     """(r, V): the terminal reward Z on each response's last real token, and the stored values."""
-    from backend.estimators.common import outcome_z, token_positions
-
     t, L = token_positions(batch)
     z = outcome_z(batch, registry.make_config("gae"))
     r = torch.where((t == L) & batch.response_mask, z[:, None], 0.0)
