@@ -16,17 +16,10 @@ import torch
 from backend.batch import RolloutBatch
 from backend.estimators import functional as F
 from backend.estimators import masked
-from backend.estimators.common import (
-    GAEFields,
-    OutcomeConfig,
-    outcome_z,
-    scores_of,
-    token_positions,
-    values_for,
-)
-from backend.estimators.credit import step_ends
+from backend.estimators.common import GAEFields, OutcomeConfig, outcome_z, values_for
 from backend.estimators.modifiers import ModifierConfig, base_advantages
 from backend.estimators.registry import EstimatorResult, param, register
+from backend.estimators.token_helpers import scores_of, step_ends, token_positions
 
 MPO_PAPER = ("Xu et al., 'Beyond Token-Level Policy Gradients for Complex Reasoning with Large Language "
              "Models' (MPO), arXiv 2602.14386; code not released ('upon acceptance'): only the abstract's "

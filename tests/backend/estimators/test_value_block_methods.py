@@ -9,8 +9,9 @@ import torch
 from backend.batch import batch_from_records
 from backend.estimators import functional as F
 from backend.estimators import registry
-from backend.estimators.common import outcome_z, token_positions
+from backend.estimators.common import outcome_z
 from backend.estimators.reference import reference_advantages
+from backend.estimators.token_helpers import token_positions
 from backend.estimators.twins.valued import gae_loop
 
 from .helpers import random_batch
