@@ -203,6 +203,19 @@ def compare(db: str, run: str, group: int, rollout_id: int, estimators: tuple) -
     }
 
 
+@st.cache_data(show_spinner=_SCOPED, max_entries=32)
+def summed_reward_credit(db: str, run: str, group: int, rollout_id: int, estimator: str, config: tuple
+                         ) -> np.ndarray:
+    """(L,) A of one rollout under `estimator` on the channel scores summed per rollout first (the mixed
+    pipeline, TRL's combined reward), at the estimator's scope: `creditlens estimate --channel all`."""
+    if not any(f["name"] == "channel" for f in registry.config_schema(estimator)["fields"]):
+        raise ValueError(f"{estimator} reads no reward channel, so it has no summed-reward baseline")
+    summed = tuple(sorted({**dict(config), "channel": estimates.ALL_CHANNELS}.items()))
+    batch = data.group_batch(db, run, group)
+    L = int(batch.lengths[_row_of(batch, rollout_id)])
+    return _scoped(db, run, estimator, summed, [int(rollout_id)], L)[0].numpy()
+
+
 @st.cache_data(show_spinner=False, max_entries=16)
 def default_betas(db: str, run: str, group: int) -> dict[str, float]:
     from backend import channels

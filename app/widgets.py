@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 import streamlit.components.v2  # noqa: F401 - registers st.components.v2
 
-from app import access
+from app import access, scales
 from app.views import plain
 from backend.estimators import registry
 
@@ -247,7 +247,7 @@ export default function(component) {
     box.className = 'credit-text-root';
     parentElement.appendChild(box);
   }
-  box.innerHTML = data;  // built by app.figures.credit_text_html: every token's text is HTML-escaped
+  box.innerHTML = data;  // built by app.heatmaps.credit_text_html: every token's text is HTML-escaped
   box.querySelectorAll('[data-pos]').forEach((el) => {
     el.onclick = () => setTriggerValue('clicked', Number(el.dataset.pos));
   });
@@ -269,7 +269,7 @@ _credit_text_component = st.components.v2.component(
 
 
 def credit_text(html_text: str, key: str) -> int | None:
-    """Draw `figures.credit_text_html` output; returns the position of a token clicked in this rerun."""
+    """Draw `heatmaps.credit_text_html` output; returns the position of a token clicked in this rerun."""
     result = _credit_text_component(data=html_text, key=key, on_clicked_change=lambda: None)
     clicked = getattr(result, "clicked", None)
     return None if clicked is None else int(clicked)
@@ -280,13 +280,13 @@ def scale_controls(
 ) -> tuple[str, float | None]:
     """The colour-scale mode (`?scale=`) and, when `lockable`, a lock that keeps the shared half-width
     fixed (`?zlock=`): a β move then recolours without rescaling. Returns (mode, locked half-width)."""
-    from app import figures, state
+    from app import state
 
     mode_col, lock_col = st.columns([3, 2])
     with mode_col:
         mode = state.url_widget(
             st.radio, "Colour scale", key=f"{key}_scale", url="scale", default="shared",
-            options=list(figures.SCALES), format_func=lambda m: figures.SCALE_LABELS[m], horizontal=True,
+            options=list(scales.SCALES), format_func=lambda m: scales.SCALE_LABELS[m], horizontal=True,
         )
     if not lockable:
         return mode, None

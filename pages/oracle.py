@@ -5,7 +5,7 @@ import urllib.parse
 
 import streamlit as st
 
-from app import compute, data, figures, state, views, widgets
+from app import charts, compute, data, state, views, widgets
 from backend import analysis, teacher_bench
 from backend.metrics import METRICS
 
@@ -47,7 +47,7 @@ if analysis.has_oracle(batch):
         width="stretch",
         column_config={m: st.column_config.NumberColumn(m, format="%.3f") for m in METRICS},
     )
-    st.plotly_chart(figures.oracle_metrics_figure(shown, METRICS), key="oracle_chart", width="stretch")
+    st.plotly_chart(charts.oracle_metrics_figure(shown, METRICS), key="oracle_chart", width="stretch")
 else:
     st.caption(
         "Real run: estimators are scored against the Monte Carlo teacher — V̂(s_t) from suffix resampling "
@@ -92,7 +92,7 @@ else:
     bars = [m for m in ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1")
             if m in shown_metrics]
     ranked = bench.table[bench.table["kind"].isin(["estimator", "uses teacher", "sanity"])]
-    st.plotly_chart(figures.oracle_metrics_figure(ranked, bars, error="_se"), key="oracle_teacher_chart",
+    st.plotly_chart(charts.oracle_metrics_figure(ranked, bars, error="_se"), key="oracle_teacher_chart",
                     width="stretch")
 
     st.subheader("Where an estimator misses")

@@ -3,7 +3,7 @@ per-token strips under it, and why a token got its credit."""
 
 import streamlit as st
 
-from app import compute, figures, state, views, widgets
+from app import compute, fmt, heatmaps, scales, state, views, widgets
 
 sel = views.rollout_selection()
 st.title(f"Rollout #{sel.rollout}")
@@ -41,13 +41,13 @@ with position:
     )
 
 mode, _ = widgets.scale_controls("rollout")
-peaks = figures.scale_peaks(view.rows, mode)
+peaks = scales.scale_peaks(view.rows, mode)
 window = views.heatmap_window(view, key="rollout_window", peaks=peaks)
 
 st.subheader("Credit as text")
 st.caption(
     "The response as written, each token coloured by its final advantage: blue = positive credit, red = "
-    f"negative, white = 0 (scale ±{figures.nice(peaks['final'], 2, signed=False)}). ↵ marks a newline. "
+    f"negative, white = 0 (scale ±{fmt.nice(peaks['final'], 2, signed=False)}). ↵ marks a newline. "
     "Hover a token for its facts; click it to see why it got its credit."
 )
 text_click = views.credit_text(view, window, peaks["final"], pos, key="rollout_text")
@@ -61,7 +61,7 @@ st.caption(
     "the token, its logprob, entropy and channel shares; click it to select it."
 )
 st.plotly_chart(
-    figures.credit_heatmap(**window, highlight=[pos]),
+    heatmaps.credit_heatmap(**window, highlight=[pos]),
     key="rollout_heatmap",
     on_select="rerun",
     selection_mode="points",
