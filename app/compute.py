@@ -71,8 +71,9 @@ def _scoped(db: str, run: str, name: str, config: tuple, rollout_ids: list[int],
 @st.cache_data(show_spinner=False, max_entries=64)
 def rollout_view(
     db: str, run: str, group: int, rollout_id: int, estimator: str, config: tuple, betas: tuple = (),
-    norms: tuple = (),
+    norms: tuple = (), classes: tuple | None = None,
 ) -> RolloutView:
+    """classes: the token classes that label the tokens (default: the run's saved ones)."""
     batch = data.group_batch(db, run, group)
     credit = group_credit(db, run, group, estimator, config, betas, norms)
     row = _row_of(batch, rollout_id)
@@ -99,7 +100,7 @@ def rollout_view(
             "logprob": per_token(batch.logprobs),
             "entropy": per_token(batch.entropies),
             "value": per_token(batch.values),
-            "token_class": analysis.token_class_labels(batch, row, data.token_classes(db, run)),
+            "token_class": analysis.token_class_labels(batch, row, classes or data.token_classes(db, run)),
         }
     )
     return RolloutView(
@@ -171,11 +172,13 @@ def group_rows(
 
 
 @st.cache_data(show_spinner=_SCOPED, max_entries=32)
-def compare(db: str, run: str, group: int, rollout_id: int, estimators: tuple) -> dict:
+def compare(db: str, run: str, group: int, rollout_id: int, estimators: tuple, classes: tuple | None = None
+            ) -> dict:
     """Compare view numbers: per estimator A on the rollout, rank agreement and credit mass over the group;
     an estimator that cannot run is left out with its error in `errors` (label -> message).
 
-    estimators: ((name, config tuple), ...); labels are the names (with ' (2)' for repeats)."""
+    estimators: ((name, config tuple), ...); labels are the names (with ' (2)' for repeats);
+    classes: the token classes of the credit mass (default: the run's saved ones)."""
     batch = data.group_batch(db, run, group)
     row = _row_of(batch, rollout_id)
     L = int(batch.lengths[row])
@@ -188,7 +191,7 @@ def compare(db: str, run: str, group: int, rollout_id: int, estimators: tuple) -
             advantages[label] = _scoped(db, run, name, config, batch.rollout_ids.tolist(), batch.T)
         except (ValueError, RuntimeError) as exc:  # BatchError, InputError, bad config: shown in its panel
             errors[label] = str(exc)
-    classes = data.token_classes(db, run)
+    classes = classes or data.token_classes(db, run)
     class_ids = analysis.token_class_ids(batch, classes)
     return {
         "tokens": list(batch.tokens[row])

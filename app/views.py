@@ -60,6 +60,17 @@ def prompt_and_response(sel: Selection) -> dict:
     return record
 
 
+def saved_classes_note(sel: Selection) -> None:
+    """Say so when this session's token classes are not the run's saved ones: the Explorer's and Trends'
+    shares by class are summaries computed with the saved classes."""
+    if sel.classes != data.token_classes(sel.db, sel.run):
+        st.info(
+            "Shares by token class here use the classes saved with the run; this session's classes (from the "
+            "link or the class editor) apply to the Rollout and Compare views. Save them with the run "
+            "(Compare → Token classes of this run) to use them here too."
+        )
+
+
 def compute_or_explain(fn, *args, **kwargs):
     """Run a cached computation; on a clear backend error show it and stop the view."""
     try:

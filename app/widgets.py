@@ -195,47 +195,68 @@ def _restore_field(f: dict, wkey: str, url: str) -> None:
 
 
 def token_class_editor(sel) -> None:
-    """Edit the run's token classes (regex, phrases or marker; first match wins, `other` for the rest)
-    and save them with the run: every credit-by-class chart and table then uses them."""
-    from app import data
+    """Edit the token classes (regex, phrases or marker; first match wins, `other` for the rest): use them
+    in this session (and its link, `?classes=`), or save them with the run, so that every credit-by-class
+    chart and table uses them (the Explorer's and Trends' summaries included)."""
+    from app import data, state
     from backend import token_classes
 
     read_only = data.settings().read_only
+    saved = data.token_classes(sel.db, sel.run)
     with st.expander("Token classes of this run", expanded=False):
         st.caption("kind: regex (searched in each token's text), phrases (one per line, or separated by |, "
                    "matched in the response text, any tokenizer), marker (key, style span). The first "
                    "class that matches a token wins; every other token is `other`.")
-        current = pd.DataFrame(token_classes.to_json(data.token_classes(sel.db, sel.run)))
+        if sel.classes != saved:
+            st.caption("Shown: this session's classes (from the link or the Use button), not saved with the "
+                       "run.")
+        current = pd.DataFrame(token_classes.to_json(sel.classes))
         edited = st.data_editor(
             current, num_rows="dynamic", key="token_class_table", width="stretch",
             column_config={"kind": st.column_config.SelectboxColumn(options=["regex", "phrases", "marker"])},
         )
+        use, save, reset = st.columns(3)
+        if use.button("Use in this session", key="token_class_use",
+                      help="Rollout and Compare use these classes, and the link carries them; the store is "
+                           "unchanged"):
+            try:
+                classes = token_classes.from_json(_class_rows(edited))
+            except (ValueError, KeyError) as exc:
+                st.error(plain(str(exc)))
+            else:
+                state.use_classes(sel.run, None if classes == saved else classes)
+                st.rerun()
         if read_only:
             st.info("Saving classes is switched off: this server runs in read-only mode.")
             return
-        save, reset = st.columns(2)
         if save.button("Save for this run", key="token_class_save"):
-            rows = [
-                {**row, "pattern": "\n".join(str(row["pattern"]).split("|")) if row["kind"] == "phrases"
-                 else str(row["pattern"])}
-                for row in edited.dropna(how="all").to_dict("records")
-            ]
             try:
                 access.require_writable(data.settings(), "token classes")
-                classes = token_classes.from_json(rows)
+                classes = token_classes.from_json(_class_rows(edited))
                 with data.handle().write() as store:
                     token_classes.save(store, sel.run, classes)
             except (ValueError, KeyError, access.Refused) as exc:
                 st.error(plain(str(exc)))
             else:
+                state.use_classes(sel.run, None)
                 data.invalidate()
                 st.rerun()
         if reset.button("Restore the defaults", key="token_class_reset"):
             access.require_writable(data.settings(), "token classes")
             with data.handle().write() as store:
                 token_classes.save(store, sel.run, None)
+            state.use_classes(sel.run, None)
             data.invalidate()
             st.rerun()
+
+
+def _class_rows(edited: pd.DataFrame) -> list[dict]:
+    """The editor's rows as `token_classes.from_json` reads them (phrases separated by | become lines)."""
+    return [
+        {**row, "pattern": "\n".join(str(row["pattern"]).split("|")) if row["kind"] == "phrases"
+         else str(row["pattern"])}
+        for row in edited.dropna(how="all").to_dict("records")
+    ]
 
 
 _CREDIT_TEXT_JS = """

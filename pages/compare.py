@@ -42,7 +42,8 @@ with st.expander("Parameters", expanded=False):
             configs.append((name, widgets.with_channel(name, widgets.estimator_form(name, key="compare_cfg"),
                                                        channel)))
 
-result = views.compute_or_explain(compute.compare, sel.db, sel.run, sel.group, sel.rollout, tuple(configs))
+result = views.compute_or_explain(compute.compare, sel.db, sel.run, sel.group, sel.rollout, tuple(configs),
+                                  sel.classes)
 for label, message in result["errors"].items():
     st.error(f"{views.plain(label)} cannot run on this run: {views.plain(message)}")
 if len(result["rollout"]) < 1:

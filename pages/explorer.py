@@ -14,6 +14,7 @@ if sel.run is None:
     st.stop()
 
 st.title(f"Explorer · {views.plain(sel.run)}")
+views.saved_classes_note(sel)
 
 pick, versus, params = st.columns([1, 1, 2])
 with pick:

@@ -17,7 +17,7 @@ with params, st.expander("Estimator parameters"):
 widgets.unavailable_note(compute.unavailable(sel.db, sel.run, sel.group))
 
 view = views.compute_or_explain(
-    compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, config
+    compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, config, classes=sel.classes
 )
 # A click (on the text or on a heatmap cell) reruns the page: it selects that token (and the URL's `pos`),
 # and both are drawn with the token outlined.

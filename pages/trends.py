@@ -10,6 +10,7 @@ if sel.run is None:
     st.stop()
 
 st.title(f"Trends · {views.plain(sel.run)}")
+views.saved_classes_note(sel)
 pick, params = st.columns([1, 3])
 with pick:
     estimator = widgets.estimator_picker("trends_estimator")
@@ -25,7 +26,7 @@ st.caption(
 TOOLBAR = {"displayModeBar": True, "displaylogo": False}
 scores = {c: c.removeprefix("score_") for c in frame.columns if c.startswith("score_")}
 shares = {c: c.removeprefix("share_").replace("_", " ") for c in frame.columns if c.startswith("share_")}
-charts = [
+panels = [
     ("trends_scores",
      charts.trend_lines(frame, {**scores, "reward": "reward (sum)"}, "mean score per channel")),
     ("trends_classes", charts.class_share_trend(frame, shares) if shares else None),
@@ -40,7 +41,7 @@ charts = [
     ("trends_repetition", charts.trend_lines(frame, {"repetition": "repeated 16-token windows"},
                                               "repetition", percent=True)),
 ]
-shown = [(key, fig) for key, fig in charts if fig is not None]
+shown = [(key, fig) for key, fig in panels if fig is not None]
 for start in range(0, len(shown), 2):
     for box, (key, fig) in zip(st.columns(2), shown[start:start + 2], strict=False):
         with box:
