@@ -160,6 +160,8 @@ def _num(v) -> str:
     return fmt.nice(v, 4)
 
 
+SIDE_HEIGHT = 440  # px: the text view and the channel rows beside it scroll within this height
+SIDE_BAND = 32  # heatmap band width (units of about two characters) in a half-width column
 WINDOW = 512  # tokens drawn at once in every view that draws tokens; longer responses a window at a time
 
 

@@ -12,9 +12,11 @@ demo responses re-tokenized with a byte-level BPE trained in-repo, `backend.demo
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
+from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -44,6 +46,12 @@ MORE_VIEWS = tuple(
     for run, rollout in (("subword", 0), ("subword", 9), ("simple", 2))
     for view, path in (("rollout", ""), ("group", "group"), ("compare", "compare"), ("tune", "tune"),
                        ("resample", "resample"))
+) + (
+    ("tune-summed", "tune?run=demo&rollout=3&beta_style=2.0&base=side+by+side&against=summed",
+     ".st-key-tune_baseline_heatmap .js-plotly-plot"),
+    ("compare-classes", "compare?run=demo&rollout=3&classes="
+     + quote(json.dumps([["carry word", "phrases", "carry"], ["digits", "regex", r"^\d$"]])),
+     ".st-key-compare_mass .js-plotly-plot"),
 )
 
 

@@ -23,6 +23,7 @@ with versus:
     compare = state.url_widget(
         st.selectbox, "Compare with (Spearman per rollout)", key="explorer_compare", url="vs",
         default="none", options=["none", *widgets.estimator_names()],
+        format_func=lambda n: n if n == "none" else widgets.described(n),
     )
 with params, st.expander("Estimator parameters"):
     config = widgets.estimator_form(estimator, key="explorer_cfg")

@@ -20,7 +20,8 @@ st.caption(
 mode, _ = widgets.scale_controls("group")
 longest = max((len(v) for v in tokens.values()), default=0)
 peaks = scales.scale_peaks(values, mode)
-start, stop = views.token_window(longest, "group_window")
+widest = max(values, key=lambda k: len(values[k]), default=None)  # its row is the overview strip
+start, stop = views.token_window(longest, "group_window", values.get(widest), peaks.get(widest))
 st.plotly_chart(
     heatmaps.credit_heatmap(
         {k: v[start:stop] for k, v in values.items()}, [],

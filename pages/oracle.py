@@ -17,7 +17,8 @@ st.title(f"Credit quality · {views.plain(sel.run)}")
 
 options = widgets.estimator_names(model_free=True)
 default = [n for n in ("grpo", "entropy", "entropy_mix", "prefix_tree", "token_rm") if n in options]
-chosen = widgets.url_multiselect("Estimators", options, key="oracle_estimators", url="ests", default=default)
+chosen = widgets.url_multiselect("Estimators", options, key="oracle_estimators", url="ests", default=default,
+                                 format_func=widgets.described)
 if not chosen:
     st.stop()
 

@@ -149,7 +149,10 @@ else:
     st.plotly_chart(
         charts.value_estimates_figure(values, L, outcome), key="resample_values", width="stretch"
     )
-    st.dataframe(values, hide_index=True, width="stretch")
+    st.dataframe(values, hide_index=True, width="stretch", column_config={
+        "value": st.column_config.NumberColumn("V̂(s_t)", format="%.3f"),
+        "stderr": st.column_config.NumberColumn("s.e.", format="%.3f"),
+    })
     st.subheader("Suffixes and their rewards")
     samples_frame = data.resample_samples(sel.db, sel.run, sel.rollout)
     st.dataframe(

@@ -44,30 +44,35 @@ mode, _ = widgets.scale_controls("rollout")
 peaks = scales.scale_peaks(view.rows, mode)
 window = views.heatmap_window(view, key="rollout_window", peaks=peaks)
 
-st.subheader("Credit as text")
-st.caption(
-    "The response as written, each token coloured by its final advantage: blue = positive credit, red = "
-    f"negative, white = 0 (scale ±{fmt.nice(peaks['final'], 2, signed=False)}). ↵ marks a newline. "
-    "Hover a token for its facts; click it to see why it got its credit."
-)
-text_click = views.credit_text(view, window, peaks["final"], pos, key="rollout_text")
+# On a wide screen the text and the channel rows sit side by side, both scrolling within the same height;
+# the heatmap packs its cells into narrower bands there so token text stays readable.
+text_col, rows_col = st.columns(2, gap="medium")
+with text_col:
+    st.subheader("Credit as text")
+    st.caption(
+        "The response as written, each token coloured by its final advantage: blue = positive credit, red = "
+        f"negative, white = 0 (scale ±{fmt.nice(peaks['final'], 2, signed=False)}). ↵ marks a newline. "
+        "Hover a token for its facts; click it to see why it got its credit."
+    )
+    text_click = views.credit_text(view, window, peaks["final"], pos, key="rollout_text")
 if text_click is not None and text_click != pos:
     st.session_state["rollout_text_clicked"] = text_click
     st.rerun()
-
-st.subheader("Credit by channel")
-st.caption(
-    "One row per channel (β_c · Ã_c) and the final advantage; cells sized to their token. Hover a cell for "
-    "the token, its logprob, entropy and channel shares; click it to select it."
-)
-st.plotly_chart(
-    heatmaps.credit_heatmap(**window, highlight=[pos]),
-    key="rollout_heatmap",
-    on_select="rerun",
-    selection_mode="points",
-    width="stretch",
-    config={"displayModeBar": False},
-)
+with rows_col:
+    st.subheader("Credit by channel")
+    st.caption(
+        "One row per channel (β_c · Ã_c) and the final advantage; cells sized to their token. Hover a cell "
+        "for the token, its logprob, entropy and channel shares; click it to select it."
+    )
+    with st.container(height=views.SIDE_HEIGHT, border=False):
+        st.plotly_chart(
+            heatmaps.credit_heatmap(**window, highlight=[pos], band=views.SIDE_BAND),
+            key="rollout_heatmap",
+            on_select="rerun",
+            selection_mode="points",
+            width="stretch",
+            config={"displayModeBar": False},
+        )
 with st.expander("Per-token strips: logprob, reference, log-ratio, entropy, value", expanded=True):
     views.token_strips(view, window, pos, key="rollout_strips")
 
