@@ -224,13 +224,18 @@ def credit_heatmap(
     ]
     height = n_bands * (R + 1) - 1
     fig_height = max(140, 22 * height + 50)  # a one-row figure keeps a readable colour bar
+    top_margin = 30 if title else 10
+    plot_height = fig_height - top_margin - 10
+    # rows keep their 22 px when the figure is taller than they need (a one-row figure), at the top
+    bottom = max(0.0, 1.0 - 22 * (height + 1) / plot_height)
     fig.update_yaxes(
-        tickvals=tickvals, ticktext=ticktext, autorange="reversed", showgrid=False, zeroline=False
+        tickvals=tickvals, ticktext=ticktext, autorange="reversed", showgrid=False, zeroline=False,
+        domain=[bottom, 1.0],
     )
     fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, range=[-0.5, band - 0.5])
     fig.update_layout(
         height=fig_height,
-        margin={"l": 10, "r": 10, "t": 30 if title else 10, "b": 10},
+        margin={"l": 10, "r": 10, "t": top_margin, "b": 10},
         title=safe(title) if title else None,
         clickmode="event+select",
         dragmode=False,
