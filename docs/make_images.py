@@ -97,15 +97,15 @@ def main(argv: list[str] | None = None) -> int:
             browser = launch(p)
             context = browser.new_context(viewport={"width": 1400, "height": args.height})
             page = context.new_page()
-            page.set_default_timeout(90_000)
+            page.set_default_timeout(180_000)  # a loaded machine and a cold server
             for name, path, ready in views:
                 page.goto(f"{server.url}/{path}")
-                wait_idle(page, timeout=120_000)
+                wait_idle(page, timeout=180_000)
                 try:
                     page.wait_for_selector(ready, state="attached")
                 except Exception:  # noqa: BLE001 - keep what the page shows, say what was missing
                     print(f"{name}: {ready} did not appear", file=sys.stderr)
-                wait_idle(page, timeout=120_000)
+                wait_idle(page, timeout=180_000)
                 page.wait_for_timeout(800)  # plotly's last relayout
                 target = args.out / f"{name}.png"
                 page.screenshot(path=str(target))
