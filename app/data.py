@@ -17,6 +17,8 @@ import pandas as pd
 import streamlit as st
 
 from app import access
+from backend import token_classes as classes
+from backend.ingest.bundled import import_bundled
 from backend.store import StoreHandle, default_db_path
 
 
@@ -34,8 +36,6 @@ def db_path_from_argv(argv: list[str] | None = None) -> Path:
 @st.cache_resource(show_spinner=False)
 def store_handle(path: str) -> StoreHandle:
     """One handle per process and store file; imports the bundled runs into an empty store."""
-    from backend.store.commands import import_bundled
-
     handle = StoreHandle(path)
     with handle.read() as store:
         empty = not store.list_runs()
@@ -111,8 +111,6 @@ def run_channels(path: str, run: str) -> list[str]:
 @st.cache_data(show_spinner=False)
 def token_classes(path: str, run: str) -> tuple:
     """The run's token classes (its own, saved in the store, else the defaults)."""
-    from backend import token_classes as classes
-
     with store_handle(path).read() as store:
         return classes.from_json(store.run_info(run)["meta"].get("token_classes"))
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from app import access
+from backend.models import resample
 
 MODEL_JOBS = ("resample", "teacher", "score")
 
@@ -64,12 +65,10 @@ def resample_job(
     It saves what it finished to the store behind `handle` (a `StoreHandle`), also when cancelled: the
     engine stops after its current chunk and the finished suffixes are kept.
     """
-    from backend import analysis
-
     positions, samples = list(positions), int(samples)
 
     def work(job: Job):
-        result = analysis.resample_rollout(
+        result = resample.resample_rollout(
             engine, record, verifier, positions, samples, progress=job.progress, cancel=job.cancel.is_set
         )
         if result.samples:

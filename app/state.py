@@ -18,6 +18,7 @@ from typing import Any
 import streamlit as st
 
 from app import data
+from app.text import plain
 from backend import token_classes
 from backend.errors import InputError
 
@@ -48,8 +49,6 @@ def link_warning(name: str, value: Any, reason: str, fallback: Any) -> None:
     if name in seen:
         return
     seen.add(name)
-    from app.views import plain
-
     box = st.session_state.get(_LINK_BOX) or st
     box.warning(
         f"Link parameter {_code(f'{name}={value}')} cannot be honoured: {plain(reason)}. "

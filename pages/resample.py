@@ -6,8 +6,6 @@ import time
 import streamlit as st
 
 from app import access, charts, compute, data, heatmaps, jobs, state, views
-from backend import analysis
-from backend.models.engine import engine_note
 
 sel = views.rollout_selection()
 st.title(f"Resample suffixes · rollout #{sel.rollout}")
@@ -25,7 +23,7 @@ if not settings.read_only:
 clicked = views.new_click("resample_heatmap", n_rows=1)
 if "resample_positions" not in st.session_state:
     from_url = [int(p) for p in (state.url_value("positions") or "").split(",") if p.strip().isdigit()]
-    st.session_state["resample_positions"] = [p for p in from_url if p < L] or analysis.suggested_positions(
+    st.session_state["resample_positions"] = [p for p in from_url if p < L] or compute.suggested_positions(
         "entropy", view.tokens, view.token_info["entropy"].dropna().tolist() or None, 3
     )
 if clicked is not None:
@@ -49,7 +47,7 @@ st.plotly_chart(
 
 def suggest(kind: str) -> None:
     entropies = view.token_info["entropy"].dropna().tolist() or None
-    st.session_state["resample_positions"] = analysis.suggested_positions(kind, view.tokens, entropies, 5)
+    st.session_state["resample_positions"] = compute.suggested_positions(kind, view.tokens, entropies, 5)
     st.session_state["resample_suggested"] = kind
 
 
@@ -91,7 +89,7 @@ else:
             default="auto",
             options=["auto", "transformers", "vllm"],
         )
-        st.caption(engine_note(engine_name))
+        st.caption(compute.engine_note(engine_name))
     state.publish("positions", ",".join(map(str, positions)))
     st.caption(f"At most {settings.max_suffixes} suffixes (positions × M) per request on this server.")
 

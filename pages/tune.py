@@ -8,7 +8,6 @@ the shares; the replay starts from the β of its own last run (its widgets or it
 import streamlit as st
 
 from app import charts, compute, data, heatmaps, scales, state, views, widgets
-from backend import analysis
 
 sel = views.rollout_selection()
 st.title(f"Tune channel weights · rollout #{sel.rollout}")
@@ -101,7 +100,7 @@ def baseline_chart(view, window: dict, peaks: dict, mode: str, how: str, against
     else:
         changed = [k for k in view.rows if k in base and k not in scales.OWN_SCALE_ROWS]
         rows = {
-            f"{k}: tuned − {name}": analysis.credit_difference(base[k], view.rows[k])[start:stop]
+            f"{k}: tuned − {name}": compute.credit_difference(base[k], view.rows[k])[start:stop]
             for k in changed
         }
         base_peaks = scales.scale_peaks(rows, mode)

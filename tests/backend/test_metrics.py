@@ -1,5 +1,6 @@
 """Credit-quality metrics against small cases worked out by hand, and the oracle bench's orderings."""
 
+import json
 import math
 
 import numpy as np
@@ -7,7 +8,8 @@ import pytest
 import torch
 from scipy import stats
 
-from backend import metrics
+from backend import metrics, oracle
+from backend.cli import main
 from backend.metrics import auroc, credit_metrics, spearman, summarize, topk_hits
 
 
@@ -117,7 +119,7 @@ def test_summarize_mean_and_sample_std():
 @pytest.fixture(scope="module")
 def small_bench():
     """The real registry and channel pipelines on 2 seeds x 60 prompts x 8 responses."""
-    rows = metrics.oracle_bench(2, 60, 8, estimators=["grpo", "decaying_trace", "entropy", "token_rm"])
+    rows = oracle.oracle_bench(2, 60, 8, estimators=["grpo", "decaying_trace", "entropy", "token_rm"])
     return {(r["setting"], r["pipeline"], r["estimator"]): r for r in rows}
 
 
@@ -151,10 +153,6 @@ def test_bench_reproduces_the_write_up_ordering(small_bench):
 
 
 def test_oracle_bench_command_writes_json(tmp_path, capsys):
-    import json
-
-    from backend.cli import main
-
     out = tmp_path / "bench.json"
     args = ["oracle-bench", "--seeds", "1", "--prompts", "12", "--group", "4", "--estimators", "grpo,entropy",
             "--workers", "1", "--quiet", "--json", str(out)]
@@ -171,7 +169,7 @@ def test_oracle_bench_command_writes_json(tmp_path, capsys):
 
 
 def test_parallel_seeds_match_in_process():
-    serial = metrics.oracle_bench(2, 10, 4, estimators=["entropy"], workers=1)
-    parallel = metrics.oracle_bench(2, 10, 4, estimators=["entropy"], workers=2)
+    serial = oracle.oracle_bench(2, 10, 4, estimators=["entropy"], workers=1)
+    parallel = oracle.oracle_bench(2, 10, 4, estimators=["entropy"], workers=2)
     strip = [{k: v for k, v in row.items() if k != "seconds"} for row in serial]
     assert strip == [{k: v for k, v in row.items() if k != "seconds"} for row in parallel]

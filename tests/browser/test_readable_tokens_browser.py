@@ -1,6 +1,6 @@
 """Tokens people can read, in headless chromium: the text view of credit on a subword-tokenized run,
-the colour scale locked across a β move, a shared link that restores a configured Compare view, and a
-link whose parameters cannot be honoured."""
+the colour scale locked across a β move, a shared link that restores a configured Compare view (and token
+classes), links whose parameters cannot be honoured, and Tune against the summed reward."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from backend.cli import main
 from backend.demo.subword import subword_records
 from backend.estimators import registry
 from tests.app.conftest import decode
@@ -177,8 +178,6 @@ BASELINE_Z = ("() => document.querySelector('.st-key-tune_baseline_heatmap .js-p
 
 
 def test_tune_against_the_summed_reward_shows_what_estimate_channel_all_prints(page, server, tmp_path):
-    from backend.cli import main
-
     rollout = 352
     open_view(page, f"tune?run=demo&rollout={rollout}&est=entropy&base=side+by+side&against=summed")
     page.wait_for_selector(".st-key-tune_baseline_heatmap .js-plotly-plot")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from backend.estimators import functional as F
 from backend.estimators import masked
-from backend.estimators.reference import outcome_loop, verl_gae_loop, verl_grpo_loop
+from backend.estimators.twins.loops import outcome_loop
+from backend.estimators.twins.verl import verl_gae_loop, verl_grpo_loop
 
 
 def _ragged(B, T, seed, holes=False):
@@ -128,8 +130,6 @@ def test_against_verl_itself():
     adv, ret = F.compute_gae(rewards, values, mask, 0.99, 0.95)
     # verl whitens its advantages; returns - values is the advantage before whitening.
     torch.testing.assert_close((ret - values) * mask, (ret_v - values) * mask, atol=1e-5, rtol=1e-5)
-    import numpy as np
-
     scores = torch.randn(8, generator=gen)
     tr = torch.zeros(8, 33)
     tr[:, 0] = scores
