@@ -31,8 +31,8 @@ from backend.store import Store  # noqa: E402
 
 # (file name, path and query, what to wait for, keys of elements to scroll into view first)
 README_VIEWS = (
-    ("rollout", "?run=demo&rollout=3&pos=13", ".st-key-rollout_text .tok"),
-    ("rollout-subword", "?run=subword&rollout=9&pos=4", ".st-key-rollout_heatmap .js-plotly-plot"),
+    ("rollout", "rollout?run=demo&rollout=3&pos=13", ".st-key-rollout_text .tok"),
+    ("rollout-subword", "rollout?run=subword&rollout=9&pos=4", ".st-key-rollout_heatmap .js-plotly-plot"),
     ("group", "group?run=oracle&rollout=0", ".st-key-group_heatmap .js-plotly-plot"),
     ("compare", "compare?run=oracle&rollout=0", ".st-key-compare_multiples .js-plotly-plot"),
     ("tune", "tune?run=oracle&rollout=0&beta_style=2.0&base=difference",
@@ -44,7 +44,7 @@ README_VIEWS = (
 MORE_VIEWS = tuple(
     (f"{view}-{run}-{rollout}", f"{path}?run={run}&rollout={rollout}", ".js-plotly-plot")
     for run, rollout in (("subword", 0), ("subword", 9), ("simple", 2))
-    for view, path in (("rollout", ""), ("group", "group"), ("compare", "compare"), ("tune", "tune"),
+    for view, path in (("rollout", "rollout"), ("group", "group"), ("compare", "compare"), ("tune", "tune"),
                        ("resample", "resample"))
 ) + (
     ("tune-summed", "tune?run=demo&rollout=3&beta_style=2.0&base=side+by+side&against=summed",

@@ -17,7 +17,7 @@ if runs:
         ["name", "source", "rollouts", "groups", "steps", "tokens", "channels", "model", "created"]
     ]
     table["channels"] = table["channels"].map(", ".join)
-    table["model"] = table["model"].map(lambda m: m or "–")
+    table["model"] = table["model"].fillna("").replace("", "–")  # pandas 3 keeps NA through map()
     st.dataframe(table, hide_index=True, width="stretch")
 else:
     st.info("No runs yet.")

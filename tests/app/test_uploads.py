@@ -96,6 +96,7 @@ def test_upload_with_a_model_folder_inside_the_roots_tokenizes_with_it(app_db, t
     assert not at.error, [e.value for e in at.error]
     table = at.dataframe[0].value.set_index("name")
     assert str((root / "policy").resolve()) in table.loc["uploaded", "model"]
+    assert table.loc["oracle", "model"] == "–"  # a run without a model: a dash, not "None"
     tokens = _tokens(app_db, "uploaded")
     assert tokens[0][:6] == ["4", "+", "8", "=", "1", "2"]  # the policy's character tokenizer
     assert all(len(t) == 1 for row in tokens for t in row)
