@@ -227,7 +227,7 @@ def credit_heatmap(
     top_margin = 30 if title else 10
     plot_height = fig_height - top_margin - 10
     # rows keep their 22 px when the figure is taller than they need (a one-row figure), at the top
-    bottom = max(0.0, 1.0 - 22 * (height + 1) / plot_height)
+    bottom = max(0.0, 1.0 - 22 * height / plot_height)
     fig.update_yaxes(
         tickvals=tickvals, ticktext=ticktext, autorange="reversed", showgrid=False, zeroline=False,
         domain=[bottom, 1.0],

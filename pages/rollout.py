@@ -46,7 +46,7 @@ window = views.heatmap_window(view, key="rollout_window", peaks=peaks)
 
 # On a wide screen the text and the channel rows sit side by side, both scrolling within the same height;
 # the heatmap packs its cells into narrower bands there so token text stays readable.
-text_col, rows_col = st.columns(2, gap="medium")
+text_col, rows_col = st.columns([2, 3], gap="medium")  # the rows need the width: cells fit their text
 with text_col:
     st.subheader("Credit as text")
     st.caption(

@@ -90,6 +90,11 @@ def test_one_row_figure_has_a_readable_colour_bar():
     bar = fig.layout.coloraxis.colorbar
     assert fig.layout.height >= 140 and bar.lenmode == "pixels" and bar.len >= 100
     assert list(bar.ticktext) == ["-1.00", "0", "+1.00"]
+    # the row keeps its 22 px at the top instead of stretching over the taller figure
+    plot = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    assert (1 - fig.layout.yaxis.domain[0]) * plot == pytest.approx(22)
+    tall = heatmaps.credit_heatmap({f"r{i}": np.zeros(200) for i in range(5)}, ["x"] * 200, title="t")
+    assert tall.layout.yaxis.domain[0] < 0.05  # a figure sized to its rows uses (nearly) all of it
 
 
 def test_credit_text_is_running_escaped_coloured_text():
