@@ -13,6 +13,7 @@ if sel.run is None:
     st.stop()
 
 st.title(f"Explorer · {views.plain(sel.run)}")
+views.saved_classes_note(sel)
 
 pick, versus, params = st.columns([1, 1, 2])
 with pick:
@@ -21,6 +22,7 @@ with versus:
     compare = state.url_widget(
         st.selectbox, "Compare with (Spearman per rollout)", key="explorer_compare", url="vs",
         default="none", options=["none", *widgets.estimator_names()],
+        format_func=lambda n: n if n == "none" else widgets.described(n),
     )
 with params, st.expander("Estimator parameters"):
     config = widgets.estimator_form(estimator, key="explorer_cfg")

@@ -5,7 +5,7 @@ import urllib.parse
 
 import streamlit as st
 
-from app import compute, data, figures, state, views, widgets
+from app import charts, compute, data, state, views, widgets
 
 sel = state.selection()
 if sel.run is None:
@@ -15,14 +15,15 @@ st.title(f"Credit quality · {views.plain(sel.run)}")
 
 options = widgets.estimator_names(model_free=True)
 default = [n for n in ("grpo", "entropy", "entropy_mix", "prefix_tree", "token_rm") if n in options]
-chosen = widgets.url_multiselect("Estimators", options, key="oracle_estimators", url="ests", default=default)
+chosen = widgets.url_multiselect("Estimators", options, key="oracle_estimators", url="ests", default=default,
+                                 format_func=widgets.described)
 if not chosen:
     st.stop()
 
 batch = data.group_batch(sel.db, sel.run, sel.group)
 if compute.has_oracle(batch):
     st.caption(
-        "Synthetic run: the true key tokens and their credit are known (ESTIMATORS.md section 9). "
+        "Synthetic run: the true key tokens and their credit are known (docs/estimators.md section 9). "
         "single = scores summed then one estimator; split = channels projected and normalized "
         "separately, then combined. style_recall uses ΔA = A(task+style) − A(task only)."
     )
@@ -45,7 +46,7 @@ if compute.has_oracle(batch):
         width="stretch",
         column_config={m: st.column_config.NumberColumn(m, format="%.3f") for m in compute.METRICS},
     )
-    st.plotly_chart(figures.oracle_metrics_figure(shown, compute.METRICS), key="oracle_chart",
+    st.plotly_chart(charts.oracle_metrics_figure(shown, compute.METRICS), key="oracle_chart",
                     width="stretch")
 else:
     st.caption(
@@ -73,7 +74,7 @@ else:
               for m in shown_metrics}
     config.update({f"{m}_se": st.column_config.NumberColumn("± se", format="%.3f") for m in shown_metrics})
     is_value = bench.table["kind"] == "value source"
-    tables = ((bench.table[~is_value], compute.teacher_bench.SEGMENT_METRICS, "oracle_teacher_table"),
+    tables = ((bench.table[~is_value], compute.teacher_bench.RANKED_METRICS, "oracle_teacher_table"),
               (bench.table[is_value], compute.teacher_bench.VALUE_METRICS, "oracle_teacher_values"))
     for rows, metrics, key in tables:
         metrics = [m for m in metrics if m in shown_metrics]
@@ -88,10 +89,10 @@ else:
                     "estimator inverted must fall below it, shuffled within each rollout must fall to it.")
         for line in bench.skipped:
             st.text(f"not scored: {line}")  # plain text: no markdown, no HTML
-    bars = [m for m in ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1")
+    bars = [m for m in ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1", "first_wrong_hit1")
             if m in shown_metrics]
-    ranked = bench.table[bench.table["kind"].isin(["estimator", "uses teacher", "sanity"])]
-    st.plotly_chart(figures.oracle_metrics_figure(ranked, bars, error="_se"), key="oracle_teacher_chart",
+    ranked = bench.table[bench.table["kind"].isin(["estimator", "uses teacher", "uses verifier", "sanity"])]
+    st.plotly_chart(charts.oracle_metrics_figure(ranked, bars, error="_se"), key="oracle_teacher_chart",
                     width="stretch")
 
     st.subheader("Where an estimator misses")

@@ -3,8 +3,6 @@ the run in the store and used by every credit-by-class table."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,7 @@ from backend.errors import InputError
 from backend.ingest import import_records
 from backend.store import Store
 from tests.backend.test_analysis import small_batch
-from tests.conftest import make_records
+from tests.conftest import make_records, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,17 +49,36 @@ def test_classes_are_saved_with_the_run_and_the_cli_edits_them(tmp_path):
     db = tmp_path / "runs.duckdb"
     with Store(db) as store:
         import_records(store, "r", make_records(n_groups=1, group_size=2), content_key="r")
-    cli = [sys.executable, "-m", "backend.cli", "token-classes", "--db", str(db), "--run", "r"]
-    out = subprocess.run([*cli, "--add", "hedges", "phrases", "obviously|let me", "--json"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    cli = ["token-classes", "--db", str(db), "--run", "r"]
+    out = run_cli_here(*cli, "--add", "hedges", "phrases", "obviously|let me", "--json")
     assert out.returncode == 0, out.stderr
     with Store(db, read_only=True) as store:
         saved = token_classes.from_json(store.run_info("r")["meta"]["token_classes"])
     assert saved[-1] == token_classes.TokenClass("hedges", "phrases", "obviously\nlet me")
-    bad = subprocess.run([*cli, "--add", "x", "regex", "("], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60)
+    bad = run_cli_here(*cli, "--add", "x", "regex", "(")
     assert bad.returncode == 2 and "not a regex" in bad.stderr
-    reset = subprocess.run([*cli, "--reset"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    reset = run_cli_here(*cli, "--reset")
     assert reset.returncode == 0
     with Store(db, read_only=True) as store:
         assert "token_classes" not in store.run_info("r")["meta"]
+
+
+def test_classes_travel_in_a_link_and_a_bad_one_is_named():
+    classes = (token_classes.TokenClass("hedges", "phrases", "obviously\nlet me"),
+               token_classes.TokenClass("numbers; ok", "regex", r"^\s*\d+[,:]?$"),
+               token_classes.TokenClass("key", "marker", "key"))
+    text = token_classes.to_link(classes)
+    assert token_classes.from_link(text) == classes
+    assert token_classes.to_link(token_classes.DEFAULT_CLASSES) == "default"
+    assert token_classes.from_link("default") == token_classes.DEFAULT_CLASSES
+    with pytest.raises(InputError, match="'broken'.*not a regex"):
+        token_classes.from_link('[["fine","regex","a"],["broken","regex","("]]')
+    with pytest.raises(InputError, match="marker must be one of"):
+        token_classes.from_link('[["k","marker","nope"]]')
+    with pytest.raises(InputError, match="class 2 is not a"):
+        token_classes.from_link('[["a","regex","a"],["b","regex"]]')
+    with pytest.raises(InputError, match="names must be unique"):
+        token_classes.from_link('[["a","regex","a"],["a","regex","b"]]')
+    for bad in ("{not json", "[]", '{"a": 1}'):
+        with pytest.raises(InputError, match="triples"):
+            token_classes.from_link(bad)

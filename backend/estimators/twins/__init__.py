@@ -8,4 +8,13 @@ tests compare `registry.estimate(name, ...)` with `reference_advantages(name, ..
 Nothing here is fast; do not call it on real batches. Importing this package registers every twin.
 """
 
-from backend.estimators.twins import credit, learned, logged, modifiers, outcome, valued  # noqa: F401  (registers)
+from backend.estimators.twins import (  # noqa: F401  (registers)
+    blocks,
+    credit,
+    entropy_methods,
+    learned,
+    logged,
+    modifiers,
+    outcome,
+    valued,
+)

@@ -2,8 +2,6 @@
 
 import json
 import math
-import subprocess
-import sys
 import threading
 
 import numpy as np
@@ -21,7 +19,8 @@ from backend.models.resample import (
     suggest_steps,
 )
 from backend.store import Store
-from tests.backend.models.conftest import DEMO_MODEL, DEMO_RUN, ROOT
+from tests.backend.models.conftest import DEMO_MODEL, DEMO_RUN
+from tests.conftest import run_cli_here
 
 RESPONSE = "7+5=12 carry 1\n4+8+1=13 carry 1\n#### 132"
 
@@ -73,6 +72,11 @@ def test_cancel_keeps_finished_chunks(engine, monkeypatch):
 def test_position_suggestions():
     tokens = list("ab\ncd\n#### 4")
     assert suggest_steps(tokens) == [0, 3, 6]
+    # the simple tokenization puts the newline before the next line's first word: the state before it
+    simple = ["4", "+", "8", "=", "12", " carry", " 1", "\n8", "+", "4", "=", "12", "\n", "####", " 12"]
+    assert suggest_steps(simple) == [0, 7, 13]
+    assert suggest_steps(simple, include_start=False) == [7, 13]
+    assert suggest_steps(["a", ".\n\n", "b", "\n"]) == [0, 2]  # a final newline starts no new state
     assert suggest_entropy([0.1, 2.0, 0.5, 3.0, float("nan")], k=2) == [1, 3]
     assert parse_suggestion("entropy:1", tokens, [0.0] * 11 + [5.0]) == [11]
     with pytest.raises(InputError, match="needs entropies"):
@@ -100,11 +104,10 @@ def test_mc_teacher_values_every_step_end(engine):
 
 
 def run_cli(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "backend.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=180
-    )
+    return run_cli_here(*args)
 
 
+@pytest.mark.slow
 def test_resample_and_score_commands_on_a_real_store(tmp_path, capsys):
     db = tmp_path / "runs.duckdb"
     bare = tmp_path / "bare.jsonl"
@@ -141,7 +144,6 @@ def test_resample_and_score_commands_on_a_real_store(tmp_path, capsys):
     assert [p["pos"] for p in report["positions"]] == steps
     assert all(p["n"] == 4 and 0 <= p["value"] <= 1 for p in report["positions"])
 
-    # The rest in-process through the same entry point (a subprocess costs seconds of imports).
     assert main(["score", "--db", str(db), "--run", "bare"]) == 0
     capsys.readouterr()
     assert (
