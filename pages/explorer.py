@@ -91,7 +91,8 @@ if page_no > pages:  # the rows shrank under the page (another process deleted s
 st.caption(
     f"{page.total} rollouts match · page {page_no} of {pages} · click a row to open it in the Rollout view. "
     f"share_<class>: share of the rollout's Σ|A| under {estimator} on each token class; max_abs: its largest "
-    "|A|; repetition: share of 16-token windows that repeat an earlier one; kl: mean logprob − ref logprob."
+    "|A|; repetition: share of 16-token windows that repeat an earlier one; kl: mean logprob − ref logprob. "
+    "An empty share (None) means the rollout got no credit at all (Σ|A| = 0, e.g. a zero-variance group)."
 )
 st.session_state["_explorer_ids"] = [int(r) for r in page.rows["rollout_id"]]
 

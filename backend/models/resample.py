@@ -206,9 +206,10 @@ def suggest_steps(tokens: Sequence[str], include_start: bool = True) -> list[int
 
 
 def parse_suggestion(spec: str, tokens: Sequence[str], entropies: Sequence[float] | None) -> list[int]:
-    """`entropy:K` or `steps` (the CLI's --suggest)."""
+    """`entropy:K` or `steps` (the CLI's --suggest): the same positions as the Resample view's
+    suggestion buttons (`suggested_positions`)."""
     if spec == "steps":
-        return suggest_steps(tokens)
+        return suggested_positions("steps", tokens, entropies)
     if spec.startswith("entropy"):
         _, _, k = spec.partition(":")
         try:

@@ -17,6 +17,7 @@ from backend.models.resample import (
     segment_advantages,
     suggest_entropy,
     suggest_steps,
+    suggested_positions,
 )
 from backend.store import Store
 from tests.backend.models.conftest import DEMO_MODEL, DEMO_RUN
@@ -140,7 +141,8 @@ def test_resample_and_score_commands_on_a_real_store(tmp_path, capsys):
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert set(report) >= {"positions", "tokens", "seconds"}
-    steps = suggest_steps(rollout["tokens"])
+    steps = suggested_positions("steps", rollout["tokens"], None)  # the Resample view's suggestion
+    assert steps and 0 not in steps
     assert [p["pos"] for p in report["positions"]] == steps
     assert all(p["n"] == 4 and 0 <= p["value"] <= 1 for p in report["positions"])
 
