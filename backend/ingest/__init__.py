@@ -22,16 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from backend.errors import InputError, StoreError
-from backend.ingest import fast_parquet, sniff, token_dumps
+from backend.ingest import fast_jsonl, fast_parquet, sniff, token_dumps
 from backend.ingest.records import ChunkBuffer, validate_record
 from backend.ingest.sources import (
     TEXT_FORMATS,
     ReadNotes,
-    iter_jsonl,
     read_batches,
     record_key,
     trl_files,
@@ -198,10 +198,8 @@ def import_path(
             records = trl_records(files, bar, notes, channels, group_size, tokenizer)
         elif fmt in token_dumps.READERS:
             records = token_dumps.READERS[fmt](files, bar, tokenizer)
-        elif files[0].suffix == ".parquet":
-            records = None  # native Parquet: fast path per batch, see _import
         else:
-            records = _keyed_jsonl(files[0], bar)
+            records = None  # native Parquet or JSONL: the vectorized paths, see _stage
         return _import(
             store,
             run,
@@ -219,15 +217,6 @@ def import_path(
         )
     finally:
         bar.close()
-
-
-def _keyed_jsonl(path: Path, bar) -> Iterator[tuple[str, object]]:
-    """Native JSONL records with their record keys (a record that is not an object is left as it is, for
-    the validator to name)."""
-    for index, (where, obj) in enumerate(iter_jsonl(path, bar)):
-        if isinstance(obj, dict) and "record_key" not in obj:
-            obj = {**obj, "record_key": record_key(path.name, index, obj)}
-        yield where, obj
 
 
 def import_records(
@@ -264,7 +253,7 @@ def _import(
     run: str,
     fmt: str,
     records,
-    parquet_path: Path | None,
+    native_path: Path | None,
     tokenizer: Tokenizer,
     file_hash: str | None,
     origin: str,
@@ -293,7 +282,7 @@ def _import(
         buffer = ChunkBuffer(staging_id, first_id, known_groups)
         with store.memory_limit(IMPORT_MEMORY_LIMIT):
             n_records, n_tokens, tokenization, skipped = _stage(
-                store, buffer, records, parquet_path, tokenizer, bar, seen, file_hash, fmt in ("trl", "verl")
+                store, buffer, records, native_path, tokenizer, bar, seen, file_hash, fmt in ("trl", "verl")
             )
         if n_records == 0 and skipped == 0:
             raise InputError(f"{origin}: no records to import (empty file)")
@@ -317,7 +306,7 @@ def _import(
                         skipped=skipped, unscorable=notes.unscorable, notes=list(notes.lines))
 
 
-def _stage(store: Store, buffer: ChunkBuffer, records, parquet_path: Path | None, tokenizer: Tokenizer,
+def _stage(store: Store, buffer: ChunkBuffer, records, native_path: Path | None, tokenizer: Tokenizer,
            bar, seen: set[int], file_hash: str | None, unscorable_ok: bool) -> tuple[int, int, str, int]:
     """Validate and insert every record into the staging run, one committed transaction per chunk.
     Records whose key is in `seen` (the run's) are skipped; returns (records, tokens, tokenization,
@@ -329,8 +318,10 @@ def _stage(store: Store, buffer: ChunkBuffer, records, parquet_path: Path | None
                 if table in tables:
                     store.insert_arrow(table, tables[table])
 
-    if parquet_path is not None:
-        return _import_native_parquet(parquet_path, buffer, tokenizer, insert, bar, seen, file_hash)
+    if native_path is not None and native_path.suffix == ".parquet":
+        return _import_native_parquet(native_path, buffer, tokenizer, insert, bar, seen, file_hash)
+    if native_path is not None:
+        return _import_native_jsonl(native_path, buffer, tokenizer, insert, bar, seen)
     first_id = buffer.next_rollout_id
     n_tokens = skipped = 0
     tokenization = "ids"
@@ -354,6 +345,31 @@ def _stage(store: Store, buffer: ChunkBuffer, records, parquet_path: Path | None
             buffered_tokens = 0
     if len(buffer):
         insert(buffer.flush())
+    return buffer.next_rollout_id - first_id, n_tokens, tokenization, skipped
+
+
+def _import_native_jsonl(
+    path: Path, buffer: ChunkBuffer, tokenizer: Tokenizer, insert, bar, seen: set[int]
+) -> tuple[int, int, str, int]:
+    """Native JSONL, a chunk of lines at a time (`fast_jsonl`); records already in the run are skipped."""
+    first_id = buffer.next_rollout_id
+    n_tokens = skipped = 0
+    tokenization = "ids"
+    for lines in fast_jsonl.iter_chunks(path, bar, CHUNK_RECORDS, CHUNK_TOKENS):
+        fresh = []
+        for line in lines:
+            if line.key is not None and line.key in seen:
+                skipped += 1
+                continue
+            if line.key is not None:
+                seen.add(line.key)
+            fresh.append(line)
+        if not fresh:
+            continue
+        tables, how = fast_jsonl.convert_chunk(fresh, buffer, path, tokenizer)
+        tokenization = how if how != "ids" else tokenization
+        n_tokens += int(pc.sum(pc.list_value_length(tables["rollouts"].column("token_ids"))).as_py() or 0)
+        insert(tables)
     return buffer.next_rollout_id - first_id, n_tokens, tokenization, skipped
 
 

@@ -10,7 +10,6 @@ Every record a reader yields carries a `record_key` (see `record_key`): imports 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -23,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from backend.errors import InputError
+from backend.ingest.canonical import record_key_of_text
 
 Progress = Callable[[int], None]  # called with bytes (or rows) consumed since the last call
 TEXT_FORMATS = ("native", "verl", "trl")
@@ -114,8 +114,7 @@ def record_key(name: str, index: int, content: object) -> int:
     subdirectory or directly gives the same key; a grown file keeps its earlier records' keys."""
     text = content if isinstance(content, str) else json.dumps(content, sort_keys=True, ensure_ascii=False,
                                                                default=str)
-    digest = hashlib.blake2b(f"{name}\x1f{index}\x1f{text}".encode("utf-8", "surrogatepass"), digest_size=8)
-    return int.from_bytes(digest.digest(), "little", signed=True)
+    return record_key_of_text(name, index, text)
 
 
 @dataclass
