@@ -43,6 +43,8 @@ class Line:
     where: str
     record: object
     key: int | None
+    literals: bool
+    """The line has a `true` or `false` somewhere: Arrow would read one among numbers as 1 or 0."""
 
 
 @dataclass
@@ -102,7 +104,7 @@ def iter_chunks(path: Path, progress: Callable[[int], None] | None, max_records:
                 continue
             obj, key = parsed
             index += 1
-            chunk.lines.append(Line(where, obj, key))
+            chunk.lines.append(Line(where, obj, key, b"true" in raw or b"false" in raw))
             ids = obj.get("token_ids") if isinstance(obj, dict) else None
             chunk.tokens += len(ids) if isinstance(ids, list) else 0
             if len(chunk.lines) >= max_records or chunk.tokens >= max_tokens:
@@ -136,12 +138,25 @@ def _meta(record: dict) -> tuple[str, str | None]:
     return json.dumps(meta, default=str, ensure_ascii=False), truth
 
 
-def to_batch(records: list[dict], tokenizer: Tokenizer) -> tuple[pa.RecordBatch, pa.Array]:
-    """One record batch of the records (and their stored meta column), or `Unsupported`."""
-    for r in records:
+def _has_bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, list):
+        return any(_has_bool(x) for x in value)
+    if isinstance(value, dict):
+        return any(_has_bool(x) for x in value.values())
+    return False
+
+
+def to_batch(lines: list[Line], tokenizer: Tokenizer) -> tuple[pa.RecordBatch, pa.Array]:
+    """One record batch of the lines' records (and their stored meta column), or `Unsupported`."""
+    records = [line.record for line in lines]
+    for line, r in zip(lines, records, strict=True):
         if not isinstance(r, dict) or r.get("token_ids") is None or "record_key" in r:
             raise fast_parquet.Unsupported
         if r.get("logged_advantage") is not None:
+            raise fast_parquet.Unsupported
+        if line.literals and any(_has_bool(r.get(name)) for name in ("step", *_OPTIONAL)):
             raise fast_parquet.Unsupported
     present = {name for r in records for name in r}
     try:
@@ -174,10 +189,9 @@ def convert_chunk(lines: list[Line], buffer: ChunkBuffer, path: Path, tokenizer:
                   ) -> tuple[dict[str, pa.Table], str]:
     """The store tables of a chunk of lines and its tokenization: vectorized when the chunk allows it,
     else record by record (see the module docstring). `buffer` is left as the chosen path leaves it."""
-    records = [line.record for line in lines]
     next_id, n_groups = buffer.next_rollout_id, len(buffer.new_groups)
     try:
-        batch, metas = to_batch(records, tokenizer)
+        batch, metas = to_batch(lines, tokenizer)
         keys = pa.array([line.key for line in lines], pa.int64()).to_numpy()
         tables = fast_parquet.convert_batch(batch, buffer, path, 0, keys)
         tables["rollouts"] = tables["rollouts"].append_column("meta", metas)
