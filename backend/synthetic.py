@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from backend.batch import RolloutBatch
@@ -275,6 +277,54 @@ def native_records(seeds: int | list[int] = 1, prompts: int = 500, group: int = 
                     "style_kind": STYLE_KINDS[kinds[i]] if kinds[i] >= 0 else None,
                 },
             }
+
+
+def _lists(values: np.ndarray, arrow_type=None) -> pa.ListArray:
+    """(B, T) rows as an Arrow list column, without python lists."""
+    B, T = values.shape
+    offsets = pa.array(np.arange(0, (B + 1) * T, T, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1), arrow_type))
+
+
+def native_batches(seeds: int | list[int] = 1, prompts: int = 500, group: int = 8,
+                   **overrides) -> Iterator[pa.RecordBatch]:
+    """The records of `native_records`, one Arrow record batch per seed, built from the arrays (what
+    `creditlens synth` imports: the same rows without a python object per token)."""
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
+    cfg = OracleConfig(prompts=prompts, group=group, **overrides)
+    vocabulary = pa.array(_vocabulary(cfg.keys)[0], pa.string())
+    for seed in seed_list:
+        sample = generate(seed, cfg)
+        B = sample.token_ids.shape[0]
+        token_ids = _lists(sample.token_ids)
+        tokens = pa.ListArray.from_arrays(token_ids.offsets, pc.take(vocabulary, token_ids.flatten()))
+        group_ids = sample.group_ids.tolist()
+        extras = {
+            "true_credit": sample.true_credit, "true_style_credit": sample.true_style_credit,
+            "key_mask": sample.key_mask.astype(np.float32),
+            "style_mask": sample.style_mask.astype(np.float32),
+            "decision_signal": sample.decision_signal, "style_flags": sample.style_flags,
+        }
+        kinds, difficulty = sample.style_kind.tolist(), sample.difficulty.tolist()
+        meta = [json.dumps({"seed": seed, "prompt_difficulty": difficulty[i],
+                            "style_kind": STYLE_KINDS[kinds[i]] if kinds[i] >= 0 else None})
+                for i in range(B)]
+        yield pa.RecordBatch.from_pydict({
+            "prompt": [f"oracle seed {seed} prompt {g}: make {cfg.keys} decisions" for g in group_ids],
+            "response": pc.binary_join(tokens, " "),
+            "group": [f"{seed}-{g}" for g in group_ids],
+            "step": pa.array(np.full(B, seed, dtype=np.int64)),
+            "token_ids": token_ids,
+            "tokens": tokens,
+            "entropies": _lists(sample.entropies),
+            "logprobs": _lists(sample.logprobs),
+            "rewards": pa.StructArray.from_arrays(
+                [pa.array(sample.task.astype(np.float64)), pa.array(sample.style.astype(np.float64))],
+                names=["task", "style"]),
+            "token_rewards": pa.StructArray.from_arrays([_lists(0.0 - sample.style_flags)], names=["style"]),
+            "extras": pa.StructArray.from_arrays([_lists(v) for v in extras.values()], names=list(extras)),
+            "meta": pa.array(meta, pa.string()),
+        })
 
 
 SAMPLE_RUN = {"run": "oracle", "file": "oracle_run.jsonl", "source": "synthetic oracle", "model": None,

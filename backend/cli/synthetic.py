@@ -11,7 +11,7 @@ import torch
 
 from backend.errors import InputError
 from backend.estimators.registry import UnknownEstimator, make_config
-from backend.ingest import import_records
+from backend.ingest import import_batches
 from backend.oracle import (
     bench_estimators,
     bench_spec,
@@ -21,7 +21,7 @@ from backend.oracle import (
     oracle_bench,
 )
 from backend.store import open_store
-from backend.synthetic import native_records
+from backend.synthetic import native_batches
 
 
 def _add_size_args(parser) -> None:
@@ -39,10 +39,10 @@ def _check_sizes(args) -> None:
 
 def cmd_synth(args) -> int:
     _check_sizes(args)
-    records = native_records(seeds=args.seeds, prompts=args.prompts, group=args.group)
+    batches = native_batches(seeds=args.seeds, prompts=args.prompts, group=args.group)
     key = f"synthetic-oracle:seeds={args.seeds}:prompts={args.prompts}:group={args.group}"
-    with open_store(args.db) as store:
-        report = import_records(store, args.run, records, source="synthetic", origin="synthetic oracle",
+    with open_store(args.db) as store:  # Arrow batches straight from the arrays: no JSON, no python rows
+        report = import_batches(store, args.run, batches, source="synthetic", origin="synthetic oracle",
                                 content_key=key)
     print(report.message())
     return 0

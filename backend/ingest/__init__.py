@@ -21,19 +21,16 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import pyarrow.compute as pc
+import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from backend.errors import InputError, StoreError
-from backend.ingest import fast_jsonl, fast_parquet, sniff, token_dumps
+from backend.ingest import native, sniff, token_dumps
 from backend.ingest.records import ChunkBuffer, validate_record
 from backend.ingest.sources import (
     TEXT_FORMATS,
     ReadNotes,
-    read_batches,
-    record_key,
     trl_files,
     trl_records,
     verl_files,
@@ -50,7 +47,7 @@ CHUNK_TOKENS = 1_000_000
 IMPORT_MEMORY_LIMIT = os.environ.get("CREDITLENS_IMPORT_MEMORY", "256MB")
 FORMATS = (*TEXT_FORMATS, *token_dumps.READERS)
 """Every import format: the one list the command line, the Runs page and the importer read."""
-__all__ = ["ImportReport", "import_path", "import_records", "detect_format", "FORMATS"]
+__all__ = ["ImportReport", "import_path", "import_records", "import_batches", "detect_format", "FORMATS"]
 
 
 def detect_format(path: Path) -> str:
@@ -248,6 +245,20 @@ def import_records(
     )
 
 
+@dataclass
+class ArrowBatches:
+    batches: Iterable[pa.RecordBatch]
+    origin: str
+
+
+def import_batches(store: Store, run: str, batches: Iterable[pa.RecordBatch], source: str = "records",
+                   origin: str = "<records>", content_key: str | None = None) -> ImportReport:
+    """Import native-format Arrow record batches with token ids (`creditlens synth`): the vectorized
+    path of native Parquet files, staged and atomic like every import. `content_key` makes it idempotent."""
+    return _import(store, run, "native", ArrowBatches(batches, origin), None, Tokenizer(None), content_key,
+                   origin, source, None, None, None)
+
+
 def _import(
     store: Store,
     run: str,
@@ -318,10 +329,14 @@ def _stage(store: Store, buffer: ChunkBuffer, records, native_path: Path | None,
                 if table in tables:
                     store.insert_arrow(table, tables[table])
 
+    if isinstance(records, ArrowBatches):
+        return native.stage_batches(records.batches, buffer, insert, records.origin, CHUNK_RECORDS)
     if native_path is not None and native_path.suffix == ".parquet":
-        return _import_native_parquet(native_path, buffer, tokenizer, insert, bar, seen, file_hash)
+        return native.stage_parquet(native_path, buffer, tokenizer, insert, bar, seen, file_hash,
+                                    CHUNK_RECORDS)
     if native_path is not None:
-        return _import_native_jsonl(native_path, buffer, tokenizer, insert, bar, seen)
+        return native.stage_jsonl(native_path, buffer, tokenizer, insert, bar, seen, CHUNK_RECORDS,
+                                  CHUNK_TOKENS)
     first_id = buffer.next_rollout_id
     n_tokens = skipped = 0
     tokenization = "ids"
@@ -346,78 +361,3 @@ def _stage(store: Store, buffer: ChunkBuffer, records, native_path: Path | None,
     if len(buffer):
         insert(buffer.flush())
     return buffer.next_rollout_id - first_id, n_tokens, tokenization, skipped
-
-
-def _import_native_jsonl(
-    path: Path, buffer: ChunkBuffer, tokenizer: Tokenizer, insert, bar, seen: set[int]
-) -> tuple[int, int, str, int]:
-    """Native JSONL, a chunk of lines at a time (`fast_jsonl`); records already in the run are skipped."""
-    first_id = buffer.next_rollout_id
-    n_tokens = skipped = 0
-    tokenization = "ids"
-    for lines in fast_jsonl.iter_chunks(path, bar, CHUNK_RECORDS, CHUNK_TOKENS):
-        fresh = []
-        for line in lines:
-            if line.key is not None and line.key in seen:
-                skipped += 1
-                continue
-            if line.key is not None:
-                seen.add(line.key)
-            fresh.append(line)
-        if not fresh:
-            continue
-        tables, how = fast_jsonl.convert_chunk(fresh, buffer, path, tokenizer)
-        tokenization = how if how != "ids" else tokenization
-        n_tokens += int(pc.sum(pc.list_value_length(tables["rollouts"].column("token_ids"))).as_py() or 0)
-        insert(tables)
-    return buffer.next_rollout_id - first_id, n_tokens, tokenization, skipped
-
-
-def _parquet_keys(file_hash: str | None, path: Path, offset: int, n: int) -> np.ndarray:
-    """Record keys of rows offset..offset+n of a native Parquet file: its content hash and row number
-    (the per-record content is the file's; hashing each row's columns would cost the fast path)."""
-    name = file_hash or path.name
-    return np.array([record_key(name, offset + i, "") for i in range(n)], dtype=np.int64)
-
-
-def _import_native_parquet(
-    path: Path, buffer: ChunkBuffer, tokenizer: Tokenizer, insert, bar, seen: set[int], file_hash: str | None
-) -> tuple[int, int, str, int]:
-    try:
-        reader = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering keeps every batch read
-    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for corrupt files
-        raise InputError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
-    offset = n_records = n_tokens = skipped = 0
-    tokenization = "ids"
-    for batch in read_batches(reader, path, CHUNK_RECORDS):
-        keys = _parquet_keys(file_hash, path, offset, batch.num_rows)
-        # Keys derive from the whole file's hash, so a batch is either entirely in the run or not at all.
-        if any(k in seen for k in keys.tolist()):
-            skipped += batch.num_rows
-            offset += batch.num_rows
-            if bar is not None:
-                bar(batch.num_rows)
-            continue
-        seen.update(keys.tolist())
-        try:
-            tables = fast_parquet.convert_batch(batch, buffer, path, offset, keys)
-            n_tokens += (
-                int(tables["rollouts"].column("token_ids").combine_chunks().value_lengths().to_numpy().sum())
-                if tables["rollouts"].num_rows
-                else 0
-            )
-            insert(tables)
-        except fast_parquet.Unsupported:
-            for k, raw in enumerate(batch.to_pylist()):
-                raw["record_key"] = int(keys[k])
-                rec = validate_record(raw, f"{path}: record {offset + k + 1}", tokenizer)
-                if rec["tokenized"] != "ids":
-                    tokenization = rec["tokenized"]
-                n_tokens += len(rec["token_ids"])
-                buffer.add(rec)
-            insert(buffer.flush())
-        offset += batch.num_rows
-        n_records += batch.num_rows
-        if bar is not None:
-            bar(batch.num_rows)
-    return n_records, n_tokens, tokenization, skipped

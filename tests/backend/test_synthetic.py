@@ -8,12 +8,14 @@ import pytest
 import torch
 
 from backend.cli import main
+from backend.ingest import import_batches, import_records
 from backend.metrics import batch_metrics
 from backend.store import Store
 from backend.synthetic import (
     SAMPLE_RUN,
     OracleConfig,
     generate,
+    native_batches,
     native_records,
     oracle_batch,
     sample_run_lines,
@@ -173,3 +175,20 @@ def test_synth_command_stores_an_openable_run(tmp_path, capsys):
     assert batch.group_ids.unique().numel() == 10  # seeds never share a group
     assert main(["synth", "--db", str(db), "--run", "x", "--seeds", "0"]) == 2
     assert "--seeds" in capsys.readouterr().err
+
+
+def test_synth_through_arrow_stores_what_the_records_path_stored(tmp_path):
+    """`creditlens synth` imports `native_batches`; the rows equal those of the per-record import of
+    `native_records` it replaced (tokens, rewards, extras, meta, groups, record keys)."""
+    with Store(tmp_path / "runs.duckdb") as store:
+        import_records(store, "records", native_records(seeds=2, prompts=5, group=4))
+        import_batches(store, "arrow", native_batches(seeds=2, prompts=5, group=4))
+        runs = {name: store.run_id(name) for name in ("records", "arrow")}
+        for table in ("rollouts", "groups", "scores", "token_rewards", "token_features"):
+            rows = {name: store.con.execute(f"SELECT * EXCLUDE (run_id) FROM {table} WHERE run_id = ? "
+                                            "ORDER BY ALL", [run_id]).fetchall()
+                    for name, run_id in runs.items()}
+            assert rows["records"] == rows["arrow"] and rows["arrow"], table
+        keys = store.con.execute("SELECT count(*), count(record_key) FROM rollouts WHERE run_id = ?",
+                                 [runs["arrow"]]).fetchone()
+        assert keys == (40, 0)  # in-memory records have no file position, so no record key, as before
