@@ -1,4 +1,4 @@
-"""`python -m bench scale [--tokens N] [--chunk R]`: whole-run speed and peak memory at scale.
+"""`python -m bench scale [--tokens N] [--chunk R] [--imports-only]`: whole-run speed and peak memory.
 
 Measured in one run, each row in its own process (peak RSS from `os.wait4`, so it is that process's own):
 - imports of one synthetic run of `--tokens` tokens (ragged lengths, groups of 8, 64 groups per step,
@@ -114,7 +114,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="tokens of the JSONL import row (0: skip; JSONL is written by python)")
     parser.add_argument("--estimators", default=",".join(name for name, _ in ROWS),
                         help="comma-separated row names to run (default: all)")
+    parser.add_argument("--imports-only", action="store_true",
+                        help="only the import rows (Parquet and JSONL); --jsonl-tokens defaults to --tokens")
     args = parser.parse_args(argv)
+    if args.imports_only and "--jsonl-tokens" not in (argv if argv is not None else sys.argv[1:]):
+        args.jsonl_tokens = args.tokens
     wanted = set(args.estimators.split(","))
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"load average {load} on {os.cpu_count()} CPUs; tokens/s and ratios use the time after process "
@@ -125,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         total = write_run(source, None, args.tokens)
         jsonl_total = write_run(tmp / "j.parquet", text, args.jsonl_tokens, 2) if args.jsonl_tokens else 0
         small = tmp / "small.parquet"
-        small_total = write_run(small, None, max(args.tokens // 10, 1), seed=1)
+        small_total = 0 if args.imports_only else write_run(small, None, max(args.tokens // 10, 1), seed=1)
         db, db_small = tmp / "store.duckdb", tmp / "small.duckdb"
         print(f"{'row':<46} {'tokens':>11} {'wall s':>7} {'s':>7} {'tokens/s':>11} {'ratio':>6} "
               f"{'peak MB':>8}")
@@ -141,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         if jsonl_total:
             wall, inner, rss = run_child(["import", str(text), "--db", str(tmp / "j.duckdb"), "--run", "j"])
             line("import native JSONL (ratio: against Parquet)", jsonl_total, wall, inner, rss, parquet_rate)
+        if args.imports_only:
+            print(f"load average after: {os.getloadavg()[0]:.1f}")
+            return 0
         run_child(["import", str(small), "--db", str(db_small), "--run", "small"])
         out = tmp / "out.parquet"
         for name, extra in ROWS:

@@ -13,7 +13,6 @@ surrogates, integers past 64 bits, bad UTF-8, malformed JSON) are parsed as the 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +29,6 @@ from backend.ingest.records import ChunkBuffer, validate_record
 from backend.ingest.sources import record_key
 from backend.ingest.tokenize import Tokenizer
 
-# orjson turns integers past 64 bits into floats where json keeps them integers: such lines go to json.
-_LONG_DIGITS = re.compile(rb"\d{19}")
 _STRUCTS = ("rewards", "token_rewards", "extras")
 _INT_LISTS = ("token_ids", "prompt_ids")
 _OPTIONAL = ("group", *_INT_LISTS, *PER_TOKEN_FIELDS, *_STRUCTS)
@@ -57,14 +54,18 @@ class Parsed:
 
 def parse_line(raw: bytes, where: str, name: str, index: int) -> tuple[object, int | None] | None:
     """(record, key) of one line, None for a blank one; errors as `sources.iter_jsonl` words them."""
-    if not _LONG_DIGITS.search(raw):
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            pass
-        else:
-            key = record_key_of_text(name, index, canonical_json(obj)) if isinstance(obj, dict) else None
-            return obj, key
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        if not isinstance(obj, dict):
+            return obj, None
+        text = canonical_json(obj)
+        # orjson reads an integer past 64 bits as a float (json keeps it an integer), and such a float
+        # (>= 9.2e18) is written with "e+": a line whose text has one is parsed again by json.
+        if "e+" not in text:
+            return obj, record_key_of_text(name, index, text)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

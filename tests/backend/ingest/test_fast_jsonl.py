@@ -60,6 +60,7 @@ def test_keys_and_rows_equal_the_per_record_path(store, tmp_path):
     records = make_records(n_groups=4, group_size=4, steps=2, seed=3) + [EDGE_RECORDS[0], odd]
     records[3]["meta"] = {"ground_truth": 12, "note": "x"}
     records[5]["tokens"] = [f"t{i}" for i in range(len(records[5]["token_ids"]))]
+    records[6]["meta"] = {"past_64_bits": 2**70, "float": 1e300, "ints": [2**64, -(2**63) - 1]}
     path = write_jsonl(tmp_path / "run.jsonl", records)
     with open(path, "a") as fh:  # blank lines are not records and do not count in the keys' positions
         fh.write("\n   \n")
@@ -137,6 +138,7 @@ def test_the_first_bad_line_is_named_whatever_kind_of_error_follows(store, tmp_p
         ({"tokens": ["a", None, "c"]}, r"line 3: field 'tokens' must be a list of strings"),
         ({"step": -1}, r"line 3: field 'step' must be a non-negative integer, got -1"),
         ({"token_ids": [1, 2**40, 3]}, r"line 3: field 'token_ids'\[1\] = 1099511627776 does not fit"),
+        ({"token_ids": [1, 2**64, 3]}, r"line 3: field 'token_ids'\[1\] = 18446744073709551616 does not fit"),
     ],
 )
 def test_values_arrow_would_accept_get_the_per_record_error(store, tmp_path, change, message):
