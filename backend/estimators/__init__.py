@@ -3,4 +3,5 @@
 Add an estimator by writing a module here that uses `registry.register` and importing it below.
 """
 
-from backend.estimators import credit, learned, logged, modifiers, outcome, valued  # noqa: F401  (registers)
+from backend.estimators import (credit, learned, logged, model_based, modifiers,  # noqa: F401  (registers)
+                                outcome, valued)

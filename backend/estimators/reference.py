@@ -648,4 +648,62 @@ def reference_advantages(name: str, batch: RolloutBatch, config=None) -> torch.T
         return token_rm_loop(batch, config)
     if name == "rudder":
         return rudder_loop(batch, config)
+    if name in ("oar_p", "oar_g"):
+        return oar_loop(name, batch, config)
+    if name == "gcpo":
+        return gcpo_loop(batch, config)
     return modifier_loop(name, batch, config)
+
+
+# ---- model-based (OAR, GCPO): loops over the cached scores ---------------------------------------------
+
+def oar_loop(name: str, batch: RolloutBatch, config) -> torch.Tensor:
+    """OAR's bi-level weights per response, as the official code computes them (numpy, one response at a
+    time), times Z; unscored tokens keep weight 1."""
+    z = _z(batch, config)
+    rows = _rows(batch)
+    scores = batch.extras[f"{name}_scores"].tolist()
+    scored = batch.extras[f"{name}_mask"].tolist()
+    per_row = []
+    for i, cols in enumerate(rows):
+        keep = [c for c in cols if scored[i][c] > 0]
+        weights = {c: 1.0 for c in cols}
+        if keep:
+            log_score = np.log1p(np.maximum(np.array([scores[i][c] for c in keep], dtype=np.float64), 0.0))
+            lo, hi = log_score.min(), log_score.max()
+            norm = (log_score - lo) / (hi - lo if hi > lo else 1.0)
+            tau = np.quantile(norm, config.threshold)
+            w = np.ones_like(norm)
+            low = norm < tau
+            w[low] = np.maximum(norm[low] / (tau + 1e-8), config.floor)
+            w[~low] = 1.0 + config.beta * (norm[~low] - tau) / (1.0 - tau + 1e-8)
+            if config.sum_to_length:
+                w = np.ones_like(w) if w.sum() <= 0 else w * (len(w) / (w.sum() + 1e-8))
+            weights.update(zip(keep, w.tolist(), strict=True))
+        per_row.append([z[i] * weights[c] for c in cols])
+    return _to_tensor(batch, rows, per_row)
+
+
+def gcpo_loop(batch: RolloutBatch, config) -> torch.Tensor:
+    """GCPO's "kl" divergence and "hist" weights per response, as the official loop computes them."""
+    z = _z(batch, config)
+    rows = _rows(batch)
+    delta = batch.extras["gcpo_scores"].tolist()
+    scored = batch.extras["gcpo_mask"].tolist()
+    alpha = math.log(1.0 - config.mass) / math.log(1.0 - config.top) - 1.0
+    per_row = []
+    for i, cols in enumerate(rows):
+        keep = [c for c in cols if scored[i][c] > 0]
+        weights = {c: 1.0 for c in cols}
+        if keep:
+            diff = [min(max(delta[i][c], -20.0), 20.0) for c in keep]
+            d = [min(max(math.exp(x) - x - 1.0, -10.0), 10.0) for x in diff]
+            order = sorted(range(len(d)), key=lambda k: (d[k], k))
+            pct = [0.0] * len(d)
+            for rank, k in enumerate(order, start=1):
+                pct[k] = rank / len(d)
+            w = [p ** alpha for p in pct]
+            total = sum(w)
+            weights.update({c: w[k] / total * len(d) for k, c in enumerate(keep)})
+        per_row.append([z[i] * weights[c] for c in cols])
+    return _to_tensor(batch, rows, per_row)

@@ -25,6 +25,7 @@ import torch
 
 from backend.batch import RolloutBatch
 from backend.errors import StoreError
+from backend.store.model_credit_queries import model_credit_extras
 
 PER_TOKEN_COLUMNS = ("logprobs", "ref_logprobs", "entropies", "values")
 
@@ -249,7 +250,7 @@ class Store:
         """Delete a run id's rows from every table (one transaction)."""
         with self.transaction() as con:
             for table in (*_RUN_ROW_TABLES, *_SUMMARY_TABLES, "imports", "estimates", "resample_samples",
-                          "runs"):
+                          "model_credit", "runs"):
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
 
     def discard_abandoned_imports(self) -> list[int]:
@@ -441,7 +442,8 @@ class Store:
         device: str | torch.device = "cpu",
     ) -> RolloutBatch:
         """Rollouts of `run` (all, or the given rollout/group ids or steps) as a padded `RolloutBatch`,
-        ordered by rollout id. Resampling results become extras `mc_values`/`mc_mask`."""
+        ordered by rollout id. Resampling results become extras `mc_values`/`mc_mask`; model-credit scores
+        `<method>_scores`/`<method>_mask`."""
         run_id = self.run_id(run)
         where, params = ["run_id = ?"], [run_id]
         for column, ids in (("rollout_id", rollout_ids), ("group_id", group_ids), ("step", steps)):
@@ -521,6 +523,7 @@ class Store:
                     mc_values[row_of[int(rid)], pos] = float(value)
                     mc_mask[row_of[int(rid)], pos] = 1.0
             extras["mc_values"], extras["mc_mask"] = mc_values, mc_mask
+        extras.update(model_credit_extras(self, run_id, id_list, T))  # OAR / GCPO scores, when complete
 
         logged = table.column("logged_advantage")
         if len(logged) and logged.null_count < len(logged):  # the trainer's own advantage, NaN where absent
@@ -734,5 +737,6 @@ _INSERTABLE = {
     "groups",
     "estimates",
     "resample_samples",
+    "model_credit",
     "credit_summary",
 }
