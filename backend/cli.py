@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "backend.estimators.commands",
     "backend.models.commands",
     "backend.teacher_commands",
+    "backend.model_credit_commands",
     "backend.synthetic_commands",
     "backend.explorer_commands",
     "app.commands",

@@ -93,3 +93,12 @@ def model_credit_extras(store: Store, run_id: int, ids: list[int], T: int) -> di
         name, mask_name = model_score_needs(method)
         out[name], out[mask_name] = torch.from_numpy(scores), torch.from_numpy(mask)
     return out
+
+
+def rollout_tokens(store: Store, run: str, rollout_ids: list[int]) -> pd.DataFrame:
+    """rollout_id, prompt, prompt_ids, token_ids, tokens of the given rollouts (by rollout id)."""
+    return store.con.execute(
+        "SELECT rollout_id, prompt, prompt_ids, token_ids, tokens FROM rollouts "
+        "WHERE run_id = ? AND list_contains(?, rollout_id) ORDER BY rollout_id",
+        [store.run_id(run), [int(r) for r in rollout_ids]],
+    ).df()
