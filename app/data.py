@@ -135,6 +135,15 @@ def resample_samples(path: str, run: str, rollout_id: int) -> pd.DataFrame:
         return store.resample_samples(run, rollout_id)
 
 
+@st.cache_data(show_spinner=False)
+def model_credit(path: str, run: str, rollout_id: int) -> pd.DataFrame:
+    """The rollout's cached model-credit scores (one row per method)."""
+    from backend.store.model_credit_queries import model_credit_rows
+
+    with store_handle(path).read() as store:
+        return model_credit_rows(store, run, rollout_id)
+
+
 def invalidate() -> None:
     """After a write (import, delete, resample): drop every cached read."""
     st.cache_data.clear()

@@ -1,5 +1,6 @@
 """Resample: Monte Carlo values V̂(s_t) at chosen positions of a rollout — positions by click or
-suggestion, M suffixes each, a progress bar and a cancel; results stored for the `suffix_mc` estimator."""
+suggestion, M suffixes each, a progress bar and a cancel; results stored for the `suffix_mc` estimator.
+Below, the model-based scores (OAR-P, OAR-G, GCPO) of the rollout's group, computed on demand and stored."""
 
 import time
 
@@ -7,7 +8,9 @@ import streamlit as st
 
 from app import access, compute, data, figures, jobs, state, views
 from backend import analysis
+from backend.estimators.registry import MODEL_SCORED
 from backend.models.engine import engine_note
+from backend.models.model_credit_run import ModelCreditSettings
 
 sel = views.rollout_selection()
 st.title(f"Resample suffixes · rollout #{sel.rollout}")
@@ -158,3 +161,48 @@ else:
         width="stretch",
         column_config={"suffix_text": st.column_config.TextColumn("suffix")},
     )
+
+st.subheader("Model-based credit: OAR-P, OAR-G, GCPO")
+st.caption(
+    "Per-token scores from the policy itself (OAR: each reasoning token's influence on the final answer; "
+    "GCPO: the log-prob contrast under a negative prompt), for this rollout's whole group. Once stored, "
+    "the estimators oar_p, oar_g and gcpo work in every view, like `creditlens model-credit`."
+)
+credit_job = st.session_state.get("model_credit_job")
+model_dir = info.get("model_dir")
+if not settings.read_only and model_dir:
+    method = st.selectbox("Method", list(MODEL_SCORED), key="resample_mc_method")
+    if credit_job is not None and credit_job.running:
+        if st.button("Cancel", key="resample_mc_cancel", type="secondary"):
+            credit_job.cancel.set()
+    elif st.button("Compute for this group", key="resample_mc_run", type="primary"):
+        chosen = "transformers" if method == "oar_g" else st.session_state.get("resample_engine", "auto")
+        try:
+            credit_job = jobs.start_model_credit(
+                settings, sel.db, data.handle_for(sel.db), sel.run, sel.rollout,
+                lambda: views.compute_or_explain(compute.engine, model_dir, chosen),
+                ModelCreditSettings(method=method, model_dir=model_dir, engine=chosen),
+            )
+            st.session_state["model_credit_job"] = credit_job
+        except access.Refused as exc:
+            st.error(f"Refused: {exc}")
+if credit_job is not None and (credit_job.running or st.session_state.get("_mc_shown") is not credit_job):
+    bar = st.progress(credit_job.fraction, text="scoring…")
+    while credit_job.running:
+        bar.progress(credit_job.fraction, text=f"scoring… {credit_job.done}/{credit_job.total or '?'} sequences")
+        time.sleep(0.1)
+    bar.progress(1.0, text="done")
+    st.session_state["_mc_shown"] = credit_job
+    data.invalidate()
+    if credit_job.error:
+        st.error(credit_job.error)
+    elif credit_job.result is not None:
+        r = credit_job.result
+        st.success(f"{r.method}: nothing stored (cancelled)" if r.cancelled else
+                   f"{r.method}: {r.stored} rollouts scored, {r.model_rows} model sequences in {r.seconds:.1f} s "
+                   f"with {r.engine}; stored")
+cached = data.model_credit(sel.db, sel.run, sel.rollout)
+if cached.empty:
+    st.info("No model-based scores for this rollout yet.")
+else:
+    st.dataframe(cached[["method", "engine", "model", "settings", "created"]], hide_index=True, width="stretch")
