@@ -63,8 +63,8 @@ def cmd_model_credit(args) -> int:
         bar.refresh()
 
     try:
-        report = run_model_credit(handle, args.run, settings, rollout=args.rollout,
-                                  rollouts=None if args.rollout is not None else parse_rollouts(args.rollouts),
+        rollouts = None if args.rollout is not None else parse_rollouts(args.rollouts)
+        report = run_model_credit(handle, args.run, settings, rollout=args.rollout, rollouts=rollouts,
                                   progress=progress, cancel=stop.is_set)
     finally:
         bar.close()

@@ -189,7 +189,8 @@ if not settings.read_only and model_dir:
 if credit_job is not None and (credit_job.running or st.session_state.get("_mc_shown") is not credit_job):
     bar = st.progress(credit_job.fraction, text="scoring…")
     while credit_job.running:
-        bar.progress(credit_job.fraction, text=f"scoring… {credit_job.done}/{credit_job.total or '?'} sequences")
+        done, total = credit_job.done, credit_job.total or "?"
+        bar.progress(credit_job.fraction, text=f"scoring… {done}/{total} sequences")
         time.sleep(0.1)
     bar.progress(1.0, text="done")
     st.session_state["_mc_shown"] = credit_job
@@ -199,10 +200,11 @@ if credit_job is not None and (credit_job.running or st.session_state.get("_mc_s
     elif credit_job.result is not None:
         r = credit_job.result
         st.success(f"{r.method}: nothing stored (cancelled)" if r.cancelled else
-                   f"{r.method}: {r.stored} rollouts scored, {r.model_rows} model sequences in {r.seconds:.1f} s "
-                   f"with {r.engine}; stored")
+                   f"{r.method}: {r.stored} rollouts scored, {r.model_rows} model sequences in "
+                   f"{r.seconds:.1f} s with {r.engine}; stored")
 cached = data.model_credit(sel.db, sel.run, sel.rollout)
 if cached.empty:
     st.info("No model-based scores for this rollout yet.")
 else:
-    st.dataframe(cached[["method", "engine", "model", "settings", "created"]], hide_index=True, width="stretch")
+    columns = ["method", "engine", "model", "settings", "created"]
+    st.dataframe(cached[columns], hide_index=True, width="stretch")

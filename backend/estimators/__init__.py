@@ -3,5 +3,4 @@
 Add an estimator by writing a module here that uses `registry.register` and importing it below.
 """
 
-from backend.estimators import (credit, learned, logged, model_based, modifiers,  # noqa: F401  (registers)
-                                outcome, valued)
+from backend.estimators import credit, learned, logged, model_based, modifiers, outcome, valued  # noqa: F401  (registers)

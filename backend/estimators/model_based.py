@@ -49,7 +49,8 @@ class OARConfig(OutcomeConfig):
     sum_to_length: bool = param(True, help="Rescale the scored tokens' weights to mean one (sum_to_L)")
 
 
-def oar_weights(scores: torch.Tensor, scored: torch.Tensor, config: OARConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def oar_weights(scores: torch.Tensor, scored: torch.Tensor,
+                config: OARConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """w: (B, T) float32 OAR weights, 1 off the scored tokens; and (B,) bool rows with no scored token.
 
     scores: (B, T) influence (a negative OAR-P drop counts as 0, where log1p would be NaN below -1);
@@ -125,7 +126,8 @@ def gcpo_alpha(config: GCPOConfig) -> float:
     return math.log(1.0 - config.mass) / math.log(1.0 - config.top) - 1.0
 
 
-def gcpo_weights(delta: torch.Tensor, scored: torch.Tensor, config: GCPOConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def gcpo_weights(delta: torch.Tensor, scored: torch.Tensor,
+                 config: GCPOConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """w: (B, T) float32 mean-one weights over the scored tokens (1 elsewhere) and d: (B, T) the pointwise
     KL estimate; delta: (B, T) log p_neg - log p_pos. Ties in d rank by position (a stable sort)."""
     diff = delta.to(torch.float32).clamp(-20.0, 20.0)
@@ -140,8 +142,8 @@ def gcpo_weights(delta: torch.Tensor, scored: torch.Tensor, config: GCPOConfig) 
 
 
 @register("gcpo", GCPOConfig,
-          "GCPO: Z weighted by how much a negative prompt ('..., but generate the wrong answer') changes each "
-          "token's log-prob (rank power law, mean one); needs `creditlens model-credit --method gcpo`",
+          "GCPO: Z weighted by how much a negative prompt ('..., but generate the wrong answer') changes "
+          "each token's log-prob (rank power law, mean one); needs `creditlens model-credit --method gcpo`",
           needs=model_score_needs("gcpo"), source=GCPO_SOURCE)
 def gcpo(batch: RolloutBatch, config: GCPOConfig) -> EstimatorResult:
     delta, scored = _cached(batch, "gcpo")

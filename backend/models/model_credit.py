@@ -56,9 +56,8 @@ def answer_span(tokens: Sequence[str], regex: str = ANSWER_REGEX) -> tuple[int, 
     answer) in the joined token labels, or None when nothing matches or no reasoning token precedes it."""
     text = "".join(tokens)
     ends = np.cumsum([len(t) for t in tokens])  # token k covers [ends[k] - len, ends[k])
-    match = None
-    for match in re.finditer(regex, text, flags=re.S):
-        pass
+    matches = list(re.finditer(regex, text, flags=re.S))
+    match = matches[-1] if matches else None
     if match is None or match.lastindex is None:
         return None
     begin, (g0, g1) = match.start(), match.span(1)
@@ -153,7 +152,8 @@ def _answer_phi(logits: torch.Tensor, ids: torch.Tensor, start: int, a0: int, a1
 
 
 def oar_g_scores(engine: Engine, rollouts: Sequence[RolloutTokens], regex: str = ANSWER_REGEX,
-                 noise_std: float = 1e-3, seed: int = 0, chunk_size: int = 16, progress: Progress | None = None,
+                 noise_std: float = 1e-3, seed: int = 0, chunk_size: int = 16,
+                 progress: Progress | None = None,
                  cancel: Cancel | None = None) -> dict[int, np.ndarray] | None:
     """OAR-G scores (L,) per rollout id, NaN outside the reasoning: `chunk_size` rollouts per forward and
     backward pass (right-padded; rows do not interact, so the summed objective gives each row its own
@@ -180,8 +180,8 @@ def oar_g_scores(engine: Engine, rollouts: Sequence[RolloutTokens], regex: str =
             noise = torch.zeros_like(clean)
             for k, (r, (reasoning_end, _, _)) in enumerate(chunk):
                 s = len(contexts[k])
-                noise[k, s : s + reasoning_end] = _noise(r.rollout_id, reasoning_end, clean.shape[-1],
-                                                         noise_std, seed).to(clean.device, clean.dtype)
+                row_noise = _noise(r.rollout_id, reasoning_end, clean.shape[-1], noise_std, seed)
+                noise[k, s : s + reasoning_end] = row_noise.to(clean.device, clean.dtype)
             with torch.no_grad():
                 logits0 = model(inputs_embeds=clean, attention_mask=attention).logits
             leaf = clean.clone().requires_grad_(True)

@@ -43,8 +43,8 @@ def save_model_credit(store: Store, run: str, method: str, scores: dict[int, np.
         "engine": pa.array([engine] * n, pa.string()),
     })
     with store.transaction() as con:
-        con.execute("DELETE FROM model_credit WHERE run_id = ? AND method = ? AND list_contains(?, rollout_id)",
-                    [run_id, method, ids])
+        con.execute("DELETE FROM model_credit WHERE run_id = ? AND method = ? "
+                    "AND list_contains(?, rollout_id)", [run_id, method, ids])
         store.insert_arrow("model_credit", table)
         store._drop_cached_estimates(run_id)  # the model-based estimators read these scores
     return n
@@ -74,7 +74,8 @@ def model_credit_extras(store: Store, run_id: int, ids: list[int], T: int) -> di
     if not ids:
         return {}
     rows = store.con.execute(
-        "SELECT rollout_id, method, scores FROM model_credit WHERE run_id = ? AND list_contains(?, rollout_id)",
+        "SELECT rollout_id, method, scores FROM model_credit "
+        "WHERE run_id = ? AND list_contains(?, rollout_id)",
         [run_id, ids],
     ).fetchall()
     row_of = {rid: i for i, rid in enumerate(ids)}
