@@ -4,7 +4,7 @@ Measured in one run, on ragged batches (lengths uniform in [T/8, T], groups of 8
 group so prefix trees branch) at (B=512, T=1024) and (B=64, T=8192):
 - tokens/s of every registered estimator with its defaults (the registry call without `validate`);
 - GAE (`functional.compute_gae`, also with 10% mid-sequence mask holes) and GRPO
-  (`functional.compute_grpo`) against verl-style python loops (reference.py) timed in the same run,
+  (`functional.compute_grpo`) against verl-style python loops (twins/verl.py) timed in the same run,
   and against verl itself when it is importable;
 - the prefix tree of one 16 x 4096-token group.
 Targets on 2 CPU cores: GAE >= 20x the loop at 512x1024 and >= 50x at 64x8192; every model-free
@@ -25,8 +25,8 @@ import torch
 from backend.batch import RolloutBatch
 from backend.estimators import functional as F
 from backend.estimators import registry
-from backend.estimators.reference import verl_gae_loop, verl_grpo_loop
 from backend.estimators.tree import build_prefix_tree
+from backend.estimators.twins.verl import verl_gae_loop, verl_grpo_loop
 
 TEXTS = ["the", " ", "x", "=", "1", "2", ".", ",", "\n", "so", "answer", "is"]
 # Estimators that need a fitted model (ridge fits) rather than closed-form arithmetic.

@@ -1,6 +1,23 @@
-"""Credit estimators (ESTIMATORS.md sections 1-7). Importing this package registers them all.
+"""Credit estimators (the math: docs/estimators.md). Importing this package registers them all.
 
-Add an estimator by writing a module here that uses `registry.register` and importing it below.
+Every estimator is `fn(batch, config) -> EstimatorResult`, registered by name in `registry`, the only list
+of names; each has a slow loop twin registered by the same name in `twins/`, which the tests compare it with.
+
+Adding an estimator:
+1. Write it in the module of its family (outcome, credit, valued, learned, logged, modifiers; a new family
+   gets a new module, imported below): a frozen config subclassing `registry.Config` (or a family base such
+   as `common.OutcomeConfig`/`CreditConfig`) whose fields use `param(default, help=..., low=, high=)`, and
+   the function under `@register("name", Config, "one line", needs=..., family=..., source=...)`.
+   `source` names the paper and the official code (with its commit) it was checked against; leave it
+   empty for a construction of our own and describe it honestly.
+2. Write its twin in `twins/<family>.py` under `@twin("name")`: `fn(batch, config) -> advantages (B, T)`,
+   plain python loops over responses and real tokens (helpers in `twins/loops.py`), written from the
+   formula and never calling the vectorized code it checks. Without a twin, `reference_advantages` fails
+   with "no twin for 'name'" and `registry.missing_twins()` lists it.
+3. Tests: tests/backend/estimators/test_twins.py picks up every registered name on its own (random
+   batches); add a row to its VARIANTS for each config branch (a mode, a value source).
+   A paper-named estimator also gets an entry in test_official.py against the official code's outputs.
+4. Document the math, its source and its scope in docs/estimators.md.
 """
 
 from backend.estimators import credit, learned, logged, model_based, modifiers, outcome, valued  # noqa: F401  (registers)

@@ -7,7 +7,8 @@ import torch
 
 from backend.estimators import functional as F
 from backend.estimators import masked
-from backend.estimators.reference import outcome_loop, verl_gae_loop, verl_grpo_loop
+from backend.estimators.twins.loops import outcome_loop
+from backend.estimators.twins.verl import verl_gae_loop, verl_grpo_loop
 
 
 def _ragged(B, T, seed, holes=False):

@@ -10,7 +10,7 @@ import torch
 from backend.batch import batch_from_records
 from backend.estimators import functional as F
 from backend.estimators import registry
-from backend.estimators.reference import outcome_loop
+from backend.estimators.twins.loops import outcome_loop
 
 
 def trl_group_advantage(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:

@@ -1,6 +1,8 @@
-"""Every registered estimator against its plain-loop twin (backend/estimators/reference.py)."""
+"""Every registered estimator against its plain-loop twin (backend/estimators/twins/, by name)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -95,3 +97,32 @@ def test_empty_responses_match_twin(name):
     fast = registry.estimate(name, batch).advantages
     assert torch.isfinite(fast).all()
     torch.testing.assert_close(fast, reference_advantages(name, batch), atol=2e-5, rtol=1e-4)
+
+
+def test_every_estimator_and_alias_has_a_twin():
+    assert registry.missing_twins() == []
+    assert set(registry.twin_names()) == set(registry.names())  # no twin of a name that is not registered
+    for name in [*registry.names(), *registry.aliases()]:
+        assert callable(registry.get_twin(name))
+
+
+def test_an_estimator_without_a_twin_fails_by_name():
+    @dataclass(frozen=True)
+    class NoTwinConfig(registry.Config):
+        pass
+
+    name = "no_twin_example"
+
+    @registry.register(name, NoTwinConfig, "an estimator registered without a loop twin")
+    def no_twin(batch, config):
+        return registry.EstimatorResult(torch.zeros(batch.response_mask.shape))
+
+    try:
+        assert registry.missing_twins() == [name]
+        with pytest.raises(registry.MissingTwin, match=f"no twin for '{name}'"):
+            reference_advantages(name, random_batch(0))
+    finally:
+        del registry._REGISTRY[name]
+    assert registry.missing_twins() == []
+    with pytest.raises(ValueError, match="already has a twin"):
+        registry.twin("grpo")(lambda batch, config: None)

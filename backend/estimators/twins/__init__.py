@@ -1,0 +1,11 @@
+"""Slow twins: a plain-loop version of every registered estimator, registered with `registry.twin`.
+
+One module per estimator family, mirroring backend/estimators/ (outcome, credit, valued, learned, logged,
+modifiers), plus the loop versions of the shared pieces (loops, common, values, tree, features) and of
+verl's own GRPO/GAE functions (verl). Each twin is written from docs/estimators.md with python lists and
+explicit loops over responses, tokens, groups and folds, and never calls the vectorized function it checks;
+tests compare `registry.estimate(name, ...)` with `reference_advantages(name, ...)` (reference.py).
+Nothing here is fast; do not call it on real batches. Importing this package registers every twin.
+"""
+
+from backend.estimators.twins import credit, learned, logged, model_based, modifiers, outcome, valued  # noqa: F401,E501

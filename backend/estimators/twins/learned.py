@@ -1,0 +1,198 @@
+"""Twins of learned.py: token_rm (linear and MLP heads), rudder and ktae, fitted and applied one response,
+prefix or token at a time. The MLP's initial weights and row subsample are shared with the fast path (they
+define the model); the training loop and every sum are written out here."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from backend.batch import RolloutBatch
+from backend.estimators.learned import MLP_LEARNING_RATE, mlp_fit_rows, mlp_init
+from backend.estimators.registry import twin
+from backend.estimators.twins.common import finish_rewards_loop
+from backend.estimators.twins.features import group_folds_loop, token_feature_rows
+from backend.estimators.twins.loops import outcome_of, real_columns, scores_list, to_tensor
+
+
+def token_rm_mlp_phi_loop(batch, config, feats, z, fold, k) -> list[list[float]]:
+    """phi per real token from k MLPs trained one fold at a time, each response's sum built token by
+    token (the fast path trains the k models at once over padded tensors)."""
+    flat = np.array([x for f in feats for x in f], dtype=np.float64)
+    mu, sd = flat.mean(0), flat.std(0)
+    sd = np.where(sd > 1e-12, sd, 1.0)
+    xs = [torch.tensor((np.array(f, dtype=np.float64) - mu) / sd) for f in feats]
+    init = mlp_init(k, flat.shape[1], config.hidden)
+    fit_rows = mlp_fit_rows(batch.response_mask).tolist()
+    models = []
+    for j in range(k):
+        p = {n: v[j].clone().requires_grad_() for n, v in init.items()}
+        train = [i for i in fit_rows if fold[i] != j]
+        opt = torch.optim.Adam(list(p.values()), lr=MLP_LEARNING_RATE)
+        for _ in range(config.steps):
+            opt.zero_grad()
+            loss = torch.zeros((), dtype=torch.float64)
+            for i in train:
+                total = torch.zeros((), dtype=torch.float64)
+                for x in xs[i]:
+                    total = total + torch.tanh(x @ p["W1"] + p["b1"]) @ p["w2"] + p["b2"]
+                loss = loss + (total - z[i]) ** 2
+            n = max(len(train), 1)
+            loss = loss / n + config.ridge / n * ((p["W1"] ** 2).sum() + (p["w2"] ** 2).sum())
+            loss.backward()
+            opt.step()
+        models.append({n: v.detach() for n, v in p.items()})
+    out = []
+    for i, x in enumerate(xs):
+        m = models[fold[i]]
+        out.append([float(torch.tanh(row @ m["W1"] + m["b1"]) @ m["w2"] + m["b2"]) for row in x])
+    return out
+
+
+@twin("token_rm")
+def token_rm_twin(batch: RolloutBatch, config) -> torch.Tensor:
+    """phi from a ridge of Z on per-response feature sums (or the MLP head), cross-fitted by group, then
+    r_t = phi_t + (Z - sum phi) / L."""
+    rows = real_columns(batch)
+    z = outcome_of(batch, config)
+    fold, k = group_folds_loop(batch, config.folds)
+    feats = [token_feature_rows(batch, i, c) for i, c in enumerate(rows)]
+    if getattr(config, "head", "linear") == "mlp" and k >= 2:
+        phis = token_rm_mlp_phi_loop(batch, config, feats, z, fold, k)
+        r_rows = [[p + (z[i] - sum(phi)) / len(phi) for p in phi] for i, phi in enumerate(phis)]
+        return finish_rewards_loop(batch, config, z, rows, r_rows)
+    sums = np.array([np.sum(f, axis=0) for f in feats], dtype=np.float64)
+    r_rows = []
+    for i, cols in enumerate(rows):
+        L = len(cols)
+        train = [j for j in range(len(rows)) if fold[j] != fold[i]]
+        # standardization uses every response (labels are not involved), as the fast path does
+        mu, sd = sums.mean(0), sums.std(0)
+        sd = np.where(sd > 1e-12, sd, 1.0)
+        Xa = np.concatenate([(sums[train] - mu) / sd, np.ones((len(train), 1))], axis=1)
+        pen = np.eye(Xa.shape[1]) * config.ridge
+        pen[-1, -1] = 1e-9
+        coef = np.linalg.solve(Xa.T @ Xa + pen, Xa.T @ np.array([z[j] for j in train]))
+        w, b = coef[:-1] / sd, coef[-1] - float(np.sum(coef[:-1] / sd * mu))
+        phi = [float(np.dot(w, x)) + b / L for x in feats[i]]
+        r_rows.append([p + (z[i] - sum(phi)) / L for p in phi])
+    return finish_rewards_loop(batch, config, z, rows, r_rows)
+
+
+def rudder_g_loop(batch, config) -> list[list[float]]:
+    """g(y_{<=t}) per real token (fit over all prefixes, cross-fitted), as plain loops over prefixes."""
+    rows = real_columns(batch)
+    z = outcome_of(batch, config)
+    fold, k = group_folds_loop(batch, config.folds)
+    prefixes, owner = [], []
+    for i, cols in enumerate(rows):
+        feats = token_feature_rows(batch, i, cols)
+        run = np.zeros(len(feats[0]) if feats else 0)
+        for kk, x in enumerate(feats):
+            run = run + np.array(x)
+            prefixes.append(list(run / (kk + 1)) + [(kk + 1) / len(cols)])
+            owner.append(i)
+    P = np.array(prefixes, dtype=np.float64)
+    mu, sd = P.mean(0), P.std(0)
+    sd = np.where(sd > 1e-12, sd, 1.0)
+    Xa = np.concatenate([(P - mu) / sd, np.ones((len(P), 1))], axis=1)
+    y = np.array([z[o] for o in owner])
+    coefs = {}
+    for f in set(fold):
+        train = np.array([fold[o] != f for o in owner])
+        pen = np.eye(Xa.shape[1]) * config.ridge
+        pen[-1, -1] = 1e-9
+        coefs[f] = np.linalg.solve(Xa[train].T @ Xa[train] + pen, Xa[train].T @ y[train])
+    g = [[] for _ in rows]
+    for n, o in enumerate(owner):
+        g[o].append(float(Xa[n] @ coefs[fold[o]]))
+    return g
+
+
+@twin("rudder")
+def rudder_twin(batch: RolloutBatch, config) -> torch.Tensor:
+    """r_t = g(y_{<=t}) - g(y_{<t}) with g(empty) = 0, the residual Z - g(y_{<=L}) on the last token."""
+    rows = real_columns(batch)
+    z = outcome_of(batch, config)
+    g = rudder_g_loop(batch, config)
+    r_rows = []
+    for i, gi in enumerate(g):
+        r = [gi[k] - (gi[k - 1] if k else 0.0) for k in range(len(gi))]
+        if r:
+            r[-1] += z[i] - gi[-1]
+        r_rows.append(r)
+    return finish_rewards_loop(batch, config, z, rows, r_rows)
+
+
+def _log_comb32(n: float, k: float) -> torch.Tensor:
+    n, k = torch.tensor(n, dtype=torch.float32), torch.tensor(k, dtype=torch.float32)
+    return torch.lgamma(n + 1) - torch.lgamma(k + 1) - torch.lgamma(n - k + 1)
+
+
+def _fisher_loop(a: int, b: int, c: int, d: int) -> float:
+    """Two-sided Fisher exact p of [[a, b], [c, d]] summed over the tables with the same margins whose
+    hypergeometric probability (float32, as the official code) does not exceed the observed one."""
+    R1, C1, n = a + b, a + c, a + b + c + d
+
+    def prob(k):
+        return torch.exp(_log_comb32(C1, k) + _log_comb32(n - C1, R1 - k) - _log_comb32(n, R1))
+
+    p_obs = prob(a)
+    total = torch.tensor(0.0, dtype=torch.float32)
+    for k in range(max(0, R1 + C1 - n), min(R1, C1) + 1):
+        p_k = prob(k)
+        if p_k <= p_obs:
+            total = total + p_k
+    return float(total)
+
+
+def _h2_terms(p: float) -> float:
+    return -p * math.log2(p) if p > 0 else 0.0
+
+
+@twin("ktae")
+def ktae_twin(batch: RolloutBatch, config) -> torch.Tensor:
+    """KTAE from the official code's definitions, one group and one token id at a time."""
+    rows = real_columns(batch)
+    R = scores_list(batch, config.channel)
+    groups = batch.group_ids.tolist()
+    z = outcome_of(batch, config)
+    toks = batch.token_ids.tolist()
+    seqs = [[toks[i][t] for t in c] for i, c in enumerate(rows)]
+    out = []
+    for i, cols in enumerate(rows):
+        mates = [j for j in range(len(R)) if groups[j] == groups[i]]
+        good = [j for j in mates if R[j] > 0]
+        bad = [j for j in mates if R[j] <= 0]
+        row = []
+        for k in range(len(cols)):
+            v = seqs[i][k]
+            if not good or not bad or v == config.eos_token_id:
+                row.append(z[i])
+                continue
+            a = sum(1 for j in good if v in seqs[j])
+            b = sum(1 for j in bad if v in seqs[j])
+            c, d = len(good) - a, len(bad) - b
+            n = a + b + c + d
+            p = _fisher_loop(a, b, c, d)
+            F = math.exp(-2 * p) if p != 1.0 else 0.0
+            h_y = _h2_terms((a + c) / n) + _h2_terms((b + d) / n)
+            h_yx = ((a + b) / n) * (_h2_terms(a / (a + b)) + _h2_terms(b / (a + b)) if a + b else 0.0)
+            h_yx += ((c + d) / n) * (_h2_terms(c / (c + d)) + _h2_terms(d / (c + d)) if c + d else 0.0)
+            ig = h_y - h_yx
+            x = math.asin(math.sqrt(a / (a + c + 1e-10))) - math.asin(math.sqrt(b / (b + d + 1e-10)))
+            if config.use_tf:
+                tot_c = sum(len(seqs[j]) for j in good)
+                tot_w = sum(len(seqs[j]) for j in bad)
+                avg = (tot_c + tot_w) / 2
+                fc = sum(seqs[j].count(v) for j in good) / tot_c if tot_c else 0.0
+                fw = sum(seqs[j].count(v) for j in bad) / tot_w if tot_w else 0.0
+                tf_c = fc * 3.0 / (fc + 2.0 * (0.5 + 0.5 * tot_c / avg))
+                tf_w = fw * 3.0 / (fw + 2.0 * (0.5 + 0.5 * tot_w / avg))
+                x += tf_c / (tf_w + 1e-5) - tf_w / (tf_c + 1e-5)
+            key = (config.alpha * F + config.beta_ig * ig) * x / (config.alpha + config.beta_ig)
+            row.append(z[i] + config.scale * math.tanh(key / 2))  # (sigmoid(x) - 1/2) * 2 = tanh(x / 2)
+        out.append(row)
+    return to_tensor(batch, rows, out)
