@@ -31,9 +31,10 @@ from backend.estimators.common import OutcomeConfig, fallback_message, outcome_z
 from backend.estimators.registry import EstimatorResult, model_score_needs, param, register
 
 OAR_SOURCE = ("Li et al. 2026, arXiv 2601.07408 (OAR); official code Valsure/Outcome-Grounded-Advantage-"
-              "Reshaping OAR-main.py @8dbc478 (pfinal_mode answer_joint)")
+              "Reshaping OAR-main.py @8dbc47862b5c3636b6070be16c9a181b17ca6346 (pfinal_mode answer_joint)")
 GCPO_SOURCE = ("Li et al. 2026, arXiv 2605.29198 (GCPO); official code jacklishufan/gcpo "
-               "verl/workers/actor/dp_actor.py @e0f183d (importance_weighting_type kl, normalization hist)")
+               "verl/workers/actor/dp_actor.py @e0f183de1ddad5714587be3eaed5b01be44724ee "
+               "(importance_weighting_type kl, importance_normalization hist)")
 
 
 @dataclass(frozen=True)
