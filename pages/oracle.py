@@ -7,7 +7,7 @@ import streamlit as st
 
 from app import compute, data, figures, state, views, widgets
 from backend import analysis, teacher_bench
-from backend.metrics import METRICS
+from backend.metrics import METRICS, model_bound_estimators
 
 sel = state.selection()
 if sel.run is None:
@@ -28,6 +28,8 @@ if analysis.has_oracle(batch):
         "single = scores summed then one estimator; split = channels projected and normalized "
         "separately, then combined. style_recall uses ΔA = A(task+style) − A(task only)."
     )
+    st.caption("Not offered on synthetic runs, which have no policy (needs a model): "
+               + ", ".join(model_bound_estimators()) + ".")
     table, errors = compute.oracle(sel.db, sel.run, tuple(chosen))
     for line in errors:
         st.warning(line)

@@ -175,3 +175,14 @@ def test_parallel_seeds_match_in_process():
     parallel = metrics.oracle_bench(2, 10, 4, estimators=["entropy"], workers=2)
     strip = [{k: v for k, v in row.items() if k != "seconds"} for row in serial]
     assert strip == [{k: v for k, v in row.items() if k != "seconds"} for row in parallel]
+
+
+def test_model_bound_estimators_are_named_not_benched():
+    from backend.metrics import bench_estimators, model_bound_estimators
+
+    bound = set(model_bound_estimators())
+    assert {"oar_p", "oar_g", "gcpo", "suffix_mc"} <= bound and "grpo" not in bound
+    assert not bound & set(bench_estimators())
+    said = []
+    metrics.oracle_bench(seeds=1, prompts=4, group=2, progress=said.append)
+    assert any("not run" in m and "oar_p" in m and "gcpo" in m for m in said), said

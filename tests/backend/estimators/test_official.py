@@ -191,7 +191,8 @@ def test_gcpo_weights_equal_official(case):
     delta = (torch.tensor(entry["logp_neg"]) - torch.tensor(entry["logp_pos"])).tolist()
     batch = _model_scored_batch(entry["lengths"], entry["lengths"], delta, "gcpo")
     res = registry.estimate("gcpo", batch)
-    torch.testing.assert_close(res.diagnostics["weights"], _padded(entry["weights"], batch), atol=1e-5, rtol=0)
+    expected = _padded(entry["weights"], batch)
+    torch.testing.assert_close(res.diagnostics["weights"], expected, atol=1e-5, rtol=0)
 
 
 def test_model_based_estimators_carry_their_source():
