@@ -15,8 +15,33 @@ import pandas as pd
 import streamlit as st
 
 from app import data
-from backend import analysis, estimates, explain, explorer, strips, token_classes
+from backend import (
+    channel_credit,
+    channels,
+    credit_shares,
+    display_tree,
+    estimates,
+    explain,
+    explorer,
+    strips,
+    teacher_bench,
+    token_classes,
+)
+
+# Re-exported for the pages, which reach the backend only through app/ (names, types and cheap helpers).
+from backend.credit_shares import credit_difference as credit_difference
+from backend.errors import InputError
+from backend.estimates import ALL_CHANNELS as ALL_CHANNELS
 from backend.estimators import registry
+from backend.explorer import FLAG_COLUMNS as FLAG_COLUMNS
+from backend.explorer import ExplorerQuery as ExplorerQuery
+from backend.explorer import Filter as Filter
+from backend.metrics import METRICS as METRICS
+from backend.models import engine_note as engine_note
+from backend.models import load_engine
+from backend.models.resample import suggested_positions as suggested_positions
+from backend.oracle import has_oracle as has_oracle
+from backend.oracle import oracle_table
 
 _SCOPED = ("Computing credit (an estimator of step or run scope computes its whole step or run once; "
            "the store keeps it)…")
@@ -46,7 +71,7 @@ def _row_of(batch, rollout_id: int) -> int:
 @st.cache_data(show_spinner=_SCOPED, max_entries=64)
 def group_credit(
     db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple = (), norms: tuple = ()
-) -> analysis.ChannelCredit:
+) -> channel_credit.ChannelCredit:
     _, credit = explain.group_channel_credit(data.store_handle(db), run, group, estimator, config,
                                              dict(betas) or None, normalizations=dict(norms) or None,
                                              save=not data.settings().read_only)
@@ -99,7 +124,7 @@ def rollout_view(
             "logprob": per_token(batch.logprobs),
             "entropy": per_token(batch.entropies),
             "value": per_token(batch.values),
-            "token_class": analysis.token_class_labels(batch, row, data.token_classes(db, run)),
+            "token_class": token_classes.labels(batch, row, data.token_classes(db, run)),
         }
     )
     return RolloutView(
@@ -109,7 +134,7 @@ def rollout_view(
         rows,
         contributions,
         final,
-        analysis.token_shares(contributions),
+        credit_shares.token_shares(contributions),
         info,
         credit.betas,
         strips.token_strips(batch, row),
@@ -125,13 +150,13 @@ def _outside_loss_mask(batch, row: int) -> np.ndarray | None:
 @st.cache_data(show_spinner=False, max_entries=32)
 def group_tree(
     db: str, run: str, group: int, channel: str = "task"
-) -> tuple[analysis.PrefixTree, pd.DataFrame]:
+) -> tuple[display_tree.PrefixTree, pd.DataFrame]:
     """The display prefix tree of a group with V(u) in outcome (Z) units."""
     batch = data.group_batch(db, run, group)
     z = registry.estimate("grpo", batch, channel=channel).advantages[:, 0] if batch.T else np.zeros(batch.B)
     lengths = batch.lengths.tolist()
     ids = [batch.token_ids[i, :L].tolist() for i, L in enumerate(lengths)]
-    tree = analysis.prefix_tree(ids, z)
+    tree = display_tree.prefix_tree(ids, z)
     return tree, tree.frame(batch.tokens)
 
 
@@ -189,31 +214,27 @@ def compare(db: str, run: str, group: int, rollout_id: int, estimators: tuple) -
         except (ValueError, RuntimeError) as exc:  # BatchError, InputError, bad config: shown in its panel
             errors[label] = str(exc)
     classes = data.token_classes(db, run)
-    class_ids = analysis.token_class_ids(batch, classes)
+    class_ids = token_classes.class_ids(batch, classes)
     return {
         "tokens": list(batch.tokens[row])
         if batch.tokens is not None
         else [str(t) for t in batch.token_ids[row, :L].tolist()],
         "rollout": {k: v[row, :L].numpy() for k, v in advantages.items()},
         "errors": errors,
-        "agreement": analysis.rank_agreement(advantages, batch.response_mask),
-        "mass": analysis.credit_mass_by_class(advantages, class_ids, batch.response_mask,
+        "agreement": credit_shares.rank_agreement(advantages, batch.response_mask),
+        "mass": credit_shares.credit_mass_by_class(advantages, class_ids, batch.response_mask,
                                               token_classes.names(classes)),
-        "classes": analysis.token_class_labels(batch, row, classes),
+        "classes": token_classes.labels(batch, row, classes),
     }
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def default_betas(db: str, run: str, group: int) -> dict[str, float]:
-    from backend import channels
-
     return {c: s.beta for c, s in channels.default_specs(data.group_batch(db, run, group)).items()}
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def default_normalizations(db: str, run: str, group: int) -> dict[str, str]:
-    from backend import channels
-
     return {c: s.normalization for c, s in channels.default_specs(data.group_batch(db, run, group)).items()}
 
 
@@ -222,30 +243,28 @@ def group_shares(
     db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple, norms: tuple = ()
 ) -> dict[str, float]:
     credit = group_credit(db, run, group, estimator, config, betas, norms)
-    return analysis.abs_shares(credit.contributions)
+    return credit_shares.abs_shares(credit.contributions)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def dual_ascent(db: str, run: str, tau: tuple, eta: float, beta0: tuple, mode: str) -> pd.DataFrame:
-    return analysis.dual_ascent_replay(
+    return channel_credit.dual_ascent_replay(
         data.step_channel_means(db, run), dict(tau), eta, dict(beta0), mode, priority=tuple(c for c, _ in tau)
     )
 
 
 @st.cache_data(show_spinner="Scoring estimators against the oracle…", max_entries=16)
 def oracle(db: str, run: str, estimators: tuple) -> tuple[pd.DataFrame, list[str]]:
-    return analysis.oracle_table(data.run_batch(db, run), list(estimators))
+    return oracle_table(data.run_batch(db, run), list(estimators))
 
 
 @st.cache_data(show_spinner="Ranking estimators against the Monte Carlo teacher…", max_entries=16)
 def teacher(db: str, run: str, estimators: tuple):
     """The teacher-bench result (what `creditlens teacher-bench` prints) for the chosen estimators, or None
     when the run has no Monte Carlo values."""
-    from backend.errors import InputError
-    from backend.teacher_bench import parse_estimator_specs, teacher_bench
-
     try:
-        return teacher_bench(data.store_handle(db), run, parse_estimator_specs(list(estimators)))
+        return teacher_bench.teacher_bench(data.store_handle(db), run,
+                                           teacher_bench.parse_estimator_specs(list(estimators)))
     except InputError:
         return None
 
@@ -253,8 +272,6 @@ def teacher(db: str, run: str, estimators: tuple):
 @st.cache_resource(show_spinner="Loading the model…", max_entries=2)
 def engine(model_dir: str, engine_name: str = "auto"):
     """One loaded engine per (model folder, engine) and process."""
-    from backend.models.engine import load_engine
-
     return load_engine(model_dir, engine=engine_name)
 
 

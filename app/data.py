@@ -17,7 +17,10 @@ import pandas as pd
 import streamlit as st
 
 from app import access
+from backend import token_classes as classes
+from backend.ingest.bundled import import_bundled
 from backend.store import StoreHandle, default_db_path
+from backend.store.model_credit_queries import model_credit_rows
 
 
 def db_path_from_argv(argv: list[str] | None = None) -> Path:
@@ -34,8 +37,6 @@ def db_path_from_argv(argv: list[str] | None = None) -> Path:
 @st.cache_resource(show_spinner=False)
 def store_handle(path: str) -> StoreHandle:
     """One handle per process and store file; imports the bundled runs into an empty store."""
-    from backend.store.commands import import_bundled
-
     handle = StoreHandle(path)
     with handle.read() as store:
         empty = not store.list_runs()
@@ -111,8 +112,6 @@ def run_channels(path: str, run: str) -> list[str]:
 @st.cache_data(show_spinner=False)
 def token_classes(path: str, run: str) -> tuple:
     """The run's token classes (its own, saved in the store, else the defaults)."""
-    from backend import token_classes as classes
-
     with store_handle(path).read() as store:
         return classes.from_json(store.run_info(run)["meta"].get("token_classes"))
 
@@ -138,8 +137,6 @@ def resample_samples(path: str, run: str, rollout_id: int) -> pd.DataFrame:
 @st.cache_data(show_spinner=False)
 def model_credit(path: str, run: str, rollout_id: int) -> pd.DataFrame:
     """The rollout's cached model-credit scores (one row per method)."""
-    from backend.store.model_credit_queries import model_credit_rows
-
     with store_handle(path).read() as store:
         return model_credit_rows(store, run, rollout_id)
 

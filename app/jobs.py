@@ -18,8 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from app import access
+from backend.estimators.registry import MODEL_SCORED
+from backend.models import resample
+from backend.models.model_credit_run import ModelCreditSettings, run_model_credit
 
 MODEL_JOBS = ("resample", "teacher", "score", "model_credit")
+MODEL_CREDIT_METHODS = MODEL_SCORED
+"""What the Resample page's model-credit button offers (the estimators of the same names)."""
 
 
 @dataclass
@@ -64,12 +69,10 @@ def resample_job(
     It saves what it finished to the store behind `handle` (a `StoreHandle`), also when cancelled: the
     engine stops after its current chunk and the finished suffixes are kept.
     """
-    from backend import analysis
-
     positions, samples = list(positions), int(samples)
 
     def work(job: Job):
-        result = analysis.resample_rollout(
+        result = resample.resample_rollout(
             engine, record, verifier, positions, samples, progress=job.progress, cancel=job.cancel.is_set
         )
         if result.samples:
@@ -136,14 +139,13 @@ def start_resample(
 
 
 def start_model_credit(current: access.Settings, db: str, handle, run: str, rollout_id: int,
-                       load_engine: Callable[[], Any], settings) -> Job:
+                       load_engine: Callable[[], Any], method: str, model_dir: str, engine_name: str) -> Job:
     """Check the request (read-only mode, the store's job slot), then load the engine and start scoring the
-    rollout's group with `settings` (a `ModelCreditSettings`). The job stores its scores in one transaction
-    when it finishes; a cancelled job stores nothing."""
-    from backend.models.model_credit_run import run_model_credit
-
+    rollout's group with `method` (one of MODEL_CREDIT_METHODS). The job stores its scores in one
+    transaction when it finishes; a cancelled job stores nothing."""
     access.require_writable(current, "model_credit")
     _refuse_if_busy(running_job(db))
+    settings = ModelCreditSettings(method=method, model_dir=model_dir, engine=engine_name)
     engine = load_engine()
 
     def work(job: Job):

@@ -18,6 +18,7 @@ from typing import Any
 import streamlit as st
 
 from app import data
+from app.text import plain
 
 RUN, ROLLOUT = "sel_run", "sel_rollout"
 _URL_AT_START = "_url_at_start"
@@ -45,8 +46,6 @@ def link_warning(name: str, value: Any, reason: str, fallback: Any) -> None:
     if name in seen:
         return
     seen.add(name)
-    from app.views import plain
-
     box = st.session_state.get(_LINK_BOX) or st
     box.warning(
         f"Link parameter {_code(f'{name}={value}')} cannot be honoured: {plain(reason)}. "

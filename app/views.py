@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import html
-
 import numpy as np
 import streamlit as st
 
-from app import compute, data, figures
+from app import compute, data, figures, state, widgets
 from app.state import Selection
+from app.text import plain
 from backend import explain
 
 
@@ -18,18 +17,8 @@ def quoted(token: str) -> str:
     return f"`{shown}`"
 
 
-def plain(text: str) -> str:
-    """Untrusted text for markdown: HTML-escaped and markdown/LaTeX control characters neutralized."""
-    escaped = html.escape(str(text))
-    for ch in "\\`*_{}[]()#+-.!|$~>":
-        escaped = escaped.replace(ch, "\\" + ch)
-    return escaped
-
-
 def rollout_selection() -> Selection:
     """The shared selection of a view about one rollout; explains and stops when there is none."""
-    from app import state
-
     sel = state.selection()
     require_rollout(sel)
     return sel
@@ -157,8 +146,6 @@ def token_window(L: int, key: str, overview: np.ndarray | None = None, peak: flo
     """The one windowing rule of every view that draws tokens: responses up to WINDOW tokens are drawn
     whole; longer ones a window of WINDOW tokens at a time, picked from a list of ranges (mirrored to the
     URL as `from`), with a whole-response overview strip (`overview`: (L,) values) marking the window."""
-    from app import state
-
     start = 0
     if L > WINDOW:
         starts = list(range(0, L, WINDOW))
@@ -211,7 +198,6 @@ def credit_text(view: compute.RolloutView, window: dict, peak: float, selected: 
     dimmed = None if view.dimmed is None else view.dimmed[start:start + len(window["tokens"])]
     text = figures.credit_text_html(window["tokens"], window["rows"]["final"], peak, offset=start,
                                     selected=selected, facts=facts, dimmed=dimmed)
-    from app import widgets  # widgets imports this module's `plain`
 
     return widgets.credit_text(text, key=key)
 

@@ -10,8 +10,9 @@ import pandas as pd
 import streamlit as st
 import streamlit.components.v2  # noqa: F401 - registers st.components.v2
 
-from app import access
-from app.views import plain
+from app import access, data, figures, state
+from app.text import plain
+from backend import token_classes
 from backend.estimators import registry
 
 RESAMPLE_PAGE = Path(__file__).resolve().parents[1] / "pages" / "resample.py"
@@ -44,8 +45,6 @@ def canonical_estimator(name: str) -> str:
 def estimator_picker(key: str, unavailable: dict[str, str] | None = None) -> str:
     """The view's task-channel estimator (a selectbox mirrored to `?est=`, grpo by default). Estimators
     in `unavailable` (name -> reason and fix) are not offered; `unavailable_note` lists them."""
-    from app import state
-
     unavailable = unavailable or {}
     name = state.url_widget(
         st.selectbox,
@@ -87,8 +86,6 @@ def unavailable_note(unavailable: dict[str, str]) -> None:
 
 def url_slider(label: str, *, key: str, url: str, default: float, low: float, high: float, step: float):
     """A float slider mirrored to `?url=` (β, τ, η on the Tune view)."""
-    from app import state
-
     return state.url_widget(
         st.slider,
         label,
@@ -107,8 +104,6 @@ def url_multiselect(
 ) -> list:
     """A multiselect mirrored to `?url=a,b`; a link's choice is kept if it names `least` known options.
     `resolve` maps a name from the link first (estimators: a deprecated alias to its current name)."""
-    from app import state
-
     if key not in st.session_state:
         named = [(resolve or str)(n) for n in (state.url_value(url) or "").split(",") if n]
         picked = [n for n in dict.fromkeys(named) if n in options]
@@ -125,8 +120,6 @@ def estimator_form(name: str, key: str, container=None) -> tuple[tuple[str, Any]
     Each non-default value is mirrored to the URL as `?<estimator>.<field>=value`, and a link's value is
     restored from it (checked against the field's type, range and choices; one that does not fit is
     named in a warning and the default is used)."""
-    from app import state
-
     box = container or st
     overrides = {}
     for f in schema(name)["fields"]:
@@ -170,8 +163,6 @@ def with_channel(name: str, config: tuple, channel: str) -> tuple:
 
 def _restore_field(f: dict, wkey: str, url: str) -> None:
     """Seed widget `wkey` from the link's `?url=` once, if the value fits field `f`; else warn."""
-    from app import state
-
     raw = state.url_value(url)
     if raw is None or wkey in st.session_state or st.session_state.get(f"_restored_{wkey}"):
         return
@@ -197,9 +188,6 @@ def _restore_field(f: dict, wkey: str, url: str) -> None:
 def token_class_editor(sel) -> None:
     """Edit the run's token classes (regex, phrases or marker; first match wins, `other` for the rest)
     and save them with the run: every credit-by-class chart and table then uses them."""
-    from app import data
-    from backend import token_classes
-
     read_only = data.settings().read_only
     with st.expander("Token classes of this run", expanded=False):
         st.caption("kind: regex (searched in each token's text), phrases (one per line, or separated by |, "
@@ -280,8 +268,6 @@ def scale_controls(
 ) -> tuple[str, float | None]:
     """The colour-scale mode (`?scale=`) and, when `lockable`, a lock that keeps the shared half-width
     fixed (`?zlock=`): a β move then recolours without rescaling. Returns (mode, locked half-width)."""
-    from app import figures, state
-
     mode_col, lock_col = st.columns([3, 2])
     with mode_col:
         mode = state.url_widget(

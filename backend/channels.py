@@ -19,7 +19,7 @@ import torch
 
 from backend.batch import BatchError, RolloutBatch
 from backend.estimators import masked, registry
-from backend.estimators.credit import step_ends
+from backend.estimators.token_helpers import step_ends
 
 Projection = Literal["estimator", "span", "kl", "length", "process", "broadcast"]
 Normalization = Literal["group", "batch", "none"]

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from backend import analysis, estimates, strips
+from backend import channel_credit, channels, estimates, strips
 from backend.batch import RolloutBatch
 from backend.errors import InputError
 from backend.estimators import registry
@@ -72,22 +72,20 @@ def group_channel_credit(
     handle: StoreHandle, run: str, group_id: int, estimator: str, config: tuple = (),
     betas: dict[str, float] | None = None, progress: estimates.Progress | None = None,
     normalizations: dict[str, str] | None = None, save: bool = True,
-) -> tuple[RolloutBatch, analysis.ChannelCredit]:
+) -> tuple[RolloutBatch, channel_credit.ChannelCredit]:
     """The split-channel credit of one group, every estimator channel computed at its declared scope
     (through the store's cache), so the numbers equal `creditlens estimate` on the whole run."""
-    from backend import channels
-
     with handle.read() as store:
         batch = store.load_batch(run, group_ids=[int(group_id)])
     ids = batch.rollout_ids.tolist()
     projected = {}
-    for name, spec in analysis.channel_specs(batch, estimator, config, betas, normalizations).items():
+    for name, spec in channel_credit.channel_specs(batch, estimator, config, betas, normalizations).items():
         if spec.projection == "estimator":
             cfg = channels.estimator_config(spec)
             scoped = estimates.estimate_rollouts(handle, run, spec.estimator, cfg, ids, progress=progress,
                                                  save=save)
             projected[name] = scoped.padded(ids, batch.T)
-    return batch, analysis.channel_credit(batch, estimator, config, betas, projected, normalizations)
+    return batch, channel_credit.channel_credit(batch, estimator, config, betas, projected, normalizations)
 
 
 def explain_rollout(

@@ -1,4 +1,4 @@
-"""Credit-quality metrics (ESTIMATORS.md section 9) and the oracle benchmark.
+"""Credit-quality metrics (ESTIMATORS.md section 9); `backend.oracle` runs the benchmark that reports them.
 
 Every metric compares advantages `A: (B, T)` with the oracle fields a synthetic run carries
 (`key_mask`, `style_mask`, `true_credit`; see `backend.synthetic`). Conventions:
@@ -13,8 +13,6 @@ Every metric compares advantages `A: (B, T)` with the oracle fields a synthetic 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -59,7 +57,7 @@ def _topk_hits_many(scores: torch.Tensor, target: torch.Tensor, response_mask: t
     return out
 
 
-def _ranks(values: torch.Tensor) -> np.ndarray:
+def average_ranks(values: torch.Tensor) -> np.ndarray:
     """Average ranks (1-based, ties share their mean rank) of a 1-D tensor: (N,) float64.
 
     numpy's sort is several times faster than torch's on CPU for the ~200k pooled tokens of a seed.
@@ -85,16 +83,16 @@ def auroc(scores: torch.Tensor, labels: torch.Tensor) -> float:
     n_neg = int(labels.numel()) - n_pos
     if n_pos == 0 or n_neg == 0:
         return math.nan
-    rank_sum = float(_ranks(scores)[labels.cpu().numpy()].sum())
+    rank_sum = float(average_ranks(scores)[labels.cpu().numpy()].sum())
     return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
 
 
 def spearman(x: torch.Tensor, y: torch.Tensor, y_ranks: np.ndarray | None = None) -> float:
     """Spearman correlation of two 1-D tensors (Pearson of average ranks); NaN if either is constant.
 
-    y_ranks: `_ranks(y)` when the caller already has them (the oracle bench reuses the true credit's).
+    y_ranks: `average_ranks(y)` when the caller already has them (the oracle bench reuses the true credit's).
     """
-    rx, ry = _ranks(x), (_ranks(y) if y_ranks is None else y_ranks)
+    rx, ry = average_ranks(x), (average_ranks(y) if y_ranks is None else y_ranks)
     rx, ry = rx - rx.mean(), ry - ry.mean()
     # plain sums, not BLAS dot/norm: BLAS threads fight over two shared cores and are 10x slower here
     denominator = math.sqrt(float(np.square(rx).sum()) * float(np.square(ry).sum()))
@@ -112,7 +110,7 @@ def credit_metrics(advantages: torch.Tensor, key_mask: torch.Tensor, true_credit
     response_mask: (B, T) bool
     style_mask: (B, T) bool/0-1 violation tokens; style_delta: (B, T) ΔA = A(task+style) - A(task only)
         under the same pipeline. Without them style_recall is NaN.
-    credit_ranks: optional cached `_ranks(true_credit[response_mask])`
+    credit_ranks: optional cached `average_ranks(true_credit[response_mask])`
     returns: {metric: float}; NaN where a metric has nothing to average.
     """
     mask = response_mask.bool()
@@ -176,154 +174,3 @@ def summarize(per_seed: list[dict[str, float]]) -> dict[str, float]:
         spread = float(values.std(ddof=1)) if values.size > 1 else 0.0
         out[f"{name}_std"] = spread if values.size else math.nan
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# The oracle benchmark
-
-
-def bench_estimators() -> list[str]:
-    """Registered estimators that need no model and no Monte Carlo resampling, and whose needs an
-    oracle run meets (e.g. `entropy_drop_mask` wants old entropies, which it lacks)."""
-    from backend.estimators import registry
-    from backend.synthetic import oracle_batch
-
-    probe = oracle_batch(seed=0, prompts=2, group=2)
-    return [n for n in registry.supported(probe) if registry.get(n).model_free]
-
-
-def model_bound_estimators() -> list[str]:
-    """Registered estimators that need the policy model (cached model scores or Monte Carlo resampling):
-    the oracle bench says "needs a model" for them instead of a row."""
-    from backend.estimators import registry
-
-    return [n for n in registry.names() if not registry.get(n).model_free]
-
-
-def _pipelines(name: str):
-    """The three ways of computing A for estimator `name`, each `batch -> (A, ΔA or None)`.
-
-    task: the estimator on the task score. single (mixed): scores summed first, one estimator; its
-    task-only counterpart is exactly the `task` pipeline (a sum of one score), so the bench reuses
-    that A for ΔA. split (mixed): estimator on task and `span` on style, each group-normalized, then
-    summed; `combine` is additive, so A(task+style) - A(task only) is the style contribution it
-    returns. The channel module is imported lazily so the metrics stay usable without it.
-    """
-    from backend import channels
-    from backend.estimators.registry import estimate
-
-    def task(batch):
-        return estimate(name, batch).advantages
-
-    def single(batch):
-        return channels.mixed_baseline(batch, {c: 1.0 for c in batch.scores}, estimator=name)
-
-    def split(batch):
-        specs = {"task": channels.ChannelSpec("task", "estimator", estimator=name, normalization="group"),
-                 "style": channels.ChannelSpec("style", "span", normalization="group")}
-        result = channels.combine(batch, specs)
-        return result.final, result.contributions["style"]
-
-    return task, single, split
-
-
-def _bench_seed(seed: int, prompts: int, group: int, names: list[str], threads: int | None = None) -> dict:
-    """One seed of the bench: {"metrics": {key: {metric: v}}, "seconds": {key: s}, "failed": {name: msg}}."""
-    from backend.synthetic import OracleConfig, generate, to_batch
-
-    if threads is not None:
-        torch.set_num_threads(threads)
-    sample = generate(seed, OracleConfig(prompts=prompts, group=group))
-    mixed = to_batch(sample)
-    task_only = to_batch(sample, channels=("task",))
-    credit_ranks = _ranks(mixed.extras["true_credit"][mixed.response_mask])
-    out: dict = {"seed": seed, "metrics": {}, "seconds": {}, "failed": {}}
-    for name in names:
-        run_task, run_single, run_split = _pipelines(name)
-        rows = []
-        try:
-            clock = time.perf_counter()
-            a_task = run_task(task_only)
-            rows.append((("task", "single", name), a_task, None, time.perf_counter() - clock))
-            clock = time.perf_counter()
-            a_single = run_single(mixed)
-            rows.append((("mixed", "single", name), a_single, a_single - a_task, time.perf_counter() - clock))
-            clock = time.perf_counter()
-            a_split, style_part = run_split(mixed)
-            rows.append((("mixed", "split", name), a_split, style_part, time.perf_counter() - clock))
-        except Exception as exc:  # noqa: BLE001 - one estimator that cannot run must not sink the table
-            out["failed"][name] = f"{type(exc).__name__}: {exc}"
-            continue
-        for key, adv, delta, elapsed in rows:
-            out["metrics"][key] = batch_metrics(adv, mixed, delta, credit_ranks)
-            out["seconds"][key] = elapsed
-    return out
-
-
-def oracle_bench(seeds: int = 20, prompts: int = 500, group: int = 8, estimators: list[str] | None = None,
-                 progress: Callable[[str], None] | None = None, workers: int = 1) -> list[dict]:
-    """Run every model-free estimator on `seeds` oracle seeds in the `task` and `mixed` settings.
-
-    Rows: setting `task` (task reward only, pipeline `single`) and setting `mixed` (task + style) in
-    pipelines `single` (scores summed, one estimator) and `split` (estimator on task, style span
-    projected locally, channels group-normalized separately, summed with beta = 1). style_recall uses
-    the counterfactual ΔA = A(task+style) - A(task only) of the same pipeline. Each row has the
-    metric means over seeds, `<metric>_std`, `seeds`, and `seconds` (estimator time of that row,
-    summed over seeds). An estimator that raises on any seed (e.g. it needs fields the oracle does
-    not have) is reported through `progress` and left out.
-
-    workers > 1 runs seeds in that many spawned processes with one torch thread each (coarse
-    parallelism beats intra-op threads on a small, shared machine); workers = 1 stays in-process.
-    """
-    names = list(estimators) if estimators is not None else bench_estimators()
-    say = progress or (lambda message: None)
-    if estimators is None:
-        say("oracle-bench: not run (need a model or resampling; the synthetic oracle has no policy): "
-            + ", ".join(model_bound_estimators()))
-    results: list[dict] = []
-    if workers <= 1 or seeds == 1:
-        for seed in range(seeds):
-            results.append(_bench_seed(seed, prompts, group, names))
-            say(f"oracle-bench: seed {seed + 1}/{seeds} done")
-    else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        context = multiprocessing.get_context("spawn")  # never fork a process that may hold torch threads
-        with ProcessPoolExecutor(max_workers=min(workers, seeds), mp_context=context) as pool:
-            futures = [pool.submit(_bench_seed, seed, prompts, group, names, 1) for seed in range(seeds)]
-            for done, future in enumerate(as_completed(futures), start=1):
-                results.append(future.result())
-                say(f"oracle-bench: {done}/{seeds} seeds done")
-        results.sort(key=lambda r: r["seed"])  # same sums in the same order as in-process
-    failed: dict[str, str] = {}
-    for result in results:
-        for name, message in result["failed"].items():
-            failed.setdefault(name, message)
-    for name, message in failed.items():
-        say(f"oracle-bench: skipped {name}: {message}")
-    out = []
-    for name in names:
-        if name in failed:
-            continue
-        for key in (("task", "single", name), ("mixed", "single", name), ("mixed", "split", name)):
-            per_seed = [r["metrics"][key] for r in results]
-            out.append({"setting": key[0], "pipeline": key[1], "estimator": name, **summarize(per_seed),
-                        "seeds": len(per_seed), "seconds": round(sum(r["seconds"][key] for r in results), 3)})
-    return out
-
-
-def format_table(rows: list[dict]) -> str:
-    """A fixed-width text table: one line per (setting, pipeline, estimator), `mean ± std` cells."""
-    short = {"key_recall": "key_rec", "key_precision": "key_prec", "auroc": "auroc", "filler_mass": "filler",
-             "style_recall": "style_rec", "sign_accuracy": "sign_acc", "spearman": "spearman"}
-    header = f"{'setting':<7} {'pipeline':<8} {'estimator':<18} "
-    header += " ".join(f"{short[m]:>13}" for m in METRICS)
-    lines = [header, "-" * len(header)]
-    for row in rows:
-        cells = []
-        for m in METRICS:
-            mean, std = row[m], row.get(f"{m}_std", math.nan)
-            cells.append(f"{'-':>13}" if math.isnan(mean) else f"{mean:>6.3f}±{std:<6.3f}")
-        lines.append(f"{row['setting']:<7} {row['pipeline']:<8} {row['estimator']:<18} " + " ".join(cells))
-    return "\n".join(lines)

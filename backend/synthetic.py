@@ -26,8 +26,10 @@ the same run.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -293,17 +295,12 @@ def _rounded(value, decimals: int):
 
 def sample_run_lines(decimals: int = 4) -> Iterator[str]:
     """JSONL lines of the bundled oracle run (1 seed x 24 prompts x 8), floats rounded to `decimals`."""
-    import json
-
     for record in native_records(**SAMPLE_SIZE):
         yield json.dumps(_rounded(record, decimals), separators=(",", ":")) + "\n"
 
 
 def write_sample_run(directory: str) -> None:
     """(Re)write `oracle_run.jsonl` and its manifest `oracle_run.json` in `directory` (sample_runs/)."""
-    import json
-    from pathlib import Path
-
     folder = Path(directory)
     with open(folder / SAMPLE_RUN["file"], "w") as fh:
         fh.writelines(sample_run_lines())

@@ -1,9 +1,20 @@
 """`python -m bench <name> [args]` runs `bench.<name>.main(args)`; `all` runs every benchmark."""
 
-import importlib
 import sys
 
-BENCHES = ("ingest", "estimators", "models", "teacher", "oracle", "heads", "app", "reliability", "explorer")
+from bench import app, estimators, explorer, heads, ingest, models, oracle, reliability, teacher
+
+BENCHES = {
+    "ingest": ingest,
+    "estimators": estimators,
+    "models": models,
+    "teacher": teacher,
+    "oracle": oracle,
+    "heads": heads,
+    "app": app,
+    "reliability": reliability,
+    "explorer": explorer,
+}
 
 
 def main(argv: list[str]) -> int:
@@ -15,7 +26,7 @@ def main(argv: list[str]) -> int:
         if name not in BENCHES:
             print(f"unknown benchmark {name!r}; known: {', '.join(BENCHES)}", file=sys.stderr)
             return 2
-        module = importlib.import_module(f"bench.{name}")
+        module = BENCHES[name]
         print(f"== bench {name} ==")
         code = module.main(argv[1:]) if module.main.__code__.co_argcount else module.main()
         if code:

@@ -15,7 +15,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from app.serve import Server
 from app.testing import CHROMIUM, launch, wait_idle
+from backend.ingest import import_records
+from backend.ingest.bundled import import_bundled
+from backend.store import Store
 
 OUT = Path(__file__).resolve().parent / "out"
 WORDS = ["the", "so", "we", "add", "carry", "then", "answer", "is", "step", ",", ".", "1", "2", "7", "\n"]
@@ -77,12 +81,7 @@ def time_slider(page, key: str, slider: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from playwright.sync_api import sync_playwright
-
-    from app.commands import Server
-    from backend.ingest import import_records
-    from backend.store import Store
-    from backend.store.commands import import_bundled
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - browser bench only
 
     if not Path(CHROMIUM).exists():
         print("bench app: chromium not found at /usr/bin/chromium (make browser-deps)", file=sys.stderr)

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
           f"clock {CLOCK} (best of {args.repeat}), "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     try:
-        from verl.trainer.ppo import core_algos  # type: ignore
+        from verl.trainer.ppo import core_algos  # type: ignore  # noqa: PLC0415 - optional: verl
     except Exception:
         core_algos = None
     shapes = [(512, 1024), (64, 8192)]

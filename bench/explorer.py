@@ -28,6 +28,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from backend import estimates, explorer
+from backend.ingest import import_path
+from backend.store import Store, StoreHandle
+from backend.store.explorer_queries import fill_rollout_summary
+
 WORDS = np.array(["the", "so", "carry", "answer", "step", "obviously", "let", "me", "think", "sum", "is",
                   "=", "+", "\n", "1", "2", "3", "4", "5", "6", "7", "8", "9", "0", "check", "again"])
 
@@ -90,9 +95,6 @@ def timed(fn, repeats: int = 3) -> float:
 
 
 def phase_queries(db: str) -> dict:
-    from backend import explorer
-    from backend.store import StoreHandle
-
     handle = StoreHandle(db)
     q = explorer.ExplorerQuery
     shares = explorer.rollout_table(handle, "big", q(estimator="grpo", limit=1)).columns
@@ -115,8 +117,6 @@ def phase_queries(db: str) -> dict:
 
 
 def phase_pandas(db: str) -> dict:
-    from backend.store import Store
-
     def load_and_page():
         with Store(db, read_only=True) as store:
             run_id = store.run_id("big")
@@ -154,10 +154,6 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(phase_queries(args.db) if args.phase == "queries" else phase_pandas(args.db)))
         return 0
 
-    from backend import estimates
-    from backend.ingest import import_path
-    from backend.store import Store, StoreHandle
-
     tmp = tempfile.TemporaryDirectory(prefix="bench-explorer-")
     db = args.db or os.path.join(tmp.name, "runs.duckdb")
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
@@ -173,8 +169,6 @@ def main(argv: list[str] | None = None) -> int:
             report = import_path(store, source, "big")
             print(f"import (fills rollout_summary): {report.records:,} rollouts in "
                   f"{time.perf_counter() - start:.1f} s")
-            from backend.store.explorer_queries import fill_rollout_summary
-
             start = time.perf_counter()
             with store.transaction():
                 fill_rollout_summary(store, store.run_id("big"))

@@ -21,6 +21,7 @@ fails — the planted row is named and the exit code is 1.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -29,6 +30,15 @@ import time
 import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import numpy as np
+import torch
+
+from backend.batch import batch_from_records
+from backend.estimators import registry
+from backend.models.transformers_engine import TransformersEngine
+from backend.models.vllm_engine import VLLMEngine
+from backend.synthetic import oracle_batch
 
 # Before anything can import vllm: no usage statistics (offline by policy) and the engine in this
 # process, so a request's sampling depends on its own seed only.
@@ -74,8 +84,6 @@ class Report:
     def max_diff(self, section: str, check: str, reference, other, tol: float) -> float:
         """Add a row for max |other − reference| <= tol (float arrays or tensors of one shape); the
         first comparison of a `--plant-error` run shifts one element of `other` by 100 * tol."""
-        import numpy as np
-
         ref = np.asarray(_to_numpy(reference), dtype=np.float64)
         oth = np.array(_to_numpy(other), dtype=np.float64)
         note = ""
@@ -122,8 +130,6 @@ def load_records() -> list[dict]:
 
 
 def demo_batch():
-    from backend.batch import batch_from_records
-
     records = [
         {
             "token_ids": r["token_ids"],
@@ -143,9 +149,6 @@ def demo_batch():
 
 
 def check_estimators(report: Report, device: str, names: list[str] | None, batch_names: list[str]) -> None:
-    from backend.estimators import registry
-    from backend.synthetic import oracle_batch
-
     section = "estimators"
     builders = {"demo": demo_batch, "oracle": lambda: oracle_batch(seed=0, prompts=256, group=8)}
     wanted = names or registry.names()
@@ -179,11 +182,6 @@ def check_estimators(report: Report, device: str, names: list[str] | None, batch
 
 
 def check_transformers(report: Report, device: str) -> None:
-    import numpy as np
-    import torch
-
-    from backend.models.transformers_engine import TransformersEngine
-
     section = "transformers"
     records = load_records()
     cpu = TransformersEngine(MODEL, device="cpu")
@@ -244,8 +242,6 @@ def check_transformers(report: Report, device: str) -> None:
 
 
 def check_vllm(report: Report, device: str) -> None:
-    import importlib.util
-
     section = "vllm"
     if not device.startswith("cuda"):
         report.add(section, "vLLM engine", "skipped: needs CUDA")
@@ -253,12 +249,6 @@ def check_vllm(report: Report, device: str) -> None:
     if importlib.util.find_spec("vllm") is None:
         report.add(section, "vLLM engine", "skipped: vllm is not importable here")
         return
-    import numpy as np
-    import torch
-
-    from backend.models.transformers_engine import TransformersEngine
-    from backend.models.vllm_engine import VLLMEngine
-
     records = load_records()
     start = time.perf_counter()
     engine = VLLMEngine(MODEL, dtype="float32", gpu_memory_utilization=0.3, enforce_eager=True)
@@ -368,8 +358,6 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in sections if s not in SECTIONS] + [b for b in batches if b not in ("demo", "oracle")]
     if unknown:
         parser.error(f"unknown section or batch: {', '.join(unknown)}")
-    import torch
-
     report = Report(args.plant_error)
     report.add("setup", "python / torch", f"{platform.python_version()} / {torch.__version__}")
     if args.device.startswith("cuda"):

@@ -13,16 +13,16 @@ import time
 
 import numpy as np
 
+from backend.estimators.registry import estimate
+from backend.metrics import average_ranks, batch_metrics
+from backend.synthetic import OracleConfig, generate, to_batch
+
 ROWS = (("grpo", {}), ("entropy", {}), ("high_entropy_mask", {}), ("token_rm", {"head": "linear"}),
         ("token_rm", {"head": "mlp"}))
 SHOWN = ("key_recall", "filler_mass", "auroc", "sign_accuracy", "spearman")
 
 
 def main(argv: list[str] | None = None) -> int:
-    from backend.estimators.registry import estimate
-    from backend.metrics import _ranks, batch_metrics
-    from backend.synthetic import OracleConfig, generate, to_batch
-
     parser = argparse.ArgumentParser(prog="python -m bench heads")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--prompts", type=int, default=500)
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     for seed in range(args.seeds):
         sample = generate(seed, OracleConfig(prompts=args.prompts, group=8))
         batch = to_batch(sample, channels=("task",))
-        ranks = _ranks(batch.extras["true_credit"][batch.response_mask])
+        ranks = average_ranks(batch.extras["true_credit"][batch.response_mask])
         for name, overrides in ROWS:
             label = name + "".join(f" {k}={v}" for k, v in overrides.items())
             clock = time.perf_counter()

@@ -16,6 +16,9 @@ import json
 import time
 from pathlib import Path
 
+from backend.models import load_engine
+from backend.models.resample import resample, suggest_steps
+
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "sample_runs" / "demo-policy"
 RUN = ROOT / "sample_runs" / "demo_run.jsonl"
@@ -43,8 +46,6 @@ def bench_scoring(engine, records: list[dict], chunk_size: int) -> dict:
 
 
 def bench_resampling(engine, records: list[dict], samples: int, seed: int = 0) -> tuple[dict, dict, bool]:
-    from backend.models.resample import resample, suggest_steps
-
     jobs = []
     for r in records:
         positions = [p for p in suggest_steps(r["tokens"]) if p < len(r["token_ids"])]
@@ -117,8 +118,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rollouts", type=int, default=3, help="rollouts to resample at their step ends")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv or [])
-
-    from backend.models import load_engine
 
     records = load_run(args.run)
     start = time.perf_counter()

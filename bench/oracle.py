@@ -1,6 +1,6 @@
 """`python -m bench oracle [--seeds N --prompts P --group G] [--json FILE]`: the oracle credit table.
 
-Runs `backend.metrics.oracle_bench` at the reference size (20 seeds x 500 prompts x 8 responses) by
+Runs `backend.oracle.oracle_bench` at the reference size (20 seeds x 500 prompts x 8 responses) by
 default and prints the table, the slowest estimators and the wall time (budget: under 2 minutes on
 two cores).
 """
@@ -12,11 +12,12 @@ import json
 import time
 from pathlib import Path
 
+import torch
+
+from backend.oracle import default_workers, format_table, jsonable_rows, oracle_bench
+
 
 def main(argv: list[str] | None = None) -> int:
-    from backend.metrics import format_table, oracle_bench
-    from backend.synthetic_commands import _jsonable, default_workers
-
     parser = argparse.ArgumentParser(prog="python -m bench oracle")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--prompts", type=int, default=500)
@@ -26,8 +27,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv or [])
 
     start = time.perf_counter()
-    import torch
-
     torch.set_num_threads(1)
     rows = oracle_bench(args.seeds, args.prompts, args.group, progress=print, workers=args.workers)
     wall = time.perf_counter() - start
@@ -41,5 +40,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.seeds} seeds x {args.prompts} prompts x {args.group} responses: wall time {wall:.1f} s "
           f"({'within' if wall < 120 else 'OVER'} the 120 s budget)")
     if args.json is not None:
-        args.json.write_text(json.dumps({"wall_seconds": round(wall, 2), "rows": _jsonable(rows)}, indent=1))
+        payload = {"wall_seconds": round(wall, 2), "rows": jsonable_rows(rows)}
+        args.json.write_text(json.dumps(payload, indent=1))
     return 0

@@ -14,15 +14,16 @@ import os
 import tempfile
 from pathlib import Path
 
+from backend.ingest import import_path
+from backend.models.teacher import TeacherSettings, run_teacher
+from backend.store import Store, StoreHandle
+
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "sample_runs" / "demo-policy"
 RUN = ROOT / "sample_runs" / "demo_run.jsonl"
 
 
 def fresh_store(folder: Path, name: str) -> Path:
-    from backend.ingest import import_path
-    from backend.store import Store
-
     db = folder / f"{name}.duckdb"
     with Store(db) as store:
         import_path(store, RUN, "demo", model_dir=str(MODEL), verifier="answer_match")
@@ -30,9 +31,6 @@ def fresh_store(folder: Path, name: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from backend.models.teacher import TeacherSettings, run_teacher
-    from backend.store import Store, StoreHandle
-
     parser = argparse.ArgumentParser(prog="python -m bench teacher")
     parser.add_argument("--rollouts", type=int, default=24)
     parser.add_argument("--samples", type=int, default=16)
@@ -50,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             report = run_teacher(StoreHandle(db), "demo", settings, rollouts=args.rollouts, seed=0,
                                  ray_address=address, workers=workers if address else None)
             if address is not None:
-                import ray
+                import ray  # noqa: PLC0415 - optional: Ray
 
                 ray.shutdown()
             with Store(db, read_only=True) as store:

@@ -20,12 +20,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from app.commands import Server  # noqa: E402
+from app.serve import Server  # noqa: E402
 from app.testing import launch, wait_idle  # noqa: E402
 from backend.demo.subword import subword_records  # noqa: E402
 from backend.ingest import import_records  # noqa: E402
+from backend.ingest.bundled import import_bundled  # noqa: E402
 from backend.store import Store  # noqa: E402
-from backend.store.commands import import_bundled  # noqa: E402
 
 # (file name, path and query, what to wait for, keys of elements to scroll into view first)
 README_VIEWS = (
@@ -58,7 +58,7 @@ def build_store(db: Path) -> None:
 
 def shrink(path: Path, width: int, colours: int) -> None:
     """Resize to `width` px and reduce to a palette of `colours` (README pictures stay small)."""
-    from PIL import Image
+    from PIL import Image  # noqa: PLC0415 - only for the pictures
 
     with Image.open(path) as img:
         img = img.convert("RGB")
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--height", type=int, default=1100, help="viewport height (the picture's)")
     parser.add_argument("--only", default="", help="comma-separated picture names to make (default: all)")
     args = parser.parse_args(argv)
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - browser only
 
     args.out.mkdir(parents=True, exist_ok=True)
     views = README_VIEWS + (MORE_VIEWS if args.all else ())

@@ -4,7 +4,6 @@ where the credit lands by token class (the "why did filler get credit" answer)."
 import streamlit as st
 
 from app import compute, data, figures, state, views, widgets
-from backend import analysis, estimates
 
 sel = views.rollout_selection()
 st.title(f"Compare estimators · rollout #{sel.rollout}")
@@ -28,7 +27,7 @@ if len(chosen) < 2:
     st.warning("Pick at least two estimators.")
     st.stop()
 
-channels = [*data.run_channels(sel.db, sel.run), estimates.ALL_CHANNELS]
+channels = [*data.run_channels(sel.db, sel.run), compute.ALL_CHANNELS]
 channel = state.url_widget(
     st.selectbox, "Reward channel (all: the channel scores summed per rollout first, as TRL does)",
     key="compare_channel", url="channel", options=channels,
@@ -49,7 +48,7 @@ if len(result["rollout"]) < 1:
     st.stop()
 
 st.subheader("Small multiples")
-summed = channel == estimates.ALL_CHANNELS
+summed = channel == compute.ALL_CHANNELS
 shown = "all channels (scores summed first)" if summed else f"the {channel} channel"
 st.caption(f"Each estimator's advantage on {views.plain(shown)} for this rollout, one row each, aligned by "
            "token.")
@@ -78,7 +77,7 @@ a_col, b_col = st.columns(2)
 first = a_col.selectbox("A", names, index=0, key="compare_diff_a")
 second = b_col.selectbox("B", names, index=min(1, len(names) - 1), key="compare_diff_b")
 state.publish("diff", f"{first},{second}")
-difference = analysis.credit_difference(result["rollout"][first], result["rollout"][second])
+difference = compute.credit_difference(result["rollout"][first], result["rollout"][second])
 st.plotly_chart(
     figures.credit_heatmap({f"{second} − {first}": difference[start:stop]}, result["tokens"][start:stop],
                            offset=start, clickable=False),

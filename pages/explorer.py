@@ -5,7 +5,6 @@ import math
 import streamlit as st
 
 from app import compute, state, views, widgets
-from backend.explorer import FLAG_COLUMNS, ExplorerQuery, Filter
 
 state.follow_rollout_request()  # a row clicked in the last rerun opens the Rollout view
 sel = state.selection()
@@ -31,7 +30,7 @@ search_box, sort_box, order_box, size_box = st.columns([3, 2, 1, 1])
 with search_box:
     search = state.url_widget(st.text_input, "Search prompt and response", key="explorer_search", url="q",
                               default="", placeholder="text in the prompt or the response")
-base = ExplorerQuery(estimator=estimator, config=config, compare=compare)
+base = compute.ExplorerQuery(estimator=estimator, config=config, compare=compare)
 columns = views.compute_or_explain(compute.explorer_columns, sel.db, sel.run, base)
 sortable = [c for c in columns if c != "preview"]
 with sort_box:
@@ -44,16 +43,16 @@ with size_box:
     size = state.url_widget(st.selectbox, "Rows per page", key="explorer_size", url="size", default=50,
                             cast=int, options=[25, 50, 100, 200])
 
-numeric = [c for c in sortable if c not in FLAG_COLUMNS and c not in ("rollout_id", "group_id")]
-filters: list[Filter] = []
+numeric = [c for c in sortable if c not in compute.FLAG_COLUMNS and c not in ("rollout_id", "group_id")]
+filters: list[compute.Filter] = []
 with st.expander("Filters: flags and ranges"):
-    flag_cols = st.columns(len(FLAG_COLUMNS))
-    for box, flag in zip(flag_cols, FLAG_COLUMNS, strict=True):
+    flag_cols = st.columns(len(compute.FLAG_COLUMNS))
+    for box, flag in zip(flag_cols, compute.FLAG_COLUMNS, strict=True):
         with box:
             choice = st.radio(flag.replace("_", " "), ["any", "yes", "no"], key=f"explorer_flag_{flag}",
                               horizontal=True)
         if choice != "any":
-            filters.append(Filter(flag, "=", choice == "yes"))
+            filters.append(compute.Filter(flag, "=", choice == "yes"))
     ranged = st.multiselect("Range filters on", numeric, key="explorer_ranged")
     bounds = compute.explorer_ranges(sel.db, sel.run, base, tuple(ranged)) if ranged else {}
     for column in ranged:
@@ -65,9 +64,9 @@ with st.expander("Filters: flags and ranges"):
         low, high = (int(low), int(high)) if integer else (float(low), float(high))
         chosen = st.slider(column, low, high, (low, high), key=f"explorer_range_{column}")
         if chosen[0] > low:
-            filters.append(Filter(column, ">=", chosen[0]))
+            filters.append(compute.Filter(column, ">=", chosen[0]))
         if chosen[1] < high:
-            filters.append(Filter(column, "<=", chosen[1]))
+            filters.append(compute.Filter(column, "<=", chosen[1]))
 
 # A new search, sort or filter starts again at page 1.
 signature = (estimator, config, compare, search, sort, descending, size, tuple(filters))
@@ -76,8 +75,9 @@ if st.session_state.get("_explorer_signature") != signature:
     st.session_state["explorer_page_no"] = 1
 page_no = int(st.session_state.get("explorer_page_no", 1))
 
-query = ExplorerQuery(estimator=estimator, config=config, compare=compare, sort=sort, descending=descending,
-                      search=search, filters=tuple(filters), limit=size, offset=(page_no - 1) * size)
+query = compute.ExplorerQuery(estimator=estimator, config=config, compare=compare, sort=sort,
+                              descending=descending, search=search, filters=tuple(filters), limit=size,
+                              offset=(page_no - 1) * size)
 page = views.compute_or_explain(compute.explorer_page, sel.db, sel.run, query)
 for note in page.notes:
     st.caption(f"note: {views.plain(note)}")

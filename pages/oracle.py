@@ -6,8 +6,6 @@ import urllib.parse
 import streamlit as st
 
 from app import compute, data, figures, state, views, widgets
-from backend import analysis, teacher_bench
-from backend.metrics import METRICS, model_bound_estimators
 
 sel = state.selection()
 if sel.run is None:
@@ -22,14 +20,15 @@ if not chosen:
     st.stop()
 
 batch = data.group_batch(sel.db, sel.run, sel.group)
-if analysis.has_oracle(batch):
+if compute.has_oracle(batch):
     st.caption(
         "Synthetic run: the true key tokens and their credit are known (ESTIMATORS.md section 9). "
         "single = scores summed then one estimator; split = channels projected and normalized "
         "separately, then combined. style_recall uses ΔA = A(task+style) − A(task only)."
     )
+    needs_model = [n for n in widgets.estimator_names() if n not in options]
     st.caption("Not offered on synthetic runs, which have no policy (needs a model): "
-               + ", ".join(model_bound_estimators()) + ".")
+               + ", ".join(needs_model))
     table, errors = compute.oracle(sel.db, sel.run, tuple(chosen))
     for line in errors:
         st.warning(line)
@@ -47,9 +46,10 @@ if analysis.has_oracle(batch):
         shown,
         hide_index=True,
         width="stretch",
-        column_config={m: st.column_config.NumberColumn(m, format="%.3f") for m in METRICS},
+        column_config={m: st.column_config.NumberColumn(m, format="%.3f") for m in compute.METRICS},
     )
-    st.plotly_chart(figures.oracle_metrics_figure(shown, METRICS), key="oracle_chart", width="stretch")
+    st.plotly_chart(figures.oracle_metrics_figure(shown, compute.METRICS), key="oracle_chart",
+                    width="stretch")
 else:
     st.caption(
         "Real run: estimators are scored against the Monte Carlo teacher — V̂(s_t) from suffix resampling "
@@ -62,22 +62,22 @@ else:
         st.info("No resampled values in this run yet: run `creditlens teacher` or resample some positions "
                 "on the Resample page first.")
         st.stop()
-    if bench.n_positions < teacher_bench.MIN_POSITIONS:
+    if bench.n_positions < compute.teacher_bench.MIN_POSITIONS:
         st.warning(
             f"Only {bench.n_positions} valued positions in {bench.n_rollouts} rollouts: too few for these "
-            f"numbers to separate estimators (at least {teacher_bench.MIN_POSITIONS} are needed; "
+            f"numbers to separate estimators (at least {compute.teacher_bench.MIN_POSITIONS} are needed; "
             "`creditlens teacher --run RUN` values many rollouts)."
         )
     else:
         st.caption(f"{bench.n_positions} valued positions in {bench.n_rollouts} rollouts, "
                    f"{bench.n_segments} segments.")
-    shown_metrics = [m for m in teacher_bench.METRICS if bench.table[m].notna().any()]
-    config = {m: st.column_config.NumberColumn(m, format="%.3f", help=teacher_bench.DEFINITIONS[m])
+    shown_metrics = [m for m in compute.teacher_bench.METRICS if bench.table[m].notna().any()]
+    config = {m: st.column_config.NumberColumn(m, format="%.3f", help=compute.teacher_bench.DEFINITIONS[m])
               for m in shown_metrics}
     config.update({f"{m}_se": st.column_config.NumberColumn("± se", format="%.3f") for m in shown_metrics})
     is_value = bench.table["kind"] == "value source"
-    tables = ((bench.table[~is_value], teacher_bench.SEGMENT_METRICS, "oracle_teacher_table"),
-              (bench.table[is_value], teacher_bench.VALUE_METRICS, "oracle_teacher_values"))
+    tables = ((bench.table[~is_value], compute.teacher_bench.SEGMENT_METRICS, "oracle_teacher_table"),
+              (bench.table[is_value], compute.teacher_bench.VALUE_METRICS, "oracle_teacher_values"))
     for rows, metrics, key in tables:
         metrics = [m for m in metrics if m in shown_metrics]
         if len(rows) and metrics:
@@ -86,7 +86,7 @@ else:
                          height=35 * (len(rows) + 1) + 3)
     with st.expander("Definitions", expanded=True):
         for m in shown_metrics:
-            st.markdown(f"- **{m}**: {teacher_bench.DEFINITIONS[m]}")
+            st.markdown(f"- **{m}**: {compute.teacher_bench.DEFINITIONS[m]}")
         st.markdown("- **sanity rows**: `chance` is what a predictor with no information scores; the best "
                     "estimator inverted must fall below it, shuffled within each rollout must fall to it.")
         for line in bench.skipped:
@@ -102,7 +102,7 @@ else:
     estimators = bench.table.loc[scored, "estimator"].tolist()
     left, right = st.columns(2)
     who = left.selectbox("Estimator", estimators, key="oracle_miss_estimator")
-    metric = right.selectbox("Metric", list(teacher_bench.PER_ROLLOUT), key="oracle_miss_metric")
+    metric = right.selectbox("Metric", list(compute.teacher_bench.PER_ROLLOUT), key="oracle_miss_metric")
     misses = bench.misses(who, metric)
     if misses.empty:
         st.caption(f"{views.plain(who)} misses no rollout on {metric}.")

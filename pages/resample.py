@@ -7,10 +7,6 @@ import time
 import streamlit as st
 
 from app import access, compute, data, figures, jobs, state, views
-from backend import analysis
-from backend.estimators.registry import MODEL_SCORED
-from backend.models.engine import engine_note
-from backend.models.model_credit_run import ModelCreditSettings
 
 sel = views.rollout_selection()
 st.title(f"Resample suffixes · rollout #{sel.rollout}")
@@ -28,7 +24,7 @@ if not settings.read_only:
 clicked = views.new_click("resample_heatmap", n_rows=1)
 if "resample_positions" not in st.session_state:
     from_url = [int(p) for p in (state.url_value("positions") or "").split(",") if p.strip().isdigit()]
-    st.session_state["resample_positions"] = [p for p in from_url if p < L] or analysis.suggested_positions(
+    st.session_state["resample_positions"] = [p for p in from_url if p < L] or compute.suggested_positions(
         "entropy", view.tokens, view.token_info["entropy"].dropna().tolist() or None, 3
     )
 if clicked is not None:
@@ -52,7 +48,7 @@ st.plotly_chart(
 
 def suggest(kind: str) -> None:
     entropies = view.token_info["entropy"].dropna().tolist() or None
-    st.session_state["resample_positions"] = analysis.suggested_positions(kind, view.tokens, entropies, 5)
+    st.session_state["resample_positions"] = compute.suggested_positions(kind, view.tokens, entropies, 5)
     st.session_state["resample_suggested"] = kind
 
 
@@ -94,7 +90,7 @@ else:
             default="auto",
             options=["auto", "transformers", "vllm"],
         )
-        st.caption(engine_note(engine_name))
+        st.caption(compute.engine_note(engine_name))
     state.publish("positions", ",".join(map(str, positions)))
     st.caption(f"At most {settings.max_suffixes} suffixes (positions × M) per request on this server.")
 
@@ -171,7 +167,7 @@ st.caption(
 credit_job = st.session_state.get("model_credit_job")
 model_dir = info.get("model_dir")
 if not settings.read_only and model_dir:
-    method = st.selectbox("Method", list(MODEL_SCORED), key="resample_mc_method")
+    method = st.selectbox("Method", list(jobs.MODEL_CREDIT_METHODS), key="resample_mc_method")
     if credit_job is not None and credit_job.running:
         if st.button("Cancel", key="resample_mc_cancel", type="secondary"):
             credit_job.cancel.set()
@@ -181,7 +177,7 @@ if not settings.read_only and model_dir:
             credit_job = jobs.start_model_credit(
                 settings, sel.db, data.handle_for(sel.db), sel.run, sel.rollout,
                 lambda: views.compute_or_explain(compute.engine, model_dir, chosen),
-                ModelCreditSettings(method=method, model_dir=model_dir, engine=chosen),
+                method, model_dir, chosen,
             )
             st.session_state["model_credit_job"] = credit_job
         except access.Refused as exc:

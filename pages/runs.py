@@ -4,8 +4,6 @@ import pandas as pd
 import streamlit as st
 
 from app import access, actions, data, state, views
-from backend.errors import InputError, StoreError
-from backend.ingest.sources import FORMATS
 
 sel = state.selection()
 st.title("Runs")
@@ -37,7 +35,7 @@ if settings.read_only:
 
 st.subheader("Import a run")
 name = st.text_input("Run name", key="runs_import_name", placeholder="my-run")
-fmt = st.selectbox("Format", ["detect", *FORMATS], key="runs_import_format")
+fmt = st.selectbox("Format", ["detect", *actions.FORMATS], key="runs_import_format")
 source = st.radio("From", ["upload", "path on this machine"], key="runs_import_source", horizontal=True)
 upload = path = None
 if source == "upload":
@@ -57,11 +55,11 @@ else:
 if st.button("Import", key="runs_import_button", type="primary"):
     try:
         if not name.strip():
-            raise InputError("give the run a name")
+            raise actions.InputError("give the run a name")
         if source == "upload" and upload is None:
-            raise InputError("choose a file to upload")
+            raise actions.InputError("choose a file to upload")
         if source != "upload" and not (path or "").strip():
-            raise InputError("give a file or folder path")
+            raise actions.InputError("give a file or folder path")
         bar = st.progress(0.0, text="importing…")
 
         def progress(fraction: float) -> None:
@@ -78,7 +76,7 @@ if st.button("Import", key="runs_import_button", type="primary"):
         data.invalidate()
         st.session_state["runs_flash"] = report.message()
         st.rerun()
-    except (InputError, StoreError, access.Refused) as exc:
+    except (actions.InputError, actions.StoreError, access.Refused) as exc:
         st.error(f"Import failed, nothing was written: {exc}")
 
 st.subheader("Delete a run")
@@ -88,7 +86,7 @@ if runs:
     if st.button("Delete", key="runs_delete_button", disabled=not confirm):
         try:
             actions.delete_run(settings, data.handle(), victim)
-        except (StoreError, access.Refused) as exc:
+        except (actions.StoreError, access.Refused) as exc:
             st.error(f"Delete failed: {exc}")
         else:
             data.invalidate()

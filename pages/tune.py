@@ -7,7 +7,6 @@ the shares; the replay starts from the β of its own last run (its widgets or it
 import streamlit as st
 
 from app import compute, data, figures, state, views, widgets
-from backend import analysis
 
 sel = views.rollout_selection()
 st.title(f"Tune channel weights · rollout #{sel.rollout}")
@@ -75,7 +74,7 @@ def channel_weights() -> None:
             else:
                 changed = [k for k in view.rows if k in base.rows and k not in figures.OWN_SCALE_ROWS]
                 rows = {
-                    f"{k}: tuned − default": analysis.credit_difference(base.rows[k], view.rows[k])
+                    f"{k}: tuned − default": compute.credit_difference(base.rows[k], view.rows[k])
                     for k in changed
                 }
                 rows = {k: v[start:stop] for k, v in rows.items()}

@@ -14,8 +14,9 @@ Adding an estimator:
    plain python loops over responses and real tokens (helpers in `twins/loops.py`), written from the
    formula and never calling the vectorized code it checks. Without a twin, `reference_advantages` fails
    with "no twin for 'name'" and `registry.missing_twins()` lists it.
-3. Tests: tests/backend/estimators/test_twins.py picks up every registered name on its own (random
-   batches); add a row to its VARIANTS for each config branch (a mode, a value source).
+3. Tests: tests/backend/estimators/test_twins.py picks up every registered name on its own (seeded
+   random batches and hypothesis-drawn ones); add a row to its VARIANTS for each config branch (a mode,
+   a value source).
    A paper-named estimator also gets an entry in test_official.py against the official code's outputs.
 4. Document the math, its source and its scope in docs/estimators.md.
 """

@@ -12,10 +12,11 @@ from typing import Any, Literal
 
 import torch
 
-from backend.batch import BatchError, RolloutBatch
+from backend.batch import RolloutBatch
 from backend.estimators import functional as F
-from backend.estimators import masked
 from backend.estimators.registry import Config, EstimatorResult, param
+from backend.estimators.token_helpers import fallback_message, rollout_list, scores_of
+from backend.estimators.values import values_from_source
 
 Outcome = Literal["grpo", "dr_grpo", "rloo"]
 ValueSource = Literal["zero", "stored", "fitted", "prefix_tree", "mc"]
@@ -53,44 +54,14 @@ class CreditConfig(GAEFields, OutcomeConfig):
     then_gae: bool = param(False, help="Run GAE over the token rewards r with the value source, gamma, lam")
 
 
-def scores_of(batch: RolloutBatch, channel: str) -> torch.Tensor:
-    """R: (B,) float32 sequence scores of `channel`, or a BatchError listing the channels."""
-    if channel not in batch.scores:
-        have = sorted(batch.scores) or "none"
-        raise BatchError(f"this run has no scores for channel {channel!r}; it has: {have}")
-    return batch.scores[channel].to(torch.float32)
-
-
 def outcome_z(batch: RolloutBatch, config: Any) -> torch.Tensor:
     """Z: (B,) float32 from the config's outcome and channel."""
     return F.outcome_scores(scores_of(batch, config.channel), batch.group_ids, config.outcome, config.epsilon)
 
 
-def need(batch: RolloutBatch, name: str) -> torch.Tensor:
-    """A per-token field of the batch or a clear error."""
-    batch.require(name)
-    value = getattr(batch, name, None)
-    return (value if value is not None else batch.extras[name]).to(torch.float32)
-
-
-def rollout_list(batch: RolloutBatch, rows: torch.Tensor) -> list[int]:
-    """Rollout ids of the rows where `rows` (B,) bool is true."""
-    return [int(x) for x in batch.rollout_ids[rows.to(batch.device)].tolist()]
-
-
-def fallback_message(batch: RolloutBatch, rows: torch.Tensor, what: str = "uniform fallback") -> str | None:
-    ids = rollout_list(batch, rows)
-    if not ids:
-        return None
-    shown = ", ".join(str(i) for i in ids[:20]) + (", ..." if len(ids) > 20 else "")
-    return f"{what} on rollouts [{shown}] ({len(ids)} of {batch.B})"
-
-
 def values_for(batch: RolloutBatch, config: Any, z: torch.Tensor) -> tuple[torch.Tensor, dict]:
     """V(s_t): (B, T) float32 in Z units from `config.value_source`, plus diagnostics."""
-    from backend.estimators import values as value_sources
-
-    return value_sources.values_from_source(batch, config, z)
+    return values_from_source(batch, config, z)
 
 
 def finish_credit(batch: RolloutBatch, config: Any, z: torch.Tensor, weights: torch.Tensor,
@@ -122,14 +93,3 @@ def finish_rewards(batch: RolloutBatch, config: Any, z: torch.Tensor, r: torch.T
     return EstimatorResult(advantages=torch.where(mask, adv, 0.0), diagnostics=diagnostics)
 
 
-def masked_entropies(batch: RolloutBatch) -> torch.Tensor:
-    """H: (B, T) float32 entropies, 0 on padding (clamped at 0 against tiny negative float noise)."""
-    return torch.where(batch.response_mask, need(batch, "entropies").clamp(min=0.0), 0.0)
-
-
-def token_positions(batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    """(t, L): 1-based position among real tokens (B, T) and L_i (B, 1), both float32."""
-    mask = batch.response_mask
-    t = (masked.positions(mask) + 1).to(torch.float32)
-    L = mask.sum(dim=1, keepdim=True).to(torch.float32)
-    return t, L

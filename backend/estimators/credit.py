@@ -7,27 +7,22 @@ Each estimator computes weights `w: (B, T)` >= 0 and hands them to `finish_credi
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
 import torch
 
 from backend.batch import RolloutBatch
 from backend.estimators import masked
-from backend.estimators.common import (
-    CreditConfig,
-    OutcomeConfig,
+from backend.estimators.common import CreditConfig, OutcomeConfig, finish_credit, finish_rewards, outcome_z
+from backend.estimators.registry import EstimatorResult, param, register
+from backend.estimators.token_helpers import (
     fallback_message,
-    finish_credit,
-    finish_rewards,
     masked_entropies,
-    outcome_z,
     rollout_list,
+    step_ends,
     token_positions,
 )
-from backend.estimators.registry import EstimatorResult, param, register
 
 
 @dataclass(frozen=True)
@@ -159,35 +154,6 @@ class StepBoundaryConfig(CreditConfig):
 
     pattern: str = param(r"\n", kind="regex",
                          help="Regex ending a step; the token with the match's last char ends it")
-
-
-def step_ends(batch: RolloutBatch, pattern: str) -> tuple[torch.Tensor, str | None]:
-    """(B, T) bool last token of each step, and a note when the run has no token text.
-
-    The regex runs once per response over its joined text; character offsets map to tokens with one
-    `searchsorted`, so there is no python loop over tokens. The last real token always ends a step.
-    """
-    mask = batch.response_mask
-    t, L = token_positions(batch)
-    last = (t == L) & mask
-    if batch.tokens is None:
-        return last, "no token text in this run: step ends unknown, used the last token only"
-    regex = re.compile(pattern)
-    flat_ends = np.zeros(int(mask.sum()), dtype=bool)
-    offset = 0
-    for row in batch.tokens:
-        if row:
-            cum = np.cumsum(np.fromiter(map(len, row), dtype=np.int64, count=len(row)))
-            chars = np.fromiter((m.end() - 1 for m in regex.finditer("".join(row)) if m.end() > m.start()),
-                                dtype=np.int64)
-            if chars.size:
-                flat_ends[offset + np.searchsorted(cum, chars, side="right")] = True
-        offset += len(row)
-    if offset != flat_ends.shape[0]:
-        return last, "token text does not line up with the response mask: used the last token only"
-    ends = torch.zeros(mask.shape, dtype=torch.bool)
-    ends[mask.cpu()] = torch.from_numpy(flat_ends)
-    return ends.to(batch.device) | last, None
 
 
 @register("step_boundary", StepBoundaryConfig, "Equal credit on the last token of each reasoning step")

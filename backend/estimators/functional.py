@@ -207,3 +207,23 @@ def redistribute(z: torch.Tensor, weights: torch.Tensor,
     r = z.to(torch.float32)[:, None] * w / total[:, None]  # (B, T)
     L = mask.sum(dim=1).to(w.dtype)
     return r * L[:, None], r, fallback
+
+
+def segment_values(values: torch.Tensor, valued: torch.Tensor, start: torch.Tensor | None,
+                   end: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The value at both ends of each token's Monte Carlo segment (VinePPO: A_t = V(t_{k+1}) - V(t_k)).
+
+    values: (B, T) V̂ at the valued positions (ignored elsewhere); valued: (B, T) bool
+    start: (B,) the value before the first valued position (the empty prefix), or None: tokens there
+        get v_start = v_end, so their difference is 0
+    end: (B,) the value after the last valued position (the observed outcome)
+    returns: v_start (B, T) V̂ at the latest valued position <= t; v_end (B, T) V̂ at the next valued
+        position > t, or `end`. The segment advantage is `v_end - v_start`.
+    """
+    T = values.shape[1]
+    cur = masked.forward_fill_index(valued)  # (B, T) latest valued position <= t
+    nxt = masked.backward_fill_index(valued, strict=True)  # (B, T) next valued position > t
+    v_end = torch.where(nxt < T, values.gather(1, nxt.clamp(max=T - 1)), end[:, None].expand(-1, T))
+    before = v_end if start is None else start[:, None].expand(-1, T)
+    v_start = torch.where(cur >= 0, values.gather(1, cur.clamp(min=0)), before)
+    return v_start, v_end

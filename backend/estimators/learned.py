@@ -13,8 +13,9 @@ import torch
 
 from backend.batch import RolloutBatch
 from backend.estimators import features, masked
-from backend.estimators.common import CreditConfig, finish_rewards, outcome_z, scores_of
+from backend.estimators.common import CreditConfig, finish_rewards, outcome_z
 from backend.estimators.registry import EstimatorResult, param, register
+from backend.estimators.token_helpers import scores_of
 
 MAX_FIT_TOKENS = 65536
 

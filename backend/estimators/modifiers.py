@@ -14,9 +14,10 @@ import torch
 
 from backend.batch import RolloutBatch
 from backend.estimators import masked, registry
-from backend.estimators.common import Config, OutcomeConfig, masked_entropies, need, scores_of
+from backend.estimators.common import Config, OutcomeConfig
 from backend.estimators.credit import response_high_entropy_mask
 from backend.estimators.registry import EstimatorResult, param, register
+from backend.estimators.token_helpers import masked_entropies, need, scores_of
 
 
 @dataclass(frozen=True)

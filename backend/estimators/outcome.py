@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from backend.batch import RolloutBatch
 from backend.estimators import functional as F
 from backend.estimators import masked
-from backend.estimators.common import Config, scores_of
+from backend.estimators.common import Config
 from backend.estimators.registry import EstimatorResult, param, register
+from backend.estimators.token_helpers import scores_of
 
 
 @dataclass(frozen=True)

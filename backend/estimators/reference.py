@@ -11,7 +11,8 @@ from typing import Any
 import torch
 
 from backend.batch import RolloutBatch
-from backend.estimators import registry
+from backend.estimators import registry, twins  # noqa: F401  (importing the twins registers them)
+from backend.estimators.registry import MissingTwin, get_twin, missing_twins, twin_names  # noqa: F401
 
 
 def reference_advantages(name: str, batch: RolloutBatch, config: Any = None) -> torch.Tensor:
@@ -20,4 +21,6 @@ def reference_advantages(name: str, batch: RolloutBatch, config: Any = None) -> 
     fn = registry.get_twin(name)
     if config is None:
         config = registry.make_config(registry.canonical(name))
+    if batch.T == 0:  # as `registry.estimate`: every response is empty, nothing to credit
+        return torch.zeros(batch.response_mask.shape, dtype=torch.float32)
     return fn(batch.to("cpu"), config)

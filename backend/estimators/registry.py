@@ -3,6 +3,8 @@
 Every estimator is `fn(batch: RolloutBatch, config: <frozen dataclass>) -> EstimatorResult`.
 Config fields are declared with `param(...)`, which records the default, the range and a one-line
 help text; `config_schema` turns them into the JSON the CLI prints and the app renders as widgets.
+Importing this module runs `backend/estimators/__init__.py` first, which imports (registers) every
+estimator module, so the list is complete whenever it is read.
 """
 
 from __future__ import annotations
@@ -207,11 +209,6 @@ def register(name: str, config_cls: type, description: str, needs: tuple[str, ..
     return wrap
 
 
-def _load_all() -> None:
-    # Importing the package registers every estimator module exactly once.
-    import backend.estimators  # noqa: F401
-
-
 _TWINS: dict[str, Callable] = {}
 """Estimator name -> its slow loop twin `fn(batch, config) -> advantages (B, T)`, registered with `@twin`
 beside its family in backend/estimators/twins/. Tests compare every estimator with its twin."""
@@ -235,21 +232,14 @@ def twin(name: str) -> Callable:
     return wrap
 
 
-def _load_twins() -> None:
-    # The twin modules import this one (for `twin`), so they are loaded on first use, not at import time;
-    # production code never needs them.
-    import backend.estimators.twins  # noqa: F401
-
-
 def twin_names() -> list[str]:
-    """Names with a registered loop twin."""
-    _load_twins()
+    """Names with a registered loop twin. The twins register when backend.estimators.reference (their one
+    entry) is imported; production code never imports them."""
     return list(_TWINS)
 
 
 def get_twin(name: str) -> Callable:
     """The loop twin of estimator `name` (an alias resolves to its current name), or MissingTwin."""
-    _load_twins()
     current = canonical(name)
     if current not in _TWINS:
         raise MissingTwin(f"no twin for {current!r}: write its loop version with @twin({current!r}) in "
@@ -258,26 +248,23 @@ def get_twin(name: str) -> Callable:
 
 
 def missing_twins() -> list[str]:
-    """Registered estimators without a loop twin (empty when the registry is complete)."""
-    _load_twins()
+    """Registered estimators without a loop twin (empty when the registry is complete; import
+    backend.estimators.reference first, which registers the twins)."""
     return [n for n in names() if n not in _TWINS]
 
 
 def names() -> list[str]:
-    _load_all()
     return list(_REGISTRY)
 
 
 def aliases() -> dict[str, str]:
     """Deprecated names and the current names they resolve to."""
-    _load_all()
     return dict(_ALIASES)
 
 
 def canonical(name: str) -> str:
     """The current name of `name`: itself, or what a deprecated alias resolves to (with a deprecation
     line on stderr, once per alias and process). Unknown names come back unchanged."""
-    _load_all()
     new = _ALIASES.get(name)
     if new is None:
         return name
@@ -291,7 +278,6 @@ def canonical(name: str) -> str:
 
 
 def get(name: str) -> EstimatorSpec:
-    _load_all()
     name = canonical(name)
     if name not in _REGISTRY:
         raise UnknownEstimator(f"unknown estimator {name!r}; known: {', '.join(sorted(_REGISTRY))}")

@@ -9,17 +9,9 @@ import torch
 from backend.batch import BatchError, RolloutBatch
 from backend.estimators import functional as F
 from backend.estimators import masked
-from backend.estimators.common import (
-    GAEFields,
-    OutcomeConfig,
-    fallback_message,
-    outcome_z,
-    rollout_list,
-    scores_of,
-    token_positions,
-    values_for,
-)
+from backend.estimators.common import GAEFields, OutcomeConfig, outcome_z, values_for
 from backend.estimators.registry import MC_NEEDS, EstimatorResult, param, register
+from backend.estimators.token_helpers import fallback_message, rollout_list, scores_of, token_positions
 from backend.estimators.tree import build_prefix_tree
 
 
@@ -92,12 +84,8 @@ def suffix_mc(batch: RolloutBatch, config: SuffixMCConfig) -> EstimatorResult:
     root = masked.group_mean(R, index, n_groups)  # V(empty prefix) in reward units
     valued = (mc_mask > 0.5) & mask
     v = torch.nan_to_num(mc.to(torch.float32))
-    cur = masked.forward_fill_index(valued)  # (B, T) latest valued position <= t
-    nxt = masked.backward_fill_index(valued, strict=True)  # (B, T) next valued position > t
-    T = mask.shape[1]
-    v_cur = torch.where(cur >= 0, v.gather(1, cur.clamp(min=0)), root[:, None].expand(-1, T))
     R_known = torch.nan_to_num(R)  # a missing score has scale 0: its advantage is 0 whatever this is
-    v_next = torch.where(nxt < T, v.gather(1, nxt.clamp(max=T - 1)), R_known[:, None].expand(-1, T))
+    v_cur, v_next = F.segment_values(v, valued, root, R_known)  # (B, T) each
     adv = torch.where(mask, scale[:, None] * (v_next - v_cur), 0.0)
     missing = mask.any(1) & ~valued.any(1)
     z = outcome_z(batch, config)

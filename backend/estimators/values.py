@@ -13,7 +13,7 @@ import torch
 from backend.batch import BatchError, RolloutBatch
 from backend.estimators import features, masked
 from backend.estimators import functional as F
-from backend.estimators.common import fallback_message, rollout_list, scores_of
+from backend.estimators.token_helpers import fallback_message, rollout_list, scores_of
 from backend.estimators.tree import build_prefix_tree
 
 MAX_FIT_TOKENS = 65536

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+from tqdm import tqdm
 
 from backend.errors import InputError, StoreError
 from backend.ingest import fast_parquet, sniff, token_dumps
@@ -130,8 +131,6 @@ class _Bar:
         self.total, self.done, self.callback = max(total, 1), 0, callback
         self.bar = None
         if show:
-            from tqdm import tqdm
-
             self.bar = tqdm(
                 total=total, unit=unit, unit_scale=True, file=sys.stderr, leave=False, desc="import",
                 disable=None,  # a bar on terminals only: logs and pipes get just the result line

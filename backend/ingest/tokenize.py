@@ -22,6 +22,8 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
+from tokenizers import decoders
+
 from backend.errors import InputError
 
 SIMPLE_PATTERN = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")
@@ -44,7 +46,7 @@ class Tokenizer:
             path = Path(model_dir)
             if not path.is_dir():
                 raise InputError(f"{model_dir}: --model must be a local Hugging Face folder")
-            from transformers import AutoTokenizer
+            from transformers import AutoTokenizer  # noqa: PLC0415 - heavy (~2 s); only with --model
 
             try:
                 self.hf = AutoTokenizer.from_pretrained(
@@ -96,8 +98,6 @@ def _token_bytes_fn(hf):
 
     None (per id, or for the whole tokenizer) means the token is whole characters and its label is
     the tokenizer's own decoding of it: added/special tokens, WordLevel or SentencePiece pieces."""
-    from tokenizers import decoders
-
     backend = getattr(hf, "backend_tokenizer", None)
     byte_level = backend is not None and isinstance(backend.decoder, decoders.ByteLevel)
     added = set(getattr(hf, "added_tokens_decoder", {}) or {})

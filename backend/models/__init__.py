@@ -4,6 +4,8 @@
 rules of `backend.models.loading`; `backend.models.resample` values positions of a rollout.
 """
 
-from backend.models.engine import Engine, EngineUnavailable, Sample, Scored, load_engine
+from backend.models.engine import Engine, EngineUnavailable, Sample, Scored
+from backend.models.factory import engine_note, load_engine, resolve_engine, vllm_usable
 
-__all__ = ["Engine", "EngineUnavailable", "Sample", "Scored", "load_engine"]
+__all__ = ["Engine", "EngineUnavailable", "Sample", "Scored", "engine_note", "load_engine", "resolve_engine",
+           "vllm_usable"]

@@ -19,8 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
+import torch
 
 from backend.errors import InputError
+from backend.estimators import functional as F
 from backend.models.engine import Cancel, Engine, Progress
 from backend.rewards import get_verifier, run_verifier
 
@@ -74,8 +77,6 @@ class ResampleResult:
 
     def table(self):
         """The samples as a pandas DataFrame with the columns `Store.save_resample` takes."""
-        import pandas as pd
-
         return pd.DataFrame(
             {
                 "pos": [s.pos for s in self.samples],
@@ -215,6 +216,52 @@ def parse_suggestion(spec: str, tokens: Sequence[str], entropies: Sequence[float
     raise InputError(f"--suggest {spec!r}: choose entropy:K or steps")
 
 
+def resample_rollout(
+    engine,
+    rollout: dict,
+    verifier: str | None,
+    positions: list[int],
+    samples: int,
+    progress=None,
+    cancel=None,
+    seed: int = 0,
+):
+    """Suffix resampling of one stored rollout (the dict `Store.rollout` returns) with a loaded engine.
+
+    Returns the `ResampleResult` (a cancelled run keeps its finished samples).
+    """
+    verifier = verifier or "answer_match"
+    truth = rollout.get("ground_truth")
+    if truth is None:
+        truth = (rollout.get("meta") or {}).get("ground_truth")
+    if truth is None and ":" not in verifier:
+        raise InputError(f"rollout {rollout.get('rollout_id')} has no ground truth for verifier {verifier!r}")
+    prompt_ids = rollout.get("prompt_ids")
+    prompt_ids = list(prompt_ids) if prompt_ids is not None else engine.encode(rollout.get("prompt") or "")
+    return resample(
+        engine,
+        prompt_ids,
+        list(rollout["token_ids"]),
+        positions,
+        samples=samples,
+        verifier=verifier,
+        ground_truth=truth,
+        seed=seed,
+        progress=progress,
+        cancel=cancel,
+    )
+
+
+def suggested_positions(kind: str, tokens: list[str], entropies, k: int = 5) -> list[int]:
+    """Positions to resample: `entropy` (top-k entropy) or `steps` (the states right after each line
+    that ends a reasoning step; position 0, the start, is not a step end)."""
+    if kind == "entropy":
+        if entropies is None:
+            return []
+        return suggest_entropy(list(entropies), k)
+    return [p for p in suggest_steps(list(tokens), include_start=False) if p < len(tokens)]
+
+
 # MC teacher ------------------------------------------------------------------------------------------
 def segment_advantages(values: dict[int, float], length: int, outcome: float) -> np.ndarray:
     """Per-token advantages from valued positions: tokens in [t_k, t_{k+1}) get V̂(t_{k+1}) − V̂(t_k).
@@ -222,13 +269,16 @@ def segment_advantages(values: dict[int, float], length: int, outcome: float) ->
     The last segment ends at the observed outcome; tokens before the first valued position get 0.
     Returns (L,) float32.
     """
-    out = np.zeros(length, dtype=np.float32)
-    points = sorted(p for p in values if 0 <= p < length)
-    for k, t in enumerate(points):
-        end = points[k + 1] if k + 1 < len(points) else length
-        nxt = values[points[k + 1]] if k + 1 < len(points) else outcome
-        out[t:end] = nxt - values[t]
-    return out
+    if length <= 0:
+        return np.zeros(max(length, 0), dtype=np.float32)
+    points = [(int(p), float(value)) for p, value in values.items() if 0 <= p < length]
+    where = torch.tensor([p for p, _ in points], dtype=torch.long)
+    valued = torch.zeros((1, length), dtype=torch.bool)
+    valued[0, where] = True
+    v = torch.zeros((1, length), dtype=torch.float64)  # float64: the same sums as plain Python floats
+    v[0, where] = torch.tensor([value for _, value in points], dtype=torch.float64)
+    v_start, v_end = F.segment_values(v, valued, None, torch.tensor([float(outcome)], dtype=torch.float64))
+    return (v_end - v_start)[0].numpy().astype(np.float32)
 
 
 @dataclass

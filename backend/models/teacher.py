@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from backend.errors import InputError
+from backend.models.factory import load_engine, vllm_usable
 from backend.models.resample import (
     ResampleResult,
     SuffixSample,
@@ -200,8 +202,6 @@ def value_rollouts(engine, tasks: Sequence[TeacherTask], settings: TeacherSettin
 
 
 def load_settings_engine(settings: TeacherSettings, cpu_threads: int | str | None = "auto"):
-    from backend.models.engine import load_engine, vllm_usable
-
     # cpu_threads is a transformers setting; "auto" on a GPU machine with vLLM loads vLLM instead.
     transformers = settings.engine == "transformers" or (settings.engine == "auto" and not (
         settings.device in (None, "cuda") and vllm_usable()))
@@ -255,8 +255,6 @@ def run_teacher(
         finished before it was set are stored, the one in progress is dropped.
     """
     should_stop = cancel.is_set if hasattr(cancel, "is_set") else (cancel or (lambda: False))
-    from backend.rewards import get_verifier
-
     get_verifier(settings.verifier)  # an unknown verifier fails before any model is loaded
     if settings.samples < 1:
         raise InputError(f"--samples must be >= 1, got {settings.samples}")
@@ -341,7 +339,7 @@ class TeacherWorker:
 def connect_ray(address: str):
     """Connect to (or for `local:N` start) a Ray cluster; the driver's checkout is put on the workers'
     PYTHONPATH, so a local cluster needs nothing installed (a remote one needs Credit Lens installed)."""
-    import ray  # optional dependency (requirements.txt pins it); imported only for --ray
+    import ray  # noqa: PLC0415 - optional dependency (requirements.txt pins it); only for --ray
 
     root = str(Path(__file__).resolve().parents[2])
     runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
@@ -417,8 +415,6 @@ def read_teacher_file(path: str | os.PathLike, lengths: dict[int, int]):
     """A teacher Parquet file (`creditlens teacher --export`) checked against the run it belongs to:
     every column present, every rollout in `lengths` (rollout id -> response length), every position
     inside its response, every reward finite. Returns the Arrow table; errors name the file and row."""
-    import pyarrow.parquet as pq
-
     try:
         table = pq.read_table(path)
     except (OSError, ValueError) as exc:

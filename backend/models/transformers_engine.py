@@ -78,8 +78,9 @@ class TransformersEngine(Engine):
         max_batch: int = 256,
         cpu_threads: int | None | str = "auto",
     ):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        from transformers.utils import logging as hf_logging
+        # transformers takes ~2 s to import: only when a model is opened
+        from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+        from transformers.utils import logging as hf_logging  # noqa: PLC0415
 
         hf_logging.disable_progress_bar()  # our commands draw their own progress on stderr
 

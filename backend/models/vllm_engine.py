@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from backend.models.engine import (
     Cancel,
     Engine,
@@ -39,6 +41,7 @@ from backend.models.engine import (
     start_token_id,
 )
 from backend.models.loading import EngineUnavailable, ModelFolder, check_model_dir
+from backend.models.transformers_engine import TransformersEngine
 
 OFFLINE_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 """vLLM reports usage statistics to its own server unless one of these is set; the project is offline
@@ -90,7 +93,7 @@ def read_model_info(folder: ModelFolder) -> ModelInfo:
     vLLM stops on the EOS ids of generation_config.json as well as the tokenizer's, so the engine
     must know them to strip the end token and to mark a sample finished.
     """
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig  # noqa: PLC0415 - heavy, on use
 
     config = AutoConfig.from_pretrained(folder.path, local_files_only=True, trust_remote_code=False)
     tokenizer = AutoTokenizer.from_pretrained(folder.path, local_files_only=True, trust_remote_code=False)
@@ -200,15 +203,13 @@ class VLLMEngine(Engine):
         folder = check_model_dir(model_dir, allow_pickle=allow_pickle)
         set_offline_environment()
         try:
-            import vllm
+            import vllm  # noqa: PLC0415 - optional GPU dependency, imported only when this engine opens
         except ImportError as exc:
             raise EngineUnavailable(
                 "the vLLM engine needs the `vllm` package, which is not installed here "
                 "(set up the GPU environment of the README: pip install -r requirements-gpu.txt); "
                 "or use --engine transformers"
             ) from exc
-        import torch
-
         if not torch.cuda.is_available():
             raise EngineUnavailable(
                 "the vLLM engine needs a CUDA GPU and none is visible; use --engine transformers"
@@ -255,7 +256,7 @@ class VLLMEngine(Engine):
         )
 
     def _generate_chunk(self, chunk, contexts, eos, max_new_tokens, temperature, top_p) -> list[Sample]:
-        from vllm.inputs import TokensPrompt
+        from vllm.inputs import TokensPrompt  # noqa: PLC0415 - optional GPU dependency
 
         prompts = [TokensPrompt(prompt_token_ids=contexts[i]) for i, _, _ in chunk]
         params = [
@@ -287,10 +288,6 @@ class VLLMEngine(Engine):
         """Teacher forcing through transformers on the GPU in the sampling dtype (vLLM has no full
         distributions to give)."""
         if self._scorer is None:
-            import torch
-
-            from backend.models.transformers_engine import TransformersEngine
-
             self._scorer = TransformersEngine(
                 self.model_dir,
                 device="cuda",

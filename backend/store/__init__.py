@@ -1,6 +1,7 @@
 """The run store (DuckDB). All SQL of the project lives in this package."""
 
 from backend.store.db import Store, default_db_path, pad_list_array
-from backend.store.handle import StoreBusy, StoreHandle
+from backend.store.handle import StoreBusy, StoreHandle, open_store, store_handle
 
-__all__ = ["Store", "StoreBusy", "StoreHandle", "default_db_path", "pad_list_array"]
+__all__ = ["Store", "StoreBusy", "StoreHandle", "default_db_path", "open_store", "pad_list_array",
+           "store_handle"]

@@ -8,13 +8,14 @@ process holds the write lock, then failing with a message that says what to wait
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from backend.errors import StoreError
-from backend.store.db import Store
+from backend.store.db import Store, default_db_path
 
 
 class StoreBusy(StoreError):
@@ -60,3 +61,16 @@ class StoreHandle:
             yield store
         finally:
             store.close()
+
+
+def store_handle(db: Path | None) -> StoreHandle:
+    """The store of one command, opened per unit of work. While another process holds the file (an
+    import, a resample, the app reading) it waits up to $CREDITLENS_LOCK_WAIT seconds (default 30)."""
+    wait = float(os.environ.get("CREDITLENS_LOCK_WAIT", "30"))
+    return StoreHandle(db or default_db_path(), wait_seconds=wait)
+
+
+def open_store(db: Path | None, read_only: bool = False):
+    """A read or write connection to the store of one command (see `store_handle`)."""
+    handle = store_handle(db)
+    return handle.read() if read_only else handle.write()

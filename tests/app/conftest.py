@@ -9,10 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from backend.ingest import import_records
+from backend.ingest.bundled import import_bundled
 from backend.store import Store
-from backend.store.commands import import_bundled
 from tests.conftest import make_records
 
 MAIN = Path(__file__).resolve().parents[2] / "app" / "main.py"
@@ -50,8 +51,6 @@ def app_db(template_db, tmp_path) -> Path:
 
 def open_app(db: Path, page: str | None = None, query: dict | None = None, timeout: float = 120):
     """Run the app once (optionally switch to `pages/<page>.py`) and return the AppTest."""
-    from streamlit.testing.v1 import AppTest
-
     at = AppTest.from_file(str(MAIN), default_timeout=timeout)
     at.session_state["app_db"] = str(db)
     for k, v in (query or {}).items():

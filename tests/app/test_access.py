@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from app import access, actions, commands
+from app import access, actions
+from app import serve as commands
 from backend.errors import InputError
 from backend.store import StoreHandle
 from tests.app.conftest import open_app
@@ -221,8 +223,6 @@ def test_the_script_itself_shows_nothing_without_the_access_cookie(app_db, monke
 
 
 def test_printed_urls_carry_the_token_intact():
-    from urllib.parse import parse_qs, urlsplit
-
     token = "a&b#c d/é"
     urls = commands._urls("0.0.0.0", 8501, token)
     assert urls[0].startswith("http://127.0.0.1:8501/?token=")

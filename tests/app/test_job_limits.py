@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from app import access, jobs
+from backend.models import load_engine
 from backend.store import StoreHandle
 from tests.app.conftest import open_app
 
@@ -26,8 +27,6 @@ def demo_engine(app_db):
         info, record = store.run_info("demo"), store.rollout("demo", 0)
     if not info.get("model_dir"):
         pytest.skip("the demo run has no model")
-    from backend.models.engine import load_engine
-
     engine = load_engine(info["model_dir"])
     engine.max_batch = 4  # several chunks, so the job can be held between them
     return handle, info, record, engine

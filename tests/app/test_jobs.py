@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from app import jobs
+from backend.models import load_engine
 from backend.store import StoreHandle
 
 POSITIONS, SAMPLES = [0, 2, 4, 6], 16  # 64 suffixes: several engine chunks
@@ -22,8 +23,6 @@ def demo(app_db):
         info, record = store.run_info("demo"), store.rollout("demo", rid)
     if not info.get("model_dir"):
         pytest.skip("the demo run has no model")
-    from backend.models.engine import load_engine
-
     engine = load_engine(info["model_dir"], engine="transformers")  # auto would take vLLM on a GPU box
     engine.max_batch = 16  # several chunks for 64 suffixes (cancel is checked between chunks)
     return handle, info, record, engine, rid

@@ -7,7 +7,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from app import compute
+from backend import token_classes
 from backend.cli import main
+from backend.store import Store
 from tests.app.conftest import chart, decode, open_app
 
 ROLLOUT = 352
@@ -66,9 +69,6 @@ def test_unavailable_estimators_are_listed_with_reason_and_fix_not_offered(app_d
 
 def test_compare_keeps_drawing_when_one_estimator_fails(app_db):
     """An estimator that fails on this run (no resampling results) gets its error; the rest are computed."""
-    from app import compute
-    from backend.store import Store
-
     with Store(app_db, read_only=True) as store:
         group = int(store.rollout_index("oracle").set_index("rollout_id").loc[0, "group_id"])
     result = compute.compare(str(app_db), "oracle", group, 0, (("token_rm", ()), ("suffix_mc", ())))
@@ -77,9 +77,6 @@ def test_compare_keeps_drawing_when_one_estimator_fails(app_db):
 
 
 def test_compare_credit_by_class_uses_the_runs_own_classes(app_db):
-    from backend import token_classes
-    from backend.store import Store
-
     with Store(app_db) as store:
         token_classes.save(store, "demo", (token_classes.TokenClass("answer digits", "regex", r"^\d$"),))
     at = open_app(app_db, page="compare", query={"run": "demo", "rollout": str(ROLLOUT)})

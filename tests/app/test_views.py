@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from backend.models import engine_note
+from backend.store import Store
 from tests.app.conftest import IMG, SCRIPT, chart, decode, heatmap_z, open_app
 from tests.conftest import make_records, write_jsonl
 
@@ -171,8 +174,6 @@ def test_resample_runs_stores_and_shows_values(app_db):
 def test_resample_outlines_the_chosen_positions(app_db):
     at = open_app(app_db, "resample", {"run": "demo", "rollout": "0", "positions": "0,5"})
     assert at.multiselect(key="resample_positions").value == [0, 5]
-    from backend.models.engine import engine_note
-
     assert engine_note("auto") in [c.value for c in at.caption]  # which engine auto is, and what it lacks
     shapes = chart(at, "resample_heatmap")["layout"]["shapes"]
     assert sorted(s["x0"] for s in shapes) == [-0.5, 4.5]
@@ -275,10 +276,6 @@ def test_oracle_view_teacher_table_on_the_shipped_teacher(app_db):
 
 
 def test_oracle_view_warns_when_few_positions_are_valued(app_db):
-    import pandas as pd
-
-    from backend.store import Store
-
     with Store(app_db) as store:
         store.save_resample("small", 0, pd.DataFrame({
             "pos": [0, 0, 2, 2], "sample_idx": [0, 1, 0, 1], "seed": [0, 1, 2, 3], "suffix_ids": [[1]] * 4,

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from backend import analysis
+from backend import channel_credit, credit_shares, display_tree, oracle, token_classes
 from backend.batch import batch_from_records
 from backend.synthetic import oracle_batch
 
@@ -36,17 +36,17 @@ def small_batch():
 
 def test_token_classes_priority_and_padding():
     batch = small_batch()
-    classes = analysis.token_class_ids(batch)
-    assert analysis.token_class_labels(batch, 0) == ["other", "style span", "digits", "step end"]
-    assert analysis.token_class_labels(batch, 1) == ["other", "punctuation", "other"]
+    classes = token_classes.class_ids(batch)
+    assert token_classes.labels(batch, 0) == ["other", "style span", "digits", "step end"]
+    assert token_classes.labels(batch, 1) == ["other", "punctuation", "other"]
     assert classes[1, 3] == -1
 
 
 def test_key_tokens_from_the_oracle_win():
     batch = oracle_batch(0, prompts=2, group=4)
-    classes = analysis.token_class_ids(batch)
+    classes = token_classes.class_ids(batch)
     keys = batch.extras["key_mask"].numpy() > 0
-    assert (classes[keys] == analysis.CREDIT_CLASSES.index("key")).all()
+    assert (classes[keys] == credit_shares.CREDIT_CLASSES.index("key")).all()
 
 
 def test_credit_mass_sums_to_one_and_broadcast_matches_token_share():
@@ -54,8 +54,8 @@ def test_credit_mass_sums_to_one_and_broadcast_matches_token_share():
     flat = torch.where(batch.response_mask, 1.0, 0.0)
     peaked = torch.zeros_like(flat)
     peaked[0, 2] = 5.0
-    frame = analysis.credit_mass_by_class(
-        {"flat": flat, "peaked": peaked}, analysis.token_class_ids(batch), batch.response_mask
+    frame = credit_shares.credit_mass_by_class(
+        {"flat": flat, "peaked": peaked}, token_classes.class_ids(batch), batch.response_mask
     )
     for _, part in frame.groupby("estimator"):
         assert math.isclose(part["credit_share"].sum(), 1.0)
@@ -67,7 +67,9 @@ def test_credit_mass_sums_to_one_and_broadcast_matches_token_share():
 def test_rank_agreement_is_symmetric_with_unit_diagonal():
     mask = torch.ones(3, 5, dtype=torch.bool)
     a = torch.arange(15.0).reshape(3, 5)
-    out = analysis.rank_agreement({"a": a, "same": 2 * a + 1, "reverse": -a, "flat": torch.zeros(3, 5)}, mask)
+    out = credit_shares.rank_agreement(
+        {"a": a, "same": 2 * a + 1, "reverse": -a, "flat": torch.zeros(3, 5)}, mask
+    )
     assert out.loc["a", "same"] == pytest.approx(1.0)
     assert out.loc["a", "reverse"] == pytest.approx(-1.0)
     assert out.loc["reverse", "a"] == out.loc["a", "reverse"]
@@ -75,14 +77,16 @@ def test_rank_agreement_is_symmetric_with_unit_diagonal():
 
 
 def test_shares():
-    shares = analysis.abs_shares({"task": np.array([1.0, -1.0]), "style": np.array([0.0, -2.0])})
+    shares = credit_shares.abs_shares({"task": np.array([1.0, -1.0]), "style": np.array([0.0, -2.0])})
     assert shares == {"task": 0.5, "style": 0.5}
-    per_token = analysis.token_shares({"task": np.array([1.0, 0.0]), "style": np.array([-3.0, 0.0])})
+    per_token = credit_shares.token_shares({"task": np.array([1.0, 0.0]), "style": np.array([-3.0, 0.0])})
     assert per_token["style"][0] == 0.75 and per_token["task"][1] == 0.0
 
 
 def test_prefix_tree_nodes_values_and_td():
-    tree = analysis.prefix_tree([[1, 2, 3], [1, 2, 4, 5], [1, 2, 4], [9]], np.array([1.0, -1.0, 0.0, 2.0]))
+    tree = display_tree.prefix_tree(
+        [[1, 2, 3], [1, 2, 4, 5], [1, 2, 4], [9]], np.array([1.0, -1.0, 0.0, 2.0])
+    )
     frame = tree.frame([["a", "b", "c"], ["a", "b", "d", "e"], ["a", "b", "d"], ["z"]])
     root = frame.iloc[0]
     assert root["label"] == "prompt" and root["count"] == 4 and root["value"] == pytest.approx(0.5)
@@ -98,11 +102,11 @@ def test_prefix_tree_nodes_values_and_td():
 
 def test_channel_credit_contributions_sum_to_final():
     batch = oracle_batch(0, prompts=2, group=4)
-    credit = analysis.channel_credit(batch, "entropy", (("p", 2.0),), {"style": 0.5})
+    credit = channel_credit.channel_credit(batch, "entropy", (("p", 2.0),), {"style": 0.5})
     assert credit.betas["style"] == 0.5
     total = sum(credit.contributions.values())
     assert np.allclose(total, credit.final, atol=1e-6)
-    default = analysis.channel_credit(batch)
+    default = channel_credit.channel_credit(batch)
     assert not np.allclose(default.final, credit.final)
 
 
@@ -114,11 +118,11 @@ def test_dual_ascent_replay_follows_the_update_rule():
             "violation_rate": [0.5, 0.0, 0.2, 0.0],
         }
     )
-    out = analysis.dual_ascent_replay(means, {"style": 0.1}, 2.0, {"style": 1.0})
+    out = channel_credit.dual_ascent_replay(means, {"style": 0.1}, 2.0, {"style": 1.0})
     betas = out["beta"].tolist()
     assert betas == pytest.approx([1.0, 1.0 + 2 * 0.4, 1.8 + 2 * 0.1])
     assert out["step"].tolist() == [-1, 0, 1]
-    assert analysis.dual_ascent_replay(means, {"nothing": 0.1}, 1.0, {}).empty
+    assert channel_credit.dual_ascent_replay(means, {"nothing": 0.1}, 1.0, {}).empty
 
 
 def test_teacher_agreement_against_segment_values():
@@ -128,7 +132,7 @@ def test_teacher_agreement_against_segment_values():
     )  # teacher 0.7, 0.7, 0.1, 0.1
     teacher_like = torch.tensor([[0.4, 0.4, 0.4, 0.4]])
     shaped = torch.tensor([[0.5, 0.5, 0.1, 0.1]])
-    out = analysis.teacher_agreement(batch, {"flat": teacher_like, "shaped": shaped}, values).set_index(
+    out = oracle.teacher_agreement(batch, {"flat": teacher_like, "shaped": shaped}, values).set_index(
         "estimator"
     )
     assert out.loc["flat", "sign_accuracy"] == 1.0 and out.loc["flat", "tokens"] == 4
@@ -138,7 +142,7 @@ def test_teacher_agreement_against_segment_values():
 
 def test_oracle_table_orders_entropy_above_broadcast():
     batch = oracle_batch(0, prompts=20, group=8)
-    table, errors = analysis.oracle_table(batch, ["grpo", "entropy", "no_such_estimator"])
+    table, errors = oracle.oracle_table(batch, ["grpo", "entropy", "no_such_estimator"])
     assert len(errors) == 1 and "no_such_estimator" in errors[0]
     split = table[table.pipeline == "split"].set_index("estimator")
     single = table[table.pipeline == "single"].set_index("estimator")
@@ -147,4 +151,4 @@ def test_oracle_table_orders_entropy_above_broadcast():
 
 
 def test_credit_difference():
-    assert analysis.credit_difference(np.array([1.0, 2.0]), np.array([0.5, 3.0])).tolist() == [-0.5, 1.0]
+    assert credit_shares.credit_difference(np.array([1.0, 2.0]), np.array([0.5, 3.0])).tolist() == [-0.5, 1.0]

@@ -16,8 +16,8 @@ import pytest
 from backend import estimates, explain
 from backend.cli import main
 from backend.estimators import registry
+from backend.ingest.bundled import import_bundled
 from backend.store import Store, StoreHandle
-from backend.store.commands import import_bundled
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLLOUT = 352  # a demo rollout in a group with mixed outcomes

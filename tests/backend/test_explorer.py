@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from backend import analysis, credit_summary, estimates, explorer
+from backend import credit_shares, credit_summary, estimates, explorer, token_classes
 from backend.explorer import ExplorerQuery, Filter, parse_where
 from backend.ingest import import_records
 from backend.metrics import spearman
@@ -136,14 +136,14 @@ def shares_in_numpy(handle: StoreHandle, name: str) -> pd.DataFrame:
     with handle.read() as store:
         batch = store.load_batch("run")
     adv = scoped.padded(batch.rollout_ids.tolist(), batch.T).numpy().astype(np.float64)
-    classes = analysis.token_class_ids(batch)
+    classes = token_classes.class_ids(batch)
     mask = batch.response_mask.numpy()
     rows = []
     for i, rid in enumerate(batch.rollout_ids.tolist()):
         magnitude = np.abs(adv[i]) * mask[i]
         total = magnitude.sum()
         row = {"rollout_id": rid, "max_abs": magnitude.max(), "mean_adv": adv[i][mask[i]].mean()}
-        for c, label in enumerate(analysis.CREDIT_CLASSES):
+        for c, label in enumerate(credit_shares.CREDIT_CLASSES):
             share = magnitude[classes[i] == c].sum() / total if total else np.nan
             row[explorer.column_name("share", label)] = share
         rows.append(row)
@@ -154,7 +154,7 @@ def shares_in_numpy(handle: StoreHandle, name: str) -> pd.DataFrame:
 def test_credit_shares_match_the_estimate(handle, name):
     got = everything(handle, estimator=name).set_index("rollout_id")
     want = shares_in_numpy(handle, name)
-    share_columns = [explorer.column_name("share", c) for c in analysis.CREDIT_CLASSES]
+    share_columns = [explorer.column_name("share", c) for c in credit_shares.CREDIT_CLASSES]
     assert [c for c in got.columns if c.startswith("share_")] == share_columns
     for column in [*share_columns, "max_abs"]:
         np.testing.assert_allclose(got.loc[want.index, column].astype(float), want[column], rtol=1e-5,
@@ -239,10 +239,10 @@ def test_trends_match_pandas(handle):
     scoped = estimates.estimate_rollouts(handle, "run", "entropy").advantages
     with handle.read() as store:
         batch = store.load_batch("run", steps=[2])
-    classes = analysis.token_class_ids(batch)
+    classes = token_classes.class_ids(batch)
     adv = np.abs(estimates.ScopedEstimate("entropy", None, "group", "task", scoped, "cache")
                  .padded(batch.rollout_ids.tolist(), batch.T).numpy().astype(np.float64))
-    digits = analysis.CREDIT_CLASSES.index("digits")
+    digits = credit_shares.CREDIT_CLASSES.index("digits")
     want_share = adv[classes == digits].sum() / adv.sum()
     assert trends["share_digits"].iloc[2] == pytest.approx(want_share, rel=1e-6)
     tokens = np.concatenate([scoped[r] for r in table.loc[table["step"] == 1, "rollout_id"]])
@@ -285,13 +285,13 @@ def test_summaries_follow_the_store(handle):
 
 def test_class_list_comes_from_one_function(handle):
     with handle.read() as store:
-        assert credit_summary.credit_classes(store, "run") == tuple(analysis.CREDIT_CLASSES)
+        assert credit_summary.credit_classes(store, "run") == tuple(credit_shares.CREDIT_CLASSES)
         batch = store.load_batch("run", steps=[0])
-    reordered = tuple(reversed(analysis.CREDIT_CLASSES))
+    reordered = tuple(reversed(credit_shares.CREDIT_CLASSES))
     ids = credit_summary.class_ids(batch, reordered)
-    base = analysis.token_class_ids(batch)
+    base = token_classes.class_ids(batch)
     real = base >= 0
-    assert [reordered[i] for i in ids[real]] == [analysis.CREDIT_CLASSES[i] for i in base[real]]
+    assert [reordered[i] for i in ids[real]] == [credit_shares.CREDIT_CLASSES[i] for i in base[real]]
 
 
 # ---- the command line gives the view's numbers ----------------------------------------------------------

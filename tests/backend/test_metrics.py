@@ -1,5 +1,6 @@
 """Credit-quality metrics against small cases worked out by hand, and the oracle bench's orderings."""
 
+import json
 import math
 
 import numpy as np
@@ -7,7 +8,8 @@ import pytest
 import torch
 from scipy import stats
 
-from backend import metrics
+from backend import metrics, oracle
+from backend.cli import main
 from backend.metrics import auroc, credit_metrics, spearman, summarize, topk_hits
 
 
@@ -117,7 +119,7 @@ def test_summarize_mean_and_sample_std():
 @pytest.fixture(scope="module")
 def small_bench():
     """The real registry and channel pipelines on 2 seeds x 60 prompts x 8 responses."""
-    rows = metrics.oracle_bench(2, 60, 8, estimators=["grpo", "decaying_trace", "entropy", "token_rm"])
+    rows = oracle.oracle_bench(2, 60, 8, estimators=["grpo", "decaying_trace", "entropy", "token_rm"])
     return {(r["setting"], r["pipeline"], r["estimator"]): r for r in rows}
 
 
@@ -151,10 +153,6 @@ def test_bench_reproduces_the_write_up_ordering(small_bench):
 
 
 def test_oracle_bench_command_writes_json(tmp_path, capsys):
-    import json
-
-    from backend.cli import main
-
     out = tmp_path / "bench.json"
     args = ["oracle-bench", "--seeds", "1", "--prompts", "12", "--group", "4", "--estimators", "grpo,entropy",
             "--workers", "1", "--quiet", "--json", str(out)]
@@ -171,18 +169,16 @@ def test_oracle_bench_command_writes_json(tmp_path, capsys):
 
 
 def test_parallel_seeds_match_in_process():
-    serial = metrics.oracle_bench(2, 10, 4, estimators=["entropy"], workers=1)
-    parallel = metrics.oracle_bench(2, 10, 4, estimators=["entropy"], workers=2)
+    serial = oracle.oracle_bench(2, 10, 4, estimators=["entropy"], workers=1)
+    parallel = oracle.oracle_bench(2, 10, 4, estimators=["entropy"], workers=2)
     strip = [{k: v for k, v in row.items() if k != "seconds"} for row in serial]
     assert strip == [{k: v for k, v in row.items() if k != "seconds"} for row in parallel]
 
 
 def test_model_bound_estimators_are_named_not_benched():
-    from backend.metrics import bench_estimators, model_bound_estimators
-
-    bound = set(model_bound_estimators())
+    bound = set(oracle.model_bound_estimators())
     assert {"oar_p", "oar_g", "gcpo", "suffix_mc"} <= bound and "grpo" not in bound
-    assert not bound & set(bench_estimators())
+    assert not bound & set(oracle.bench_estimators())
     said = []
-    metrics.oracle_bench(seeds=1, prompts=4, group=2, progress=said.append)
+    oracle.oracle_bench(seeds=1, prompts=4, group=2, progress=said.append)
     assert any("not run" in m and "oar_p" in m and "gcpo" in m for m in said), said

@@ -1,13 +1,25 @@
 """The oracle environment: its invariants, determinism, formats, and the qualitative picture."""
 
 import json
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from backend.cli import main
 from backend.metrics import batch_metrics
-from backend.synthetic import OracleConfig, generate, native_records, oracle_batch, to_batch
+from backend.store import Store
+from backend.synthetic import (
+    SAMPLE_RUN,
+    OracleConfig,
+    generate,
+    native_records,
+    oracle_batch,
+    sample_run_lines,
+    to_batch,
+)
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +109,6 @@ def test_native_records_are_json_and_match_the_batch():
 
 
 def test_generation_is_fast():
-    import time
-
     start = time.perf_counter()
     to_batch(generate(0))  # one default seed: 4000 responses
     assert time.perf_counter() - start < 1.0
@@ -141,10 +151,6 @@ def test_qualitative_picture_with_local_estimators():
 
 
 def test_bundled_sample_run_is_current():
-    from pathlib import Path
-
-    from backend.synthetic import SAMPLE_RUN, sample_run_lines
-
     folder = Path(__file__).resolve().parents[2] / "sample_runs"
     assert json.loads((folder / "oracle_run.json").read_text()) == SAMPLE_RUN
     bundled = (folder / SAMPLE_RUN["file"]).read_text().splitlines(keepends=True)
@@ -154,9 +160,6 @@ def test_bundled_sample_run_is_current():
 
 
 def test_synth_command_stores_an_openable_run(tmp_path, capsys):
-    from backend.cli import main
-    from backend.store import Store
-
     db = tmp_path / "runs.duckdb"
     args = ["synth", "--db", str(db), "--run", "oracle", "--seeds", "2", "--prompts", "5", "--group", "4"]
     assert main(args) == 0

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from scipy.stats import spearmanr
 
+from backend.estimators import registry
 from backend.models.teacher import JOB
 from backend.store import Store, StoreHandle
 from backend.teacher_bench import (
@@ -69,8 +70,6 @@ def test_inverted_and_tied_predictions():
 
 
 def test_estimator_list_comes_from_the_registry():
-    from backend.estimators import registry
-
     assert [name for _, name, _ in parse_estimator_specs(None)] == registry.names()
     assert parse_estimator_specs(["token_rm:head=mlp,steps=5"]) == [
         ("token_rm:head=mlp,steps=5", "token_rm", {"head": "mlp", "steps": "5"})]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from backend import analysis, token_classes
+from backend import credit_shares, token_classes
 from backend.errors import InputError
 from backend.ingest import import_records
 from backend.store import Store
@@ -33,7 +33,7 @@ def test_phrases_match_across_tokens_and_user_regex_wins_by_order():
     )
     assert token_classes.labels(batch, 0, classes) == ["greeting", "greeting", "digits", "step end"]
     assert token_classes.labels(batch, 1, classes) == ["greeting", "greeting", "letters"]
-    mass = analysis.credit_mass_by_class(
+    mass = credit_shares.credit_mass_by_class(
         {"a": batch.response_mask.float()}, token_classes.class_ids(batch, classes), batch.response_mask,
         token_classes.names(classes))
     assert set(mass["token_class"]) == {"greeting", "digits", "step end", "letters"}

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from app.commands import Server
+from app.serve import Server
 from app.testing import CHROMIUM, launch, wait_idle
 from backend.demo.subword import subword_records
 from backend.ingest import import_records
+from backend.ingest.bundled import import_bundled
 from backend.store import Store
-from backend.store.commands import import_bundled
 from tests.conftest import make_records
 
 SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
@@ -70,7 +70,7 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def browser():
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - browser tests only
 
     if not os.path.exists(CHROMIUM):
         pytest.skip("chromium is not installed (make browser-deps)")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.commands import Server
+from app.serve import Server
 from app.testing import CHROMIUM
 from tests.browser.conftest import open_view
 from tests.conftest import make_records, write_jsonl

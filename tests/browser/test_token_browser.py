@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from app import access
-from app.commands import Server, free_port
+from app.serve import Server, free_port
 from app.testing import CHROMIUM, wait_idle
+from backend.ingest.bundled import import_bundled
 from backend.store import Store
-from backend.store.commands import import_bundled
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "test-token-7f3a9c2e1b5d4f60a8e2c4b6d8f0a1c3"
@@ -104,8 +104,8 @@ def test_the_right_token_sets_a_cookie_and_leaves_the_url(gated):
 
 def test_the_websocket_needs_the_cookie(gated):
     # The synchronous client: the browser tests' Playwright keeps an event loop on this thread.
-    from websockets.exceptions import InvalidStatus
-    from websockets.sync.client import connect
+    from websockets.exceptions import InvalidStatus  # noqa: PLC0415 - only here
+    from websockets.sync.client import connect  # noqa: PLC0415 - only here
 
     def handshake(headers: dict) -> str:
         url = f"ws://127.0.0.1:{gated.port}/_stcore/stream"

@@ -19,6 +19,7 @@ import duckdb
 import pytest
 
 from backend.cli import main as cli_main
+from tests.conftest import make_records, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -127,8 +128,6 @@ def assert_clean_error(result: CliResult, path: Path) -> str:
 @pytest.fixture(scope="module")
 def base_store(tmp_path_factory) -> Path:
     """A store holding one small run, so 'unchanged' means something."""
-    from tests.conftest import make_records, write_jsonl
-
     d = tmp_path_factory.mktemp("base")
     src = write_jsonl(d / "base.jsonl", make_records(n_groups=2, group_size=3))
     db = d / "runs.duckdb"

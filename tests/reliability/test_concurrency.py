@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from backend.store import Store, StoreHandle
 from backend.store.handle import StoreBusy
@@ -107,8 +108,6 @@ def test_two_imports_at_once_the_second_waits(db, tmp_path):
 
 def test_app_sessions_render_while_an_import_runs(db, tmp_path, monkeypatch):
     pytest.importorskip("streamlit")
-    from streamlit.testing.v1 import AppTest
-
     if not (ROOT / "app" / "main.py").exists():
         pytest.skip("app not built yet")
     monkeypatch.setenv("CREDITLENS_DB", str(db))

@@ -9,11 +9,16 @@ import json
 import re
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from backend import explorer
 from backend.errors import InputError
+from backend.ingest import import_records
+from backend.store import Store, StoreHandle
+from backend.store.explorer_queries import _alias
 from backend.uploads import safe_upload_path
 from tests.conftest import make_records
 from tests.reliability.conftest import LONG, ROOT, run_cli, tally
@@ -106,10 +111,6 @@ def test_sql_is_never_built_from_user_data():
 
 
 def test_store_insert_refuses_unknown_tables(tmp_path):
-    import pyarrow as pa
-
-    from backend.store import Store
-
     with Store(tmp_path / "s.duckdb") as store, pytest.raises(ValueError, match="not an insertable table"):
         store.insert_arrow("runs; DROP TABLE runs", pa.table({"x": [1]}))
 
@@ -189,10 +190,9 @@ def test_model_loading_refuses_pickle_remote_code_and_urls(tmp_path):
 
 
 def test_server_binds_localhost_by_default():
-    commands = pytest.importorskip("app.commands")
-    from backend.cli import build_parser
+    commands = pytest.importorskip("app.serve")
 
-    args = build_parser().parse_args(["app"])
+    args = commands.build_parser().parse_args([])
     assert args.host == "127.0.0.1"
     cmd = commands.streamlit_command(Path("x.duckdb"), 8501)
     assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
@@ -200,12 +200,6 @@ def test_server_binds_localhost_by_default():
 
 
 def test_explorer_sql_keeps_hostile_names_as_data(tmp_path):
-    from backend import explorer
-    from backend.ingest import import_records
-    from backend.store import Store, StoreHandle
-    from backend.store.explorer_queries import _alias
-    from tests.conftest import make_records
-
     hostile = "x'); DROP TABLE runs; --"
     records = make_records(n_groups=2, group_size=3)
     for rec in records:

@@ -10,10 +10,10 @@ import numpy as np
 import torch
 
 from backend.batch import RolloutBatch
-from backend.estimators.learned import MLP_LEARNING_RATE, mlp_fit_rows, mlp_init
+from backend.estimators.learned import MAX_FIT_TOKENS, MLP_LEARNING_RATE, mlp_fit_rows, mlp_init
 from backend.estimators.registry import twin
 from backend.estimators.twins.common import finish_rewards_loop
-from backend.estimators.twins.features import group_folds_loop, token_feature_rows
+from backend.estimators.twins.features import group_folds_loop, ridge_fold_fits, strided, token_feature_rows
 from backend.estimators.twins.loops import outcome_of, real_columns, scores_list, to_tensor
 
 
@@ -63,51 +63,44 @@ def token_rm_twin(batch: RolloutBatch, config) -> torch.Tensor:
         phis = token_rm_mlp_phi_loop(batch, config, feats, z, fold, k)
         r_rows = [[p + (z[i] - sum(phi)) / len(phi) for p in phi] for i, phi in enumerate(phis)]
         return finish_rewards_loop(batch, config, z, rows, r_rows)
-    sums = np.array([np.sum(f, axis=0) for f in feats], dtype=np.float64)
+    width = max((len(f[0]) for f in feats if f), default=0)
+    sums = [list(np.sum(f, axis=0)) if f else [0.0] * width for f in feats]  # per-response feature sums
+    fits = ridge_fold_fits(sums, z, fold, k, config.ridge) if k >= 2 else None
     r_rows = []
     for i, cols in enumerate(rows):
         L = len(cols)
-        train = [j for j in range(len(rows)) if fold[j] != fold[i]]
-        # standardization uses every response (labels are not involved), as the fast path does
-        mu, sd = sums.mean(0), sums.std(0)
-        sd = np.where(sd > 1e-12, sd, 1.0)
-        Xa = np.concatenate([(sums[train] - mu) / sd, np.ones((len(train), 1))], axis=1)
-        pen = np.eye(Xa.shape[1]) * config.ridge
-        pen[-1, -1] = 1e-9
-        coef = np.linalg.solve(Xa.T @ Xa + pen, Xa.T @ np.array([z[j] for j in train]))
-        w, b = coef[:-1] / sd, coef[-1] - float(np.sum(coef[:-1] / sd * mu))
-        phi = [float(np.dot(w, x)) + b / L for x in feats[i]]
+        if fits is None:  # fewer than two groups: nothing to cross-fit on, phi = 0
+            phi = [0.0] * L
+        else:
+            w, b = fits[fold[i]]
+            phi = [float(np.dot(w, x)) + b / L for x in feats[i]]
         r_rows.append([p + (z[i] - sum(phi)) / L for p in phi])
     return finish_rewards_loop(batch, config, z, rows, r_rows)
 
 
 def rudder_g_loop(batch, config) -> list[list[float]]:
-    """g(y_{<=t}) per real token (fit over all prefixes, cross-fitted), as plain loops over prefixes."""
+    """g(y_{<=t}) per real token: a ridge fitted on every prefix (running mean of the token features up
+    to t, and t/L) to its response's Z, cross-fitted by group; 0 with fewer than two groups."""
     rows = real_columns(batch)
     z = outcome_of(batch, config)
     fold, k = group_folds_loop(batch, config.folds)
     prefixes, owner = [], []
     for i, cols in enumerate(rows):
         feats = token_feature_rows(batch, i, cols)
-        run = np.zeros(len(feats[0]) if feats else 0)
-        for kk, x in enumerate(feats):
-            run = run + np.array(x)
-            prefixes.append(list(run / (kk + 1)) + [(kk + 1) / len(cols)])
+        running = [0.0] * (len(feats[0]) if feats else 0)
+        for n, x in enumerate(feats):
+            running = [a + b for a, b in zip(running, x, strict=True)]
+            prefixes.append([v / (n + 1) for v in running] + [(n + 1) / len(cols)])
             owner.append(i)
-    P = np.array(prefixes, dtype=np.float64)
-    mu, sd = P.mean(0), P.std(0)
-    sd = np.where(sd > 1e-12, sd, 1.0)
-    Xa = np.concatenate([(P - mu) / sd, np.ones((len(P), 1))], axis=1)
-    y = np.array([z[o] for o in owner])
-    coefs = {}
-    for f in set(fold):
-        train = np.array([fold[o] != f for o in owner])
-        pen = np.eye(Xa.shape[1]) * config.ridge
-        pen[-1, -1] = 1e-9
-        coefs[f] = np.linalg.solve(Xa[train].T @ Xa[train] + pen, Xa[train].T @ y[train])
-    g = [[] for _ in rows]
-    for n, o in enumerate(owner):
-        g[o].append(float(Xa[n] @ coefs[fold[o]]))
+    if k < 2:
+        return [[0.0] * len(cols) for cols in rows]
+    g: list[list[float]] = [[] for _ in rows]
+    fit = strided(len(prefixes), MAX_FIT_TOKENS)
+    fits = ridge_fold_fits([prefixes[n] for n in fit], [z[owner[n]] for n in fit],
+                           [fold[owner[n]] for n in fit], k, config.ridge)
+    for x, i in zip(prefixes, owner, strict=True):
+        w, b = fits[fold[i]]
+        g[i].append(float(np.dot(w, x) + b))
     return g
 
 

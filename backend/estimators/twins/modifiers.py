@@ -65,7 +65,7 @@ def entropy_gate_twin(batch: RolloutBatch, config) -> torch.Tensor:
     H = entropy_rows(batch, rows)
     out = torch.zeros(batch.response_mask.shape)
     for i, cols in enumerate(rows):
-        thr = quantile(H[i], config.q)
+        thr = quantile(H[i], config.q) if cols else 0.0
         for k, t in enumerate(cols):
             out[i, t] = base[i, t] * (config.factor if H[i][k] >= thr else 1.0)
     return out

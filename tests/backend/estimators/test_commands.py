@@ -11,6 +11,8 @@ import torch
 
 from backend.cli import main
 from backend.estimators import registry
+from backend.ingest import import_records
+from backend.store import Store
 from tests.conftest import make_records
 
 
@@ -57,9 +59,6 @@ def test_estimate_with_a_deprecated_name_warns_and_matches(stored_run, tmp_path,
 
 @pytest.fixture
 def stored_run(db_path):
-    from backend.ingest import import_records
-    from backend.store import Store
-
     with Store(db_path) as store:
         import_records(store, "r1", make_records(n_groups=3, group_size=4))
     return db_path
@@ -72,8 +71,6 @@ def test_estimate_writes_one_row_per_real_token(stored_run, tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     table = pq.read_table(out).to_pandas()
     assert list(table.columns) == ["rollout_id", "group_id", "pos", "token_id", "token", "advantage"]
-    from backend.store import Store
-
     with Store(stored_run, read_only=True) as store:
         batch = store.load_batch("r1")
     assert len(table) == int(batch.response_mask.sum())
@@ -113,8 +110,6 @@ def _estimate(db, out, *extra) -> str:
 
 
 def test_estimate_reuses_the_store_cache_until_the_inputs_change(stored_run, tmp_path, capsys):
-    from backend.store import Store
-
     first = pq.read_table(_estimate(stored_run, tmp_path / "1.parquet")).to_pandas()
     assert "(computed)" in capsys.readouterr().out
     again = pq.read_table(_estimate(stored_run, tmp_path / "2.parquet")).to_pandas()
@@ -143,9 +138,6 @@ def test_estimate_reuses_the_store_cache_until_the_inputs_change(stored_run, tmp
 
 
 def test_appending_rollouts_drops_the_cache(stored_run, tmp_path, capsys):
-    from backend.ingest import import_records
-    from backend.store import Store
-
     _estimate(stored_run, tmp_path / "1.parquet")
     capsys.readouterr()
     with Store(stored_run) as store:

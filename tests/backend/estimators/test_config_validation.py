@@ -6,9 +6,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from backend.batch import RolloutBatch
 from backend.estimators import registry
 
 
@@ -67,10 +69,6 @@ def test_register_requires_a_config_subclass():
 
 
 def test_estimate_rejects_nonzero_padding():
-    import torch
-
-    from backend.batch import RolloutBatch
-
     @dataclasses.dataclass(frozen=True)
     class LeakyConfig(registry.Config):
         pass

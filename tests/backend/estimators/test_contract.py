@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from backend.batch import BatchError
-from backend.estimators import registry
+from backend.estimators import features, registry
+from backend.estimators.tree import build_prefix_tree
 from backend.estimators.values import fitted_values
 
 from .helpers import random_batch
@@ -156,8 +157,6 @@ def test_prefix_tree_nodes_describe_the_trie():
 def test_prefix_tree_large_group_runs():
     gen = torch.Generator().manual_seed(0)
     G, T = 16, 4096
-    from backend.estimators.tree import build_prefix_tree
-
     tokens = torch.randint(0, 3, (G, T), generator=gen)
     tokens[:, :100] = 1  # a long shared stem
     mask = torch.ones(G, T, dtype=torch.bool)
@@ -177,8 +176,6 @@ def test_estimator_inputs_unchanged():
 
 
 def test_ridge_fit_degenerate_batch_and_unchanged_where_regular():
-    from backend.estimators import features
-
     # The hypothesis example that made torch.linalg.solve fail: two singleton groups, one token each.
     batch = random_batch(0, n_groups=2, group_size=1, max_len=1, vocab=1)
     for name in ("token_rm", "rudder", "gae"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -129,8 +130,6 @@ def test_against_verl_itself():
     adv, ret = F.compute_gae(rewards, values, mask, 0.99, 0.95)
     # verl whitens its advantages; returns - values is the advantage before whitening.
     torch.testing.assert_close((ret - values) * mask, (ret_v - values) * mask, atol=1e-5, rtol=1e-5)
-    import numpy as np
-
     scores = torch.randn(8, generator=gen)
     tr = torch.zeros(8, 33)
     tr[:, 0] = scores

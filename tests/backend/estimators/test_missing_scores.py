@@ -16,7 +16,7 @@ from backend.estimators.twins.loops import outcome_loop
 def trl_group_advantage(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     """TRL 1.16 `_generate_and_score_completions`, scale_rewards="group", one reward column: nanmean,
     TRL's own `nanstd`, / (std + 1e-4), NaN -> 0."""
-    from trl.trainer.utils import nanstd
+    from trl.trainer.utils import nanstd  # noqa: PLC0415 - optional: TRL
 
     grouped = rewards.view(-1, num_generations)
     mean = torch.nanmean(grouped, dim=1).repeat_interleave(num_generations)

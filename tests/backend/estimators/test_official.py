@@ -130,8 +130,8 @@ def test_gtpo_reward_conservation_when_alphas_sum_to_one():
 def _trl_mask(entropies: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
     """TRL's own method, bound to an object holding a real (single-process CPU) Accelerator, the only
     attribute it reads."""
-    from accelerate import Accelerator
-    from trl.trainer.grpo_trainer import GRPOTrainer
+    from accelerate import Accelerator  # noqa: PLC0415 - optional: TRL
+    from trl.trainer.grpo_trainer import GRPOTrainer  # noqa: PLC0415 - optional: TRL
 
     owner = SimpleNamespace(accelerator=Accelerator(cpu=True))
     return GRPOTrainer.get_high_entropy_mask(owner, entropies, mask, threshold)

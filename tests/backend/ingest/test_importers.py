@@ -5,6 +5,7 @@ import json
 import pandas as pd
 import pytest
 
+import backend.ingest as ingest
 from backend.errors import InputError
 from backend.ingest import detect_format, import_path
 from backend.ingest.tokenize import simple_tokenize
@@ -135,8 +136,6 @@ def test_bad_jsonl_names_file_line_field_and_writes_nothing(store, tmp_path, lin
 
 
 def test_error_on_a_later_line_rolls_back_earlier_chunks(store, tmp_path, monkeypatch):
-    import backend.ingest as ingest
-
     monkeypatch.setattr(ingest, "CHUNK_RECORDS", 5)  # several chunks are inserted before the bad line
     lines = [json.dumps(r) for r in make_records(n_groups=5, group_size=4)] + ['{"prompt": "p"}']
     path = write_jsonl(tmp_path / "late.jsonl", lines)

@@ -360,9 +360,9 @@ def test_prime_rl_export_imports_and_grpo_on_its_advantage_equals_grpo_on_reward
 
 def byte_level_bpe(folder: Path):
     """A tiny byte-level BPE (GPT-2 style) trained here, offline, saved as a Hugging Face folder."""
-    from tokenizers import Tokenizer as RawTokenizer
-    from tokenizers import decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer as RawTokenizer  # noqa: PLC0415 - only here
+    from tokenizers import decoders, models, pre_tokenizers, trainers  # noqa: PLC0415 - only here
+    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415 - heavy, only here
 
     raw = RawTokenizer(models.BPE())
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -481,9 +481,9 @@ def test_byte_level_labels_are_readable(tmp_path):
 
 def test_byte_fallback_pieces_are_bytes():
     """SentencePiece byte fallback writes bytes as `<0xE4>` pieces (Llama 2 style vocabularies)."""
-    from tokenizers import Tokenizer as RawTokenizer
-    from tokenizers import models
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer as RawTokenizer  # noqa: PLC0415 - only here
+    from tokenizers import models  # noqa: PLC0415 - only here
+    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415 - heavy, only here
 
     vocab = {"<unk>": 0, "▁a": 1, "<0xE4>": 2, "<0xB8>": 3, "<0xAD>": 4}
     hf = PreTrainedTokenizerFast(tokenizer_object=RawTokenizer(models.WordLevel(vocab, unk_token="<unk>")),

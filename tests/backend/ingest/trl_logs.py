@@ -46,9 +46,9 @@ def _text(completion) -> str:
 
 def run_grpo(output_dir: Path, conversational: bool, steps: int = 2) -> Path:
     """Train `steps` GRPO steps and return the directory of TRL's completion logs."""
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from datasets import Dataset  # noqa: PLC0415 - optional: TRL
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415 - heavy, only here
+    from trl import GRPOConfig, GRPOTrainer  # noqa: PLC0415 - optional: TRL
 
     tokenizer = AutoTokenizer.from_pretrained(DEMO_POLICY, local_files_only=True)
     if conversational:

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from backend.models.transformers_engine import TransformersEngine
+
 ROOT = Path(__file__).resolve().parents[3]
 DEMO_MODEL = ROOT / "sample_runs" / "demo-policy"
 DEMO_RUN = ROOT / "sample_runs" / "demo_run.jsonl"
@@ -11,6 +13,4 @@ DEMO_RUN = ROOT / "sample_runs" / "demo_run.jsonl"
 
 @pytest.fixture(scope="session")
 def engine():
-    from backend.models.transformers_engine import TransformersEngine
-
     return TransformersEngine(DEMO_MODEL, device="cpu")

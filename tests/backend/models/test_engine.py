@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from backend.errors import InputError
-from backend.models import load_engine
-from backend.models.engine import vllm_usable
+from backend.models import load_engine, vllm_usable
 from backend.models.loading import EngineUnavailable, check_model_dir
 from backend.models.transformers_engine import draw
 from tests.backend.models.conftest import DEMO_MODEL

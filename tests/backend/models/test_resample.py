@@ -9,7 +9,9 @@ import threading
 import numpy as np
 import pytest
 
+from backend.cli import main
 from backend.errors import InputError
+from backend.ingest import import_path
 from backend.models.resample import (
     mc_teacher,
     parse_suggestion,
@@ -104,8 +106,6 @@ def run_cli(*args):
 
 
 def test_resample_and_score_commands_on_a_real_store(tmp_path, capsys):
-    from backend.ingest import import_path
-
     db = tmp_path / "runs.duckdb"
     bare = tmp_path / "bare.jsonl"
     records = [json.loads(line) for line in DEMO_RUN.read_text().splitlines()[-16:]]
@@ -142,8 +142,6 @@ def test_resample_and_score_commands_on_a_real_store(tmp_path, capsys):
     assert all(p["n"] == 4 and 0 <= p["value"] <= 1 for p in report["positions"])
 
     # The rest in-process through the same entry point (a subprocess costs seconds of imports).
-    from backend.cli import main
-
     assert main(["score", "--db", str(db), "--run", "bare"]) == 0
     capsys.readouterr()
     assert (

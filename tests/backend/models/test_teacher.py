@@ -25,6 +25,7 @@ from backend.models.teacher import (
     teacher_positions,
     value_rollouts,
 )
+from backend.rewards import get_verifier
 from backend.store import Store, StoreHandle
 from tests.backend.models.conftest import DEMO_MODEL, DEMO_RUN, ROOT
 
@@ -33,8 +34,6 @@ FAIL_TRUTH = "fail-here"
 
 def failing_verifier(response: str, ground_truth) -> float:
     """answer_match, except that it raises for one marked rollout (a verifier bug in user code)."""
-    from backend.rewards import get_verifier
-
     if ground_truth == FAIL_TRUTH:
         raise RuntimeError("verifier crashed")
     return get_verifier("answer_match")(response, ground_truth)
@@ -178,7 +177,7 @@ def test_teacher_and_teacher_bench_commands(demo_db, tmp_path):
 @pytest.mark.slow
 def test_ray_local_cluster_gives_the_single_process_values(demo_db, tmp_path, engine):
     pytest.importorskip("ray")
-    import ray
+    import ray  # noqa: PLC0415 - optional: Ray
 
     run_teacher(StoreHandle(demo_db), "demo", settings(samples=4), rollouts=8, seed=3, engine=engine)
     other = tmp_path / "ray.duckdb"

@@ -18,15 +18,8 @@ import numpy as np
 import pytest
 
 from backend.errors import InputError
-from backend.models.engine import (
-    build_context,
-    check_sampling,
-    engine_note,
-    load_engine,
-    resolve_engine,
-    start_token_id,
-    vllm_usable,
-)
+from backend.models.engine import build_context, check_sampling, start_token_id
+from backend.models.factory import engine_note, load_engine, resolve_engine, vllm_usable
 from backend.models.loading import EngineUnavailable, check_model_dir
 from backend.models.transformers_engine import TransformersEngine
 from backend.models.vllm_engine import (

@@ -4,31 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
+from backend.cli.common import add_db_arg, add_model_args, model_for
 from backend.errors import InputError
-
-
-def add_db_arg(parser) -> None:
-    parser.add_argument(
-        "--db", type=Path, default=None, help="store file (default ~/.creditlens/runs.duckdb)"
-    )
-
-
-def add_model_args(parser, engines: bool = True) -> None:
-    parser.add_argument(
-        "--model", default=None, help="local Hugging Face folder (default: the model recorded with the run)"
-    )
-    if engines:
-        parser.add_argument("--engine", choices=("auto", "transformers", "vllm"), default="auto")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when available)")
-    parser.add_argument(
-        "--allow-pickle",
-        action="store_true",
-        help="allow pickle (*.bin) weights; unpickling can run code, use only with trusted files",
-    )
+from backend.models import load_engine
+from backend.models.resample import check_positions, parse_suggestion, resample
+from backend.rewards import get_verifier
+from backend.store import open_store
+from backend.store.model_queries import rollouts_to_score
 
 
 def add_commands(subparsers) -> None:
@@ -58,13 +44,6 @@ def add_commands(subparsers) -> None:
     p.set_defaults(func=cmd_resample)
 
 
-def _model_for(info: dict, model: str | None, run: str) -> str:
-    model = model or info.get("model_dir")
-    if not model:
-        raise InputError(f"run {run!r} has no model recorded; pass --model DIR (a local Hugging Face folder)")
-    return model
-
-
 def _is_list(value) -> bool:
     return isinstance(value, (list, tuple, np.ndarray))
 
@@ -78,12 +57,6 @@ def _check_ids(ids, vocab_size: int, what: str) -> None:
 
 
 def cmd_score(args) -> int:
-    from tqdm import tqdm
-
-    from backend.models.engine import load_engine
-    from backend.store.commands import open_store
-    from backend.store.model_queries import rollouts_to_score
-
     with open_store(args.db) as store:
         info = store.run_info(args.run)
         todo = rollouts_to_score(store, args.run, only_missing=not args.all)
@@ -91,7 +64,7 @@ def cmd_score(args) -> int:
         print(f"run {args.run!r}: every rollout already has logprobs and entropies (use --all to rescore)")
         return 0
     engine = load_engine(
-        _model_for(info, args.model, args.run),
+        model_for(info, args.model, args.run),
         engine="transformers",
         device=args.device,
         allow_pickle=args.allow_pickle,
@@ -133,13 +106,6 @@ def parse_positions(text: str) -> list[int]:
 
 
 def cmd_resample(args) -> int:
-    from tqdm import tqdm
-
-    from backend.models.engine import load_engine
-    from backend.models.resample import check_positions, parse_suggestion, resample
-    from backend.rewards import get_verifier
-    from backend.store.commands import open_store
-
     # The store is opened only to read the rollout and to save the samples, so other readers are not
     # locked out while the model runs.
     with open_store(args.db) as store:
@@ -161,7 +127,7 @@ def cmd_resample(args) -> int:
     if args.positions is not None:
         positions = check_positions(parse_positions(args.positions), len(token_ids))
     engine = load_engine(
-        _model_for(info, args.model, args.run),
+        model_for(info, args.model, args.run),
         engine=args.engine,
         device=args.device,
         allow_pickle=args.allow_pickle,

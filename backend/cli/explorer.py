@@ -11,8 +11,13 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
+from backend import explorer
+from backend.cli.common import parse_overrides
 from backend.errors import InputError
+from backend.store import store_handle
 
 
 def add_commands(sub) -> None:
@@ -52,8 +57,6 @@ def _common(p) -> None:
 
 
 def _config(pairs: list[str]) -> tuple:
-    from backend.estimators.commands import parse_overrides
-
     return tuple(sorted(parse_overrides(pairs).items()))
 
 
@@ -62,9 +65,6 @@ def _emit(frame: pd.DataFrame, args) -> None:
         sys.stdout.write(frame.to_json(orient="records", double_precision=15))
         sys.stdout.write("\n")
         return
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     out: Path = args.out
     if out.suffix != ".parquet":
         raise InputError(f"{out}: the output must be a .parquet file")
@@ -81,9 +81,6 @@ def _emit(frame: pd.DataFrame, args) -> None:
 
 
 def cmd_rollouts(args) -> int:
-    from backend import explorer
-    from backend.store.commands import store_handle
-
     sort, descending = args.sort, args.descending
     if sort.startswith("-"):
         sort, descending = sort[1:], True
@@ -110,9 +107,6 @@ def cmd_rollouts(args) -> int:
 
 
 def cmd_trends(args) -> int:
-    from backend import explorer
-    from backend.store.commands import store_handle
-
     frame = explorer.step_trends(store_handle(args.db), args.run, args.estimator, _config(args.overrides))
     _emit(frame, args)
     print(f"{len(frame)} steps" + (f" written to {args.out}" if args.out else ""), file=sys.stderr)

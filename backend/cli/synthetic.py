@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
-import math
-import os
 import sys
 import time
 from pathlib import Path
 
+import torch
+
 from backend.errors import InputError
-
-
-def default_workers() -> int:
-    return max(1, min(2, os.cpu_count() or 1))
+from backend.estimators.registry import UnknownEstimator, get
+from backend.ingest import import_records
+from backend.oracle import default_workers, format_table, jsonable_rows, oracle_bench
+from backend.store import open_store
+from backend.synthetic import native_records
 
 
 def _add_size_args(parser) -> None:
@@ -30,10 +31,6 @@ def _check_sizes(args) -> None:
 
 
 def cmd_synth(args) -> int:
-    from backend.ingest import import_records
-    from backend.store.commands import open_store
-    from backend.synthetic import native_records
-
     _check_sizes(args)
     records = native_records(seeds=args.seeds, prompts=args.prompts, group=args.group)
     key = f"synthetic-oracle:seeds={args.seeds}:prompts={args.prompts}:group={args.group}"
@@ -44,21 +41,10 @@ def cmd_synth(args) -> int:
     return 0
 
 
-def _jsonable(rows: list[dict]) -> list[dict]:
-    def clean(v):
-        return None if isinstance(v, float) and math.isnan(v) else v
-
-    return [{k: clean(v) for k, v in row.items()} for row in rows]
-
-
 def cmd_oracle_bench(args) -> int:
-    from backend.metrics import format_table, oracle_bench
-
     _check_sizes(args)
     estimators = [e.strip() for e in args.estimators.split(",") if e.strip()] if args.estimators else None
     if estimators is not None:
-        from backend.estimators.registry import UnknownEstimator, get
-
         for name in estimators:
             try:
                 get(name)
@@ -73,8 +59,6 @@ def cmd_oracle_bench(args) -> int:
 
     if args.workers < 1:
         raise InputError(f"--workers: must be at least 1, got {args.workers}")
-    import torch
-
     torch.set_num_threads(1)  # seeds run in parallel processes instead; see oracle_bench
     rows = oracle_bench(args.seeds, args.prompts, args.group, estimators=estimators, progress=progress,
                         workers=args.workers)
@@ -83,7 +67,7 @@ def cmd_oracle_bench(args) -> int:
     print(f"\n{args.seeds} seeds x {args.prompts} prompts x {args.group} responses; wall time {wall:.1f} s")
     if args.json is not None:
         payload = {"seeds": args.seeds, "prompts": args.prompts, "group": args.group,
-                   "wall_seconds": round(wall, 2), "rows": _jsonable(rows)}
+                   "wall_seconds": round(wall, 2), "rows": jsonable_rows(rows)}
         args.json.write_text(json.dumps(payload, indent=1) + "\n")
     return 0
 

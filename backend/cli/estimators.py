@@ -9,8 +9,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from backend import estimates, explain
+from backend.cli.common import parse_overrides
 from backend.errors import InputError
+from backend.estimates import with_channel
 from backend.estimators import registry
+from backend.estimators.logged import logged_gap
+from backend.store import open_store, store_handle
 
 
 def add_commands(sub) -> None:
@@ -96,16 +104,6 @@ def cmd_estimators(args) -> int:
     return 0
 
 
-def parse_overrides(pairs: list[str]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise InputError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set kappa=0.9")
-        out[key.strip()] = value.strip()
-    return out
-
-
 def _config(spec, args):
     """The estimator's config from `--set` pairs and `--channel`."""
     overrides = parse_overrides(args.overrides)
@@ -121,10 +119,6 @@ def _config(spec, args):
 
 
 def cmd_logged_gap(args) -> int:
-    from backend.estimates import with_channel
-    from backend.estimators.logged import logged_gap
-    from backend.store.commands import open_store
-
     try:
         spec = registry.get(args.estimator)
     except registry.UnknownEstimator as exc:
@@ -157,12 +151,6 @@ def cmd_logged_gap(args) -> int:
 
 
 def cmd_estimate(args) -> int:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from backend import estimates
-    from backend.store.commands import store_handle
-
     if args.out.suffix != ".parquet":
         raise InputError(f"{args.out}: the output must be a .parquet file")
     if not args.out.parent.exists():
@@ -214,9 +202,6 @@ def cmd_estimate(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    from backend import explain
-    from backend.store.commands import store_handle
-
     try:
         registry.get(args.estimator)
     except registry.UnknownEstimator as exc:

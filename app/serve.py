@@ -1,4 +1,7 @@
-"""`creditlens app`: start the Streamlit server over a store (created if missing).
+"""`creditlens app` (`python app/serve.py ...`): the Streamlit server over a store (created if missing).
+
+The command line's `app` command only knows this file's path and hands it its arguments, so the
+server's options, the access token and the store preparation stay app logic.
 
 Bound to loopback (the default) it behaves as a local tool. Bound to any other address it requires an
 access token (generated at start and printed with a ready-to-open URL, or given by `--token` /
@@ -7,17 +10,24 @@ access token (generated at start and printed with a ready-to-open URL, or given 
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 from urllib.parse import quote
 
-from app import access
-from backend.errors import InputError
-from backend.store import default_db_path
-from backend.store.commands import open_store
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python app/serve.py` puts app/ on the path, not the repo
+    sys.path.insert(0, str(ROOT))
+
+from app import access  # noqa: E402
+from backend.errors import InputError, StoreError  # noqa: E402
+from backend.ingest.bundled import import_bundled  # noqa: E402
+from backend.store import default_db_path, open_store  # noqa: E402
 
 MAIN = Path(__file__).resolve().parent / "main.py"
 SERVER = Path(__file__).resolve().parent / "server.py"  # main.py behind the token gate
@@ -55,8 +65,6 @@ def streamlit_command(
 
 def prepare_store(db: Path) -> list[str]:
     """Create/migrate the store and import the bundled sample runs it lacks; returns their names."""
-    from backend.store.commands import import_bundled
-
     with open_store(db) as store:
         return import_bundled(store, quiet=True)
 
@@ -150,8 +158,10 @@ def cmd_app(args) -> int:
         return 0
 
 
-def add_commands(sub) -> None:
-    p = sub.add_parser("app", help="start the Streamlit app (127.0.0.1 unless --host)")
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="creditlens app", description="start the Streamlit app (127.0.0.1 unless --host)"
+    )
     p.add_argument("--db", type=Path, default=None, help=f"store file (default {default_db_path()})")
     p.add_argument("--port", type=int, default=8501)
     p.add_argument(
@@ -189,12 +199,20 @@ def add_commands(sub) -> None:
         help=f"most suffixes (positions x samples) one resampling request may ask for "
         f"(default {access.DEFAULT_MAX_SUFFIXES})",
     )
-    p.set_defaults(func=cmd_app)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`creditlens app ...`: bad input is one line on stderr and exit code 2, as for every command."""
+    args = build_parser().parse_args(argv)
+    try:
+        return cmd_app(args)
+    except (InputError, StoreError) as exc:
+        print(f"creditlens app: error: {exc}", file=sys.stderr)
+        return 2
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -219,9 +237,6 @@ class Server:
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> Server:
-        import time
-        import urllib.request
-
         if "--read-only" not in self.app_args:
             prepare_store(self.db)
         out = open(self.log, "w") if self.log else subprocess.DEVNULL  # noqa: SIM115 - closed in __exit__
@@ -256,3 +271,7 @@ class Server:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

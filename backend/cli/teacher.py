@@ -9,8 +9,14 @@ import sys
 import threading
 from pathlib import Path
 
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from backend.cli.common import add_db_arg, add_model_args, model_for
 from backend.errors import InputError
-from backend.models.commands import add_db_arg, add_model_args
+from backend.models.teacher import JOB, TeacherSettings, run_teacher
+from backend.store import store_handle
+from backend.teacher_bench import DEFINITIONS, METRICS, parse_estimator_specs, teacher_bench
 
 
 def add_commands(sub) -> None:
@@ -53,17 +59,11 @@ def parse_rollouts(text: str) -> int | None:
 
 
 def cmd_teacher(args) -> int:
-    from tqdm import tqdm
-
-    from backend.models.commands import _model_for
-    from backend.models.teacher import JOB, TeacherSettings, run_teacher
-    from backend.store.commands import store_handle
-
     handle = store_handle(args.db)
     with handle.read() as store:
         info = store.run_info(args.run)
     settings = TeacherSettings(
-        model_dir=str(_model_for(info, args.model, args.run)),
+        model_dir=str(model_for(info, args.model, args.run)),
         samples=args.samples,
         verifier=args.verifier or info.get("verifier") or "answer_match",
         engine=args.engine,
@@ -88,8 +88,6 @@ def cmd_teacher(args) -> int:
         bar.close()
         signal.signal(signal.SIGINT, previous)
     if args.export is not None:
-        import pyarrow.parquet as pq
-
         with handle.read() as store:
             table = store.job_samples(args.run, JOB)
         pq.write_table(table, args.export, compression="zstd", compression_level=19)
@@ -105,9 +103,6 @@ def cmd_teacher(args) -> int:
 
 
 def cmd_teacher_bench(args) -> int:
-    from backend.store.commands import store_handle
-    from backend.teacher_bench import DEFINITIONS, METRICS, parse_estimator_specs, teacher_bench
-
     handle = store_handle(args.db)
     specs = parse_estimator_specs(args.estimators)
     result = teacher_bench(handle, args.run, specs)

@@ -3,87 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
+from backend import token_classes
+from backend.cli.common import add_db_arg
 from backend.errors import InputError
+from backend.ingest import import_path
+from backend.ingest.bundled import import_bundled
+from backend.ingest.follow import follow
 from backend.ingest.sources import FORMATS
-from backend.store.db import Store, default_db_path
-from backend.store.handle import StoreHandle
-
-SAMPLE_DIR = Path(__file__).resolve().parents[2] / "sample_runs"
-
-
-def store_handle(db: Path | None) -> StoreHandle:
-    """The store of one command, opened per unit of work. While another process holds the file (an
-    import, a resample, the app reading) it waits up to $CREDITLENS_LOCK_WAIT seconds (default 30)."""
-    wait = float(os.environ.get("CREDITLENS_LOCK_WAIT", "30"))
-    return StoreHandle(db or default_db_path(), wait_seconds=wait)
-
-
-def open_store(db: Path | None, read_only: bool = False):
-    """A read or write connection to the store of one command (see `store_handle`)."""
-    handle = store_handle(db)
-    return handle.read() if read_only else handle.write()
-
-
-def add_db_arg(parser) -> None:
-    parser.add_argument("--db", type=Path, default=None, help=f"store file (default {default_db_path()})")
-
-
-def bundled_manifests(sample_dir: Path = SAMPLE_DIR) -> list[dict]:
-    """The bundled runs: every `sample_runs/*.json` manifest {run, file, model, verifier, source}."""
-    out = []
-    for manifest in sorted(sample_dir.glob("*.json")):
-        spec = json.loads(manifest.read_text())
-        spec["file"] = str(sample_dir / spec["file"])
-        if spec.get("model"):
-            spec["model"] = str(sample_dir / spec["model"])
-        out.append(spec)
-    return out
-
-
-def import_bundled(store: Store, quiet: bool = False) -> list[str]:
-    """Import every bundled run that the store does not have yet, and a bundled run's Monte Carlo
-    teacher (manifest key `teacher`) where the run has none; returns the names imported."""
-    from backend.ingest import import_path
-
-    imported = []
-    for spec in bundled_manifests():
-        if store.has_run(spec["run"]):
-            imported += import_bundled_teacher(store, spec, quiet)
-            continue
-        report = import_path(
-            store,
-            spec["file"],
-            spec["run"],
-            fmt=spec.get("format"),
-            model_dir=spec.get("model"),
-            verifier=spec.get("verifier"),
-            source=spec.get("source", "bundled sample"),
-        )
-        imported.append(spec["run"])
-        if not quiet:
-            print(report.message(), file=sys.stderr)
-        imported += import_bundled_teacher(store, spec, quiet)
-    return imported
-
-
-def import_bundled_teacher(store: Store, spec: dict, quiet: bool = False) -> list[str]:
-    """The teacher suffixes shipped with a bundled run (one transaction), unless it has teacher rows."""
-    from backend.models.teacher import JOB, read_teacher_file
-
-    teacher = spec.get("teacher")
-    if not teacher or store.job_rollouts(spec["run"], JOB):
-        return []
-    index = store.rollout_index(spec["run"])
-    lengths = dict(zip(index["rollout_id"].astype(int), index["length"].astype(int), strict=True))
-    table = read_teacher_file(SAMPLE_DIR / teacher["file"], lengths)
-    rows = store.import_job_samples(spec["run"], table, JOB)
-    if not quiet:
-        print(f"{spec['run']}: imported the Monte Carlo teacher ({rows} suffixes)", file=sys.stderr)
-    return [f"{spec['run']} teacher"]
+from backend.store import open_store
 
 
 def cmd_init(args) -> int:
@@ -106,8 +36,6 @@ def _channel_names(text: str | None) -> list[str] | None:
 
 
 def cmd_import(args) -> int:
-    from backend.ingest import import_path
-
     options = {"model_dir": args.model, "verifier": args.verifier, "channels": _channel_names(args.channels),
                "group_size": args.group_size}
     if args.follow:
@@ -128,8 +56,6 @@ def cmd_import(args) -> int:
 
 
 def _follow(args, options: dict) -> int:
-    from backend.ingest.follow import follow
-
     totals = {"files": 0, "rollouts": 0}
 
     def report(rep, path) -> None:
@@ -222,8 +148,6 @@ def add_commands(sub) -> None:
 
 def cmd_token_classes(args) -> int:
     """Classes are kept in the run's meta; --add starts from the run's current classes."""
-    from backend import token_classes
-
     with open_store(args.db, read_only=not (args.add or args.reset)) as store:
         saved = store.run_info(args.run)["meta"].get("token_classes")
         classes = token_classes.from_json(None if args.reset else saved)
@@ -244,5 +168,3 @@ def cmd_token_classes(args) -> int:
     print(f"{token_classes.OTHER:<16} (every other token)")
     return 0
 
-
-__all__ = ["add_commands", "import_bundled", "bundled_manifests", "InputError"]

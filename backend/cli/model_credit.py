@@ -8,10 +8,14 @@ import signal
 import sys
 import threading
 
+from tqdm import tqdm
+
+from backend.cli.common import add_db_arg, add_model_args, model_for
+from backend.cli.teacher import parse_rollouts
 from backend.estimators.registry import MODEL_SCORED
-from backend.models.commands import add_db_arg, add_model_args
 from backend.models.model_credit import ANSWER_REGEX, NEGATIVE_TEMPLATE
-from backend.teacher_commands import parse_rollouts
+from backend.models.model_credit_run import ModelCreditSettings, run_model_credit
+from backend.store import store_handle
 
 
 def add_commands(sub) -> None:
@@ -38,17 +42,11 @@ def add_commands(sub) -> None:
 
 
 def cmd_model_credit(args) -> int:
-    from tqdm import tqdm
-
-    from backend.models.commands import _model_for
-    from backend.models.model_credit_run import ModelCreditSettings, run_model_credit
-    from backend.store.commands import store_handle
-
     handle = store_handle(args.db)
     with handle.read() as store:
         info = store.run_info(args.run)
     settings = ModelCreditSettings(
-        method=args.method, model_dir=str(_model_for(info, args.model, args.run)), engine=args.engine,
+        method=args.method, model_dir=str(model_for(info, args.model, args.run)), engine=args.engine,
         device=args.device, allow_pickle=args.allow_pickle, answer_regex=args.answer_regex,
         negative_template=args.negative_prompt, noise_std=args.noise_std, seed=args.seed,
         chunk_size=args.chunk_size,

@@ -1,0 +1,132 @@
+"""The split-channel credit of a batch for the views and `explain` (numpy arrays per channel, with the
+task channel's estimator chosen by the caller), and the dual-ascent replay of β over a run's steps."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+
+from backend import channels
+from backend.arrays import to_numpy
+from backend.batch import RolloutBatch
+
+
+@dataclass
+class ChannelCredit:
+    """The split-channel credit of a batch (one group, usually), as numpy arrays.
+
+    final: (B, T) A_final = Σ_c β_c Ã_c; contributions: channel -> (B, T) β_c Ã_c;
+    per_channel: channel -> (B, T) Ã_c (normalized, before β); betas: channel -> β_c.
+    """
+
+    final: np.ndarray
+    contributions: dict[str, np.ndarray]
+    per_channel: dict[str, np.ndarray]
+    betas: dict[str, float]
+    projected: dict[str, np.ndarray] = field(default_factory=dict)
+    """channel -> (B, T) the projection before normalization (an estimator channel: its advantages)."""
+
+
+def channel_specs(batch: RolloutBatch, estimator: str = "grpo", config: tuple = (),
+                  betas: dict[str, float] | None = None,
+                  normalizations: dict[str, str] | None = None) -> dict:
+    """The default channel specs of `batch` with `estimator` (overrides `config`) on the task channel,
+    `betas` overriding β_c and `normalizations` overriding a channel's normalization (group, batch, none)."""
+    specs = _with_task_estimator(channels.default_specs(batch), estimator, dict(config))
+    if betas:
+        specs = {c: (_replace_beta(s, betas[c]) if c in betas else s) for c, s in specs.items()}
+    unknown = sorted(set(normalizations or {}) - set(specs))
+    if unknown:
+        raise ValueError(f"normalization for {unknown}: this run's channels are {sorted(specs)}")
+    for c, mode in (normalizations or {}).items():
+        specs[c] = dataclasses.replace(specs[c], normalization=mode)  # ChannelSpec checks the mode
+    return specs
+
+
+def channel_credit(
+    batch: RolloutBatch, estimator: str = "grpo", config: tuple = (), betas: dict[str, float] | None = None,
+    projected: dict[str, torch.Tensor] | None = None, normalizations: dict[str, str] | None = None,
+) -> ChannelCredit:
+    """Split-channel credit with estimator `estimator` (overrides `config`) on the task channel and
+    each other channel projected by its default spec (docs/estimators.md, channels); `betas` override β_c.
+    projected: estimator channels computed at their scope (see backend.estimates.group_channel_credit)."""
+    specs = channel_specs(batch, estimator, config, betas, normalizations)
+    result = channels.combine(batch, specs, projected)
+    contributions = {c: to_numpy(v).astype(np.float32) for c, v in result.contributions.items()}
+    per_channel = {c: to_numpy(v).astype(np.float32) for c, v in result.per_channel.items()}
+    raw = {c: to_numpy(v).astype(np.float32) for c, v in result.projected.items()}
+    used = {c: float(s.beta) for c, s in specs.items()}
+    return ChannelCredit(to_numpy(result.final).astype(np.float32), contributions, per_channel, used, raw)
+
+
+def _with_task_estimator(specs: dict, estimator: str, config: dict) -> dict:
+    task = specs.get("task")
+    if task is None:
+        return specs
+    overrides = tuple(sorted(config.items()))
+    return {
+        **specs,
+        "task": dataclasses.replace(
+            task, projection="estimator", estimator=estimator, estimator_config=overrides
+        ),
+    }
+
+
+def _replace_beta(spec, beta: float):
+    return dataclasses.replace(spec, beta=float(beta))
+
+
+# ---- dual ascent replay ----------------------------------------------------------------------------
+
+
+def dual_ascent_replay(
+    step_means: pd.DataFrame,
+    tau: dict[str, float],
+    eta: float,
+    beta0: dict[str, float],
+    mode: str = "projected",
+    priority: tuple[str, ...] = (),
+) -> pd.DataFrame:
+    """Replay constraint mode over a run's logged steps (ESTIMATORS.md section 8).
+
+    step_means: rows (step, channel, violation_rate) as `Store.step_channel_means` gives them;
+    tau, beta0: per constrained channel. Returns rows (step, channel, beta, rate, tau) where `beta` is
+    β_c after the update with that step's violation rate (plus a row at step "start" - 1 with β0).
+    """
+    names = [c for c in tau if c in set(step_means["channel"])]
+    if not names:
+        return pd.DataFrame(columns=["step", "channel", "beta", "rate", "tau"])
+    wide = step_means.pivot(index="step", columns="channel", values="violation_rate").sort_index()
+    wide = wide.reindex(columns=names).fillna(0.0)
+    steps = wide.index.to_numpy()
+    rates = torch.tensor(wide.to_numpy(), dtype=torch.float64)  # (S, C)
+    betas = channels.dual_ascent(
+        rates,
+        torch.tensor([tau[c] for c in names], dtype=torch.float64),
+        float(eta),
+        torch.tensor([beta0.get(c, 1.0) for c in names], dtype=torch.float64),
+        mode,
+        tuple(names.index(c) for c in priority if c in names),
+    ).numpy()  # (S + 1, C)
+    rows = []
+    start = (steps[0] - 1) if len(steps) else -1
+    for c, name in enumerate(names):
+        rows.append(
+            {"step": start, "channel": name, "beta": float(betas[0, c]), "rate": math.nan, "tau": tau[name]}
+        )
+        for s, step in enumerate(steps):
+            rows.append(
+                {
+                    "step": int(step),
+                    "channel": name,
+                    "beta": float(betas[s + 1, c]),
+                    "rate": float(rates[s, c]),
+                    "tau": tau[name],
+                }
+            )
+    return pd.DataFrame(rows)

@@ -1,0 +1,43 @@
+"""Arguments and parsing shared by the command modules (`--db`, `--model`, `--set KEY=VALUE`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from backend.errors import InputError
+from backend.store import default_db_path
+
+
+def add_db_arg(parser) -> None:
+    parser.add_argument("--db", type=Path, default=None, help=f"store file (default {default_db_path()})")
+
+
+def add_model_args(parser, engines: bool = True) -> None:
+    parser.add_argument(
+        "--model", default=None, help="local Hugging Face folder (default: the model recorded with the run)"
+    )
+    if engines:
+        parser.add_argument("--engine", choices=("auto", "transformers", "vllm"), default="auto")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when available)")
+    parser.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="allow pickle (*.bin) weights; unpickling can run code, use only with trusted files",
+    )
+
+
+def model_for(info: dict, model: str | None, run: str) -> str:
+    model = model or info.get("model_dir")
+    if not model:
+        raise InputError(f"run {run!r} has no model recorded; pass --model DIR (a local Hugging Face folder)")
+    return model
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set kappa=0.9")
+        out[key.strip()] = value.strip()
+    return out

@@ -1,0 +1,64 @@
+"""The bundled sample runs (`sample_runs/*.json` manifests) and their shipped Monte Carlo teachers,
+imported into a store that lacks them (`creditlens init`, the app's first start, tests)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from backend.ingest import import_path
+from backend.models.teacher import JOB, read_teacher_file
+from backend.store import Store
+
+SAMPLE_DIR = Path(__file__).resolve().parents[2] / "sample_runs"
+
+
+def bundled_manifests(sample_dir: Path = SAMPLE_DIR) -> list[dict]:
+    """The bundled runs: every `sample_runs/*.json` manifest {run, file, model, verifier, source}."""
+    out = []
+    for manifest in sorted(sample_dir.glob("*.json")):
+        spec = json.loads(manifest.read_text())
+        spec["file"] = str(sample_dir / spec["file"])
+        if spec.get("model"):
+            spec["model"] = str(sample_dir / spec["model"])
+        out.append(spec)
+    return out
+
+
+def import_bundled(store: Store, quiet: bool = False) -> list[str]:
+    """Import every bundled run that the store does not have yet, and a bundled run's Monte Carlo
+    teacher (manifest key `teacher`) where the run has none; returns the names imported."""
+    imported = []
+    for spec in bundled_manifests():
+        if store.has_run(spec["run"]):
+            imported += import_bundled_teacher(store, spec, quiet)
+            continue
+        report = import_path(
+            store,
+            spec["file"],
+            spec["run"],
+            fmt=spec.get("format"),
+            model_dir=spec.get("model"),
+            verifier=spec.get("verifier"),
+            source=spec.get("source", "bundled sample"),
+        )
+        imported.append(spec["run"])
+        if not quiet:
+            print(report.message(), file=sys.stderr)
+        imported += import_bundled_teacher(store, spec, quiet)
+    return imported
+
+
+def import_bundled_teacher(store: Store, spec: dict, quiet: bool = False) -> list[str]:
+    """The teacher suffixes shipped with a bundled run (one transaction), unless it has teacher rows."""
+    teacher = spec.get("teacher")
+    if not teacher or store.job_rollouts(spec["run"], JOB):
+        return []
+    index = store.rollout_index(spec["run"])
+    lengths = dict(zip(index["rollout_id"].astype(int), index["length"].astype(int), strict=True))
+    table = read_teacher_file(SAMPLE_DIR / teacher["file"], lengths)
+    rows = store.import_job_samples(spec["run"], table, JOB)
+    if not quiet:
+        print(f"{spec['run']}: imported the Monte Carlo teacher ({rows} suffixes)", file=sys.stderr)
+    return [f"{spec['run']} teacher"]
