@@ -17,7 +17,8 @@ import numpy as np
 from backend.errors import InputError, StoreError
 from backend.estimators.registry import MODEL_SCORED
 from backend.models import model_credit as mc
-from backend.models.engine import Cancel, Engine, Progress, load_engine
+from backend.models.engine import Cancel, Engine, Progress
+from backend.models.factory import load_engine
 from backend.store.model_credit_queries import rollout_tokens, save_model_credit
 
 

@@ -25,7 +25,7 @@ import torch
 
 from backend.batch import RolloutBatch
 from backend.errors import StoreError
-from backend.store.model_credit_queries import model_credit_extras
+from backend.store.model_credit_extras import model_credit_extras
 
 PER_TOKEN_COLUMNS = ("logprobs", "ref_logprobs", "entropies", "values")
 
@@ -523,7 +523,7 @@ class Store:
                     mc_values[row_of[int(rid)], pos] = float(value)
                     mc_mask[row_of[int(rid)], pos] = 1.0
             extras["mc_values"], extras["mc_mask"] = mc_values, mc_mask
-        extras.update(model_credit_extras(self, run_id, id_list, T))  # OAR / GCPO scores, when complete
+        extras.update(model_credit_extras(self.con, run_id, id_list, T))  # OAR / GCPO scores, when complete
 
         logged = table.column("logged_advantage")
         if len(logged) and logged.null_count < len(logged):  # the trainer's own advantage, NaN where absent

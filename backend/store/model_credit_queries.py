@@ -1,24 +1,21 @@
 """The cache of the model-based credit methods (table `model_credit`, migration 008).
 
 `creditlens model-credit` writes one row per rollout and method; `Store.load_batch` turns complete
-coverage of a batch into the extras `<method>_scores` / `<method>_mask` that the estimators read.
+coverage of a batch into the extras `<method>_scores` / `<method>_mask` that the estimators read
+(backend/store/model_credit_extras.py, which db.py imports).
 Parameterized SQL only.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import torch
 
-from backend.estimators.registry import MODEL_SCORED, model_score_needs
-
-if TYPE_CHECKING:  # db.py imports this module (load_batch reads the cache)
-    from backend.store.db import Store
+from backend.estimators.registry import MODEL_SCORED
+from backend.store.db import Store
 
 METHODS = MODEL_SCORED
 """Methods with a cache; each is also the name of the estimator that reads it."""
@@ -65,35 +62,6 @@ def covered_rollouts(store: Store, run: str, method: str) -> set[int]:
     rows = store.con.execute("SELECT rollout_id FROM model_credit WHERE run_id = ? AND method = ?",
                              [store.run_id(run), method]).fetchall()
     return {int(r[0]) for r in rows}
-
-
-def model_credit_extras(store: Store, run_id: int, ids: list[int], T: int) -> dict[str, torch.Tensor]:
-    """For each method whose cache covers every rollout of `ids` (in this order): scores (B, T) with 0
-    where unscored, and mask (B, T) 1.0 on scored tokens. A method covering only some rollouts gives
-    nothing, so its estimator is unavailable on the batch (with the command that fills it)."""
-    if not ids:
-        return {}
-    rows = store.con.execute(
-        "SELECT rollout_id, method, scores FROM model_credit "
-        "WHERE run_id = ? AND list_contains(?, rollout_id)",
-        [run_id, ids],
-    ).fetchall()
-    row_of = {rid: i for i, rid in enumerate(ids)}
-    out: dict[str, torch.Tensor] = {}
-    for method in METHODS:
-        mine = [(int(r), s) for r, m, s in rows if m == method]
-        if len(mine) < len(ids):
-            continue
-        scores = np.zeros((len(ids), T), dtype=np.float32)
-        mask = np.zeros((len(ids), T), dtype=np.float32)
-        for rid, vals in mine:
-            vals = np.asarray(vals, dtype=np.float32)[:T]
-            ok = np.isfinite(vals)
-            scores[row_of[rid], : len(vals)] = np.where(ok, vals, 0.0)
-            mask[row_of[rid], : len(vals)] = ok
-        name, mask_name = model_score_needs(method)
-        out[name], out[mask_name] = torch.from_numpy(scores), torch.from_numpy(mask)
-    return out
 
 
 def rollout_tokens(store: Store, run: str, rollout_ids: list[int]) -> pd.DataFrame:
