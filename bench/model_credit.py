@@ -2,8 +2,9 @@
 
 OAR-P, OAR-G and GCPO on a few rollouts of the bundled demo run with the bundled policy: each method
 batched (what `creditlens model-credit` runs) against its loop twin (one perturbation, or one token, per
-model call; OAR-G's twin also runs one backward pass per token), in the same process on the same rollouts. The table gives model sequences per second and
-the ratio batched / one at a time; both ways give the same scores (max |difference| is printed).
+model call; OAR-G's twin also runs one backward pass per token), in the same process on the same
+rollouts. The table gives the seconds each way and their ratio; both ways give the same scores (the
+largest |difference| is printed).
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         fast, fast_s = _timed(batched)
         slow, slow_s = _timed(loop)
         row = {"method": name, "sequences": sequences, "batched_s": round(fast_s, 3),
-               "loop_s": round(slow_s, 3), "ratio": round(slow_s / fast_s, 1), "max_abs_diff": _max_gap(fast, slow)}
+               "loop_s": round(slow_s, 3), "ratio": round(slow_s / fast_s, 1),
+               "max_abs_diff": _max_gap(fast, slow)}
         rows.append(row)
         print(f"{name:<8} {sequences:>9} {fast_s:>10.2f} {slow_s:>8.2f} {row['ratio']:>6.1f}x "
               f"{row['max_abs_diff']:>11.2e}")
