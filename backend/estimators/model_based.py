@@ -16,6 +16,13 @@ outcome Z token by token, `A_t = Z * w_t`, with the official weight rule:
   the rank percentile u in (0, 1] of d, `w = u^alpha` renormalized to mean one, with
   `alpha = log(1 - mass) / log(1 - top) - 1` (top = 0.4, mass = 0.8 there: the top 40% of tokens carry
   80% of the weight).
+
+Where we differ from the code, on purpose: a negative OAR-P score (padding a token out made the answer
+more likely) counts as 0 (log1p of a score below -1 is NaN there); every response uses the configured
+quantile (the official loop reassigns `threshold` to the first response's quantile value, which later
+responses of the same call then take as their quantile level); GCPO ties in d rank by position (the
+official unstable `argsort` leaves them unordered). tests/backend/estimators/test_official.py checks both
+weight rules against the official functions' outputs.
 """
 
 from __future__ import annotations
