@@ -1,6 +1,6 @@
 """The one tensor container every estimator reads: `RolloutBatch`.
 
-Convention (see ESTIMATORS.md): everything is `(B, T)` plus `response_mask`; padding is False in the
+Convention (see docs/estimators.md): everything is `(B, T)` plus `response_mask`; padding is False in the
 mask and 0 in every tensor. Per-token fields that a run does not have are `None`.
 """
 

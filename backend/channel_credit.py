@@ -92,7 +92,7 @@ def dual_ascent_replay(
     mode: str = "projected",
     priority: tuple[str, ...] = (),
 ) -> pd.DataFrame:
-    """Replay constraint mode over a run's logged steps (ESTIMATORS.md section 8).
+    """Replay constraint mode over a run's logged steps (docs/estimators.md section 8).
 
     step_means: rows (step, channel, violation_rate) as `Store.step_channel_means` gives them;
     tau, beta0: per constrained channel. Returns rows (step, channel, beta, rate, tau) where `beta` is

@@ -1,4 +1,4 @@
-"""Channels: split first, combine later (ESTIMATORS.md section 8).
+"""Channels: split first, combine later (docs/estimators.md section 8).
 
 Each reward channel is projected onto tokens in its own way (`project_channel`), normalized in its own
 channel (`normalize`), and weighted: `A_final = sum_c beta_c * A~_c` (`combine`, which also returns the

@@ -287,6 +287,22 @@ def derivation(terms: dict, t: int) -> list[str]:
             lines.append(f"A_t = Z · w_t / mean w = {Z:.4g} × {w:.4g} / {mean_w:.4g} = {A:.4g}")
         else:
             lines.append(f"all weights 0: uniform fallback, A_t = Z = {A:.4g}")
+    elif at("anchored") is not None and at("gate") is not None:  # divergence_progress
+        lines.append(f"s_t = (d_t − window mean) / window std = ({at('divergence'):.4g} − "
+                     f"{at('window_mean'):.4g}) / {at('window_std'):.4g} → {at('signal'):.4g} (clipped)"
+                     f"   (window {at('window'):.0f})")
+        lines.append(f"A_t = g_t (Z + λ s_t) = {at('gate'):.4g} × ({seq.get('Z') or 0.0:.4g} + "
+                     f"{float(cfg.get('lam', 0.0)):g} × {at('signal'):.4g}) = {A:.4g}")
+    elif at("token_weight") is not None and "Z" in seq:  # pivot_buckets, asymmetric_confidence
+        if at("window_mean_gate") is not None:
+            beta = float(cfg.get("anchor", 1.0))
+            lines.append(f"ĝ_t = g_t / window mean g = {at('gate'):.4g} / {at('window_mean_gate'):.4g}; "
+                         f"w_t = (1 − β) + β ĝ_t = {at('token_weight'):.4g}   (β = {beta:g})")
+        elif at("surrogate_entropy") is not None:
+            lines.append(f"u_t = {at('surrogate_entropy'):.4g} bits, confidence c_t = "
+                         f"{at('confidence'):.4g}; w_t = 1 + α (u_t if Z > 0, c_t if Z < 0) = "
+                         f"{at('weights_raw'):.4g}")
+        lines.append(f"A_t = Z · w_t = {seq.get('Z') or 0.0:.4g} × {at('token_weight'):.4g} = {A:.4g}")
     elif r is not None and "Z" in seq:
         L = len(tok["advantage"])
         extra = ""

@@ -1,4 +1,4 @@
-"""Credit-quality metrics (ESTIMATORS.md section 9); `backend.oracle` runs the benchmark that reports them.
+"""Credit-quality metrics (docs/estimators.md §9); `backend.oracle` runs the benchmark that reports them.
 
 Every metric compares advantages `A: (B, T)` with the oracle fields a synthetic run carries
 (`key_mask`, `style_mask`, `true_credit`; see `backend.synthetic`). Conventions:

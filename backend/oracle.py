@@ -214,7 +214,7 @@ def teacher_agreement(
     """On real runs: agreement of each estimator with the Monte Carlo teacher where resampled values exist.
 
     mc_values: rows (rollout_id, pos, value) from `Store.resample_values`. The teacher's per-token
-    advantages are the segment differences of V̂ (ESTIMATORS.md section 5); compared tokens are those of
+    advantages are the segment differences of V̂ (docs/estimators.md section 5); compared tokens are those of
     rollouts with at least one valued position. Returns rows (estimator, spearman, sign_accuracy, tokens).
     """
     teacher = np.zeros(tuple(batch.response_mask.shape), dtype=np.float32)

@@ -1,7 +1,7 @@
 """Every estimator ranked against the Monte Carlo teacher of a real run (`creditlens teacher-bench`,
 the Oracle view's teacher table).
 
-The teacher (ESTIMATORS.md section 5): a rollout with valued positions p_0 < ... < p_{n-1} has n
+The teacher (docs/estimators.md section 5): a rollout with valued positions p_0 < ... < p_{n-1} has n
 segments [p_k, p_{k+1}) (p_n = L, the last segment ends at the observed outcome V̂(p_n) = R) with MC
 advantage Δ_k = V̂(p_{k+1}) − V̂(p_k) and stderr sqrt(se_k² + se_{k+1}²). An estimator's prediction
 for segment k is its advantage summed over the segment's tokens, S_k. Tokens before p_0 are not judged.

@@ -22,7 +22,7 @@ if not chosen:
 batch = data.group_batch(sel.db, sel.run, sel.group)
 if compute.has_oracle(batch):
     st.caption(
-        "Synthetic run: the true key tokens and their credit are known (ESTIMATORS.md section 9). "
+        "Synthetic run: the true key tokens and their credit are known (docs/estimators.md section 9). "
         "single = scores summed then one estimator; split = channels projected and normalized "
         "separately, then combined. style_recall uses ΔA = A(task+style) − A(task only)."
     )

@@ -21,4 +21,13 @@ Adding an estimator:
 4. Document the math, its source and its scope in docs/estimators.md.
 """
 
-from backend.estimators import credit, learned, logged, model_based, modifiers, outcome, valued  # noqa: F401  (registers)
+from backend.estimators import (  # noqa: F401  (registers)
+    credit,
+    entropy_methods,
+    learned,
+    logged,
+    model_based,
+    modifiers,
+    outcome,
+    valued,
+)

@@ -33,7 +33,7 @@ class OutcomeConfig(Config):
 
 @dataclass(frozen=True)
 class GAEFields(Config):
-    """GAE over the token rewards with a value source (ESTIMATORS.md section 3)."""
+    """GAE over the token rewards with a value source (docs/estimators.md section 3)."""
 
     value_source: ValueSource = param("zero", help="V(s_t): zero, stored, fitted probe, prefix tree, MC")
     gamma: float = param(1.0, low=0.0, high=1.0, help="Discount gamma")

@@ -1,4 +1,4 @@
-"""Credit operators by weighted redistribution (ESTIMATORS.md section 2).
+"""Credit operators by weighted redistribution (docs/estimators.md section 2).
 
 Each estimator computes weights `w: (B, T)` >= 0 and hands them to `finish_credit`, which makes
 `r_t = Z w_t / sum_k w_k` (diagnostic) and `A_t = L r_t` (or GAE over r when `then_gae`). Positions

@@ -1,4 +1,4 @@
-"""The functional core: plain tensor functions with verl-compatible semantics (ESTIMATORS.md 1-3).
+"""The functional core: plain tensor functions with verl-compatible semantics (docs/estimators.md 1-3).
 
 Trainers can call these directly; the registered estimators are thin wrappers around them.
 Shapes: `scores (B,)`, `group_ids (B,)`, `response_mask (B, T)`; outputs are `(B, T)` float32 and

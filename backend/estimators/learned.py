@@ -1,4 +1,4 @@
-"""Learned token credit (ESTIMATORS.md section 6): token_rm, rudder, ktae.
+"""Learned token credit (docs/estimators.md section 6): token_rm, rudder, ktae.
 
 The regressions are small ridge fits on cheap token features (`features.py`), cross-fitted by group
 so the credit of a response never comes from a model that saw it. All three are credit operators:

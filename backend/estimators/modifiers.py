@@ -1,4 +1,4 @@
-"""Token-level modifiers and the loss-aggregation view (ESTIMATORS.md section 7).
+"""Token-level modifiers and the loss-aggregation view (docs/estimators.md section 7).
 
 Modifiers take a base estimator's advantages (`base`, any registered name, run with its defaults
 plus this config's `channel`/`outcome` where the base has them) and reshape them per token.

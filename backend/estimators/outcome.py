@@ -1,4 +1,4 @@
-"""Group-relative outcome estimators (ESTIMATORS.md section 1): grpo, dr_grpo, rloo (broadcast Z)."""
+"""Group-relative outcome estimators (docs/estimators.md section 1): grpo, dr_grpo, rloo (broadcast Z)."""
 
 from __future__ import annotations
 

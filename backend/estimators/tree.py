@@ -1,4 +1,4 @@
-"""Prefix tree of a group (ESTIMATORS.md section 4, TEMPO / P2T-style), built without token loops.
+"""Prefix tree of a group (docs/estimators.md section 4, TEMPO / P2T-style), built without token loops.
 
 The responses of a prompt form a trie over token ids. The node reached by the first d tokens of
 response i is `s_{i,d}`; `D(s_{i,d}) = {j : lcp(i, j) >= d}` where `lcp` is the longest common prefix

@@ -1,4 +1,4 @@
-"""Value sources for GAE (ESTIMATORS.md section 3): zero, stored, fitted, prefix_tree, mc.
+"""Value sources for GAE (docs/estimators.md section 3): zero, stored, fitted, prefix_tree, mc.
 
 Every source returns V(s_t): (B, T) float32 in Z units (the units of the outcome the estimator
 uses), 0 on padding, plus diagnostics. V(s_t) is the value of the state before token t.

@@ -1,4 +1,4 @@
-"""Suffix resampling (ESTIMATORS.md section 5): Monte Carlo values V̂(s_t) at chosen positions.
+"""Suffix resampling (docs/estimators.md section 5): Monte Carlo values V̂(s_t) at chosen positions.
 
 Position t of a response keeps the prompt and the response tokens y_<t and samples M suffixes from
 the model; each completed text is scored with the run's verifier and

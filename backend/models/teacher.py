@@ -1,7 +1,7 @@
 """The Monte Carlo teacher job: V̂(s_t) ± stderr at chosen positions of many rollouts of a run.
 
 Consecutive rollouts are grouped until their positions × M suffixes fill one batched engine call
-(`TeacherSettings.chunk_rows`, ESTIMATORS.md section 5). Every suffix's seed depends only on the job's
+(`TeacherSettings.chunk_rows`, docs/estimators.md section 5). Every suffix's seed depends only on the job's
 seed, the rollout id, the position's index and the sample's index, so the same job gives the same
 suffixes whether it runs in one process or on a Ray cluster, in any order and however it is grouped.
 

@@ -8,4 +8,13 @@ tests compare `registry.estimate(name, ...)` with `reference_advantages(name, ..
 Nothing here is fast; do not call it on real batches. Importing this package registers every twin.
 """
 
-from backend.estimators.twins import credit, learned, logged, model_based, modifiers, outcome, valued  # noqa: F401,E501
+from backend.estimators.twins import (  # noqa: F401  (registers)
+    credit,
+    entropy_methods,
+    learned,
+    logged,
+    model_based,
+    modifiers,
+    outcome,
+    valued,
+)

@@ -1,7 +1,7 @@
 """Twin of values.py: the value sources of GAE (zero, stored, fitted, prefix_tree, mc) per real token.
 
 V(s_t) is the value of the state before token t, in Z units. The fitted and MC sources are written here
-from their definitions (docs/estimators.md, section "value sources"); nothing calls the fast path.
+from their definitions (docs/estimators.md section 3); nothing calls the fast path.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hypothesis properties of the estimators (ESTIMATORS.md sections 1-6)."""
+"""Hypothesis properties of the estimators (docs/estimators.md sections 1-6)."""
 
 from __future__ import annotations
 

@@ -156,6 +156,7 @@ def test_an_estimator_without_a_twin_fails_by_name():
         registry.twin("grpo")(lambda batch, config: None)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batch=batches())
 def test_fast_equals_twin_on_drawn_batches(batch):
