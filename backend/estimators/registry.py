@@ -309,8 +309,9 @@ def check_needs(name: str, batch: RolloutBatch) -> None:
                          "none; run `creditlens resample --run RUN --rollout ID --suggest entropy:5` first")
     scored = [_MODEL_SCORE_EXTRAS[n] for n in spec.needs if n in _MODEL_SCORE_EXTRAS and n not in available]
     if scored:
-        raise BatchError(f"{name} needs {scored[0]} scores of the policy model for every rollout of the "
-                         f"batch (its group), and some have none; run `creditlens model-credit --run RUN "
+        raise BatchError(f"{name} needs {scored[0]} scores of the policy model (extras "
+                         f"{', '.join(model_score_needs(scored[0]))}) for every rollout of the batch "
+                         f"(its group), and some have none; run `creditlens model-credit --run RUN "
                          f"--method {scored[0]} --rollout ID` (or --rollouts all) first")
     batch.require(*spec.needs)  # names the missing fields and how to fill them
     options = " or ".join(" + ".join(alt) for alt in spec.needs_one_of)  # `needs` are met: no alternative is

@@ -69,6 +69,17 @@ def answer_span(tokens: Sequence[str], regex: str = ANSWER_REGEX) -> tuple[int, 
     return reasoning_end, a0, min(a1, len(tokens))
 
 
+def pad_token(engine: Engine) -> int:
+    """The id OAR-P puts in place of a token: the engine's pad id (the transformers engine's rule: the
+    tokenizer's pad token, else the smallest end token, else 0)."""
+    pad = getattr(engine, "pad_id", None)
+    if pad is None:
+        pad = getattr(engine.tokenizer, "pad_token_id", None)
+    if pad is None:
+        pad = min(engine.eos_ids) if engine.eos_ids else 0
+    return int(pad)
+
+
 def _phi(logprobs: np.ndarray, a0: int, a1: int) -> float:
     """The answer's mean token log-probability (the official "answer_joint" phi)."""
     return float(np.mean(logprobs[a0:a1], dtype=np.float64))
@@ -85,6 +96,7 @@ def oar_p_scores(engine: Engine, rollouts: Sequence[RolloutTokens], regex: str =
     rollout is one row of batched `engine.score` calls. None when cancelled."""
     prompts, responses, owners = [], [], []
     spans = {}
+    pad = pad_token(engine)
     for k, r in enumerate(rollouts):
         span = answer_span(r.tokens, regex)
         if span is None:
@@ -95,7 +107,7 @@ def oar_p_scores(engine: Engine, rollouts: Sequence[RolloutTokens], regex: str =
         owners.append((k, -1))
         for j in range(span[0]):
             masked = list(r.token_ids)
-            masked[j] = engine.pad_id
+            masked[j] = pad
             prompts.append(r.prompt_ids)
             responses.append(masked)
             owners.append((k, j))
@@ -123,10 +135,11 @@ def oar_p_scores_loop(engine: Engine, rollout: RolloutTokens, regex: str = ANSWE
     if span is None:
         return out
     reasoning_end, a0, a1 = span
+    pad = pad_token(engine)
     base = _phi(engine.score([rollout.prompt_ids], [rollout.token_ids], chunk_size=1)[0].logprobs, a0, a1)
     for j in positions if positions is not None else range(reasoning_end):
         masked = list(rollout.token_ids)
-        masked[j] = engine.pad_id
+        masked[j] = pad
         out[j] = base - _phi(engine.score([rollout.prompt_ids], [masked], chunk_size=1)[0].logprobs, a0, a1)
     return out
 
@@ -169,7 +182,7 @@ def oar_g_scores(engine: Engine, rollouts: Sequence[RolloutTokens], regex: str =
         contexts = [build_context(r.prompt_ids, engine.start_id, None, 0) for r, _ in chunk]
         rows = [c + list(r.token_ids) for c, (r, _) in zip(contexts, chunk, strict=True)]
         T = max(len(row) for row in rows)
-        ids = torch.full((len(rows), T), engine.pad_id, dtype=torch.long)
+        ids = torch.full((len(rows), T), pad_token(engine), dtype=torch.long)
         attention = torch.zeros((len(rows), T), dtype=torch.long)
         for k, row in enumerate(rows):
             ids[k, : len(row)] = torch.tensor(row)
