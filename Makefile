@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DB ?= $(HOME)/.creditlens/runs.duckdb
 PORT ?= 8501
 
-.PHONY: app test lint bench browser-deps
+.PHONY: app test test-fast lint bench browser-deps
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -29,6 +29,12 @@ app: $(STAMP)
 test: $(STAMP) browser-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+
+# A quicker loop while working: the tests marked `slow` (whole-run imports, CLI round trips, Ray,
+# parallel seeds) are left out; `make test` runs everything.
+test-fast: $(STAMP) browser-deps
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -26,6 +26,7 @@ if str(ROOT) not in sys.path:  # `python app/serve.py` puts app/ on the path, no
 
 from app import access  # noqa: E402
 from backend.errors import InputError, StoreError  # noqa: E402
+from backend.foreground import run_in_foreground  # noqa: E402
 from backend.ingest.bundled import import_bundled  # noqa: E402
 from backend.store import default_db_path, open_store  # noqa: E402
 
@@ -152,10 +153,7 @@ def cmd_app(args) -> int:
     )
     for url in _urls(args.host, args.port, token):
         print(f"Credit Lens on {url}", file=sys.stderr)
-    try:
-        return subprocess.call(streamlit_command(db, args.port, args.host, app_args), env=env)
-    except KeyboardInterrupt:
-        return 0
+    return run_in_foreground(streamlit_command(db, args.port, args.host, app_args), env=env)
 
 
 def build_parser() -> argparse.ArgumentParser:

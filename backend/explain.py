@@ -236,9 +236,21 @@ def derivation(terms: dict, t: int) -> list[str]:
             lines.append(f"Z ({outcome}) from R = {R:.4g}, group mean {mean:.4g} (G = {seq['group_n']:.0f})"
                          f" = {Z:.4g}")
     w, r, V, base = at("weights"), at("r"), at("values"), at("base")
-    if V is not None and r is not None:
+    if V is not None and "temporal" in tok:
+        absolute = seq.get("absolute") or 0.0
+        lines.append(f"V(s_t) from {terms['notes'].get('value_source', '?')}: V(s_t) = {V:.4g}")
+        temporal = at("temporal") or 0.0
+        if float(cfg.get("lam", 1.0)) == 1.0 and float(cfg.get("gamma", 1.0)) == 1.0:
+            lines.append(f"temporal (GAE, γ = λ = 1): Z − V(s_t) = {seq.get('Z') or 0.0:.4g} − {V:.4g} = "
+                         f"{temporal:.4g}")
+        else:
+            lines.append(f"temporal (GAE, γ = {cfg.get('gamma')}, λ = {cfg.get('lam')}) = {temporal:.4g}")
+        lines.append(f"A_t = temporal + w_abs (R − anchor) = {temporal:.4g} + {absolute:.4g} = {A:.4g}")
+    elif V is not None and r is not None:
         V_next = at("values", t + 1) or 0.0
-        gamma, lam = float(cfg.get("gamma", 1.0)), float(cfg.get("lam", 1.0))
+        gamma = float(cfg.get("gamma", 1.0))
+        lam = seq.get("lam_actor")  # gae's per-response lambda (VAPO's length-adaptive option)
+        lam = float(cfg.get("lam", 1.0)) if lam is None else lam
         delta = r + gamma * V_next - V
         source = terms["notes"].get("value_source", "?")
         A_next = at("advantage", t + 1) or 0.0
@@ -246,6 +258,13 @@ def derivation(terms: dict, t: int) -> list[str]:
         lines.append(f"δ_t = r_t + γ V(s_t+1) − V(s_t) = {r:.4g} + {gamma:g} × {V_next:.4g} − {V:.4g}"
                      f" = {delta:.4g}")
         lines.append(f"A_t = δ_t + γλ A_t+1 = {delta:.4g} + {gamma * lam:.3g} × {A_next:.4g} = {A:.4g}")
+        if cfg.get("lam_mode") == "length_adaptive":
+            lines.append(f"λ = 1 − 1/(α L) = 1 − 1/({float(cfg.get('alpha', 0)):g} × {len(tok['advantage'])})"
+                         f" = {lam:.4g} (VAPO, at least 0)")
+        critic_lam, G = terms["notes"].get("lam_critic"), at("returns")
+        if critic_lam is not None and G is not None:
+            lines.append(f"value target (decoupled, λ_critic = {critic_lam:g}): returns_t = {G:.4g}; "
+                         "A_t keeps the actor's λ")
     elif "values_after" in tok and V is not None:
         Va, branch = at("values_after"), at("branch")
         eta = float(cfg.get("eta", 1.0))
@@ -319,6 +338,11 @@ def derivation(terms: dict, t: int) -> list[str]:
                 lines.append("largest feature contributions to φ_t: "
                              + ", ".join(f"{n} {v:+.3g}" for n, v in parts))
         lines.append(f"A_t = L · r_t = {L} × {r:.4g} = {A:.4g}{extra}")
+    elif base is not None and "block" in tok:
+        members = [i for i, b in enumerate(tok["block"]) if b == at("block")]
+        values = [tok["base"][i] or 0.0 for i in members]
+        lines.append(f"block {at('block'):.0f} = tokens {members[0]}–{members[-1]}: A_t = mean of base over "
+                     f"the block = {sum(values):.4g} / {len(values)} = {A:.4g}   (base_t = {base:.4g})")
     elif base is not None:
         factor = A / base if base else float("nan")
         flags = [n for n in ("boosted", "pivots", "mask") if at(n)]

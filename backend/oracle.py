@@ -39,23 +39,41 @@ def model_bound_estimators() -> list[str]:
     return [n for n in registry.names() if not registry.get(n).model_free]
 
 
-def pipelines(name: str, styled: bool = True):
-    """The three ways of computing A for estimator `name`: `task(batch) -> A`, `single(batch) -> A`,
-    `split(batch) -> (A, style contribution or None)`.
+def bench_spec(label: str) -> tuple[str, dict[str, str]]:
+    """A bench row label, "name" or "name:key=value,key=value" (a variant with options), as (name,
+    overrides); a pair without "=" raises ValueError quoting the label."""
+    name, _, rest = label.partition(":")
+    overrides = {}
+    for pair in filter(None, rest.split(",")):
+        key, eq, value = pair.partition("=")
+        if not eq:
+            raise ValueError(f"{label!r}: expected name:key=value,key=value")
+        overrides[key.strip()] = value.strip()
+    return name, overrides
+
+
+def pipelines(label: str, styled: bool = True):
+    """The three ways of computing A for estimator `label` (a name or a variant, see `bench_spec`):
+    `task(batch) -> A`, `single(batch) -> A`, `split(batch) -> (A, style contribution or None)`.
 
     task: the estimator on the task score. single (mixed): scores summed first, one estimator; its
     task-only counterpart is exactly the `task` pipeline (a sum of one score), so ΔA = single - task.
     split (mixed): estimator on task and, when `styled`, `span` on style, each group-normalized, then
     summed; `combine` is additive, so A(task+style) - A(task only) is the style contribution it returns.
     """
+    name, overrides = bench_spec(label)
+    pairs = tuple(overrides.items())
+
     def task(batch):
-        return estimate(name, batch).advantages
+        return estimate(name, batch, **overrides).advantages
 
     def single(batch):
-        return channels.mixed_baseline(batch, {c: 1.0 for c in batch.scores}, estimator=name)
+        return channels.mixed_baseline(batch, {c: 1.0 for c in batch.scores}, estimator=name,
+                                       estimator_config=pairs)
 
     def split(batch):
-        specs = {"task": channels.ChannelSpec("task", "estimator", estimator=name, normalization="group")}
+        specs = {"task": channels.ChannelSpec("task", "estimator", estimator=name, estimator_config=pairs,
+                                              normalization="group")}
         if styled:
             specs["style"] = channels.ChannelSpec("style", "span", normalization="group")
         result = channels.combine(batch, specs)

@@ -17,13 +17,16 @@ Metrics (each with its stderr over rollouts; DEFINITIONS says which direction is
   first valued prefix can still succeed, the critical segment is the one after which every
   continuation fails (the first k with V̂(p_k) = 0, segment k − 1): is it among the estimator's 1 (3)
   most negative segments?;
+- first_wrong_hit1 (needs a process channel, `creditlens verify-steps`): in failed rollouts with a wrong
+  step, is the first wrong step (a line) the estimator's most negative one (`backend.first_wrong_step`)?;
 - value_mse / value_corr, for the value sources zero, stored, fitted and prefix_tree (gae's V in Z
   units) against V̂ mapped to Z units the way suffix_mc maps it (group centre and scale): mean per
   rollout squared error, and the Pearson correlation pooled (bootstrap stderr).
 Sanity rows: `chance` (what a random predictor scores), and the best estimator inverted (−A, must fall
 below chance) and shuffled (its token advantages permuted within each rollout, must fall to chance).
 Estimators that read the teacher's own values (suffix_mc, gae with value_source=mc) are listed as
-kind `uses teacher` and never chosen as best.
+kind `uses teacher` and never chosen as best; with a process channel, the step verifier's own token
+rewards are a row of kind `uses verifier`.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import pandas as pd
 import torch
 
 from backend import estimates
+from backend import first_wrong_step as fws
 from backend.batch import BatchError
 from backend.errors import InputError
 from backend.estimators import functional as F
@@ -44,7 +48,7 @@ from backend.estimators import registry
 from backend.metrics import spearman
 
 METRICS = ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1", "critical_hit3",
-           "value_mse", "value_corr")
+           "first_wrong_hit1", "value_mse", "value_corr")
 DEFINITIONS = {
     "spearman": "Spearman of the estimator's segment sums vs the MC segment advantages, pooled "
                 "(higher is better; chance 0)",
@@ -55,12 +59,17 @@ DEFINITIONS = {
     "critical_hit1": "incorrect rollouts: the critical segment is the estimator's most negative "
                      "(higher is better; chance 1/segments)",
     "critical_hit3": "… among its 3 most negative (higher is better; chance 3/segments)",
+    "first_wrong_hit1": "failed rollouts with a wrong step (process channel): the first wrong line is the "
+                        "estimator's most negative line, ties shared (higher is better; chance 1/lines)",
     "value_mse": "value sources: mean squared error of V vs V̂ in Z units (lower is better)",
     "value_corr": "value sources: Pearson correlation of V vs V̂ (higher is better)",
 }
 SEGMENT_METRICS = ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1", "critical_hit3")
+STEP_METRICS = ("first_wrong_hit1",)
+"""Judged on the process channel's wrong steps, not on the teacher's segments."""
+RANKED_METRICS = SEGMENT_METRICS + STEP_METRICS
 VALUE_METRICS = ("value_mse", "value_corr")
-PER_ROLLOUT = ("ranking_accuracy", "sign_accuracy", "critical_hit1", "critical_hit3")
+PER_ROLLOUT = ("ranking_accuracy", "sign_accuracy", "critical_hit1", "critical_hit3", "first_wrong_hit1")
 """Metrics that have a value per rollout (the Oracle view lists the rollouts where they miss)."""
 VALUE_SOURCES = ("zero", "stored", "fitted", "prefix_tree")
 MIN_POSITIONS = 200
@@ -205,13 +214,28 @@ def score_sums(segments: Segments, sums: np.ndarray) -> tuple[dict[str, float], 
     return out, per
 
 
-def chance_row(segments: Segments) -> dict[str, float]:
-    """What a predictor with no information scores: 0, 1/2, 1/2 and min(K, n)/n per judged rollout."""
+def score_advantages(segments: Segments, truth: fws.StepTruth,
+                     advantages: dict[int, np.ndarray]) -> tuple[dict[str, float], pd.DataFrame]:
+    """`score_sums` of the advantages' segment sums, plus first_wrong_hit1 (its `_se`, and a column of
+    the per-rollout frame)."""
+    metrics, per = score_sums(segments, segment_sums(segments, advantages))
+    hits = fws.step_hits(truth, advantages)
+    metrics["first_wrong_hit1"], metrics["first_wrong_hit1_se"] = _mean_se(list(hits.values()))
+    per["first_wrong_hit1"] = per["rollout_id"].map(hits).astype(float)
+    return metrics, per
+
+
+def chance_row(segments: Segments, truth: fws.StepTruth | None = None) -> dict[str, float]:
+    """What a predictor with no information scores: 0, 1/2, 1/2, min(K, n)/n per judged rollout (n
+    segments) and 1/n (n lines)."""
     counts = pd.Series(segments.index).groupby(segments.rollout).size()
     judged = [int(counts[r]) for r, c in segments.critical.items() if c is not None]
     row = {"spearman": 0.0, "ranking_accuracy": 0.5, "sign_accuracy": 0.5}
     for k in (1, 3):
         row[f"critical_hit{k}"], row[f"critical_hit{k}_se"] = _mean_se([min(k, n) / n for n in judged])
+    if truth is not None:
+        chance = fws.chance_hits(truth, segments.rollout.tolist())
+        row["first_wrong_hit1"], row["first_wrong_hit1_se"] = _mean_se(list(chance.values()))
     return row
 
 
@@ -246,11 +270,14 @@ class TeacherBench:
     table: pd.DataFrame
     """estimator, kind, one column per metric and its `_se`, n_positions, n_rollouts."""
     per_rollout: pd.DataFrame
-    """estimator, rollout_id, ranking_accuracy, sign_accuracy, critical_hit1, critical_hit3, segments."""
+    """estimator, rollout_id, ranking_accuracy, sign_accuracy, critical_hit1, critical_hit3, segments,
+    first_wrong_hit1."""
     n_positions: int
     n_rollouts: int
     n_segments: int
     skipped: list[str] = field(default_factory=list)
+    n_first_wrong: int = 0
+    """valued rollouts judged by first_wrong_hit1 (failed, with a wrong step in the process channel)."""
 
     def to_json(self) -> dict:
         def clean(records):
@@ -258,7 +285,8 @@ class TeacherBench:
                     for r in records]
 
         return {"n_positions": self.n_positions, "n_rollouts": self.n_rollouts, "n_segments": self.n_segments,
-                "definitions": DEFINITIONS, "rows": clean(self.table.to_dict("records")),
+                "n_first_wrong": self.n_first_wrong, "definitions": DEFINITIONS,
+                "rows": clean(self.table.to_dict("records")),
                 "skipped": self.skipped}
 
     def misses(self, estimator: str, metric: str) -> pd.DataFrame:
@@ -287,6 +315,9 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
     outcomes = dict(zip(index["rollout_id"].astype(int), index[outcome_channel].astype(float), strict=True))
     segments = teacher_segments(values, lengths, outcomes)
     valued = sorted({int(r) for r in segments.rollout})
+    with handle.read() as store:
+        batch = store.load_batch(run)
+    truth = fws.step_truth(batch, outcome_channel)
     rows, per_frames, skipped = [], [], []
     advantages_of: dict[str, dict[int, np.ndarray]] = {}
     for label, name, overrides in specs:
@@ -296,16 +327,21 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
         except (BatchError, InputError, ValueError, RuntimeError) as exc:
             skipped.append(f"{label}: {str(exc).splitlines()[0]}")
             continue
-        sums = segment_sums(segments, scoped.advantages)
-        metrics, per = score_sums(segments, sums)
+        metrics, per = score_advantages(segments, truth, scoped.advantages)
         kind = "uses teacher" if uses_teacher(name, config) else "estimator"
         rows.append({"estimator": label, "kind": kind, **metrics})
         per_frames.append(per.assign(estimator=label))
         if kind == "estimator":
             advantages_of[label] = scoped.advantages
     table = pd.DataFrame(rows)
-    rows = [*rows, *value_source_rows(handle, run, values, outcome_channel, skipped)]
-    chance = {"estimator": "chance", "kind": "sanity", **chance_row(segments)}
+    if truth.first_wrong:  # the step verifier's own credit: its scores at the step ends
+        local = batch.token_rewards["process"].cpu().numpy()
+        row_of = {int(r): i for i, r in enumerate(batch.rollout_ids.tolist())}
+        own = {r: local[row_of[r], : lengths[r]] for r in valued}
+        rows.append({"estimator": "process channel", "kind": "uses verifier",
+                     **score_advantages(segments, truth, own)[0]})
+    rows = [*rows, *value_source_rows(batch, values, outcome_channel, skipped)]
+    chance = {"estimator": "chance", "kind": "sanity", **chance_row(segments, truth)}
     rows.append(chance)
     if len(table) and (table["kind"] == "estimator").any():
         best = table[table["kind"] == "estimator"].sort_values("ranking_accuracy", ascending=False).iloc[0]
@@ -314,7 +350,7 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
         rng = np.random.default_rng(0)
         shuffled = {r: rng.permutation(a) for r, a in sorted(adv.items())}
         for suffix, variant in (("inverted", inverted), ("shuffled", shuffled)):
-            metrics, _ = score_sums(segments, segment_sums(segments, variant))
+            metrics, _ = score_advantages(segments, truth, variant)
             rows.append({"estimator": f"{best['estimator']} ({suffix})", "kind": "sanity", **metrics})
     columns = ["estimator", "kind"] + [c for m in METRICS for c in (m, f"{m}_se")]
     out = pd.DataFrame(rows).reindex(columns=columns)
@@ -322,14 +358,14 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
     out["n_rollouts"] = len(valued)
     per_rollout = (pd.concat(per_frames, ignore_index=True) if per_frames
                    else pd.DataFrame(columns=["estimator", "rollout_id"]))
-    return TeacherBench(out, per_rollout, segments.n_positions, len(valued), len(segments.rollout), skipped)
+    judged = sum(r in truth.first_wrong for r in valued)
+    return TeacherBench(out, per_rollout, segments.n_positions, len(valued), len(segments.rollout), skipped,
+                        judged)
 
 
-def value_source_rows(handle, run: str, values: pd.DataFrame, outcome_channel: str,
-                      skipped: list[str]) -> list[dict]:
-    """value_mse and value_corr of gae's value sources against V̂ in Z units, one row per source."""
-    with handle.read() as store:
-        batch = store.load_batch(run)
+def value_source_rows(batch, values: pd.DataFrame, outcome_channel: str, skipped: list[str]) -> list[dict]:
+    """value_mse and value_corr of gae's value sources against V̂ in Z units, one row per source; `batch`
+    is the whole run."""
     R = batch.scores[outcome_channel].to(torch.float32)
     center, scale = F.outcome_center_scale(R, batch.group_ids, "grpo", 1e-6)
     row_of = {int(r): i for i, r in enumerate(batch.rollout_ids.tolist())}

@@ -3,7 +3,8 @@
 Measured in one run, on ragged batches (lengths uniform in [T/8, T], groups of 8, a shared prefix per
 group so prefix trees branch) at (B=512, T=1024) and (B=64, T=8192):
 - tokens/s of every registered estimator with its defaults (the registry call without `validate`);
-- GAE (`functional.compute_gae`, also with 10% mid-sequence mask holes) and GRPO
+- GAE (`functional.compute_gae`, also with 10% mid-sequence mask holes, and with one lambda per response
+  as VAPO's length-adaptive option uses; the loop's cost does not depend on lambda) and GRPO
   (`functional.compute_grpo`) against verl-style python loops (twins/verl.py) timed in the same run,
   and against verl itself when it is importable;
 - the prefix tree of one 16 x 4096-token group.
@@ -108,11 +109,16 @@ def main(argv: list[str] | None = None) -> int:
         loop = timeit(few, verl_gae_loop, r.cpu(), v.cpu(), mask.cpu(), 1.0, 0.95)
         fast = timeit(args.repeat, F.compute_gae, r, v, mask, 1.0, 0.95)
         fast_h = timeit(args.repeat, F.compute_gae, r, v, holes, 1.0, 0.95)
+        lam_rows = (1.0 - 1.0 / (0.05 * mask.sum(1).clamp(min=1).double())).clamp(min=0.0)  # VAPO's lambda
+        fast_l = timeit(args.repeat, F.compute_gae, r, v, mask, 1.0, lam_rows)
         target = 20 if T == 1024 else 50
         for label, t in (("GAE (blocked scan)", fast), ("GAE, 10% mid-sequence holes", fast_h)):
             ratio = loop / t
             ok &= ratio >= target
             print(f"{label:<34} {B:>4}x{T:<5} {t * 1e3:>9.2f} {loop * 1e3:>9.1f} {ratio:>6.0f}x {target:>6}x")
+        # one (block x block) power matrix per response (batched matmul): no target of its own yet
+        label = "GAE, per-response lambda (VAPO)"
+        print(f"{label:<34} {B:>4}x{T:<5} {fast_l * 1e3:>9.2f} {loop * 1e3:>9.1f} {loop / fast_l:>6.0f}x")
         if core_algos is not None:
             tv = timeit(few, core_algos.compute_gae_advantage_return, r.cpu(), v.cpu(), mask.float().cpu(),
                         1.0, 0.95)

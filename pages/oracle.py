@@ -76,7 +76,7 @@ else:
               for m in shown_metrics}
     config.update({f"{m}_se": st.column_config.NumberColumn("± se", format="%.3f") for m in shown_metrics})
     is_value = bench.table["kind"] == "value source"
-    tables = ((bench.table[~is_value], compute.teacher_bench.SEGMENT_METRICS, "oracle_teacher_table"),
+    tables = ((bench.table[~is_value], compute.teacher_bench.RANKED_METRICS, "oracle_teacher_table"),
               (bench.table[is_value], compute.teacher_bench.VALUE_METRICS, "oracle_teacher_values"))
     for rows, metrics, key in tables:
         metrics = [m for m in metrics if m in shown_metrics]
@@ -91,9 +91,9 @@ else:
                     "estimator inverted must fall below it, shuffled within each rollout must fall to it.")
         for line in bench.skipped:
             st.text(f"not scored: {line}")  # plain text: no markdown, no HTML
-    bars = [m for m in ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1")
+    bars = [m for m in ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1", "first_wrong_hit1")
             if m in shown_metrics]
-    ranked = bench.table[bench.table["kind"].isin(["estimator", "uses teacher", "sanity"])]
+    ranked = bench.table[bench.table["kind"].isin(["estimator", "uses teacher", "uses verifier", "sanity"])]
     st.plotly_chart(figures.oracle_metrics_figure(ranked, bars, error="_se"), key="oracle_teacher_chart",
                     width="stretch")
 

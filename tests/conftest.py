@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import random
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from backend.cli import main as cli_main
 from backend.store import Store
+
+
+def run_cli_here(*args) -> subprocess.CompletedProcess:
+    """`creditlens ARGS` in this process, answered as `subprocess.run(..., capture_output=True, text=True)`
+    would answer (returncode, stdout, stderr). For tests where a separate process is not the point: the
+    session pays for one torch import instead of one per command. Close any store the test holds open
+    first (DuckDB refuses a second connection with another mode in the same process)."""
+    args = [str(a) for a in args]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli_main(args)
+        except SystemExit as exc:  # argparse: --help, usage errors
+            code = exc.code if isinstance(exc.code, int) else 2
+    return subprocess.CompletedProcess(["creditlens", *args], code, out.getvalue(), err.getvalue())
 
 
 def make_records(n_groups: int = 3, group_size: int = 4, seed: int = 0, steps: int = 1) -> list[dict]:

@@ -179,6 +179,7 @@ def test_being_split_lists_only_real_files():
 def test_every_registered_estimator_has_a_twin():
     missing = sorted(set(registry.names()) - set(reference.twin_names()))
     assert not missing, f"no twin for {', '.join(missing)}"
+    assert reference.missing_twins() == []
 
 
 def test_pages_reach_the_backend_only_through_app():

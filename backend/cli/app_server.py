@@ -7,18 +7,16 @@ after `app`: the server's options, its access token and the store preparation ar
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
+
+from backend.foreground import run_in_foreground
 
 APP_LAUNCHER = Path(__file__).resolve().parents[2] / "app" / "serve.py"
 
 
 def cmd_app(args) -> int:
-    try:
-        return subprocess.call([sys.executable, str(APP_LAUNCHER), *getattr(args, "rest", [])])
-    except KeyboardInterrupt:  # the server got the same Ctrl-C and stops by itself
-        return 0
+    return run_in_foreground([sys.executable, str(APP_LAUNCHER), *getattr(args, "rest", [])])
 
 
 def add_commands(sub) -> None:

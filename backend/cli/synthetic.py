@@ -10,9 +10,16 @@ from pathlib import Path
 import torch
 
 from backend.errors import InputError
-from backend.estimators.registry import UnknownEstimator, get
+from backend.estimators.registry import UnknownEstimator, make_config
 from backend.ingest import import_records
-from backend.oracle import default_workers, format_table, jsonable_rows, oracle_bench
+from backend.oracle import (
+    bench_estimators,
+    bench_spec,
+    default_workers,
+    format_table,
+    jsonable_rows,
+    oracle_bench,
+)
 from backend.store import open_store
 from backend.synthetic import native_records
 
@@ -44,12 +51,17 @@ def cmd_synth(args) -> int:
 def cmd_oracle_bench(args) -> int:
     _check_sizes(args)
     estimators = [e.strip() for e in args.estimators.split(",") if e.strip()] if args.estimators else None
+    if args.variant:
+        estimators = (estimators if estimators is not None else bench_estimators()) + list(args.variant)
     if estimators is not None:
-        for name in estimators:
+        for label in estimators:
             try:
-                get(name)
+                name, overrides = bench_spec(label)
+                make_config(name, **overrides)
             except UnknownEstimator as exc:
                 raise InputError(f"--estimators: {exc}") from None
+            except (ValueError, TypeError) as exc:
+                raise InputError(f"--variant {label!r}: {exc}") from None
     if args.json is not None and not args.json.parent.exists():
         raise InputError(f"--json {args.json}: directory {args.json.parent} does not exist")
     start = time.perf_counter()
@@ -84,6 +96,9 @@ def add_commands(sub) -> None:
     _add_size_args(p)
     p.add_argument("--json", type=Path, default=None, help="also write the rows as JSON to FILE")
     p.add_argument("--estimators", default=None, help="comma-separated subset (default: all model-free)")
+    p.add_argument("--variant", action="append", default=None,
+                   help="an extra row with options, name:key=value,key=value (repeatable), e.g. "
+                        "gae:lam_mode=length_adaptive")
     p.add_argument("--workers", type=int, default=default_workers(),
                    help="processes running seeds in parallel (default: min(2, CPUs))")
     p.add_argument("--quiet", action="store_true", help="no per-seed progress on stderr")

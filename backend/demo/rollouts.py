@@ -4,8 +4,9 @@ Training step k of the run is sampled from the policy's checkpoint k (written by
 `backend.demo.train` into `build/demo-policy-steps/`; the last one is the bundled
 `sample_runs/demo-policy`), so reward rates move across steps the way they would in a real run.
 Reference logprobs come from checkpoint 0, the policy the run started from. Every response is scored
-on all channels (task by the `answer_match` verifier, format, style, length) with token-local style
-and format rewards, and the run is written in the native JSONL format of DESIGN.md with a manifest.
+on all channels (task by the `answer_match` verifier, format, style, length, process by the
+`arithmetic_steps` step verifier) with token-local style, format and process rewards, and the run is
+written in the native JSONL format of DESIGN.md with a manifest.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from backend.models.transformers_engine import TransformersEngine
 from backend.rewards import evaluate
 
 VERIFIER = "answer_match"
+STEP_VERIFIER = "arithmetic_steps"
 OUT = Path("sample_runs/demo_run.jsonl")
 MANIFEST = {
     "run": "demo",
     "file": "demo_run.jsonl",
     "model": "demo-policy",
     "verifier": VERIFIER,
+    "step_verifier": STEP_VERIFIER,
     "source": "demo policy rollouts",
 }
 
@@ -62,7 +65,8 @@ def sample_step(
         a, b = problems[i]
         tokens = engine.token_texts(sample.token_ids)
         response = engine.decode(sample.token_ids)
-        verdict = evaluate(response, a + b, tokens, verifier=VERIFIER)
+        verdict = evaluate(response, a + b, tokens, verifier=VERIFIER, prompt=prompts[i],
+                           step_verifier=STEP_VERIFIER)
         records.append(
             {
                 "prompt": prompts[i],

@@ -22,6 +22,7 @@ Adding an estimator:
 """
 
 from backend.estimators import (  # noqa: F401  (registers)
+    blocks,
     credit,
     entropy_methods,
     learned,

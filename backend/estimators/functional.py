@@ -145,6 +145,36 @@ def _tail_powers(discount: float, n: int, dtype: torch.dtype, device: str) -> to
     return torch.pow(torch.tensor(discount, dtype=torch.float64), power).to(dtype=dtype, device=device)
 
 
+def reverse_discounted_cumsum_rows(x: torch.Tensor, discount: torch.Tensor,
+                                   block: int = _BLOCK) -> torch.Tensor:
+    """`reverse_discounted_cumsum` with one discount per row: `discount: (B,)` in [0, 1]; (B, T) -> (B, T).
+
+    The same blocked scan with a (B, block, block) stack of power matrices (one batched matmul per
+    level), for GAE with a per-response lambda (VAPO's length-adaptive lambda)."""
+    B, T = x.shape
+    d = discount.to(torch.float64).reshape(B)
+    if bool(((d < 0) | (d > 1)).any()):
+        raise ValueError(f"discounts must be in [0, 1], got {d.min().item()!r}..{d.max().item()!r}")
+    if T == 0:
+        return x.clone()
+    n = min(block, T)
+    k = torch.arange(n, dtype=torch.float64, device=x.device)
+    power = (k[:, None] - k[None, :]).clamp(min=0)  # (n, n) s - t
+    u = torch.where(k[:, None] >= k[None, :], d[:, None, None] ** power, 0.0).to(x.dtype)  # (B, n, n)
+    if T <= block:
+        return torch.bmm(x[:, None, :], u)[:, 0]
+    n_blocks = -(-T // block)
+    pad = n_blocks * block - T
+    xp = torch.nn.functional.pad(x, (0, pad)) if pad else x
+    local = torch.bmm(xp.view(B, n_blocks, block), u)  # (B, n_blocks, block)
+    starts = reverse_discounted_cumsum_rows(local[:, :, 0].contiguous(), d ** block, block)
+    carry = torch.cat([starts[:, 1:], torch.zeros_like(starts[:, :1])], dim=1)  # (B, n_blocks)
+    tail = (d[:, None] ** torch.arange(block, 0, -1, dtype=torch.float64, device=x.device)).to(x.dtype)
+    local.add_(carry[:, :, None] * tail[:, None, :])  # (B, n_blocks, block)
+    y = local.reshape(B, n_blocks * block)
+    return y[:, :T] if pad else y
+
+
 def discounted_returns(rewards: torch.Tensor, response_mask: torch.Tensor,
                        gamma: float = 1.0) -> torch.Tensor:
     """Rewards-to-go `G_t = sum_{k >= t} gamma^(k - t) r_k` over real tokens (masked tokens skipped)."""
@@ -153,7 +183,7 @@ def discounted_returns(rewards: torch.Tensor, response_mask: torch.Tensor,
 
 
 def compute_gae(token_level_rewards: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor,
-                gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+                gamma: float, lam: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE with verl semantics, before whitening: `(advantages (B, T), returns (B, T))`.
 
     `delta_t = r_t + gamma V_next - V_t`, `A_t = delta_t + gamma lam A_next`, `V_{L+1} = 0`,
@@ -161,6 +191,7 @@ def compute_gae(token_level_rewards: torch.Tensor, values: torch.Tensor, respons
     value and the running advantage through unchanged, which is GAE over the real tokens packed to
     the left; so we pack, scan with `reverse_discounted_cumsum`, and unpack. Unlike verl (which
     leaves the carried values on masked positions), both outputs are exactly 0 on masked positions.
+    `lam` may be a (B,) tensor: one lambda per response (VAPO's length-adaptive lambda).
     Every step after the first two `where`s works in place: at 512 x 1024 on CPU each fresh (B, T)
     temporary costs about as much as the arithmetic, so the chain allocates only what it returns.
     """
@@ -181,7 +212,10 @@ def compute_gae(token_level_rewards: torch.Tensor, values: torch.Tensor, respons
         v_p = v
     delta.sub_(v_p)
     delta[:, :-1].add_(v_p[:, 1:], alpha=gamma)  # (B, T) r + gamma V_next - V, V_next = 0 past the end
-    adv = reverse_discounted_cumsum(delta, float(gamma) * float(lam))
+    if isinstance(lam, torch.Tensor):
+        adv = reverse_discounted_cumsum_rows(delta, float(gamma) * lam.to(delta.device))
+    else:
+        adv = reverse_discounted_cumsum(delta, float(gamma) * float(lam))
     if holes:
         adv = adv.gather(1, k.clamp_(max=T - 1)).mul_(mask)  # exactly 0 on masked positions
     # else: delta is exactly 0 on the trailing padding, so the scan leaves exact zeros there already

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -14,25 +15,57 @@ from backend.estimators.registry import MC_NEEDS, EstimatorResult, param, regist
 from backend.estimators.token_helpers import fallback_message, rollout_list, scores_of, token_positions
 from backend.estimators.tree import build_prefix_tree
 
+VAPO_SOURCE = ("VAPO, Yue et al., arXiv 2504.05118 (length-adaptive GAE: lambda_policy = 1 - 1/(alpha l), "
+               "alpha = 0.05; decoupled GAE) and VC-PPO, Yuan et al., arXiv 2503.01491 (decoupled GAE: "
+               "lambda_critic = 1 for value targets, lambda_actor < 1 for advantages); no official code "
+               "published: checked against the papers' formulas")
+
 
 @dataclass(frozen=True)
 class GAEConfig(GAEFields, OutcomeConfig):
-    """GAE on the terminal reward r_L = Z with a value source V(s_t)."""
+    """GAE on the terminal reward r_L = Z with a value source V(s_t), with VAPO / VC-PPO's lambda options."""
 
     value_source: str = param("fitted", choices=("zero", "stored", "fitted", "prefix_tree", "mc"),
                               help="V(s_t): zero, stored critic, fitted probe, prefix_tree, mc")
+    lam_mode: Literal["fixed", "length_adaptive"] = param(
+        "fixed", help="fixed: lam for every response; length_adaptive (VAPO): lam_i = 1 - 1/(alpha L_i), "
+                      "clamped at 0 for L_i < 1/alpha")
+    alpha: float = param(0.05, low=1e-4, high=1.0, help="VAPO's alpha of the length-adaptive lambda")
+    decoupled: bool = param(False, help="VC-PPO/VAPO decoupled GAE: value targets (returns) use critic_lam, "
+                                        "advantages keep the actor's lambda (the advantage is unchanged)")
+    critic_lam: float = param(1.0, low=0.0, high=1.0, help="Lambda of the value targets when decoupled")
+
+
+def actor_lambdas(config: GAEConfig, mask: torch.Tensor) -> float | torch.Tensor:
+    """The advantage's lambda: `config.lam`, or VAPO's per response `max(0, 1 - 1 / (alpha L_i))`: (B,)."""
+    if config.lam_mode == "fixed":
+        return config.lam
+    L = mask.sum(dim=1).to(torch.float64).clamp(min=1)  # (B,)
+    return (1.0 - 1.0 / (config.alpha * L)).clamp(min=0.0)
 
 
 @register("gae", GAEConfig,
-          "GAE on the terminal outcome with a value source (zero, stored, fitted, tree, MC)", family="value")
+          "GAE on the terminal outcome with a value source (zero, stored, fitted, tree, MC); options: VAPO's "
+          "length-adaptive lambda and VC-PPO's decoupled critic lambda (changes the returns, not A)",
+          family="value", source=VAPO_SOURCE)
 def gae(batch: RolloutBatch, config: GAEConfig) -> EstimatorResult:
+    """A: (B, T) GAE advantages with the actor's lambda. Diagnostics: Z, r, values, returns (the value
+    targets: A + V, or with `decoupled` GAE(critic_lam) + V), lam_actor (B,), lam_critic."""
     mask = batch.response_mask
     z = outcome_z(batch, config)
     t, L = token_positions(batch)
     r = torch.where((t == L) & mask, z[:, None], 0.0)  # (B, T) terminal reward
     values, diag = values_for(batch, config, z)
-    adv, returns = F.compute_gae(r, values, mask, config.gamma, config.lam)
-    return EstimatorResult(adv, {"Z": z, "r": r, "values": values, "returns": returns, **diag})
+    lam = actor_lambdas(config, mask)
+    adv, returns = F.compute_gae(r, values, mask, config.gamma, lam)
+    extra = {}
+    if config.decoupled:  # only the value targets change: A keeps the actor's lambda
+        returns = F.compute_gae(r, values, mask, config.gamma, config.critic_lam)[1]
+        extra["lam_critic"] = float(config.critic_lam)
+    lam_rows = lam.to(torch.float32) if isinstance(lam, torch.Tensor) else torch.full(
+        (batch.B,), float(lam), dtype=torch.float32, device=batch.device)
+    return EstimatorResult(adv, {"Z": z, "r": r, "values": values, "returns": returns, "lam_actor": lam_rows,
+                                 **extra, **diag})
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ def _samples(db, rollout: int) -> int:
         return len(store.resample_samples("demo", rollout))
 
 
+@pytest.mark.slow
 def test_a_second_job_is_refused_while_one_runs(writable, demo_engine, app_db, template_db, tmp_path):
     handle, info, record, engine = demo_engine
     job = jobs.resample_job(handle, "demo", 0, engine, record, info.get("verifier"), [0, 2, 4, 6], 4)

@@ -11,6 +11,7 @@ import pytest
 from backend.models import engine_note
 from backend.store import Store
 from tests.app.conftest import IMG, SCRIPT, chart, decode, heatmap_z, open_app
+from tests.app.test_one_truth_views import heatmap_row
 from tests.conftest import make_records, write_jsonl
 
 
@@ -28,6 +29,15 @@ def test_rollout_opens_on_demo_run_with_heatmap(app_db):
     assert np.isfinite(heatmap_z(spec)).any()
     assert at.query_params["run"] == ["demo"] or at.query_params["run"] == "demo"
     assert chart(at, "rollout_waterfall")["data"][0]["type"] == "waterfall"
+
+
+def test_rollout_shows_the_process_channel_on_the_wrong_lines(app_db):
+    at = open_app(app_db, "rollout", {"run": "demo", "rollout": "0", "est": "grpo"})
+    row = heatmap_row(chart(at, "rollout_heatmap"), "process")
+    # rollout 0 is "4+8=12 carry 1⏎8+4+1=14 carry 1⏎#### 142": lines 2 and 3 are wrong (13, 132); the step
+    # verifier's -1 sits on the tokens that end them, the newline at 31 and the last token at 39
+    assert len(row) == 40 and set(np.flatnonzero(row == row.min())) == {31, 39}
+    assert row.min() < 0 < row.max()  # group-normalized: the clean tokens sit above the group mean
 
 
 def test_rollout_estimator_change_changes_heatmap(app_db):

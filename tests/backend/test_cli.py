@@ -3,8 +3,13 @@
 import json
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
+import pytest
+
+from app.serve import free_port
 from tests.conftest import make_records, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,3 +53,40 @@ def test_init_imports_bundled_runs_once(tmp_path):
     assert names == bundled
     second = run_cli("init", "--db", str(db))
     assert "already there" in second.stdout
+
+
+def _answers(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_app_serves_and_stopping_the_command_stops_the_server(tmp_path):
+    """`creditlens app` hands its arguments to app/serve.py, which starts Streamlit; a SIGTERM to the command
+    reaches both, so no server is left behind."""
+    port = free_port()
+    db = tmp_path / "s.duckdb"
+    command = [sys.executable, "-m", "backend.cli", "app", "--db", str(db), "--port", str(port)]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not _answers(port):
+            assert proc.poll() is None and time.monotonic() < deadline, "the server did not come up"
+            time.sleep(0.5)
+        proc.terminate()
+        assert proc.wait(timeout=30) is not None
+        deadline = time.monotonic() + 30
+        while _answers(port) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _answers(port), "the Streamlit server outlived the command"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_app_help_is_the_launchers():
+    done = run_cli("app", "--help")
+    assert done.returncode == 0 and "usage: creditlens app" in done.stdout and "--import-root" in done.stdout

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +16,7 @@ from backend.cli import main
 from backend.estimators import registry
 from backend.ingest.bundled import import_bundled
 from backend.store import Store, StoreHandle
+from tests.conftest import run_cli_here
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLLOUT = 352  # a demo rollout in a group with mixed outcomes
@@ -43,6 +42,7 @@ def _cli_estimate(db: Path, name: str, out: Path) -> np.ndarray:
     return frame[frame["rollout_id"] == ROLLOUT].sort_values("pos")["advantage"].to_numpy()
 
 
+@pytest.mark.slow
 def test_every_supported_estimator_explains_what_estimate_writes(demo_db, tmp_path):
     names = _supported(demo_db)
     assert {"token_rm", "rudder", "ktae", "gae", "gtpo", "aggregation", "grpo"} <= set(names)
@@ -102,9 +102,9 @@ def test_views_read_what_the_command_line_cached(demo_db, tmp_path):
 
 
 def test_explain_command_json_and_table(demo_db):
-    run = [sys.executable, "-m", "backend.cli", "explain", "--db", str(demo_db), "--run", "demo",
-           "--rollout", str(ROLLOUT), "--estimator", "recency", "--pos", "3"]
-    out = subprocess.run([*run, "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    run = ["explain", "--db", str(demo_db), "--run", "demo", "--rollout", str(ROLLOUT), "--estimator",
+           "recency", "--pos", "3"]
+    out = run_cli_here(*run, "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert set(doc) >= {"tokens", "channels", "final", "terms", "derivation"}
@@ -118,7 +118,7 @@ def test_explain_command_json_and_table(demo_db):
     line = doc["derivation"]["lines"][-1]
     w = terms["tokens"]["weights"]
     assert line.startswith("A_t = Z · w_t / mean w") and f"{w[3]:.4g}" in line
-    table = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    table = run_cli_here(*run)
     assert table.returncode == 0 and "why A at pos 3" in table.stdout
 
 
@@ -126,8 +126,7 @@ def test_explain_bad_input_is_one_line_exit_2(demo_db):
     for extra, needle in ((["--rollout", "99999", "--estimator", "grpo"], "no rollout 99999"),
                           (["--rollout", "0", "--estimator", "nope"], "unknown estimator"),
                           (["--rollout", "0", "--estimator", "grpo", "--pos", "5000"], "--pos 5000")):
-        out = subprocess.run([sys.executable, "-m", "backend.cli", "explain", "--db", str(demo_db), "--run",
-                              "demo", *extra], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        out = run_cli_here("explain", "--db", demo_db, "--run", "demo", *extra)
         assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 

@@ -8,7 +8,6 @@ import json
 import math
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ from backend.explorer import ExplorerQuery, Filter, parse_where
 from backend.ingest import import_records
 from backend.metrics import spearman
 from backend.store import Store, StoreHandle
+from tests.conftest import run_cli_here
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -298,8 +298,7 @@ def test_class_list_comes_from_one_function(handle):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "backend.cli", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=180)
+    return run_cli_here(*args)
 
 
 def same_frames(cli: pd.DataFrame, view: pd.DataFrame) -> None:

@@ -168,6 +168,7 @@ def test_oracle_bench_command_writes_json(tmp_path, capsys):
     assert "nope" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_parallel_seeds_match_in_process():
     serial = oracle.oracle_bench(2, 10, 4, estimators=["entropy"], workers=1)
     parallel = oracle.oracle_bench(2, 10, 4, estimators=["entropy"], workers=2)
@@ -182,3 +183,22 @@ def test_model_bound_estimators_are_named_not_benched():
     said = []
     oracle.oracle_bench(seeds=1, prompts=4, group=2, progress=said.append)
     assert any("not run" in m and "oar_p" in m and "gcpo" in m for m in said), said
+
+
+def test_oracle_bench_variant_rows_use_the_options(tmp_path, capsys):
+    """`--variant name:key=value,...` adds rows computed with those options; a bad one is one line, exit 2."""
+    out = tmp_path / "bench.json"
+    args = ["oracle-bench", "--seeds", "1", "--prompts", "12", "--group", "4", "--estimators", "entropy",
+            "--variant", "block_mean:base=entropy,k=1", "--variant", "block_mean:base=entropy,k=48",
+            "--workers", "1", "--quiet", "--json", str(out)]
+    assert main(args) == 0
+    rows = {(r["setting"], r["pipeline"], r["estimator"]): r for r in json.loads(out.read_text())["rows"]}
+    same = rows[("task", "single", "block_mean:base=entropy,k=1")]  # one token per block: the base itself
+    whole = rows[("task", "single", "block_mean:base=entropy,k=48")]  # the whole response: broadcast
+    for metric in ("key_recall", "auroc", "spearman"):
+        assert same[metric] == rows[("task", "single", "entropy")][metric]
+    assert whole["auroc"] == 0.5 and whole["key_recall"] < same["key_recall"]
+    capsys.readouterr()
+    assert main(["oracle-bench", "--seeds", "1", "--variant", "block_mean:k=0"]) == 2
+    err = capsys.readouterr().err
+    assert "block_mean:k=0" in err and len(err.strip().splitlines()) == 1

@@ -2,8 +2,6 @@
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,17 +9,22 @@ import pandas as pd
 import pytest
 from scipy.stats import spearmanr
 
+from backend import first_wrong_step as fws
 from backend.estimators import registry
+from backend.ingest import import_records
 from backend.models.teacher import JOB
+from backend.rewards import evaluate
 from backend.store import Store, StoreHandle
 from backend.teacher_bench import (
     chance_row,
     parse_estimator_specs,
+    score_advantages,
     score_sums,
     segment_sums,
     teacher_bench,
     teacher_segments,
 )
+from tests.conftest import run_cli_here
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,16 +82,14 @@ def test_estimator_list_comes_from_the_registry():
 def test_init_imports_the_shipped_teacher_and_the_bench_ranks_on_it(tmp_path):
     manifest = json.loads((ROOT / "sample_runs" / "demo_run.json").read_text())["teacher"]
     db = tmp_path / "runs.duckdb"
-    done = subprocess.run([sys.executable, "-m", "backend.cli", "init", "--db", str(db)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    done = run_cli_here("init", "--db", db)
     assert done.returncode == 0, done.stderr
     assert "demo teacher" in done.stdout
     with Store(db, read_only=True) as store:
         assert len(store.job_rollouts("demo", JOB)) == manifest["rollouts"]
         values = store.resample_values("demo")
     assert len(values) == manifest["positions"] >= 1000 and (values["n"] >= 16).all()
-    again = subprocess.run([sys.executable, "-m", "backend.cli", "init", "--db", str(db)], cwd=ROOT,
-                           capture_output=True, text=True, timeout=300)
+    again = run_cli_here("init", "--db", db)
     assert "none (already there)" in again.stdout  # the teacher is not imported twice
 
     result = teacher_bench(StoreHandle(db), "demo")
@@ -101,3 +102,44 @@ def test_init_imports_the_shipped_teacher_and_the_bench_ranks_on_it(tmp_path):
     shuffled = table.loc[f"{best} (shuffled)"]
     assert abs(shuffled["ranking_accuracy"] - 0.5) < 3 * shuffled["ranking_accuracy_se"]
     assert not result.misses(best, "ranking_accuracy").empty
+    # first wrong step (the demo's process channel): flat-per-line credit scores chance, the verifier's own
+    # credit scores above it, and the judged rollouts are the failed ones with a wrong step
+    assert 150 < result.n_first_wrong < result.n_rollouts
+    chance = table.loc["chance", "first_wrong_hit1"]
+    assert table.loc["step_boundary", "first_wrong_hit1"] == pytest.approx(chance)
+    assert table.loc["process channel", "first_wrong_hit1"] > chance + 0.1
+    assert table.loc["process channel", "kind"] == "uses verifier" and best != "process channel"
+
+
+def test_first_wrong_step_by_hand(tmp_path):
+    responses = [("4+8=12 carry 1\n8+4+1=14 carry 1\n#### 142", 0.0),  # failed, first wrong is line 1
+                 ("4+8=12 carry 1\n8+4+1=13 carry 1\n#### 132", 1.0),  # right: not judged
+                 ("4+8=13 carry 1\n8+4+1=13 carry 1\n#### 132", 1.0),  # wrong step, right answer: not judged
+                 ("4+8=12 carry 1\n8+4+1=13 carry 1", 0.0)]  # failed without a wrong step: not judged
+    records = []
+    for text, task in responses:
+        verdict = evaluate(text, 132, list(text), prompt="84+48=?\n", step_verifier="arithmetic_steps")
+        records.append({"prompt": "84+48=?\n", "response": text, "tokens": list(text),
+                        "token_ids": [ord(c) for c in text], "rewards": {"task": task, **verdict.scores},
+                        "token_rewards": {"process": verdict.token_rewards["process"]}})
+    with Store(tmp_path / "runs.duckdb") as store:
+        import_records(store, "steps", records)
+        batch = store.load_batch("steps")
+    assert batch.rollout_ids.tolist() == [0, 1, 2, 3]
+    truth = fws.step_truth(batch)
+    assert truth.first_wrong == {0: 1}
+    np.testing.assert_array_equal(truth.bounds[0], [0, 15, 32, 40])  # lines [0, 15), [15, 32), [32, 40)
+    line = np.repeat([0, 1, 2], [15, 17, 8])
+
+    def hit(per_line):
+        return fws.step_hits(truth, {0: np.asarray(per_line, np.float32)[line] / np.bincount(line)[line]})[0]
+
+    assert hit([0, -1, -0.5]) == 1.0  # the most negative line is the first wrong one
+    assert hit([0, -0.5, -1]) == 0.0  # the answer line instead
+    assert hit([-1, -1, 0]) == 0.5 and hit([1, 1, 1]) == pytest.approx(1 / 3)  # ties share the hit
+    assert fws.chance_hits(truth, [0, 1, 2, 3]) == {0: pytest.approx(1 / 3)}
+    # the metric in a bench row: a hit on rollout 0, nothing to judge elsewhere
+    seg = teacher_segments(VALUES, LENGTHS, OUTCOMES)
+    metrics, per = score_advantages(seg, truth, {**ADVANTAGES, 0: -(line == 1).astype(np.float32)})
+    assert metrics["first_wrong_hit1"] == 1.0 and per["first_wrong_hit1"].isna().all()  # 0 has no segments
+    assert math.isnan(chance_row(seg, fws.StepTruth({}, {}))["first_wrong_hit1"])  # nothing judged

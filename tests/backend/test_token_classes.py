@@ -3,8 +3,6 @@ the run in the store and used by every credit-by-class table."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,7 @@ from backend.errors import InputError
 from backend.ingest import import_records
 from backend.store import Store
 from tests.backend.test_analysis import small_batch
-from tests.conftest import make_records
+from tests.conftest import make_records, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,17 +49,15 @@ def test_classes_are_saved_with_the_run_and_the_cli_edits_them(tmp_path):
     db = tmp_path / "runs.duckdb"
     with Store(db) as store:
         import_records(store, "r", make_records(n_groups=1, group_size=2), content_key="r")
-    cli = [sys.executable, "-m", "backend.cli", "token-classes", "--db", str(db), "--run", "r"]
-    out = subprocess.run([*cli, "--add", "hedges", "phrases", "obviously|let me", "--json"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    cli = ["token-classes", "--db", str(db), "--run", "r"]
+    out = run_cli_here(*cli, "--add", "hedges", "phrases", "obviously|let me", "--json")
     assert out.returncode == 0, out.stderr
     with Store(db, read_only=True) as store:
         saved = token_classes.from_json(store.run_info("r")["meta"]["token_classes"])
     assert saved[-1] == token_classes.TokenClass("hedges", "phrases", "obviously\nlet me")
-    bad = subprocess.run([*cli, "--add", "x", "regex", "("], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60)
+    bad = run_cli_here(*cli, "--add", "x", "regex", "(")
     assert bad.returncode == 2 and "not a regex" in bad.stderr
-    reset = subprocess.run([*cli, "--reset"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    reset = run_cli_here(*cli, "--reset")
     assert reset.returncode == 0
     with Store(db, read_only=True) as store:
         assert "token_classes" not in store.run_info("r")["meta"]

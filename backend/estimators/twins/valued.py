@@ -20,14 +20,36 @@ from backend.estimators.twins.tree import prefix_tree_loop
 from backend.estimators.twins.values import value_rows
 
 
-@twin("gae")
-def gae_twin(batch: RolloutBatch, config) -> torch.Tensor:
-    """GAE with the terminal reward r_L = Z and the config's value source."""
+def actor_lambda_loop(config, length: int) -> float:
+    """The advantage's lambda of a response with `length` real tokens: `lam`, or VAPO's length-adaptive
+    1 - 1/(alpha length), at least 0."""
+    if config.lam_mode == "fixed":
+        return config.lam
+    return max(0.0, 1.0 - 1.0 / (config.alpha * max(length, 1)))
+
+
+def gae_loop(batch: RolloutBatch, config) -> tuple[torch.Tensor, torch.Tensor]:
+    """gae's advantages and returns (the value targets: with `decoupled`, GAE with critic_lam plus V),
+    one response at a time."""
     rows = real_columns(batch)
     z = outcome_of(batch, config)
     r_rows = [[z[i] if k == len(cols) - 1 else 0.0 for k in range(len(cols))] for i, cols in enumerate(rows)]
     v_rows = value_rows(batch, config, z, rows)
-    return to_tensor(batch, rows, gae_rows(r_rows, v_rows, config.gamma, config.lam))
+    adv, ret = [], []
+    for i, cols in enumerate(rows):
+        a = gae_rows([r_rows[i]], [v_rows[i]], config.gamma, actor_lambda_loop(config, len(cols)))[0]
+        adv.append(a)
+        if config.decoupled:
+            a = gae_rows([r_rows[i]], [v_rows[i]], config.gamma, config.critic_lam)[0]
+        ret.append([x + v for x, v in zip(a, v_rows[i], strict=True)])
+    return to_tensor(batch, rows, adv), to_tensor(batch, rows, ret)
+
+
+@twin("gae")
+def gae_twin(batch: RolloutBatch, config) -> torch.Tensor:
+    """GAE with the terminal reward r_L = Z and the config's value source (per-response lambda with VAPO's
+    length-adaptive option)."""
+    return gae_loop(batch, config)[0]
 
 
 @twin("prefix_tree")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,15 +25,14 @@ from backend.ingest.sources import FORMATS
 from backend.ingest.token_dumps import READERS
 from backend.ingest.tokenize import CONTINUATION, Tokenizer, token_labels
 from backend.store import Store
-from tests.conftest import snapshot, write_jsonl
+from tests.conftest import run_cli_here, snapshot, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[3]
 DEMO = ROOT / "sample_runs" / "demo-policy"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "backend.cli", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=180)
+    return run_cli_here(*args)
 
 
 def import_cli(path: Path, db: Path, run: str, *extra: str) -> subprocess.CompletedProcess:
@@ -181,6 +179,7 @@ def test_nemo_rl_dump_imports_through_the_cli_and_estimates(tmp_path, demo_token
         np.testing.assert_allclose(per_rollout[list(g)].to_numpy(), z, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_nemo_rl_without_a_model_uses_the_logged_messages(tmp_path, demo_tokenizer):
     path = tmp_path / "train_data_step3.jsonl"
     truth = write_nemo_rl_step(path, demo_tokenizer, 3, ["7+1"], group=2, seed=5)

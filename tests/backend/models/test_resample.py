@@ -2,8 +2,6 @@
 
 import json
 import math
-import subprocess
-import sys
 import threading
 
 import numpy as np
@@ -21,7 +19,8 @@ from backend.models.resample import (
     suggest_steps,
 )
 from backend.store import Store
-from tests.backend.models.conftest import DEMO_MODEL, DEMO_RUN, ROOT
+from tests.backend.models.conftest import DEMO_MODEL, DEMO_RUN
+from tests.conftest import run_cli_here
 
 RESPONSE = "7+5=12 carry 1\n4+8+1=13 carry 1\n#### 132"
 
@@ -100,11 +99,10 @@ def test_mc_teacher_values_every_step_end(engine):
 
 
 def run_cli(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "backend.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=180
-    )
+    return run_cli_here(*args)
 
 
+@pytest.mark.slow
 def test_resample_and_score_commands_on_a_real_store(tmp_path, capsys):
     db = tmp_path / "runs.duckdb"
     bare = tmp_path / "bare.jsonl"
@@ -141,7 +139,6 @@ def test_resample_and_score_commands_on_a_real_store(tmp_path, capsys):
     assert [p["pos"] for p in report["positions"]] == steps
     assert all(p["n"] == 4 and 0 <= p["value"] <= 1 for p in report["positions"])
 
-    # The rest in-process through the same entry point (a subprocess costs seconds of imports).
     assert main(["score", "--db", str(db), "--run", "bare"]) == 0
     capsys.readouterr()
     assert (

@@ -3,8 +3,6 @@ rollout at a time, cancel keeps whole rollouts, a rerun resumes, a failing rollo
 rows, the command line, and the Ray path on a local cluster."""
 
 import json
-import subprocess
-import sys
 import threading
 
 import numpy as np
@@ -27,7 +25,8 @@ from backend.models.teacher import (
 )
 from backend.rewards import get_verifier
 from backend.store import Store, StoreHandle
-from tests.backend.models.conftest import DEMO_MODEL, DEMO_RUN, ROOT
+from tests.backend.models.conftest import DEMO_MODEL, DEMO_RUN
+from tests.conftest import run_cli_here
 
 FAIL_TRUTH = "fail-here"
 
@@ -115,6 +114,7 @@ def test_cancel_keeps_whole_rollouts_and_a_rerun_resumes(demo_db, tmp_path, engi
         pd.testing.assert_frame_equal(a.resample_values("demo"), b.resample_values("demo"))
 
 
+@pytest.mark.slow
 def test_a_failing_rollout_leaves_no_partial_rows(tmp_path, engine):
     records = [json.loads(line) for line in DEMO_RUN.read_text().splitlines()[:24]]
     for record in records[16:]:  # the third group: its ground truth makes the verifier crash
@@ -149,10 +149,10 @@ def test_teacher_file_errors_name_the_row_and_field(tmp_path):
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "backend.cli", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    return run_cli_here(*args)
 
 
+@pytest.mark.slow
 def test_teacher_and_teacher_bench_commands(demo_db, tmp_path):
     out = tmp_path / "teacher.parquet"
     done = run_cli("teacher", "--db", str(demo_db), "--run", "demo", "--rollouts", "4", "--samples", "2",
