@@ -2,7 +2,9 @@
 
 The Runs page hides these in read-only mode; the checks here are what refuses them (`access.Refused`)
 whatever a client sends. Path imports read only inside the server's import roots, resolved after
-symlinks (also the links inside an imported folder); uploads are saved to a fresh temporary folder.
+symlinks (also the links inside an imported folder); uploads are saved to a fresh temporary folder, and
+their import errors name the uploaded file, not that folder. An optional model folder (its tokenizer cuts
+responses without token ids) is a path on the server like any other: it must lie inside the import roots.
 """
 
 from __future__ import annotations
@@ -37,9 +39,19 @@ def _links_leaving_roots(current: access.Settings, folder: Path) -> None:
                 ) from None
 
 
-def _import(handle: StoreHandle, target: Path, name: str, fmt: str | None, on_progress):
+def _model_folder(current: access.Settings, model_dir: str | None) -> str | None:
+    """The model folder resolved inside the import roots (None when not given); else `Refused`."""
+    if model_dir is None or not str(model_dir).strip():
+        return None
+    folder = access.import_path_allowed(current, str(model_dir).strip())
+    _links_leaving_roots(current, folder)
+    return str(folder)
+
+
+def _import(handle: StoreHandle, target: Path, name: str, fmt: str | None, on_progress,
+            model_dir: str | None = None):
     with handle.write() as store:
-        return ingest.import_path(store, target, name, fmt=fmt, on_progress=on_progress)
+        return ingest.import_path(store, target, name, fmt=fmt, model_dir=model_dir, on_progress=on_progress)
 
 
 def import_from_path(
@@ -49,12 +61,14 @@ def import_from_path(
     name: str,
     fmt: str | None = None,
     on_progress: Callable[[float], None] | None = None,
+    model_dir: str | None = None,
 ):
-    """Import a file or folder on the server into run `name`; returns the importer's report."""
+    """Import a file or folder on the server into run `name` (tokenized with `model_dir`'s tokenizer when
+    given); returns the importer's report."""
     access.require_writable(current, "import")
     target = access.import_path_allowed(current, path)
     _links_leaving_roots(current, target)
-    return _import(handle, target, name, fmt, on_progress)
+    return _import(handle, target, name, fmt, on_progress, _model_folder(current, model_dir))
 
 
 def import_upload(
@@ -65,14 +79,27 @@ def import_upload(
     name: str,
     fmt: str | None = None,
     on_progress: Callable[[float], None] | None = None,
+    model_dir: str | None = None,
 ):
-    """Import uploaded bytes, saved under the browser's file name made safe (so errors name the file the
-    user knows) inside a temporary folder that is removed afterwards."""
+    """Import uploaded bytes, saved under the browser's file name made safe inside a temporary folder that
+    is removed afterwards; an error names the uploaded file (`filename`), never the temporary path."""
     access.require_writable(current, "import")
+    model = _model_folder(current, model_dir)
     with tempfile.TemporaryDirectory() as tmp:
         target = safe_upload_path(tmp, filename)
         target.write_bytes(content)
-        return _import(handle, target, name, fmt, on_progress)
+        try:
+            return _import(handle, target, name, fmt, on_progress, model)
+        except (InputError, StoreError) as exc:
+            raise type(exc)(_as_uploaded(str(exc), target, filename)) from None
+
+
+def _as_uploaded(message: str, saved: Path, filename: str) -> str:
+    """`message` with the saved copy's path (and its temporary folder) replaced by the uploaded name."""
+    shown = str(filename).replace("\x00", "")[:200] or saved.name
+    for path in (saved, saved.parent, saved.resolve(), saved.parent.resolve()):
+        message = message.replace(str(path), shown)
+    return message
 
 
 def delete_run(current: access.Settings, handle: StoreHandle, name: str) -> None:

@@ -96,8 +96,9 @@ def _scoped(db: str, run: str, name: str, config: tuple, rollout_ids: list[int],
 @st.cache_data(show_spinner=False, max_entries=64)
 def rollout_view(
     db: str, run: str, group: int, rollout_id: int, estimator: str, config: tuple, betas: tuple = (),
-    norms: tuple = (),
+    norms: tuple = (), classes: tuple | None = None,
 ) -> RolloutView:
+    """classes: the token classes that label the tokens (default: the run's saved ones)."""
     batch = data.group_batch(db, run, group)
     credit = group_credit(db, run, group, estimator, config, betas, norms)
     row = _row_of(batch, rollout_id)
@@ -124,7 +125,7 @@ def rollout_view(
             "logprob": per_token(batch.logprobs),
             "entropy": per_token(batch.entropies),
             "value": per_token(batch.values),
-            "token_class": token_classes.labels(batch, row, data.token_classes(db, run)),
+            "token_class": token_classes.labels(batch, row, classes or data.token_classes(db, run)),
         }
     )
     return RolloutView(
@@ -196,11 +197,13 @@ def group_rows(
 
 
 @st.cache_data(show_spinner=_SCOPED, max_entries=32)
-def compare(db: str, run: str, group: int, rollout_id: int, estimators: tuple) -> dict:
+def compare(db: str, run: str, group: int, rollout_id: int, estimators: tuple, classes: tuple | None = None
+            ) -> dict:
     """Compare view numbers: per estimator A on the rollout, rank agreement and credit mass over the group;
     an estimator that cannot run is left out with its error in `errors` (label -> message).
 
-    estimators: ((name, config tuple), ...); labels are the names (with ' (2)' for repeats)."""
+    estimators: ((name, config tuple), ...); labels are the names (with ' (2)' for repeats);
+    classes: the token classes of the credit mass (default: the run's saved ones)."""
     batch = data.group_batch(db, run, group)
     row = _row_of(batch, rollout_id)
     L = int(batch.lengths[row])
@@ -213,7 +216,7 @@ def compare(db: str, run: str, group: int, rollout_id: int, estimators: tuple) -
             advantages[label] = _scoped(db, run, name, config, batch.rollout_ids.tolist(), batch.T)
         except (ValueError, RuntimeError) as exc:  # BatchError, InputError, bad config: shown in its panel
             errors[label] = str(exc)
-    classes = data.token_classes(db, run)
+    classes = classes or data.token_classes(db, run)
     class_ids = token_classes.class_ids(batch, classes)
     return {
         "tokens": list(batch.tokens[row])
@@ -226,6 +229,19 @@ def compare(db: str, run: str, group: int, rollout_id: int, estimators: tuple) -
                                               token_classes.names(classes)),
         "classes": token_classes.labels(batch, row, classes),
     }
+
+
+@st.cache_data(show_spinner=_SCOPED, max_entries=32)
+def summed_reward_credit(db: str, run: str, group: int, rollout_id: int, estimator: str, config: tuple
+                         ) -> np.ndarray:
+    """(L,) A of one rollout under `estimator` on the channel scores summed per rollout first (the mixed
+    pipeline, TRL's combined reward), at the estimator's scope: `creditlens estimate --channel all`."""
+    if not any(f["name"] == "channel" for f in registry.config_schema(estimator)["fields"]):
+        raise ValueError(f"{estimator} reads no reward channel, so it has no summed-reward baseline")
+    summed = tuple(sorted({**dict(config), "channel": estimates.ALL_CHANNELS}.items()))
+    batch = data.group_batch(db, run, group)
+    L = int(batch.lengths[_row_of(batch, rollout_id)])
+    return _scoped(db, run, estimator, summed, [int(rollout_id)], L)[0].numpy()
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

@@ -19,6 +19,8 @@ import streamlit as st
 
 from app import data
 from app.text import plain
+from backend import token_classes
+from backend.errors import InputError
 
 RUN, ROLLOUT = "sel_run", "sel_rollout"
 _URL_AT_START = "_url_at_start"
@@ -32,6 +34,7 @@ class Selection:
     run: str | None
     rollout: int | None
     group: int | None
+    classes: tuple = token_classes.DEFAULT_CLASSES  # the token classes in effect (`resolve_classes`)
 
 
 def _initial_url() -> dict[str, str]:
@@ -116,7 +119,45 @@ def init_selection() -> Selection:
     if rollout is not None:
         group = int(index.loc[index["rollout_id"] == rollout, "group_id"].iloc[0])
     st.query_params.from_dict({"run": run, **({"rollout": str(rollout)} if rollout is not None else {})})
-    return Selection(db, run, rollout, group)
+    return Selection(db, run, rollout, group, resolve_classes(db, run))
+
+
+_SESSION_CLASSES = "_session_classes"  # run -> token classes chosen in this session, not saved with the run
+CLASSES_URL = "classes"
+
+
+def resolve_classes(db: str, run: str) -> tuple:
+    """The token classes the views use for `run`: this session's (a link's `?classes=`, or the editor's
+    "use" button), else the run's saved ones (`data.token_classes`). Mirrored to `?classes=` whenever they
+    are not the defaults or not the run's saved ones, so a link carries them; a link's classes that cannot
+    be used (bad JSON, a bad regex, an unknown kind or marker, a repeated name) are named in a warning and
+    the run's own are shown."""
+    chosen = st.session_state.setdefault(_SESSION_CLASSES, {})
+    saved = data.token_classes(db, run)
+    url = _initial_url()
+    read = st.session_state.setdefault("_classes_link_read", set())
+    if CLASSES_URL in url and run not in read and url.get("run", run) == run:
+        read.add(run)
+        try:
+            linked = token_classes.from_link(url[CLASSES_URL])
+        except InputError as exc:
+            link_warning(CLASSES_URL, url[CLASSES_URL], str(exc), "the run's own token classes")
+        else:
+            if linked != saved:
+                chosen[run] = linked
+    classes = chosen.get(run, saved)
+    if classes != saved or classes != token_classes.DEFAULT_CLASSES:
+        st.query_params[CLASSES_URL] = token_classes.to_link(classes)
+    return classes
+
+
+def use_classes(run: str, classes: tuple | None) -> None:
+    """Use `classes` for `run` in this session (None: the run's saved ones again)."""
+    chosen = st.session_state.setdefault(_SESSION_CLASSES, {})
+    if classes is None:
+        chosen.pop(run, None)
+    else:
+        chosen[run] = tuple(classes)
 
 
 def _rollout_labels(index) -> dict[int, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from app import compute, data, figures, state, widgets
+from app import charts, compute, data, fmt, heatmaps, state, strip_figures, widgets
 from app.state import Selection
 from app.text import plain
 from backend import explain
@@ -36,7 +36,7 @@ def require_rollout(sel: Selection) -> None:
 def prompt_and_response(sel: Selection) -> dict:
     """The prompt, response and sequence scores of the selected rollout, as plain text."""
     record = data.rollout(sel.db, sel.run, sel.rollout)
-    scores = " · ".join(f"{k} {figures.nice(v)}" for k, v in record["rewards"].items())
+    scores = " · ".join(f"{k} {fmt.nice(v)}" for k, v in record["rewards"].items())
     st.caption(
         f"run {plain(sel.run)} · group {record['group_id']} · step {record['step']} · "
         f"{len(record['token_ids'])} tokens · {plain(scores)}"
@@ -47,6 +47,17 @@ def prompt_and_response(sel: Selection) -> dict:
         st.text("Response")
         st.code(record["response"] or "", language=None, wrap_lines=True)
     return record
+
+
+def saved_classes_note(sel: Selection) -> None:
+    """Say so when this session's token classes are not the run's saved ones: the Explorer's and Trends'
+    shares by class are summaries computed with the saved classes."""
+    if sel.classes != data.token_classes(sel.db, sel.run):
+        st.info(
+            "Shares by token class here use the classes saved with the run; this session's classes (from the "
+            "link or the class editor) apply to the Rollout and Compare views. Save them with the run "
+            "(Compare → Token classes of this run) to use them here too."
+        )
 
 
 def compute_or_explain(fn, *args, **kwargs):
@@ -68,7 +79,7 @@ def clicked_position(event, n_rows: int) -> int | None:
         points = (event or {}).get("selection", {}).get("points", [])
     if not points:
         return None
-    return figures.heatmap_position(dict(points[-1]), n_rows)
+    return heatmaps.heatmap_position(dict(points[-1]), n_rows)
 
 
 def new_click(chart_key: str, n_rows: int) -> int | None:
@@ -100,7 +111,7 @@ def why_this_credit(sel: Selection, view: compute.RolloutView, pos: int, estimat
     contributions = {c: float(v[pos]) for c, v in view.contributions.items()}
     with chart:
         st.plotly_chart(
-            figures.contribution_waterfall(contributions, float(view.final[pos])),
+            charts.contribution_waterfall(contributions, float(view.final[pos])),
             key="rollout_waterfall",
             width="stretch",
             config={"displayModeBar": False},
@@ -109,11 +120,11 @@ def why_this_credit(sel: Selection, view: compute.RolloutView, pos: int, estimat
     tree, _ = compute.group_tree(sel.db, sel.run, sel.group)
     node = tree.node_at(view.row, pos)
     with facts:
-        st.metric("final A", figures.nice(view.final[pos]))
+        st.metric("final A", fmt.nice(view.final[pos]))
         st.text(f"token      {info['token']!r}")
         st.text(f"class      {info['token_class']}")
-        st.text(f"logprob    {figures.nice(info['logprob'], 4)}")
-        st.text(f"entropy    {figures.nice(info['entropy'], 4, signed=False)}")
+        st.text(f"logprob    {fmt.nice(info['logprob'], 4)}")
+        st.text(f"entropy    {fmt.nice(info['entropy'], 4, signed=False)}")
         st.text("value      " + _value_line(terms, info, pos))
         st.text(
             f"tree node  #{node.node_id}: tokens [{node.start}, {node.end}), {len(node.members)} responses, "
@@ -135,9 +146,11 @@ def _value_line(terms: dict, info, pos: int) -> str:
 
 
 def _num(v) -> str:
-    return figures.nice(v, 4)
+    return fmt.nice(v, 4)
 
 
+SIDE_HEIGHT = 440  # px: the text view and the channel rows beside it scroll within this height
+SIDE_BAND = 32  # heatmap band width (units of about two characters) in a half-width column
 WINDOW = 512  # tokens drawn at once in every view that draws tokens; longer responses a window at a time
 
 
@@ -161,7 +174,7 @@ def token_window(L: int, key: str, overview: np.ndarray | None = None, peak: flo
         )
         if overview is not None:
             st.plotly_chart(
-                figures.overview_strip(overview, start, min(start + WINDOW, L), peak),
+                strip_figures.overview_strip(overview, start, min(start + WINDOW, L), peak),
                 key=f"{key}_overview",
                 width="stretch",
                 config={"displayModeBar": False},
@@ -170,7 +183,7 @@ def token_window(L: int, key: str, overview: np.ndarray | None = None, peak: flo
 
 
 def heatmap_window(view: compute.RolloutView, key: str, peaks: dict[str, float] | None = None) -> dict:
-    """Keyword arguments for `figures.credit_heatmap` showing the window of `token_window` (drawn here,
+    """Keyword arguments for `heatmaps.credit_heatmap` showing the window of `token_window` (drawn here,
     with the overview strip of the final advantage)."""
     L = len(view.tokens)
     peak = None if peaks is None else peaks.get("final")
@@ -192,11 +205,11 @@ def credit_text(view: compute.RolloutView, window: dict, peak: float, selected: 
     start = window["offset"]
     info = window["token_info"]
     facts = [
-        f"logprob {figures.nice(r.logprob)} · entropy {figures.nice(r.entropy)} · class {r.token_class}"
+        f"logprob {fmt.nice(r.logprob)} · entropy {fmt.nice(r.entropy)} · class {r.token_class}"
         for r in info.itertuples(index=False)
     ]
     dimmed = None if view.dimmed is None else view.dimmed[start:start + len(window["tokens"])]
-    text = figures.credit_text_html(window["tokens"], window["rows"]["final"], peak, offset=start,
+    text = heatmaps.credit_text_html(window["tokens"], window["rows"]["final"], peak, offset=start,
                                     selected=selected, facts=facts, dimmed=dimmed)
 
     return widgets.credit_text(text, key=key)
@@ -211,8 +224,8 @@ def token_strips(view: compute.RolloutView, window: dict, pos: int | None, key: 
         return
     dimmed = None if view.dimmed is None else view.dimmed[start:stop]
     st.plotly_chart(
-        figures.token_strips_figure({k: v[start:stop] for k, v in view.strips.items()}, window["tokens"],
-                                    offset=start, dimmed=dimmed, highlight=pos),
+        strip_figures.token_strips_figure({k: v[start:stop] for k, v in view.strips.items()},
+                                          window["tokens"], offset=start, dimmed=dimmed, highlight=pos),
         key=key,
         width="stretch",
         config={"displayModeBar": False},

@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 import streamlit.components.v2  # noqa: F401 - registers st.components.v2
 
-from app import access, data, figures, state
+from app import access, data, scales, state
 from app.text import plain
 from backend import token_classes
 from backend.estimators import registry
@@ -186,44 +186,65 @@ def _restore_field(f: dict, wkey: str, url: str) -> None:
 
 
 def token_class_editor(sel) -> None:
-    """Edit the run's token classes (regex, phrases or marker; first match wins, `other` for the rest)
-    and save them with the run: every credit-by-class chart and table then uses them."""
+    """Edit the token classes (regex, phrases or marker; first match wins, `other` for the rest): use them
+    in this session (and its link, `?classes=`), or save them with the run, so that every credit-by-class
+    chart and table uses them (the Explorer's and Trends' summaries included)."""
     read_only = data.settings().read_only
+    saved = data.token_classes(sel.db, sel.run)
     with st.expander("Token classes of this run", expanded=False):
         st.caption("kind: regex (searched in each token's text), phrases (one per line, or separated by |, "
                    "matched in the response text, any tokenizer), marker (key, style span). The first "
                    "class that matches a token wins; every other token is `other`.")
-        current = pd.DataFrame(token_classes.to_json(data.token_classes(sel.db, sel.run)))
+        if sel.classes != saved:
+            st.caption("Shown: this session's classes (from the link or the Use button), not saved with the "
+                       "run.")
+        current = pd.DataFrame(token_classes.to_json(sel.classes))
         edited = st.data_editor(
             current, num_rows="dynamic", key="token_class_table", width="stretch",
             column_config={"kind": st.column_config.SelectboxColumn(options=["regex", "phrases", "marker"])},
         )
+        use, save, reset = st.columns(3)
+        if use.button("Use in this session", key="token_class_use",
+                      help="Rollout and Compare use these classes, and the link carries them; the store is "
+                           "unchanged"):
+            try:
+                classes = token_classes.from_json(_class_rows(edited))
+            except (ValueError, KeyError) as exc:
+                st.error(plain(str(exc)))
+            else:
+                state.use_classes(sel.run, None if classes == saved else classes)
+                st.rerun()
         if read_only:
             st.info("Saving classes is switched off: this server runs in read-only mode.")
             return
-        save, reset = st.columns(2)
         if save.button("Save for this run", key="token_class_save"):
-            rows = [
-                {**row, "pattern": "\n".join(str(row["pattern"]).split("|")) if row["kind"] == "phrases"
-                 else str(row["pattern"])}
-                for row in edited.dropna(how="all").to_dict("records")
-            ]
             try:
                 access.require_writable(data.settings(), "token classes")
-                classes = token_classes.from_json(rows)
+                classes = token_classes.from_json(_class_rows(edited))
                 with data.handle().write() as store:
                     token_classes.save(store, sel.run, classes)
             except (ValueError, KeyError, access.Refused) as exc:
                 st.error(plain(str(exc)))
             else:
+                state.use_classes(sel.run, None)
                 data.invalidate()
                 st.rerun()
         if reset.button("Restore the defaults", key="token_class_reset"):
             access.require_writable(data.settings(), "token classes")
             with data.handle().write() as store:
                 token_classes.save(store, sel.run, None)
+            state.use_classes(sel.run, None)
             data.invalidate()
             st.rerun()
+
+
+def _class_rows(edited: pd.DataFrame) -> list[dict]:
+    """The editor's rows as `token_classes.from_json` reads them (phrases separated by | become lines)."""
+    return [
+        {**row, "pattern": "\n".join(str(row["pattern"]).split("|")) if row["kind"] == "phrases"
+         else str(row["pattern"])}
+        for row in edited.dropna(how="all").to_dict("records")
+    ]
 
 
 _CREDIT_TEXT_JS = """
@@ -235,7 +256,7 @@ export default function(component) {
     box.className = 'credit-text-root';
     parentElement.appendChild(box);
   }
-  box.innerHTML = data;  // built by app.figures.credit_text_html: every token's text is HTML-escaped
+  box.innerHTML = data;  // built by app.heatmaps.credit_text_html: every token's text is HTML-escaped
   box.querySelectorAll('[data-pos]').forEach((el) => {
     el.onclick = () => setTriggerValue('clicked', Number(el.dataset.pos));
   });
@@ -257,7 +278,7 @@ _credit_text_component = st.components.v2.component(
 
 
 def credit_text(html_text: str, key: str) -> int | None:
-    """Draw `figures.credit_text_html` output; returns the position of a token clicked in this rerun."""
+    """Draw `heatmaps.credit_text_html` output; returns the position of a token clicked in this rerun."""
     result = _credit_text_component(data=html_text, key=key, on_clicked_change=lambda: None)
     clicked = getattr(result, "clicked", None)
     return None if clicked is None else int(clicked)
@@ -272,7 +293,7 @@ def scale_controls(
     with mode_col:
         mode = state.url_widget(
             st.radio, "Colour scale", key=f"{key}_scale", url="scale", default="shared",
-            options=list(figures.SCALES), format_func=lambda m: figures.SCALE_LABELS[m], horizontal=True,
+            options=list(scales.SCALES), format_func=lambda m: scales.SCALE_LABELS[m], horizontal=True,
         )
     if not lockable:
         return mode, None

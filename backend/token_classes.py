@@ -11,6 +11,7 @@ with the run in the store (`Store.set_run_meta`, key "token_classes"); runs with
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict, dataclass
 from typing import Literal
@@ -91,6 +92,33 @@ def from_json(items: list[dict] | None) -> tuple[TokenClass, ...]:
     if len(set(seen)) != len(seen):
         raise InputError(f"token classes: names must be unique, got {seen}")
     return classes
+
+
+DEFAULT_LINK = "default"
+
+
+def to_link(classes: tuple[TokenClass, ...]) -> str:
+    """Classes as one URL parameter value: compact JSON `[[name, kind, pattern], ...]`, or "default"."""
+    if tuple(classes) == DEFAULT_CLASSES:
+        return DEFAULT_LINK
+    triples = [[c.name, c.kind, c.pattern] for c in classes]
+    return json.dumps(triples, separators=(",", ":"), ensure_ascii=False)
+
+
+def from_link(text: str) -> tuple[TokenClass, ...]:
+    """The classes of `to_link`'s text; `InputError` naming the class that cannot be used and why."""
+    if text.strip() == DEFAULT_LINK:
+        return DEFAULT_CLASSES
+    try:
+        items = json.loads(text)
+    except ValueError:
+        raise InputError('not a list of [name, kind, pattern] triples (JSON) or "default"') from None
+    if not isinstance(items, list) or not items:
+        raise InputError('not a list of [name, kind, pattern] triples (JSON) or "default"')
+    for i, item in enumerate(items):
+        if not (isinstance(item, list) and len(item) == 3 and all(isinstance(x, str) for x in item)):
+            raise InputError(f"class {i + 1} is not a [name, kind, pattern] triple of strings")
+    return from_json([{"name": n, "kind": k, "pattern": p} for n, k, p in items])
 
 
 def save(store, run: str, classes: tuple[TokenClass, ...] | None) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from backend.oracle import default_workers, format_table, jsonable_rows, oracle_bench
+from backend.synthetic import OracleConfig, generate, to_batch
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,8 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=default_workers())
     args = parser.parse_args(argv or [])
 
-    start = time.perf_counter()
     torch.set_num_threads(1)
+    start = time.perf_counter()
+    seed_size = to_batch(generate(0, OracleConfig(prompts=args.prompts, group=args.group))).B
+    print(f"generating one seed ({seed_size} responses): {time.perf_counter() - start:.2f} s")
+    start = time.perf_counter()
     rows = oracle_bench(args.seeds, args.prompts, args.group, progress=print, workers=args.workers)
     wall = time.perf_counter() - start
     print(format_table(rows))

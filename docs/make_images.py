@@ -12,9 +12,11 @@ demo responses re-tokenized with a byte-level BPE trained in-repo, `backend.demo
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
+from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -29,8 +31,8 @@ from backend.store import Store  # noqa: E402
 
 # (file name, path and query, what to wait for, keys of elements to scroll into view first)
 README_VIEWS = (
-    ("rollout", "?run=demo&rollout=3&pos=13", ".st-key-rollout_text .tok"),
-    ("rollout-subword", "?run=subword&rollout=9&pos=4", ".st-key-rollout_heatmap .js-plotly-plot"),
+    ("rollout", "rollout?run=demo&rollout=3&pos=13", ".st-key-rollout_text .tok"),
+    ("rollout-subword", "rollout?run=subword&rollout=9&pos=4", ".st-key-rollout_heatmap .js-plotly-plot"),
     ("group", "group?run=oracle&rollout=0", ".st-key-group_heatmap .js-plotly-plot"),
     ("compare", "compare?run=oracle&rollout=0", ".st-key-compare_multiples .js-plotly-plot"),
     ("tune", "tune?run=oracle&rollout=0&beta_style=2.0&base=difference",
@@ -42,8 +44,14 @@ README_VIEWS = (
 MORE_VIEWS = tuple(
     (f"{view}-{run}-{rollout}", f"{path}?run={run}&rollout={rollout}", ".js-plotly-plot")
     for run, rollout in (("subword", 0), ("subword", 9), ("simple", 2))
-    for view, path in (("rollout", ""), ("group", "group"), ("compare", "compare"), ("tune", "tune"),
+    for view, path in (("rollout", "rollout"), ("group", "group"), ("compare", "compare"), ("tune", "tune"),
                        ("resample", "resample"))
+) + (
+    ("tune-summed", "tune?run=demo&rollout=3&beta_style=2.0&base=side+by+side&against=summed",
+     ".st-key-tune_baseline_heatmap .js-plotly-plot"),
+    ("compare-classes", "compare?run=demo&rollout=3&classes="
+     + quote(json.dumps([["carry word", "phrases", "carry"], ["digits", "regex", r"^\d$"]])),
+     ".st-key-compare_mass .js-plotly-plot"),
 )
 
 
@@ -89,15 +97,15 @@ def main(argv: list[str] | None = None) -> int:
             browser = launch(p)
             context = browser.new_context(viewport={"width": 1400, "height": args.height})
             page = context.new_page()
-            page.set_default_timeout(90_000)
+            page.set_default_timeout(180_000)  # a loaded machine and a cold server
             for name, path, ready in views:
                 page.goto(f"{server.url}/{path}")
-                wait_idle(page, timeout=120_000)
+                wait_idle(page, timeout=180_000)
                 try:
                     page.wait_for_selector(ready, state="attached")
                 except Exception:  # noqa: BLE001 - keep what the page shows, say what was missing
                     print(f"{name}: {ready} did not appear", file=sys.stderr)
-                wait_idle(page, timeout=120_000)
+                wait_idle(page, timeout=180_000)
                 page.wait_for_timeout(800)  # plotly's last relayout
                 target = args.out / f"{name}.png"
                 page.screenshot(path=str(target))

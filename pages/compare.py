@@ -3,7 +3,7 @@ where the credit lands by token class (the "why did filler get credit" answer)."
 
 import streamlit as st
 
-from app import compute, data, figures, state, views, widgets
+from app import charts, compute, data, heatmaps, scales, state, views, widgets
 
 sel = views.rollout_selection()
 st.title(f"Compare estimators · rollout #{sel.rollout}")
@@ -41,7 +41,8 @@ with st.expander("Parameters", expanded=False):
             configs.append((name, widgets.with_channel(name, widgets.estimator_form(name, key="compare_cfg"),
                                                        channel)))
 
-result = views.compute_or_explain(compute.compare, sel.db, sel.run, sel.group, sel.rollout, tuple(configs))
+result = views.compute_or_explain(compute.compare, sel.db, sel.run, sel.group, sel.rollout, tuple(configs),
+                                  sel.classes)
 for label, message in result["errors"].items():
     st.error(f"{views.plain(label)} cannot run on this run: {views.plain(message)}")
 if len(result["rollout"]) < 1:
@@ -53,11 +54,11 @@ shown = "all channels (scores summed first)" if summed else f"the {channel} chan
 st.caption(f"Each estimator's advantage on {views.plain(shown)} for this rollout, one row each, aligned by "
            "token.")
 mode, _ = widgets.scale_controls("compare")
-peaks = figures.scale_peaks(result["rollout"], mode)
+peaks = scales.scale_peaks(result["rollout"], mode)
 L = len(result["tokens"])
 start, stop = views.token_window(L, "compare_window", result["rollout"][next(iter(result["rollout"]))])
 st.plotly_chart(
-    figures.small_multiples({k: v[start:stop] for k, v in result["rollout"].items()},
+    heatmaps.small_multiples({k: v[start:stop] for k, v in result["rollout"].items()},
                             result["tokens"][start:stop], peaks=peaks, offset=start),
     key="compare_multiples",
     width="stretch",
@@ -79,7 +80,7 @@ second = b_col.selectbox("B", names, index=min(1, len(names) - 1), key="compare_
 state.publish("diff", f"{first},{second}")
 difference = compute.credit_difference(result["rollout"][first], result["rollout"][second])
 st.plotly_chart(
-    figures.credit_heatmap({f"{second} − {first}": difference[start:stop]}, result["tokens"][start:stop],
+    heatmaps.credit_heatmap({f"{second} − {first}": difference[start:stop]}, result["tokens"][start:stop],
                            offset=start, clickable=False),
     key="compare_difference",
     width="stretch",
@@ -91,7 +92,7 @@ with left:
     st.subheader("Rank agreement")
     st.caption("Spearman ρ between estimators over every token of the group.")
     st.plotly_chart(
-        figures.rank_agreement_figure(result["agreement"]), key="compare_agreement", width="stretch"
+        charts.rank_agreement_figure(result["agreement"]), key="compare_agreement", width="stretch"
     )
 with right:
     st.subheader("Credit mass by token class")
@@ -99,7 +100,7 @@ with right:
         "Share of Σ|A| over the group per class; the dash is the class's share of tokens. A bar above "
         "its dash means that class gets more credit than its count."
     )
-    st.plotly_chart(figures.class_mass_figure(result["mass"]), key="compare_mass", width="stretch")
+    st.plotly_chart(charts.class_mass_figure(result["mass"]), key="compare_mass", width="stretch")
 shares = result["mass"].pivot(index="token_class", columns="estimator", values="credit_share")
 st.dataframe(
     shares, width="stretch",

@@ -13,6 +13,7 @@ if sel.run is None:
     st.stop()
 
 st.title(f"Explorer · {views.plain(sel.run)}")
+views.saved_classes_note(sel)
 
 pick, versus, params = st.columns([1, 1, 2])
 with pick:
@@ -21,6 +22,7 @@ with versus:
     compare = state.url_widget(
         st.selectbox, "Compare with (Spearman per rollout)", key="explorer_compare", url="vs",
         default="none", options=["none", *widgets.estimator_names()],
+        format_func=lambda n: n if n == "none" else widgets.described(n),
     )
 with params, st.expander("Estimator parameters"):
     config = widgets.estimator_form(estimator, key="explorer_cfg")
@@ -89,7 +91,8 @@ if page_no > pages:  # the rows shrank under the page (another process deleted s
 st.caption(
     f"{page.total} rollouts match · page {page_no} of {pages} · click a row to open it in the Rollout view. "
     f"share_<class>: share of the rollout's Σ|A| under {estimator} on each token class; max_abs: its largest "
-    "|A|; repetition: share of 16-token windows that repeat an earlier one; kl: mean logprob − ref logprob."
+    "|A|; repetition: share of 16-token windows that repeat an earlier one; kl: mean logprob − ref logprob. "
+    "An empty share (None) means the rollout got no credit at all (Σ|A| = 0, e.g. a zero-variance group)."
 )
 st.session_state["_explorer_ids"] = [int(r) for r in page.rows["rollout_id"]]
 

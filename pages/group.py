@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app import compute, figures, state, views, widgets
+from app import charts, compute, heatmaps, scales, state, views, widgets
 
 state.follow_rollout_request()  # a response picked below in the last rerun opens the Rollout view
 sel = views.rollout_selection()
@@ -19,10 +19,11 @@ st.caption(
 )
 mode, _ = widgets.scale_controls("group")
 longest = max((len(v) for v in tokens.values()), default=0)
-peaks = figures.scale_peaks(values, mode)
-start, stop = views.token_window(longest, "group_window")
+peaks = scales.scale_peaks(values, mode)
+widest = max(values, key=lambda k: len(values[k]), default=None)  # its row is the overview strip
+start, stop = views.token_window(longest, "group_window", values.get(widest), peaks.get(widest))
 st.plotly_chart(
-    figures.credit_heatmap(
+    heatmaps.credit_heatmap(
         {k: v[start:stop] for k, v in values.items()}, [],
         row_tokens={k: v[start:stop] for k, v in tokens.items()}, peaks=peaks, offset=start, clickable=False,
     ),
@@ -49,7 +50,7 @@ st.caption(
     "V(child) − V(parent) that the prefix-tree estimator adds."
 )
 tree, frame = compute.group_tree(sel.db, sel.run, sel.group)
-st.plotly_chart(figures.prefix_tree_figure(frame), key="group_tree", width="stretch")
+st.plotly_chart(charts.prefix_tree_figure(frame), key="group_tree", width="stretch")
 branches = frame[frame["parent"].isin(frame.loc[frame["branches"], "node_id"])]
 st.text(f"{int(frame['branches'].sum())} branch points, {len(frame)} nodes")
 st.dataframe(

@@ -5,7 +5,7 @@ import urllib.parse
 
 import streamlit as st
 
-from app import compute, data, figures, state, views, widgets
+from app import charts, compute, data, state, views, widgets
 
 sel = state.selection()
 if sel.run is None:
@@ -15,7 +15,8 @@ st.title(f"Credit quality · {views.plain(sel.run)}")
 
 options = widgets.estimator_names(model_free=True)
 default = [n for n in ("grpo", "entropy", "entropy_mix", "prefix_tree", "token_rm") if n in options]
-chosen = widgets.url_multiselect("Estimators", options, key="oracle_estimators", url="ests", default=default)
+chosen = widgets.url_multiselect("Estimators", options, key="oracle_estimators", url="ests", default=default,
+                                 format_func=widgets.described)
 if not chosen:
     st.stop()
 
@@ -48,7 +49,7 @@ if compute.has_oracle(batch):
         width="stretch",
         column_config={m: st.column_config.NumberColumn(m, format="%.3f") for m in compute.METRICS},
     )
-    st.plotly_chart(figures.oracle_metrics_figure(shown, compute.METRICS), key="oracle_chart",
+    st.plotly_chart(charts.oracle_metrics_figure(shown, compute.METRICS), key="oracle_chart",
                     width="stretch")
 else:
     st.caption(
@@ -94,7 +95,7 @@ else:
     bars = [m for m in ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1", "first_wrong_hit1")
             if m in shown_metrics]
     ranked = bench.table[bench.table["kind"].isin(["estimator", "uses teacher", "uses verifier", "sanity"])]
-    st.plotly_chart(figures.oracle_metrics_figure(ranked, bars, error="_se"), key="oracle_teacher_chart",
+    st.plotly_chart(charts.oracle_metrics_figure(ranked, bars, error="_se"), key="oracle_teacher_chart",
                     width="stretch")
 
     st.subheader("Where an estimator misses")

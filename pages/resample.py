@@ -6,7 +6,7 @@ import time
 
 import streamlit as st
 
-from app import access, compute, data, figures, jobs, state, views
+from app import access, charts, compute, data, heatmaps, jobs, state, views
 
 sel = views.rollout_selection()
 st.title(f"Resample suffixes · rollout #{sel.rollout}")
@@ -31,7 +31,7 @@ if clicked is not None:
     st.session_state["resample_positions"] = sorted({*st.session_state["resample_positions"], clicked})
 start, stop = views.token_window(L, "resample_window", view.final)
 st.plotly_chart(
-    figures.credit_heatmap(
+    heatmaps.credit_heatmap(
         {"final": view.final[start:stop]},
         view.tokens[start:stop],
         token_info=view.token_info.iloc[start:stop].reset_index(drop=True),
@@ -146,9 +146,12 @@ if values.empty:
 else:
     outcome = record["rewards"].get("task")
     st.plotly_chart(
-        figures.value_estimates_figure(values, L, outcome), key="resample_values", width="stretch"
+        charts.value_estimates_figure(values, L, outcome), key="resample_values", width="stretch"
     )
-    st.dataframe(values, hide_index=True, width="stretch")
+    st.dataframe(values, hide_index=True, width="stretch", column_config={
+        "value": st.column_config.NumberColumn("V̂(s_t)", format="%.3f"),
+        "stderr": st.column_config.NumberColumn("s.e.", format="%.3f"),
+    })
     st.subheader("Suffixes and their rewards")
     samples_frame = data.resample_samples(sel.db, sel.run, sel.rollout)
     st.dataframe(

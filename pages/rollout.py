@@ -3,7 +3,7 @@ per-token strips under it, and why a token got its credit."""
 
 import streamlit as st
 
-from app import compute, figures, state, views, widgets
+from app import compute, fmt, heatmaps, scales, state, views, widgets
 
 sel = views.rollout_selection()
 st.title(f"Rollout #{sel.rollout}")
@@ -17,7 +17,7 @@ with params, st.expander("Estimator parameters"):
 widgets.unavailable_note(compute.unavailable(sel.db, sel.run, sel.group))
 
 view = views.compute_or_explain(
-    compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, config
+    compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, config, classes=sel.classes
 )
 # A click (on the text or on a heatmap cell) reruns the page: it selects that token (and the URL's `pos`),
 # and both are drawn with the token outlined.
@@ -41,33 +41,38 @@ with position:
     )
 
 mode, _ = widgets.scale_controls("rollout")
-peaks = figures.scale_peaks(view.rows, mode)
+peaks = scales.scale_peaks(view.rows, mode)
 window = views.heatmap_window(view, key="rollout_window", peaks=peaks)
 
-st.subheader("Credit as text")
-st.caption(
-    "The response as written, each token coloured by its final advantage: blue = positive credit, red = "
-    f"negative, white = 0 (scale ±{figures.nice(peaks['final'], 2, signed=False)}). ↵ marks a newline. "
-    "Hover a token for its facts; click it to see why it got its credit."
-)
-text_click = views.credit_text(view, window, peaks["final"], pos, key="rollout_text")
+# On a wide screen the text and the channel rows sit side by side, both scrolling within the same height;
+# the heatmap packs its cells into narrower bands there so token text stays readable.
+text_col, rows_col = st.columns([2, 3], gap="medium")  # the rows need the width: cells fit their text
+with text_col:
+    st.subheader("Credit as text")
+    st.caption(
+        "The response as written, each token coloured by its final advantage: blue = positive credit, red = "
+        f"negative, white = 0 (scale ±{fmt.nice(peaks['final'], 2, signed=False)}). ↵ marks a newline. "
+        "Hover a token for its facts; click it to see why it got its credit."
+    )
+    text_click = views.credit_text(view, window, peaks["final"], pos, key="rollout_text")
 if text_click is not None and text_click != pos:
     st.session_state["rollout_text_clicked"] = text_click
     st.rerun()
-
-st.subheader("Credit by channel")
-st.caption(
-    "One row per channel (β_c · Ã_c) and the final advantage; cells sized to their token. Hover a cell for "
-    "the token, its logprob, entropy and channel shares; click it to select it."
-)
-st.plotly_chart(
-    figures.credit_heatmap(**window, highlight=[pos]),
-    key="rollout_heatmap",
-    on_select="rerun",
-    selection_mode="points",
-    width="stretch",
-    config={"displayModeBar": False},
-)
+with rows_col:
+    st.subheader("Credit by channel")
+    st.caption(
+        "One row per channel (β_c · Ã_c) and the final advantage; cells sized to their token. Hover a cell "
+        "for the token, its logprob, entropy and channel shares; click it to select it."
+    )
+    with st.container(height=views.SIDE_HEIGHT, border=False):
+        st.plotly_chart(
+            heatmaps.credit_heatmap(**window, highlight=[pos], band=views.SIDE_BAND),
+            key="rollout_heatmap",
+            on_select="rerun",
+            selection_mode="points",
+            width="stretch",
+            config={"displayModeBar": False},
+        )
 with st.expander("Per-token strips: logprob, reference, log-ratio, entropy, value", expanded=True):
     views.token_strips(view, window, pos, key="rollout_strips")
 

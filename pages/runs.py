@@ -17,7 +17,7 @@ if runs:
         ["name", "source", "rollouts", "groups", "steps", "tokens", "channels", "model", "created"]
     ]
     table["channels"] = table["channels"].map(", ".join)
-    table["model"] = table["model"].map(lambda m: m or "–")
+    table["model"] = table["model"].fillna("").replace("", "–")  # pandas 3 keeps NA through map()
     st.dataframe(table, hide_index=True, width="stretch")
 else:
     st.info("No runs yet.")
@@ -38,12 +38,12 @@ name = st.text_input("Run name", key="runs_import_name", placeholder="my-run")
 fmt = st.selectbox("Format", ["detect", *actions.FORMATS], key="runs_import_format")
 source = st.radio("From", ["upload", "path on this machine"], key="runs_import_source", horizontal=True)
 upload = path = None
+roots = ", ".join(str(r) for r in settings.import_roots)
 if source == "upload":
     upload = st.file_uploader(
         "Rollout file (JSONL or Parquet)", type=["jsonl", "json", "parquet"], key="runs_import_upload"
     )
 else:
-    roots = ", ".join(str(r) for r in settings.import_roots)
     path = st.text_input(
         "File or folder",
         key="runs_import_path",
@@ -51,6 +51,11 @@ else:
         help=f"Inside one of the folders this server imports from: {roots}",
     )
     st.caption(f"Path imports read only inside: {views.plain(roots)}")
+model = st.text_input(
+    "Model folder (optional)", key="runs_import_model", placeholder="/path/to/hf-model",
+    help=f"A local Hugging Face folder inside the folders this server imports from ({roots}): its "
+         "tokenizer cuts responses that have no token ids. Without one, the simple tokenization is used.",
+)
 
 if st.button("Import", key="runs_import_button", type="primary"):
     try:
@@ -68,10 +73,11 @@ if st.button("Import", key="runs_import_button", type="primary"):
         kind = None if fmt == "detect" else fmt
         if source == "upload":
             report = actions.import_upload(
-                settings, data.handle(), upload.name, upload.getvalue(), name, kind, progress
+                settings, data.handle(), upload.name, upload.getvalue(), name, kind, progress, model
             )
         else:
-            report = actions.import_from_path(settings, data.handle(), path.strip(), name, kind, progress)
+            report = actions.import_from_path(settings, data.handle(), path.strip(), name, kind, progress,
+                                              model)
         bar.progress(1.0, text="done")
         data.invalidate()
         st.session_state["runs_flash"] = report.message()

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app import compute, figures, state, views, widgets
+from app import charts, compute, state, views, widgets
 
 sel = state.selection()
 if sel.run is None:
@@ -10,6 +10,7 @@ if sel.run is None:
     st.stop()
 
 st.title(f"Trends · {views.plain(sel.run)}")
+views.saved_classes_note(sel)
 pick, params = st.columns([1, 3])
 with pick:
     estimator = widgets.estimator_picker("trends_estimator")
@@ -25,22 +26,22 @@ st.caption(
 TOOLBAR = {"displayModeBar": True, "displaylogo": False}
 scores = {c: c.removeprefix("score_") for c in frame.columns if c.startswith("score_")}
 shares = {c: c.removeprefix("share_").replace("_", " ") for c in frame.columns if c.startswith("share_")}
-charts = [
+panels = [
     ("trends_scores",
-     figures.trend_lines(frame, {**scores, "reward": "reward (sum)"}, "mean score per channel")),
-    ("trends_classes", figures.class_share_trend(frame, shares) if shares else None),
-    ("trends_quantiles", figures.quantile_band(frame) if "q50" in frame.columns else None),
-    ("trends_length", figures.trend_lines(frame, {"length": "mean length (tokens)"}, "response length")),
-    ("trends_entropy", figures.trend_lines(frame, {"mean_entropy": "mean entropy"}, "entropy (token mean)")),
-    ("trends_kl", figures.trend_lines(frame, {"kl": "mean logprob − ref logprob"}, "KL to the reference (k1)")
+     charts.trend_lines(frame, {**scores, "reward": "reward (sum)"}, "mean score per channel")),
+    ("trends_classes", charts.class_share_trend(frame, shares) if shares else None),
+    ("trends_quantiles", charts.quantile_band(frame) if "q50" in frame.columns else None),
+    ("trends_length", charts.trend_lines(frame, {"length": "mean length (tokens)"}, "response length")),
+    ("trends_entropy", charts.trend_lines(frame, {"mean_entropy": "mean entropy"}, "entropy (token mean)")),
+    ("trends_kl", charts.trend_lines(frame, {"kl": "mean logprob − ref logprob"}, "KL to the reference (k1)")
      if frame["kl"].notna().any() else None),
-    ("trends_groups", figures.trend_lines(frame, {"zero_variance_share": "zero-variance groups",
+    ("trends_groups", charts.trend_lines(frame, {"zero_variance_share": "zero-variance groups",
                                                   "truncated_share": "truncated responses"},
                                           "share of groups with zero task variance", percent=True)),
-    ("trends_repetition", figures.trend_lines(frame, {"repetition": "repeated 16-token windows"},
+    ("trends_repetition", charts.trend_lines(frame, {"repetition": "repeated 16-token windows"},
                                               "repetition", percent=True)),
 ]
-shown = [(key, fig) for key, fig in charts if fig is not None]
+shown = [(key, fig) for key, fig in panels if fig is not None]
 for start in range(0, len(shown), 2):
     for box, (key, fig) in zip(st.columns(2), shown[start:start + 2], strict=False):
         with box:

@@ -1,18 +1,20 @@
-"""Tune: β per channel with live recompute against a baseline (the default β), the share of |A| per
-channel, and a replay of dual ascent (β trajectories and violation rates against τ) over the run's steps.
+"""Tune: β per channel with live recompute against a baseline (the default β, or the summed reward: the
+channel scores summed first, then the estimator), the share of |A| per channel, and a replay of dual
+ascent (β trajectories and violation rates against τ) over the run's steps.
 
 The β panel and the replay are separate fragments: moving a β slider redraws only the heatmap and
 the shares; the replay starts from the β of its own last run (its widgets or its button rerun it)."""
 
 import streamlit as st
 
-from app import compute, data, figures, state, views, widgets
+from app import charts, compute, data, heatmaps, scales, state, views, widgets
 
 sel = views.rollout_selection()
 st.title(f"Tune channel weights · rollout #{sel.rollout}")
 
 estimator = widgets.estimator_picker("tune_estimator", compute.unavailable(sel.db, sel.run, sel.group))
 defaults = compute.default_betas(sel.db, sel.run, sel.group)
+BASELINES = {"default": "the default β", "summed": "the summed reward (mixed)"}
 default_norms = compute.default_normalizations(sel.db, sel.run, sel.group)
 
 
@@ -45,54 +47,76 @@ def channel_weights() -> None:
     )
     with controls:
         baseline = state.url_widget(
-            st.radio, "Against the default β", key="tune_baseline", url="base", default="none",
+            st.radio, "Baseline", key="tune_baseline", url="base", default="none",
             options=["none", "side by side", "difference"], horizontal=True,
-            help="The same rollout with the run's default β, beside the tuned one or subtracted from it.",
+            help="The same rollout under a baseline, beside the tuned one or subtracted from it.",
+        )
+        against = state.url_widget(
+            st.radio, "Against", key="tune_against", url="against", default="default",
+            options=list(BASELINES), format_func=BASELINES.get, horizontal=True, disabled=baseline == "none",
         )
     with chart:
         mode, locked = widgets.scale_controls(
-            "tune", lockable=True, current=figures.scale_peaks(view.rows, "shared")["final"]
+            "tune", lockable=True, current=scales.scale_peaks(view.rows, "shared")["final"]
         )
-        peaks = figures.scale_peaks(view.rows, mode, locked)
+        peaks = scales.scale_peaks(view.rows, mode, locked)
         window = views.heatmap_window(view, key="tune_window", peaks=peaks)
         st.plotly_chart(
-            figures.credit_heatmap(**window, clickable=False, title="tuned β"),
+            heatmaps.credit_heatmap(**window, clickable=False, title="tuned β"),
             key="tune_heatmap",
             width="stretch",
             config={"displayModeBar": False},
         )
         if baseline != "none":
-            base = views.compute_or_explain(
-                compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, (),
-                tuple(sorted(defaults.items())),
-            )
-            start, stop = window["offset"], window["offset"] + len(window["tokens"])
-            if baseline == "side by side":
-                rows = {k: v[start:stop] for k, v in base.rows.items()}
-                base_peaks = {k: peaks.get(k, figures.symmetric_range(v)) for k, v in rows.items()}
-                title = "default β (same colour scale)"
-            else:
-                changed = [k for k in view.rows if k in base.rows and k not in figures.OWN_SCALE_ROWS]
-                rows = {
-                    f"{k}: tuned − default": compute.credit_difference(base.rows[k], view.rows[k])
-                    for k in changed
-                }
-                rows = {k: v[start:stop] for k, v in rows.items()}
-                base_peaks = figures.scale_peaks(rows, mode)
-                title = "tuned β − default β"
-            st.plotly_chart(
-                figures.credit_heatmap(rows, window["tokens"], offset=start, peaks=base_peaks,
-                                       clickable=False, title=title),
-                key="tune_baseline_heatmap",
-                width="stretch",
-                config={"displayModeBar": False},
-            )
+            baseline_chart(view, window, peaks, mode, baseline, against)
         shares = compute.group_shares(sel.db, sel.run, sel.group, estimator, (), beta_items, norm_items)
         st.plotly_chart(
-            figures.shares_figure(shares, "share of |A| per channel (this group)"),
+            charts.shares_figure(shares, "share of |A| per channel (this group)"),
             key="tune_shares",
             width="stretch",
             config={"displayModeBar": False},
+        )
+
+
+def baseline_chart(view, window: dict, peaks: dict, mode: str, how: str, against: str) -> None:
+    """The baseline of the tuned heatmap's window: the default β (every row) or the summed reward (the
+    final row: channel scores summed first, then the estimator), side by side or as tuned − baseline."""
+    start, stop = window["offset"], window["offset"] + len(window["tokens"])
+    if against == "default":
+        base = views.compute_or_explain(
+            compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, (),
+            tuple(sorted(defaults.items())),
+        ).rows
+        name = "default"
+    else:
+        summed = views.compute_or_explain(
+            compute.summed_reward_credit, sel.db, sel.run, sel.group, sel.rollout, estimator, ()
+        )
+        base, name = {"final": summed}, "summed"
+    if how == "side by side":
+        rows = {(k if against == "default" else "summed reward"): v[start:stop] for k, v in base.items()}
+        base_peaks = {k: peaks.get(k, peaks["final"]) for k in rows}
+        title = f"{BASELINES[against]} (same colour scale)"
+    else:
+        changed = [k for k in view.rows if k in base and k not in scales.OWN_SCALE_ROWS]
+        rows = {
+            f"{k}: tuned − {name}": compute.credit_difference(base[k], view.rows[k])[start:stop]
+            for k in changed
+        }
+        base_peaks = scales.scale_peaks(rows, mode)
+        title = f"tuned β − {BASELINES[against]}"
+    st.plotly_chart(
+        heatmaps.credit_heatmap(rows, window["tokens"], offset=start, peaks=base_peaks, clickable=False,
+                                title=title),
+        key="tune_baseline_heatmap",
+        width="stretch",
+        config={"displayModeBar": False},
+    )
+    if against == "summed":
+        st.caption(
+            f"Summed reward: every channel's score added per rollout first (a missing score skipped), then "
+            f"{views.plain(estimator)} on that one reward, as a mixed pipeline (and TRL) does; the numbers "
+            f"of `creditlens estimate --estimator {views.plain(estimator)} --channel all`."
         )
 
 
@@ -147,7 +171,7 @@ def dual_ascent_replay() -> None:
     start.caption("Starts from β " + ", ".join(f"{views.plain(c)} {b:g}" for c, b in beta0.items()))
     button.button("Replay from the current β", key="tune_replay_button")
     replay = compute.dual_ascent(sel.db, sel.run, tuple(tau.items()), eta, tuple(beta0.items()), mode)
-    st.plotly_chart(figures.beta_trajectories(replay), key="tune_replay", width="stretch")
+    st.plotly_chart(charts.beta_trajectories(replay), key="tune_replay", width="stretch")
     last = replay[replay["step"] == replay["step"].max()] if len(replay) else replay
     replayed = {str(r.channel): float(r.beta) for r in last.itertuples(index=False)}
     if replayed:

@@ -32,7 +32,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("--rollout", type=int, required=True, help="rollout id")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--positions", help="comma-separated response positions, e.g. 3,17")
-    where.add_argument("--suggest", help="entropy:K (top-K entropy positions) or steps (line starts)")
+    where.add_argument("--suggest", help="entropy:K (top-K entropy) or steps (after each line end): "
+                       "the Resample view's suggestions")
     p.add_argument("--samples", type=int, default=8, help="suffixes per position (M)")
     add_model_args(p)
     p.add_argument("--verifier", default=None, help="verifier name or module:function (default: the run's)")

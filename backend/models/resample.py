@@ -189,19 +189,27 @@ def suggest_entropy(entropies: Sequence[float], k: int = 5) -> list[int]:
 
 
 def suggest_steps(tokens: Sequence[str], include_start: bool = True) -> list[int]:
-    """Step boundaries: position 0 (with `include_start`) and every position right after a token that
-    ends a line (a token containing a newline: subword tokenizers merge "\n" with its neighbours)."""
+    """Step boundaries: position 0 (with `include_start`) and the state right after each line's end.
+
+    Tokenizers put a newline in different places: alone or ending a token ("\n", ".\n": the next line
+    starts at the next token, t + 1), or leading the next line's first word (the simple tokenization's
+    "\n8", some subword merges): then the line ended just before that token, at t."""
     positions = [0] if include_start else []
-    for t, tok in enumerate(tokens[:-1] if tokens else []):
-        if "\n" in tok:
+    for t, tok in enumerate(tokens or []):
+        if "\n" not in tok:
+            continue
+        if tok.rsplit("\n", 1)[1].strip():  # the next line's text starts inside this token
+            positions.append(t)
+        elif t + 1 < len(tokens):
             positions.append(t + 1)
-    return sorted(set(positions))
+    return sorted(set(p for p in positions if include_start or p > 0))
 
 
 def parse_suggestion(spec: str, tokens: Sequence[str], entropies: Sequence[float] | None) -> list[int]:
-    """`entropy:K` or `steps` (the CLI's --suggest)."""
+    """`entropy:K` or `steps` (the CLI's --suggest): the same positions as the Resample view's
+    suggestion buttons (`suggested_positions`)."""
     if spec == "steps":
-        return suggest_steps(tokens)
+        return suggested_positions("steps", tokens, entropies)
     if spec.startswith("entropy"):
         _, _, k = spec.partition(":")
         try:

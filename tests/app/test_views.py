@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from backend import token_classes
 from backend.models import engine_note
 from backend.store import Store
 from tests.app.conftest import IMG, SCRIPT, chart, decode, heatmap_z, open_app
@@ -295,3 +296,31 @@ def test_oracle_view_warns_when_few_positions_are_valued(app_db):
             "model": ["m"] * 4}))
     at = open_app(app_db, "oracle", {"run": "small", "rollout": "0", "ests": "grpo"})
     assert any("Only 2 valued positions" in w.value for w in at.warning)
+
+
+def test_token_classes_in_a_link_are_used_and_stay_in_the_url(app_db):
+    classes = (token_classes.TokenClass("answer digits", "regex", r"^\d$"),
+               token_classes.TokenClass("carry word", "phrases", "carry"))
+    link = token_classes.to_link(classes)
+    at = open_app(app_db, "compare", {"run": "demo", "rollout": "352", "classes": link})
+    assert set(at.dataframe[0].value.index) == {"answer digits", "carry word", "other"}
+    assert at.query_params["classes"] in ([link], link)
+    assert not at.warning
+    with Store(app_db, read_only=True) as store:
+        assert "token_classes" not in store.run_info("demo")["meta"]  # a link never writes to the store
+    at.switch_page("../pages/rollout.py").run()  # the session keeps them: the Rollout view labels with them
+    assert not at.exception
+    assert at.query_params["classes"] in ([link], link)
+    at.number_input(key="rollout_pos").set_value(0).run()
+    assert any(t.value.startswith("class") and t.value.split()[-1] in ("digits", "other") for t in at.text)
+
+
+def test_a_link_with_a_bad_token_class_warns_and_uses_the_runs_classes(app_db):
+    at = open_app(app_db, None, {"run": "demo", "rollout": "352",
+                                 "classes": '[["fine","regex","a"],["broken","regex","("]]'})
+    (warning,) = [w.value for w in at.warning]  # on the first view the link opens
+    assert "classes=" in warning and "broken" in warning and "not a regex" in warning
+    at.switch_page("../pages/compare.py").run()
+    assert not at.exception
+    assert "digits" in set(at.dataframe[0].value.index)  # the defaults of the demo run
+    assert "classes" not in at.query_params

@@ -1,7 +1,6 @@
 """The oracle environment: its invariants, determinism, formats, and the qualitative picture."""
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -108,10 +107,10 @@ def test_native_records_are_json_and_match_the_batch():
     assert records[1]["extras"]["key_mask"] == batch.extras["key_mask"][1].tolist()
 
 
-def test_generation_is_fast():
-    start = time.perf_counter()
-    to_batch(generate(0))  # one default seed: 4000 responses
-    assert time.perf_counter() - start < 1.0
+def test_one_default_seed_is_the_documented_size():
+    # Its generation time is printed by `python -m bench oracle` (a timed assertion here would be flaky).
+    batch = to_batch(generate(0))
+    assert batch.B == 4000
 
 
 # Local stand-ins for the registry's broadcast and entropy estimators, so the environment's

@@ -61,3 +61,24 @@ def test_classes_are_saved_with_the_run_and_the_cli_edits_them(tmp_path):
     assert reset.returncode == 0
     with Store(db, read_only=True) as store:
         assert "token_classes" not in store.run_info("r")["meta"]
+
+
+def test_classes_travel_in_a_link_and_a_bad_one_is_named():
+    classes = (token_classes.TokenClass("hedges", "phrases", "obviously\nlet me"),
+               token_classes.TokenClass("numbers; ok", "regex", r"^\s*\d+[,:]?$"),
+               token_classes.TokenClass("key", "marker", "key"))
+    text = token_classes.to_link(classes)
+    assert token_classes.from_link(text) == classes
+    assert token_classes.to_link(token_classes.DEFAULT_CLASSES) == "default"
+    assert token_classes.from_link("default") == token_classes.DEFAULT_CLASSES
+    with pytest.raises(InputError, match="'broken'.*not a regex"):
+        token_classes.from_link('[["fine","regex","a"],["broken","regex","("]]')
+    with pytest.raises(InputError, match="marker must be one of"):
+        token_classes.from_link('[["k","marker","nope"]]')
+    with pytest.raises(InputError, match="class 2 is not a"):
+        token_classes.from_link('[["a","regex","a"],["b","regex"]]')
+    with pytest.raises(InputError, match="names must be unique"):
+        token_classes.from_link('[["a","regex","a"],["a","regex","b"]]')
+    for bad in ("{not json", "[]", '{"a": 1}'):
+        with pytest.raises(InputError, match="triples"):
+            token_classes.from_link(bad)

@@ -1,13 +1,20 @@
 """Tokens people can read, in headless chromium: the text view of credit on a subword-tokenized run,
-the colour scale locked across a β move, a shared link that restores a configured Compare view, and a
-link whose parameters cannot be honoured."""
+the colour scale locked across a β move, a shared link that restores a configured Compare view (and token
+classes), links whose parameters cannot be honoured, and Tune against the summed reward."""
 
 from __future__ import annotations
 
+import json
+from urllib.parse import parse_qs, quote, urlsplit
+
+import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
+from backend.cli import main
 from backend.demo.subword import subword_records
 from backend.estimators import registry
+from tests.app.conftest import decode
 from tests.browser.conftest import open_view, wait_idle
 
 pytestmark = pytest.mark.browser
@@ -134,3 +141,54 @@ def test_a_link_that_cannot_be_honoured_says_so_and_falls_back(page):
     assert "est=grpo" in page.url and "scale=shared" in page.url and "grpo.epsilon" not in page.url
     open_view(page, "rollout?run=no_such_run&rollout=3")
     assert "run=no_such_run" in page.locator("[data-testid=stAlert]").first.inner_text()
+
+
+CLASSES = [["carry word", "phrases", "carry"], ["answer digits", "regex", "^\\d$"]]
+
+
+def test_a_link_with_token_classes_restores_them(page):
+    link = quote(json.dumps(CLASSES))
+    open_view(page, f"compare?run=demo&rollout=3&classes={link}")
+    page.wait_for_selector(".st-key-compare_mass .js-plotly-plot")
+    bars = page.evaluate("() => document.querySelector('.st-key-compare_mass .js-plotly-plot').data"
+                         ".filter(t => t.type === 'bar').flatMap(t => [...t.x])")
+    assert set(bars) == {"carry word", "answer digits", "other"}
+    assert page.locator("[data-testid=stAlert]").filter(has_text="cannot be honoured").count() == 0
+    assert json.loads(parse_qs(urlsplit(page.url).query)["classes"][0]) == CLASSES  # still in the link
+    page.get_by_text("Token classes of this run", exact=True).click()
+    page.wait_for_selector(".st-key-token_class_table")
+    assert "this session's classes" in page.locator("[data-testid=stExpander]").last.inner_text()
+
+
+def test_a_link_with_a_class_that_cannot_be_used_warns_and_falls_back(page):
+    bad = quote(json.dumps([["fine", "regex", "a"], ["broken", "regex", "("]]))
+    open_view(page, f"compare?run=demo&rollout=3&classes={bad}")
+    page.wait_for_selector(".st-key-compare_mass .js-plotly-plot")
+    text = "\n".join(page.locator("[data-testid=stAlert]").filter(has_text="cannot be honoured")
+                     .all_inner_texts())
+    assert "classes=" in text and "broken" in text and "not a regex" in text, text
+    bars = page.evaluate("() => document.querySelector('.st-key-compare_mass .js-plotly-plot').data"
+                         ".filter(t => t.type === 'bar').flatMap(t => [...t.x])")
+    assert "digits" in bars and "broken" not in bars  # the run's own (default) classes
+    assert "classes=" not in page.url
+
+
+BASELINE_Z = ("() => document.querySelector('.st-key-tune_baseline_heatmap .js-plotly-plot').data"
+              ".filter(t => t.type === 'heatmap').map(t => t.z)")  # typed arrays as sent ({dtype, bdata})
+
+
+def test_tune_against_the_summed_reward_shows_what_estimate_channel_all_prints(page, server, tmp_path):
+    rollout = 352
+    open_view(page, f"tune?run=demo&rollout={rollout}&est=entropy&base=side+by+side&against=summed")
+    page.wait_for_selector(".st-key-tune_baseline_heatmap .js-plotly-plot")
+    bands = [np.asarray(decode(z), dtype=np.float64).reshape(-1) for z in page.evaluate(BASELINE_Z)]
+    shown = np.concatenate(bands)
+    shown = shown[np.isfinite(shown)]  # one row; a band's unused cells are NaN
+    out = tmp_path / "all.parquet"
+    assert main(["estimate", "--db", str(server.db), "--run", "demo", "--estimator", "entropy",
+                 "--channel", "all", "--out", str(out)]) == 0
+    frame = pq.read_table(out).to_pandas()
+    expected = frame[frame["rollout_id"] == rollout].sort_values("pos")["advantage"].to_numpy()
+    np.testing.assert_allclose(shown, expected, atol=1e-5)
+    assert "summed reward" in page.locator(".st-key-tune_baseline_heatmap").text_content()
+    assert "against=summed" in page.url

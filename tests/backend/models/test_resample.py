@@ -17,6 +17,7 @@ from backend.models.resample import (
     segment_advantages,
     suggest_entropy,
     suggest_steps,
+    suggested_positions,
 )
 from backend.store import Store
 from tests.backend.models.conftest import DEMO_MODEL, DEMO_RUN
@@ -72,6 +73,11 @@ def test_cancel_keeps_finished_chunks(engine, monkeypatch):
 def test_position_suggestions():
     tokens = list("ab\ncd\n#### 4")
     assert suggest_steps(tokens) == [0, 3, 6]
+    # the simple tokenization puts the newline before the next line's first word: the state before it
+    simple = ["4", "+", "8", "=", "12", " carry", " 1", "\n8", "+", "4", "=", "12", "\n", "####", " 12"]
+    assert suggest_steps(simple) == [0, 7, 13]
+    assert suggest_steps(simple, include_start=False) == [7, 13]
+    assert suggest_steps(["a", ".\n\n", "b", "\n"]) == [0, 2]  # a final newline starts no new state
     assert suggest_entropy([0.1, 2.0, 0.5, 3.0, float("nan")], k=2) == [1, 3]
     assert parse_suggestion("entropy:1", tokens, [0.0] * 11 + [5.0]) == [11]
     with pytest.raises(InputError, match="needs entropies"):
@@ -135,7 +141,8 @@ def test_resample_and_score_commands_on_a_real_store(tmp_path, capsys):
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert set(report) >= {"positions", "tokens", "seconds"}
-    steps = suggest_steps(rollout["tokens"])
+    steps = suggested_positions("steps", rollout["tokens"], None)  # the Resample view's suggestion
+    assert steps and 0 not in steps
     assert [p["pos"] for p in report["positions"]] == steps
     assert all(p["n"] == 4 and 0 <= p["value"] <= 1 for p in report["positions"])
 

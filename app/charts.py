@@ -1,0 +1,315 @@
+"""Charts beside the token views: the waterfall of channel contributions, rank agreement, credit mass by
+token class, shares per channel, the prefix tree, the dual-ascent replay, V̂ along a rollout, oracle
+metrics and the trends over steps. Plain arrays/DataFrames in, `go.Figure` out; names are escaped."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from app.fmt import safe
+from app.scales import DIVERGING, symmetric_range
+
+
+def contribution_waterfall(contributions: dict[str, float], final: float, title: str = "") -> go.Figure:
+    """The final advantage of one token as the sum of its channel contributions β_c · Ã_c."""
+    names = [safe(n) for n in contributions]
+    values = [float(v) for v in contributions.values()]
+    fig = go.Figure(
+        go.Waterfall(
+            x=names + ["final A"],
+            y=values + [float(final)],
+            measure=["relative"] * len(values) + ["total"],
+            text=[f"{v:+.3f}" for v in values + [float(final)]],
+            textposition="outside",
+            increasing={"marker": {"color": "#2166ac"}},
+            decreasing={"marker": {"color": "#b2182b"}},
+            totals={"marker": {"color": "#555555"}},
+        )
+    )
+    fig.update_layout(
+        height=320,
+        title=safe(title) if title else None,
+        showlegend=False,
+        margin={"l": 10, "r": 10, "t": 40 if title else 10, "b": 10},
+    )
+    return fig
+
+
+def rank_agreement_figure(matrix: pd.DataFrame) -> go.Figure:
+    """Spearman correlation between estimators, as an annotated matrix on [-1, 1]."""
+    labels = [safe(n) for n in matrix.index]
+    values = matrix.to_numpy(dtype=np.float64)
+    text = [["–" if not np.isfinite(v) else f"{v:.2f}" for v in row] for row in values]
+    fig = go.Figure(
+        go.Heatmap(
+            z=values,
+            x=labels,
+            y=labels,
+            text=text,
+            texttemplate="%{text}",
+            colorscale=DIVERGING,
+            zmin=-1,
+            zmax=1,
+            zmid=0,
+            colorbar={"title": {"text": "ρ"}, "thickness": 12},
+        )
+    )
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(height=120 + 45 * len(labels), margin={"l": 10, "r": 10, "t": 10, "b": 10})
+    return fig
+
+
+def class_mass_figure(frame: pd.DataFrame) -> go.Figure:
+    """Credit share per token class and estimator (bars) against the class's share of tokens (marks)."""
+    fig = go.Figure()
+    for name, part in frame.groupby("estimator", sort=False):
+        fig.add_trace(go.Bar(x=part["token_class"], y=part["credit_share"], name=safe(name)))
+    counts = frame.drop_duplicates("token_class")
+    fig.add_trace(
+        go.Scatter(
+            x=counts["token_class"],
+            y=counts["token_share"],
+            mode="markers",
+            marker={"symbol": "line-ew-open", "size": 28, "line": {"width": 3}, "color": "#333"},
+            name="share of tokens",
+        )
+    )
+    fig.update_layout(
+        barmode="group",
+        height=360,
+        xaxis={"tickangle": -30, "automargin": True},  # class names stay whole under the bars
+        yaxis={"title": "share of Σ|A|", "tickformat": ".0%"},
+        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+        legend={"orientation": "h", "y": 1.12},
+    )
+    return fig
+
+
+def shares_figure(shares: dict[str, float], title: str = "share of |A| per channel") -> go.Figure:
+    names = [safe(n) for n in shares]
+    values = [0.0 if not np.isfinite(v) else float(v) for v in shares.values()]
+    fig = go.Figure(
+        go.Bar(
+            x=values,
+            y=names,
+            orientation="h",
+            text=[f"{v:.0%}" for v in values],
+            textposition="auto",
+            marker={"color": "#4575b4"},
+        )
+    )
+    fig.update_layout(
+        height=80 + 32 * len(names),
+        title=title,
+        xaxis={"tickformat": ".0%", "range": [0, 1]},
+        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+    )
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def prefix_tree_figure(frame: pd.DataFrame, zmax: float | None = None) -> go.Figure:
+    """The group's prefix tree as an icicle: width = responses through a node, colour = V(u)."""
+    peak = zmax if zmax is not None else symmetric_range(frame["value"].to_numpy())
+    ids = [str(i) for i in frame["node_id"]]
+    parents = ["" if pd.isna(p) else str(int(p)) for p in frame["parent"]]
+    labels = [safe(label) for label in frame["label"]]
+    hover = [
+        f"{safe(r.label)}<br>tokens [{r.start}, {r.end})<br>responses {r.count}<br>V(u) {r.value:+.3f}"
+        + ("<br><b>branch point</b>" if r.branches else "")
+        + (f"<br>TD {r.td:+.3f}" if r.td else "")
+        for r in frame.itertuples()
+    ]
+    fig = go.Figure(
+        go.Icicle(
+            ids=ids,
+            parents=parents,
+            labels=labels,
+            values=frame["count"],
+            branchvalues="total",
+            hovertext=hover,
+            hoverinfo="text",
+            textinfo="label",
+            marker={
+                "colors": frame["value"],
+                "colorscale": DIVERGING,
+                "cmid": 0,
+                "cmin": -peak,
+                "cmax": peak,
+                "showscale": True,
+                "colorbar": {"title": {"text": "V(u)"}, "thickness": 12},
+            },
+            tiling={"orientation": "v"},
+            maxdepth=8,
+        )
+    )
+    fig.update_layout(height=460, margin={"l": 10, "r": 10, "t": 10, "b": 10})
+    return fig
+
+
+def beta_trajectories(frame: pd.DataFrame) -> go.Figure:
+    """Dual-ascent replay: β_c over steps (top) and violation rates against τ_c (bottom).
+
+    frame: rows (step, channel, beta, rate, tau)."""
+    fig = make_subplots(
+        rows=2, cols=1, shared_xaxes=True, subplot_titles=("β per channel", "violation rate vs τ")
+    )
+    palette = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d"]
+    for i, (channel, part) in enumerate(frame.groupby("channel", sort=False)):
+        color = palette[i % len(palette)]
+        name = safe(channel)
+        for row, column, label in ((1, "beta", name), (2, "rate", f"{name} rate")):
+            fig.add_trace(
+                go.Scatter(
+                    x=part["step"],
+                    y=part[column],
+                    mode="lines+markers",
+                    name=label,
+                    line={"color": color},
+                    legendgroup=name,
+                    showlegend=row == 1,
+                ),
+                row=row,
+                col=1,
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=part["step"],
+                y=part["tau"],
+                mode="lines",
+                name=f"τ {name}",
+                line={"color": color, "dash": "dash"},
+                legendgroup=name,
+                showlegend=False,
+            ),
+            row=2,
+            col=1,
+        )
+    fig.update_layout(height=460, margin={"l": 10, "r": 10, "t": 30, "b": 10})
+    fig.update_xaxes(tickformat="d", dtick=_step_tick(frame["step"]))
+    fig.update_xaxes(title="step", row=2, col=1)
+    return fig
+
+
+def _step_tick(steps) -> int:
+    """An integer tick spacing showing at most about 10 steps."""
+    span = int(np.nanmax(steps) - np.nanmin(steps)) if len(steps) else 0
+    return max(1, math.ceil(span / 10))
+
+
+def value_estimates_figure(values: pd.DataFrame, length: int, outcome: float | None = None) -> go.Figure:
+    """V̂(s_t) ± standard error at the resampled positions along the rollout, and the observed outcome."""
+    fig = go.Figure(
+        go.Scatter(
+            x=values["pos"],
+            y=values["value"],
+            error_y={"type": "data", "array": values["stderr"], "visible": True},
+            mode="markers+lines",
+            name="V̂(s_t) ± s.e.",
+            hovertemplate="pos %{x}<br>V̂ %{y:.3f}<extra></extra>",
+        )
+    )
+    if outcome is not None:
+        fig.add_trace(
+            go.Scatter(
+                x=[length],
+                y=[outcome],
+                mode="markers",
+                name="observed outcome",
+                marker={"symbol": "star", "size": 12, "color": "#b2182b"},
+            )
+        )
+    fig.update_layout(
+        height=320,
+        xaxis={"title": "position", "range": [-1, max(length, 1) + 1]},
+        yaxis={"title": "reward"},
+        margin={"l": 10, "r": 10, "t": 10, "b": 10},
+    )
+    return fig
+
+
+def oracle_metrics_figure(frame: pd.DataFrame, metrics: Sequence[str], error: str = "_std") -> go.Figure:
+    """One bar group per metric, one bar per estimator (frame: estimator + metric columns, + the error
+    bar columns named metric + `error`)."""
+    fig = go.Figure()
+    for row in frame.itertuples(index=False):
+        d = row._asdict()
+        fig.add_trace(
+            go.Bar(
+                x=list(metrics),
+                y=[d.get(m) for m in metrics],
+                name=safe(d["estimator"]),
+                error_y={
+                    "type": "data",
+                    "array": [_bar(d.get(f"{m}{error}")) for m in metrics],
+                    "visible": True,
+                },
+            )
+        )
+    fig.update_layout(
+        barmode="group", height=380, margin={"l": 10, "r": 10, "t": 10, "b": 10}, legend={"orientation": "h"}
+    )
+    return fig
+
+
+# ---- trends over steps (one row per step from backend.explorer.step_trends) ----------------------------
+
+TREND_HEIGHT = 300
+
+
+def _trend_layout(fig: go.Figure, title: str, yaxis: dict | None = None) -> go.Figure:
+    fig.update_layout(
+        title=title,
+        height=TREND_HEIGHT,
+        xaxis={"title": "step", "dtick": 1},
+        yaxis=yaxis or {},
+        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+        legend={"orientation": "h", "y": -0.25},
+        hovermode="x unified",
+    )
+    return fig
+
+
+def trend_lines(frame: pd.DataFrame, columns: dict[str, str], title: str, percent: bool = False) -> go.Figure:
+    """One line per column over steps. columns: column -> legend label (channel names are escaped)."""
+    fig = go.Figure()
+    for column, label in columns.items():
+        if column in frame.columns:
+            fig.add_trace(go.Scatter(x=frame["step"], y=frame[column].astype(float), mode="lines+markers",
+                                     name=safe(label)))
+    return _trend_layout(fig, title, {"tickformat": ".0%"} if percent else None)
+
+
+def class_share_trend(frame: pd.DataFrame, columns: dict[str, str]) -> go.Figure:
+    """Share of Σ|A| per token class over steps, stacked to 100% (a growing `filler` band is the trend to
+    watch). columns: share column -> class name."""
+    fig = go.Figure()
+    for column, label in columns.items():
+        fig.add_trace(go.Scatter(x=frame["step"], y=frame[column].astype(float).fillna(0.0), name=safe(label),
+                                 mode="lines", stackgroup="classes", hovertemplate="%{y:.1%}"))
+    return _trend_layout(fig, "credit share by token class", {"title": "share of Σ|A|", "tickformat": ".0%",
+                                                              "range": [0, 1]})
+
+
+def quantile_band(frame: pd.DataFrame) -> go.Figure:
+    """The advantage distribution per step: q05–q95 and q25–q75 bands around the median."""
+    fig = go.Figure()
+    step = frame["step"]
+    for low, high, label, alpha in (("q05", "q95", "5–95%", 0.15), ("q25", "q75", "25–75%", 0.35)):
+        fig.add_trace(go.Scatter(x=step, y=frame[high].astype(float), mode="lines", line={"width": 0},
+                                 showlegend=False, hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=step, y=frame[low].astype(float), mode="lines", line={"width": 0},
+                                 fill="tonexty", fillcolor=f"rgba(69,117,180,{alpha})", name=label))
+    fig.add_trace(go.Scatter(x=step, y=frame["q50"].astype(float), mode="lines+markers", name="median",
+                             line={"color": "#4575b4"}))
+    return _trend_layout(fig, "advantage quantiles over tokens")
+
+
+def _bar(value) -> float:
+    return 0.0 if value is None or value != value else float(value)

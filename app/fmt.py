@@ -1,0 +1,54 @@
+"""Numbers and model text for people and for Plotly.
+
+Model text is untrusted. Plotly renders a subset of HTML in text and hover labels, so every string that
+came from a model or a file goes through `safe()` before it reaches a figure; numbers go through `nice()`
+(no "-0.000", "–" for missing) or `percent()`.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+
+def safe(text: str) -> str:
+    """Escape `<`, `>`, `&`, quotes for Plotly's HTML-ish text rendering.
+
+    Plotly decodes numeric entities and a few named ones, but not `&quot;`, so `"` becomes `&#34;`
+    (else a hover label shows `&quot;` where the model wrote a quote)."""
+    return html.escape(str(text), quote=True).replace("&quot;", "&#34;")
+
+
+def shown_token(text: str) -> str:
+    """A token with its whitespace made visible (newline ⏎, tab ⇥, space ␣), not escaped."""
+    return str(text).replace("\n", "⏎").replace("\t", "⇥").replace(" ", "␣")
+
+
+def visible_token(text: str, width: int = 3) -> str:
+    """A token as it can be read in a cell: whitespace made visible, cut to `width` characters, escaped."""
+    shown = shown_token(text)
+    if len(shown) > width:
+        shown = shown[: width - 1] + "…"
+    return safe(shown)
+
+
+def nice(v, digits: int = 3, signed: bool = True) -> str:
+    """A number for people: '–' for missing/NaN, no '-0.000', `digits` decimals."""
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return "–"
+    if not math.isfinite(v):
+        return "–"
+    text = f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
+    if float(text) == 0:
+        return f"{0:.{digits}f}"
+    return text
+
+
+def percent(v) -> str:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return "–"
+    return "–" if not math.isfinite(v) else f"{v:.0%}"

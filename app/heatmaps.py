@@ -1,0 +1,305 @@
+"""Token heatmaps and the text view of credit: one row per series (channels, final, true credit, the
+estimators of Compare, the responses of Group), cells sized to their token's text, wrapped into bands;
+and the response as running text coloured by its advantage."""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from app.fmt import nice, safe, shown_token, visible_token
+from app.scales import colour_axis, credit_colour, symmetric_range
+
+BAND = 64  # tokens per heatmap line
+
+
+CELL_TEXT_LIMIT = 12_000  # above this many cells only the last row of each band shows token text
+# Hover label of a heatmap cell; customdata = [pos, token, row, value, logprob, entropy, *shares], strings
+# escaped and formatted when the figure is built, shares as fractions (the template names them).
+HOVER = (
+    "<b>%{customdata[1]}</b> · pos %{customdata[0]}<br>%{customdata[2]}: %{customdata[3]}<br>"
+    "logprob %{customdata[4]} · entropy %{customdata[5]}"
+)
+
+
+def cell_units(token: str, limit: int = 8) -> int:
+    """Width of a token's cell in grid units (one unit fits about two characters; 1 to `limit`)."""
+    return int(min(max(1, math.ceil(len(str(token)) / 2)), limit))
+
+
+def band_cells(widths: Sequence[int], band: int = BAND) -> list[tuple[int, int]]:
+    """(band, first column) of each token when cells of `widths` units are packed into bands of `band` units.
+
+    One-unit tokens (a character-level run) give exactly `band` tokens per band."""
+    out, bnd, col = [], 0, 0
+    for w in widths:
+        if col + w > band and col > 0:
+            bnd, col = bnd + 1, 0
+        out.append((bnd, col))
+        col += w
+    return out
+
+
+def band_layout(length: int, n_rows: int, band: int = BAND) -> tuple[int, int]:
+    """(number of bands, grid height): bands of `band` tokens, `n_rows` rows each, one blank row between."""
+    bands = max(1, math.ceil(length / band))
+    return bands, bands * (n_rows + 1) - 1
+
+
+def heatmap_position(point: dict, n_rows: int, band: int = BAND) -> int | None:
+    """The token position of a clicked heatmap cell (from the selection event), or None for a gap."""
+    custom = point.get("customdata")
+    if isinstance(custom, (list, tuple)) and custom and custom[0] is not None:
+        return int(custom[0])
+    if isinstance(custom, (int, float)) and not isinstance(custom, bool):
+        return int(custom)
+    x, y = point.get("x"), point.get("y")
+    if x is None or y is None:
+        return None
+    bnd, row = divmod(int(round(y)), n_rows + 1)
+    if row >= n_rows:
+        return None
+    return bnd * band + int(round(x))
+
+
+def credit_heatmap(
+    rows: dict[str, np.ndarray],
+    tokens: Sequence[str],
+    *,
+    token_info: pd.DataFrame | None = None,
+    shares: dict[str, np.ndarray] | None = None,
+    band: int = BAND,
+    zmax: float | None = None,
+    peaks: dict[str, float] | None = None,
+    title: str | None = None,
+    cell_text: bool | str | None = None,
+    row_tokens: dict[str, Sequence[str]] | None = None,
+    offset: int = 0,
+    clickable: bool = True,
+    highlight: Sequence[int] = (),
+) -> go.Figure:
+    """Token heatmap: one row per named series (channels, final, true credit), wrapped into bands.
+
+    rows: name -> (L,) values per token (NaN: not defined); tokens: L display strings;
+    token_info: optional columns `logprob`, `entropy` (L rows) for the hover;
+    shares: optional channel -> (L,) share of |A| at each token, shown in the hover;
+    row_tokens: optional per-row token text (the Group view: one response per row, L = the longest);
+    cell_text: token text in every cell (True), in the last row of each band ("last"), nowhere (False:
+    the hover still names the token; text is most of the browser's drawing time), or None: every cell
+    up to CELL_TEXT_LIMIT cells, else "last".
+    offset: position of the first token shown (a window of a long rollout); positions stay absolute.
+    clickable: add the invisible marker layer that makes cells selectable (heatmaps emit no selection
+    events); without it the heatmap carries the hover itself.
+    highlight: absolute positions outlined across their band (the selected token, the chosen positions).
+    peaks: each row's colour half-width (`scale_peaks`); default: one shared max |A| (`zmax` if given).
+
+    Cells are sized to their token text (`cell_units`, about two characters a unit) and packed into bands
+    `band` units wide, so a character-level run has `band` tokens a line and a subword run fewer, each
+    readable. Each band is one heatmap trace with cell edges; all share one colour axis in A (the most
+    common half-width); a row with another half-width is rescaled onto it and says so in its label.
+    The hover shows the true value.
+    """
+    names = list(rows)
+    R = len(names)
+    if cell_text is None:
+        cell_text = True if len(tokens) * R <= CELL_TEXT_LIMIT else "last"
+    per_row = {n: list(row_tokens[n]) if row_tokens is not None else list(tokens) for n in names}
+    L = max((len(v) for v in per_row.values()), default=0) if row_tokens is not None else len(tokens)
+    # a position's width: the widest text any row has there (Group rows differ), in units
+    widths = [
+        max((cell_units(shown_token(per_row[n][t])) for n in names if t < len(per_row[n])), default=1)
+        for t in range(L)
+    ]
+    cells = band_cells(widths, band)
+    n_bands = (cells[-1][0] + 1) if cells else 1
+    if peaks is None:
+        peak = zmax if zmax is not None else symmetric_range(*[rows[n] for n in names])
+        peaks = {n: peak for n in names}
+    # the colour axis is in A on the most common half-width; a row on its own scale is rescaled onto it
+    # (its label says so), so the z of every other row is its true value
+    common = max(set(peaks.values()), key=list(peaks.values()).count) if peaks else 1.0
+    lp = [_fmt(v) for v in _column(token_info, "logprob", L)]
+    ent = [_fmt(v) for v in _column(token_info, "entropy", L)]
+    shares = shares or {}
+    share_names = [safe(k).replace("%{", "% {") for k in shares]  # names go into the template itself
+    share_cols = [np.round(np.nan_to_num(np.asarray(v, dtype=np.float64)), 2) for v in shares.values()]
+    share_values = np.stack(share_cols, axis=1).tolist() if share_cols else [[]] * L
+    hover = HOVER + "".join(
+        ("<br>" if i == 0 else " · ") + f"{n} %{{customdata[{6 + i}]:.0%}}" for i, n in enumerate(share_names)
+    )
+    hover += "<extra></extra>"
+    by_band: dict[int, list[int]] = {}
+    for t, (bnd, _) in enumerate(cells):
+        by_band.setdefault(bnd, []).append(t)
+    fig = go.Figure()
+    xs, ys, custom = [], [], []
+    for bnd in range(n_bands):
+        members = by_band.get(bnd, [])
+        edges = [cells[t][1] - 0.5 for t in members] + (
+            [cells[members[-1]][1] + widths[members[-1]] - 0.5] if members else [-0.5, 0.5]
+        )
+        top = bnd * (R + 1)
+        z = np.full((R, max(len(members), 1)), np.nan)
+        text = np.full(z.shape, "", dtype=object)
+        band_custom = np.full(z.shape, None, dtype=object)
+        for r, name in enumerate(names):
+            values = np.asarray(rows[name], dtype=np.float64)
+            label = safe(name)
+            row_text = per_row[name]
+            for j, t in enumerate(members):
+                if t >= len(row_text):
+                    continue
+                v = values[t] if t < len(values) else np.nan
+                z[r, j] = v * (common / peaks[name]) if np.isfinite(v) else np.nan  # on the common scale
+                if cell_text is True or (cell_text == "last" and r == R - 1):
+                    text[r, j] = visible_token(row_text[t], 2 * widths[t])
+                band_custom[r, j] = [
+                    offset + t, safe(repr(row_text[t])[1:-1]), label, _fmt(v), lp[t], ent[t], *share_values[t]
+                ]
+                xs.append(cells[t][1] + (widths[t] - 1) / 2)
+                ys.append(top + r)
+                custom.append(band_custom[r, j])
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                x=edges,
+                y=[top + r - 0.5 for r in range(R + 1)],
+                text=text,
+                texttemplate="%{text}",
+                textfont={"size": 10},
+                customdata=None if clickable else band_custom,
+                hovertemplate=None if clickable else hover,
+                hoverinfo="skip" if clickable else None,
+                hoverongaps=False,
+                coloraxis="coloraxis",
+                xgap=1,
+                ygap=1,
+                name=f"band {bnd}",
+            )
+        )
+    # Heatmaps emit no selection events, so an invisible marker per cell carries hover and clicks.
+    # SVG, not WebGL: headless/software-rendered browsers draw it several times faster.
+    if clickable:
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                customdata=custom,
+                hovertemplate=hover,
+                mode="markers",
+                marker={"size": 12, "color": "rgba(0,0,0,0)", "symbol": "square"},
+                selected={"marker": {"color": "rgba(0,0,0,0.35)"}},
+                unselected={"marker": {"opacity": 1}},
+                showlegend=False,
+                name="tokens",
+            )
+        )
+    for pos in highlight:
+        t = int(pos) - offset
+        if 0 <= t < L:
+            bnd, col = cells[t]
+            top = bnd * (R + 1)
+            fig.add_shape(
+                type="rect",
+                x0=col - 0.5,
+                x1=col + widths[t] - 0.5,
+                y0=top - 0.5,
+                y1=top + R - 0.5,
+                line={"color": "#111111", "width": 3},
+                fillcolor="rgba(0,0,0,0)",
+                layer="above",
+                name=f"selected {int(pos)}",
+            )
+    tickvals = [b * (R + 1) + r for b in range(n_bands) for r in range(R)]
+    starts = {b: by_band[b][0] for b in by_band}
+    ticktext = [
+        _row_label(n, peaks[n], common) + (f"  [{offset + starts.get(b, 0)}]" if r == 0 else "")
+        for b in range(n_bands)
+        for r, n in enumerate(names)
+    ]
+    height = n_bands * (R + 1) - 1
+    fig_height = max(140, 22 * height + 50)  # a one-row figure keeps a readable colour bar
+    top_margin = 30 if title else 10
+    plot_height = fig_height - top_margin - 10
+    # rows keep their 22 px when the figure is taller than they need (a one-row figure), at the top
+    bottom = max(0.0, 1.0 - 22 * height / plot_height)
+    fig.update_yaxes(
+        tickvals=tickvals, ticktext=ticktext, autorange="reversed", showgrid=False, zeroline=False,
+        domain=[bottom, 1.0],
+    )
+    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, range=[-0.5, band - 0.5])
+    fig.update_layout(
+        height=fig_height,
+        margin={"l": 10, "r": 10, "t": top_margin, "b": 10},
+        title=safe(title) if title else None,
+        clickmode="event+select",
+        dragmode=False,
+        plot_bgcolor="rgba(0,0,0,0)",
+        coloraxis=colour_axis(common, fig_height),
+    )
+    return fig
+
+
+def _row_label(name: str, peak: float, common: float) -> str:
+    label = safe(name)
+    return label if np.isclose(peak, common) else f"{label} (±{nice(peak, 2, signed=False)})"
+
+
+def credit_text_html(
+    tokens: Sequence[str],
+    values: np.ndarray,
+    peak: float,
+    *,
+    offset: int = 0,
+    selected: int | None = None,
+    facts: Sequence[str] | None = None,
+    dimmed: np.ndarray | None = None,
+) -> str:
+    """The response as running text, each token a span coloured by its value on the diverging scale
+    centred at 0 with half-width `peak`.
+
+    Token text is untrusted: every character goes through `html.escape`. Whitespace stays as written
+    (the container uses `white-space: pre-wrap`, so the text wraps like the document); a newline shows
+    as ↵ before the break, a tab as ⇥; every span has a hairline edge, so a space token is a visible box.
+    Each span carries `data-pos` (absolute position) for clicks and a `title` (hover: position, value and
+    `facts[t]`, escaped). `selected` is outlined; `dimmed` (L,) bool tokens (loss-masked) are faded."""
+    parts = []
+    for t, token in enumerate(tokens):
+        v = float(values[t]) if t < len(values) else float("nan")
+        bg, fg = credit_colour(v, peak)
+        shown = html.escape(str(token), quote=True)
+        shown = shown.replace("\n", '<span class="nl">↵</span>\n')
+        shown = shown.replace("\t", '<span class="nl">⇥</span>\t')
+        title = f"pos {offset + t} · A {nice(v)}" + (f" · {facts[t]}" if facts is not None else "")
+        classes = "tok" + (" sel" if selected == offset + t else "") + (
+            " dim" if dimmed is not None and t < len(dimmed) and dimmed[t] else ""
+        )
+        parts.append(
+            f'<span class="{classes}" data-pos="{offset + t}" style="background:{bg};color:{fg}" '
+            f'title="{html.escape(title, quote=True)}">{shown}</span>'
+        )
+    return '<div class="credit-text">' + "".join(parts) + "</div>"
+
+
+def _column(frame: pd.DataFrame | None, name: str, n: int) -> np.ndarray:
+    if frame is None or name not in frame.columns:
+        return np.full(n, np.nan)
+    return np.asarray(frame[name], dtype=np.float64)
+
+
+def _fmt(v: float) -> str:
+    return nice(v)
+
+
+def small_multiples(advantages: dict[str, np.ndarray], tokens: Sequence[str], band: int = BAND, *,
+                    peaks: dict[str, float] | None = None, offset: int = 0) -> go.Figure:
+    """One row per estimator in every band (the rollout wrapped into bands, cells sized to their text), so
+    the estimators' credit for a token sits one above the other; one colour axis (`peaks`: per-row or
+    shared half-widths, default one shared max |A|). Labels are row ticks: they never overlap."""
+    return credit_heatmap(dict(advantages), tokens, band=band, peaks=peaks, offset=offset, clickable=False,
+                          cell_text="last")
