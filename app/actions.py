@@ -19,7 +19,7 @@ from backend import ingest
 # Re-exported for the Runs page, which reaches the backend only through app/.
 from backend.errors import InputError as InputError
 from backend.errors import StoreError as StoreError
-from backend.ingest.sources import FORMATS as FORMATS
+from backend.ingest import FORMATS as FORMATS
 from backend.store import StoreHandle
 from backend.uploads import safe_upload_path
 

@@ -13,6 +13,11 @@ import numpy as np
 import torch
 
 PER_TOKEN_FIELDS = ("logprobs", "ref_logprobs", "entropies", "values")
+"""The per-token float fields of a response (the store's columns, the native format's lists)."""
+OPTIONAL_FIELDS = (*PER_TOKEN_FIELDS, "tokens")
+"""Fields of a batch that a run may lack (None then); extras are optional by name."""
+MC_EXTRAS = ("mc_values", "mc_mask")
+"""The extras the store builds from resampling results: V̂(s_t) per position and where it is known."""
 
 
 class BatchError(ValueError):

@@ -16,15 +16,17 @@ view of a run-scoped estimator pays once and later views read the cache.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from backend import credit_summary
+from backend import credit_summary, token_classes
 from backend.batch import RolloutBatch
+from backend.chunks import DEFAULT_CHUNK_ROLLOUTS, Chunk, plan
 from backend.errors import InputError, StoreError
 from backend.estimators import registry
 from backend.store import StoreHandle
@@ -95,13 +97,15 @@ def estimate_rollouts(
     use_cache: bool = True,
     save: bool = True,
     progress: Progress | None = None,
+    chunk_rollouts: int | None = DEFAULT_CHUNK_ROLLOUTS,
 ) -> ScopedEstimate:
     """Advantages of `rollout_ids` (default: every rollout of `run`) under estimator `name` with `config`
     (a built config, default: the estimator's defaults), each computed on the batch of its scope.
 
     Reads the store's cache first; what it computes at step or run scope (or for the whole run) it saves
     for the next caller (unless `save` is false: a read-only server). A store that another process is
-    writing, or that this process may not write, just skips the save."""
+    writing, or that this process may not write, just skips the save. A whole run streams in chunks of
+    `chunk_rollouts` (see `stream_run`; None: the in-memory path, one batch with every field)."""
     spec = registry.get(name)
     name = spec.name  # a deprecated alias reads and writes the cache under the current name
     config = registry.make_config(name) if config is None else config
@@ -119,19 +123,21 @@ def estimate_rollouts(
     if use_cache and wanted_ids and set(wanted_ids) <= set(cached):
         return ScopedEstimate(name, config, scope, channel, {r: cached[r] for r in wanted_ids}, "cache")
 
-    whole_run = rollout_ids is None or scope == "run"
-    if whole_run:
-        chunks: list[dict] = [{}]  # one batch: the whole run (group scope included: groups are independent)
-        if scope == "step":
-            chunks = [{"steps": [int(s)]} for s in sorted(index["step"].unique())]
-    elif scope == "step":
+    advantages: dict[int, np.ndarray] = {}
+    if rollout_ids is None or scope == "run":
+        streamed = stream_run(handle, run, name, config, chunk_rollouts=chunk_rollouts, use_cache=False,
+                              save=save, progress=progress)
+        keep = set(wanted_ids)
+        for batch, adv in streamed:
+            advantages.update((r, a) for r, a in _per_rollout(batch, adv).items() if r in keep)
+        return ScopedEstimate(name, config, scope, channel, advantages, "computed", streamed.notes)
+
+    if scope == "step":
         chunks = [{"steps": [int(s)]} for s in sorted(wanted["step"].unique())]
     else:  # group
         chunks = [{"group_ids": sorted(int(g) for g in wanted["group_id"].unique())}]
-
-    advantages: dict[int, np.ndarray] = {}
     notes: list[str] = []
-    saving = save and (scope != "group" or whole_run)
+    saving = save and scope != "group"
     credit: list = []  # the Explorer's per-rollout credit summaries of what is saved
     with handle.read() as store:
         definitions = credit_summary.run_classes(store, run)
@@ -156,6 +162,121 @@ def estimate_rollouts(
                           notes)
 
 
+SAVE_EVERY_TOKENS = 4_000_000
+"""Computed outputs of a streamed estimate wait in memory until this many tokens, then go to the cache."""
+
+
+@dataclass
+class RunEstimate:
+    """A whole-run estimate that streams: iterating gives `(batch, advantages)` per chunk, advantages
+    (B, T) float32 on the chunk's own padding. `notes` fill in as the chunks are computed."""
+
+    estimator: str
+    config: Any
+    scope: str
+    channel: str
+    how: str
+    chunks: list[Chunk]
+    notes: list[str]
+    items: Iterator[tuple[RolloutBatch, torch.Tensor]]
+
+    def __iter__(self) -> Iterator[tuple[RolloutBatch, torch.Tensor]]:
+        return self.items
+
+
+def stream_run(
+    handle: StoreHandle,
+    run: str,
+    name: str,
+    config: Any = None,
+    *,
+    chunk_rollouts: int | None = DEFAULT_CHUNK_ROLLOUTS,
+    use_cache: bool = True,
+    save: bool = True,
+    with_tokens: bool = False,
+    progress: Progress | None = None,
+) -> RunEstimate:
+    """Estimator `name` on every rollout of `run`, chunk by chunk (`backend.chunks.plan`): each chunk is
+    loaded with only the fields the estimator reads (`registry.fields_for`; token text too when
+    `with_tokens`, and what token classes read when saving, for the credit summaries), padded to its own
+    longest response, and dropped once the caller has moved on. Computed outputs are saved to the cache
+    (and the Explorer's credit summaries) every `SAVE_EVERY_TOKENS` tokens and at the end; a cache
+    holding the whole run is read back chunk by chunk instead (`how` says which).
+    `chunk_rollouts=None`: the in-memory plan."""
+    spec = registry.get(name)
+    name = spec.name
+    config = registry.make_config(name) if config is None else config
+    scope = spec.scope_for(config)
+    key = registry.config_hash(name, config)
+    channel = channel_key(config)
+    with handle.read() as store:
+        index = store.rollout_keys(run)
+        cached = use_cache and len(index) > 0 and store.cached_rollouts(run, name, key, channel) >= len(index)
+    chunks = plan(index, scope, chunk_rollouts)
+    notes: list[str] = []
+    if cached:
+        items = _from_cache(handle, run, (name, key, channel), chunks, with_tokens, progress)
+        return RunEstimate(name, config, scope, channel, "cache", chunks, notes, items)
+    fields = None if chunk_rollouts is None else registry.fields_for(name, config)
+    if fields is not None and save:
+        fields = fields | set(token_classes.CLASS_FIELDS)  # the credit summaries saved with the outputs
+    if fields is not None and with_tokens:
+        fields = fields | {"tokens"}
+    items = _computed(handle, run, name, config, chunks, fields, save, progress, notes)
+    return RunEstimate(name, config, scope, channel, "computed", chunks, notes, items)
+
+
+def _from_cache(handle: StoreHandle, run: str, cache_key: tuple[str, str, str], chunks: list[Chunk],
+                with_tokens: bool, progress: Progress | None) -> Iterator[tuple[RolloutBatch, torch.Tensor]]:
+    fields = frozenset(["tokens"] if with_tokens else [])
+    with handle.read() as store:
+        for i, chunk in enumerate(chunks):
+            if progress is not None:
+                progress(i, len(chunks), f"cached {chunk.describe('')}")
+            batch = store.load_batch(run, fields=fields, **chunk.load_args())
+            cached = store.cached_estimate(run, *cache_key, id_range=(chunk.first, chunk.last))
+            found = ScopedEstimate("", None, "", "", cached, "cache")
+            yield batch, found.padded(batch.rollout_ids.tolist(), batch.T)
+    if progress is not None:
+        progress(len(chunks), len(chunks), "done")
+
+
+def _computed(handle: StoreHandle, run: str, name: str, config: Any, chunks: list[Chunk],
+              fields: frozenset[str] | None, save: bool, progress: Progress | None,
+              notes: list[str]) -> Iterator[tuple[RolloutBatch, torch.Tensor]]:
+    scope = registry.get(name).scope_for(config)
+    key, channel = registry.config_hash(name, config), channel_key(config)
+    pending: dict[int, np.ndarray] = {}
+    credit: list = []
+    with ExitStack() as reading:
+        store = reading.enter_context(handle.read())
+        definitions = credit_summary.run_classes(store, run)
+        classes = credit_summary.credit_classes(store, run)
+        credit_key = CreditKey(name, key, channel, classes)
+        for i, chunk in enumerate(chunks):
+            if progress is not None:
+                what = chunk.describe(scope) if len(chunks) > 1 else f"the whole run {run!r}"
+                progress(i, len(chunks), what)
+            batch = with_channel(store.load_batch(run, fields=fields, **chunk.load_args()), channel)
+            result = registry.estimate(name, batch, config)
+            note = result.diagnostics.get("fallback")
+            if isinstance(note, str):
+                notes.append(note)
+            if save:
+                pending.update(_per_rollout(batch, result.advantages))
+                credit.append(credit_summary.credit_rows(batch, result.advantages, classes, definitions))
+            yield batch, result.advantages
+            if save and sum(len(a) for a in pending.values()) >= SAVE_EVERY_TOKENS:
+                reading.close()  # DuckDB: one process writes, or several read, never both
+                save = _save(handle, run, name, key, config, channel, pending, credit_key, credit)
+                pending, credit = {}, []
+                store = reading.enter_context(handle.read())
+    if save and pending:
+        _save(handle, run, name, key, config, channel, pending, credit_key, credit)
+    if progress is not None:
+        progress(len(chunks), len(chunks), "done")
+
+
 def _describe(scope: str, chunk: dict, run: str) -> str:
     if "steps" in chunk:
         return f"step {chunk['steps'][0]}"
@@ -165,11 +286,13 @@ def _describe(scope: str, chunk: dict, run: str) -> str:
 
 
 def _save(handle: StoreHandle, run: str, name: str, key: str, config: Any, channel: str,
-          advantages: dict[int, np.ndarray], credit_key: CreditKey, credit: list) -> None:
+          advantages: dict[int, np.ndarray], credit_key: CreditKey, credit: list) -> bool:
+    """Save to the cache; False when the store cannot be written now."""
     try:
         with handle.write() as store:
             store.save_estimate(run, name, key, dataclasses.asdict(config), channel, advantages)
             with store.transaction():
                 credit_summary.save(store, run, credit_key, credit)
     except StoreError:  # StoreBusy included
-        pass  # another process is writing, or the file is not ours to write: the next caller computes again
+        return False  # another process is writing, or the file is not ours to write: the next caller computes
+    return True

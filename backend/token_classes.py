@@ -128,6 +128,11 @@ def save(store, run: str, classes: tuple[TokenClass, ...] | None) -> None:
     store.drop_credit_summaries(run)
 
 
+CLASS_FIELDS = ("tokens", "token_rewards", "style_mask", "key_mask")
+"""The batch fields token classes read (text, style channels' token rewards, synthetic runs' masks): a
+streamed estimate that saves credit summaries loads them (`backend.estimates.stream_run`)."""
+
+
 def _markers(batch: RolloutBatch) -> dict[str, np.ndarray]:
     B, T = batch.response_mask.shape
     style = np.zeros((B, T), dtype=bool)

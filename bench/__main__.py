@@ -2,7 +2,19 @@
 
 import sys
 
-from bench import app, estimators, explorer, heads, ingest, model_credit, models, oracle, reliability, teacher
+from bench import (
+    app,
+    estimators,
+    explorer,
+    heads,
+    ingest,
+    model_credit,
+    models,
+    oracle,
+    reliability,
+    scale,
+    teacher,
+)
 
 BENCHES = {
     "ingest": ingest,
@@ -15,6 +27,7 @@ BENCHES = {
     "app": app,
     "reliability": reliability,
     "explorer": explorer,
+    "scale": scale,
 }
 
 

@@ -19,13 +19,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("backend", "app", "pages", "bench")
 MAX_LINES = 450
 
-# Modules being split by other branches while this test was written (issue 10 items 1 and 4, issue 14);
-# the lead empties this set when those branches land.
-_BEING_SPLIT = {
-    "backend/store/db.py",
-}
-
-
 def _modules() -> dict[str, Path]:
     """Dotted module name -> file, for every source file of the packages."""
     out = {}
@@ -166,13 +159,9 @@ def test_source_modules_stay_short():
     for path in MODULES.values():
         rel = str(path.relative_to(ROOT))
         lines = len(path.read_text().splitlines())
-        if lines > MAX_LINES and rel not in _BEING_SPLIT:
+        if lines > MAX_LINES:
             long.append(f"{rel}: {lines} lines (at most {MAX_LINES}; split it by concern)")
     assert not long, "\n".join(long)
-
-
-def test_being_split_lists_only_real_files():
-    assert all((ROOT / rel).exists() for rel in _BEING_SPLIT), "drop the files that are gone"
 
 
 def test_every_registered_estimator_has_a_twin():

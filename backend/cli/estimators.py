@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -13,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from backend import estimates, explain
+from backend.chunks import DEFAULT_CHUNK_ROLLOUTS
 from backend.cli.common import parse_overrides
 from backend.errors import InputError
 from backend.estimates import with_channel
@@ -38,6 +40,10 @@ def add_commands(sub) -> None:
     p.add_argument("--out", required=True, type=Path, help="output .parquet file")
     p.add_argument("--no-cache", action="store_true",
                    help="recompute even when the store holds this estimator's output for this config")
+    p.add_argument("--chunk", type=_chunk_arg, default=DEFAULT_CHUNK_ROLLOUTS, metavar="N|none",
+                   help=f"rollouts per streamed chunk of a group-scoped estimator (default "
+                        f"{DEFAULT_CHUNK_ROLLOUTS}; step scope: one step, run scope: the run); 'none': "
+                        "the whole run in memory at once")
     p.set_defaults(func=cmd_estimate)
 
     p = sub.add_parser("explain", help="why one rollout's tokens got their credit (the Rollout view)")
@@ -69,6 +75,14 @@ def add_commands(sub) -> None:
     out.add_argument("--json", action="store_true", help="one JSON object per rollout")
     out.add_argument("--out", type=Path, default=None, help="write a .parquet file")
     p.set_defaults(func=cmd_logged_gap)
+
+
+def _chunk_arg(text: str) -> int | None:
+    if text == "none":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of rollouts or 'none', got {text!r}")
+    return int(text)
 
 
 def _jsonable(value):
@@ -164,12 +178,42 @@ def cmd_estimate(args) -> int:
     handle = store_handle(args.db)
     with handle.read() as store:
         store.run_id(args.run)  # a clear error for an unknown run before any work
-    scoped = estimates.estimate_rollouts(handle, args.run, name, config, use_cache=not args.no_cache)
-    with handle.read() as store:
-        batch = store.load_batch(args.run)
+    if args.chunk is None:  # the in-memory path: the whole run at once (kept as the benchmarks' baseline)
+        scoped = estimates.estimate_rollouts(handle, args.run, name, config, use_cache=not args.no_cache,
+                                             chunk_rollouts=None)
+        with handle.read() as store:
+            batch = store.load_batch(args.run)
+        parts = [(batch, scoped.padded(batch.rollout_ids.tolist(), batch.T))]
+        how, scope, notes = scoped.how, scoped.scope, scoped.notes
+    else:
+        streamed = estimates.stream_run(handle, args.run, name, config, chunk_rollouts=args.chunk,
+                                        use_cache=not args.no_cache, with_tokens=True)
+        parts, how, scope, notes = streamed, streamed.how, streamed.scope, streamed.notes
+    # Write next to the target and rename, so a failure never leaves a half-written file.
+    fd, tmp = tempfile.mkstemp(suffix=".parquet.tmp", dir=args.out.parent)
+    os.close(fd)
+    tokens = rollouts = 0
+    try:
+        with pq.ParquetWriter(tmp, TOKEN_ROWS_SCHEMA) as writer:
+            for batch, advantages in parts:
+                table = token_rows(batch, advantages)
+                writer.write_table(table)
+                tokens, rollouts = tokens + table.num_rows, rollouts + batch.B
+        os.replace(tmp, args.out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    source = "from the store's cache" if how == "cache" else "computed"
+    print(f"wrote {tokens} tokens of {rollouts} rollouts to {args.out} ({source}), {scope} scope")
+    return 0
+
+
+def token_rows(batch, advantages) -> pa.Table:
+    """One row per real token of `batch`: rollout_id, group_id, pos, token_id, token, advantage.
+    advantages: (B, T) float32, `batch`'s padding."""
     mask = batch.response_mask.cpu()
-    advantages = scoped.padded(batch.rollout_ids.tolist(), batch.T)
-    how = "from the store's cache" if scoped.how == "cache" else "computed"
     rows, pos = mask.nonzero(as_tuple=True)
     # `pos` is the index among the response's real tokens (the position the store and app use).
     k = (mask.long().cumsum(1) - 1)[rows, pos]
@@ -178,27 +222,18 @@ def cmd_estimate(args) -> int:
         tokens = pa.array(flat if len(flat) == rows.numel() else [None] * rows.numel(), type=pa.string())
     else:
         tokens = pa.nulls(rows.numel(), type=pa.string())
-    table = pa.table({
+    return pa.table({
         "rollout_id": pa.array(batch.rollout_ids.cpu()[rows].numpy(), type=pa.int64()),
         "group_id": pa.array(batch.group_ids.cpu()[rows].numpy(), type=pa.int64()),
         "pos": pa.array(k.numpy(), type=pa.int32()),
         "token_id": pa.array(batch.token_ids.cpu()[rows, pos].numpy(), type=pa.int64()),
         "token": tokens,
-        "advantage": pa.array(advantages[rows, pos].numpy(), type=pa.float32()),
-    })
-    # Write next to the target and rename, so a failure never leaves a half-written file.
-    fd, tmp = tempfile.mkstemp(suffix=".parquet.tmp", dir=args.out.parent)
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, args.out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    for note in scoped.notes:
-        print(f"note: {note}", file=sys.stderr)
-    print(f"wrote {table.num_rows} tokens of {batch.B} rollouts to {args.out} ({how}), {scoped.scope} scope")
-    return 0
+        "advantage": pa.array(advantages.cpu()[rows, pos].numpy(), type=pa.float32()),
+    }, schema=TOKEN_ROWS_SCHEMA)
+
+
+TOKEN_ROWS_SCHEMA = pa.schema([("rollout_id", pa.int64()), ("group_id", pa.int64()), ("pos", pa.int32()),
+                               ("token_id", pa.int64()), ("token", pa.string()), ("advantage", pa.float32())])
 
 
 def cmd_explain(args) -> int:

@@ -9,10 +9,9 @@ from pathlib import Path
 from backend import token_classes
 from backend.cli.common import add_db_arg
 from backend.errors import InputError
-from backend.ingest import import_path
+from backend.ingest import FORMATS, import_path
 from backend.ingest.bundled import import_bundled
 from backend.ingest.follow import follow
-from backend.ingest.sources import FORMATS
 from backend.store import open_store
 
 

@@ -73,6 +73,9 @@ class EntropyConfig(CreditConfig):
 
     p: float = param(1.0, low=0.0, high=4.0, help="Power of the entropy")
 
+    def reads(self) -> tuple[str, ...]:
+        return ("entropies",)
+
 
 @register("entropy", EntropyConfig, "Credit follows the policy entropy: w = H^p", needs=("entropies",))
 def entropy(batch: RolloutBatch, config: EntropyConfig) -> EstimatorResult:

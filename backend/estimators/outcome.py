@@ -20,12 +20,18 @@ class GRPOConfig(Config):
     epsilon: float = param(1e-6, low=0.0, high=1.0, help="Added to the group std")
     norm_by_std: bool = param(True, help="Divide by the group std (false: Dr. GRPO)")
 
+    def reads(self) -> tuple[str, ...]:
+        return ()  # the scores only
+
 
 @dataclass(frozen=True)
 class PlainOutcomeConfig(Config):
     """An outcome without a std: Dr. GRPO or RLOO, broadcast to every real token."""
 
     channel: str = param("task", help="Reward channel whose sequence score is R")
+
+    def reads(self) -> tuple[str, ...]:
+        return ()  # the scores only
 
 
 def _result(batch: RolloutBatch, z) -> EstimatorResult:

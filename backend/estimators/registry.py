@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import torch
 
-from backend.batch import BatchError, RolloutBatch
+from backend.batch import MC_EXTRAS, OPTIONAL_FIELDS, BatchError, RolloutBatch
 
 MODEL = "model"
 """Need name of estimators that run the policy model itself (a resource, not a batch field)."""
@@ -32,7 +32,7 @@ SCOPES = ("group", "step", "run")
 """The batch an estimator needs to give its true number for a rollout: the rollout's group, its training
 step (batch statistics: quantiles, batch means, Dr. GRPO's batch size), or the whole run (models fitted on
 the run). Views and `creditlens estimate` both compute at this scope, so they never disagree."""
-MC_NEEDS = ("mc_values", "mc_mask")
+MC_NEEDS = MC_EXTRAS
 MODEL_SCORED = ("oar_p", "oar_g", "gcpo")
 """Estimators whose per-token scores come from running the policy (`creditlens model-credit --method NAME`),
 cached in the store and read from the batch extras `model_score_needs(NAME)`. Like MC_NEEDS, they make an
@@ -156,6 +156,12 @@ class Config:
         """The batch this estimator needs for its true number (registry.SCOPES): its group by default;
         configs of estimators with batch statistics (step) or fitted models (run) override this."""
         return "group"
+
+    def reads(self) -> tuple[str, ...] | None:
+        """Optional batch fields this estimator reads beyond its declared needs (token ids, the mask, ids
+        and scores always come): None, the default, means any field the run has. A streamed estimate
+        loads only `needs` plus these (`fields_for`); the streamed == in-memory test checks the claim."""
+        return None
 
 
 class UnknownEstimator(KeyError):
@@ -287,8 +293,7 @@ def get(name: str) -> EstimatorSpec:
 def available_fields(batch: RolloutBatch) -> frozenset[str]:
     """Names of the optional fields `batch` carries: per-token fields that are not None, `tokens`
     (token text), and every extras key (e.g. old_entropies, mc_values, mc_mask, hidden)."""
-    optional = ("logprobs", "ref_logprobs", "entropies", "values", "tokens")
-    return frozenset([n for n in optional if getattr(batch, n) is not None] + list(batch.extras))
+    return frozenset([n for n in OPTIONAL_FIELDS if getattr(batch, n) is not None] + list(batch.extras))
 
 
 def supported(batch: RolloutBatch, resources: tuple[str, ...] = ()) -> list[str]:
@@ -329,6 +334,15 @@ def unavailable(batch: RolloutBatch) -> dict[str, str]:
         except BatchError as exc:
             out[name] = str(exc)
     return out
+
+
+def fields_for(name: str, config: Any) -> frozenset[str] | None:
+    """The batch fields estimator `name` reads under `config` (None: every field the run has)."""
+    spec = get(name)
+    reads = config.reads() if hasattr(config, "reads") else None
+    if reads is None:
+        return None
+    return frozenset([*spec.needs, *(n for alt in spec.needs_one_of for n in alt), *reads])
 
 
 def make_config(name: str, **overrides: Any) -> Any:

@@ -43,6 +43,10 @@ def actor_lambdas(config: GAEConfig, mask: torch.Tensor) -> float | torch.Tensor
     L = mask.sum(dim=1).to(torch.float64).clamp(min=1)  # (B,)
     return (1.0 - 1.0 / (config.alpha * L)).clamp(min=0.0)
 
+    def reads(self) -> tuple[str, ...] | None:
+        # the fitted probe's features use whatever the run has (token text, entropies, logprobs)
+        return {"zero": (), "stored": ("values",), "prefix_tree": (), "mc": MC_NEEDS}.get(self.value_source)
+
 
 @register("gae", GAEConfig,
           "GAE on the terminal outcome with a value source (zero, stored, fitted, tree, MC); options: VAPO's "
@@ -74,6 +78,9 @@ class PrefixTreeConfig(OutcomeConfig):
 
     eta: float = param(1.0, low=0.0, high=10.0, help="Weight of the tree TD term at branch points")
     nodes: bool = param(False, help="Also return the node tables (for drawing the tree; ~4x slower)")
+
+    def reads(self) -> tuple[str, ...]:
+        return ()  # token ids and scores
 
 
 @register("prefix_tree", PrefixTreeConfig,

@@ -29,7 +29,7 @@ from backend.errors import InputError, StoreError
 from backend.ingest import fast_parquet, sniff, token_dumps
 from backend.ingest.records import ChunkBuffer, validate_record
 from backend.ingest.sources import (
-    FORMATS,
+    TEXT_FORMATS,
     ReadNotes,
     iter_jsonl,
     read_batches,
@@ -48,6 +48,8 @@ CHUNK_RECORDS = 2048
 CHUNK_TOKENS = 1_000_000
 # DuckDB's buffer pool during an import: committed chunks are evicted to the file beyond this.
 IMPORT_MEMORY_LIMIT = os.environ.get("CREDITLENS_IMPORT_MEMORY", "256MB")
+FORMATS = (*TEXT_FORMATS, *token_dumps.READERS)
+"""Every import format: the one list the command line, the Runs page and the importer read."""
 __all__ = ["ImportReport", "import_path", "import_records", "detect_format", "FORMATS"]
 
 

@@ -13,10 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from backend.batch import PER_TOKEN_FIELDS
 from backend.errors import InputError
 from backend.ingest.records import FLOAT32_MAX, ChunkBuffer, group_key
-
-PER_TOKEN = ("logprobs", "ref_logprobs", "entropies", "values")
 
 
 class Unsupported(Exception):
@@ -218,7 +217,7 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int,
                 f"{where(i)}: field 'tokens' has {lengths[i]} entries but 'token_ids' has {n_tokens[i]}"
             )
         columns["tokens"] = tokens.cast(pa.list_(pa.string()))
-    for name in PER_TOKEN:
+    for name in PER_TOKEN_FIELDS:
         if name in names:
             columns[name] = _check_float_lists(batch.column(name), n_tokens, name, where)
     if "meta" in names:

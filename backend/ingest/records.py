@@ -14,10 +14,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from backend.batch import PER_TOKEN_FIELDS
 from backend.errors import InputError
 from backend.ingest.tokenize import Tokenizer
 
-PER_TOKEN = ("logprobs", "ref_logprobs", "entropies", "values")
 KNOWN_FIELDS = {
     "prompt",
     "response",
@@ -26,7 +26,7 @@ KNOWN_FIELDS = {
     "prompt_ids",
     "token_ids",
     "tokens",
-    *PER_TOKEN,
+    *PER_TOKEN_FIELDS,
     "rewards",
     "token_rewards",
     "meta",
@@ -194,7 +194,7 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer, allow_unscorable
         "tokenized": tokenized,
         "ground_truth": rec.get("ground_truth", meta.get("ground_truth")),
     }
-    for name in PER_TOKEN:
+    for name in PER_TOKEN_FIELDS:
         value = rec.get(name)
         if value is not None:
             value = _float_list(value, where, name)
@@ -271,7 +271,7 @@ class ChunkBuffer:
                     "prompt_ids": pa.array([r["prompt_ids"] for r in rows], pa.list_(pa.int32())),
                     "token_ids": pa.array([r["token_ids"] for r in rows], pa.list_(pa.int32())),
                     "tokens": pa.array([r["tokens"] for r in rows], pa.list_(pa.string())),
-                    **{name: pa.array([r[name] for r in rows], f32) for name in PER_TOKEN},
+                    **{name: pa.array([r[name] for r in rows], f32) for name in PER_TOKEN_FIELDS},
                     "logged_advantage": pa.array([r["logged_advantage"] for r in rows], pa.float64()),
                     "meta": [json.dumps(r["meta"], default=str, ensure_ascii=False) for r in rows],
                     "record_key": pa.array([r["record_key"] for r in rows], pa.int64()),

@@ -25,7 +25,8 @@ import pyarrow.parquet as pq
 from backend.errors import InputError
 
 Progress = Callable[[int], None]  # called with bytes (or rows) consumed since the last call
-FORMATS = ("native", "verl", "trl", "nemo-rl", "prime-rl", "rl-logging-board")  # readers: token_dumps
+TEXT_FORMATS = ("native", "verl", "trl")
+"""Formats read here (the token-level dumps of other trainers are `token_dumps.READERS`)."""
 
 
 def iter_jsonl(path: Path, progress: Progress | None = None) -> Iterator[tuple[str, object]]:
@@ -438,4 +439,4 @@ def detect_format(path: Path) -> str:
         pass  # the importer will report the malformed line with its number
     if path.suffix in (".jsonl", ".json"):
         return "native"
-    raise InputError(f"{path}: unknown format; pass --format {'|'.join(FORMATS)}")
+    raise InputError(f"{path}: unknown format; pass --format (`creditlens import --help` lists them)")

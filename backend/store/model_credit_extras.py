@@ -10,9 +10,9 @@ import torch
 from backend.estimators.registry import MODEL_SCORED, model_score_needs
 
 
-def model_credit_extras(con: duckdb.DuckDBPyConnection, run_id: int, ids: list[int],
-                        T: int) -> dict[str, torch.Tensor]:
-    """For each method whose cache covers every rollout of `ids` (in this order): scores (B, T) with 0
+def model_credit_extras(con: duckdb.DuckDBPyConnection, run_id: int, ids: list[int], T: int,
+                        methods: tuple[str, ...] | list[str] = MODEL_SCORED) -> dict[str, torch.Tensor]:
+    """For each of `methods` whose cache covers every rollout of `ids` (in this order): scores (B, T) with 0
     where unscored, and mask (B, T) 1.0 on scored tokens. A method covering only some rollouts gives
     nothing, so its estimator is unavailable on the batch (with the command that fills it)."""
     if not ids:
@@ -24,7 +24,7 @@ def model_credit_extras(con: duckdb.DuckDBPyConnection, run_id: int, ids: list[i
     ).fetchall()
     row_of = {rid: i for i, rid in enumerate(ids)}
     out: dict[str, torch.Tensor] = {}
-    for method in MODEL_SCORED:
+    for method in methods:
         mine = [(int(r), s) for r, m, s in rows if m == method]
         if len(mine) < len(ids):
             continue

@@ -76,7 +76,7 @@ def test_backend_never_imports_streamlit():
 SQL_WORDS = re.compile(r"\b(SELECT|INSERT|DELETE|UPDATE|WHERE|FROM|DROP|CREATE)\b")
 # Interpolations allowed inside SQL f-strings: names that come from constants in backend/store, never from
 # a caller (table names from a fixed tuple, column lists of an Arrow table we built, `?` placeholders).
-# (`sets` is built from names checked against PER_TOKEN_COLUMNS in Store.update_token_arrays.)
+# (`sets` is built from names checked against PER_TOKEN_FIELDS in Store.update_token_arrays.)
 ALLOWED_INTERPOLATIONS = {"table", "columns", "view", "cond", "column", "sets"}
 # The Explorer's query builder composes its SQL from fragments, each made in that module of `_alias()`-checked
 # identifiers ([a-z_][a-z0-9_]*, else ValueError), integer list indexes, operators from a fixed tuple and

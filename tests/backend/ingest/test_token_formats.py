@@ -20,8 +20,7 @@ import torch
 from transformers import AutoTokenizer
 
 from backend.errors import InputError
-from backend.ingest import detect_format, import_path
-from backend.ingest.sources import FORMATS
+from backend.ingest import FORMATS, detect_format, import_path
 from backend.ingest.token_dumps import READERS
 from backend.ingest.tokenize import CONTINUATION, Tokenizer, token_labels
 from backend.store import Store

@@ -97,6 +97,25 @@ def test_load_batch_filters_by_group_and_rollout(store):
     assert store.load_batch("r", rollout_ids=[1, 3]).rollout_ids.tolist() == [1, 3]
 
 
+def test_load_batch_loads_only_the_fields_asked_for(store):
+    import_records(store, "r", make_records(n_groups=2, group_size=3, seed=1))
+    full = store.load_batch("r")
+    lean = store.load_batch("r", fields=("entropies",), id_range=(1, 4))
+    assert lean.rollout_ids.tolist() == [1, 2, 3, 4]
+    assert lean.logprobs is None and lean.tokens is None and lean.token_rewards == {}
+    assert torch.equal(lean.entropies, full.entropies[1:5, : lean.T])
+    assert torch.equal(lean.scores["task"], full.scores["task"][1:5])
+    # the range pre-filter composes with the other filters and loses nothing they select
+    assert store.load_batch("r", group_ids=[1], id_range=(0, 5)).rollout_ids.tolist() == [3, 4, 5]
+
+
+def test_run_tables_are_every_table_with_a_run_id(store):
+    tables = {r[0] for r in store.con.execute(
+        "SELECT DISTINCT table_name FROM information_schema.columns WHERE column_name = 'run_id'").fetchall()}
+    assert set(backend.store.db.RUN_TABLES) == tables
+    assert backend.store.db.RUN_TABLES[-1] == "runs"  # deleted last: the other rows point at it
+
+
 def test_unknown_run_names_the_known_ones(store):
     import_records(store, "alpha", make_records(n_groups=1))
     with pytest.raises(StoreError, match="no run named 'beta'.*alpha"):

@@ -1,0 +1,184 @@
+"""The store's connection: open the DuckDB file, apply numbered migrations, run transactions, bulk-insert
+Arrow tables. The run tables are listed here once.
+
+One read-write connection per process; other processes may open the file read-only. Threads use
+`store.cursor()`. Every query with user data is parameterized (`?`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from backend.errors import StoreError
+
+IMPORTED_TABLES = ("rollouts", "scores", "token_rewards", "token_features", "groups")
+"""Rows an import writes per rollout (a staged import moves them to their run when it publishes)."""
+ESTIMATE_TABLES = ("estimates", "credit_summary", "credit_agreement")
+"""Estimator outputs and their summaries: dropped whenever a run's inputs change."""
+RUN_TABLES = (*IMPORTED_TABLES, "rollout_summary", *ESTIMATE_TABLES, "imports", "resample_samples",
+              "model_credit", "runs")
+"""Every table with a `run_id` column, `runs` last: what deleting a run deletes (a test checks this list
+against the schema)."""
+INSERTABLE = frozenset({*IMPORTED_TABLES, "estimates", "resample_samples", "model_credit", "credit_summary"})
+
+
+def default_db_path() -> Path:
+    return Path(os.environ.get("CREDITLENS_DB", Path.home() / ".creditlens" / "runs.duckdb"))
+
+
+def _migrations() -> list[tuple[int, str, str]]:
+    files = resources.files("backend.store") / "migrations"
+    out = []
+    for entry in files.iterdir():
+        match = re.match(r"(\d+)_(.+)\.sql$", entry.name)
+        if match:
+            out.append((int(match.group(1)), match.group(2), entry.read_text()))
+    return sorted(out)
+
+
+
+class Connection:
+    """A DuckDB file, created and migrated on first use (the base of `Store`)."""
+
+    def __init__(self, path: str | os.PathLike | None = None, read_only: bool = False):
+        self.path = Path(path) if path is not None else default_db_path()
+        self.read_only = read_only
+        self._lock = threading.RLock()
+        if not read_only:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"{self.path}: cannot create its directory ({exc.strerror})") from None
+        elif not self.path.exists():
+            raise StoreError(f"{self.path}: no such store; run `creditlens init --db {self.path}` first")
+        try:
+            self.con = duckdb.connect(str(self.path), read_only=read_only)
+        except duckdb.Error as exc:  # IOException for locks and permissions; others for non-store files
+            msg = str(exc).splitlines()[0]
+            if "lock" in msg.lower():
+                raise StoreError(
+                    f"{self.path}: the store is open for writing in another process; close it or "
+                    f"open read-only ({msg})"
+                ) from None
+            raise StoreError(f"{self.path}: cannot open the store ({msg})") from None
+        if not read_only:
+            try:
+                self.migrate()
+                self.discard_abandoned_imports()
+            except BaseException as exc:
+                self.con.close()
+                if isinstance(exc, duckdb.Error):
+                    raise self._write_error(exc) from None
+                raise
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A cursor for another thread (DuckDB connections are not shared across threads)."""
+        return self.con.cursor()
+
+    def migrate(self) -> list[int]:
+        """Apply pending numbered migrations in one transaction; returns the versions applied."""
+        con = self.con
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            "version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP DEFAULT current_timestamp)"
+        )
+        done = {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
+        pending = [m for m in _migrations() if m[0] not in done]
+        if not pending:
+            return []
+        with self.transaction():
+            for version, name, sql in pending:
+                # Comment lines go first, so a ';' inside a comment cannot split a statement.
+                code = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+                for statement in (part.strip() for part in code.split(";")):
+                    if statement:
+                        con.execute(statement)
+                con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [version, name])
+        return [m[0] for m in pending]
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """BEGIN ... COMMIT, or ROLLBACK on any exception (the store is then exactly as before)."""
+        with self._lock:
+            try:
+                self.con.execute("BEGIN TRANSACTION")
+            except duckdb.Error as exc:
+                raise self._write_error(exc) from None
+            try:
+                yield self.con
+                self.con.execute("COMMIT")
+            except BaseException as exc:
+                try:
+                    self.con.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass  # already rolled back by DuckDB (failed COMMIT, invalidated database)
+                if isinstance(exc, duckdb.Error):
+                    raise self._write_error(exc) from None
+                raise
+
+    def _write_error(self, exc: duckdb.Error) -> StoreError:
+        """A DuckDB failure while writing (disk full, file too large, read-only file) as one line."""
+        msg = str(exc).splitlines()[0]
+        hint = (
+            "check free disk space, file size limits and write permission"
+            if isinstance(exc, duckdb.IOException) or "No space" in msg or "too large" in msg
+            else "the write was refused"
+        )
+        return StoreError(f"{self.path}: nothing was written ({hint}): {msg}")
+
+    def _first(self, sql: str, params: list) -> tuple | None:
+        # fetchall, not fetchone: DuckDB 2 refuses new work while a result is left unfinished.
+        rows = self.con.execute(sql, params).fetchall()
+        return rows[0] if rows else None
+
+    @contextmanager
+    def memory_limit(self, limit: str | None) -> Iterator[None]:
+        """Cap DuckDB's buffer pool for a while (e.g. "512MB"): committed chunks of an import are then
+        evicted to the file instead of cached, so a multi-GB import runs in bounded memory."""
+        if limit is None or not re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]i?B", limit):
+            if limit is not None:
+                raise ValueError(f"memory limit {limit!r}: expected something like '512MB'")
+            yield
+            return
+        previous = self._first("SELECT current_setting('memory_limit')", [])[0]
+        self.con.execute(f"SET memory_limit = '{limit}'")  # validated above: digits and a unit only
+        try:
+            yield
+        finally:
+            self.con.execute(f"SET memory_limit = '{previous}'")  # DuckDB's own setting text
+
+    def insert_arrow(self, table: str, data: pa.Table) -> None:
+        """Bulk insert an Arrow table whose columns are a subset of `table`'s (by name)."""
+        if data.num_rows == 0:
+            return
+        if table not in INSERTABLE:
+            raise ValueError(f"not an insertable table: {table}")
+        columns = ", ".join(f'"{c}"' for c in data.column_names)
+        view = f"_arrow_in_{threading.get_ident()}"
+        self.con.register(view, data)
+        try:
+            self.con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {view}")
+        finally:
+            try:
+                self.con.unregister(view)
+            except duckdb.Error:
+                pass  # an aborted transaction refuses this too; keep the INSERT's own error

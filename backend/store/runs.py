@@ -1,0 +1,296 @@
+"""Runs and staged imports: create, publish, list, delete runs; what an import needs to know; rollouts as
+rows (index, one rollout, per-token updates)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import uuid
+
+import pandas as pd
+import pyarrow as pa
+
+from backend.batch import PER_TOKEN_FIELDS
+from backend.errors import StoreError
+from backend.store.connection import ESTIMATE_TABLES, IMPORTED_TABLES, RUN_TABLES, Connection
+
+
+class Runs(Connection):
+    """Run rows and rollout rows of the store."""
+
+    # --- runs ------------------------------------------------------------------------------
+    def run_id(self, name: str) -> int:
+        row = self._first("SELECT run_id FROM runs WHERE name = ? AND status = 'ready'", [name])
+        if row is None:
+            known = [r[0] for r in self.con.execute(
+                "SELECT name FROM runs WHERE status = 'ready' ORDER BY name").fetchall()]
+            raise StoreError(f"no run named {name!r} in {self.path}; runs: {', '.join(known) or '(none)'}")
+        return int(row[0])
+
+    def has_run(self, name: str) -> bool:
+        return self._first("SELECT 1 FROM runs WHERE name = ? AND status = 'ready'", [name]) is not None
+
+    def create_run(
+        self,
+        name: str,
+        source: str,
+        model_dir: str | None = None,
+        tokenizer: str | None = None,
+        verifier: str | None = None,
+        meta: dict | None = None,
+        status: str = "ready",
+    ) -> int:
+        """Insert a run row (call inside a transaction when it is part of an import)."""
+        next_id = self._first("SELECT coalesce(max(run_id), 0) + 1 FROM runs", [])[0]
+        self.con.execute(
+            "INSERT INTO runs (run_id, name, source, model_dir, tokenizer, verifier, meta, status) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [next_id, name, source, model_dir, tokenizer, verifier, json.dumps(meta or {}), status],
+        )
+        return int(next_id)
+
+    # --- staged imports -------------------------------------------------------------------------
+    # DuckDB keeps a transaction's rows in memory until it commits, so one transaction per import
+    # grows with the file. An import therefore commits chunk by chunk into a hidden staging run
+    # (status 'importing', invisible to every read) and publishes it in one small transaction at the
+    # end; a failure discards the staging rows, and a staging run left by a killed process is
+    # discarded the next time a process opens the store for writing.
+    STAGING_PREFIX = "__importing__/"
+
+    def create_staging_run(self, source: str, model_dir: str | None, tokenizer: str | None,
+                           verifier: str | None) -> int:
+        name = f"{self.STAGING_PREFIX}{os.getpid()}/{uuid.uuid4().hex}"
+        return self.create_run(name, source, model_dir=model_dir, tokenizer=tokenizer, verifier=verifier,
+                               status="importing")
+
+    def publish_staging_run(self, staging_id: int, name: str, target_id: int | None,
+                            first_rollout_id: int) -> int:
+        """Make a staging run visible: as the new run `name`, or appended to run `target_id`. Call in a
+        transaction. Fails if another import changed the target meanwhile."""
+        if target_id is None:
+            if self.has_run(name):
+                raise StoreError(f"run {name!r} was created by another import meanwhile; import again")
+            self.con.execute(
+                "UPDATE runs SET name = ?, status = 'ready' WHERE run_id = ?", [name, staging_id]
+            )
+            return staging_id
+        if self.next_rollout_id(target_id) != first_rollout_id:
+            raise StoreError(f"run {name!r} received another import meanwhile; import again")
+        for table in IMPORTED_TABLES:
+            self.con.execute(f"UPDATE {table} SET run_id = ? WHERE run_id = ?", [target_id, staging_id])
+        self.con.execute("DELETE FROM runs WHERE run_id = ?", [staging_id])
+        self._drop_cached_estimates(target_id)  # new rollouts join groups: cached outputs are stale
+        return target_id
+
+
+    def discard_run_rows(self, run_id: int) -> None:
+        """Delete a run id's rows from every table (one transaction)."""
+        with self.transaction() as con:
+            for table in RUN_TABLES:
+                con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+
+    def discard_abandoned_imports(self) -> list[int]:
+        """Staging runs of other processes: with the write lock held here, none of them is running."""
+        prefix = f"{self.STAGING_PREFIX}{os.getpid()}/"
+        rows = self.con.execute(
+            "SELECT run_id FROM runs WHERE status = 'importing' AND NOT starts_with(name, ?)", [prefix]
+        ).fetchall()
+        for (run_id,) in rows:
+            self.discard_run_rows(int(run_id))
+        return [int(r[0]) for r in rows]
+
+    def run_info(self, name: str) -> dict:
+        run_id = self.run_id(name)
+        row = self._first(
+            "SELECT name, source, model_dir, tokenizer, verifier, created, meta FROM runs WHERE run_id = ?",
+            [run_id],
+        )
+        keys = ("name", "source", "model_dir", "tokenizer", "verifier", "created", "meta")
+        info = dict(zip(keys, row, strict=True))
+        info["meta"] = json.loads(info["meta"] or "{}")
+        info["run_id"] = run_id
+        return info
+
+    def list_runs(self) -> list[dict]:
+        """Per run: name, source, model, rollouts, groups, steps, tokens, channels."""
+        rows = self.con.execute(
+            """
+            SELECT r.name, r.source, r.model_dir, r.verifier, r.created,
+                   count(o.rollout_id), count(DISTINCT o.group_id), count(DISTINCT o.step),
+                   coalesce(sum(len(o.token_ids)), 0),
+                   (SELECT list(DISTINCT s.channel ORDER BY s.channel) FROM scores s
+                    WHERE s.run_id = r.run_id)
+            FROM runs r LEFT JOIN rollouts o ON o.run_id = r.run_id
+            WHERE r.status = 'ready'
+            GROUP BY r.run_id, r.name, r.source, r.model_dir, r.verifier, r.created
+            ORDER BY r.run_id
+            """
+        ).fetchall()
+        return [
+            {
+                "name": n,
+                "source": s,
+                "model": m,
+                "verifier": v,
+                "created": str(c),
+                "rollouts": int(nr),
+                "groups": int(ng),
+                "steps": int(ns),
+                "tokens": int(nt),
+                "channels": list(ch or []),
+            }
+            for n, s, m, v, c, nr, ng, ns, nt, ch in rows
+        ]
+
+    def delete_run(self, name: str) -> None:
+        self.discard_run_rows(self.run_id(name))
+
+    def set_run_meta(self, name: str, key: str, value) -> None:
+        """Set one key of the run's JSON meta (e.g. its token classes); None removes it."""
+        run_id = self.run_id(name)
+        meta = self.run_info(name)["meta"]
+        if value is None:
+            meta.pop(key, None)
+        else:
+            meta[key] = value
+        with self.transaction() as con:
+            con.execute("UPDATE runs SET meta = ? WHERE run_id = ?", [json.dumps(meta), run_id])
+
+    # --- import support (called by backend.ingest, one transaction per chunk) --------------------
+    def import_seen(self, run_id: int, file_hash: str) -> bool:
+        return (
+            self._first("SELECT 1 FROM imports WHERE run_id = ? AND file_hash = ?", [run_id, file_hash])
+            is not None
+        )
+
+    def record_keys(self, run_id: int) -> set[int]:
+        """The content keys of the run's imported records (see migration 003)."""
+        table = self.con.sql(
+            "SELECT record_key FROM rollouts WHERE run_id = ? AND record_key IS NOT NULL", params=[run_id]
+        ).to_arrow_table()
+        return set(table.column(0).to_numpy().tolist()) if table.num_rows else set()
+
+    def next_rollout_id(self, run_id: int) -> int:
+        return int(
+            self._first("SELECT coalesce(max(rollout_id) + 1, 0) FROM rollouts WHERE run_id = ?", [run_id])[0]
+        )
+
+    def group_keys(self, run_id: int) -> dict[str, int]:
+        rows = self.con.execute(
+            "SELECT group_key, group_id FROM groups WHERE run_id = ?", [run_id]
+        ).fetchall()
+        return {k: int(g) for k, g in rows}
+
+
+    def record_import(
+        self, run_id: int, file_hash: str, path: str, fmt: str, records: int, tokens: int
+    ) -> None:
+        self.con.execute(
+            "INSERT INTO imports (run_id, file_hash, path, format, records, tokens) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [run_id, file_hash, path, fmt, records, tokens],
+        )
+
+    # --- reads -------------------------------------------------------------------------------
+    def rollout_keys(self, run: str) -> pd.DataFrame:
+        """One row per rollout: rollout_id, group_id, step (what scoping an estimate needs; no text)."""
+        return self.con.execute(
+            "SELECT rollout_id, group_id, step FROM rollouts WHERE run_id = ? ORDER BY rollout_id",
+            [self.run_id(run)],
+        ).df()
+
+    def rollout_index(self, run: str) -> pd.DataFrame:
+        """One row per rollout: rollout_id, group_id, step, length, prompt, response, and one column per
+        channel score (for lists and pickers)."""
+        run_id = self.run_id(run)
+        frame = self.con.execute(
+            "SELECT rollout_id, group_id, step, len(token_ids) AS length, prompt, response "
+            "FROM rollouts WHERE run_id = ? ORDER BY rollout_id",
+            [run_id],
+        ).df()
+        scores = self.con.execute(
+            "SELECT rollout_id, channel, score FROM scores WHERE run_id = ?", [run_id]
+        ).df()
+        if len(scores):
+            wide = scores.pivot(index="rollout_id", columns="channel", values="score")
+            # a channel named like an index column ("length") keeps its scores as "<channel>_score"
+            frame = frame.join(wide, on="rollout_id", rsuffix="_score")
+        return frame
+
+    def rollout(self, run: str, rollout_id: int) -> dict:
+        """Everything about one rollout as plain python values."""
+        run_id = self.run_id(run)
+        cur = self.con.execute(
+            "SELECT o.*, g.ground_truth FROM rollouts o LEFT JOIN groups g "
+            "ON g.run_id = o.run_id AND g.group_id = o.group_id "
+            "WHERE o.run_id = ? AND o.rollout_id = ?",
+            [run_id, int(rollout_id)],
+        )
+        rows = cur.fetchall()
+        row = rows[0] if rows else None
+        if row is None:
+            raise StoreError(f"run {run!r} has no rollout {rollout_id}")
+        out = dict(zip([d[0] for d in cur.description], row, strict=True))
+        out["meta"] = json.loads(out["meta"] or "{}")
+        out["rewards"] = dict(
+            self.con.execute(
+                "SELECT channel, score FROM scores WHERE run_id = ? AND rollout_id = ? ORDER BY channel",
+                [run_id, int(rollout_id)],
+            ).fetchall()
+        )
+        out["token_rewards"] = dict(
+            self.con.execute(
+                "SELECT channel, rewards FROM token_rewards WHERE run_id = ? AND rollout_id = ? "
+                "ORDER BY channel",
+                [run_id, int(rollout_id)],
+            ).fetchall()
+        )
+        out["extras"] = dict(
+            self.con.execute(
+                "SELECT name, vals FROM token_features WHERE run_id = ? AND rollout_id = ? ORDER BY name",
+                [run_id, int(rollout_id)],
+            ).fetchall()
+        )
+        return out
+
+
+    # --- per-token updates (score command) -------------------------------------------------------
+    def update_token_arrays(self, run: str, arrays: dict[int, dict[str, list[float]]]) -> int:
+        """Set per-token arrays (logprobs, ref_logprobs, entropies, values) of rollouts, atomically."""
+        run_id = self.run_id(run)
+        rows = []
+        for rid, fields in arrays.items():
+            for name in fields:
+                if name not in PER_TOKEN_FIELDS:
+                    raise ValueError(f"not a per-token field: {name}")
+            rows.append({"rollout_id": int(rid), **{k: list(map(float, v)) for k, v in fields.items()}})
+        if not rows:
+            return 0
+        names = sorted({k for r in rows for k in r if k != "rollout_id"})
+        data = pa.table(
+            {
+                "rollout_id": pa.array([r["rollout_id"] for r in rows], pa.int32()),
+                **{n: pa.array([r.get(n) for r in rows], pa.list_(pa.float32())) for n in names},
+            }
+        )
+        sets = ", ".join(f'"{n}" = coalesce(u."{n}", rollouts."{n}")' for n in names)
+        view = f"_upd_{threading.get_ident()}"
+        with self.transaction() as con:
+            con.register(view, data)
+            try:
+                con.execute(
+                    f"UPDATE rollouts SET {sets} FROM {view} u "
+                    "WHERE rollouts.run_id = ? AND rollouts.rollout_id = u.rollout_id",
+                    [run_id],
+                )
+            finally:
+                con.unregister(view)
+            self._drop_cached_estimates(run_id)
+        return len(rows)
+
+
+    def _drop_cached_estimates(self, run_id: int) -> None:
+        for table in ESTIMATE_TABLES:
+            self.con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+
