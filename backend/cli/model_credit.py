@@ -10,9 +10,9 @@ import threading
 
 from tqdm import tqdm
 
+from backend.batch import MODEL_SCORED
 from backend.cli.common import add_db_arg, add_model_args, model_for
 from backend.cli.teacher import parse_rollouts
-from backend.estimators.registry import MODEL_SCORED
 from backend.models.model_credit import ANSWER_REGEX, NEGATIVE_TEMPLATE
 from backend.models.model_credit_run import ModelCreditSettings, run_model_credit
 from backend.store import store_handle

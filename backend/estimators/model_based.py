@@ -32,10 +32,10 @@ from dataclasses import dataclass
 
 import torch
 
-from backend.batch import RolloutBatch
+from backend.batch import RolloutBatch, model_score_needs
 from backend.estimators import masked
 from backend.estimators.common import OutcomeConfig, fallback_message, outcome_z, rollout_list
-from backend.estimators.registry import EstimatorResult, model_score_needs, param, register
+from backend.estimators.registry import EstimatorResult, param, register
 
 OAR_SOURCE = ("Li et al. 2026, arXiv 2601.07408 (OAR); official code Valsure/Outcome-Grounded-Advantage-"
               "Reshaping OAR-main.py @8dbc47862b5c3636b6070be16c9a181b17ca6346 (pfinal_mode answer_joint)")

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import torch
 
-from backend.batch import MC_EXTRAS, OPTIONAL_FIELDS, BatchError, RolloutBatch
+from backend.batch import MC_EXTRAS, MODEL_SCORE_EXTRAS, OPTIONAL_FIELDS, BatchError, RolloutBatch
 
 MODEL = "model"
 """Need name of estimators that run the policy model itself (a resource, not a batch field)."""
@@ -33,18 +33,6 @@ SCOPES = ("group", "step", "run")
 step (batch statistics: quantiles, batch means, Dr. GRPO's batch size), or the whole run (models fitted on
 the run). Views and `creditlens estimate` both compute at this scope, so they never disagree."""
 MC_NEEDS = MC_EXTRAS
-MODEL_SCORED = ("oar_p", "oar_g", "gcpo")
-"""Estimators whose per-token scores come from running the policy (`creditlens model-credit --method NAME`),
-cached in the store and read from the batch extras `model_score_needs(NAME)`. Like MC_NEEDS, they make an
-estimator not model-free."""
-
-
-def model_score_needs(name: str) -> tuple[str, str]:
-    """The batch extras holding estimator `name`'s cached model scores: (scores, mask)."""
-    return f"{name}_scores", f"{name}_mask"
-
-
-_MODEL_SCORE_EXTRAS = {extra: name for name in MODEL_SCORED for extra in model_score_needs(name)}
 
 
 def widest(*scopes: str) -> str:
@@ -104,7 +92,7 @@ class EstimatorSpec:
         """True when neither the model nor Monte Carlo resampling results are required (in `needs`, or
         in every alternative of `needs_one_of`): the estimators the oracle bench can run on any run."""
         def heavy(names: tuple[str, ...]) -> bool:
-            return any(n == MODEL or n in MC_NEEDS or n in _MODEL_SCORE_EXTRAS for n in names)
+            return any(n == MODEL or n in MC_NEEDS or n in MODEL_SCORE_EXTRAS for n in names)
 
         if heavy(self.needs):
             return False
@@ -312,12 +300,13 @@ def check_needs(name: str, batch: RolloutBatch) -> None:
     if any(n in MC_NEEDS and n not in available for n in spec.needs):
         raise BatchError(f"{name} needs resampling results (extras {', '.join(MC_NEEDS)}) and this run has "
                          "none; run `creditlens resample --run RUN --rollout ID --suggest entropy:5` first")
-    scored = [_MODEL_SCORE_EXTRAS[n] for n in spec.needs if n in _MODEL_SCORE_EXTRAS and n not in available]
+    scored = [MODEL_SCORE_EXTRAS[n] for n in spec.needs if n in MODEL_SCORE_EXTRAS and n not in available]
     if scored:
-        raise BatchError(f"{name} needs {scored[0]} scores of the policy model (extras "
-                         f"{', '.join(model_score_needs(scored[0]))}) for every rollout of the batch "
-                         f"(its group), and some have none; run `creditlens model-credit --run RUN "
-                         f"--method {scored[0]} --rollout ID` (or --rollouts all) first")
+        extras = ", ".join(n for n, m in MODEL_SCORE_EXTRAS.items() if m == scored[0])
+        raise BatchError(f"{name} needs {scored[0]} scores of the policy model (extras {extras}) for every "
+                         "rollout of the batch (its group), and some have none; run `creditlens "
+                         f"model-credit --run RUN --method {scored[0]} --rollout ID` (or --rollouts all) "
+                         "first")
     batch.require(*spec.needs)  # names the missing fields and how to fill them
     options = " or ".join(" + ".join(alt) for alt in spec.needs_one_of)  # `needs` are met: no alternative is
     raise BatchError(f"{name} needs {options}; this run has none of these in full (import the missing "

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from backend.batch import MODEL_SCORED
 from backend.errors import InputError, StoreError
-from backend.estimators.registry import MODEL_SCORED
 from backend.models import model_credit as mc
 from backend.models.engine import Cancel, Engine, Progress
 from backend.models.factory import load_engine

@@ -8,8 +8,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from backend.batch import MC_EXTRAS, PER_TOKEN_FIELDS, RolloutBatch
-from backend.estimators.registry import MODEL_SCORED, model_score_needs
+from backend.batch import MC_EXTRAS, MODEL_SCORED, PER_TOKEN_FIELDS, RolloutBatch, model_score_needs
 from backend.store.model_credit_extras import model_credit_extras
 from backend.store.runs import Runs
 

@@ -7,7 +7,7 @@ import duckdb
 import numpy as np
 import torch
 
-from backend.estimators.registry import MODEL_SCORED, model_score_needs
+from backend.batch import MODEL_SCORED, model_score_needs
 
 
 def model_credit_extras(con: duckdb.DuckDBPyConnection, run_id: int, ids: list[int], T: int,

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import torch
 
-from backend.batch import RolloutBatch
-from backend.estimators.registry import model_score_needs, twin
+from backend.batch import RolloutBatch, model_score_needs
+from backend.estimators.registry import twin
 from backend.estimators.twins.loops import outcome_of, real_columns, to_tensor
 
 

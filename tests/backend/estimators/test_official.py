@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from backend.batch import batch_from_records
+from backend.batch import batch_from_records, model_score_needs
 from backend.estimators import registry
 from backend.estimators.reference import reference_advantages
 
@@ -159,7 +159,7 @@ def test_paper_named_estimators_carry_their_source():
 
 def _model_scored_batch(lengths: list[int], scored: list[int], values: list[list[float]], name: str):
     """A batch of one group whose extras hold cached model scores on the first `scored[i]` tokens."""
-    scores_name, mask_name = registry.model_score_needs(name)
+    scores_name, mask_name = model_score_needs(name)
     records = []
     for i, (L, n, vals) in enumerate(zip(lengths, scored, values, strict=True)):
         records.append({"token_ids": list(range(1, L + 1)), "group_id": 0, "rollout_id": i,
