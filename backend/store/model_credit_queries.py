@@ -1,4 +1,4 @@
-"""The cache of the model-based credit methods (table `model_credit`, migration 008).
+"""The cache of the model-based credit methods (table `model_credit`, migration 006).
 
 `creditlens model-credit` writes one row per rollout and method; `Store.load_batch` turns complete
 coverage of a batch into the extras `<method>_scores` / `<method>_mask` that the estimators read
