@@ -2,11 +2,10 @@
 suggestion, M suffixes each, a progress bar and a cancel; results stored for the `suffix_mc` estimator.
 Below, the model-based scores (OAR-P, OAR-G, GCPO) of the rollout's group, computed on demand and stored."""
 
-import time
 
 import streamlit as st
 
-from app import access, charts, compute, data, heatmaps, jobs, state, views
+from app import access, charts, compute, data, heatmaps, jobs, state, views, widgets
 
 sel = views.rollout_selection()
 st.title(f"Resample suffixes · rollout #{sel.rollout}")
@@ -121,23 +120,11 @@ else:
         except access.Refused as exc:
             st.error(f"Resampling refused: {exc}")
 
-if job is not None and (job.running or st.session_state.get("_resample_shown") is not job):
-    bar = st.progress(job.fraction, text="resampling…")
-    while job.running:
-        bar.progress(job.fraction, text=f"resampling… {job.done}/{job.total or '?'} suffixes")
-        time.sleep(0.1)
-    bar.progress(1.0, text="done")
-    st.session_state["_resample_shown"] = job
-    data.invalidate()
-    if job.error:
-        st.error(job.error)
-    elif job.result is not None:
-        r = job.result
-        note = " (cancelled; finished samples kept)" if r.cancelled else ""
-        st.success(
-            f"{len(r.samples)} suffixes, {r.tokens} tokens in {r.seconds:.2f} s with {r.engine}{note}; "
-            "stored."
-        )
+if widgets.follow_job(job, "_resample_shown", "resampling", "suffixes"):
+    r = job.result
+    note = " (cancelled; finished samples kept)" if r.cancelled else ""
+    st.success(f"{len(r.samples)} suffixes, {r.tokens} tokens in {r.seconds:.2f} s with {r.engine}{note}; "
+               "stored.")
 
 values = data.resample_values(sel.db, sel.run, sel.rollout)
 st.subheader("V̂(s_t) along the rollout")
@@ -185,22 +172,11 @@ if not settings.read_only and model_dir:
             st.session_state["model_credit_job"] = credit_job
         except access.Refused as exc:
             st.error(f"Refused: {exc}")
-if credit_job is not None and (credit_job.running or st.session_state.get("_mc_shown") is not credit_job):
-    bar = st.progress(credit_job.fraction, text="scoring…")
-    while credit_job.running:
-        done, total = credit_job.done, credit_job.total or "?"
-        bar.progress(credit_job.fraction, text=f"scoring… {done}/{total} sequences")
-        time.sleep(0.1)
-    bar.progress(1.0, text="done")
-    st.session_state["_mc_shown"] = credit_job
-    data.invalidate()
-    if credit_job.error:
-        st.error(credit_job.error)
-    elif credit_job.result is not None:
-        r = credit_job.result
-        st.success(f"{r.method}: nothing stored (cancelled)" if r.cancelled else
-                   f"{r.method}: {r.stored} rollouts scored, {r.model_rows} model sequences in "
-                   f"{r.seconds:.1f} s with {r.engine}; stored")
+if widgets.follow_job(credit_job, "_mc_shown", "scoring", "sequences"):
+    r = credit_job.result
+    st.success(f"{r.method}: nothing stored (cancelled)" if r.cancelled else
+               f"{r.method}: {r.stored} rollouts scored, {r.model_rows} model sequences in "
+               f"{r.seconds:.1f} s with {r.engine}; stored")
 cached = data.model_credit(sel.db, sel.run, sel.rollout)
 if cached.empty:
     st.info("No model-based scores for this rollout yet.")
