@@ -149,6 +149,21 @@ def _has_bool(value: object) -> bool:
     return False
 
 
+_FLOATS = pa.list_(pa.float64())
+
+
+def _arrow_type(name: str, records: list[dict]) -> pa.DataType | None:
+    """The column type of a field whose values are numbers (10x faster than Arrow's inference); None
+    (inferred) for ids and groups, where an explicit int64 would take 1.0 as 1 and the per-record reader
+    does not. An explicit float64 would take a boolean as 1.0: `to_batch` has ruled them out."""
+    if name in PER_TOKEN_FIELDS:
+        return _FLOATS
+    if name in _STRUCTS:
+        channels = dict.fromkeys(k for r in records if isinstance(r.get(name), dict) for k in r[name])
+        return pa.struct([(k, pa.float64() if name == "rewards" else _FLOATS) for k in channels])
+    return None
+
+
 def to_batch(lines: list[Line], tokenizer: Tokenizer) -> tuple[pa.RecordBatch, pa.Array]:
     """One record batch of the lines' records (and their stored meta column), or `Unsupported`."""
     records = [line.record for line in lines]
@@ -166,7 +181,7 @@ def to_batch(lines: list[Line], tokenizer: Tokenizer) -> tuple[pa.RecordBatch, p
         columns["step"] = pa.array([r.get("step", 0) for r in records])
         for name in _OPTIONAL:
             if name in present:
-                columns[name] = pa.array([r.get(name) for r in records])
+                columns[name] = pa.array([r.get(name) for r in records], _arrow_type(name, records))
         for name in _INT_LISTS:  # a null inside a list of ids is an error the per-record reader words
             ids = columns.get(name)
             if ids is not None and pa.types.is_list(ids.type) and ids.flatten().null_count:
@@ -180,10 +195,11 @@ def to_batch(lines: list[Line], tokenizer: Tokenizer) -> tuple[pa.RecordBatch, p
         columns["tokens"] = _labels(columns["token_ids"], tokenizer, records)
         metas, truths = zip(*(_meta(r) for r in records), strict=True)
         columns["ground_truth"] = pa.array(truths, pa.string())
+        meta = pa.array(metas, pa.string())
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError,
             UnicodeEncodeError):
         raise fast_parquet.Unsupported from None
-    return pa.RecordBatch.from_pydict(columns), pa.array(metas, pa.string())
+    return pa.RecordBatch.from_pydict(columns), meta
 
 
 def convert_chunk(lines: list[Line], buffer: ChunkBuffer, path: Path, tokenizer: Tokenizer

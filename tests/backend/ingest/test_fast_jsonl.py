@@ -137,6 +137,9 @@ def test_the_first_bad_line_is_named_whatever_kind_of_error_follows(store, tmp_p
         ({"token_ids": [1, None, 2]}, r"line 3: field 'token_ids'\[1\] must be an integer, got null"),
         ({"tokens": ["a", None, "c"]}, r"line 3: field 'tokens' must be a list of strings"),
         ({"step": -1}, r"line 3: field 'step' must be a non-negative integer, got -1"),
+        ({"step": True}, r"line 3: field 'step' must be a non-negative integer, got a boolean"),
+        ({"token_rewards": {"s": [0.5, False, 1]}}, r"line 3: field 'token_rewards.s'\[1\] must be a number"),
+        ({"token_ids": [1, 2.0, 3]}, r"line 3: field 'token_ids'\[1\] must be an integer, got 2.0"),
         ({"token_ids": [1, 2**40, 3]}, r"line 3: field 'token_ids'\[1\] = 1099511627776 does not fit"),
         ({"token_ids": [1, 2**64, 3]}, r"line 3: field 'token_ids'\[1\] = 18446744073709551616 does not fit"),
     ],
@@ -153,6 +156,11 @@ def test_nan_and_records_without_ids_take_the_per_record_path(store, tmp_path):
     text = tmp_path / "nan.jsonl"
     text.write_text(json.dumps(_many(1)[0]).replace("-0.25", "NaN") + "\n")
     with pytest.raises(InputError, match=r"nan\.jsonl: line 1: field 'logprobs'\[2\] is nan"):
+        import_path(store, text, "r")
+    # json (not orjson) parses this line: its unpaired surrogate reaches the per-record check
+    record = {**_many(1)[0], "meta": {"\ud800": 1}, "values": [0.0, float("nan"), 1]}
+    text.write_text(json.dumps(record) + "\n")
+    with pytest.raises(InputError, match=r"line 1: field 'meta' holds text with an unpaired surrogate"):
         import_path(store, text, "r")
     mixed = _many(6)
     del mixed[4]["token_ids"], mixed[4]["logprobs"]
