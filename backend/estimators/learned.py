@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from backend.batch import RolloutBatch
-from backend.estimators import features, masked
+from backend.estimators import features, fitting, masked
 from backend.estimators.common import CreditConfig, finish_rewards, outcome_z
 from backend.estimators.registry import EstimatorResult, param, register
 from backend.estimators.token_helpers import scores_of
@@ -33,7 +33,9 @@ class TokenRMConfig(CreditConfig):
     steps: int = param(150, low=1, high=5000, help="Full-batch Adam steps of the MLP head")
 
     def scope(self) -> str:
-        return "run"  # the model is cross-fitted over the groups of the whole run
+        # the model is cross-fitted over the groups of the whole run; the linear head's statistics add up
+        # over chunks (a streamed run fits it in a first pass), the MLP head trains on the run in memory
+        return "run" if self.head == "mlp" else fitting.fit_scope()
 
 
 @register("token_rm", TokenRMConfig,
@@ -56,11 +58,17 @@ def token_rm(batch: RolloutBatch, config: TokenRMConfig) -> EstimatorResult:
     elif config.head == "mlp":
         phi = mlp_token_rewards(X, mask, z, fold, k, config.ridge, config.hidden, config.steps)
     else:
-        S = X.sum(dim=1)  # (B, F) per-response feature sums
-        W, b = features.ridge_folds(S, z, fold, k, config.ridge)
-        contributions = X * W[fold][:, None, :]  # (B, T, F) each feature's part of phi_t
-        phi = contributions.sum(-1) + b[fold][:, None] / L  # (B, T) the intercept per token
-        phi = torch.where(mask, phi, 0.0)
+        S = X.sum(dim=1)  # (B, F) per-response feature sums: the ridge's statistics add up over chunks
+        model = fitting.fitted(batch, ("token_rm", k, config.ridge),
+                               lambda: features.RidgeStats.of(S, z, fold, k, tuple(names)),
+                               lambda stats: stats.solve(config.ridge))
+        if model is None:  # the first pass of a streamed run: statistics only
+            phi = torch.zeros(mask.shape, dtype=torch.float32, device=batch.device)
+        else:
+            W, b = model
+            contributions = X * W[fold][:, None, :]  # (B, T, F) each feature's part of phi_t
+            phi = contributions.sum(-1) + b[fold][:, None] / L  # (B, T) the intercept per token
+            phi = torch.where(mask, phi, 0.0)
     extra = {"phi": phi, "features": names, "fallback": note}
     if contributions is not None:
         extra["feature_contributions"] = torch.where(mask[..., None], contributions, 0.0)
@@ -140,7 +148,7 @@ class RudderConfig(CreditConfig):
     folds: int = param(5, low=2, high=20, help="Cross-fitting folds (by group)")
 
     def scope(self) -> str:
-        return "run"  # the model is cross-fitted over the groups of the whole run
+        return fitting.fit_scope()  # the model is cross-fitted over the groups of the whole run
 
 
 @register("rudder", RudderConfig, "Return decomposition: r_t = g(y<=t) - g(y<t), residual on the last token",
@@ -157,16 +165,22 @@ def rudder(batch: RolloutBatch, config: RudderConfig) -> EstimatorResult:
     prefix = torch.cat([X.cumsum(dim=1) / k_pos[..., None], (k_pos / L)[..., None]], dim=-1)  # (B, T, F+1)
     fold, k = features.group_folds(batch, config.folds)
     g = torch.zeros(mask.shape, dtype=torch.float32, device=batch.device)
-    note = None
+    note = sample = None
     if k < 2:
         note = "rudder needs at least two groups to cross-fit; used g = 0 (all of Z on the last token)"
     else:
         rows = mask.nonzero(as_tuple=True)
         P = prefix[rows]
         f_tok = fold[rows[0]]
-        fit = features.subsample_rows(P.shape[0], MAX_FIT_TOKENS, batch.device)
-        W, b = features.ridge_folds(P[fit], z[rows[0]][fit], f_tok[fit], k, config.ridge)
-        g[rows] = (P * W[f_tok]).sum(-1) + b[f_tok]
+        fit = fitting.token_sample(batch, MAX_FIT_TOKENS)
+        model = fitting.fitted(batch, ("rudder", k, config.ridge),
+                               lambda: features.RidgeStats.of(P[fit], z[rows[0]][fit], f_tok[fit], k,
+                                                              (*names, "position")),
+                               lambda stats: stats.solve(config.ridge))
+        if model is not None:  # None: the first pass of a streamed run
+            W, b = model
+            g[rows] = (P * W[f_tok]).sum(-1) + b[f_tok]
+        sample = fitting.sample_note(batch, "rudder's prefix-return predictor g", MAX_FIT_TOKENS)
     prev = masked.forward_fill_index(mask)  # (B, T) this token's index; shift to the previous real token
     prev = torch.cat([torch.full_like(prev[:, :1], -1), prev[:, :-1]], dim=1)
     g_prev = torch.where(prev >= 0, g.gather(1, prev.clamp(min=0)), 0.0)
@@ -177,7 +191,7 @@ def rudder(batch: RolloutBatch, config: RudderConfig) -> EstimatorResult:
     residual = torch.where(has, z - g_last, 0.0)
     r = r.scatter_add(1, last.clamp(min=0)[:, None], residual[:, None])
     return finish_rewards(batch, config, z, r, {"g": torch.where(mask, g, 0.0), "features": names,
-                                                "fallback": note})
+                                                "fallback": note, "fit_sample": sample})
 
 
 KTAE_SOURCE = ("Sun et al., 'KTAE: A Model-Free Algorithm to Key-Tokens Advantage Estimation in Mathematical "
