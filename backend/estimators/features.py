@@ -113,7 +113,7 @@ class RidgeStats:
     """Per-fold sufficient statistics of a ridge fit, taken about a shift K (the first rows' mean, which
     keeps the sums of squares free of cancellation): rows n (k,), s = sum (x - K) (k, F),
     G = sum (x - K)(x - K)^T (k, F, F), t = sum (x - K) y (k, F), sy = sum y (k,), all float64.
-    They add up over disjoint sets of rows (`merge`), so a fit over a run's chunks equals one over all rows."""
+    They add up over disjoint sets of rows (`merge`): a fit over a run's chunks equals one over all rows."""
 
     names: tuple[str, ...]
     shift: torch.Tensor
