@@ -227,9 +227,7 @@ def stream_run(
     run_fit = None
     if two_pass:
         with handle.read() as store:
-            layout = store.rollout_lengths(run)
-        run_fit = fitting.RunFit(layout["rollout_id"].to_numpy(), layout["length"].to_numpy(),
-                                 layout["group_id"].to_numpy())
+            run_fit = _layout(store, run)
     items = _computed(handle, run, name, config, chunks, fields, save, progress, notes, run_fit)
     return RunEstimate(name, config, scope, channel, "computed", chunks, notes, items)
 
@@ -274,9 +272,8 @@ def _computed(handle: StoreHandle, run: str, name: str, config: Any, chunks: lis
     with ExitStack() as reading:
         store = reading.enter_context(handle.read())
         if run_fit is not None:
-            for i, chunk in enumerate(chunks):
-                registry.estimate(name, load(store, i, chunk, True), config)
-            run_fit.solve()
+            first = (load(store, i, chunk, True) for i, chunk in enumerate(chunks))
+            _first_pass(run_fit, name, config, first)
         definitions = credit_summary.run_classes(store, run)
         classes = credit_summary.credit_classes(store, run)
         credit_key = CreditKey(name, key, channel, classes)
@@ -300,6 +297,39 @@ def _computed(handle: StoreHandle, run: str, name: str, config: Any, chunks: lis
         _save(handle, run, name, key, config, channel, pending, credit_key, credit)
     if progress is not None:
         progress(total, total, "done")
+
+
+def fitted_run(handle: StoreHandle, run: str, name: str, config: Any,
+               chunk_rollouts: int = DEFAULT_CHUNK_ROLLOUTS) -> fitting.RunFit | None:
+    """The solved models of a run-scoped estimator that streams in two passes (None for any other): the
+    first pass over the run's group chunks. A batch of some of the run's groups that carries it
+    (`run_fit=`) gets the estimator's whole-run numbers (the Rollout view's terms of one rollout)."""
+    spec = registry.get(name)
+    if spec.scope_for(config) != "run" or fitting.chunk_scope(spec, config) != "group":
+        return None
+    fields = registry.fields_for(spec.name, config)
+    channel = channel_key(config)
+    with handle.read() as store:
+        run_fit = _layout(store, run)
+        chunks = plan(store.rollout_keys(run), "group", chunk_rollouts)
+        batches = (with_channel(store.load_batch(run, fields=fields, **chunk.load_args()), channel)
+                   for chunk in chunks)
+        _first_pass(run_fit, spec.name, config,
+                    (dataclasses.replace(batch, run_fit=run_fit) for batch in batches))
+    return run_fit
+
+
+def _layout(store, run: str) -> fitting.RunFit:
+    layout = store.rollout_lengths(run)
+    return fitting.RunFit(layout["rollout_id"].to_numpy(), layout["length"].to_numpy(),
+                          layout["group_id"].to_numpy())
+
+
+def _first_pass(run_fit: fitting.RunFit, name: str, config: Any, batches: Iterator[RolloutBatch]) -> None:
+    """Collect the fits' statistics from every chunk (outputs thrown away) and solve them."""
+    for batch in batches:
+        registry.estimate(name, batch, config)
+    run_fit.solve()
 
 
 def _describe(scope: str, chunk: dict, run: str) -> str:

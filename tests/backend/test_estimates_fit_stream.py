@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from backend import chunks, estimates
+from backend import chunks, estimates, explain
 from backend.estimators import features, fitting, learned, registry, values
 from backend.ingest import import_records
 from backend.ingest.bundled import import_bundled
@@ -145,3 +145,22 @@ def test_what_still_reads_the_run_at_once(db):
     assert len(streamed.chunks) == 1
     assert fitting.chunk_scope(registry.get("token_rm"), registry.make_config("token_rm")) == "group"
     assert registry.get("token_rm").scope_for(registry.make_config("token_rm")) == "run"
+
+
+def test_rollout_terms_of_a_fitted_estimator_come_from_its_group_with_the_run_models(db):
+    handle = StoreHandle(db)
+    with Store(db, read_only=True) as store:
+        whole = store.load_batch("mixed")
+    for name, overrides in (("token_rm", {}), ("gae", {"value_source": "fitted"})):
+        config = registry.make_config(name, **overrides)
+        assert estimates.fitted_run(handle, "mixed", name, config) is not None
+        result = registry.estimate(name, whole, config)
+        for row in (0, 13):
+            rid = int(whole.rollout_ids[row])
+            terms = explain.scoped_terms(handle, "mixed", rid, name, config)
+            assert terms["scope"] == "run"
+            expected = explain.terms_of(whole, result, row, name, config)["tokens"]
+            assert expected.keys() == terms["tokens"].keys()
+            for key, values_ in expected.items():
+                np.testing.assert_allclose(terms["tokens"][key], values_, rtol=1e-5, atol=1e-6,
+                                           err_msg=f"{name} {key}")
