@@ -147,12 +147,14 @@ def token_sample(batch: RolloutBatch, max_tokens: int) -> torch.Tensor:
     return torch.isin(numbers, chosen).nonzero(as_tuple=True)[0]
 
 
-def sample_note(batch: RolloutBatch, what: str, max_tokens: int) -> str | None:
-    """What a sampled fit says in the output (None when the run has no more than `max_tokens` tokens)."""
+def sample_note(batch: RolloutBatch, what: str, max_tokens: int, rows: bool = False) -> str | None:
+    """What a sampled fit says in the output (None when the run has no more than `max_tokens` tokens);
+    `rows`: the sample is of whole responses holding about `max_tokens` tokens."""
     n = int(batch.response_mask.sum()) if batch.run_fit is None else batch.run_fit.n_tokens
     if n <= max_tokens:
         return None
-    return (f"{what} fitted on an evenly strided sample of {max_tokens:,} of the run's {n:,} tokens "
+    sample = f"whole responses holding about {max_tokens:,}" if rows else f"{max_tokens:,}"
+    return (f"{what} fitted on an evenly strided sample of {sample} of the run's {n:,} tokens "
             "(the same sample in memory and streamed)")
 
 

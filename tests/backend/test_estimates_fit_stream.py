@@ -20,7 +20,8 @@ from backend.ingest.bundled import import_bundled
 from backend.store import Store, StoreHandle
 from tests.conftest import make_records
 
-FITTED = [("token_rm", {}), ("rudder", {}), ("gae", {"value_source": "fitted"}),
+FITTED = [("token_rm", {}), ("token_rm", {"head": "mlp", "steps": 40}), ("rudder", {}),
+          ("gae", {"value_source": "fitted"}),
           ("entropy", {"then_gae": True, "value_source": "fitted"}),
           ("token_rm", {"then_gae": True, "value_source": "fitted"}),
           ("entropy_gate", {"base": "token_rm"})]
@@ -88,6 +89,10 @@ def test_sampled_fits_stream_to_the_in_memory_numbers_and_say_so(db, monkeypatch
     assert any("sample of 257 of the run's" in n for n in notes), notes
     notes = _check_equal(handle, "demo", "gae", {"value_source": "fitted"}, (29,), group_max)
     assert any("fitted value probe fitted on an evenly strided sample of 301" in n for n in notes), notes
+    monkeypatch.setattr(learned, "MLP_FIT_TOKENS", 700)
+    notes = _check_equal(handle, "demo", "token_rm", {"head": "mlp", "steps": 30}, (23,), group_max)
+    assert any("MLP head fitted on an evenly strided sample of whole responses holding about 700" in n
+               for n in notes), notes
 
 
 def test_token_sample_over_chunks_is_the_in_memory_sample_and_bounded(db):
@@ -135,9 +140,6 @@ def test_ridge_statistics_add_up_over_parts_without_losing_precision():
 
 def test_what_still_reads_the_run_at_once(db):
     handle = StoreHandle(db)
-    mlp = registry.make_config("token_rm", head="mlp")
-    streamed = estimates.stream_run(handle, "mixed", "token_rm", mlp, chunk_rollouts=4, save=False)
-    assert len(streamed.chunks) == 1
     # a step statistic over a run-scoped base is computed over the whole run in memory: kept as one chunk
     stare = registry.make_config("stare", base="token_rm")
     assert fitting.chunk_scope(registry.get("stare"), stare) == "step"
@@ -164,3 +166,29 @@ def test_rollout_terms_of_a_fitted_estimator_come_from_its_group_with_the_run_mo
             for key, values_ in expected.items():
                 np.testing.assert_allclose(terms["tokens"][key], values_, rtol=1e-5, atol=1e-6,
                                            err_msg=f"{name} {key}")
+
+
+def test_mlp_head_sample_over_chunks_is_the_in_memory_rows_and_bounded(db, monkeypatch):
+    monkeypatch.setattr(learned, "MLP_FIT_TOKENS", 900)
+    with Store(db, read_only=True) as store:
+        whole = store.load_batch("oracle")
+        layout = store.rollout_lengths("oracle")
+        plan = chunks.plan(store.rollout_keys("oracle"), "group", 31)
+        run_fit = fitting.RunFit(layout["rollout_id"].to_numpy(), layout["length"].to_numpy(),
+                                 layout["group_id"].to_numpy())
+        sample = None
+        for chunk in plan:
+            batch = dataclasses.replace(store.load_batch("oracle", **chunk.load_args()), run_fit=run_fit)
+            X, names = features.token_features(batch)
+            fold, k = features.group_folds(batch, 5)
+            part = learned.MLPSample.of(batch, X, torch.zeros(batch.B), fold, tuple(names))
+            sample = part if sample is None else sample.merge(part)
+    expected = learned.mlp_fit_rows(whole.response_mask)
+    assert torch.equal(torch.sort(sample.rows).values, expected)
+    assert 1 < len(expected) < whole.B
+    # the bound: B * MLP_FIT_TOKENS // N whole responses (about MLP_FIT_TOKENS tokens), at most that many
+    # times the longest response
+    keep = learned.mlp_keep(whole.B, int(whole.response_mask.sum()))
+    assert len(sample.rows) == keep == whole.B * 900 // int(whole.response_mask.sum())
+    assert int(sample.lengths.sum()) <= keep * int(whole.response_mask.sum(1).max())
+    assert int(sample.count) == int(whole.response_mask.sum())  # the moments cover every token
