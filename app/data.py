@@ -20,6 +20,7 @@ from app import access
 from backend import token_classes as classes
 from backend.ingest.bundled import import_bundled
 from backend.store import StoreHandle, default_db_path
+from backend.store.model_credit_queries import model_credit_rows
 
 
 def db_path_from_argv(argv: list[str] | None = None) -> Path:
@@ -131,6 +132,13 @@ def resample_values(path: str, run: str, rollout_id: int | None) -> pd.DataFrame
 def resample_samples(path: str, run: str, rollout_id: int) -> pd.DataFrame:
     with store_handle(path).read() as store:
         return store.resample_samples(run, rollout_id)
+
+
+@st.cache_data(show_spinner=False)
+def model_credit(path: str, run: str, rollout_id: int) -> pd.DataFrame:
+    """The rollout's cached model-credit scores (one row per method)."""
+    with store_handle(path).read() as store:
+        return model_credit_rows(store, run, rollout_id)
 
 
 def invalidate() -> None:

@@ -1,4 +1,4 @@
-"""Background jobs for long work (suffix resampling) with progress and a cancel flag.
+"""Background jobs for long work (suffix resampling, model-credit scores) with progress and a cancel flag.
 
 The model runs in a worker thread so the page can draw a progress bar and a Cancel button while it
 works; Streamlit calls stay on the script thread. The worker saves what it finished to the store.
@@ -18,9 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from app import access
+from backend.batch import MODEL_SCORED
 from backend.models import resample
+from backend.models.model_credit_run import ModelCreditSettings, run_model_credit
 
-MODEL_JOBS = ("resample", "teacher", "score")
+MODEL_JOBS = ("resample", "teacher", "score", "model_credit")
+MODEL_CREDIT_METHODS = MODEL_SCORED
+"""What the Resample page's model-credit button offers (the estimators of the same names)."""
 
 
 @dataclass
@@ -132,3 +136,20 @@ def start_resample(
     _refuse_if_busy(running_job(db))  # checked again, atomically, in `start`; this spares loading the engine
     job = resample_job(handle, run, rollout_id, load_engine(), record, verifier, positions, samples)
     return start(current, db, "resample", job)
+
+
+def start_model_credit(current: access.Settings, db: str, handle, run: str, rollout_id: int,
+                       load_engine: Callable[[], Any], method: str, model_dir: str, engine_name: str) -> Job:
+    """Check the request (read-only mode, the store's job slot), then load the engine and start scoring the
+    rollout's group with `method` (one of MODEL_CREDIT_METHODS). The job stores its scores in one
+    transaction when it finishes; a cancelled job stores nothing."""
+    access.require_writable(current, "model_credit")
+    _refuse_if_busy(running_job(db))
+    settings = ModelCreditSettings(method=method, model_dir=model_dir, engine=engine_name)
+    engine = load_engine()
+
+    def work(job: Job):
+        return run_model_credit(handle, run, settings, rollout=rollout_id, engine=engine,
+                                progress=job.progress, cancel=job.cancel.is_set)
+
+    return start(current, db, "model_credit", Job(work))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -343,3 +344,21 @@ def _number(box, f: dict, wkey: str):
     return box.number_input(
         f["name"], value=cast(default), key=wkey, help=f["help"] or None, format=fmt, **kwargs
     )
+
+
+def follow_job(job, shown_key: str, verb: str, unit: str) -> bool:
+    """Draw a background job's progress bar until it ends, once per job (`shown_key` remembers the last
+    job shown). True when the job has just been followed to its end: the caller reports its result."""
+    if job is None or not (job.running or st.session_state.get(shown_key) is not job):
+        return False
+    bar = st.progress(job.fraction, text=f"{verb}…")
+    while job.running:
+        bar.progress(job.fraction, text=f"{verb}… {job.done}/{job.total or '?'} {unit}")
+        time.sleep(0.1)
+    bar.progress(1.0, text="done")
+    st.session_state[shown_key] = job
+    data.invalidate()
+    if job.error:
+        st.error(job.error)
+    return job.error is None and job.result is not None
+

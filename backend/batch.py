@@ -18,6 +18,18 @@ OPTIONAL_FIELDS = (*PER_TOKEN_FIELDS, "tokens")
 """Fields of a batch that a run may lack (None then); extras are optional by name."""
 MC_EXTRAS = ("mc_values", "mc_mask")
 """The extras the store builds from resampling results: V̂(s_t) per position and where it is known."""
+MODEL_SCORED = ("oar_p", "oar_g", "gcpo")
+"""Estimators whose per-token scores come from running the policy (`creditlens model-credit --method NAME`),
+cached in the store (table model_credit) and carried as the extras `model_score_needs(NAME)`."""
+
+
+def model_score_needs(name: str) -> tuple[str, str]:
+    """The batch extras holding estimator `name`'s cached model scores: (scores, mask of scored tokens)."""
+    return f"{name}_scores", f"{name}_mask"
+
+
+MODEL_SCORE_EXTRAS = {extra: name for name in MODEL_SCORED for extra in model_score_needs(name)}
+"""Extra name -> the model-scored estimator it belongs to."""
 
 
 class BatchError(ValueError):

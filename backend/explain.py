@@ -297,6 +297,14 @@ def derivation(terms: dict, t: int) -> list[str]:
         else:
             lines.append(f"after the last resampled position: the outcome R = {seq.get('R')}")
         lines.append(f"A_t = scale · (V̂ next − V̂ current) = {A:.4g}   (scale maps rewards to Z units)")
+    elif w is not None and "scored" in tok and seq.get("Z") is not None:  # oar_p, oar_g, gcpo
+        score = next((f"{k} = {at(k):.4g}" for k in tok if k.endswith("_score") and at(k) is not None), "")
+        if at("scored"):
+            lines.append(f"cached model score at t: {score}" + (f", divergence d_t = {at('divergence'):.4g}"
+                                                                 if at("divergence") is not None else ""))
+        else:
+            lines.append("t is not scored (conclude text, answer, or no answer found): w_t = 1")
+        lines.append(f"A_t = Z · w_t = {seq['Z']:.4g} × {w:.4g} = {A:.4g}")
     elif w is not None and r is not None and "Z" in seq:
         weights = [x for x in tok["weights"] if x is not None]
         mean_w = sum(weights) / max(len(weights), 1)

@@ -33,6 +33,12 @@ def bench_estimators() -> list[str]:
     return [n for n in registry.supported(probe) if registry.get(n).model_free]
 
 
+def model_bound_estimators() -> list[str]:
+    """Registered estimators that need the policy model (cached model scores or Monte Carlo resampling):
+    the oracle bench and the Oracle view say "needs a model" for them instead of a row."""
+    return [n for n in registry.names() if not registry.get(n).model_free]
+
+
 def bench_spec(label: str) -> tuple[str, dict[str, str]]:
     """A bench row label, "name" or "name:key=value,key=value" (a variant with options), as (name,
     overrides); a pair without "=" raises ValueError quoting the label."""
@@ -124,6 +130,9 @@ def oracle_bench(seeds: int = 20, prompts: int = 500, group: int = 8, estimators
     """
     names = list(estimators) if estimators is not None else bench_estimators()
     say = progress or (lambda message: None)
+    if estimators is None:
+        say("oracle-bench: not run (need a model or resampling; the synthetic oracle has no policy): "
+            + ", ".join(model_bound_estimators()))
     results: list[dict] = []
     if workers <= 1 or seeds == 1:
         for seed in range(seeds):

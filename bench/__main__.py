@@ -2,12 +2,25 @@
 
 import sys
 
-from bench import app, estimators, explorer, heads, ingest, models, oracle, reliability, scale, teacher
+from bench import (
+    app,
+    estimators,
+    explorer,
+    heads,
+    ingest,
+    model_credit,
+    models,
+    oracle,
+    reliability,
+    scale,
+    teacher,
+)
 
 BENCHES = {
     "ingest": ingest,
     "estimators": estimators,
     "models": models,
+    "model_credit": model_credit,
     "teacher": teacher,
     "oracle": oracle,
     "heads": heads,

@@ -27,6 +27,9 @@ if compute.has_oracle(batch):
         "single = scores summed then one estimator; split = channels projected and normalized "
         "separately, then combined. style_recall uses ΔA = A(task+style) − A(task only)."
     )
+    needs_model = [n for n in widgets.estimator_names() if n not in options]
+    st.caption("Not offered on synthetic runs, which have no policy (needs a model): "
+               + ", ".join(needs_model))
     table, errors = compute.oracle(sel.db, sel.run, tuple(chosen))
     for line in errors:
         st.warning(line)

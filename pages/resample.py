@@ -1,11 +1,11 @@
 """Resample: Monte Carlo values V̂(s_t) at chosen positions of a rollout — positions by click or
-suggestion, M suffixes each, a progress bar and a cancel; results stored for the `suffix_mc` estimator."""
+suggestion, M suffixes each, a progress bar and a cancel; results stored for the `suffix_mc` estimator.
+Below, the model-based scores (OAR-P, OAR-G, GCPO) of the rollout's group, computed on demand and stored."""
 
-import time
 
 import streamlit as st
 
-from app import access, charts, compute, data, heatmaps, jobs, state, views
+from app import access, charts, compute, data, heatmaps, jobs, state, views, widgets
 
 sel = views.rollout_selection()
 st.title(f"Resample suffixes · rollout #{sel.rollout}")
@@ -120,23 +120,11 @@ else:
         except access.Refused as exc:
             st.error(f"Resampling refused: {exc}")
 
-if job is not None and (job.running or st.session_state.get("_resample_shown") is not job):
-    bar = st.progress(job.fraction, text="resampling…")
-    while job.running:
-        bar.progress(job.fraction, text=f"resampling… {job.done}/{job.total or '?'} suffixes")
-        time.sleep(0.1)
-    bar.progress(1.0, text="done")
-    st.session_state["_resample_shown"] = job
-    data.invalidate()
-    if job.error:
-        st.error(job.error)
-    elif job.result is not None:
-        r = job.result
-        note = " (cancelled; finished samples kept)" if r.cancelled else ""
-        st.success(
-            f"{len(r.samples)} suffixes, {r.tokens} tokens in {r.seconds:.2f} s with {r.engine}{note}; "
-            "stored."
-        )
+if widgets.follow_job(job, "_resample_shown", "resampling", "suffixes"):
+    r = job.result
+    note = " (cancelled; finished samples kept)" if r.cancelled else ""
+    st.success(f"{len(r.samples)} suffixes, {r.tokens} tokens in {r.seconds:.2f} s with {r.engine}{note}; "
+               "stored.")
 
 values = data.resample_values(sel.db, sel.run, sel.rollout)
 st.subheader("V̂(s_t) along the rollout")
@@ -159,3 +147,39 @@ else:
         width="stretch",
         column_config={"suffix_text": st.column_config.TextColumn("suffix")},
     )
+
+st.subheader("Model-based credit: OAR-P, OAR-G, GCPO")
+st.caption(
+    "Per-token scores from the policy itself (OAR: each reasoning token's influence on the final answer; "
+    "GCPO: the log-prob contrast under a negative prompt), for this rollout's whole group. Once stored, "
+    "the estimators oar_p, oar_g and gcpo work in every view, like `creditlens model-credit`."
+)
+credit_job = st.session_state.get("model_credit_job")
+model_dir = info.get("model_dir")
+if not settings.read_only and model_dir:
+    method = st.selectbox("Method", list(jobs.MODEL_CREDIT_METHODS), key="resample_mc_method")
+    if credit_job is not None and credit_job.running:
+        if st.button("Cancel", key="resample_mc_cancel", type="secondary"):
+            credit_job.cancel.set()
+    elif st.button("Compute for this group", key="resample_mc_run", type="primary"):
+        chosen = "transformers" if method == "oar_g" else st.session_state.get("resample_engine", "auto")
+        try:
+            credit_job = jobs.start_model_credit(
+                settings, sel.db, data.handle_for(sel.db), sel.run, sel.rollout,
+                lambda: views.compute_or_explain(compute.engine, model_dir, chosen),
+                method, model_dir, chosen,
+            )
+            st.session_state["model_credit_job"] = credit_job
+        except access.Refused as exc:
+            st.error(f"Refused: {exc}")
+if widgets.follow_job(credit_job, "_mc_shown", "scoring", "sequences"):
+    r = credit_job.result
+    st.success(f"{r.method}: nothing stored (cancelled)" if r.cancelled else
+               f"{r.method}: {r.stored} rollouts scored, {r.model_rows} model sequences in "
+               f"{r.seconds:.1f} s with {r.engine}; stored")
+cached = data.model_credit(sel.db, sel.run, sel.rollout)
+if cached.empty:
+    st.info("No model-based scores for this rollout yet.")
+else:
+    columns = ["method", "engine", "model", "settings", "created"]
+    st.dataframe(cached[columns], hide_index=True, width="stretch")

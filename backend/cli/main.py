@@ -9,11 +9,21 @@ import argparse
 import sys
 
 from backend.batch import BatchError
-from backend.cli import app_server, estimators, explorer, models, steps, store, synthetic, teacher
+from backend.cli import (
+    app_server,
+    estimators,
+    explorer,
+    model_credit,
+    models,
+    steps,
+    store,
+    synthetic,
+    teacher,
+)
 from backend.errors import InputError, StoreError
 
 # Areas that contribute subcommands, in the order `creditlens --help` lists them.
-COMMAND_MODULES = (store, estimators, models, teacher, steps, synthetic, explorer, app_server)
+COMMAND_MODULES = (store, estimators, models, model_credit, teacher, steps, synthetic, explorer, app_server)
 
 
 def build_parser() -> argparse.ArgumentParser:

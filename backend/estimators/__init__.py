@@ -27,6 +27,7 @@ from backend.estimators import (  # noqa: F401  (registers)
     entropy_methods,
     learned,
     logged,
+    model_based,
     modifiers,
     outcome,
     valued,

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import torch
 
-from backend.batch import MC_EXTRAS, OPTIONAL_FIELDS, BatchError, RolloutBatch
+from backend.batch import MC_EXTRAS, MODEL_SCORE_EXTRAS, OPTIONAL_FIELDS, BatchError, RolloutBatch
 
 MODEL = "model"
 """Need name of estimators that run the policy model itself (a resource, not a batch field)."""
@@ -92,7 +92,7 @@ class EstimatorSpec:
         """True when neither the model nor Monte Carlo resampling results are required (in `needs`, or
         in every alternative of `needs_one_of`): the estimators the oracle bench can run on any run."""
         def heavy(names: tuple[str, ...]) -> bool:
-            return any(n == MODEL or n in MC_NEEDS for n in names)
+            return any(n == MODEL or n in MC_NEEDS or n in MODEL_SCORE_EXTRAS for n in names)
 
         if heavy(self.needs):
             return False
@@ -300,6 +300,13 @@ def check_needs(name: str, batch: RolloutBatch) -> None:
     if any(n in MC_NEEDS and n not in available for n in spec.needs):
         raise BatchError(f"{name} needs resampling results (extras {', '.join(MC_NEEDS)}) and this run has "
                          "none; run `creditlens resample --run RUN --rollout ID --suggest entropy:5` first")
+    scored = [MODEL_SCORE_EXTRAS[n] for n in spec.needs if n in MODEL_SCORE_EXTRAS and n not in available]
+    if scored:
+        extras = ", ".join(n for n, m in MODEL_SCORE_EXTRAS.items() if m == scored[0])
+        raise BatchError(f"{name} needs {scored[0]} scores of the policy model (extras {extras}) for every "
+                         "rollout of the batch (its group), and some have none; run `creditlens "
+                         f"model-credit --run RUN --method {scored[0]} --rollout ID` (or --rollouts all) "
+                         "first")
     batch.require(*spec.needs)  # names the missing fields and how to fill them
     options = " or ".join(" + ".join(alt) for alt in spec.needs_one_of)  # `needs` are met: no alternative is
     raise BatchError(f"{name} needs {options}; this run has none of these in full (import the missing "

@@ -8,7 +8,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from backend.batch import MC_EXTRAS, PER_TOKEN_FIELDS, RolloutBatch
+from backend.batch import MC_EXTRAS, MODEL_SCORED, PER_TOKEN_FIELDS, RolloutBatch, model_score_needs
+from backend.store.model_credit_extras import model_credit_extras
 from backend.store.runs import Runs
 
 
@@ -46,7 +47,8 @@ class Batches(Runs):
         id_range: tuple[int, int] | None = None,
     ) -> RolloutBatch:
         """Rollouts of `run` (all, or the given rollout/group ids or steps) as a padded `RolloutBatch`,
-        ordered by rollout id. Resampling results become extras `mc_values`/`mc_mask`.
+        ordered by rollout id. Resampling results become extras `mc_values`/`mc_mask`; model-credit scores
+        `<method>_scores`/`<method>_mask` (backend/store/model_credit_extras.py).
 
         fields: the optional inputs to load (`OPTIONAL_FIELDS` names, or extras names such as
             `mc_values`); None loads every one. Token ids, the mask, ids and scores always come.
@@ -146,6 +148,9 @@ class Batches(Runs):
                     mc_values[row_of[int(rid)], pos] = float(value)
                     mc_mask[row_of[int(rid)], pos] = 1.0
             extras[MC_EXTRAS[0]], extras[MC_EXTRAS[1]] = mc_values, mc_mask
+        methods = [m for m in MODEL_SCORED if any(loads(n) for n in model_score_needs(m))]
+        if methods:  # OAR / GCPO scores, when they cover every rollout of the batch
+            extras.update(model_credit_extras(self.con, run_id, [int(i) for i in ids], T, methods))
 
         if "logged_advantage" in table.column_names:
             logged = table.column("logged_advantage")

@@ -67,6 +67,9 @@ def test_every_write_action_is_refused_server_side(read_only, app_db, tmp_path):
         "resample": lambda: jobs.start_resample(
             read_only, str(app_db), handle, "demo", 0, _never_loaded, {}, None, [0], 2
         ),
+        "model credit": lambda: jobs.start_model_credit(
+            read_only, str(app_db), handle, "demo", 0, _never_loaded, "gcpo", "unused", "auto"
+        ),
     }
     for kind in jobs.MODEL_JOBS:  # resample, teacher and score jobs, however they are built
         attempts[f"{kind} job"] = lambda kind=kind: jobs.start(

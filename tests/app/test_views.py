@@ -203,6 +203,8 @@ def test_oracle_view_metrics_table(app_db):
     at = open_app(app_db, "oracle", {"run": "oracle", "rollout": "0", "ests": "grpo,entropy"})
     table = at.dataframe[0].value
     assert list(table["estimator"]) == ["grpo", "entropy"]
+    needs_model = [c.value for c in at.caption if "needs a model" in c.value]
+    assert needs_model and all(n in needs_model[0] for n in ("oar_p", "oar_g", "gcpo", "suffix_mc"))
     assert (
         table.set_index("estimator").loc["entropy", "key_recall"]
         > table.set_index("estimator").loc["grpo", "key_recall"]

@@ -176,6 +176,15 @@ def test_parallel_seeds_match_in_process():
     assert strip == [{k: v for k, v in row.items() if k != "seconds"} for row in parallel]
 
 
+def test_model_bound_estimators_are_named_not_benched():
+    bound = set(oracle.model_bound_estimators())
+    assert {"oar_p", "oar_g", "gcpo", "suffix_mc"} <= bound and "grpo" not in bound
+    assert not bound & set(oracle.bench_estimators())
+    said = []
+    oracle.oracle_bench(seeds=1, prompts=4, group=2, progress=said.append)
+    assert any("not run" in m and "oar_p" in m and "gcpo" in m for m in said), said
+
+
 def test_oracle_bench_variant_rows_use_the_options(tmp_path, capsys):
     """`--variant name:key=value,...` adds rows computed with those options; a bad one is one line, exit 2."""
     out = tmp_path / "bench.json"

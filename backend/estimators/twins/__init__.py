@@ -14,6 +14,7 @@ from backend.estimators.twins import (  # noqa: F401  (registers)
     entropy_methods,
     learned,
     logged,
+    model_based,
     modifiers,
     outcome,
     valued,

@@ -9,7 +9,7 @@ import random
 
 import torch
 
-from backend.batch import RolloutBatch, batch_from_records
+from backend.batch import MODEL_SCORED, RolloutBatch, batch_from_records, model_score_needs
 
 TEXTS = ["a", "b", " ", "\n", "1", ".", "ab", ",", "x\n"]
 
@@ -19,6 +19,7 @@ def random_batch(seed: int = 0, n_groups: int = 4, group_size: int = 4, max_len:
                  vocab: int = 4, extras: bool = True) -> RolloutBatch:
     rng = random.Random(seed)
     gaps = random.Random(seed + 1000)  # missing scores and logged advantages: their own stream
+    model_scores = random.Random(seed + 2000)  # cached OAR / GCPO scores: their own stream too
     records = []
     rid = 0
     for g in range(n_groups):
@@ -49,6 +50,11 @@ def random_batch(seed: int = 0, n_groups: int = 4, group_size: int = 4, max_len:
                     "old_entropies": [rng.random() * 2 for _ in ids],
                     "logged_advantage": gaps.gauss(0, 1) if gaps.random() < 0.9 else math.nan,
                 }
+                for method in MODEL_SCORED:  # scores on some tokens (ties included), mask 0/1
+                    scores_name, mask_name = model_score_needs(method)
+                    rec["extras"][scores_name] = [model_scores.choice([0.0, 0.5, model_scores.gauss(0, 2)])
+                                                  for _ in ids]
+                    rec["extras"][mask_name] = [float(model_scores.random() < 0.8) for _ in ids]
             records.append(rec)
             rid += 1
     batch = batch_from_records(records)

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from backend.batch import BatchError
+from backend.batch import MODEL_SCORED, BatchError, model_score_needs
 from backend.estimators import features, registry
 from backend.estimators.tree import build_prefix_tree
 from backend.estimators.values import fitted_values
@@ -234,7 +234,13 @@ def test_needs_metadata():
     assert drop.needs == ("entropies", "old_entropies") and drop.model_free and not drop.needs_one_of
     assert registry.get("stare").needs == ("logprobs", "entropies")
     assert registry.get("suffix_mc").needs == registry.MC_NEEDS and not registry.get("suffix_mc").model_free
-    assert {n for n in registry.names() if not registry.get(n).model_free} == {"suffix_mc"}
+    assert {n for n in registry.names() if not registry.get(n).model_free} == {"suffix_mc",
+                                                                               *MODEL_SCORED}
+    for name in MODEL_SCORED:  # cached policy scores: the error names the command that fills them
+        assert registry.get(name).needs == model_score_needs(name)
+        bare = dataclasses.replace(random_batch(0), extras={})
+        with pytest.raises(BatchError, match=f"creditlens model-credit .*--method {name}"):
+            registry.estimate(name, bare)
     batch = random_batch(0)
     batch = dataclasses.replace(batch, extras={k: v for k, v in batch.extras.items() if k != "old_entropies"})
     with pytest.raises(BatchError, match="old_entropies"):  # never the logprob-vs-reference stand-in

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from backend.batch import batch_from_records
+from backend.batch import batch_from_records, model_score_needs
 from backend.estimators import registry
 from backend.estimators.reference import reference_advantages
 
@@ -155,3 +155,47 @@ def test_paper_named_estimators_carry_their_source():
         assert registry.get(name).source == "", name
     assert "ea9fb77f366216d754e2368653911724e73a7376" in registry.get("ktae").source
     assert "bffb9e79c96c318340e35402993d60548d864315" in registry.get("stare").source
+
+
+def _model_scored_batch(lengths: list[int], scored: list[int], values: list[list[float]], name: str):
+    """A batch of one group whose extras hold cached model scores on the first `scored[i]` tokens."""
+    scores_name, mask_name = model_score_needs(name)
+    records = []
+    for i, (L, n, vals) in enumerate(zip(lengths, scored, values, strict=True)):
+        records.append({"token_ids": list(range(1, L + 1)), "group_id": 0, "rollout_id": i,
+                        "scores": {"task": float(i % 2)},
+                        "extras": {scores_name: list(vals[:n]) + [0.0] * (L - n),
+                                   mask_name: [1.0] * n + [0.0] * (L - n)}})
+    return _batch(records)
+
+
+@pytest.mark.parametrize("case", range(len(FIXTURES["oar"]["cases"])))
+@pytest.mark.parametrize("name", ["oar_p", "oar_g"])
+def test_oar_weights_equal_official(case, name):
+    entry = FIXTURES["oar"]["cases"][case]
+    R = [len(s) for s in entry["scores"]]
+    lengths = [n + 3 for n in R]  # 3 answer tokens after the reasoning: unscored, weight 1 as in the code
+    batch = _model_scored_batch(lengths, R, entry["scores"], name)
+    res = registry.estimate(name, batch, threshold=entry["threshold"], beta=entry["beta"],
+                            sum_to_length=entry["sum_to_L"])
+    expected = _padded([w + [1.0] * 3 for w in entry["weights"]], batch)
+    torch.testing.assert_close(res.diagnostics["weights"], expected, atol=1e-6, rtol=0)
+    z = res.diagnostics["Z"][:, None]
+    torch.testing.assert_close(res.advantages, torch.where(batch.response_mask, z * expected, 0.0),
+                               atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("case", range(len(FIXTURES["gcpo"]["cases"])))
+def test_gcpo_weights_equal_official(case):
+    entry = FIXTURES["gcpo"]["cases"][case]
+    delta = (torch.tensor(entry["logp_neg"]) - torch.tensor(entry["logp_pos"])).tolist()
+    batch = _model_scored_batch(entry["lengths"], entry["lengths"], delta, "gcpo")
+    res = registry.estimate("gcpo", batch)
+    expected = _padded(entry["weights"], batch)
+    torch.testing.assert_close(res.diagnostics["weights"], expected, atol=1e-5, rtol=0)
+
+
+def test_model_based_estimators_carry_their_source():
+    assert "8dbc47862b5c3636b6070be16c9a181b17ca6346" in registry.get("oar_p").source
+    assert registry.get("oar_g").source == registry.get("oar_p").source
+    assert "e0f183de1ddad5714587be3eaed5b01be44724ee" in registry.get("gcpo").source

@@ -67,6 +67,9 @@ VARIANTS = [
     ("aggregation", {"mode": "dr-grpo"}),
     ("aggregation", {"mode": "dr-grpo", "l_budget": 64, "normalize": False}),
     ("grpo", {"norm_by_std": False, "channel": "style"}),
+    ("oar_p", {"threshold": 0.8, "beta": 2.0, "floor": 0.3}),
+    ("oar_g", {"threshold": 0.0, "sum_to_length": False, "outcome": "rloo"}),
+    ("gcpo", {"top": 0.2, "mass": 0.5, "outcome": "dr_grpo"}),
 ]
 
 

@@ -1,0 +1,78 @@
+"""`creditlens model-credit`: OAR-P, OAR-G or GCPO scores of a run's rollouts from the policy model,
+cached in the store for the estimators of the same names."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+
+from tqdm import tqdm
+
+from backend.batch import MODEL_SCORED
+from backend.cli.common import add_db_arg, add_model_args, model_for
+from backend.cli.teacher import parse_rollouts
+from backend.models.model_credit import ANSWER_REGEX, NEGATIVE_TEMPLATE
+from backend.models.model_credit_run import ModelCreditSettings, run_model_credit
+from backend.store import store_handle
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("model-credit", help="per-token scores of the model-based estimators (OAR-P, OAR-G, "
+                                            "GCPO), computed with the policy and cached")
+    add_db_arg(p)
+    p.add_argument("--run", required=True)
+    p.add_argument("--method", required=True, choices=MODEL_SCORED)
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--rollout", type=int, default=None, help="this rollout's group")
+    where.add_argument("--rollouts", default="all",
+                       help="the first N rollouts by id, completed to whole groups, or all (default)")
+    add_model_args(p)
+    p.add_argument("--answer-regex", default=ANSWER_REGEX,
+                   help="OAR: the final answer is group 1 of the last match in the response "
+                        "(tokens before the match are the reasoning that gets scored)")
+    p.add_argument("--negative-prompt", default=NEGATIVE_TEMPLATE,
+                   help="GCPO: the negative prompt, with {prompt} standing for the rollout's prompt")
+    p.add_argument("--noise-std", type=float, default=1e-3, help="OAR-G: noise on the reasoning embeddings")
+    p.add_argument("--seed", type=int, default=0, help="OAR-G: noise seed (rollout id added)")
+    p.add_argument("--chunk-size", type=int, default=64, help="sequences per forward pass")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_model_credit)
+
+
+def cmd_model_credit(args) -> int:
+    handle = store_handle(args.db)
+    with handle.read() as store:
+        info = store.run_info(args.run)
+    settings = ModelCreditSettings(
+        method=args.method, model_dir=str(model_for(info, args.model, args.run)), engine=args.engine,
+        device=args.device, allow_pickle=args.allow_pickle, answer_regex=args.answer_regex,
+        negative_template=args.negative_prompt, noise_std=args.noise_std, seed=args.seed,
+        chunk_size=args.chunk_size,
+    )
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())  # Ctrl-C: stop, store nothing
+    bar = tqdm(desc=args.method, unit="seq", file=sys.stderr, disable=args.json and not sys.stderr.isatty())
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    try:
+        rollouts = None if args.rollout is not None else parse_rollouts(args.rollouts)
+        report = run_model_credit(handle, args.run, settings, rollout=args.rollout, rollouts=rollouts,
+                                  progress=progress, cancel=stop.is_set)
+    finally:
+        bar.close()
+        signal.signal(signal.SIGINT, previous)
+    if args.json:
+        print(json.dumps(report.to_json()))
+    elif report.cancelled:
+        print(f"model-credit {args.method} for {args.run!r}: cancelled; nothing was stored", file=sys.stderr)
+    else:
+        note = f"; no answer in {len(report.no_answer)} (weights 1)" if report.no_answer else ""
+        print(f"model-credit {args.method} for {args.run!r}: {report.stored} rollouts scored, "
+              f"{report.model_rows} model sequences in {report.seconds:.1f}s ({report.engine}){note}; stored")
+    return 130 if report.cancelled else 0

@@ -1,0 +1,159 @@
+"""Running a model-credit method over rollouts of a stored run and caching the scores (the job behind
+`creditlens model-credit` and the Resample view's on-demand button).
+
+Whole groups are scored, since the estimators reshape the group-relative Z and need every rollout of the
+group. The scores of one request are stored in one transaction at the end: a failed or cancelled run
+writes nothing, and the store stays as it was.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from backend.batch import MODEL_SCORED
+from backend.errors import InputError, StoreError
+from backend.models import model_credit as mc
+from backend.models.engine import Cancel, Engine, Progress
+from backend.models.factory import load_engine
+from backend.store.model_credit_queries import rollout_tokens, save_model_credit
+
+
+@dataclass(frozen=True)
+class ModelCreditSettings:
+    """What a request computes with: the method, the model and engine, and the method's own settings."""
+
+    method: str
+    model_dir: str
+    engine: str = "auto"
+    device: str | None = None
+    allow_pickle: bool = False
+    answer_regex: str = mc.ANSWER_REGEX
+    negative_template: str = mc.NEGATIVE_TEMPLATE
+    noise_std: float = 1e-3
+    seed: int = 0
+    chunk_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.method not in MODEL_SCORED:
+            raise InputError(f"--method {self.method!r}: expected one of {', '.join(MODEL_SCORED)}")
+        if self.chunk_size < 1:
+            raise InputError(f"--chunk-size {self.chunk_size}: expected at least 1")
+        if self.noise_std < 0:
+            raise InputError(f"--noise-std {self.noise_std}: expected a number >= 0")
+        if self.method == "gcpo" and "{prompt}" not in self.negative_template:
+            raise InputError(f"--negative-prompt {self.negative_template!r}: it must contain {{prompt}}")
+
+    def recorded(self) -> dict:
+        """The settings the cached scores depend on (stored with them)."""
+        if self.method == "gcpo":
+            return {"negative_template": self.negative_template}
+        out = {"answer_regex": self.answer_regex}
+        if self.method == "oar_g":
+            out.update(noise_std=self.noise_std, seed=self.seed)
+        return out
+
+
+@dataclass
+class ModelCreditReport:
+    method: str
+    rollouts: list[int] = field(default_factory=list)
+    no_answer: list[int] = field(default_factory=list)
+    """OAR: rollouts whose response has no answer match (scored nowhere; their weights stay 1)."""
+    model_rows: int = 0
+    """Sequences the model ran on (OAR-P: one per perturbation; OAR-G: one forward+backward each)."""
+    seconds: float = 0.0
+    engine: str = ""
+    cancelled: bool = False
+    stored: int = 0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def select_rollouts(keys, rollout: int | None = None, rollouts: int | None = None) -> list[int]:
+    """Rollout ids to score, whole groups: the group of `rollout`; or the first `rollouts` rollouts by id
+    with the rest of their groups; or every rollout. `keys`: `Store.rollout_keys` (rollout_id, group_id)."""
+    if rollout is not None:
+        mine = keys[keys["rollout_id"] == int(rollout)]
+        if mine.empty:
+            raise StoreError(f"the run has no rollout {rollout}")
+        groups = set(mine["group_id"].tolist())
+    elif rollouts is not None:
+        if rollouts < 1:
+            raise InputError(f"--rollouts {rollouts}: expected at least 1 or 'all'")
+        groups = set(keys.sort_values("rollout_id").head(int(rollouts))["group_id"].tolist())
+    else:
+        return sorted(int(r) for r in keys["rollout_id"])
+    return sorted(int(r) for r in keys[keys["group_id"].isin(groups)]["rollout_id"])
+
+
+def rollout_inputs(frame, engine: Engine) -> list[mc.RolloutTokens]:
+    """`RolloutTokens` from `rollout_tokens` rows; prompts without ids are encoded, labels made when
+    the run has none."""
+    out = []
+    for row in frame.itertuples():
+        prompt_ids = row.prompt_ids
+        prompt_ids = (engine.encode(row.prompt or "") if prompt_ids is None or not isinstance(prompt_ids, (
+            list, np.ndarray)) else [int(t) for t in prompt_ids])
+        token_ids = [int(t) for t in row.token_ids]
+        tokens = row.tokens
+        tokens = list(tokens) if isinstance(tokens, (list, np.ndarray)) else engine.token_texts(token_ids)
+        out.append(mc.RolloutTokens(int(row.rollout_id), row.prompt or "", prompt_ids, token_ids, tokens))
+    return out
+
+
+def compute_scores(engine: Engine, rollouts: Sequence[mc.RolloutTokens], settings: ModelCreditSettings,
+                   progress: Progress | None = None, cancel: Cancel | None = None) -> dict | None:
+    """The method's scores per rollout id (None when cancelled)."""
+    if settings.method == "oar_p":
+        return mc.oar_p_scores(engine, rollouts, settings.answer_regex, settings.chunk_size, progress, cancel)
+    if settings.method == "oar_g":
+        return mc.oar_g_scores(engine, rollouts, settings.answer_regex, settings.noise_std, settings.seed,
+                               max(1, settings.chunk_size // 4), progress, cancel)
+    return mc.gcpo_deltas(engine, rollouts, settings.negative_template, settings.chunk_size, progress, cancel)
+
+
+def model_rows(rollouts: Sequence[mc.RolloutTokens], settings: ModelCreditSettings) -> tuple[int, list[int]]:
+    """(sequences the model runs on, rollouts without an answer) for a request."""
+    if settings.method == "gcpo":
+        return 2 * len(rollouts), []
+    spans = {r.rollout_id: mc.answer_span(r.tokens, settings.answer_regex) for r in rollouts}
+    missing = sorted(rid for rid, s in spans.items() if s is None)
+    if settings.method == "oar_g":
+        return len(rollouts) - len(missing), missing
+    return sum(1 + s[0] for s in spans.values() if s is not None), missing
+
+
+def open_engine(settings: ModelCreditSettings) -> Engine:
+    # OAR-G differentiates through the model: only the transformers engine has one to differentiate.
+    engine = "transformers" if settings.method == "oar_g" else settings.engine
+    return load_engine(settings.model_dir, engine=engine, device=settings.device,
+                       allow_pickle=settings.allow_pickle)
+
+
+def run_model_credit(handle, run: str, settings: ModelCreditSettings, rollout: int | None = None,
+                     rollouts: int | None = None, engine: Engine | None = None,
+                     progress: Progress | None = None, cancel: Cancel | None = None) -> ModelCreditReport:
+    """Score the chosen rollouts (see `select_rollouts`) with `settings.method` and store the scores in
+    one transaction; nothing is stored when cancelled or on any error."""
+    with handle.read() as store:
+        ids = select_rollouts(store.rollout_keys(run), rollout, rollouts)
+        frame = rollout_tokens(store, run, ids)
+    engine = engine or open_engine(settings)
+    inputs = rollout_inputs(frame, engine)
+    report = ModelCreditReport(settings.method, ids, engine=engine.name)
+    report.model_rows, report.no_answer = model_rows(inputs, settings)
+    start = time.perf_counter()
+    scores = compute_scores(engine, inputs, settings, progress, cancel)
+    report.seconds = round(time.perf_counter() - start, 3)
+    if scores is None:
+        report.cancelled = True
+        return report
+    with handle.write() as store:
+        report.stored = save_model_credit(store, run, settings.method, scores, settings.recorded(),
+                                          settings.model_dir, engine.name)
+    return report
