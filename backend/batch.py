@@ -53,6 +53,8 @@ class RolloutBatch:
     extras: name -> (B, T) or (B,) tensors a run carries beyond the standard fields
         (synthetic runs: `true_credit`, `key_mask`, `style_mask`, `decision_signal`;
         resampling: `mc_values`, `mc_mask`; models: `hidden` (B, T, H))
+    run_fit: None, or the `backend.estimators.fitting.RunFit` of the run this batch is a chunk of (models
+        fitted on the whole run collect from it, then apply to it; None: they fit on this batch)
     """
 
     response_mask: torch.Tensor
@@ -68,6 +70,7 @@ class RolloutBatch:
     values: torch.Tensor | None = None
     tokens: list[list[str]] | None = None
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    run_fit: object | None = field(default=None, compare=False, repr=False)
 
     @property
     def B(self) -> int:  # noqa: N802 - paper notation

@@ -28,7 +28,7 @@ from backend import credit_summary, token_classes
 from backend.batch import RolloutBatch
 from backend.chunks import DEFAULT_CHUNK_ROLLOUTS, Chunk, plan
 from backend.errors import InputError, StoreError
-from backend.estimators import registry
+from backend.estimators import fitting, registry
 from backend.store import StoreHandle
 from backend.store.explorer_queries import CreditKey
 
@@ -212,7 +212,9 @@ def stream_run(
     with handle.read() as store:
         index = store.rollout_keys(run)
         cached = use_cache and len(index) > 0 and store.cached_rollouts(run, name, key, channel) >= len(index)
-    chunks = plan(index, scope, chunk_rollouts)
+    # A run-scoped estimator whose only run-wide part is a fitted model streams in groups, in two passes
+    two_pass = scope == "run" and chunk_rollouts is not None and fitting.chunk_scope(spec, config) == "group"
+    chunks = plan(index, "group" if two_pass else scope, chunk_rollouts)
     notes: list[str] = []
     if cached:
         items = _from_cache(handle, run, (name, key, channel), chunks, with_tokens, progress)
@@ -222,7 +224,11 @@ def stream_run(
         fields = fields | set(token_classes.CLASS_FIELDS)  # the credit summaries saved with the outputs
     if fields is not None and with_tokens:
         fields = fields | {"tokens"}
-    items = _computed(handle, run, name, config, chunks, fields, save, progress, notes)
+    run_fit = None
+    if two_pass:
+        with handle.read() as store:
+            run_fit = _layout(store, run)
+    items = _computed(handle, run, name, config, chunks, fields, save, progress, notes, run_fit)
     return RunEstimate(name, config, scope, channel, "computed", chunks, notes, items)
 
 
@@ -243,25 +249,41 @@ def _from_cache(handle: StoreHandle, run: str, cache_key: tuple[str, str, str], 
 
 def _computed(handle: StoreHandle, run: str, name: str, config: Any, chunks: list[Chunk],
               fields: frozenset[str] | None, save: bool, progress: Progress | None,
-              notes: list[str]) -> Iterator[tuple[RolloutBatch, torch.Tensor]]:
+              notes: list[str], run_fit: fitting.RunFit | None = None
+              ) -> Iterator[tuple[RolloutBatch, torch.Tensor]]:
+    """Each chunk's batch and advantages. With `run_fit` (a run-scoped estimator that fits a model on the
+    run, streamed in groups) a first pass over the chunks collects the fits' statistics and solves them
+    (`backend.estimators.fitting`); the chunks of the second pass apply the fitted models."""
     scope = registry.get(name).scope_for(config)
     key, channel = registry.config_hash(name, config), channel_key(config)
     pending: dict[int, np.ndarray] = {}
     credit: list = []
+    passes = 2 if run_fit is not None else 1
+    total = passes * len(chunks)
+
+    def load(store, i: int, chunk: Chunk, first_pass: bool) -> RolloutBatch:
+        if progress is not None:
+            what = chunk.describe("group" if run_fit is not None else scope) if len(chunks) > 1 else \
+                f"the whole run {run!r}"
+            progress(i, total, f"fitting on {what}" if first_pass else what)
+        batch = with_channel(store.load_batch(run, fields=fields, **chunk.load_args()), channel)
+        return batch if run_fit is None else dataclasses.replace(batch, run_fit=run_fit)
+
     with ExitStack() as reading:
         store = reading.enter_context(handle.read())
+        if run_fit is not None:
+            first = (load(store, i, chunk, True) for i, chunk in enumerate(chunks))
+            _first_pass(run_fit, name, config, first)
         definitions = credit_summary.run_classes(store, run)
         classes = credit_summary.credit_classes(store, run)
         credit_key = CreditKey(name, key, channel, classes)
         for i, chunk in enumerate(chunks):
-            if progress is not None:
-                what = chunk.describe(scope) if len(chunks) > 1 else f"the whole run {run!r}"
-                progress(i, len(chunks), what)
-            batch = with_channel(store.load_batch(run, fields=fields, **chunk.load_args()), channel)
+            batch = load(store, total - len(chunks) + i, chunk, False)
             result = registry.estimate(name, batch, config)
-            note = result.diagnostics.get("fallback")
-            if isinstance(note, str):
-                notes.append(note)
+            for diagnostic in ("fallback", "fit_sample", "value_fit_sample"):
+                note = result.diagnostics.get(diagnostic)
+                if isinstance(note, str) and note not in notes:
+                    notes.append(note)
             if save:
                 pending.update(_per_rollout(batch, result.advantages))
                 credit.append(credit_summary.credit_rows(batch, result.advantages, classes, definitions))
@@ -274,7 +296,40 @@ def _computed(handle: StoreHandle, run: str, name: str, config: Any, chunks: lis
     if save and pending:
         _save(handle, run, name, key, config, channel, pending, credit_key, credit)
     if progress is not None:
-        progress(len(chunks), len(chunks), "done")
+        progress(total, total, "done")
+
+
+def fitted_run(handle: StoreHandle, run: str, name: str, config: Any,
+               chunk_rollouts: int = DEFAULT_CHUNK_ROLLOUTS) -> fitting.RunFit | None:
+    """The solved models of a run-scoped estimator that streams in two passes (None for any other): the
+    first pass over the run's group chunks. A batch of some of the run's groups that carries it
+    (`run_fit=`) gets the estimator's whole-run numbers (the Rollout view's terms of one rollout)."""
+    spec = registry.get(name)
+    if spec.scope_for(config) != "run" or fitting.chunk_scope(spec, config) != "group":
+        return None
+    fields = registry.fields_for(spec.name, config)
+    channel = channel_key(config)
+    with handle.read() as store:
+        run_fit = _layout(store, run)
+        chunks = plan(store.rollout_keys(run), "group", chunk_rollouts)
+        batches = (with_channel(store.load_batch(run, fields=fields, **chunk.load_args()), channel)
+                   for chunk in chunks)
+        _first_pass(run_fit, spec.name, config,
+                    (dataclasses.replace(batch, run_fit=run_fit) for batch in batches))
+    return run_fit
+
+
+def _layout(store, run: str) -> fitting.RunFit:
+    layout = store.rollout_lengths(run)
+    return fitting.RunFit(layout["rollout_id"].to_numpy(), layout["length"].to_numpy(),
+                          layout["group_id"].to_numpy())
+
+
+def _first_pass(run_fit: fitting.RunFit, name: str, config: Any, batches: Iterator[RolloutBatch]) -> None:
+    """Collect the fits' statistics from every chunk (outputs thrown away) and solve them."""
+    for batch in batches:
+        registry.estimate(name, batch, config)
+    run_fit.solve()
 
 
 def _describe(scope: str, chunk: dict, run: str) -> str:

@@ -9,6 +9,7 @@ into a short derivation with the numbers, e.g. `A_t = Z · w_t / mean w = 0.540 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -125,9 +126,15 @@ def _with_channel(estimator: str, overrides: dict, channel: str) -> dict:
 def scoped_terms(handle: StoreHandle, run: str, rollout_id: int, estimator: str, config: Any) -> dict:
     """The estimator's terms for one rollout, computed on the batch of its declared scope."""
     scope = registry.get(estimator).scope_for(config)
+    # a model fitted on the run in a first streamed pass applies to the rollout's group alone
+    run_fit = estimates.fitted_run(handle, run, estimator, config) if scope == "run" else None
     with handle.read() as store:
-        if scope == "run":
+        if scope == "run" and run_fit is None:
             batch = store.load_batch(run)
+        elif run_fit is not None:
+            info = store.rollout_keys(run)
+            group = int(info.loc[info["rollout_id"] == int(rollout_id), "group_id"].iloc[0])
+            batch = dataclasses.replace(store.load_batch(run, group_ids=[group]), run_fit=run_fit)
         else:
             info = store.rollout_keys(run)
             info = info[info["rollout_id"] == int(rollout_id)].iloc[0]

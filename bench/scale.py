@@ -5,8 +5,8 @@ Measured in one run, each row in its own process (peak RSS from `os.wait4`, so i
   token ids, logprobs, entropies and critic values, two reward channels) from native Parquet and from
   the same records as native JSONL;
 - `creditlens estimate --no-cache` end to end (process start, reading the store, the estimator, the
-  cache and the Parquet output) for grpo, gae (stored and fitted values), entropy, prefix_tree and
-  token_rm: the in-memory path (`--chunk none`, today's baseline) against the streamed one
+  cache and the Parquet output) for grpo, gae (stored and fitted values), entropy, prefix_tree, token_rm
+  and rudder: the in-memory path (`--chunk none`, today's baseline) against the streamed one
   (`--chunk R`), and the streamed grpo again on a run a tenth the size (peak memory should not move).
 CI never runs this; the README's benchmark section has a table it printed and the load average then.
 """
@@ -35,6 +35,7 @@ ROWS = (
     ("entropy", []),
     ("prefix_tree", []),
     ("token_rm", []),
+    ("rudder", []),
 )
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import torch
 
 from backend.batch import RolloutBatch
+from backend.estimators import fitting
 from backend.estimators import functional as F
 from backend.estimators.registry import Config, EstimatorResult, param
 from backend.estimators.token_helpers import fallback_message, rollout_list, scores_of
@@ -41,10 +42,13 @@ class GAEFields(Config):
     folds: int = param(5, low=2, high=20, help="Cross-fitting folds (by group) of the fitted value probe")
     ridge: float = param(1.0, low=0.0, high=1e6, help="Ridge penalty of the fitted value probe")
 
+    def fits_values(self) -> bool:
+        """Whether the estimator fits the value probe (on every token feature the run has)."""
+        return getattr(self, "then_gae", True) and self.value_source == "fitted"
+
     def scope(self) -> str:
         # The fitted probe is cross-fitted over the groups of the batch: it needs the whole run.
-        uses_values = getattr(self, "then_gae", True)
-        return "run" if uses_values and self.value_source == "fitted" else "group"
+        return fitting.fit_scope() if self.fits_values() else "group"
 
 
 @dataclass(frozen=True)

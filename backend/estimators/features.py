@@ -7,12 +7,13 @@ its siblings, which share the prompt) never predicts itself.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from backend.batch import RolloutBatch
-from backend.estimators import masked
+from backend.estimators import fitting, masked
 
 TOKEN_CLASSES = ("pad", "newline", "space", "punct", "digit", "word", "other")
 _CLASS_ID = {name: i for i, name in enumerate(TOKEN_CLASSES)}
@@ -90,8 +91,10 @@ def token_features(batch: RolloutBatch, flags: bool = True) -> tuple[torch.Tenso
 
 
 def group_folds(batch: RolloutBatch, folds: int) -> tuple[torch.Tensor, int]:
-    """Fold of each response (B,) int64 by group, and the number of folds actually used (<= groups)."""
-    index, n_groups = masked.group_index(batch.group_ids)
+    """Fold of each response (B,) int64 by group, and the number of folds actually used (<= groups).
+    Groups are numbered within the run when the batch is a chunk of a streamed run (`batch.run_fit`)."""
+    run_fit = batch.run_fit
+    index, n_groups = masked.group_index(batch.group_ids) if run_fit is None else run_fit.group_index(batch)
     k = min(int(folds), n_groups)
     # A fixed permutation of groups spreads neighbouring prompts over folds deterministically.
     gen = torch.Generator().manual_seed(0)
@@ -101,35 +104,86 @@ def group_folds(batch: RolloutBatch, folds: int) -> tuple[torch.Tensor, int]:
 
 def ridge_folds(X: torch.Tensor, y: torch.Tensor, fold: torch.Tensor, k: int,
                 alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Leave-one-fold-out ridge fits: weights W (k, F) and intercepts b (k,) in the raw feature units.
+    """Leave-one-fold-out ridge fits on rows X (N, F), y (N,), fold (N,) in [0, k): `RidgeStats.solve`."""
+    return RidgeStats.of(X, y, fold, k).solve(alpha)
 
-    X: (N, F) training rows, y: (N,), fold: (N,) in [0, k). Fit j uses every row not in fold j, so
-    rows of fold j are predicted by `X @ W[j] + b[j]` without having seen themselves. Columns are
-    standardized on all rows (no labels involved) before the penalty; the intercept is not shrunk.
-    Solved in float64 from per-fold Gram matrices (one pass over the data), by the pseudo-inverse of
-    the penalized Gram matrix rather than `solve`: with `alpha = 0` (or a tiny one) a fold can train on
-    fewer rows than features, or on constant or collinear columns, and the matrix is singular. The
-    pseudo-inverse gives the minimum-norm least-squares fit there (directions the training rows do
-    not identify get weight 0) and the ordinary ridge solution wherever the matrix is well conditioned.
-    """
-    X64 = X.to(torch.float64)
-    y64 = y.to(torch.float64)
-    mu = X64.mean(dim=0)
-    sd = X64.std(dim=0, unbiased=False)
-    sd = torch.where(sd > 1e-12, sd, torch.ones_like(sd))
-    Xa = torch.cat([(X64 - mu) / sd, torch.ones_like(y64)[:, None]], dim=1)  # (N, F + 1)
-    F = X.shape[1]
-    onehot = torch.nn.functional.one_hot(fold, k).to(torch.float64)  # (N, k)
-    gram = torch.einsum("nk,nf,ng->kfg", onehot, Xa, Xa)  # (k, F+1, F+1)
-    xty = torch.einsum("nk,nf,n->kf", onehot, Xa, y64)  # (k, F+1)
-    gram_out = gram.sum(0, keepdim=True) - gram
-    xty_out = xty.sum(0, keepdim=True) - xty
-    penalty = torch.eye(F + 1, dtype=torch.float64, device=X.device) * alpha
-    penalty[F, F] = 1e-9
-    coef = (_pinv_psd(gram_out + penalty) @ xty_out[..., None])[..., 0]  # (k, F+1)
-    W = coef[:, :F] / sd  # (k, F)
-    b = coef[:, F] - (W * mu).sum(dim=1)  # (k,)
-    return W.to(torch.float32), b.to(torch.float32)
+
+@dataclass(frozen=True)
+class RidgeStats:
+    """Per-fold sufficient statistics of a ridge fit, taken about a shift K (the first rows' mean, which
+    keeps the sums of squares free of cancellation): rows n (k,), s = sum (x - K) (k, F),
+    G = sum (x - K)(x - K)^T (k, F, F), t = sum (x - K) y (k, F), sy = sum y (k,), all float64.
+    They add up over disjoint sets of rows (`merge`): a fit over a run's chunks equals one over all rows."""
+
+    names: tuple[str, ...]
+    shift: torch.Tensor
+    n: torch.Tensor
+    s: torch.Tensor
+    G: torch.Tensor
+    t: torch.Tensor
+    sy: torch.Tensor
+
+    @classmethod
+    def of(cls, X: torch.Tensor, y: torch.Tensor, fold: torch.Tensor, k: int,
+           names: tuple[str, ...] = ()) -> RidgeStats:
+        X64, y64 = X.to(torch.float64), y.to(torch.float64)
+        shift = X64.mean(dim=0) if X.shape[0] else torch.zeros(X.shape[1], dtype=torch.float64,
+                                                               device=X.device)
+        d = X64 - shift  # (N, F)
+        onehot = torch.nn.functional.one_hot(fold, k).to(torch.float64)  # (N, k)
+        gram = torch.einsum("nk,nf,ng->kfg", onehot, d, d)  # (k, F, F)
+        return cls(tuple(names), shift, onehot.sum(0), onehot.T @ d, gram,
+                   torch.einsum("nk,nf,n->kf", onehot, d, y64), onehot.T @ y64)
+
+    def merge(self, other: RidgeStats) -> RidgeStats:
+        """The statistics of both sets of rows, about this one's shift."""
+        fitting.same_columns(self.names, other.names)
+        if float(self.n.sum()) == 0:
+            return other
+        delta = other.shift - self.shift  # (F,) other's rows about this shift: d + delta
+        s = other.s + other.n[:, None] * delta
+        G = (other.G + other.s[:, :, None] * delta[None, None, :] + delta[None, :, None] * other.s[:, None, :]
+             + other.n[:, None, None] * torch.outer(delta, delta))
+        t = other.t + delta[None, :] * other.sy[:, None]
+        return RidgeStats(self.names, self.shift, self.n + other.n, self.s + s, self.G + G, self.t + t,
+                          self.sy + other.sy)
+
+    def solve(self, alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """Leave-one-fold-out ridge fits: weights W (k, F) and intercepts b (k,) in the raw feature units.
+
+        Fit j uses every row not in fold j, so rows of fold j are predicted by `X @ W[j] + b[j]` without
+        having seen themselves. Columns are standardized on all rows (no labels involved) before the
+        penalty; the intercept is not shrunk. Solved in float64 by the pseudo-inverse of the penalized Gram
+        matrix rather than `solve`: with `alpha = 0` (or a tiny one) a fold can train on fewer rows than
+        features, or on constant or collinear columns, and the matrix is singular. The pseudo-inverse gives
+        the minimum-norm least-squares fit there (directions the training rows do not identify get weight 0)
+        and the ordinary ridge solution wherever the matrix is well conditioned.
+        """
+        n, s, G, t, sy = self.n, self.s, self.G, self.t, self.sy
+        k, F = s.shape
+        c = s.sum(0) / n.sum().clamp(min=1)  # (F,) mean - shift
+        mu = self.shift + c
+        var = (G.sum(0).diagonal() / n.sum().clamp(min=1) - c * c).clamp(min=0.0)
+        sd = var.sqrt()
+        sd = torch.where(sd > 1e-12, sd, torch.ones_like(sd))
+        # sums about the mean: x - mu = d - c
+        s_mu = s - n[:, None] * c  # (k, F)
+        G_mu = (G - s[:, :, None] * c[None, None, :] - c[None, :, None] * s[:, None, :]
+                + n[:, None, None] * torch.outer(c, c))
+        t_mu = t - c[None, :] * sy[:, None]
+        gram = torch.zeros((k, F + 1, F + 1), dtype=torch.float64, device=s.device)  # rows [(x - mu) / sd, 1]
+        gram[:, :F, :F] = G_mu / (sd[:, None] * sd[None, :])
+        gram[:, :F, F] = gram[:, F, :F] = s_mu / sd
+        gram[:, F, F] = n
+        xty = torch.cat([t_mu / sd, sy[:, None]], dim=1)  # (k, F+1)
+        gram_out = gram.sum(0, keepdim=True) - gram
+        xty_out = xty.sum(0, keepdim=True) - xty
+        penalty = torch.eye(F + 1, dtype=torch.float64, device=s.device) * alpha
+        penalty[F, F] = 1e-9
+        coef = (_pinv_psd(gram_out + penalty) @ xty_out[..., None])[..., 0]  # (k, F+1)
+        W = coef[:, :F] / sd  # (k, F)
+        b = coef[:, F] - (W * mu).sum(dim=1)  # (k,)
+        return W.to(torch.float32), b.to(torch.float32)
 
 
 def _pinv_psd(A: torch.Tensor, rtol: float = 1e-10) -> torch.Tensor:
@@ -147,6 +201,4 @@ def _pinv_psd(A: torch.Tensor, rtol: float = 1e-10) -> torch.Tensor:
 
 def subsample_rows(n: int, max_rows: int, device: torch.device) -> torch.Tensor:
     """Deterministic evenly strided row indices (all rows when n <= max_rows)."""
-    if n <= max_rows:
-        return torch.arange(n, device=device)
-    return torch.linspace(0, n - 1, max_rows, device=device).round().long()
+    return fitting.strided(n, max_rows, device)

@@ -329,8 +329,8 @@ def fields_for(name: str, config: Any) -> frozenset[str] | None:
     """The batch fields estimator `name` reads under `config` (None: every field the run has)."""
     spec = get(name)
     reads = config.reads() if hasattr(config, "reads") else None
-    if reads is None:
-        return None
+    if reads is None or (hasattr(config, "fits_values") and config.fits_values()):
+        return None  # the fitted value probe's features use whatever fields the run has
     return frozenset([*spec.needs, *(n for alt in spec.needs_one_of for n in alt), *reads])
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from backend.batch import BatchError, RolloutBatch
-from backend.estimators import features, masked
+from backend.estimators import features, fitting, masked
 from backend.estimators import functional as F
 from backend.estimators.token_helpers import fallback_message, rollout_list, scores_of
 from backend.estimators.tree import build_prefix_tree
@@ -64,12 +64,17 @@ def fitted_values(batch: RolloutBatch, z: torch.Tensor, folds: int = 5,
     X_tok = X[rows]  # (N, F)
     y_tok = z.to(torch.float32)[rows[0]]
     f_tok = fold[rows[0]]
-    fit = features.subsample_rows(X_tok.shape[0], MAX_FIT_TOKENS, batch.device)
-    W, b = features.ridge_folds(X_tok[fit], y_tok[fit], f_tok[fit], k, ridge)
-    pred = (X_tok * W[f_tok]).sum(-1) + b[f_tok]
+    fit = fitting.token_sample(batch, MAX_FIT_TOKENS)
+    model = fitting.fitted(batch, ("fitted_values", k, ridge),
+                           lambda: features.RidgeStats.of(X_tok[fit], y_tok[fit], f_tok[fit], k,
+                                                          tuple(names)),
+                           lambda stats: stats.solve(ridge))
     values = zeros.clone()
-    values[rows] = pred
-    return values, {"value_source": "fitted", "value_features": names, "value_folds": k}
+    if model is not None:  # None: the first pass of a streamed run (statistics only)
+        W, b = model
+        values[rows] = (X_tok * W[f_tok]).sum(-1) + b[f_tok]
+    return values, {"value_source": "fitted", "value_features": names, "value_folds": k,
+                    "fit_sample": fitting.sample_note(batch, "the fitted value probe", MAX_FIT_TOKENS)}
 
 
 def mc_values(batch: RolloutBatch, config: Any, z: torch.Tensor) -> tuple[torch.Tensor, dict]:

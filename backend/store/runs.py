@@ -200,6 +200,14 @@ class Runs(Connection):
             [self.run_id(run)],
         ).df()
 
+    def rollout_lengths(self, run: str) -> pd.DataFrame:
+        """One row per rollout: rollout_id, group_id, length (what run-wide fits of a streamed run need)."""
+        return self.con.execute(
+            "SELECT rollout_id, group_id, len(token_ids) AS length FROM rollouts WHERE run_id = ? "
+            "ORDER BY rollout_id",
+            [self.run_id(run)],
+        ).df()
+
     def rollout_index(self, run: str) -> pd.DataFrame:
         """One row per rollout: rollout_id, group_id, step, length, prompt, response, and one column per
         channel score (for lists and pickers)."""
