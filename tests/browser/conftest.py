@@ -144,3 +144,16 @@ def token_point(pg, key: str, pos: int, row: int = 0) -> tuple[float, float]:
     point = pg.evaluate(TOKEN_POINT, [key, pos, row])
     assert point is not None, f"token {pos} is not drawn in {key}"
     return point[0], point[1]
+
+
+# The z values of every band of the Plotly figure in the element with key `key`, as JSON; null while
+# Streamlit is replacing the figure (a rerun), so a wait on "changed" never reads a half-drawn page.
+HEATMAP_Z = ("(key) => { const el = document.querySelector(`.st-key-${key} .js-plotly-plot`);"
+             " return el && el.data ? JSON.stringify(el.data.map(t => t.z)) : null; }")
+
+
+def wait_heatmap_change(page, key: str, before: str) -> None:
+    """Wait until the heatmap `key` is drawn again with other values than `before`."""
+    page.wait_for_function(f"(b) => {{ const z = ({HEATMAP_Z})('{key}'); return z !== null && z !== b; }}",
+                           arg=before)
+

@@ -6,13 +6,11 @@ import json
 
 import pytest
 
-from tests.browser.conftest import open_view, token_point, wait_idle
+from tests.browser.conftest import HEATMAP_Z, open_view, token_point, wait_heatmap_change, wait_idle
 from tests.conftest import make_records
 
 pytestmark = pytest.mark.browser
 
-HEATMAP_Z = ("(key) => JSON.stringify(document.querySelector(`.st-key-${key} .js-plotly-plot`)"
-             ".data.map(t => t.z))")  # every band
 
 
 @pytest.mark.parametrize(
@@ -77,7 +75,7 @@ def test_beta_slider_redraws_the_heatmap(page):
     thumb.focus()
     for _ in range(4):
         thumb.press("ArrowRight")
-    page.wait_for_function(f"(b) => ({HEATMAP_Z})('tune_heatmap') !== b", arg=before)
+    wait_heatmap_change(page, "tune_heatmap", before)
     # the β panel is a fragment: each key press is its own short rerun, the last one sets the URL
     page.wait_for_function("() => location.href.includes('beta_style=1.2')")
     wait_idle(page)

@@ -15,15 +15,13 @@ from backend.cli import main
 from backend.demo.subword import subword_records
 from backend.estimators import registry
 from tests.app.conftest import decode
-from tests.browser.conftest import open_view, wait_idle
+from tests.browser.conftest import HEATMAP_Z, open_view, wait_heatmap_change, wait_idle
 
 pytestmark = pytest.mark.browser
 
 SPANS = ".st-key-rollout_text .credit-text .tok"
 COLOURBAR = ("(key) => JSON.stringify(document.querySelector(`.st-key-${key} .js-plotly-plot`)"
              ".layout.coloraxis.colorbar.ticktext)")
-HEATMAP_Z = ("(key) => JSON.stringify(document.querySelector(`.st-key-${key} .js-plotly-plot`)"
-             ".data.map(t => t.z))")  # every band
 
 
 def shown_choice(page, key: str) -> str:
@@ -62,6 +60,7 @@ def test_a_long_subword_response_is_windowed_with_an_overview(page):
     open_view(page, "rollout?run=subword&rollout=0")
     page.wait_for_selector(SPANS)
     assert page.locator(SPANS).count() == 512  # the window, not all 870 tokens
+    page.wait_for_selector(".st-key-rollout_window_overview .js-plotly-plot")  # drawn after the text
     assert page.locator(".st-key-rollout_window_overview .js-plotly-plot").count() == 1
     assert "0–511 of" in shown_choice(page, "rollout_window")
 
@@ -76,7 +75,7 @@ def test_locked_scale_survives_a_beta_move(page):
         thumb.focus()
         for _ in range(presses):
             thumb.press(key)
-        page.wait_for_function(f"(b) => ({HEATMAP_Z})('tune_heatmap') !== b", arg=before)
+        wait_heatmap_change(page, "tune_heatmap", before)
         wait_idle(page)
 
     unlocked = page.evaluate(COLOURBAR, "tune_heatmap")
