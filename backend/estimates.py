@@ -87,6 +87,15 @@ def _per_rollout(batch: RolloutBatch, advantages: torch.Tensor) -> dict[int, np.
     return {int(rid): adv[i, : int(lengths[i])].copy() for i, rid in enumerate(batch.rollout_ids.tolist())}
 
 
+
+def _resolve(name: str, config):
+    """The estimator's spec, its current name (a deprecated alias reads and writes the cache under the
+    current name), its config (default: the estimator's defaults), scope, cache key and channel."""
+    spec = registry.get(name)
+    name = spec.name
+    config = registry.make_config(name) if config is None else config
+    return spec, name, config, spec.scope_for(config), registry.config_hash(name, config), channel_key(config)
+
 def estimate_rollouts(
     handle: StoreHandle,
     run: str,
@@ -106,12 +115,7 @@ def estimate_rollouts(
     for the next caller (unless `save` is false: a read-only server). A store that another process is
     writing, or that this process may not write, just skips the save. A whole run streams in chunks of
     `chunk_rollouts` (see `stream_run`; None: the in-memory path, one batch with every field)."""
-    spec = registry.get(name)
-    name = spec.name  # a deprecated alias reads and writes the cache under the current name
-    config = registry.make_config(name) if config is None else config
-    scope = spec.scope_for(config)
-    key = registry.config_hash(name, config)
-    channel = channel_key(config)
+    spec, name, config, scope, key, channel = _resolve(name, config)
     with handle.read() as store:
         index = store.rollout_keys(run)
         cached = store.cached_estimate(run, name, key, channel) if use_cache else {}
@@ -203,12 +207,7 @@ def stream_run(
     (and the Explorer's credit summaries) every `SAVE_EVERY_TOKENS` tokens and at the end; a cache
     holding the whole run is read back chunk by chunk instead (`how` says which).
     `chunk_rollouts=None`: the in-memory plan."""
-    spec = registry.get(name)
-    name = spec.name
-    config = registry.make_config(name) if config is None else config
-    scope = spec.scope_for(config)
-    key = registry.config_hash(name, config)
-    channel = channel_key(config)
+    spec, name, config, scope, key, channel = _resolve(name, config)
     with handle.read() as store:
         index = store.rollout_keys(run)
         cached = use_cache and len(index) > 0 and store.cached_rollouts(run, name, key, channel) >= len(index)
