@@ -30,5 +30,6 @@ from backend.estimators import (  # noqa: F401  (registers)
     model_based,
     modifiers,
     outcome,
+    trace_methods,
     valued,
 )

@@ -17,5 +17,6 @@ from backend.estimators.twins import (  # noqa: F401  (registers)
     model_based,
     modifiers,
     outcome,
+    trace_methods,
     valued,
 )
