@@ -297,6 +297,14 @@ def derivation(terms: dict, t: int) -> list[str]:
         else:
             lines.append(f"after the last resampled position: the outcome R = {seq.get('R')}")
         lines.append(f"A_t = scale · (V̂ next − V̂ current) = {A:.4g}   (scale maps rewards to Z units)")
+    elif at("trace_sum") is not None and seq.get("Z_used") is not None:  # grpo_lambda
+        decay = float(cfg.get("trace_gamma", 1.0)) * float(cfg.get("trace_lam", 1.0))
+        if cfg.get("clamp_negative"):
+            floor, Z = float(cfg.get("floor", 0.0)), seq.get("Z") or 0.0
+            lines.append(f"Z' = max(Z, floor) = max({Z:.4g}, {floor:g}) = {seq['Z_used']:.4g}")
+        lines.append(f"W_t = Σ_(u ≥ t) tr(u, u − t) = {at('trace_sum'):.4g}   ({cfg.get('weighting')} trace, "
+                     f"γλ = {decay:.4g}, over the {len(tok['advantage']) - t} tokens from t on)")
+        lines.append(f"A_t = Z' · W_t = {seq['Z_used']:.4g} × {at('trace_sum'):.4g} = {A:.4g}")
     elif w is not None and "scored" in tok and seq.get("Z") is not None:  # oar_p, oar_g, gcpo
         score = next((f"{k} = {at(k):.4g}" for k in tok if k.endswith("_score") and at(k) is not None), "")
         if at("scored"):

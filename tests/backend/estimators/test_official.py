@@ -4,7 +4,8 @@
 beside them (each entry names the repository, commit and function): KTAE (xiaolizh1/KTAE), STARE
 (hp-luo/STARE), verl's `agg_loss` and TRL's Dr. GRPO loss; GTPO has no published code, so its entry is a
 worked example of the paper's Eq. 3, 5, 6. Nothing of that code is vendored here. TRL is a test dependency:
-its `get_high_entropy_mask` is called directly.
+its `get_high_entropy_mask` is called directly. GRPO-λ has no official code either (and only page 1 of its
+paper could be read): its entry is Eq. 2 summed by hand, as a public reimplementation quotes it.
 """
 
 from __future__ import annotations
@@ -127,6 +128,21 @@ def test_gtpo_reward_conservation_when_alphas_sum_to_one():
                     assert total == pytest.approx(sign * int(cell.sum()), abs=1e-5)
 
 
+@pytest.mark.parametrize("case", ["recent", "both", "both_unclamped"])
+def test_grpo_lambda_equals_eq2_summed_by_hand(case):
+    entry = FIXTURES["grpo_lambda"]
+    batch = _batch(entry["records"])
+    weighting = case.split("_")[0]
+    res = registry.estimate("grpo_lambda", batch, trace_gamma=entry["trace_gamma"],
+                            trace_lam=entry["trace_lam"], weighting=weighting,
+                            clamp_negative=case != "both_unclamped")
+    torch.testing.assert_close(res.diagnostics["Z"], torch.tensor(entry["Z"], dtype=torch.float32),
+                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(res.diagnostics["trace_sum"], _padded(entry["trace_sum"][weighting], batch),
+                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(res.advantages, _padded(entry["advantages"][case], batch), atol=1e-6, rtol=0)
+
+
 def _trl_mask(entropies: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
     """TRL's own method, bound to an object holding a real (single-process CPU) Accelerator, the only
     attribute it reads."""
@@ -148,7 +164,7 @@ def test_high_entropy_mask_equals_trl(seed, holes, q):
 
 
 def test_paper_named_estimators_carry_their_source():
-    for name in ("gtpo", "ktae", "high_entropy_mask", "stare", "aggregation"):
+    for name in ("gtpo", "ktae", "high_entropy_mask", "stare", "aggregation", "grpo_lambda"):
         assert registry.get(name).source, name
     own = ("decaying_trace", "entropy_masked_trace", "entropy_mix", "entropy_gate", "entropy_drop_mask")
     for name in own:
