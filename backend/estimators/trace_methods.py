@@ -19,7 +19,7 @@ Earlier tokens sit in more later tokens' traces, so W grows toward the start of 
 1/(1 − γλ) for recent. The loss's own length normalization (1/|o| in GRPO) is left to the aggregation, as
 for every other estimator. Where the formulas come from: `GRPO_LAMBDA_SOURCE`; docs/estimators.md §2c.
 
-S-trace (arXiv 2605.05965) is not here: its P-trace and selection rule could not be read (BLOCKED_20.md).
+S-trace (arXiv 2605.05965) is not here: its P-trace and selection rule could not be read (docs §2).
 Positions are among a response's real tokens (mid-sequence masked tokens are skipped). Twin:
 twins/trace_methods.py.
 """
@@ -44,7 +44,7 @@ GRPO_LAMBDA_SOURCE = (
     "here and no official code was found: the equations come from public reimplementations that quote Eq. 2 "
     "(unstoppable-learner/RLVR-for-Mathematical-Reasoning-on-Qwen2.5-Math-1.5B-Reproducing-and-Comparing-"
     "GRPO-Variants@4adb0992f9de47d634904a83b62b0c22056144ee GRPO/GRPO_lambda_epsilon_trace_no_adv_clip.py, "
-    "and two others, see BLOCKED_20.md), which agree. Shown: the per-token gradient weight at π = π_old")
+    "and two others, docs/estimators.md §2c), which agree. Shown: the per-token gradient weight at π = π_old")
 
 
 @dataclass(frozen=True)
