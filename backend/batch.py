@@ -53,6 +53,8 @@ class RolloutBatch:
     extras: name -> (B, T) or (B,) tensors a run carries beyond the standard fields
         (synthetic runs: `true_credit`, `key_mask`, `style_mask`, `decision_signal`;
         resampling: `mc_values`, `mc_mask`; models: `hidden` (B, T, H))
+    token_text: None, or the token text of the real tokens as one flat Arrow string array in row-major
+        order (what the store reads for outputs that write every token; `select` drops it)
     run_fit: None, or the `backend.estimators.fitting.RunFit` of the run this batch is a chunk of (models
         fitted on the whole run collect from it, then apply to it; None: they fit on this batch)
     """
@@ -70,6 +72,7 @@ class RolloutBatch:
     values: torch.Tensor | None = None
     tokens: list[list[str]] | None = None
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    token_text: object | None = field(default=None, compare=False, repr=False)
     run_fit: object | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -129,6 +132,7 @@ class RolloutBatch:
             values=take(self.values),
             tokens=None if self.tokens is None else [self.tokens[i] for i in idx.tolist()],
             extras={k: take(v) for k, v in self.extras.items()},
+            token_text=None,
         )
 
     def require(self, *names: str) -> None:

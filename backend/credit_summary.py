@@ -31,16 +31,26 @@ def credit_classes(store: Store, run: str) -> tuple[str, ...]:
 Definitions = tuple[token_classes.TokenClass, ...]
 
 
-def class_ids(batch: RolloutBatch, classes: tuple[str, ...],
-              definitions: Definitions = token_classes.DEFAULT_CLASSES) -> np.ndarray:
-    """(B, T) int64 index into `classes` (names from `credit_classes`), -1 on padding; `definitions`: the
-    run's classes (`run_classes`)."""
-    ids = token_classes.class_ids(batch, definitions)
+def flat_class_ids(batch: RolloutBatch, classes: tuple[str, ...],
+                   definitions: Definitions = token_classes.DEFAULT_CLASSES) -> np.ndarray:
+    """(N,) int64 index into `classes` (names from `credit_classes`) of every real token, row-major; -1
+    for a class `classes` lacks. `definitions`: the run's classes (`run_classes`)."""
+    ids = token_classes.flat_class_ids(batch, definitions)
     names = token_classes.names(definitions)
     if tuple(classes) == names:
         return ids
     remap = np.array([classes.index(c) if c in classes else -1 for c in names], dtype=np.int64)
-    return np.where(ids >= 0, remap[np.clip(ids, 0, None)], -1)
+    return remap[ids]
+
+
+def class_ids(batch: RolloutBatch, classes: tuple[str, ...],
+              definitions: Definitions = token_classes.DEFAULT_CLASSES) -> np.ndarray:
+    """(B, T) int64 index into `classes` (names from `credit_classes`), -1 on padding; `definitions`: the
+    run's classes (`run_classes`)."""
+    mask = batch.response_mask.cpu().numpy().astype(bool)
+    out = np.full(mask.shape, -1, dtype=np.int64)
+    out[mask] = flat_class_ids(batch, classes, definitions)
+    return out
 
 
 def credit_rows(batch: RolloutBatch, advantages: torch.Tensor | np.ndarray, classes: tuple[str, ...],
@@ -52,24 +62,41 @@ def credit_rows(batch: RolloutBatch, advantages: torch.Tensor | np.ndarray, clas
     """
     if isinstance(advantages, torch.Tensor):
         advantages = advantages.detach().cpu().numpy()
-    adv = np.asarray(advantages, dtype=np.float64)  # (B, T)
     mask = batch.response_mask.cpu().numpy().astype(bool)  # (B, T)
     B, C = mask.shape[0], len(classes)
-    magnitude = np.abs(adv) * mask  # (B, T)
     lengths = mask.sum(axis=1)  # (B,)
-    cls = class_ids(batch, classes, definitions)  # (B, T)
-    known = mask & (cls >= 0)
-    rows = np.broadcast_to(np.arange(B)[:, None], mask.shape)[known]
-    flat = rows * C + cls[known]
-    class_abs = np.bincount(flat, weights=magnitude[known], minlength=B * C).reshape(B, C)  # (B, C)
-    class_tokens = np.bincount(flat, minlength=B * C).reshape(B, C)  # (B, C)
+    # Flat over the real tokens (row-major): N numbers, not B x T; each rollout is one segment.
+    adv = np.asarray(advantages)[mask].astype(np.float64)  # (N,)
+    magnitude = np.abs(adv)
+    alive = lengths > 0
+    starts = (np.cumsum(lengths) - lengths)[alive]
+
+    def per_rollout(values: np.ndarray, reduce: np.ufunc = np.add) -> np.ndarray:
+        out = np.zeros(B, dtype=values.dtype)
+        if len(starts):
+            out[alive] = reduce.reduceat(values, starts)
+        return out
+
+    abs_total = per_rollout(magnitude)
+    cls = flat_class_ids(batch, classes, definitions)  # (N,)
+    class_abs = np.zeros((B, C))
+    class_tokens = np.zeros((B, C), dtype=np.int32)
+    counts = np.bincount(cls + 1, minlength=C + 1)[1:]  # tokens per class (-1: a class not in `classes`)
+    for k in np.flatnonzero(counts):
+        if counts[k] == len(cls):  # every token in one class (a run without text: all `other`)
+            class_abs[:, k], class_tokens[:, k] = abs_total, lengths
+        else:
+            hit = cls == k
+            class_abs[:, k] = per_rollout(np.where(hit, magnitude, 0.0))
+            class_tokens[:, k] = per_rollout(hit.astype(np.int32))
+    per_class = pa.array(np.arange(0, B * C + 1, C, dtype=np.int32))  # offsets of C numbers per rollout
     return pa.table({
         "rollout_id": pa.array(batch.rollout_ids.cpu().numpy().astype(np.int32)),
-        "abs_total": pa.array(magnitude.sum(axis=1)),
-        "max_abs": pa.array(magnitude.max(axis=1) if mask.shape[1] else np.zeros(B)),
-        "mean_adv": pa.array((adv * mask).sum(axis=1) / np.maximum(lengths, 1)),
-        "class_abs": pa.array(list(class_abs), pa.list_(pa.float64())),
-        "class_tokens": pa.array(list(class_tokens.astype(np.int32)), pa.list_(pa.int32())),
+        "abs_total": pa.array(abs_total),
+        "max_abs": pa.array(per_rollout(magnitude, np.maximum)),
+        "mean_adv": pa.array(per_rollout(adv) / np.maximum(lengths, 1)),
+        "class_abs": pa.ListArray.from_arrays(per_class, pa.array(class_abs.reshape(-1))),
+        "class_tokens": pa.ListArray.from_arrays(per_class, pa.array(class_tokens.reshape(-1))),
     })
 
 

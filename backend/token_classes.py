@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from backend.batch import RolloutBatch
@@ -128,7 +130,7 @@ def save(store, run: str, classes: tuple[TokenClass, ...] | None) -> None:
     store.drop_credit_summaries(run)
 
 
-CLASS_FIELDS = ("tokens", "token_rewards", "style_mask", "key_mask")
+CLASS_FIELDS = ("token_text", "token_rewards", "style_mask", "key_mask")
 """The batch fields token classes read (text, style channels' token rewards, synthetic runs' masks): a
 streamed estimate that saves credit summaries loads them (`backend.estimates.stream_run`)."""
 
@@ -150,8 +152,13 @@ def _markers(batch: RolloutBatch) -> dict[str, np.ndarray]:
 def _phrase_hits(tokens: list[str], phrases: list[str]) -> np.ndarray:
     """(L,) bool: tokens overlapping a case-insensitive occurrence of any phrase in the joined text."""
     starts = np.cumsum([0] + [len(t) for t in tokens])
-    text = "".join(tokens).lower()
-    hits = np.zeros(len(tokens), dtype=bool)
+    return _hits_in_text("".join(tokens).lower(), starts, phrases)
+
+
+def _hits_in_text(text: str, starts: np.ndarray, phrases: list[str]) -> np.ndarray:
+    """(L,) bool for a response whose lowered text is `text` and whose tokens start at `starts` (L + 1
+    character offsets, the last one the text's end)."""
+    hits = np.zeros(len(starts) - 1, dtype=bool)
     for phrase in phrases:
         for m in re.finditer(re.escape(phrase), text):
             first = int(np.searchsorted(starts, m.start(), side="right")) - 1
@@ -160,31 +167,72 @@ def _phrase_hits(tokens: list[str], phrases: list[str]) -> np.ndarray:
     return hits
 
 
-def class_ids(batch: RolloutBatch, classes: tuple[TokenClass, ...] = DEFAULT_CLASSES) -> np.ndarray:
-    """(B, T) int64 index into `names(classes)`, -1 on padding. Without token text only markers and
-    `other` are known."""
+def _flat_text(batch: RolloutBatch, lengths: np.ndarray) -> pa.Array | None:
+    """The text of every real token, flat in row-major order (null where a response's token list is
+    shorter than its response; longer lists are cut at the response's length), or None without text."""
+    n = int(lengths.sum())
+    if batch.token_text is not None and len(batch.token_text) == n:
+        return batch.token_text
+    if batch.tokens is None:
+        return None
+    flat: list[str | None] = []
+    for row, length in zip(batch.tokens, lengths.tolist(), strict=True):
+        flat.extend(row[:length])
+        flat.extend([None] * (length - len(row[:length])))
+    return pa.array(flat, pa.string())
+
+
+def flat_class_ids(batch: RolloutBatch, classes: tuple[TokenClass, ...] = DEFAULT_CLASSES) -> np.ndarray:
+    """(N,) int64 index into `names(classes)` of every real token, in row-major order of the mask.
+
+    Regexes run once per distinct token text (a run has far fewer distinct tokens than tokens); phrases
+    once per response, on its joined text."""
     mask = batch.response_mask.cpu().numpy().astype(bool)
-    B, T = mask.shape
-    other = len(classes)
-    out = np.full((B, T), other, dtype=np.int64)
-    markers = _markers(batch)
-    compiled = [re.compile(c.pattern) if c.kind == "regex" else None for c in classes]
+    lengths = mask.sum(axis=1)
+    out = np.full(int(lengths.sum()), len(classes), dtype=np.int64)
+    text = _flat_text(batch, lengths) if any(c.kind != "marker" for c in classes) else None
+    markers = _markers(batch) if any(c.kind == "marker" for c in classes) else {}
+    codes = distinct = None
+    if text is not None and any(c.kind == "regex" for c in classes):
+        encoded = pc.dictionary_encode(text)
+        distinct = encoded.dictionary.to_pylist()
+        codes = encoded.indices.fill_null(len(distinct)).to_numpy()  # a missing token matches nothing
     # Assign from the lowest priority up, so the first matching class (highest priority) wins.
     for k in reversed(range(len(classes))):
         c = classes[k]
         if c.kind == "marker":
-            out[markers[c.pattern] & mask] = k
+            out[markers[c.pattern][mask]] = k
+        elif text is None:
             continue
-        if batch.tokens is None:
-            continue
-        for i, row in enumerate(batch.tokens):
-            row = list(row[:T])
-            if c.kind == "regex":
-                hit = np.array([bool(compiled[k].search(t)) for t in row], dtype=bool)
-            else:
-                hit = _phrase_hits(row, c.phrases)
-            out[i, : len(row)][hit] = k
-    out[~mask] = -1
+        elif c.kind == "regex":
+            pattern = re.compile(c.pattern)
+            hit = np.fromiter((bool(pattern.search(t)) for t in distinct), dtype=bool, count=len(distinct))
+            out[np.append(hit, False)[codes]] = k
+        else:
+            out[_flat_phrase_hits(text, lengths, c.phrases)] = k
+    return out
+
+
+def _flat_phrase_hits(text: pa.Array, lengths: np.ndarray, phrases: list[str]) -> np.ndarray:
+    text = text.fill_null("")
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    joined = pc.binary_join(pa.LargeListArray.from_arrays(pa.array(offsets), text), "").to_pylist()
+    chars = np.concatenate([[0], np.cumsum(pc.utf8_length(text).to_numpy(zero_copy_only=False))])
+    hits = np.zeros(int(offsets[-1]), dtype=bool)
+    for row, response in enumerate(joined):
+        first, last = int(offsets[row]), int(offsets[row + 1])
+        if first < last:
+            starts = chars[first: last + 1] - chars[first]
+            hits[first:last] = _hits_in_text(response.lower(), starts, phrases)
+    return hits
+
+
+def class_ids(batch: RolloutBatch, classes: tuple[TokenClass, ...] = DEFAULT_CLASSES) -> np.ndarray:
+    """(B, T) int64 index into `names(classes)`, -1 on padding. Without token text only markers and
+    `other` are known."""
+    mask = batch.response_mask.cpu().numpy().astype(bool)
+    out = np.full(mask.shape, -1, dtype=np.int64)
+    out[mask] = flat_class_ids(batch, classes)
     return out
 
 

@@ -8,10 +8,13 @@ import json
 import os
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import torch
 
 from backend import estimates, explain
 from backend.chunks import DEFAULT_CHUNK_ROLLOUTS
@@ -194,11 +197,17 @@ def cmd_estimate(args) -> int:
     os.close(fd)
     tokens = rollouts = 0
     try:
-        with pq.ParquetWriter(tmp, TOKEN_ROWS_SCHEMA) as writer:
+        # A writer thread writes chunk k while chunk k + 1 is computed (Arrow releases the GIL).
+        with pq.ParquetWriter(tmp, TOKEN_ROWS_SCHEMA) as writer, ThreadPoolExecutor(1) as writing:
+            written = None
             for batch, advantages in parts:
                 table = token_rows(batch, advantages)
-                writer.write_table(table)
+                if written is not None:
+                    written.result()
+                written = writing.submit(writer.write_table, table)
                 tokens, rollouts = tokens + table.num_rows, rollouts + batch.B
+            if written is not None:
+                written.result()
         os.replace(tmp, args.out)
     finally:
         if os.path.exists(tmp):
@@ -213,22 +222,26 @@ def cmd_estimate(args) -> int:
 def token_rows(batch, advantages) -> pa.Table:
     """One row per real token of `batch`: rollout_id, group_id, pos, token_id, token, advantage.
     advantages: (B, T) float32, `batch`'s padding."""
-    mask = batch.response_mask.cpu()
-    rows, pos = mask.nonzero(as_tuple=True)
+    mask = batch.response_mask.cpu().numpy()
+    lengths = mask.sum(axis=1)
+    n = int(lengths.sum())
+    starts = np.cumsum(lengths) - lengths
     # `pos` is the index among the response's real tokens (the position the store and app use).
-    k = (mask.long().cumsum(1) - 1)[rows, pos]
-    if batch.tokens is not None:
+    pos = np.arange(n, dtype=np.int64) - np.repeat(starts, lengths)
+    if batch.token_text is not None and len(batch.token_text) == n:
+        tokens = batch.token_text.cast(pa.string())
+    elif batch.tokens is not None:
         flat = [tok for row in batch.tokens for tok in row]
-        tokens = pa.array(flat if len(flat) == rows.numel() else [None] * rows.numel(), type=pa.string())
+        tokens = pa.array(flat if len(flat) == n else [None] * n, type=pa.string())
     else:
-        tokens = pa.nulls(rows.numel(), type=pa.string())
+        tokens = pa.nulls(n, type=pa.string())
     return pa.table({
-        "rollout_id": pa.array(batch.rollout_ids.cpu()[rows].numpy(), type=pa.int64()),
-        "group_id": pa.array(batch.group_ids.cpu()[rows].numpy(), type=pa.int64()),
-        "pos": pa.array(k.numpy(), type=pa.int32()),
-        "token_id": pa.array(batch.token_ids.cpu()[rows, pos].numpy(), type=pa.int64()),
+        "rollout_id": pa.array(np.repeat(batch.rollout_ids.cpu().numpy(), lengths), type=pa.int64()),
+        "group_id": pa.array(np.repeat(batch.group_ids.cpu().numpy(), lengths), type=pa.int64()),
+        "pos": pa.array(pos.astype(np.int32)),
+        "token_id": pa.array(batch.token_ids.cpu().numpy()[mask], type=pa.int64()),
         "token": tokens,
-        "advantage": pa.array(advantages.cpu()[rows, pos].numpy(), type=pa.float32()),
+        "advantage": pa.array(advantages.detach().to(torch.float32).cpu().numpy()[mask]),
     }, schema=TOKEN_ROWS_SCHEMA)
 
 

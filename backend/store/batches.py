@@ -13,8 +13,12 @@ from backend.store.model_credit_extras import model_credit_extras
 from backend.store.runs import Runs
 
 
-def pad_list_array(array: pa.Array | pa.ChunkedArray, T: int, dtype: np.dtype) -> np.ndarray:
-    """A list<number> Arrow array -> (B, T) numpy array, zero padded; nulls become empty rows."""
+def pad_list_array(array: pa.Array | pa.ChunkedArray, T: int, dtype: np.dtype,
+                   layout: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """A list<number> Arrow array -> (B, T) numpy array, zero padded; nulls become empty rows.
+
+    layout: (lengths (B,), mask (B, T)) of the batch, when the caller has them: when the rows' lengths are
+    those, the values are placed with one masked assignment (row-major order is the flat values' order)."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
     B = len(array)
@@ -22,14 +26,17 @@ def pad_list_array(array: pa.Array | pa.ChunkedArray, T: int, dtype: np.dtype) -
     if B == 0:
         return out
     lengths = array.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-    values = array.flatten().fill_null(0).to_numpy(zero_copy_only=False)
+    values = array.flatten()
+    values = (values.fill_null(0) if values.null_count else values).to_numpy(zero_copy_only=False)
+    if layout is not None and layout[1].shape == (B, T) and np.array_equal(lengths, layout[0]):
+        out[layout[1]] = values
+        return out
     rows = np.repeat(np.arange(B), lengths)
     starts = np.cumsum(lengths) - lengths
     cols = np.arange(len(values)) - np.repeat(starts, lengths)
     keep = cols < T
     out[rows[keep], cols[keep]] = values[keep]
     return out
-
 
 
 class Batches(Runs):
@@ -72,6 +79,8 @@ class Batches(Runs):
         cond = " AND ".join(where)
         names = ["rollout_id", "group_id", "step", "token_ids"]
         names += [c for c in ("tokens", *PER_TOKEN_FIELDS, "logged_advantage") if loads(c)]
+        if loads("token_text") and "tokens" not in names:
+            names.append("tokens")
         columns = ", ".join(f'"{c}"' for c in names)  # constant names
         table = self.con.sql(
             f"SELECT {columns} FROM rollouts WHERE {cond} ORDER BY rollout_id",
@@ -94,7 +103,7 @@ class Batches(Runs):
                 return None
             if col.null_count:  # some rollouts lack the field: treat as missing for the batch
                 return None
-            return torch.from_numpy(pad_list_array(col, T, np.float32))
+            return torch.from_numpy(pad_list_array(col, T, np.float32, (lengths, mask)))
 
         row_of = {int(r): i for i, r in enumerate(ids)}
         if id_range is None and len(ids):
@@ -159,16 +168,20 @@ class Batches(Runs):
                     logged.to_numpy(zero_copy_only=False).astype(np.float32)
                 )
         tokens_col = table.column("tokens") if "tokens" in table.column_names else None
-        tokens = None if tokens_col is None or tokens_col.null_count else tokens_col.to_pylist()
+        whole = tokens_col is not None and tokens_col.null_count == 0
+        tokens = tokens_col.to_pylist() if whole and loads("tokens") else None
+        token_text = tokens_col.combine_chunks().flatten() if whole and loads("token_text") else None
         batch = RolloutBatch(
             response_mask=torch.from_numpy(mask),
-            token_ids=torch.from_numpy(pad_list_array(table.column("token_ids"), T, np.int64)),
+            token_ids=torch.from_numpy(
+                pad_list_array(table.column("token_ids"), T, np.int64, (lengths, mask))),
             group_ids=torch.from_numpy(table.column("group_id").to_numpy().astype(np.int64)),
             rollout_ids=torch.from_numpy(ids.astype(np.int64)),
             steps=torch.from_numpy(table.column("step").to_numpy().astype(np.int64)),
             scores=scores,
             token_rewards=token_rewards,
             tokens=tokens,
+            token_text=token_text,
             extras=extras,
             **{name: per_token(name) for name in PER_TOKEN_FIELDS},
         )
