@@ -297,7 +297,7 @@ def derivation(terms: dict, t: int) -> list[str]:
         else:
             lines.append(f"after the last resampled position: the outcome R = {seq.get('R')}")
         lines.append(f"A_t = scale · (V̂ next − V̂ current) = {A:.4g}   (scale maps rewards to Z units)")
-    elif at("trace_sum") is not None and seq.get("Z_used") is not None:  # grpo_lambda
+    elif at("trace_sum") is not None and seq.get("Z_used") is not None:  # log_ratio_trace
         decay = float(cfg.get("trace_gamma", 1.0)) * float(cfg.get("trace_lam", 1.0))
         if cfg.get("clamp_negative"):
             floor, Z = float(cfg.get("floor", 0.0)), seq.get("Z") or 0.0

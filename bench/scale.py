@@ -41,9 +41,16 @@ ROWS = (
 )
 
 
+VOCABULARY = np.array([" the", " of", " and", " to", "\n", ".", ",", " 12", "7", " carry", " =", " +", "  ",
+                       " Let", " me", " think", "####", " 3", " answer", " is"], dtype=object)
+"""Token text of a `--text` run: words, digits, punctuation, white space and line ends, so every default
+token class occurs."""
+
+
 def write_run(parquet: Path, jsonl: Path | None, total_tokens: int, seed: int = 0, mean_len: int = 512,
-              group: int = 8) -> int:
-    """One native run as Parquet (and, when `jsonl` is given, as JSONL with the same records)."""
+              group: int = 8, text: bool = False) -> int:
+    """One native run as Parquet (and, when `jsonl` is given, as JSONL with the same records); `text`:
+    with token text (`tokens`), drawn from `VOCABULARY` by token id."""
     rng = np.random.default_rng(seed)
     writer, written, rollout = None, 0, 0
     text = open(jsonl, "w") if jsonl is not None else None
@@ -59,6 +66,8 @@ def write_run(parquet: Path, jsonl: Path | None, total_tokens: int, seed: int = 
                 "entropies": rng.exponential(1.0, size=count).astype(np.float32),
                 "values": rng.random(count).astype(np.float32),
             }
+            if text:
+                columns["tokens"] = VOCABULARY[columns["token_ids"] % len(VOCABULARY)]
             ids = rollout + np.arange(n)
             task = rng.integers(0, 2, size=n).astype(np.float64)
             style = -rng.integers(0, 2, size=n).astype(np.float64)
@@ -117,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="tokens of the JSONL import row (0: skip; JSONL is written by python)")
     parser.add_argument("--estimators", default=",".join(name for name, _ in ROWS),
                         help="comma-separated row names to run (default: all)")
+    parser.add_argument("--text", action="store_true",
+                        help="the run has token text (token classes by regex, text in the output)")
     parser.add_argument("--streamed-only", action="store_true",
                         help="skip the in-memory rows (a 100M-token run does not fit in memory that way)")
     parser.add_argument("--imports-only", action="store_true",
@@ -131,10 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         source, text = tmp / "run.parquet", tmp / "run.jsonl"
-        total = write_run(source, None, args.tokens)
+        total = write_run(source, None, args.tokens, text=args.text)
         jsonl_total = write_run(tmp / "j.parquet", text, args.jsonl_tokens, 2) if args.jsonl_tokens else 0
         small = tmp / "small.parquet"
-        small_total = 0 if args.imports_only else write_run(small, None, max(args.tokens // 10, 1), seed=1)
+        small_total = 0 if args.imports_only else write_run(small, None, max(args.tokens // 10, 1), seed=1,
+                                                             text=args.text)
         db, db_small = tmp / "store.duckdb", tmp / "small.duckdb"
         print(f"{'row':<46} {'tokens':>11} {'wall s':>7} {'s':>7} {'tokens/s':>11} {'ratio':>6} "
               f"{'peak MB':>8}")

@@ -1,7 +1,10 @@
 """Eligibility-trace methods that act on the policy-gradient term (issue 20, the last part).
 
-`grpo_lambda` is GRPO-λ's ε-trace (Parthasarathi, Reymond, Chen, Cui, Chandar, arXiv 2510.00194, section
-3.2, Eq. 2). GRPO-λ does not reweight the outcome: it replaces each token's PPO ratio by a traced one,
+`log_ratio_trace` is built after GRPO-λ's ε-trace (Parthasarathi, Reymond, Chen, Cui, Chandar, arXiv
+2510.00194, section 3.2, Eq. 2) as public reimplementations quote it. It has a descriptive name, not the
+paper's, because the paper's text past page 1 could not be read here and no official code exists to check
+it against (defaults such as the −0.1 clamp are the reimplementations'). The ε-trace does not reweight the
+outcome: it replaces each token's PPO ratio by a traced one,
 
     log ρ̃_t = Σ_{l=0}^{t} tr(t, l) · (log π(o_{t-l}) − log π_old(o_{t-l}))      (0-based t, l)
     tr(t, l) = (γλ)^l                          ("recent", the classic accumulating trace)
@@ -17,7 +20,7 @@ Z' Σ_t ∇ log ρ̃_t, which gives ∇ log π(o_j) the weight
 (1-based below: W_j = Σ_{k=0}^{L−j} (γλ)^k for recent; for both, the k-th term is max((γλ)^k, (γλ)^{j−1})).
 Earlier tokens sit in more later tokens' traces, so W grows toward the start of the response, up to
 1/(1 − γλ) for recent. The loss's own length normalization (1/|o| in GRPO) is left to the aggregation, as
-for every other estimator. Where the formulas come from: `GRPO_LAMBDA_SOURCE`; docs/estimators.md §2c.
+for every other estimator. Where the formulas come from: `TRACE_SOURCE`; docs/estimators.md §2c.
 
 S-trace (arXiv 2605.05965) is not here: its P-trace and selection rule could not be read (docs §2).
 Positions are among a response's real tokens (mid-sequence masked tokens are skipped). Twin:
@@ -37,8 +40,9 @@ from backend.estimators.common import OutcomeConfig, outcome_z
 from backend.estimators.registry import EstimatorResult, param, register
 from backend.estimators.token_helpers import token_positions
 
-GRPO_LAMBDA_SOURCE = (
-    "GRPO-λ (Parthasarathi, Reymond, Chen, Cui, Chandar, arXiv 2510.00194), the ε-trace of section 3.2, "
+TRACE_SOURCE = (
+    "Built after GRPO-λ (Parthasarathi, Reymond, Chen, Cui, Chandar, arXiv 2510.00194), the ε-trace of "
+    "section 3.2, "
     "Eq. 2 (trace weights 'recent' and 'both'), with the group-normalized advantage as the critic-free TD "
     "error and negative advantages clamped to −0.1. The paper's text past its first page could not be read "
     "here and no official code was found: the equations come from public reimplementations that quote Eq. 2 "
@@ -48,8 +52,9 @@ GRPO_LAMBDA_SOURCE = (
 
 
 @dataclass(frozen=True)
-class GRPOLambdaConfig(OutcomeConfig):
-    """GRPO-λ's ε-trace read as per-token gradient weights: A_j = Z' · Σ_{t ≥ j} tr(t, t − j)."""
+class LogRatioTraceConfig(OutcomeConfig):
+    """A λ-decayed trace of log-ratios (after GRPO-λ's ε-trace) read as per-token gradient weights:
+    A_j = Z' · Σ_{t ≥ j} tr(t, t − j)."""
 
     trace_gamma: float = param(1.0, low=0.0, high=1.0, help="Discount γ of the trace (decay per token is γλ)")
     trace_lam: float = param(0.99, low=0.0, high=1.0, help="Trace λ (decay per token is γλ)")
@@ -60,7 +65,7 @@ class GRPOLambdaConfig(OutcomeConfig):
     floor: float = param(-0.1, low=-10.0, high=0.0, help="The clamp of negative advantages (the paper: −0.1)")
 
 
-def clamped_z(z: torch.Tensor, config: GRPOLambdaConfig) -> torch.Tensor:
+def clamped_z(z: torch.Tensor, config: LogRatioTraceConfig) -> torch.Tensor:
     """Z': (B,) the advantage GRPO-λ uses, max(Z, floor) when `clamp_negative`."""
     return z.clamp(min=config.floor) if config.clamp_negative else z
 
@@ -74,7 +79,7 @@ def geometric_sum(d: float, n: torch.Tensor) -> torch.Tensor:
     return -torch.expm1(n * math.log(d)) / (1.0 - d)  # expm1: exact for d near 1, where 1 − d^n is small
 
 
-def trace_sums(batch: RolloutBatch, config: GRPOLambdaConfig) -> torch.Tensor:
+def trace_sums(batch: RolloutBatch, config: LogRatioTraceConfig) -> torch.Tensor:
     """W: (B, T) float64, W_j = Σ_{t ≥ j} tr(t, t − j) over the real tokens (0 on padding).
 
     With n = L − j + 1 later-or-equal tokens and d = γλ: recent is the geometric sum of n terms. For both,
@@ -92,12 +97,14 @@ def trace_sums(batch: RolloutBatch, config: GRPOLambdaConfig) -> torch.Tensor:
     return torch.where(batch.response_mask, w, 0.0)
 
 
-@register("grpo_lambda", GRPOLambdaConfig,
-          "GRPO-λ's ε-trace (arXiv 2510.00194, Eq. 2) as the advantage each token's gradient gets at "
+@register("log_ratio_trace", LogRatioTraceConfig,
+          "A λ-decayed trace of log-ratios (after GRPO-λ's ε-trace, arXiv 2510.00194 Eq. 2 as "
+          "reimplementations quote it; the paper was not read) as the advantage each token's gradient gets "
+          "at "
           "π = π_old: A_j = Z' Σ_{t≥j} tr(t, t−j), tr = (γλ)^l (recent) or max((γλ)^l, (γλ)^(t−l)) (both); "
           "credit grows toward the start; negative Z clamped at −0.1",
-          family="trace", source=GRPO_LAMBDA_SOURCE)
-def grpo_lambda(batch: RolloutBatch, config: GRPOLambdaConfig) -> EstimatorResult:
+          family="trace", source=TRACE_SOURCE)
+def log_ratio_trace(batch: RolloutBatch, config: LogRatioTraceConfig) -> EstimatorResult:
     """A: (B, T) = Z' W. Diagnostics: Z (B,) the group-normalized advantage, Z_used (B,) after the clamp,
     trace_sum (B, T) W, clamped (B,) bool where the clamp changed Z."""
     mask = batch.response_mask

@@ -3,11 +3,13 @@ the run in the store and used by every credit-by-class table."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from backend import credit_shares, token_classes
+from backend.demo.subword import subword_records
 from backend.errors import InputError
 from backend.ingest import import_records
 from backend.store import Store
@@ -82,3 +84,49 @@ def test_classes_travel_in_a_link_and_a_bad_one_is_named():
     for bad in ("{not json", "[]", '{"a": 1}'):
         with pytest.raises(InputError, match="triples"):
             token_classes.from_link(bad)
+
+
+def _reference_class_ids(tokens: list[list[str]], lengths: list[int], classes) -> list[list[int]]:
+    """The per-token definition, written out: first matching class wins; a phrase class holds tokens that
+    overlap an occurrence in the response's lowered text; markers are not used here."""
+    other = len(classes)
+    out = []
+    for row, length in zip(tokens, lengths, strict=True):
+        row = row[:length]
+        text = "".join(row).lower()
+        starts = [sum(len(t) for t in row[:i]) for i in range(len(row) + 1)]
+        ids = [other] * length
+        for k in reversed(range(len(classes))):
+            c = classes[k]
+            for i, tok in enumerate(row):
+                if c.kind == "regex" and re.search(c.pattern, tok):
+                    ids[i] = k
+                elif c.kind == "phrases":
+                    spans = [(m.start(), m.end()) for p in c.phrases for m in re.finditer(re.escape(p), text)]
+                    if any(a < starts[i + 1] and starts[i] < b for a, b in spans):
+                        ids[i] = k
+        out.append(ids)
+    return out
+
+
+def test_class_ids_from_arrow_text_equal_the_per_token_definition(tmp_path):
+    """Streamed estimates classify tokens from the store's Arrow text (one regex call per distinct token);
+    the views from python lists. Both equal the definition on byte-level BPE text, with a phrase that
+    spans tokens and one that starts inside a token."""
+    records = subword_records(groups=2)
+    with Store(tmp_path / "s.duckdb") as store:
+        import_records(store, "subword", records, content_key="subword")
+        as_lists = store.load_batch("subword", fields={"tokens"})
+        as_arrow = store.load_batch("subword", fields={"token_text"})
+    assert as_arrow.tokens is None and as_lists.token_text is None
+    classes = (token_classes.TokenClass("carries", "phrases", "rry 1\n=1"),
+               *token_classes.DEFAULT_CLASSES[2:],
+               token_classes.TokenClass("capital", "regex", r"^\s?[A-Z]"))
+    lengths = as_lists.lengths.tolist()
+    expected = _reference_class_ids(as_lists.tokens, lengths, classes)
+    for batch in (as_lists, as_arrow):
+        ids = token_classes.class_ids(batch, classes)
+        got = [ids[i, :length].tolist() for i, length in enumerate(lengths)]
+        assert got == expected
+    seen = {k for row in expected for k in row}
+    assert {0, 1, 2, len(classes)} <= seen  # the phrase, a regex, digits and other all occur

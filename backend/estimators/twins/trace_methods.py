@@ -19,8 +19,8 @@ def trace_weight(t: int, lag: int, d: float, weighting: str) -> float:
     return recent if weighting == "recent" else max(recent, d ** (t - lag))
 
 
-@twin("grpo_lambda")
-def grpo_lambda_twin(batch: RolloutBatch, config) -> torch.Tensor:
+@twin("log_ratio_trace")
+def log_ratio_trace_twin(batch: RolloutBatch, config) -> torch.Tensor:
     rows = real_columns(batch)
     d = config.trace_gamma * config.trace_lam
     per_row = []

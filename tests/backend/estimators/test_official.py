@@ -129,11 +129,11 @@ def test_gtpo_reward_conservation_when_alphas_sum_to_one():
 
 
 @pytest.mark.parametrize("case", ["recent", "both", "both_unclamped"])
-def test_grpo_lambda_equals_eq2_summed_by_hand(case):
-    entry = FIXTURES["grpo_lambda"]
+def test_log_ratio_trace_equals_eq2_summed_by_hand(case):
+    entry = FIXTURES["log_ratio_trace"]
     batch = _batch(entry["records"])
     weighting = case.split("_")[0]
-    res = registry.estimate("grpo_lambda", batch, trace_gamma=entry["trace_gamma"],
+    res = registry.estimate("log_ratio_trace", batch, trace_gamma=entry["trace_gamma"],
                             trace_lam=entry["trace_lam"], weighting=weighting,
                             clamp_negative=case != "both_unclamped")
     torch.testing.assert_close(res.diagnostics["Z"], torch.tensor(entry["Z"], dtype=torch.float32),
@@ -164,7 +164,7 @@ def test_high_entropy_mask_equals_trl(seed, holes, q):
 
 
 def test_paper_named_estimators_carry_their_source():
-    for name in ("gtpo", "ktae", "high_entropy_mask", "stare", "aggregation", "grpo_lambda"):
+    for name in ("gtpo", "ktae", "high_entropy_mask", "stare", "aggregation", "log_ratio_trace"):
         assert registry.get(name).source, name
     own = ("decaying_trace", "entropy_masked_trace", "entropy_mix", "entropy_gate", "entropy_drop_mask")
     for name in own:

@@ -70,8 +70,8 @@ VARIANTS = [
     ("oar_p", {"threshold": 0.8, "beta": 2.0, "floor": 0.3}),
     ("oar_g", {"threshold": 0.0, "sum_to_length": False, "outcome": "rloo"}),
     ("gcpo", {"top": 0.2, "mass": 0.5, "outcome": "dr_grpo"}),
-    ("grpo_lambda", {"weighting": "both", "trace_lam": 0.8}),
-    ("grpo_lambda", {"clamp_negative": False, "trace_gamma": 0.9, "outcome": "rloo"}),
+    ("log_ratio_trace", {"weighting": "both", "trace_lam": 0.8}),
+    ("log_ratio_trace", {"clamp_negative": False, "trace_gamma": 0.9, "outcome": "rloo"}),
 ]
 
 
