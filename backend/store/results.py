@@ -60,13 +60,19 @@ class Results(Runs):
     ) -> dict[int, np.ndarray]:
         """Cached advantages per rollout id (of rollouts `id_range`, inclusive, when given)."""
         first, last = id_range if id_range is not None else (-(2**31), 2**31 - 1)
-        rows = self.con.execute(
+        table = self.con.sql(
             "SELECT rollout_id, advantages FROM estimates "
             "WHERE run_id = ? AND estimator = ? AND config_hash = ? AND channel = ? "
             "AND rollout_id BETWEEN ? AND ?",
-            [self.run_id(run), estimator, config_hash, channel, int(first), int(last)],
-        ).fetchall()
-        return {int(r): np.asarray(a, dtype=np.float32) for r, a in rows}
+            params=[self.run_id(run), estimator, config_hash, channel, int(first), int(last)],
+        ).to_arrow_table()
+        if table.num_rows == 0:
+            return {}
+        lists = table.column("advantages").combine_chunks()
+        values = lists.flatten().to_numpy(zero_copy_only=False).astype(np.float32)  # a writable copy
+        ends = np.cumsum(lists.value_lengths().fill_null(0).to_numpy(zero_copy_only=False))
+        parts = np.split(values, ends[:-1])
+        return {int(r): a for r, a in zip(table.column("rollout_id").to_numpy(), parts, strict=True)}
 
     def cached_rollouts(self, run: str, estimator: str, config_hash: str, channel: str) -> int:
         """How many rollouts of `run` have a cached output under this key."""
