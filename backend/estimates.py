@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Generator, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,8 +32,8 @@ from backend.chunks import DEFAULT_CHUNK_ROLLOUTS, Chunk, plan
 from backend.errors import InputError, StoreError
 from backend.estimators import fitting, registry
 from backend.store import StoreHandle
+from backend.store.estimate_rows import EstimateRows, EstimateStage
 from backend.store.explorer_queries import CreditKey
-from backend.store.results import EstimateRows
 
 Progress = Callable[[int, int, str], None]
 """progress(done, total, what): called before each chunk and once at the end."""
@@ -180,11 +180,6 @@ STREAM_MEMORY_LIMIT = os.environ.get("CREDITLENS_STREAM_MEMORY", "256MB")
 """DuckDB's buffer pool while a run streams: blocks already read are evicted beyond this, so the store's
 cache of the run's pages does not grow with the run."""
 
-SAVE_EVERY_TOKENS = 16_000_000
-"""Computed outputs of a streamed estimate wait in memory (flat float32: 64 MB) until this many tokens,
-then go to the cache in one write."""
-
-
 @dataclass
 class RunEstimate:
     """A whole-run estimate that streams: iterating gives `(batch, advantages)` per chunk, advantages
@@ -219,9 +214,10 @@ def stream_run(
     loaded with only the fields the estimator reads (`registry.fields_for`; the token text too when
     `with_tokens`, as Arrow: `RolloutBatch.token_text`; and what token classes read when saving, for the
     credit summaries), padded to its own longest response, and dropped once the caller has moved on.
-    Computed outputs are saved to the cache (and the Explorer's credit summaries) every
-    `SAVE_EVERY_TOKENS` tokens and at the end; a cache holding the whole run is read back chunk by chunk
-    instead (`how` says which). `chunk_rollouts=None`: the in-memory plan."""
+    Computed outputs are staged in a temporary Parquet file (`EstimateStage`) and saved to the cache (with
+    the Explorer's credit summaries) in one transaction once the last chunk is done; a cache holding the
+    whole run is read back chunk by chunk instead (`how` says which). `chunk_rollouts=None`: the
+    in-memory plan."""
     spec, name, config, scope, key, channel = _resolve(name, config)
     with handle.read() as store:
         index = store.rollout_keys(run)
@@ -270,7 +266,6 @@ def _computed(handle: StoreHandle, run: str, name: str, config: Any, chunks: lis
     (`backend.estimators.fitting`); the chunks of the second pass apply the fitted models."""
     scope = registry.get(name).scope_for(config)
     key, channel = registry.config_hash(name, config), channel_key(config)
-    pending: list[EstimateRows] = []
     credit: list = []
     passes = 2 if run_fit is not None else 1
     total = passes * len(chunks)
@@ -281,70 +276,53 @@ def _computed(handle: StoreHandle, run: str, name: str, config: Any, chunks: lis
                 f"the whole run {run!r}"
             progress(i, total, f"fitting on {what}" if first_pass else what)
 
-    def open_store():
-        store = reading.enter_context(handle.read())
-        reading.enter_context(store.memory_limit(STREAM_MEMORY_LIMIT))
-        return store
-
     def load(chunk: Chunk) -> RolloutBatch:
-        batch = with_channel(opened[0].load_batch(run, fields=fields, **chunk.load_args()), channel)
+        batch = with_channel(store.load_batch(run, fields=fields, **chunk.load_args()), channel)
         return batch if run_fit is None else dataclasses.replace(batch, run_fit=run_fit)
 
-    with ExitStack() as reading, ThreadPoolExecutor(1, thread_name_prefix="credit-lens-read") as reader:
-        opened = [open_store()]  # the store the reader thread reads (reopened after each save)
-        if run_fit is not None:
-            _first_pass(run_fit, name, config,
-                        (batch for i, batch in _read_ahead(reader, load, chunks,
-                                                           lambda i, c: describe(i, c, True))))
-        definitions = credit_summary.run_classes(opened[0], run)
-        classes = credit_summary.credit_classes(opened[0], run)
-        credit_key = CreditKey(name, key, channel, classes)
-        ahead = _read_ahead(reader, load, chunks, lambda i, c: describe(total - len(chunks) + i, c, False))
-        for _, batch in ahead:
-            result = registry.estimate(name, batch, config)
-            for diagnostic in ("fallback", "fit_sample", "value_fit_sample"):
-                note = result.diagnostics.get(diagnostic)
-                if isinstance(note, str) and note not in notes:
-                    notes.append(note)
-            if save:
-                pending.append(flat_rows(batch, result.advantages))
-                credit.append(credit_summary.credit_rows(batch, result.advantages, classes, definitions))
-            yield batch, result.advantages
-            if save and sum(p.tokens for p in pending) >= SAVE_EVERY_TOKENS:
-                ahead.send("pause")  # the next chunk is read in full before the store closes
-                reading.close()  # DuckDB: one process writes, or several read, never both
-                save = _save(handle, run, name, key, config, channel, EstimateRows.concat(pending),
-                             credit_key, credit)
-                pending, credit = [], []
-                opened[0] = open_store()
-    if save and pending:
-        _save(handle, run, name, key, config, channel, EstimateRows.concat(pending), credit_key, credit)
+    with ExitStack() as stack:
+        stage = stack.enter_context(EstimateStage()) if save else None
+        with handle.read() as store, store.memory_limit(STREAM_MEMORY_LIMIT), \
+                ThreadPoolExecutor(1, thread_name_prefix="credit-lens-read") as reader:
+            if run_fit is not None:
+                _first_pass(run_fit, name, config,
+                            _read_ahead(reader, load, chunks, lambda i, c: describe(i, c, True)))
+            definitions = credit_summary.run_classes(store, run)
+            classes = credit_summary.credit_classes(store, run)
+            credit_key = CreditKey(name, key, channel, classes)
+            ahead = _read_ahead(reader, load, chunks,
+                                lambda i, c: describe(total - len(chunks) + i, c, False))
+            for batch in ahead:
+                result = registry.estimate(name, batch, config)
+                for diagnostic in ("fallback", "fit_sample", "value_fit_sample"):
+                    note = result.diagnostics.get(diagnostic)
+                    if isinstance(note, str) and note not in notes:
+                        notes.append(note)
+                advantages = result.advantages
+                del result  # the diagnostics ((B, T) tensors for the views) are not kept meanwhile
+                if stage is not None:
+                    stage.add(flat_rows(batch, advantages))
+                    credit.append(credit_summary.credit_rows(batch, advantages, classes, definitions))
+                yield batch, advantages
+        # DuckDB: one process writes, or several read, never both; the reading store is closed here
+        if stage is not None and stage.rollouts:
+            _save(handle, run, name, key, config, channel, stage, credit_key, credit)
     if progress is not None:
         progress(total, total, "done")
 
 
 def _read_ahead(reader: ThreadPoolExecutor, load: Callable[[Chunk], RolloutBatch], chunks: list[Chunk],
-                describe: Callable[[int, Chunk], None]) -> Generator[tuple[int, RolloutBatch], str, None]:
-    """(i, batch) of each chunk, the next chunk read by `reader` (one thread) while the caller computes
-    on this one: DuckDB and Arrow release the GIL, so reading and computing share the machine's cores.
-    Only the reader thread touches the store while the caller holds a batch. `send("pause")` waits for
-    the chunk in flight (the caller may then close and reopen the store the loader reads). `describe`
-    (progress) runs on the caller's thread."""
+                describe: Callable[[int, Chunk], None]) -> Iterator[RolloutBatch]:
+    """The batch of each chunk, the next chunk read by `reader` (one thread) while the caller computes on
+    this one: DuckDB and Arrow release the GIL, so reading and computing share the machine's cores. Only
+    the reader thread touches the store while the caller holds a batch. `describe` (progress) runs on the
+    caller's thread."""
     future = reader.submit(load, chunks[0]) if chunks else None
     for i, chunk in enumerate(chunks):
         describe(i, chunk)
         batch = future.result()
         future = reader.submit(load, chunks[i + 1]) if i + 1 < len(chunks) else None
-        while (yield i, batch) == "pause":
-            if future is not None:
-                future = _done(future.result())
-
-
-def _done(value: RolloutBatch) -> Future:
-    """A future that already holds `value`."""
-    future: Future = Future()
-    future.set_result(value)
-    return future
+        yield batch
 
 
 def fitted_run(handle: StoreHandle, run: str, name: str, config: Any,
@@ -389,10 +367,10 @@ def _describe(scope: str, chunk: dict, run: str) -> str:
 
 
 def _save(handle: StoreHandle, run: str, name: str, key: str, config: Any, channel: str,
-          advantages: dict[int, np.ndarray] | EstimateRows, credit_key: CreditKey, credit: list) -> bool:
+          advantages: dict[int, np.ndarray] | EstimateStage, credit_key: CreditKey, credit: list) -> bool:
     """Save to the cache; False when the store cannot be written now."""
     try:
-        with handle.write() as store:
+        with handle.write() as store, store.memory_limit(STREAM_MEMORY_LIMIT):
             store.save_estimate(run, name, key, dataclasses.asdict(config), channel, advantages)
             with store.transaction():
                 credit_summary.save(store, run, credit_key, credit)

@@ -197,17 +197,23 @@ def cmd_estimate(args) -> int:
     os.close(fd)
     tokens = rollouts = 0
     try:
-        # A writer thread writes chunk k while chunk k + 1 is computed (Arrow releases the GIL).
-        with pq.ParquetWriter(tmp, TOKEN_ROWS_SCHEMA) as writer, ThreadPoolExecutor(1) as writing:
+        # A writer thread builds and writes chunk k's rows while chunk k + 1 is computed (numpy and Arrow
+        # release the GIL).
+        with pq.ParquetWriter(tmp, TOKEN_ROWS_SCHEMA, use_dictionary=DICTIONARY_COLUMNS) as writer, \
+                ThreadPoolExecutor(1) as writing:
+            def write(batch, advantages) -> int:
+                table = token_rows(batch, advantages)
+                writer.write_table(table)
+                return table.num_rows
+
             written = None
             for batch, advantages in parts:
-                table = token_rows(batch, advantages)
                 if written is not None:
-                    written.result()
-                written = writing.submit(writer.write_table, table)
-                tokens, rollouts = tokens + table.num_rows, rollouts + batch.B
+                    tokens += written.result()
+                written = writing.submit(write, batch, advantages)
+                rollouts += batch.B
             if written is not None:
-                written.result()
+                tokens += written.result()
         os.replace(tmp, args.out)
     finally:
         if os.path.exists(tmp):
@@ -245,6 +251,8 @@ def token_rows(batch, advantages) -> pa.Table:
     }, schema=TOKEN_ROWS_SCHEMA)
 
 
+DICTIONARY_COLUMNS = ["rollout_id", "group_id", "token"]
+"""Columns of the output whose values repeat (dictionary-encoded); ids and advantages vary per token."""
 TOKEN_ROWS_SCHEMA = pa.schema([("rollout_id", pa.int64()), ("group_id", pa.int64()), ("pos", pa.int32()),
                                ("token_id", pa.int64()), ("token", pa.string()), ("advantage", pa.float32())])
 

@@ -393,7 +393,7 @@ def estimate(name: str, batch: RolloutBatch, config: Any = None, **overrides: An
         )
     if not bool(torch.isfinite(adv).all()):
         raise RuntimeError(f"estimator {name!r} produced NaN/inf advantages")
-    if bool((adv[~batch.response_mask.to(adv.device)] != 0).any()):
+    if bool(adv.masked_fill(batch.response_mask.to(adv.device), 0.0).any()):
         raise RuntimeError(f"estimator {name!r} wrote non-zero advantages on padding")
     return result
 

@@ -5,42 +5,13 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from backend.store.estimate_rows import EstimateRows, EstimateStage
 from backend.store.runs import Runs
-
-
-@dataclass(frozen=True)
-class EstimateRows:
-    """Estimator outputs of some rollouts, flat: `values` holds each rollout's (L,) advantages in the
-    order of `rollout_ids` (`lengths` their L), so a chunk of a run is saved without a python object per
-    rollout."""
-
-    rollout_ids: np.ndarray  # (B,) int
-    lengths: np.ndarray  # (B,) int
-    values: np.ndarray  # (sum of lengths,) float32
-
-    @classmethod
-    def from_dict(cls, advantages: dict[int, np.ndarray]) -> EstimateRows:
-        arrays = [np.asarray(a, dtype=np.float32).reshape(-1) for a in advantages.values()]
-        return cls(np.fromiter(advantages, dtype=np.int64, count=len(advantages)),
-                   np.array([len(a) for a in arrays], dtype=np.int64),
-                   np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.float32))
-
-    @classmethod
-    def concat(cls, parts: list[EstimateRows]) -> EstimateRows:
-        if not parts:
-            return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
-        return cls(*(np.concatenate([getattr(p, name) for p in parts])
-                     for name in ("rollout_ids", "lengths", "values")))
-
-    @property
-    def tokens(self) -> int:
-        return len(self.values)
 
 
 class Results(Runs):
@@ -87,42 +58,43 @@ class Results(Runs):
         config_hash: str,
         config: dict,
         channel: str,
-        advantages: dict[int, np.ndarray] | EstimateRows,
+        advantages: dict[int, np.ndarray] | EstimateRows | EstimateStage,
     ) -> None:
-        """Cache `advantages` (rollout id -> (L,) float32, or `EstimateRows`) of `run` under the key; the
-        rollouts' earlier rows under it are replaced, in one transaction."""
-        rows = advantages if isinstance(advantages, EstimateRows) else EstimateRows.from_dict(advantages)
+        """Cache `advantages` of `run` under the key (rollout id -> (L,) float32, `EstimateRows`, or an
+        `EstimateStage` whose file holds a streamed run's rows); the rollouts' earlier rows under the key
+        are replaced, in one transaction."""
         run_id = self.run_id(run)
-        n = len(rows.rollout_ids)
-        offsets = np.zeros(n + 1, dtype=np.int32)  # one save holds far fewer than 2**31 tokens
-        np.cumsum(rows.lengths, out=offsets[1:])
-        data = pa.table(
-            {
-                "run_id": pa.array(np.full(n, run_id, dtype=np.int32)),
-                "estimator": pa.array([estimator], pa.string()).take(np.zeros(n, dtype=np.int32)),
-                "config_hash": pa.array([config_hash], pa.string()).take(np.zeros(n, dtype=np.int32)),
-                "config": pa.array([json.dumps(config, sort_keys=True, default=str)], pa.string())
-                .take(np.zeros(n, dtype=np.int32)),
-                "channel": pa.array([channel], pa.string()).take(np.zeros(n, dtype=np.int32)),
-                "rollout_id": pa.array(rows.rollout_ids.astype(np.int32)),
-                "advantages": pa.ListArray.from_arrays(
-                    pa.array(offsets), pa.array(rows.values.astype(np.float32, copy=False))
-                ),
-            }
-        )
-        ids = f"_estimate_ids_{threading.get_ident()}"
+        key = [run_id, estimator, config_hash, json.dumps(config, sort_keys=True, default=str), channel]
+        if isinstance(advantages, EstimateStage):
+            advantages.close()
+            self._replace_estimates(key, "read_parquet(?)", [str(advantages.path)])
+            return
+        rows = advantages if isinstance(advantages, EstimateRows) else EstimateRows.from_dict(advantages)
+        view = f"_estimate_rows_{threading.get_ident()}"
+        self.con.register(view, rows.table())
+        try:
+            self._replace_estimates(key, view, [])
+        finally:
+            self.con.unregister(view)
+
+    def _replace_estimates(self, key: list, source: str, params: list) -> None:
+        """Delete the cached rows under `key` (run id, estimator, config hash, config JSON, channel) of the
+        rollouts in `source` (rollout_id, advantages), and insert those."""
+        run_id, estimator, config_hash, config, channel = key
         with self.transaction() as con:
             # Only these rollouts: a step-scoped estimate is saved one step at a time.
-            con.register(ids, data.select(["rollout_id"]))
-            try:
-                con.execute(
-                    "DELETE FROM estimates WHERE run_id = ? AND estimator = ? AND config_hash = ? "
-                    f"AND channel = ? AND rollout_id IN (SELECT rollout_id FROM {ids})",
-                    [run_id, estimator, config_hash, channel],
-                )
-            finally:
-                con.unregister(ids)
-            self.insert_arrow("estimates", data)
+            con.execute(
+                "DELETE FROM estimates WHERE run_id = ? AND estimator = ? AND config_hash = ? "
+                f"AND channel = ? AND rollout_id IN (SELECT rollout_id FROM {source})",
+                [run_id, estimator, config_hash, channel, *params],
+            )
+            con.execute(
+                "INSERT INTO estimates "
+                "(run_id, estimator, config_hash, config, channel, rollout_id, advantages) "
+                "SELECT CAST(? AS INTEGER), CAST(? AS VARCHAR), CAST(? AS VARCHAR), CAST(? AS JSON), "
+                f"CAST(? AS VARCHAR), rollout_id, advantages FROM {source}",
+                [run_id, estimator, config_hash, config, channel, *params],
+            )
 
     # --- resampling results --------------------------------------------------------------------
     def save_resample(self, run: str, rollout_id: int, samples: pa.Table | pd.DataFrame,
