@@ -5,6 +5,7 @@ sizes that cut across groups and steps; each chunk's tensors stay within a bound
 from __future__ import annotations
 
 import random
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -119,3 +120,35 @@ def test_cli_streamed_output_and_cache_equal_the_in_memory_file(db, tmp_path):
         got.update(estimates._per_rollout(batch, adv))
     for rid, part in memory.groupby("rollout_id"):
         np.testing.assert_array_equal(got[rid], part["advantage"].to_numpy())
+
+
+def test_a_streamed_estimate_saves_the_whole_run_in_one_go_or_nothing(db, tmp_path, monkeypatch):
+    """Outputs wait in a staged Parquet file (no memory per token) until the last chunk: a caller that
+    stops early leaves the cache as it was; a finished run is cached whole, and the stage is removed."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    handle = StoreHandle(db)
+    config = registry.make_config("grpo", channel="task")
+    key = ("grpo", registry.config_hash("grpo", config), "task")
+    with Store(db, read_only=True) as store:
+        total = len(store.rollout_keys("mixed"))
+        assert store.cached_rollouts("mixed", *key) == 0
+
+    stream = iter(estimates.stream_run(handle, "mixed", "grpo", config, chunk_rollouts=4, use_cache=False))
+    next(stream)
+    next(stream)
+    assert list(tmp_path.glob("creditlens-stage-*/estimates.parquet"))  # staged as it goes
+    stream.close()  # the caller stops after two chunks
+    with Store(db, read_only=True) as store:
+        assert store.cached_rollouts("mixed", *key) == 0
+    assert not list(tmp_path.glob("creditlens-stage-*"))
+
+    computed = {}
+    whole = estimates.stream_run(handle, "mixed", "grpo", config, chunk_rollouts=4, use_cache=False)
+    for batch, adv in whole:
+        computed.update(estimates._per_rollout(batch, adv))
+    assert len(computed) == total and not list(tmp_path.glob("creditlens-stage-*"))
+    with Store(db, read_only=True) as store:
+        cached = store.cached_estimate("mixed", *key)
+    assert cached.keys() == computed.keys()
+    for rid, values in computed.items():
+        np.testing.assert_array_equal(cached[rid], values)
