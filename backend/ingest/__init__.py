@@ -297,8 +297,8 @@ def _import(
             )
         if n_records == 0 and skipped == 0:
             raise InputError(f"{origin}: no records to import (empty file)")
-        with store.transaction():  # every record already in the run: nothing to publish
-            run_id = target_id
+        with store.memory_limit(IMPORT_MEMORY_LIMIT), store.transaction():  # DuckDB spills beyond it
+            run_id = target_id  # every record already in the run: nothing to publish
             if n_records:
                 run_id = store.publish_staging_run(staging_id, run, target_id, first_id)
                 fill_rollout_summary(store, run_id)  # the Explorer's per-rollout numbers, whole run

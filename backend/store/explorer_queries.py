@@ -58,20 +58,19 @@ def fill_rollout_summary(store: Store, run_id: int) -> int:
             SELECT rollout_id, sum(score) AS reward,
                    coalesce(max(score) FILTER (WHERE channel = 'task'), sum(score)) AS main
             FROM scores WHERE run_id = ? GROUP BY rollout_id
-        ), base AS (
+        ), base AS (  -- per-rollout scalars first: the window below then carries no lists
             SELECT o.rollout_id, o.group_id, o.step, len(o.token_ids) AS length, r.reward, r.main,
-                   o.entropies, o.logprobs, o.ref_logprobs, o.logged_advantage, o.meta
+                   coalesce(TRY_CAST(json_extract_string(o.meta, '$.truncated') AS BOOLEAN),
+                            json_extract_string(o.meta, '$.finish_reason') = 'length') AS truncated,
+                   list_avg(o.entropies) AS mean_entropy,
+                   CASE WHEN len(o.logprobs) = len(o.token_ids) AND len(o.ref_logprobs) = len(o.token_ids)
+                        THEN list_avg(o.logprobs) - list_avg(o.ref_logprobs) END AS kl,  -- = mean difference
+                   o.logged_advantage
             FROM rollouts o LEFT JOIN r USING (rollout_id) WHERE o.run_id = ?
         )
         SELECT ?, b.rollout_id, b.group_id, b.step, b.length, b.reward,
                count(*) OVER g >= 2 AND min(b.main) OVER g = max(b.main) OVER g,
-               coalesce(TRY_CAST(json_extract_string(b.meta, '$.truncated') AS BOOLEAN),
-                        json_extract_string(b.meta, '$.finish_reason') = 'length'),
-               NULL,
-               list_avg(b.entropies),
-               CASE WHEN len(b.logprobs) = b.length AND len(b.ref_logprobs) = b.length
-                    THEN list_avg(b.logprobs) - list_avg(b.ref_logprobs) END,  -- = mean of the differences
-               b.logged_advantage
+               b.truncated, NULL, b.mean_entropy, b.kl, b.logged_advantage
         FROM base b
         WINDOW g AS (PARTITION BY b.group_id)
         """,
