@@ -1,5 +1,5 @@
-"""`python -m bench scale [--tokens N] [--chunk R] [--imports-only | --streamed-only]`: whole-run speed and
-peak memory.
+"""`python -m bench scale [--tokens N] [--chunk R] [--text] [--imports-only | --streamed-only]`: whole-run
+speed and peak memory.
 
 Measured in one run, each row in its own process (peak RSS from `os.wait4`, so it is that process's own):
 - imports of one synthetic run of `--tokens` tokens (ragged lengths, groups of 8, 64 groups per step,
@@ -9,7 +9,8 @@ Measured in one run, each row in its own process (peak RSS from `os.wait4`, so i
   cache and the Parquet output) for grpo, gae (stored and fitted values), entropy, prefix_tree, token_rm
   and rudder: the in-memory path (`--chunk none`, today's baseline) against the streamed one
   (`--chunk R`), and the streamed grpo again on a run a tenth the size (peak memory should not move);
-  `--streamed-only` skips the in-memory rows (ratios are then against the streamed grpo row).
+  `--streamed-only` skips the in-memory rows (ratios are then against the streamed grpo row); `--text`
+  gives every token a text (token classes by regex, text in the output), as real runs have.
 CI never runs this; the README's benchmark section has a table it printed and the load average then.
 """
 
