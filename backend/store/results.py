@@ -67,7 +67,7 @@ class Results(Runs):
         key = [run_id, estimator, config_hash, json.dumps(config, sort_keys=True, default=str), channel]
         if isinstance(advantages, EstimateStage):
             advantages.close()
-            self._replace_estimates(key, "read_parquet(?)", [str(advantages.path)])
+            self._replace_estimates(key, "read_parquet(?)", [str(advantages.path)])  # the path: a parameter
             return
         rows = advantages if isinstance(advantages, EstimateRows) else EstimateRows.from_dict(advantages)
         view = f"_estimate_rows_{threading.get_ident()}"
@@ -77,22 +77,23 @@ class Results(Runs):
         finally:
             self.con.unregister(view)
 
-    def _replace_estimates(self, key: list, source: str, params: list) -> None:
+    def _replace_estimates(self, key: list, view: str, params: list) -> None:
         """Delete the cached rows under `key` (run id, estimator, config hash, config JSON, channel) of the
-        rollouts in `source` (rollout_id, advantages), and insert those."""
+        rollouts in `view` (rollout_id, advantages: a view registered here, or `read_parquet(?)` with the
+        file in `params`), and insert those."""
         run_id, estimator, config_hash, config, channel = key
         with self.transaction() as con:
             # Only these rollouts: a step-scoped estimate is saved one step at a time.
             con.execute(
                 "DELETE FROM estimates WHERE run_id = ? AND estimator = ? AND config_hash = ? "
-                f"AND channel = ? AND rollout_id IN (SELECT rollout_id FROM {source})",
+                f"AND channel = ? AND rollout_id IN (SELECT rollout_id FROM {view})",
                 [run_id, estimator, config_hash, channel, *params],
             )
             con.execute(
                 "INSERT INTO estimates "
                 "(run_id, estimator, config_hash, config, channel, rollout_id, advantages) "
                 "SELECT CAST(? AS INTEGER), CAST(? AS VARCHAR), CAST(? AS VARCHAR), CAST(? AS JSON), "
-                f"CAST(? AS VARCHAR), rollout_id, advantages FROM {source}",
+                f"CAST(? AS VARCHAR), rollout_id, advantages FROM {view}",
                 [run_id, estimator, config_hash, config, channel, *params],
             )
 

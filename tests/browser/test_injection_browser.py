@@ -28,9 +28,11 @@ CLEAN = {"xss": "undefined", "img": 0, "js_links": 0, "bold": 0, "katex": 0}
 def hover_text(page, key: str, col: int = 0, row: int = 0) -> str:
     """Hover token `col` (row `row` of its band) of heatmap `key` and return its label."""
     label = page.locator(f".st-key-{key} .hoverlayer .hovertext").filter(has_text=f"pos {col}")
-    for attempt in range(5):  # plotly hovers on mousemove; the first move can land before it listens
+    wait_idle(page)  # a rerun in progress replaces the figure under the mouse
+    for attempt in range(8):  # plotly hovers on mousemove; the first move can land before it listens
         x, y = token_point(page, key, col, row)
-        page.mouse.move(x - 2 + attempt, y, steps=4)
+        page.mouse.move(0, 0)  # leave and come back: a move to the same point fires no new hover
+        page.mouse.move(x - 2 + attempt % 4, y, steps=4)
         try:
             label.first.wait_for(state="attached", timeout=2_000)
             break
