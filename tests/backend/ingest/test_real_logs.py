@@ -256,7 +256,10 @@ def test_follow_imports_each_new_step_until_interrupted(db_path, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "backend.cli", "import", str(directory), "--db", str(db_path), "--run", "live",
          "--format", "verl", "--follow", "--poll", "0.2", "--quiet"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # Ctrl-C must reach the follower even when pytest itself runs in the background of a shell, which
+        # starts it with SIGINT ignored (a disposition children inherit): the follower then never stopped
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         def rollouts() -> int:
             try:
