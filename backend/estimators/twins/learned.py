@@ -92,7 +92,7 @@ def rudder_g_loop(batch, config) -> list[list[float]]:
             running = [a + b for a, b in zip(running, x, strict=True)]
             prefixes.append([v / (n + 1) for v in running] + [(n + 1) / len(cols)])
             owner.append(i)
-    if k < 2:
+    if k < 2 or not prefixes:  # nothing to cross-fit on, or no real token to fit (every response empty)
         return [[0.0] * len(cols) for cols in rows]
     g: list[list[float]] = [[] for _ in rows]
     fit = strided(len(prefixes), MAX_FIT_TOKENS)

@@ -58,6 +58,8 @@ def fitted_value_rows(batch: RolloutBatch, z: list[float], rows: list[list[int]]
         X += feats
         y += [z[i]] * len(feats)
         owner += [i] * len(feats)
+    if not X:  # no real token to fit (every response empty)
+        return [[] for _ in rows]
     fit = strided(len(X), MAX_FIT_TOKENS)
     fits = ridge_fold_fits([X[n] for n in fit], [y[n] for n in fit], [fold[owner[n]] for n in fit], k, ridge)
     out: list[list[float]] = [[] for _ in rows]

@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from backend.batch import BatchError, batch_from_records
+from backend.batch import BatchError, RolloutBatch, batch_from_records
 from backend.estimators import registry
 from backend.estimators.reference import reference_advantages
 
@@ -172,3 +172,25 @@ def test_fast_equals_twin_on_drawn_batches(batch):
             continue
         torch.testing.assert_close(fast, reference_advantages(name, batch), atol=2e-5, rtol=1e-4,
                                    msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_fast_equals_twin_when_every_response_is_empty_but_the_batch_has_width():
+    """Hypothesis found it: T = 1 with every mask False and two groups; the fitted models' twins (rudder,
+    the gae value probe) had no token to fit and failed instead of giving zeros like the fast path."""
+    T = 1
+    batch = RolloutBatch(response_mask=torch.zeros((3, T), dtype=torch.bool),
+                         token_ids=torch.ones((3, T), dtype=torch.long), group_ids=torch.tensor([1, 8, 8]),
+                         rollout_ids=torch.tensor([0, 1, 2]), steps=torch.zeros(3, dtype=torch.long),
+                         scores={"task": torch.tensor([0.0, 1.0, 0.0])}, logprobs=torch.zeros(3, T),
+                         ref_logprobs=torch.zeros(3, T), entropies=torch.zeros(3, T),
+                         values=torch.zeros(3, T))
+    compared = []
+    for name in NAMES:
+        try:
+            fast = registry.estimate(name, batch).advantages
+        except BatchError:
+            continue
+        torch.testing.assert_close(fast, reference_advantages(name, batch), atol=0.0, rtol=0.0,
+                                   msg=lambda m, name=name: f"{name}: {m}")
+        compared.append(name)
+    assert {"rudder", "gae", "token_rm"} <= set(compared)
