@@ -85,9 +85,7 @@ def scope_of(name: str, config: Any) -> str:
 
 
 def _per_rollout(batch: RolloutBatch, advantages: torch.Tensor) -> dict[int, np.ndarray]:
-    lengths = batch.response_mask.sum(dim=1).tolist()
-    adv = advantages.detach().to(torch.float32).cpu().numpy()
-    return {int(rid): adv[i, : int(lengths[i])].copy() for i, rid in enumerate(batch.rollout_ids.tolist())}
+    return flat_rows(batch, advantages).as_dict()
 
 
 def flat_rows(batch: RolloutBatch, advantages: torch.Tensor) -> EstimateRows:
@@ -237,7 +235,7 @@ def stream_run(
     run_fit = None
     if two_pass:
         with handle.read() as store:
-            run_fit = _layout(store, run)
+            run_fit = fitting.RunFit.of_layout(store.rollout_lengths(run))
     items = _computed(handle, run, name, config, chunks, fields, save, progress, notes, run_fit)
     return RunEstimate(name, config, scope, channel, "computed", chunks, notes, items)
 
@@ -336,19 +334,13 @@ def fitted_run(handle: StoreHandle, run: str, name: str, config: Any,
     fields = registry.fields_for(spec.name, config)
     channel = channel_key(config)
     with handle.read() as store:
-        run_fit = _layout(store, run)
+        run_fit = fitting.RunFit.of_layout(store.rollout_lengths(run))
         chunks = plan(store.rollout_keys(run), "group", chunk_rollouts)
         batches = (with_channel(store.load_batch(run, fields=fields, **chunk.load_args()), channel)
                    for chunk in chunks)
         _first_pass(run_fit, spec.name, config,
                     (dataclasses.replace(batch, run_fit=run_fit) for batch in batches))
     return run_fit
-
-
-def _layout(store, run: str) -> fitting.RunFit:
-    layout = store.rollout_lengths(run)
-    return fitting.RunFit(layout["rollout_id"].to_numpy(), layout["length"].to_numpy(),
-                          layout["group_id"].to_numpy())
 
 
 def _first_pass(run_fit: fitting.RunFit, name: str, config: Any, batches: Iterator[RolloutBatch]) -> None:

@@ -62,6 +62,11 @@ class RunFit:
     solvers: dict[Hashable, Callable[[Any], Any]] = field(default_factory=dict)
     models: dict[Hashable, Any] = field(default_factory=dict)
 
+    @classmethod
+    def of_layout(cls, layout) -> RunFit:
+        """From `Store.rollout_lengths(run)` (columns rollout_id, length, group_id)."""
+        return cls(*(layout[column].to_numpy() for column in ("rollout_id", "length", "group_id")))
+
     def __post_init__(self) -> None:
         order = np.argsort(self.rollout_ids, kind="stable")
         self.rollout_ids = np.asarray(self.rollout_ids, dtype=np.int64)[order]

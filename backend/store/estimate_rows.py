@@ -36,6 +36,12 @@ class EstimateRows:
     def tokens(self) -> int:
         return len(self.values)
 
+    def as_dict(self) -> dict[int, np.ndarray]:
+        """rollout id -> its (L,) advantages (views into `values`)."""
+        ends = np.cumsum(self.lengths)
+        parts = np.split(self.values, ends[:-1]) if len(ends) else []
+        return {int(r): a for r, a in zip(self.rollout_ids, parts, strict=True)}
+
     def table(self) -> pa.Table:
         """rollout_id, advantages (list<float32>), in `ROWS_SCHEMA`."""
         offsets = np.zeros(len(self.rollout_ids) + 1, dtype=np.int32)  # a batch has far fewer than 2**31

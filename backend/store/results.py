@@ -40,10 +40,9 @@ class Results(Runs):
         if table.num_rows == 0:
             return {}
         lists = table.column("advantages").combine_chunks()
-        values = lists.flatten().to_numpy(zero_copy_only=False).astype(np.float32)  # a writable copy
-        ends = np.cumsum(lists.value_lengths().fill_null(0).to_numpy(zero_copy_only=False))
-        parts = np.split(values, ends[:-1])
-        return {int(r): a for r, a in zip(table.column("rollout_id").to_numpy(), parts, strict=True)}
+        return EstimateRows(table.column("rollout_id").to_numpy(),
+                            lists.value_lengths().fill_null(0).to_numpy(zero_copy_only=False),
+                            lists.flatten().to_numpy(zero_copy_only=False).astype(np.float32)).as_dict()
 
     def cached_rollouts(self, run: str, estimator: str, config_hash: str, channel: str) -> int:
         """How many rollouts of `run` have a cached output under this key."""

@@ -100,8 +100,7 @@ def test_token_sample_over_chunks_is_the_in_memory_sample_and_bounded(db):
         whole = store.load_batch("oracle")
         layout = store.rollout_lengths("oracle")
         plan = chunks.plan(store.rollout_keys("oracle"), "group", 23)
-        run_fit = fitting.RunFit(layout["rollout_id"].to_numpy(), layout["length"].to_numpy(),
-                                 layout["group_id"].to_numpy())
+        run_fit = fitting.RunFit.of_layout(layout)
         n_tokens = int(whole.response_mask.sum())
         assert run_fit.n_tokens == n_tokens
         for max_tokens in (n_tokens + 5, 999, 64):
@@ -174,8 +173,7 @@ def test_mlp_head_sample_over_chunks_is_the_in_memory_rows_and_bounded(db, monke
         whole = store.load_batch("oracle")
         layout = store.rollout_lengths("oracle")
         plan = chunks.plan(store.rollout_keys("oracle"), "group", 31)
-        run_fit = fitting.RunFit(layout["rollout_id"].to_numpy(), layout["length"].to_numpy(),
-                                 layout["group_id"].to_numpy())
+        run_fit = fitting.RunFit.of_layout(layout)
         sample = None
         for chunk in plan:
             batch = dataclasses.replace(store.load_batch("oracle", **chunk.load_args()), run_fit=run_fit)

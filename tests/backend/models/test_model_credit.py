@@ -31,14 +31,6 @@ def rollouts():
             for i, r in enumerate(records)]
 
 
-@pytest.fixture
-def demo_db(tmp_path):
-    db = tmp_path / "runs.duckdb"
-    with Store(db) as store:
-        import_path(store, DEMO_RUN, "demo", model_dir=str(DEMO_MODEL), verifier="answer_match")
-    return db
-
-
 def test_answer_span_splits_reasoning_conclude_and_answer():
     tokens = list("1+2=3\n#### 3") + [""]
     assert mc.answer_span(tokens) == (6, 11, 12)  # '#### ' is the conclude text, '3' the answer

@@ -38,14 +38,6 @@ def failing_verifier(response: str, ground_truth) -> float:
     return get_verifier("answer_match")(response, ground_truth)
 
 
-@pytest.fixture
-def demo_db(tmp_path):
-    db = tmp_path / "runs.duckdb"
-    with Store(db) as store:
-        import_path(store, DEMO_RUN, "demo", model_dir=str(DEMO_MODEL), verifier="answer_match")
-    return db
-
-
 def settings(samples=3, verifier="answer_match", chunk_rows=256):
     return TeacherSettings(model_dir=str(DEMO_MODEL), samples=samples, verifier=verifier,
                            engine="transformers", device="cpu", max_new_tokens=60, chunk_rows=chunk_rows)
