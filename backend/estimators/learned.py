@@ -280,22 +280,36 @@ def _log_comb(n: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return torch.lgamma(n + 1) - torch.lgamma(k + 1) - torch.lgamma(n - k + 1)
 
 
+# Ties between hypergeometric probabilities are decided with scipy.stats.fisher_exact's relative tolerance
+# (a table counts as "no more likely" when p_k <= p_obs * (1 + 1e-7)), in float64. Distinct probabilities of
+# tables with the same margins differ by far more than 1e-7 relatively at the group sizes KTAE sees, so the
+# decision is the exact one on every CPU. The official code compares float32 values with no tolerance, and
+# whether two equal probabilities compare equal there depends on the CPU's rounding (issue 25).
+FISHER_TIE_TOLERANCE = 1e-7
+
+
 def fisher_p_values(t_a: torch.Tensor, t_b: torch.Tensor, t_c: torch.Tensor,
-                    t_d: torch.Tensor) -> torch.Tensor:
+                    t_d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Two-sided Fisher exact p of each table [[a, b], [c, d]] (a: correct rollouts containing the id, b:
-    incorrect containing, c, d: not containing), float32, summing the hypergeometric probabilities that do
-    not exceed the observed one exactly as the official code (no tolerance): (U,) float32."""
-    R1, C1 = t_a + t_b, t_a + t_c
-    n = R1 + t_c + t_d
+    incorrect containing, c, d: not containing): the sum of the hypergeometric probabilities of the tables
+    with the same margins that do not exceed the observed one (ties within `FISHER_TIE_TOLERANCE`).
+    Returns p: (U,) float32 and p_is_one: (U,) bool, true when every such table is counted, i.e. p = 1
+    exactly (decided by counting tables, never by comparing a float sum with 1)."""
+    a, b, c, d = (x.to(torch.float64) for x in (t_a, t_b, t_c, t_d))
+    R1, C1 = a + b, a + c
+    n = R1 + c + d
     k_min = torch.clamp(R1 + C1 - n, min=0.0)
     k_max = torch.minimum(R1, C1)
-    ks = torch.arange(int(k_max.max()) + 1 if k_max.numel() else 1, dtype=torch.float32, device=t_a.device)
-    k = ks[None, :].expand(t_a.shape[0], -1)  # (U, K)
+    ks = torch.arange(int(k_max.max()) + 1 if k_max.numel() else 1, dtype=torch.float64, device=t_a.device)
+    k = ks[None, :].expand(a.shape[0], -1)  # (U, K)
     inside = (k >= k_min[:, None]) & (k <= k_max[:, None])
     C1g, R1g, ng = C1[:, None].expand_as(k), R1[:, None].expand_as(k), n[:, None].expand_as(k)
-    p_k = torch.exp(_log_comb(C1g, k) + _log_comb(ng - C1g, R1g - k) - _log_comb(ng, R1g)) * inside.float()
-    p_obs = torch.exp(_log_comb(C1, t_a) + _log_comb(n - C1, R1 - t_a) - _log_comb(n, R1))
-    return torch.sum(torch.where((p_k <= p_obs[:, None]) & inside, p_k, 0.0), dim=1)
+    p_k = torch.exp(_log_comb(C1g, k) + _log_comb(ng - C1g, R1g - k) - _log_comb(ng, R1g)) * inside  # (U, K)
+    p_obs = torch.exp(_log_comb(C1, a) + _log_comb(n - C1, R1 - a) - _log_comb(n, R1))  # (U,)
+    counted = (p_k <= p_obs[:, None] * (1.0 + FISHER_TIE_TOLERANCE)) & inside
+    p_is_one = (counted == inside).all(dim=1)
+    p = torch.where(p_is_one, 1.0, torch.sum(torch.where(counted, p_k, 0.0), dim=1).clamp(max=1.0))
+    return p.to(torch.float32), p_is_one
 
 
 def _entropy_term(p: torch.Tensor) -> torch.Tensor:
@@ -320,9 +334,9 @@ def key_scores(token_ids: torch.Tensor, mask: torch.Tensor, group_ids: torch.Ten
     """The official KTAE key-token score of every real token, per group, vectorized over (group, id) pairs.
 
     Per group: correct = R > 0; a/b = correct/incorrect rollouts containing the id, c/d = not containing.
-    F = exp(-2p) (0 when p == 1), p the two-sided Fisher exact test; IG in bits; Cohen's
-    h = asin sqrt(a/(a+c)) - asin sqrt(b/(b+d)), plus (use_tf) tf_c/(tf_w + 1e-5) - tf_w/(tf_c + 1e-5) with
-    BM25    term frequencies (k1 = 2, b = 0.5) of the id among the correct and the incorrect rollouts' tokens;
+    F = exp(-2p) (0 when p = 1 exactly: every table counted), p the two-sided Fisher exact test; IG in bits;
+    Cohen's h = asin sqrt(a/(a+c)) - asin sqrt(b/(b+d)), plus (use_tf) tf_c/(tf_w + 1e-5) - tf_w/(tf_c + 1e-5)
+    with BM25 term frequencies (k1 = 2, b = 0.5) of the id among the correct and incorrect rollouts' tokens;
     K = (sigmoid((alpha F + beta IG) x / (alpha + beta)) - 1/2) * 2 * scale, the EOS id scored 0. Groups that
     are all correct or all incorrect give K = 0; a set whose rollouts are all empty has term frequency 0.
     Returns (B, T) float32 tensors, 0 on padding:
@@ -356,8 +370,8 @@ def key_scores(token_ids: torch.Tensor, mask: torch.Tensor, group_ids: torch.Ten
     t_c, t_d = n1[g_of] - t_a, n0[g_of] - t_b
     fisher = torch.zeros_like(t_a)
     if config.alpha:
-        p = fisher_p_values(t_a, t_b, t_c, t_d)
-        fisher = torch.where(p != 1.0, torch.exp(-2 * p), 0.0)
+        p, p_is_one = fisher_p_values(t_a, t_b, t_c, t_d)
+        fisher = torch.where(p_is_one, 0.0, torch.exp(-2 * p))
     ig = information_gain(t_a, t_b, t_c, t_d) if config.beta_ig else torch.zeros_like(t_a)
     h = (torch.asin(torch.sqrt(torch.clamp(t_a / (t_a + t_c + 1e-10), 0, 1)))
          - torch.asin(torch.sqrt(torch.clamp(t_b / (t_b + t_d + 1e-10), 0, 1))))

@@ -5,6 +5,7 @@ define the model); the training loop and every sum are written out here."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import torch
@@ -119,26 +120,21 @@ def rudder_twin(batch: RolloutBatch, config) -> torch.Tensor:
     return finish_rewards_loop(batch, config, z, rows, r_rows)
 
 
-def _log_comb32(n: float, k: float) -> torch.Tensor:
-    n, k = torch.tensor(n, dtype=torch.float32), torch.tensor(k, dtype=torch.float32)
-    return torch.lgamma(n + 1) - torch.lgamma(k + 1) - torch.lgamma(n - k + 1)
-
-
-def _fisher_loop(a: int, b: int, c: int, d: int) -> float:
-    """Two-sided Fisher exact p of [[a, b], [c, d]] summed over the tables with the same margins whose
-    hypergeometric probability (float32, as the official code) does not exceed the observed one."""
+def _fisher_loop(a: int, b: int, c: int, d: int) -> tuple[float, bool]:
+    """Two-sided Fisher exact p of [[a, b], [c, d]] in exact integer arithmetic: the tables with the same
+    margins whose hypergeometric probability does not exceed the observed one, compared as integers
+    C(C1, k) C(n - C1, R1 - k). Returns (p, p_is_one): p = 1 exactly when every table is counted."""
     R1, C1, n = a + b, a + c, a + b + c + d
 
-    def prob(k):
-        return torch.exp(_log_comb32(C1, k) + _log_comb32(n - C1, R1 - k) - _log_comb32(n, R1))
+    def weight(k: int) -> int:  # the probability times C(n, R1), an integer
+        return math.comb(C1, k) * math.comb(n - C1, R1 - k)
 
-    p_obs = prob(a)
-    total = torch.tensor(0.0, dtype=torch.float32)
-    for k in range(max(0, R1 + C1 - n), min(R1, C1) + 1):
-        p_k = prob(k)
-        if p_k <= p_obs:
-            total = total + p_k
-    return float(total)
+    observed = weight(a)
+    support = range(max(0, R1 + C1 - n), min(R1, C1) + 1)
+    counted = [weight(k) for k in support if weight(k) <= observed]
+    if len(counted) == len(support):
+        return 1.0, True
+    return float(Fraction(sum(counted), math.comb(n, R1))), False
 
 
 def _h2_terms(p: float) -> float:
@@ -169,8 +165,8 @@ def ktae_twin(batch: RolloutBatch, config) -> torch.Tensor:
             b = sum(1 for j in bad if v in seqs[j])
             c, d = len(good) - a, len(bad) - b
             n = a + b + c + d
-            p = _fisher_loop(a, b, c, d)
-            F = math.exp(-2 * p) if p != 1.0 else 0.0
+            p, p_is_one = _fisher_loop(a, b, c, d)
+            F = 0.0 if p_is_one else math.exp(-2 * p)
             h_y = _h2_terms((a + c) / n) + _h2_terms((b + d) / n)
             h_yx = ((a + b) / n) * (_h2_terms(a / (a + b)) + _h2_terms(b / (a + b)) if a + b else 0.0)
             h_yx += ((c + d) / n) * (_h2_terms(c / (c + d)) + _h2_terms(d / (c + d)) if c + d else 0.0)
