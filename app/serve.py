@@ -86,13 +86,24 @@ def access_token(host: str, token: str | None, no_token: bool) -> tuple[str | No
     return access.new_token(), True
 
 
-def app_arguments(db: Path, read_only: bool, import_roots: list[Path] | None, max_suffixes: int | None):
-    """The switches after `--` that carry the access settings to the Streamlit script."""
+def app_arguments(
+    db: Path, read_only: bool, import_roots: list[Path] | None, max_suffixes: int | None, say_skipped=True
+):
+    """The switches after `--` that carry the access settings to the Streamlit script.
+
+    A root named with --import-root must exist (the user asked for it). The default roots (the store's
+    folder and the cwd) are skipped with a line on stderr when missing: on a machine that never ran the
+    app the store's folder does not exist until the store is created (`cmd_app` creates it first).
+    """
     roots = []
     for root in import_roots or access.default_roots(db):
         resolved = Path(root).expanduser().resolve()
         if not resolved.is_dir():
-            raise InputError(f"--import-root {root}: not a directory")
+            if import_roots:
+                raise InputError(f"--import-root {root}: not a directory")
+            if say_skipped:
+                print(f"import root {resolved}: no such folder, skipped", file=sys.stderr)
+            continue
         roots.append(resolved)
     out = ["--read-only"] if read_only else []
     for root in dict.fromkeys(roots):
@@ -114,7 +125,9 @@ def _urls(host: str, port: int, token: str | None) -> list[str]:
 def cmd_app(args) -> int:
     db = Path(args.db or default_db_path())
     token, generated = access_token(args.host, args.token, args.no_token)
-    app_args = app_arguments(db, args.read_only, args.import_root, args.max_suffixes)
+    # Arguments are checked before anything is written; the store (and its folder) is created before
+    # the default import roots are resolved, since the store's folder is one of them.
+    app_arguments(db, args.read_only, args.import_root, args.max_suffixes, say_skipped=False)
     if args.read_only:
         if not db.exists():
             raise InputError(f"{db}: no such store (read-only mode creates nothing; run creditlens init)")
@@ -122,6 +135,7 @@ def cmd_app(args) -> int:
         imported = prepare_store(db)
         if imported:
             print(f"imported bundled runs: {', '.join(imported)}", file=sys.stderr)
+    app_args = app_arguments(db, args.read_only, args.import_root, args.max_suffixes)
     env = dict(os.environ, CREDITLENS_DB=str(db))
     env.pop(access.TOKEN_ENV, None)
     if token:
