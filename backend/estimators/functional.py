@@ -30,6 +30,8 @@ def outcome_center_scale(scores: torch.Tensor, group_ids: torch.Tensor, outcome:
       verl would give (R - mean) / eps, which is float noise).
     - dr_grpo: center = group mean (0 for a singleton), scale 1.
     - rloo: center = mean of the other responses of the group (0 for a singleton), scale 1.
+    In a group whose scores are all equal the center is that value exactly, so Z = 0 exactly under
+    every outcome (never a rounding residue whose sign a later `Z > 0` would read).
     Missing scores (NaN: the rollout has no score on this channel) follow TRL's `GRPOTrainer`: the
     rollout is left out of its group's mean, std and count, and gets scale 0 (so Z = 0 and anything
     mapped into Z units is 0). A group of several responses with fewer than two scores has no
@@ -48,17 +50,20 @@ def outcome_center_scale(scores: torch.Tensor, group_ids: torch.Tensor, outcome:
     single = size <= 1
     no_baseline = ~single & (count <= 1)
     zeros, ones = torch.zeros_like(scores), torch.ones_like(scores)
+    hi = masked.group_max(torch.where(valid, x, -torch.inf), index, n_groups)
+    lo = masked.group_min(torch.where(valid, x, torch.inf), index, n_groups)
+    flat = (hi == lo) & ~single  # every score of the group is the same value
+    # a flat group's mean is its common value; computed as a sum over n it can be off by one ulp, which
+    # would make Z = R - mean a tiny nonzero number whose sign depends on the CPU's rounding
+    mean = torch.where(flat, hi, mean)
     if outcome == "grpo":
-        hi = masked.group_max(torch.where(valid, x, -torch.inf), index, n_groups)
-        lo = masked.group_min(torch.where(valid, x, torch.inf), index, n_groups)
-        flat = (hi == lo) & ~single
         center = torch.where(single, zeros, mean)
         scale = torch.where(single, ones, torch.where(flat, zeros, 1.0 / (std + epsilon)))
     elif outcome == "dr_grpo":
         center, scale = torch.where(single, zeros, mean), ones
     elif outcome == "rloo":
         total = masked.group_sum(x, index, n_groups)[index]
-        others = (total - x) / (count - 1).clamp(min=1)
+        others = torch.where(flat, hi, (total - x) / (count - 1).clamp(min=1))
         center, scale = torch.where(single, zeros, others), ones
     else:
         raise ValueError(f"unknown outcome {outcome!r}; use grpo, dr_grpo or rloo")

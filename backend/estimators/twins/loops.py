@@ -33,7 +33,8 @@ def center_scale(scores: list[float], groups: list, outcome: str, eps: float) ->
 
     A missing score (NaN) is left out of its group's statistics and gets scale 0; a singleton keeps
     Z = R (scale 1, or 0 when its score is missing); a group of several with fewer than two scores, or
-    a grpo group whose scores are all equal, gets scale 0 (Z = 0)."""
+    a grpo group whose scores are all equal, gets scale 0 (Z = 0); under every outcome such a group's
+    center is its common value exactly (Z = 0, not a rounding residue)."""
     members: dict = defaultdict(list)
     for i, g in enumerate(groups):
         members[g].append(i)
@@ -42,7 +43,8 @@ def center_scale(scores: list[float], groups: list, outcome: str, eps: float) ->
         scored = [i for i in idx if not math.isnan(float(scores[i]))]
         vals = [float(scores[i]) for i in scored]
         n = len(vals)
-        mean = sum(vals) / n if n else 0.0
+        flat = n >= 2 and max(vals) == min(vals)
+        mean = vals[0] if flat else (sum(vals) / n if n else 0.0)
         for i in idx:
             if len(idx) == 1:
                 out[i] = (0.0, 1.0 if n else 0.0)
@@ -50,11 +52,11 @@ def center_scale(scores: list[float], groups: list, outcome: str, eps: float) ->
                 out[i] = (mean, 0.0)
             elif outcome == "grpo":
                 std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
-                out[i] = (mean, 0.0 if max(vals) == min(vals) else 1.0 / (std + eps))
+                out[i] = (mean, 0.0 if flat else 1.0 / (std + eps))
             elif outcome == "dr_grpo":
                 out[i] = (mean, 1.0)
             else:  # rloo: the mean of the others
-                out[i] = ((sum(vals) - float(scores[i])) / (n - 1), 1.0)
+                out[i] = (mean if flat else (sum(vals) - float(scores[i])) / (n - 1), 1.0)
     return out
 
 

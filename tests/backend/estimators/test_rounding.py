@@ -1,9 +1,12 @@
-"""KTAE's Fisher strength F = exp(-2p) is 0 exactly when p = 1, and p = 1 is decided by counting tables.
+"""Decisions that must not depend on float rounding.
+
+KTAE's Fisher strength F = exp(-2p) is 0 exactly when p = 1, and p = 1 is decided by counting tables.
 
 The official code tests `p != 1.0` on a float32 sum, which on some CPUs falls just under 1 for tables whose
 exact p is 1 (503 of the 640 such tables for groups up to 8 + 8 on an AMD EPYC), so F jumped from 0 to
 e^-2 there. Here every table with both margins up to 8 is checked against exact rational arithmetic, in the
-vectorized kernel and in its loop twin: the same decision on every CPU.
+vectorized kernel and in its loop twin: the same decision on every CPU. And a group whose scores are all
+equal has Z = 0 exactly under every outcome, so that sign rules (A > 0) never read a rounding residue.
 """
 
 from __future__ import annotations
@@ -11,10 +14,13 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import pytest
 import torch
 
+from backend.estimators.functional import outcome_scores
 from backend.estimators.learned import fisher_p_values
 from backend.estimators.twins.learned import _fisher_loop
+from backend.estimators.twins.loops import outcome_loop
 
 
 def exact_p(a: int, b: int, c: int, d: int) -> Fraction:
@@ -61,3 +67,14 @@ def test_known_tables():
     p, p_is_one = fisher_p_values(t[:, 0], t[:, 1], t[:, 2], t[:, 3])
     assert p_is_one.tolist() == [True, False, False]
     torch.testing.assert_close(p, torch.tensor([1.0, 1 / 3, 0.1]), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("outcome", ["grpo", "dr_grpo", "rloo"])
+def test_a_flat_group_gives_z_exactly_zero(outcome):
+    # in float32, seven 0.7s summed and divided by 7 give 0.7 - 6e-8: R - mean was a tiny positive number
+    # (dr_grpo, rloo) whose sign later rules (Z > 0) read
+    scores = torch.tensor([0.1, 0.1, 0.1, 0.7, 0.7, 0.7, 0.7, 0.7, 0.7, 0.7])
+    groups = torch.tensor([0, 0, 0, 1, 1, 1, 1, 1, 1, 1])
+    z = outcome_scores(scores, groups, outcome)
+    assert torch.equal(z, torch.zeros_like(z))
+    assert outcome_loop(scores.tolist(), groups.tolist(), outcome) == [0.0] * 10
