@@ -124,6 +124,19 @@ def test_settings_travel_on_the_command_line_after_the_double_dash(tmp_path, mon
     assert current.read_only and current.import_roots == (tmp_path.resolve(),) and current.max_suffixes == 64
 
 
+def test_a_missing_default_root_is_skipped_with_a_line(tmp_path, monkeypatch, capsys):
+    # a machine that never ran the app: the store's folder does not exist yet (it used to stop `make app`)
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "fresh-home" / ".creditlens" / "runs.duckdb"
+    assert commands.app_arguments(db, False, None, None) == ["--import-root", str(tmp_path.resolve())]
+    assert f"import root {db.parent}: no such folder, skipped" in capsys.readouterr().err
+    # once the store exists, its folder is a root again
+    with StoreHandle(db).write():
+        pass
+    assert commands.app_arguments(db, False, None, None) == [
+        "--import-root", str(db.parent.resolve()), "--import-root", str(tmp_path.resolve())]
+
+
 def test_a_missing_import_root_is_a_clear_error(tmp_path):
     with pytest.raises(InputError, match=r"--import-root .*nope: not a directory"):
         commands.app_arguments(tmp_path / "runs.duckdb", False, [tmp_path / "nope"], None)
