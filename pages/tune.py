@@ -3,7 +3,9 @@ channel scores summed first, then the estimator), the share of |A| per channel, 
 ascent (β trajectories and violation rates against τ) over the run's steps.
 
 The β panel and the replay are separate fragments: moving a β slider redraws only the heatmap and
-the shares; the replay starts from the β of its own last run (its widgets or its button rerun it)."""
+the shares; the replay starts from the sliders' β as they were when it last ran (its widgets or its button
+rerun it), and says so. Applying the replayed β sets the sliders (clamped to their range), so the URL, the
+heatmap and the next replay all start from what the sliders show."""
 
 import streamlit as st
 
@@ -16,6 +18,8 @@ estimator = widgets.estimator_picker("tune_estimator", compute.unavailable(sel.d
 defaults = compute.default_betas(sel.db, sel.run, sel.group)
 BASELINES = {"default": "the default β", "summed": "the summed reward (mixed)"}
 default_norms = compute.default_normalizations(sel.db, sel.run, sel.group)
+BETA_LOW, BETA_HIGH = 0.0, 3.0  # the β sliders' range
+_APPLIED = "_tune_applied"  # the β the Apply button set, until the whole page has been drawn with them
 
 
 @st.fragment
@@ -26,8 +30,15 @@ def channel_weights() -> None:
     for column, (c, b0) in zip(st.columns(max(len(defaults), 3)), defaults.items(), strict=False):
         with column:
             betas[c] = widgets.url_slider(
-                f"β {c}", key=f"tune_beta_{c}", url=f"beta_{c}", default=b0, low=0.0, high=3.0, step=0.05
+                f"β {c}", key=f"tune_beta_{c}", url=f"beta_{c}", default=b0, low=BETA_LOW, high=BETA_HIGH,
+                step=0.05,
             )
+    clamped = st.session_state.pop(_APPLIED, None)
+    if clamped:
+        st.warning("The replayed β was outside the sliders' range [0, 3] and was clamped: " + ", ".join(
+            f"{views.plain(c)} {b:.2f} → {min(max(b, BETA_LOW), BETA_HIGH):g}" for c, b in clamped.items()))
+    elif clamped is not None:
+        st.success("Applied the replayed β to the sliders.")
     controls, options = st.columns([1, 1])
     chart = st.container()
     with options:
@@ -121,9 +132,16 @@ def baseline_chart(view, window: dict, peaks: dict, mode: str, how: str, against
 
 
 def apply_betas(betas: dict[str, float]) -> None:
-    """Set the β sliders to the replay's last step (a callback: it runs before the sliders are drawn)."""
+    """Set the β sliders to the replay's last step, clamped to their range (a callback: it runs before the
+    sliders are drawn). The replay is a fragment, so its button reruns only the replay: the page is rerun
+    whole after this (`dual_ascent_replay`), so the sliders, the URL and the heatmap show the new β."""
+    clamped = {}
     for channel, beta in betas.items():
-        st.session_state[f"tune_beta_{channel}"] = float(min(max(beta, 0.0), 3.0))
+        shown = float(min(max(beta, BETA_LOW), BETA_HIGH))
+        st.session_state[f"tune_beta_{channel}"] = shown
+        if shown != beta:
+            clamped[channel] = beta
+    st.session_state[_APPLIED] = clamped
 
 
 @st.fragment
@@ -180,6 +198,8 @@ def dual_ascent_replay() -> None:
             + ", ".join(f"{views.plain(c)} {b:.2f}" for c, b in replayed.items()),
             key="tune_apply_replayed", on_click=apply_betas, args=(replayed,),
         )
+    if _APPLIED in st.session_state:  # set by the Apply callback: draw the whole page with the new β
+        st.rerun(scope="app")
     st.dataframe(replay.pivot(index="step", columns="channel", values="beta"), width="stretch")
 
 
