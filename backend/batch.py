@@ -36,6 +36,26 @@ class BatchError(ValueError):
     """Bad numbers in a batch (NaN/inf, wrong shape); the message names the field and the rollout."""
 
 
+ALL_CHANNELS = "all"
+"""The summed reward's channel name: per rollout the sum of the channel scores (`with_channel_sum`)."""
+
+
+def default_main_channel(channels: list[str]) -> str:
+    """A run's main channel when nobody chose one: `task` when the run has it, its one channel when it has
+    one, else the sum `all` (TRL's combined reward of several reward functions)."""
+    if "task" in channels or not channels:
+        return "task"
+    return channels[0] if len(channels) == 1 else ALL_CHANNELS
+
+
+def missing_channel(channel: str, channels: list[str]) -> str:
+    """The message for a channel a run lacks: the run's channels and the hint of the summed channel."""
+    have = ", ".join(sorted(channels)) or "none"
+    hint = f"; --channel {ALL_CHANNELS} (in the app: the channel '{ALL_CHANNELS}') sums them per rollout" \
+        if channels and ALL_CHANNELS not in channels else ""
+    return f"this run has no scores for channel {channel!r}; its channels: {have}{hint}"
+
+
 @dataclass(frozen=True)
 class RolloutBatch:
     """A padded batch of responses.
@@ -144,7 +164,7 @@ class RolloutBatch:
                 f"`creditlens score --model DIR`"
             )
 
-    def with_channel_sum(self, name: str = "all") -> RolloutBatch:
+    def with_channel_sum(self, name: str = ALL_CHANNELS) -> RolloutBatch:
         """The batch with one more channel `name`: per rollout the sum of its channel scores, skipping
         missing ones (nansum); NaN where a rollout has no score on any channel (unscorable). This is
         TRL's combined reward with weights 1."""

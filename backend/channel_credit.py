@@ -13,7 +13,7 @@ import torch
 
 from backend import channels
 from backend.arrays import to_numpy
-from backend.batch import RolloutBatch
+from backend.batch import ALL_CHANNELS, BatchError, RolloutBatch, default_main_channel, missing_channel
 
 
 @dataclass
@@ -34,10 +34,15 @@ class ChannelCredit:
 
 def channel_specs(batch: RolloutBatch, estimator: str = "grpo", config: tuple = (),
                   betas: dict[str, float] | None = None,
-                  normalizations: dict[str, str] | None = None) -> dict:
-    """The default channel specs of `batch` with `estimator` (overrides `config`) on the task channel,
-    `betas` overriding β_c and `normalizations` overriding a channel's normalization (group, batch, none)."""
-    specs = _with_task_estimator(channels.default_specs(batch), estimator, dict(config))
+                  normalizations: dict[str, str] | None = None, channel: str | None = None) -> dict:
+    """The default channel specs of `batch` with `estimator` (overrides `config`) on `channel` (default:
+    the batch's default main channel, `task` when it has one), `betas` overriding β_c and
+    `normalizations` overriding a channel's normalization (group, batch, none).
+
+    On `all` (the channel scores summed per rollout first) the estimator's channel `all` replaces every
+    scored channel (each is inside the sum); channels without scores (kl, token rewards only) stay."""
+    channel = default_main_channel(list(batch.scores)) if channel is None else channel
+    specs = _with_estimator_on(channels.default_specs(batch), batch, channel, estimator, dict(config))
     if betas:
         specs = {c: (_replace_beta(s, betas[c]) if c in betas else s) for c, s in specs.items()}
     unknown = sorted(set(normalizations or {}) - set(specs))
@@ -51,11 +56,13 @@ def channel_specs(batch: RolloutBatch, estimator: str = "grpo", config: tuple = 
 def channel_credit(
     batch: RolloutBatch, estimator: str = "grpo", config: tuple = (), betas: dict[str, float] | None = None,
     projected: dict[str, torch.Tensor] | None = None, normalizations: dict[str, str] | None = None,
+    channel: str | None = None,
 ) -> ChannelCredit:
-    """Split-channel credit with estimator `estimator` (overrides `config`) on the task channel and
-    each other channel projected by its default spec (docs/estimators.md, channels); `betas` override β_c.
-    projected: estimator channels computed at their scope (see backend.estimates.group_channel_credit)."""
-    specs = channel_specs(batch, estimator, config, betas, normalizations)
+    """Split-channel credit with estimator `estimator` (overrides `config`) on `channel` (see
+    `channel_specs`) and each other channel projected by its default spec (docs/estimators.md, channels);
+    `betas` override β_c. projected: estimator channels computed at their scope (see
+    backend.explain.group_channel_credit)."""
+    specs = channel_specs(batch, estimator, config, betas, normalizations, channel)
     result = channels.combine(batch, specs, projected)
     contributions = {c: to_numpy(v).astype(np.float32) for c, v in result.contributions.items()}
     per_channel = {c: to_numpy(v).astype(np.float32) for c, v in result.per_channel.items()}
@@ -64,17 +71,17 @@ def channel_credit(
     return ChannelCredit(to_numpy(result.final).astype(np.float32), contributions, per_channel, used, raw)
 
 
-def _with_task_estimator(specs: dict, estimator: str, config: dict) -> dict:
-    task = specs.get("task")
-    if task is None:
-        return specs
-    overrides = tuple(sorted(config.items()))
-    return {
-        **specs,
-        "task": dataclasses.replace(
-            task, projection="estimator", estimator=estimator, estimator_config=overrides
-        ),
-    }
+def _with_estimator_on(specs: dict, batch: RolloutBatch, channel: str, estimator: str, config: dict) -> dict:
+    """`specs` with `estimator` projecting `channel` (no extra normalization: its advantages are already
+    relative, as GRPO's Z is)."""
+    config.pop("channel", None)  # the spec's name is the channel the estimator reads
+    spec = channels.ChannelSpec(channel, "estimator", estimator, tuple(sorted(config.items())),
+                                normalization="none", beta=specs[channel].beta if channel in specs else 1.0)
+    if channel == ALL_CHANNELS and ALL_CHANNELS not in batch.scores:
+        return {channel: spec, **{c: s for c, s in specs.items() if c not in batch.scores}}
+    if channel not in specs:
+        raise BatchError(missing_channel(channel, list(batch.scores)))
+    return {c: (spec if c == channel else s) for c, s in specs.items()}
 
 
 def _replace_beta(spec, beta: float):

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import torch
 
-from backend.batch import BatchError, RolloutBatch
+from backend.batch import ALL_CHANNELS, BatchError, RolloutBatch
 from backend.estimators import masked, registry
 from backend.estimators.token_helpers import step_ends
 
@@ -118,7 +118,10 @@ def project_channel(batch: RolloutBatch, spec: ChannelSpec) -> torch.Tensor:
     mask = batch.response_mask
     zero = torch.zeros(mask.shape, dtype=torch.float32, device=batch.device)
     if spec.projection == "estimator":
-        return registry.estimate(spec.estimator, batch, estimator_config(spec)).advantages.to(torch.float32)
+        config = estimator_config(spec)
+        if getattr(config, "channel", None) == ALL_CHANNELS and ALL_CHANNELS not in batch.scores:
+            batch = batch.with_channel_sum(ALL_CHANNELS)  # the channel scores summed per rollout first
+        return registry.estimate(spec.estimator, batch, config).advantages.to(torch.float32)
     if spec.projection == "kl":
         if batch.logprobs is None or batch.ref_logprobs is None:
             raise BatchError(f"channel {spec.name!r}: the kl projection needs logprobs and ref_logprobs")

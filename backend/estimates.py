@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from backend import credit_summary, token_classes
+from backend.batch import ALL_CHANNELS as ALL_CHANNELS
 from backend.batch import RolloutBatch
 from backend.chunks import DEFAULT_CHUNK_ROLLOUTS, Chunk, plan
 from backend.errors import InputError, StoreError
@@ -67,9 +68,6 @@ class ScopedEstimate:
 def channel_key(config: Any) -> str:
     """The cache's channel column: the config's channel, or "-" for estimators without one."""
     return str(getattr(config, "channel", "-"))
-
-
-ALL_CHANNELS = "all"
 
 
 def with_channel(batch: RolloutBatch, channel: str) -> RolloutBatch:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from backend import channel_credit, channels, estimates, strips
+from backend import channel_credit, channels, estimates, main_channel, strips
 from backend.batch import RolloutBatch
 from backend.errors import InputError
 from backend.estimators import registry
@@ -43,6 +43,8 @@ class Explanation:
     terms: dict[str, Any]
     batch: RolloutBatch
     row: int
+    channel: str = "task"
+    """The channel the estimator read (its terms are on it)."""
 
     def to_json(self) -> dict:
         def floats(x):
@@ -52,6 +54,7 @@ class Explanation:
             "rollout_id": self.rollout_id,
             "group_id": self.group_id,
             "estimator": self.estimator,
+            "channel": self.channel,
             "scope": self.scope,
             "tokens": self.tokens,
             "channels": {c: {k: floats(v) for k, v in parts.items()} for c, parts in self.channels.items()},
@@ -72,30 +75,35 @@ def tokens_of(batch: RolloutBatch, row: int) -> list[str]:
 def group_channel_credit(
     handle: StoreHandle, run: str, group_id: int, estimator: str, config: tuple = (),
     betas: dict[str, float] | None = None, progress: estimates.Progress | None = None,
-    normalizations: dict[str, str] | None = None, save: bool = True,
+    normalizations: dict[str, str] | None = None, save: bool = True, channel: str | None = None,
 ) -> tuple[RolloutBatch, channel_credit.ChannelCredit]:
-    """The split-channel credit of one group, every estimator channel computed at its declared scope
+    """The split-channel credit of one group with `estimator` on `channel` (a `channel` in `config`
+    wins; default: the run's main channel), every estimator channel computed at its declared scope
     (through the store's cache), so the numbers equal `creditlens estimate` on the whole run."""
+    channel = main_channel.resolve(handle, run, dict(config).get("channel", channel))
     with handle.read() as store:
         batch = store.load_batch(run, group_ids=[int(group_id)])
     ids = batch.rollout_ids.tolist()
     projected = {}
-    for name, spec in channel_credit.channel_specs(batch, estimator, config, betas, normalizations).items():
+    specs = channel_credit.channel_specs(batch, estimator, config, betas, normalizations, channel)
+    for name, spec in specs.items():
         if spec.projection == "estimator":
             cfg = channels.estimator_config(spec)
             scoped = estimates.estimate_rollouts(handle, run, spec.estimator, cfg, ids, progress=progress,
                                                  save=save)
             projected[name] = scoped.padded(ids, batch.T)
-    return batch, channel_credit.channel_credit(batch, estimator, config, betas, projected, normalizations)
+    return batch, channel_credit.channel_credit(batch, estimator, config, betas, projected, normalizations,
+                                                channel)
 
 
 def explain_rollout(
     handle: StoreHandle, run: str, rollout_id: int, estimator: str, config: tuple = (),
-    channel: str = "task", betas: dict[str, float] | None = None,
+    channel: str | None = None, betas: dict[str, float] | None = None,
     normalizations: dict[str, str] | None = None,
 ) -> Explanation:
     """Everything the Rollout view draws for `rollout_id` under `estimator` (overrides `config`, a tuple
-    of (key, value)); `terms` are the estimator's on `channel`."""
+    of (key, value)) on `channel` (default: the run's main channel); `terms` are the estimator's there."""
+    channel = main_channel.resolve(handle, run, dict(config).get("channel", channel))
     with handle.read() as store:
         index = store.rollout_keys(run)
     match = index[index["rollout_id"] == int(rollout_id)]
@@ -103,24 +111,17 @@ def explain_rollout(
         raise InputError(f"run {run!r} has no rollout {rollout_id}")
     group_id = int(match["group_id"].iloc[0])
     batch, credit = group_channel_credit(handle, run, group_id, estimator, config, betas,
-                                         normalizations=normalizations)
+                                         normalizations=normalizations, channel=channel)
     row = int((batch.rollout_ids == int(rollout_id)).nonzero()[0, 0])
     L = int(batch.lengths[row])
     parts = {
         c: {"advantage": credit.projected[c][row, :L], "contribution": credit.contributions[c][row, :L]}
         for c in credit.contributions
     }
-    built = registry.make_config(estimator, **_with_channel(estimator, dict(config), channel))
+    built = registry.make_config(estimator, **dict(main_channel.on_channel(estimator, config, channel)))
     terms = scoped_terms(handle, run, int(rollout_id), estimator, built)
     return Explanation(int(rollout_id), group_id, estimator, terms["scope"], tokens_of(batch, row), parts,
-                       credit.final[row, :L], credit.betas, terms, batch, row)
-
-
-def _with_channel(estimator: str, overrides: dict, channel: str) -> dict:
-    fields = {f["name"] for f in registry.config_schema(estimator)["fields"]}
-    if "channel" in fields and "channel" not in overrides:
-        overrides["channel"] = channel
-    return overrides
+                       credit.final[row, :L], credit.betas, terms, batch, row, channel)
 
 
 def scoped_terms(handle: StoreHandle, run: str, rollout_id: int, estimator: str, config: Any) -> dict:

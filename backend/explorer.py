@@ -7,8 +7,9 @@ rollouts` / `creditlens trends` print. Both are SQL over small per-rollout summa
 `prepare` makes sure the summaries a query needs exist, computing the estimator outputs at their declared
 scope through the store's cache (so the share columns describe exactly what `creditlens estimate` gives).
 
-Columns: rollout_id, step, group_id, length, score_<channel>..., reward (sum of channel scores),
-zero_variance, truncated, repetition, mean_entropy, kl; with an estimator share_<class>..., max_abs,
+Columns: rollout_id, step, group_id, length, score_<channel>..., metric_<name>... (the run's per-rollout
+metrics, migration 008: numbers logged beside the reward, never summed into it), reward (sum of channel
+scores), zero_variance, truncated, repetition, mean_entropy, kl; with an estimator share_<class>..., max_abs,
 logged_gap (only when the run has a logged advantage), spearman (with a second estimator); and `preview`.
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from backend import credit_summary, estimates
+from backend import credit_summary, estimates, main_channel
 from backend.errors import InputError
 from backend.estimators import registry
 from backend.store import Store, StoreHandle
@@ -34,7 +35,8 @@ Progress = Callable[[int, int, str], None]
 
 
 def column_name(prefix: str, name: str) -> str:
-    """`score_<channel>` / `share_<class>`: lower case, every run of other characters as one `_`."""
+    """`score_<channel>` / `share_<class>` / `metric_<name>`: lower case, every run of other characters as
+    one `_`."""
     slug = re.sub(r"[^a-z0-9]+", "_", str(name).lower()).strip("_") or "x"
     return f"{prefix}_{slug}"
 
@@ -108,8 +110,11 @@ class ExplorerPage:
 
 
 def _key(store: Store, run: str, name: str, config: tuple) -> tuple[CreditKey, Any]:
+    """The credit summaries' key of estimator `name` with `config` (on the run's main channel unless the
+    config names a channel)."""
     try:
-        built = registry.make_config(name, **dict(config))
+        on_main = main_channel.on_channel(name, config, store.main_channel(run))
+        built = registry.make_config(name, **dict(on_main))
     except registry.UnknownEstimator as exc:
         raise InputError(str(exc)) from None
     except ValueError as exc:
@@ -129,16 +134,17 @@ def _spec(store: Store, run: str, estimator: str | None, config: tuple, compare:
           compare_config: tuple) -> TableSpec:
     run_id = store.run_id(run)
     scores = _unique("score", queries.run_channels(store, run_id))
+    metrics = _unique("metric", queries.run_metrics(store, run_id))
     if estimator is None:
         if compare is not None:
             raise InputError("--compare needs --estimator (the Spearman is between the two)")
-        return TableSpec(run_id, scores)
+        return TableSpec(run_id, scores, metric_columns=metrics)
     key, _ = _key(store, run, estimator, config)
     other = _key(store, run, compare, compare_config)[0] if compare is not None else None
     if other is not None and other.channel != key.channel:
         raise InputError(f"--compare {compare}: its channel {other.channel!r} differs from {key.channel!r}")
     return TableSpec(run_id, scores, key, _unique("share", list(key.classes)), other,
-                     logged_gap_available(store, run))
+                     logged_gap_available(store, run), metrics)
 
 
 def prepare(handle: StoreHandle, run: str, estimator: str | None = None, config: tuple = (),

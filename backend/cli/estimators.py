@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from backend import estimates, explain
+from backend import estimates, explain, main_channel
 from backend.chunks import DEFAULT_CHUNK_ROLLOUTS
 from backend.cli.common import parse_overrides
 from backend.errors import InputError
@@ -38,8 +38,8 @@ def add_commands(sub) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="estimator parameter, repeatable")
     p.add_argument("--channel", default=None,
-                   help="reward channel (default: the estimator's, task); 'all': the channel scores summed "
-                        "per rollout (missing ones skipped; TRL's combined reward)")
+                   help="reward channel (default: the run's main channel, see `creditlens runs`); 'all': the "
+                        "channel scores summed per rollout (missing ones skipped; TRL's combined reward)")
     p.add_argument("--out", required=True, type=Path, help="output .parquet file")
     p.add_argument("--no-cache", action="store_true",
                    help="recompute even when the store holds this estimator's output for this config")
@@ -53,10 +53,12 @@ def add_commands(sub) -> None:
     p.add_argument("--db", type=Path, default=None, help="store file")
     p.add_argument("--run", required=True, help="run name")
     p.add_argument("--rollout", required=True, type=int, help="rollout id")
-    p.add_argument("--estimator", required=True, help="estimator on the task channel")
+    p.add_argument("--estimator", required=True, help="estimator on the channel (--channel)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="estimator parameter, repeatable")
-    p.add_argument("--channel", default="task", help="channel whose estimator terms are shown (default task)")
+    p.add_argument("--channel", default=None,
+                   help="the channel the estimator reads, whose terms are shown (default: the run's main "
+                        "channel); 'all': the channel scores summed per rollout")
     p.add_argument("--beta", action="append", default=[], metavar="CHANNEL=VALUE",
                    help="β of a channel in A_final, repeatable (default: the run's defaults)")
     p.add_argument("--norm", action="append", default=[], metavar="CHANNEL=MODE",
@@ -73,7 +75,8 @@ def add_commands(sub) -> None:
     p.add_argument("--estimator", default="grpo", help="the recomputing estimator (default grpo)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="estimator parameter, repeatable (TRL's default: --set epsilon=1e-4)")
-    p.add_argument("--channel", default=None, help="reward channel, or 'all' (summed, as TRL does)")
+    p.add_argument("--channel", default=None,
+                   help="reward channel, or 'all' (summed, as TRL does); default: the run's main channel")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="one JSON object per rollout")
     out.add_argument("--out", type=Path, default=None, help="write a .parquet file")
@@ -121,14 +124,14 @@ def cmd_estimators(args) -> int:
     return 0
 
 
-def _config(spec, args):
-    """The estimator's config from `--set` pairs and `--channel`."""
+def _config(spec, args, handle):
+    """The estimator's config from `--set` pairs and `--channel` (default: the run's main channel)."""
     overrides = parse_overrides(args.overrides)
-    if args.channel is not None:
-        fields = {f.name for f in dataclasses.fields(spec.config_cls)}
-        if "channel" not in fields:
-            raise InputError(f"estimator {spec.name!r} has no channel parameter")
-        overrides["channel"] = args.channel
+    fields = {f.name for f in dataclasses.fields(spec.config_cls)}
+    if args.channel is not None and "channel" not in fields:
+        raise InputError(f"estimator {spec.name!r} has no channel parameter")
+    if "channel" in fields:
+        overrides["channel"] = main_channel.resolve(handle, args.run, overrides.get("channel", args.channel))
     try:
         return registry.make_config(spec.name, **overrides)
     except ValueError as exc:
@@ -140,7 +143,7 @@ def cmd_logged_gap(args) -> int:
         spec = registry.get(args.estimator)
     except registry.UnknownEstimator as exc:
         raise InputError(str(exc)) from None
-    config = _config(spec, args)
+    config = _config(spec, args, store_handle(args.db))
     with open_store(args.db, read_only=True) as store:
         batch = with_channel(store.load_batch(args.run), str(getattr(config, "channel", "-")))
     frame = logged_gap(batch, args.estimator, config)
@@ -176,11 +179,11 @@ def cmd_estimate(args) -> int:
         spec = registry.get(args.estimator)
     except registry.UnknownEstimator as exc:
         raise InputError(str(exc)) from None
-    config = _config(spec, args)
     name = spec.name  # a deprecated alias stores and finds its outputs under the current name
     handle = store_handle(args.db)
     with handle.read() as store:
         store.run_id(args.run)  # a clear error for an unknown run before any work
+    config = _config(spec, args, handle)
     if args.chunk is None:  # the in-memory path: the whole run at once (kept as the benchmarks' baseline)
         scoped = estimates.estimate_rollouts(handle, args.run, name, config, use_cache=not args.no_cache,
                                              chunk_rollouts=None)
@@ -281,9 +284,10 @@ def cmd_explain(args) -> int:
     handle = store_handle(args.db)
     with handle.read() as store:
         store.run_id(args.run)
+    channel = main_channel.resolve(handle, args.run, overrides.get("channel", args.channel))
     try:
         result = explain.explain_rollout(handle, args.run, args.rollout, args.estimator,
-                                         tuple(sorted(overrides.items())), args.channel, betas or None,
+                                         tuple(sorted(overrides.items())), channel, betas or None,
                                          norms or None)
     except ValueError as exc:
         if not norms or "normalization" not in str(exc):
@@ -300,14 +304,14 @@ def cmd_explain(args) -> int:
         print()
         return 0
     names = list(result.channels)
-    print(f"rollout {result.rollout_id} (group {result.group_id}), {args.estimator} at {result.scope} scope; "
-          "columns: β_c·Ã_c per channel, then A_final")
+    print(f"rollout {result.rollout_id} (group {result.group_id}), {args.estimator} on {result.channel} at "
+          f"{result.scope} scope; columns: β_c·Ã_c per channel, then A_final")
     print(f"{'pos':>4}  {'token':<14}" + "".join(f"{n[:10]:>11}" for n in names) + f"{'final':>11}")
     for t, token in enumerate(result.tokens):
         cells = "".join(f"{float(result.channels[n]['contribution'][t]):>11.4f}" for n in names)
         print(f"{t:>4}  {token!r:<14.14}{cells}{float(result.final[t]):>11.4f}")
     if args.pos is not None:
-        print(f"\nwhy A at pos {args.pos} ({result.tokens[args.pos]!r}) on {args.channel}:")
+        print(f"\nwhy A at pos {args.pos} ({result.tokens[args.pos]!r}) on {result.channel}:")
         for line in explain.derivation(result.terms, args.pos):
             print("  " + line)
     return 0

@@ -14,9 +14,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from backend import explorer
+from backend import explorer, main_channel
 from backend.cli.common import parse_overrides
 from backend.errors import InputError
+from backend.estimators import registry
 from backend.store import store_handle
 
 
@@ -51,13 +52,25 @@ def _common(p) -> None:
                    help="estimator whose credit is summarized (share_<class>, max_abs); default: none")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="estimator parameter, repeatable")
+    p.add_argument("--channel", default=None,
+                   help="reward channel the estimators read (default: the run's main channel); 'all': the "
+                        "channel scores summed per rollout")
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--json", action="store_true", help="print the rows as a JSON list of objects")
     out.add_argument("--out", type=Path, default=None, help="write the rows to this .parquet file")
 
 
-def _config(pairs: list[str]) -> tuple:
-    return tuple(sorted(parse_overrides(pairs).items()))
+def _config(handle, args, estimator: str | None, pairs: list[str]) -> tuple:
+    """The estimator's `--set` pairs on `--channel` (checked against the run's channels; default: the
+    run's main channel)."""
+    config = tuple(sorted(parse_overrides(pairs).items()))
+    if estimator is None:
+        return config
+    channel = main_channel.resolve(handle, args.run, dict(config).get("channel", args.channel))
+    try:
+        return main_channel.on_channel(estimator, config, channel)
+    except registry.UnknownEstimator as exc:
+        raise InputError(str(exc)) from None
 
 
 def _emit(frame: pd.DataFrame, args) -> None:
@@ -84,11 +97,12 @@ def cmd_rollouts(args) -> int:
     sort, descending = args.sort, args.descending
     if sort.startswith("-"):
         sort, descending = sort[1:], True
+    handle = store_handle(args.db)
     query = explorer.ExplorerQuery(
         estimator=args.estimator,
-        config=_config(args.overrides),
+        config=_config(handle, args, args.estimator, args.overrides),
         compare=args.compare,
-        compare_config=_config(args.compare_overrides),
+        compare_config=_config(handle, args, args.compare, args.compare_overrides),
         sort=sort,
         descending=descending,
         search=args.search,
@@ -96,7 +110,6 @@ def cmd_rollouts(args) -> int:
         limit=args.limit,
         offset=args.offset,
     )
-    handle = store_handle(args.db)
     page = explorer.rollout_table(handle, args.run, query)
     for note in page.notes:
         print(f"note: {note}", file=sys.stderr)
@@ -107,7 +120,9 @@ def cmd_rollouts(args) -> int:
 
 
 def cmd_trends(args) -> int:
-    frame = explorer.step_trends(store_handle(args.db), args.run, args.estimator, _config(args.overrides))
+    handle = store_handle(args.db)
+    frame = explorer.step_trends(handle, args.run, args.estimator,
+                                 _config(handle, args, args.estimator, args.overrides))
     _emit(frame, args)
     print(f"{len(frame)} steps" + (f" written to {args.out}" if args.out else ""), file=sys.stderr)
     return 0

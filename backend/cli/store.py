@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from backend import token_classes
+from backend import main_channel, token_classes
 from backend.cli.common import add_db_arg
 from backend.errors import InputError
 from backend.ingest import FORMATS, import_path
@@ -36,7 +36,7 @@ def _channel_names(text: str | None) -> list[str] | None:
 
 def cmd_import(args) -> int:
     options = {"model_dir": args.model, "verifier": args.verifier, "channels": _channel_names(args.channels),
-               "group_size": args.group_size}
+               "group_size": args.group_size, "main_channel": args.main_channel}
     if args.follow:
         return _follow(args, options)
     with open_store(args.db) as store:
@@ -83,14 +83,28 @@ def cmd_runs(args) -> int:
         print("no runs; `creditlens init` imports the bundled samples")
         return 0
     header = (
-        f"{'name':<24} {'source':<22} {'rollouts':>8} {'groups':>7} {'steps':>5} {'tokens':>10}  channels"
+        f"{'name':<24} {'source':<22} {'rollouts':>8} {'groups':>7} {'steps':>5} {'tokens':>10}  "
+        f"{'main':<12} channels"
     )
     print(header)
     for r in runs:
         print(
             f"{r['name'][:24]:<24} {str(r['source'])[:22]:<22} {r['rollouts']:>8} {r['groups']:>7} "
-            f"{r['steps']:>5} {r['tokens']:>10}  {','.join(r['channels'])}"
+            f"{r['steps']:>5} {r['tokens']:>10}  {r['main_channel'][:12]:<12} {','.join(r['channels'])}"
         )
+    return 0
+
+
+def cmd_main_channel(args) -> int:
+    """Show the run's main channel, or set it (a channel of the run, or `all`)."""
+    if args.channel is None:
+        with open_store(args.db, read_only=True) as store:
+            main, choices = store.main_channel(args.run), main_channel.channel_choices(store, args.run)
+        print(f"{args.run}: main channel {main} (choices: {', '.join(choices)})")
+        return 0
+    with open_store(args.db) as store:
+        chosen = main_channel.set_main_channel(store, args.run, args.channel)
+    print(f"{args.run}: main channel is now {chosen}")
     return 0
 
 
@@ -115,6 +129,9 @@ def add_commands(sub) -> None:
     p.add_argument("--channels", default=None, metavar="A,B",
                    help="columns (trl) or keys (verl) that become reward channels; the rest go to meta "
                         "(default: trl float columns; verl score and numeric keys)")
+    p.add_argument("--main-channel", default=None, metavar="C|all",
+                   help="the run's main channel, what views and commands read by default (default: task, "
+                        "else the run's one channel, else all: the channel scores summed per rollout)")
     p.add_argument("--group-size", type=int, default=None, metavar="N",
                    help="trl: groups are consecutive blocks of N rows (TRL's num_generations)")
     p.add_argument("--follow", action="store_true",
@@ -128,6 +145,14 @@ def add_commands(sub) -> None:
     add_db_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("main-channel", help="show or set a run's main channel (what views and commands read "
+                                            "when no --channel is given)")
+    add_db_arg(p)
+    p.add_argument("--run", required=True)
+    p.add_argument("channel", nargs="?", default=None, metavar="C|all",
+                   help="a channel of the run, or all (the channel scores summed per rollout); omit to show")
+    p.set_defaults(func=cmd_main_channel)
 
     p = sub.add_parser("delete", help="delete a run and everything stored for it")
     add_db_arg(p)

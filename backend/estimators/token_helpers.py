@@ -9,15 +9,14 @@ import re
 import numpy as np
 import torch
 
-from backend.batch import BatchError, RolloutBatch
+from backend.batch import BatchError, RolloutBatch, missing_channel
 from backend.estimators import masked
 
 
 def scores_of(batch: RolloutBatch, channel: str) -> torch.Tensor:
     """R: (B,) float32 sequence scores of `channel`, or a BatchError listing the channels."""
     if channel not in batch.scores:
-        have = sorted(batch.scores) or "none"
-        raise BatchError(f"this run has no scores for channel {channel!r}; it has: {have}")
+        raise BatchError(missing_channel(channel, list(batch.scores)))
     return batch.scores[channel].to(torch.float32)
 
 

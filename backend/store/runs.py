@@ -11,9 +11,13 @@ import uuid
 import pandas as pd
 import pyarrow as pa
 
-from backend.batch import PER_TOKEN_FIELDS
-from backend.errors import StoreError
+from backend.batch import ALL_CHANNELS, PER_TOKEN_FIELDS, default_main_channel
+from backend.errors import InputError, StoreError
 from backend.store.connection import ESTIMATE_TABLES, IMPORTED_TABLES, RUN_TABLES, Connection
+
+MAIN_SCORE_SQL = "CASE WHEN ? THEN sum(score) ELSE max(score) FILTER (WHERE channel = ?) END"
+"""A rollout's score on the run's main channel, over its rows of `scores` (`all`: their sum); parameters:
+`Runs.main_score_params`."""
 
 
 class Runs(Connection):
@@ -100,6 +104,51 @@ class Runs(Connection):
             self.discard_run_rows(int(run_id))
         return [int(r[0]) for r in rows]
 
+    # --- the main channel (migration 007) ---------------------------------------------------------
+    def channels_of(self, run_id: int) -> list[str]:
+        """The run's scored channels, sorted."""
+        return [r[0] for r in self.con.execute(
+            "SELECT DISTINCT channel FROM scores WHERE run_id = ? ORDER BY channel", [run_id]).fetchall()]
+
+    def main_channel_of(self, run_id: int) -> str:
+        """The channel chosen for the run, else the default rule (`backend.batch.default_main_channel`)."""
+        row = self._first("SELECT main_channel FROM runs WHERE run_id = ?", [run_id])
+        return row[0] if row and row[0] else default_main_channel(self.channels_of(run_id))
+
+    def main_channel(self, run: str) -> str:
+        return self.main_channel_of(self.run_id(run))
+
+    def set_main_channel_of(self, run_id: int, channel: str | None) -> str:
+        """Store the run's main channel: one of its channels or `all` (None: the default rule); returns it.
+        Call inside a transaction (the Explorer's zero-variance flags depend on it)."""
+        channels = self.channels_of(run_id)
+        chosen = default_main_channel(channels) if channel is None else str(channel)
+        if chosen not in channels and chosen != ALL_CHANNELS:
+            name = self._first("SELECT name FROM runs WHERE run_id = ?", [run_id])[0]
+            raise InputError(f"main channel {chosen!r}: run {name!r} has no such channel; its channels: "
+                             f"{', '.join(channels) or 'none'}, or {ALL_CHANNELS} (their sum per rollout)")
+        self.con.execute("UPDATE runs SET main_channel = ? WHERE run_id = ?", [chosen, run_id])
+        self.con.execute(  # the Explorer's flag: the group's scores on the main channel are all equal
+            f"""
+            UPDATE rollout_summary SET zero_variance = z.zero_variance FROM (
+                WITH r AS (SELECT rollout_id, {MAIN_SCORE_SQL} AS main FROM scores WHERE run_id = ?
+                           GROUP BY rollout_id)
+                SELECT o.rollout_id,
+                       count(*) OVER g >= 2 AND min(r.main) OVER g = max(r.main) OVER g AS zero_variance
+                FROM rollouts o LEFT JOIN r USING (rollout_id) WHERE o.run_id = ?
+                WINDOW g AS (PARTITION BY o.group_id)
+            ) z
+            WHERE rollout_summary.run_id = ? AND rollout_summary.rollout_id = z.rollout_id
+            """,
+            [*self.main_score_params(run_id), run_id, run_id, run_id],
+        )
+        return chosen
+
+    def main_score_params(self, run_id: int) -> list:
+        """The parameters of MAIN_SCORE_SQL for the run."""
+        main = self.main_channel_of(run_id)
+        return [main == ALL_CHANNELS and main not in self.channels_of(run_id), main]
+
     def run_info(self, name: str) -> dict:
         run_id = self.run_id(name)
         row = self._first(
@@ -110,20 +159,21 @@ class Runs(Connection):
         info = dict(zip(keys, row, strict=True))
         info["meta"] = json.loads(info["meta"] or "{}")
         info["run_id"] = run_id
+        info["main_channel"] = self.main_channel_of(run_id)
         return info
 
     def list_runs(self) -> list[dict]:
-        """Per run: name, source, model, rollouts, groups, steps, tokens, channels."""
+        """Per run: name, source, model, rollouts, groups, steps, tokens, channels, main_channel."""
         rows = self.con.execute(
             """
             SELECT r.name, r.source, r.model_dir, r.verifier, r.created,
                    count(o.rollout_id), count(DISTINCT o.group_id), count(DISTINCT o.step),
                    coalesce(sum(len(o.token_ids)), 0),
                    (SELECT list(DISTINCT s.channel ORDER BY s.channel) FROM scores s
-                    WHERE s.run_id = r.run_id)
+                    WHERE s.run_id = r.run_id), r.main_channel
             FROM runs r LEFT JOIN rollouts o ON o.run_id = r.run_id
             WHERE r.status = 'ready'
-            GROUP BY r.run_id, r.name, r.source, r.model_dir, r.verifier, r.created
+            GROUP BY r.run_id, r.name, r.source, r.model_dir, r.verifier, r.created, r.main_channel
             ORDER BY r.run_id
             """
         ).fetchall()
@@ -139,8 +189,9 @@ class Runs(Connection):
                 "steps": int(ns),
                 "tokens": int(nt),
                 "channels": list(ch or []),
+                "main_channel": main or default_main_channel(list(ch or [])),
             }
-            for n, s, m, v, c, nr, ng, ns, nt, ch in rows
+            for n, s, m, v, c, nr, ng, ns, nt, ch, main in rows
         ]
 
     def delete_run(self, name: str) -> None:
@@ -257,6 +308,12 @@ class Runs(Connection):
         out["extras"] = dict(
             self.con.execute(
                 "SELECT name, vals FROM token_features WHERE run_id = ? AND rollout_id = ? ORDER BY name",
+                [run_id, int(rollout_id)],
+            ).fetchall()
+        )
+        out["metrics"] = dict(
+            self.con.execute(
+                "SELECT name, value FROM rollout_metrics WHERE run_id = ? AND rollout_id = ? ORDER BY name",
                 [run_id, int(rollout_id)],
             ).fetchall()
         )
