@@ -159,12 +159,14 @@ def import_path(
     on_progress: Callable[[float], None] | None = None,
     channels: list[str] | None = None,
     group_size: int | None = None,
+    main_channel: str | None = None,
 ) -> ImportReport:
     """Import a file or directory into `run` (created if new), atomically (see the module docstring).
 
     `channels`: the columns (TRL) or keys (verl) that become reward channels, instead of the default
     (TRL: the float columns; verl: `score` and the numeric keys). `group_size`: TRL's num_generations,
-    the size of the consecutive blocks that form groups."""
+    the size of the consecutive blocks that form groups. `main_channel`: the run's main channel (one of
+    its channels or `all`; default for a new run: task, else its one channel, else all)."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
@@ -211,6 +213,7 @@ def import_path(
             model_dir,
             bar,
             notes,
+            main_channel,
         )
     finally:
         bar.close()
@@ -273,6 +276,7 @@ def _import(
     model_dir: str | None,
     bar,
     notes: ReadNotes | None = None,
+    main_channel: str | None = None,
 ) -> ImportReport:
     if store.read_only:
         raise StoreError(f"{store.path}: opened read-only; imports need the writable store")
@@ -301,6 +305,11 @@ def _import(
             run_id = target_id  # every record already in the run: nothing to publish
             if n_records:
                 run_id = store.publish_staging_run(staging_id, run, target_id, first_id)
+                if target_id is None or main_channel is not None:  # an append keeps the run's choice
+                    chosen = store.set_main_channel_of(run_id, main_channel)
+                    (notes := notes or ReadNotes()).add(
+                        f"main channel: {chosen} (what views and commands read by default; change it with "
+                        "`creditlens main-channel` or on the Runs page)")
                 fill_rollout_summary(store, run_id)  # the Explorer's per-rollout numbers, whole run
             if file_hash is not None and run_id is not None:
                 store.record_import(run_id, file_hash, origin, fmt, n_records, n_tokens)

@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 
 from backend.store.db import Store
+from backend.store.runs import MAIN_SCORE_SQL
 
 OPERATORS = ("<=", ">=", "!=", "<", ">", "=")
 WINDOW = 16  # tokens per window of the repetition score
@@ -41,8 +42,8 @@ def fill_rollout_summary(store: Store, run_id: int) -> int:
     """(Re)build `rollout_summary` for one run from its rollouts and scores; call inside a transaction.
 
     reward: the sum of the rollout's channel scores (what a single mixed pipeline optimizes);
-    zero_variance: the group has >= 2 rollouts and all have the same `task` score (the main channel, what
-    a group-relative estimator normalizes; the summed reward for runs without one);
+    zero_variance: the group has >= 2 rollouts and all have the same score on the run's main channel (what
+    a group-relative estimator normalizes; `all`: the summed reward), see `Store.set_main_channel_of`;
     truncated: `meta.truncated`, else `meta.finish_reason = 'length'`, else NULL (unknown);
     repetition: share of the response's 16-token windows equal to an earlier window (NULL under 16 tokens);
     mean_entropy: mean of `entropies`; kl: mean of `logprobs - ref_logprobs` (the sampled k1 estimate of
@@ -52,11 +53,10 @@ def fill_rollout_summary(store: Store, run_id: int) -> int:
     con = store.con
     con.execute("DELETE FROM rollout_summary WHERE run_id = ?", [run_id])
     con.execute(
-        """
+        f"""
         INSERT INTO rollout_summary
         WITH r AS (
-            SELECT rollout_id, sum(score) AS reward,
-                   coalesce(max(score) FILTER (WHERE channel = 'task'), sum(score)) AS main
+            SELECT rollout_id, sum(score) AS reward, {MAIN_SCORE_SQL} AS main
             FROM scores WHERE run_id = ? GROUP BY rollout_id
         ), base AS (  -- per-rollout scalars first: the window below then carries no lists
             SELECT o.rollout_id, o.group_id, o.step, len(o.token_ids) AS length, r.reward, r.main,
@@ -74,7 +74,7 @@ def fill_rollout_summary(store: Store, run_id: int) -> int:
         FROM base b
         WINDOW g AS (PARTITION BY b.group_id)
         """,
-        [run_id, run_id, run_id],
+        [*store.main_score_params(run_id), run_id, run_id, run_id],
     )
     _fill_repetition(store, run_id)
     return summary_rows(store, run_id)
