@@ -334,7 +334,8 @@ def _stage(store: Store, buffer: ChunkBuffer, records, native_path: Path | None,
 
     def insert(tables):
         with store.transaction():
-            for table in ("groups", "rollouts", "scores", "token_rewards", "token_features"):
+            for table in ("groups", "rollouts", "scores", "token_rewards", "token_features",
+                          "rollout_metrics"):
                 if table in tables:
                     store.insert_arrow(table, tables[table])
 

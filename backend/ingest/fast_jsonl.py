@@ -170,6 +170,8 @@ def to_batch(lines: list[Line], tokenizer: Tokenizer) -> tuple[pa.RecordBatch, p
     for line, r in zip(lines, records, strict=True):
         if not isinstance(r, dict) or r.get("token_ids") is None or "record_key" in r:
             raise fast_parquet.Unsupported
+        if "metrics" in r:  # per-rollout metrics: the per-record reader validates them
+            raise fast_parquet.Unsupported
         if r.get("logged_advantage") is not None:
             raise fast_parquet.Unsupported
         if line.literals and any(_has_bool(r.get(name)) for name in ("step", *_OPTIONAL)):

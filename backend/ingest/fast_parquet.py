@@ -90,8 +90,8 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int,
         return f"{path}: record {offset + i + 1}"
 
     names = set(batch.schema.names)
-    if "token_ids" not in names or "rewards" not in names:
-        raise Unsupported
+    if "token_ids" not in names or "rewards" not in names or "metrics" in names:
+        raise Unsupported  # per-rollout metrics: the per-record reader validates them
     # Decide every fallback before touching `buffer`: the per-record path must start from a clean one.
     for column in ("rewards", "token_rewards", "extras"):
         if column in names and not pa.types.is_struct(batch.column(column).type):

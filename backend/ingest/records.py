@@ -31,6 +31,7 @@ KNOWN_FIELDS = {
     "token_rewards",
     "meta",
     "extras",
+    "metrics",
     "ground_truth",
     "logged_advantage",
     "record_key",
@@ -211,6 +212,7 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer, allow_unscorable
             _check_length(arr, n, where, f"{name}.{channel}", origin)
             checked[str(channel)] = arr
         out[name] = checked
+    out["metrics"] = _metrics(rec.get("metrics"), where)
     adv = rec.get("logged_advantage")
     if adv is not None and (not _is_number(adv) or not _is_finite(adv)):
         raise InputError(f"{where}: field 'logged_advantage' must be a finite number, got {_kind(adv)}")
@@ -221,6 +223,26 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer, allow_unscorable
         out["ground_truth"] = json.dumps(out["ground_truth"])
     if out["ground_truth"] is not None:
         check_text(out["ground_truth"], where, "ground_truth")
+    return out
+
+
+def _metrics(value: Any, where: str) -> dict[str, float]:
+    """`metrics`: name -> number per rollout, never a reward (booleans count as 1/0: verl logs `acc` as
+    true/false); a null is no value."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: field 'metrics' must be an object name -> number, got {_kind(value)}")
+    out = {}
+    for name, x in value.items():
+        check_text(str(name), where, "metrics")
+        if x is None:
+            continue
+        if not isinstance(x, (int, float)):
+            raise InputError(f"{where}: field 'metrics.{name}' must be a number, got {_kind(x)}")
+        if not _is_finite(x):
+            raise InputError(f"{where}: field 'metrics.{name}' is {x!r:.40} (must be finite)")
+        out[str(name)] = float(x)
     return out
 
 
@@ -255,7 +277,8 @@ class ChunkBuffer:
         return len(self.rows)
 
     def flush(self) -> dict[str, pa.Table]:
-        """Arrow tables for rollouts, scores, token_rewards, token_features, groups; empties the buffer."""
+        """Arrow tables for rollouts, scores, token_rewards, token_features, rollout_metrics, groups;
+        empties the buffer."""
         rows, self.rows = self.rows, []
         run = self.run_id
         f32 = pa.list_(pa.float32())
@@ -280,6 +303,7 @@ class ChunkBuffer:
             "scores": _long_table(run, rows, "rewards", "channel", "score", pa.float64()),
             "token_rewards": _long_table(run, rows, "token_rewards", "channel", "rewards", f32),
             "token_features": _long_table(run, rows, "extras", "name", "vals", f32),
+            "rollout_metrics": _long_table(run, rows, "metrics", "name", "value", pa.float64()),
             "groups": self.flush_groups(),
         }
         return tables

@@ -164,9 +164,17 @@ def verl_group(uid: object) -> object:
 
 def verl_records(files: list[Path], progress: Progress | None = None, notes: ReadNotes | None = None,
                  channels: list[str] | None = None) -> Iterator[tuple[str, dict]]:
-    """verl dump lines -> native records: `score` -> `task`, extra numeric keys -> channels of their names
-    (or only `--channels`; `score` names the task channel there), other keys (uid, request_id, strings,
-    lists) -> meta. Groups: by `uid` when present (v1 trainer), else by prompt text and step."""
+    """verl dump lines -> native records.
+
+    `score` is the reward verl trains on (the legacy trainer dumps `token_level_scores.sum(-1)`) and becomes
+    the `task` channel. The other numeric keys are verl's `reward_extra_info`: every key of the dict a
+    reward function returns beside `score` (`NaiveRewardManager.__call__` in
+    `verl/workers/reward_manager/naive.py` appends each to `reward_extra_info[key]`; `dapo.py` adds
+    `acc = reward > 0` for a plain score), dumped by `_write_generations` as extra keys. They describe a
+    rollout, they are not rewards, so they become per-rollout metrics (booleans as 1/0), never channels;
+    `channels` promotes chosen keys to channels (`score` among them names the task channel). Other keys
+    (uid, request_id, strings, lists) -> meta. Groups: by `uid` when present (v1 trainer), else by prompt
+    text and step."""
     notes = notes if notes is not None else ReadNotes()
     for path in files:
         step_from_name = re.findall(r"\d+", path.stem)
@@ -179,13 +187,14 @@ def verl_records(files: list[Path], progress: Progress | None = None, notes: Rea
             chosen = _channel_list(channels, list(obj), where)
             step = obj.get("step", int(step_from_name[-1]) if step_from_name else 0)
             rewards: dict = {}
+            metrics: dict = {}
             meta: dict = {}
-            as_channels, as_meta = [], []
+            as_channels, as_metrics, as_meta = [], [], []
             for key, value in obj.items():
                 if key in VERL_RESERVED and key != "score":
                     continue
                 is_number = isinstance(value, (int, float))  # bools count: verl logs acc as true/false
-                if (key in chosen) if chosen is not None else (key == "score" or is_number):
+                if (key in chosen) if chosen is not None else key == "score":
                     if value is None:
                         continue  # no score on this channel: never a silent 0
                     if not is_number:
@@ -194,12 +203,18 @@ def verl_records(files: list[Path], progress: Progress | None = None, notes: Rea
                     # huge ints stay ints so the validator reports them (float() would overflow here)
                     rewards["task" if key == "score" else key] = value if type(value) is int else float(value)
                     as_channels.append(key)
+                elif is_number:
+                    if math.isfinite(value) if isinstance(value, float) else True:
+                        metrics[key] = value  # a NaN metric (json.dumps writes NaN) is no value
+                    as_metrics.append(key)
                 elif key != "score":
                     meta[key] = value
                     as_meta.append(key)
             if not rewards:
                 notes.unscorable += 1
             notes.add(f"channels: {', '.join(('score -> task' if c == 'score' else c) for c in as_channels)}"
+                      + (f"; metrics (per rollout, not rewards): {', '.join(as_metrics)}"
+                         if as_metrics else "")
                       + (f"; kept in meta: {', '.join(as_meta)}" if as_meta else ""))
             group = verl_group(obj["uid"]) if "uid" in obj else None
             notes.add("groups: by uid (verl v1 trainer)" if group is not None
@@ -213,6 +228,7 @@ def verl_records(files: list[Path], progress: Progress | None = None, notes: Rea
                     "step": step,
                     "group": group,
                     "rewards": rewards,
+                    "metrics": metrics,
                     "meta": meta,
                     "ground_truth": None
                     if gts is None
@@ -223,6 +239,10 @@ def verl_records(files: list[Path], progress: Progress | None = None, notes: Rea
 
 
 TRL_RESERVED = {"step", "prompt", "completion", "advantage", "image", "images"}
+
+
+def _is_numeric(t: pa.DataType) -> bool:
+    return pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_boolean(t)
 
 
 def render_messages(messages: list, tokenizer=None) -> str:
@@ -312,7 +332,8 @@ def trl_records(files: list[Path], progress: Progress | None = None, notes: Read
 
     Channels: the float columns (TRL's reward functions), or `channels`; one channel is named `task`.
     NaN (a reward function returned None) is a missing score; a row with none is unscorable. Other
-    columns (`log_extra`: numbers, strings) go to meta per rollout. Conversational rows keep their
+    numeric columns (`log_extra` numbers, float columns `channels` leaves out) are per-rollout metrics;
+    the rest (strings, lists) go to meta per rollout. Conversational rows keep their
     messages in meta; the response is the assistant content, the prompt the rendered messages.
     """
     notes = notes if notes is not None else ReadNotes()
@@ -348,16 +369,19 @@ def trl_records(files: list[Path], progress: Progress | None = None, notes: Read
             reward_cols = _channel_list(channels, candidates, str(path))
             for col in reward_cols:
                 t = schema.field(col).type
-                if not (pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_boolean(t)):
+                if not _is_numeric(t):
                     raise InputError(f"{path}: --channels column {col!r} is {t}, not numeric")
         else:
             reward_cols = [c for c in candidates if pa.types.is_floating(schema.field(c).type)]
         if not reward_cols:
             raise InputError(f"{path}: no reward columns (float columns besides advantage); name them "
                              "with --channels")
-        meta_cols = [c for c in candidates if c not in reward_cols]
+        others = [c for c in candidates if c not in reward_cols]
+        metric_cols = [c for c in others if _is_numeric(schema.field(c).type)]
+        meta_cols = [c for c in others if c not in metric_cols]
         names = {reward_cols[0]: "task"} if len(reward_cols) == 1 else {c: c for c in reward_cols}
         notes.add("channels: " + ", ".join(f"{c} -> {ch}" if c != ch else c for c, ch in names.items())
+                  + (f"; metrics (per rollout, not rewards): {', '.join(metric_cols)}" if metric_cols else "")
                   + (f"; kept in meta: {', '.join(meta_cols)}" if meta_cols else ""))
         for index, (where, row) in enumerate(iter_parquet_rows(path, progress)):
             rewards = {}
@@ -368,6 +392,8 @@ def trl_records(files: list[Path], progress: Progress | None = None, notes: Read
                 rewards[channel] = float(value)
             if not rewards:
                 notes.unscorable += 1
+            metrics = {c: row.get(c) for c in metric_cols}  # NaN (a null log_extra value): no value
+            metrics = {c: v for c, v in metrics.items() if not (isinstance(v, float) and math.isnan(v))}
             meta = {c: _plain(row.get(c)) for c in meta_cols}
             prompt, completion = row["prompt"], row["completion"]
             if _is_messages(prompt):
@@ -398,6 +424,7 @@ def trl_records(files: list[Path], progress: Progress | None = None, notes: Read
                     "group": f"block {int(blocks[index])}",
                     "rewards": rewards,
                     "logged_advantage": adv,
+                    "metrics": metrics,
                     "meta": meta,
                     "record_key": record_key(path.name, index, row),
                 },

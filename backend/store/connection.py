@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from backend.errors import StoreError
 
-IMPORTED_TABLES = ("rollouts", "scores", "token_rewards", "token_features", "groups")
+IMPORTED_TABLES = ("rollouts", "scores", "token_rewards", "token_features", "rollout_metrics", "groups")
 """Rows an import writes per rollout (a staged import moves them to their run when it publishes)."""
 ESTIMATE_TABLES = ("estimates", "credit_summary", "credit_agreement")
 """Estimator outputs and their summaries: dropped whenever a run's inputs change."""

@@ -227,6 +227,12 @@ def agreement_rows(store: Store, run_id: int, a: CreditKey, b: CreditKey) -> int
     ).fetchall()[0][0])
 
 
+def run_metrics(store: Store, run_id: int) -> list[str]:
+    """Names of the run's per-rollout metrics (migration 008), sorted."""
+    return [r[0] for r in store.con.execute(
+        "SELECT DISTINCT name FROM rollout_metrics WHERE run_id = ? ORDER BY name", [run_id]).fetchall()]
+
+
 def run_channels(store: Store, run_id: int) -> list[str]:
     return [r[0] for r in store.con.execute(
         "SELECT DISTINCT channel FROM scores WHERE run_id = ? ORDER BY channel", [run_id]).fetchall()]
@@ -249,7 +255,8 @@ def has_ref_logprobs(store: Store, run_id: int) -> bool:
 class TableSpec:
     """What the rollout table holds. score_columns/class_columns: (alias, channel or class) pairs;
     credit: the estimator output of the share columns (None: no credit columns); compare: the second
-    output of the Spearman column; logged_gap: add `mean A - logged advantage`."""
+    output of the Spearman column; logged_gap: add `mean A - logged advantage`; metric_columns: (alias,
+    metric) pairs of the run's per-rollout metrics."""
 
     run_id: int
     score_columns: tuple[tuple[str, str], ...]
@@ -257,6 +264,14 @@ class TableSpec:
     class_columns: tuple[tuple[str, str], ...] = ()
     compare: CreditKey | None = None
     logged_gap: bool = False
+    metric_columns: tuple[tuple[str, str], ...] = ()
+
+
+def _metrics_sql(spec: TableSpec, aggregate: str) -> tuple[str, list]:
+    """`aggregate(value) FILTER (WHERE name = ?) AS <alias>` per metric column, and its parameters."""
+    select = ", ".join(f"{aggregate}(m.value) FILTER (WHERE m.name = ?) AS {_alias(a)}"
+                       for a, _ in spec.metric_columns)
+    return select, [name for _, name in spec.metric_columns]
 
 
 def _table_sql(spec: TableSpec) -> tuple[str, list]:
@@ -268,9 +283,15 @@ def _table_sql(spec: TableSpec) -> tuple[str, list]:
     params.append(spec.run_id)
     cols = ["s.rollout_id", "s.step", "s.group_id", "s.length"]
     cols += [f"sc.{_alias(a)}" for a, _ in spec.score_columns]
+    cols += [f"m.{_alias(a)}" for a, _ in spec.metric_columns]
     cols += ["s.reward", "s.zero_variance", "s.truncated", "s.repetition", "s.mean_entropy", "s.kl"]
     joins = ""
     join_params: list = []
+    if spec.metric_columns:
+        select, names = _metrics_sql(spec, "max")
+        joins += (f" LEFT JOIN (SELECT m.rollout_id, {select} FROM rollout_metrics m WHERE m.run_id = ? "
+                  "GROUP BY m.rollout_id) m ON m.rollout_id = s.rollout_id")
+        join_params += [*names, spec.run_id]
     if spec.credit is not None:
         for alias, name in spec.class_columns:
             index = spec.credit.classes.index(name) + 1  # DuckDB lists are 1-based
@@ -363,10 +384,10 @@ def column_ranges(store: Store, spec: TableSpec, columns: list[str]) -> dict[str
 
 
 def step_trends(store: Store, spec: TableSpec, quantiles: bool = True) -> pd.DataFrame:
-    """One row per step: rollouts, groups, score_<channel> means, reward, length, mean_entropy and kl
-    (token-weighted), zero_variance_share (of groups), truncated_share, repetition; with a credit key also
-    share_<class> (Σ|A| on the class / Σ|A| over the step) and advantage quantiles q05..q95 over the step's
-    tokens."""
+    """One row per step: rollouts, groups, score_<channel> means, metric_<name> means, reward, length,
+    mean_entropy and kl (token-weighted), zero_variance_share (of groups), truncated_share, repetition;
+    with a credit key also share_<class> (Σ|A| on the class / Σ|A| over the step) and advantage quantiles
+    q05..q95 over the step's tokens."""
     params: list = []
     score_select = "".join(f", avg(sc.score) FILTER (WHERE sc.channel = ?) AS {_alias(a)}"
                            for a, _ in spec.score_columns)
@@ -387,6 +408,13 @@ def step_trends(store: Store, spec: TableSpec, quantiles: bool = True) -> pd.Dat
     parts = [f"({base}) b", f"LEFT JOIN ({scores}) sc USING (step)"]
     all_params = [spec.run_id] + params
     select = ["b.*"] + [f"sc.{_alias(a)}" for a, _ in spec.score_columns]
+    if spec.metric_columns:  # the mean of each metric over the step's rollouts that have it
+        metrics, names = _metrics_sql(spec, "avg")
+        parts.append(f"LEFT JOIN (SELECT s.step, {metrics} FROM rollout_metrics m JOIN rollout_summary s "
+                     "ON s.run_id = m.run_id AND s.rollout_id = m.rollout_id WHERE m.run_id = ? "
+                     "GROUP BY s.step) mt USING (step)")
+        all_params += [*names, spec.run_id]
+        select += [f"mt.{_alias(a)}" for a, _ in spec.metric_columns]
     if spec.credit is not None:
         k = spec.credit
         shares = ", ".join(

@@ -74,9 +74,11 @@ def test_verl_directory(store, tmp_path):
     report = import_path(store, dump, "v")
     assert report.format == "verl" and report.records == 12
     (run,) = store.list_runs()
-    assert run["channels"] == ["acc", "task"] and run["groups"] == 4 and run["steps"] == 2
+    # verl's extra keys (reward_extra_info) are per-rollout metrics, never channels: only score is a reward
+    assert run["channels"] == ["task"] and run["groups"] == 4 and run["steps"] == 2
     row = store.rollout("v", 1)
-    assert row["ground_truth"] == "0" and row["meta"]["pred"] == "x" and row["rewards"]["task"] == 1.0
+    assert row["ground_truth"] == "0" and row["meta"]["pred"] == "x" and row["rewards"] == {"task": 1.0}
+    assert row["metrics"] == {"acc": 1.0} and "acc" not in row["meta"]
 
 
 def test_trl_completions(store, tmp_path):
