@@ -26,9 +26,12 @@ st.caption(
 TOOLBAR = {"displayModeBar": True, "displaylogo": False}
 scores = {c: c.removeprefix("score_") for c in frame.columns if c.startswith("score_")}
 shares = {c: c.removeprefix("share_").replace("_", " ") for c in frame.columns if c.startswith("share_")}
+metrics = {c: c.removeprefix("metric_") for c in frame.columns if c.startswith("metric_")}
 panels = [
     ("trends_scores",
      charts.trend_lines(frame, {**scores, "reward": "reward (sum)"}, "mean score per channel")),
+    ("trends_metrics", charts.trend_lines(frame, metrics, "mean per-rollout metric (logged, not a reward)")
+     if metrics else None),
     ("trends_classes", charts.class_share_trend(frame, shares) if shares else None),
     ("trends_quantiles", charts.quantile_band(frame) if "q50" in frame.columns else None),
     ("trends_length", charts.trend_lines(frame, {"length": "mean length (tokens)"}, "response length")),

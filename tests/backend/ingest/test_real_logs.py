@@ -62,7 +62,8 @@ def test_trl_plain_log_imports_faithfully(trl_logs, db_path):
         report = import_path(store, trl_logs["plain"].parent, "trl", model_dir=str(DEMO_POLICY))
         text = report.message()
         assert report.records == n and report.format == "trl"
-        assert "channels: digits_reward, newline_reward; kept in meta: first_char, n_chars" in text
+        assert ("channels: digits_reward, newline_reward; metrics (per rollout, not rewards): n_chars; "
+                "kept in meta: first_char") in text
         assert "split into blocks of 4" in text  # the repeated prompt's 8 rows are two TRL groups
         unscorable = logs[["digits_reward", "newline_reward"]].isna().all(axis=1)
         assert report.unscorable == int(unscorable.sum()) > 0
@@ -79,10 +80,11 @@ def test_trl_plain_log_imports_faithfully(trl_logs, db_path):
             want = logs[channel].dropna()
             assert got.index.tolist() == want.index.tolist() and np.allclose(got.values, want.values)
         assert set(scores.rollout_id) == set(np.flatnonzero(~unscorable.values))
-        # log_extra columns are kept per rollout in meta, with their types; the advantage as logged
+        # numeric log_extra columns are per-rollout metrics, the others stay in meta; the advantage as logged
         for i in (0, 5, n - 1):
             row = store.rollout("trl", i)
-            assert row["meta"]["n_chars"] == int(logs.loc[i, "n_chars"])
+            assert row["metrics"] == {"n_chars": float(logs.loc[i, "n_chars"])}
+            assert "n_chars" not in row["meta"]
             assert row["meta"]["first_char"] == logs.loc[i, "first_char"]
             assert row["logged_advantage"] == pytest.approx(logs.loc[i, "advantage"], abs=1e-12)
         batch = store.load_batch("trl")
@@ -138,13 +140,15 @@ def test_trl_channels_and_group_size_flags(trl_logs, db_path, capsys):
     assert _cli("import", directory, "--db", db_path, "--run", "one", "--channels", "newline_reward",
                 "--group-size", "4", "--quiet") == 0
     out = capsys.readouterr().out
-    assert "channels: newline_reward -> task; kept in meta: digits_reward, first_char, n_chars" in out
+    assert ("channels: newline_reward -> task; metrics (per rollout, not rewards): digits_reward, n_chars; "
+            "kept in meta: first_char") in out
     assert "blocks of 4 consecutive rows (--group-size)" in out
     with Store(db_path, read_only=True) as store:
         assert store.list_runs()[0]["channels"] == ["task"]
         logs = _table(directory)
-        meta = [store.rollout("one", i)["meta"]["digits_reward"] for i in range(len(logs))]
-        assert meta == [None if math.isnan(v) else v for v in logs["digits_reward"]]  # NaN: JSON null
+        # a reward column left out of --channels is a metric: NaN (the function returned None) is no value
+        metric = [store.rollout("one", i)["metrics"].get("digits_reward") for i in range(len(logs))]
+        assert metric == [None if math.isnan(v) else v for v in logs["digits_reward"]]
         assert store.load_batch("one").group_ids.tolist() == [i // 4 for i in range(24)]
     assert _cli("import", directory, "--db", db_path, "--run", "eight", "--group-size", "8", "--quiet") == 2
     assert "not a multiple of --group-size 8" in capsys.readouterr().err
@@ -223,7 +227,9 @@ def test_verl_dump_imports_faithfully(db_path, tmp_path, v1):
         else:  # no uid: prompt text and step (the repeated prompt's groups merge)
             assert sizes.tolist() == [6, 3] * 2
             assert store.rollout("v", 4)["meta"]["request_id"] == lines[4]["request_id"]
-            assert index["acc"].tolist() == [float(x["acc"]) for x in lines]
+            assert "acc" not in index.columns  # verl's reward_extra_info is a metric, not a channel
+            acc = [store.rollout("v", i)["metrics"]["acc"] for i in range(18)]
+            assert acc == [float(x["acc"]) for x in lines]
         truth = store.rollout("v", 6 if not v1 else [i for i, x in enumerate(lines) if x["gts"] != "46"][0])
         assert truth["ground_truth"] == json.dumps(GROUPS[2][2], ensure_ascii=False)
         assert json.loads(truth["ground_truth"]) == ["12", "12.0"]

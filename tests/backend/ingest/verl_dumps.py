@@ -20,6 +20,8 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
+
 
 def write_generations(dump_path: Path, global_steps: int, inputs, outputs, gts, scores,
                       reward_extra_infos_dict: dict, v1: bool) -> Path:
@@ -72,8 +74,13 @@ def legacy_step(dump_path: Path, step: int) -> Path:
                              {"acc": acc, "request_id": request_ids}, v1=False)
 
 
-def v1_step(dump_path: Path, step: int) -> Path:
-    """v1 trainer: `uid` = TransferQueue key `{prompt uid}_{session}_{index}`, rows sorted by it."""
+def v1_step(dump_path: Path, step: int, acc: bool = False) -> Path:
+    """v1 trainer: `uid` = TransferQueue key `{prompt uid}_{session}_{index}`, rows sorted by it.
+
+    acc: the reward's extra info carries `acc` (a numpy bool per sample, as the batch's non-tensor arrays
+    hold it), what verl's `DAPORewardManager` logs for a plain score (`reward_extra_info["acc"].append(
+    reward > 0)`, verl/workers/reward_manager/dapo.py) and what a reward function's dict adds beside
+    `score` under `NaiveRewardManager` (verl/workers/reward_manager/naive.py)."""
     rows = []
     for g, (prompt, responses, truth) in enumerate(GROUPS):
         prompt_uid = f"7f3c{g}a-{step}"
@@ -81,5 +88,8 @@ def v1_step(dump_path: Path, step: int) -> Path:
             rows.append((f"{prompt_uid}_{k}_0", prompt, response, truth, score))
     rows.sort(key=lambda r: (r[0].rsplit("_", 2)[0], int(r[0].rsplit("_", 2)[1]), 0))
     columns = list(zip(*rows, strict=True))
+    extra = {"uid": list(columns[0])}
+    if acc:
+        extra["acc"] = np.array([score > 0 for score in columns[4]])
     return write_generations(dump_path, step, list(columns[1]), list(columns[2]), list(columns[3]),
-                             list(columns[4]), {"uid": list(columns[0])}, v1=True)
+                             list(columns[4]), extra, v1=True)
