@@ -1,4 +1,5 @@
-"""Per-rollout credit summaries of an estimator output: |A| mass per token class, max |A|, mean A.
+"""Per-rollout credit summaries of an estimator output: |A|, positive and negative credit per token class,
+max |A|, mean A.
 
 `backend.estimates` calls `credit_rows` on every batch whose advantages it saves to the store's cache, and
 saves the rows beside them (`save`), so the Explorer's share columns and trends are SQL over small rows.
@@ -56,7 +57,9 @@ def class_ids(batch: RolloutBatch, classes: tuple[str, ...],
 def credit_rows(batch: RolloutBatch, advantages: torch.Tensor | np.ndarray, classes: tuple[str, ...],
                 definitions: Definitions = token_classes.DEFAULT_CLASSES) -> pa.Table:
     """One row per rollout of `batch`: rollout_id, abs_total (Σ|A|), max_abs, mean_adv (mean A over the
-    response's tokens), class_abs (Σ|A| per class, in `classes` order) and class_tokens (tokens per class).
+    response's tokens), class_abs (Σ|A| per class, in `classes` order), class_pos and class_neg (the
+    positive credit Σ max(A, 0) and the negative credit Σ max(−A, 0) per class) and class_tokens (tokens per
+    class).
 
     advantages: (B, T), 0 on padding.
     """
@@ -78,17 +81,22 @@ def credit_rows(batch: RolloutBatch, advantages: torch.Tensor | np.ndarray, clas
         return out
 
     abs_total = per_rollout(magnitude)
+    positive = np.maximum(adv, 0.0)  # (N,) |A| = positive + negative
+    pos_total = per_rollout(positive)
     cls = flat_class_ids(batch, classes, definitions)  # (N,)
     class_abs = np.zeros((B, C))
+    class_pos = np.zeros((B, C))
     class_tokens = np.zeros((B, C), dtype=np.int32)
     counts = np.bincount(cls + 1, minlength=C + 1)[1:]  # tokens per class (-1: a class not in `classes`)
     for k in np.flatnonzero(counts):
         if counts[k] == len(cls):  # every token in one class (a run without text: all `other`)
-            class_abs[:, k], class_tokens[:, k] = abs_total, lengths
+            class_abs[:, k], class_pos[:, k], class_tokens[:, k] = abs_total, pos_total, lengths
         else:
             hit = cls == k
             class_abs[:, k] = per_rollout(np.where(hit, magnitude, 0.0))
+            class_pos[:, k] = per_rollout(np.where(hit, positive, 0.0))
             class_tokens[:, k] = per_rollout(hit.astype(np.int32))
+    class_neg = np.maximum(class_abs - class_pos, 0.0)  # Σ max(−A, 0) per class (no rounding below 0)
     per_class = pa.array(np.arange(0, B * C + 1, C, dtype=np.int32))  # offsets of C numbers per rollout
     return pa.table({
         "rollout_id": pa.array(batch.rollout_ids.cpu().numpy().astype(np.int32)),
@@ -96,6 +104,8 @@ def credit_rows(batch: RolloutBatch, advantages: torch.Tensor | np.ndarray, clas
         "max_abs": pa.array(per_rollout(magnitude, np.maximum)),
         "mean_adv": pa.array(per_rollout(adv) / np.maximum(lengths, 1)),
         "class_abs": pa.ListArray.from_arrays(per_class, pa.array(class_abs.reshape(-1))),
+        "class_pos": pa.ListArray.from_arrays(per_class, pa.array(class_pos.reshape(-1))),
+        "class_neg": pa.ListArray.from_arrays(per_class, pa.array(class_neg.reshape(-1))),
         "class_tokens": pa.ListArray.from_arrays(per_class, pa.array(class_tokens.reshape(-1))),
     })
 

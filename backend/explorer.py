@@ -9,7 +9,8 @@ scope through the store's cache (so the share columns describe exactly what `cre
 
 Columns: rollout_id, step, group_id, length, score_<channel>..., metric_<name>... (the run's per-rollout
 metrics, migration 008: numbers logged beside the reward, never summed into it), reward (sum of channel
-scores), zero_variance, truncated, repetition, mean_entropy, kl; with an estimator share_<class>..., max_abs,
+scores), zero_variance, truncated, repetition, mean_entropy, kl; with an estimator share_<class>... (of Σ|A|),
+pos_share_<class>... and neg_share_<class>... (of the positive and of the negative credit), max_abs,
 logged_gap (only when the run has a logged advantage), spearman (with a second estimator); and `preview`.
 """
 
@@ -143,8 +144,10 @@ def _spec(store: Store, run: str, estimator: str | None, config: tuple, compare:
     other = _key(store, run, compare, compare_config)[0] if compare is not None else None
     if other is not None and other.channel != key.channel:
         raise InputError(f"--compare {compare}: its channel {other.channel!r} differs from {key.channel!r}")
+    signed = tuple((alias, sign, name) for sign in ("pos", "neg")
+                   for alias, name in _unique(f"{sign}_share", list(key.classes)))
     return TableSpec(run_id, scores, key, _unique("share", list(key.classes)), other,
-                     logged_gap_available(store, run), metrics)
+                     logged_gap_available(store, run), metrics, signed)
 
 
 def prepare(handle: StoreHandle, run: str, estimator: str | None = None, config: tuple = (),

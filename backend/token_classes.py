@@ -6,11 +6,13 @@ think" work with any tokenizer), or one of the run's own markers (`key`: the syn
 tokens; `style span`: the style mask or non-zero style/format token rewards). Classes are tried in
 order; the first that matches wins; tokens no class matches are `other`. A run's classes are saved
 with the run in the store (`Store.set_run_meta`, key "token_classes"); runs without their own use
-`DEFAULT_CLASSES`.
+`DEFAULT_CLASSES`, whose `filler` class (FILLER_PHRASES: padding and sycophancy) comes before `style span`,
+so filler is found by its words on any run, whether or not a style rule marked it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import asdict, dataclass
@@ -26,7 +28,10 @@ from backend.errors import InputError
 
 OTHER = "other"
 MARKERS = ("key", "style span")
-_STYLE_CHANNELS = ("style", "format")
+# The channels whose token rewards mark a `style span`: style only. A format penalty sits on the answer
+# line (or the last line when it is missing): marking it too made a rollout without any filler top a sort
+# by style-span share.
+_STYLE_CHANNELS = ("style",)
 
 
 @dataclass(frozen=True)
@@ -63,14 +68,56 @@ class TokenClass:
         return [p.strip().lower() for p in self.pattern.splitlines() if p.strip()]
 
 
+# Phrases common in padded or sycophantic answers (matched case-insensitively in the response text, so a
+# phrase split over tokens is found); whole phrases, not single short words that occur inside other words.
+FILLER_PHRASES = (
+    "great question", "good question", "excellent question", "what a great", "i'm glad you asked",
+    "i hope this helps", "hope this helps", "let me know if", "feel free to", "happy to help",
+    "i'd be happy to", "i would be happy to", "certainly!", "absolutely!", "of course!", "sure thing",
+    "as an ai", "it's important to note", "it is important to note", "it's worth noting",
+    "it is worth noting", "needless to say", "to be honest", "basically", "essentially", "obviously",
+    "clearly", "simply put", "let me think", "you know", "i mean", "so yeah", "well well",
+    "in conclusion", "to summarize", "in summary",
+)
+
 DEFAULT_CLASSES: tuple[TokenClass, ...] = (
     TokenClass("key", "marker", "key"),
+    TokenClass("filler", "phrases", "\n".join(FILLER_PHRASES)),
     TokenClass("style span", "marker", "style span"),
     TokenClass("step end", "regex", r"\n"),
     TokenClass("digits", "regex", r"^\s*\d+\s*$"),
     TokenClass("punctuation", "regex", r"^\s*[^\w\s]+\s*$"),
     TokenClass("whitespace", "regex", r"^\s+$"),
 )
+
+
+def move(classes: tuple[TokenClass, ...], name: str, where: str) -> tuple[TokenClass, ...]:
+    """`classes` with class `name` moved `up`, `down` (one place), `first` or `last` (the order is the
+    priority: the first class that matches a token wins). InputError names an unknown class or direction."""
+    order = [c.name for c in classes]
+    if name not in order:
+        raise InputError(f"token class {name!r}: no such class; classes: {', '.join(order)}")
+    i = order.index(name)
+    targets = {"up": max(i - 1, 0), "down": min(i + 1, len(order) - 1), "first": 0, "last": len(order) - 1}
+    if where not in targets:
+        raise InputError(f"move {name!r} {where!r}: use one of {', '.join(targets)}")
+    rest = [c for c in classes if c.name != name]
+    rest.insert(targets[where], classes[i])
+    return tuple(rest)
+
+
+def shown_pattern(c: TokenClass) -> str:
+    """A class's pattern as people edit it on one line: phrases joined by " | " (the separator the editor
+    and `creditlens token-classes --add` read back), a regex or marker as written."""
+    return " | ".join(c.phrases) if c.kind == "phrases" else c.pattern
+
+
+def parse_pattern(kind: str, text: str) -> str:
+    """The stored pattern of an edited one-line pattern: phrases separated by "|" (or lines) become one per
+    line; a regex or marker is kept as written."""
+    if kind != "phrases":
+        return str(text)
+    return "\n".join(p.strip() for line in str(text).splitlines() for p in line.split("|") if p.strip())
 
 
 def names(classes: tuple[TokenClass, ...] = DEFAULT_CLASSES) -> tuple[str, ...]:
@@ -159,12 +206,20 @@ def _hits_in_text(text: str, starts: np.ndarray, phrases: list[str]) -> np.ndarr
     """(L,) bool for a response whose lowered text is `text` and whose tokens start at `starts` (L + 1
     character offsets, the last one the text's end)."""
     hits = np.zeros(len(starts) - 1, dtype=bool)
-    for phrase in phrases:
-        for m in re.finditer(re.escape(phrase), text):
-            first = int(np.searchsorted(starts, m.start(), side="right")) - 1
-            last = int(np.searchsorted(starts, m.end(), side="left")) - 1
-            hits[max(first, 0): last + 1] = True
+    for m in _phrase_pattern(tuple(phrases)).finditer(text):
+        first = int(np.searchsorted(starts, m.start(1), side="right")) - 1
+        last = int(np.searchsorted(starts, m.end(1), side="left")) - 1
+        hits[max(first, 0): last + 1] = True
     return hits
+
+
+@functools.lru_cache(maxsize=64)
+def _phrase_pattern(phrases: tuple[str, ...]) -> re.Pattern:
+    """One regex for all phrases, tried at every position (a lookahead, so overlapping occurrences are all
+    found; the longest phrase first where several start at one place): one scan of a response, not one per
+    phrase (the default filler class has dozens)."""
+    ordered = sorted(set(phrases), key=len, reverse=True)
+    return re.compile("(?=(" + "|".join(re.escape(p) for p in ordered) + "))")
 
 
 def _flat_text(batch: RolloutBatch, lengths: np.ndarray) -> pa.Array | None:

@@ -165,30 +165,35 @@ def add_commands(sub) -> None:
     p.add_argument("--add", nargs=3, action="append", default=[], metavar=("NAME", "KIND", "PATTERN"),
                    help="append a class: KIND regex (matched in each token), phrases ('|'-separated, "
                         "matched in the response text) or marker (key, style span); repeatable")
+    p.add_argument("--move", nargs=2, action="append", default=[], metavar=("NAME", "WHERE"),
+                   help="move a class up, down, first or last (the first class that matches a token wins); "
+                        "repeatable, applied after --add")
     p.add_argument("--reset", action="store_true", help="back to the default classes")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_token_classes)
 
 
 def cmd_token_classes(args) -> int:
-    """Classes are kept in the run's meta; --add starts from the run's current classes."""
-    with open_store(args.db, read_only=not (args.add or args.reset)) as store:
+    """Classes are kept in the run's meta; --add and --move start from the run's current classes."""
+    changes = bool(args.add or args.move)
+    with open_store(args.db, read_only=not (changes or args.reset)) as store:
         saved = store.run_info(args.run)["meta"].get("token_classes")
         classes = token_classes.from_json(None if args.reset else saved)
         if args.add:
             added = tuple(
-                token_classes.TokenClass(name, kind, "\n".join(pattern.split("|")) if kind == "phrases"
-                                         else pattern)
+                token_classes.TokenClass(name, kind, token_classes.parse_pattern(kind, pattern))
                 for name, kind, pattern in args.add
             )
             classes = token_classes.from_json(token_classes.to_json(classes + added))
-        if args.add or args.reset:
-            token_classes.save(store, args.run, None if args.reset else classes)
+        for name, where in args.move:
+            classes = token_classes.move(classes, name, where)
+        if changes or args.reset:
+            token_classes.save(store, args.run, None if args.reset and not changes else classes)
     if args.json:
         print(json.dumps(token_classes.to_json(classes)))
         return 0
     for c in classes:
-        print(f"{c.name:<16} {c.kind:<8} {c.pattern!r}")
+        print(f"{c.name:<16} {c.kind:<8} {token_classes.shown_pattern(c)}")
     print(f"{token_classes.OTHER:<16} (every other token)")
     return 0
 

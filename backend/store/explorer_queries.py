@@ -153,7 +153,7 @@ class CreditKey:
 
 def save_credit_summary(store: Store, run_id: int, key: CreditKey, rows: pa.Table) -> None:
     """Replace the credit summary of `rows`' rollouts. rows: rollout_id, abs_total, max_abs, mean_adv,
-    class_abs, class_tokens. Call inside a transaction."""
+    class_abs, class_pos, class_neg, class_tokens. Call inside a transaction."""
     n = rows.num_rows
     data = rows.append_column("run_id", pa.array([run_id] * n, pa.int32()))
     for name, value in (("estimator", key.estimator), ("config_hash", key.config_hash),
@@ -256,7 +256,8 @@ class TableSpec:
     """What the rollout table holds. score_columns/class_columns: (alias, channel or class) pairs;
     credit: the estimator output of the share columns (None: no credit columns); compare: the second
     output of the Spearman column; logged_gap: add `mean A - logged advantage`; metric_columns: (alias,
-    metric) pairs of the run's per-rollout metrics."""
+    metric) pairs of the run's per-rollout metrics; signed_columns: (alias, "pos" or "neg", class): the
+    class's share of the rollout's positive (negative) credit."""
 
     run_id: int
     score_columns: tuple[tuple[str, str], ...]
@@ -265,6 +266,7 @@ class TableSpec:
     compare: CreditKey | None = None
     logged_gap: bool = False
     metric_columns: tuple[tuple[str, str], ...] = ()
+    signed_columns: tuple[tuple[str, str, str], ...] = ()  # (alias, "pos" or "neg", class)
 
 
 def _metrics_sql(spec: TableSpec, aggregate: str) -> tuple[str, list]:
@@ -272,6 +274,9 @@ def _metrics_sql(spec: TableSpec, aggregate: str) -> tuple[str, list]:
     select = ", ".join(f"{aggregate}(m.value) FILTER (WHERE m.name = ?) AS {_alias(a)}"
                        for a, _ in spec.metric_columns)
     return select, [name for _, name in spec.metric_columns]
+
+
+_SIGNED = {"pos": "class_pos", "neg": "class_neg"}  # the credit summary's list of each sign
 
 
 def _table_sql(spec: TableSpec) -> tuple[str, list]:
@@ -296,6 +301,9 @@ def _table_sql(spec: TableSpec) -> tuple[str, list]:
         for alias, name in spec.class_columns:
             index = spec.credit.classes.index(name) + 1  # DuckDB lists are 1-based
             cols.append(f"c.class_abs[{int(index)}] / nullif(c.abs_total, 0) AS {_alias(alias)}")
+        for alias, sign, name in spec.signed_columns:
+            index, column = spec.credit.classes.index(name) + 1, _SIGNED[sign]
+            cols.append(f"c.{column}[{int(index)}] / nullif(list_sum(c.{column}), 0) AS {_alias(alias)}")
         cols.append("c.max_abs")
         if spec.logged_gap:
             cols.append("c.mean_adv - s.logged_advantage AS logged_gap")

@@ -143,9 +143,13 @@ def shares_in_numpy(handle: StoreHandle, name: str) -> pd.DataFrame:
         magnitude = np.abs(adv[i]) * mask[i]
         total = magnitude.sum()
         row = {"rollout_id": rid, "max_abs": magnitude.max(), "mean_adv": adv[i][mask[i]].mean()}
+        positive, negative = np.maximum(adv[i], 0) * mask[i], np.maximum(-adv[i], 0) * mask[i]
         for c, label in enumerate(credit_shares.CREDIT_CLASSES):
             share = magnitude[classes[i] == c].sum() / total if total else np.nan
             row[explorer.column_name("share", label)] = share
+            for sign, part in (("pos", positive), ("neg", negative)):
+                row[explorer.column_name(f"{sign}_share", label)] = (
+                    part[classes[i] == c].sum() / part.sum() if part.sum() else np.nan)
         rows.append(row)
     return pd.DataFrame(rows).set_index("rollout_id")
 
@@ -156,7 +160,10 @@ def test_credit_shares_match_the_estimate(handle, name):
     want = shares_in_numpy(handle, name)
     share_columns = [explorer.column_name("share", c) for c in credit_shares.CREDIT_CLASSES]
     assert [c for c in got.columns if c.startswith("share_")] == share_columns
-    for column in [*share_columns, "max_abs"]:
+    signed = [explorer.column_name(f"{sign}_share", c) for sign in ("pos", "neg")
+              for c in credit_shares.CREDIT_CLASSES]
+    assert [c for c in got.columns if c.startswith(("pos_share_", "neg_share_"))] == signed
+    for column in [*share_columns, *signed, "max_abs"]:
         np.testing.assert_allclose(got.loc[want.index, column].astype(float), want[column], rtol=1e-5,
                                    atol=1e-7, equal_nan=True, err_msg=column)
     shares = got[share_columns].astype(float)

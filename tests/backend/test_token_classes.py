@@ -3,6 +3,7 @@ the run in the store and used by every credit-by-class table."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -19,9 +20,12 @@ from tests.conftest import make_records, run_cli_here
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_defaults_end_in_other_and_filler_is_gone():
-    assert token_classes.names()[-1] == "other"
-    assert "filler" not in token_classes.names()
+def test_defaults_end_in_other_and_filler_phrases_come_before_style_spans():
+    names = token_classes.names()
+    assert names[-1] == "other"
+    assert names.index("filler") < names.index("style span")  # first match wins: filler by its words
+    filler = token_classes.DEFAULT_CLASSES[names.index("filler")]
+    assert filler.kind == "phrases" and "i hope this helps" in filler.phrases
 
 
 def test_phrases_match_across_tokens_and_user_regex_wins_by_order():
@@ -120,7 +124,7 @@ def test_class_ids_from_arrow_text_equal_the_per_token_definition(tmp_path):
         as_arrow = store.load_batch("subword", fields={"token_text"})
     assert as_arrow.tokens is None and as_lists.token_text is None
     classes = (token_classes.TokenClass("carries", "phrases", "rry 1\n=1"),
-               *token_classes.DEFAULT_CLASSES[2:],
+               *[c for c in token_classes.DEFAULT_CLASSES if c.kind == "regex"],
                token_classes.TokenClass("capital", "regex", r"^\s?[A-Z]"))
     lengths = as_lists.lengths.tolist()
     expected = _reference_class_ids(as_lists.tokens, lengths, classes)
@@ -130,3 +134,45 @@ def test_class_ids_from_arrow_text_equal_the_per_token_definition(tmp_path):
         assert got == expected
     seen = {k for row in expected for k in row}
     assert {0, 1, 2, len(classes)} <= seen  # the phrase, a regex, digits and other all occur
+
+
+def test_style_span_leaves_format_penalties_and_filler_is_found_by_its_words():
+    from backend.batch import batch_from_records  # noqa: PLC0415 - only this test builds its own batch
+
+    tokens = ["Great", " question", "!", " 4", "\n", "#", "##", " x"]
+    batch = batch_from_records([{
+        "token_ids": list(range(len(tokens))), "group_id": 0, "tokens": tokens, "scores": {"task": 1.0},
+        "token_rewards": {"format": [0.0] * 5 + [-1.0] * 3, "style": [0.0] * 8},
+    }])
+    labels = token_classes.labels(batch, 0)
+    assert labels[:2] == ["filler", "filler"]  # "great question" spans two tokens
+    assert "style span" not in labels  # a format penalty is not a style span
+    assert labels[5:] == ["punctuation", "punctuation", "other"]
+
+
+def test_move_reorders_and_phrases_show_as_phrases():
+    moved = token_classes.move(token_classes.DEFAULT_CLASSES, "style span", "up")
+    assert token_classes.names(moved)[:3] == ("key", "style span", "filler")
+    assert token_classes.names(token_classes.move(moved, "key", "last"))[-2:] == ("key", "other")
+    with pytest.raises(InputError, match="no such class"):
+        token_classes.move(moved, "nope", "up")
+    shown = token_classes.shown_pattern(token_classes.TokenClass("f", "phrases", "let me think\nyou know"))
+    assert shown == "let me think | you know"
+    assert token_classes.parse_pattern("phrases", shown) == "let me think\nyou know"
+    assert token_classes.parse_pattern("regex", "a|b") == "a|b"
+
+
+def test_the_cli_moves_a_class_and_prints_phrases_as_phrases(tmp_path):
+    db = tmp_path / "runs.duckdb"
+    with Store(db) as store:
+        import_records(store, "r", make_records(n_groups=1, group_size=2), content_key="r")
+    cli = ["token-classes", "--db", str(db), "--run", "r"]
+    out = run_cli_here(*cli, "--add", "hedges", "phrases", "obviously|let me", "--move", "hedges", "first")
+    assert out.returncode == 0, out.stderr
+    first = out.stdout.splitlines()[0].split()
+    assert first[:2] == ["hedges", "phrases"] and "obviously | let me" in out.stdout.splitlines()[0]
+    up = run_cli_here(*cli, "--move", "style span", "up", "--json")
+    names = [c["name"] for c in json.loads(up.stdout)]
+    assert names.index("style span") < names.index("filler")
+    bad = run_cli_here(*cli, "--move", "nope", "up")
+    assert bad.returncode == 2 and "no such class" in bad.stderr
