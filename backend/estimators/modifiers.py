@@ -247,11 +247,10 @@ def entropy_drop_mask(batch: RolloutBatch, config: EntropyDropConfig) -> Estimat
                            {"base": base, "marked": marked, "weight": torch.where(mask, weight, 0.0)})
 
 
-AGGREGATION_SOURCE = ("Dr. GRPO (Liu et al., arXiv 2503.20783): verl agg_loss 'seq-mean-token-sum-norm' "
-                      "(volcengine/verl @ b178a3cd56f58b2d502255daba591e92833930a7, with the actor's "
-                      "micro/mini batch scaling), TRL loss_type='dr_grpo' (trl 1.16.0), oat; "
-                      "seq-mean-token-mean, token-mean "
-                      "and seq-mean-token-sum as verl agg_loss")
+AGGREGATION_SOURCE = ("Dr. GRPO (Liu et al., arXiv 2503.20783) as TRL loss_type='dr_grpo' (trl 1.16.0: every "
+                      "row of the batch, empty ones included, times max_completion_length); "
+                      "seq-mean-token-mean, token-mean and seq-mean-token-sum as verl agg_loss "
+                      "(volcengine/verl @ b178a3cd56f58b2d502255daba591e92833930a7)")
 
 
 @dataclass(frozen=True)
@@ -270,11 +269,12 @@ class AggregationConfig(ModifierConfig):
 
 
 @register("aggregation", AggregationConfig, "Effective per-token push c * A under a loss-aggregation mode "
-          "(Dr. GRPO: c = 1/(B L_budget), B non-empty responses, L_budget the generation budget)",
+          "(Dr. GRPO as TRL: c = 1/(B L_budget), B every response, L_budget the generation budget)",
           family="aggregation", source=AGGREGATION_SOURCE)
 def aggregation(batch: RolloutBatch, config: AggregationConfig) -> EstimatorResult:
     """c: seq-mean-token-mean 1/(B L_i); token-mean (DAPO) 1/sum_j L_j; seq-mean-token-sum 1/B;
-    dr-grpo 1/(B L_budget). B counts non-empty responses (verl's agg_loss leaves fully masked ones out).
+    dr-grpo 1/(B_all L_budget). B counts non-empty responses (verl's agg_loss leaves fully masked ones out);
+    B_all counts every response, empty ones included, as TRL's dr_grpo divides by every row.
     `normalize` rescales every mode by N = sum_j L_j so the numbers are per-token pushes comparable with A.
     Diagnostics: base (B, T), weights (B, T) c (times N when normalized), B, N, l_budget."""
     mask = batch.response_mask
@@ -290,7 +290,7 @@ def aggregation(batch: RolloutBatch, config: AggregationConfig) -> EstimatorResu
     elif config.mode == "seq-mean-token-sum":
         c = torch.full_like(L, 1.0 / B)
     else:
-        c = torch.full_like(L, 1.0 / (B * budget))
+        c = torch.full_like(L, 1.0 / (max(mask.shape[0], 1) * budget))
     if config.normalize:
         c = c * N
     weights = torch.where(mask, c.expand_as(base), 0.0)

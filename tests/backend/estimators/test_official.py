@@ -1,16 +1,19 @@
 """Paper-named estimators against their sources' own outputs (equality to 1e-6).
 
-`fixtures/official_outputs.json` holds the outputs of the official code, run once on the small inputs stored
-beside them (each entry names the repository, commit and function): KTAE (xiaolizh1/KTAE), STARE
-(hp-luo/STARE), verl's `agg_loss` and TRL's Dr. GRPO loss; GTPO has no published code, so its entry is a
-worked example of the paper's Eq. 3, 5, 6. Nothing of that code is vendored here. TRL is a test dependency:
-its `get_high_entropy_mask` is called directly. GRPO-λ has no official code either (and only page 1 of its
-paper could be read): its entry is Eq. 2 summed by hand, as a public reimplementation quotes it.
+`fixtures/official/<name>.json` holds the outputs of official code, each file written by
+`scripts/official_fixtures/<name>.py`, which runs that code from a checkout outside this repository (the
+path is its argument) on the inputs written in the script, and records the repository, the commit that ran
+and the library versions: KTAE (xiaolizh1/KTAE), STARE (hp-luo/STARE), OAR, GCPO and verl's `agg_loss`.
+Nothing of that code is vendored here. TRL is a test dependency: its `get_high_entropy_mask` and its
+`dr_grpo` loss (`GRPOTrainer._compute_loss`) are called directly. `fixtures/worked_examples.json` holds what
+has no official code, worked by hand: GTPO (the paper's Eq. 3, 5, 6) and GRPO-λ, whose entry is Eq. 2
+summed by hand as a public reimplementation quotes it (only page 1 of its paper could be read).
 """
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -23,7 +26,10 @@ from backend.estimators.reference import reference_advantages
 
 from .helpers import random_batch
 
-FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "official_outputs.json").read_text())
+FIXTURE_DIR = Path(__file__).parent / "fixtures"
+OFFICIAL = {path.stem: json.loads(path.read_text())
+            for path in sorted((FIXTURE_DIR / "official").glob("*.json"))}
+FIXTURES = {**json.loads((FIXTURE_DIR / "worked_examples.json").read_text()), **OFFICIAL}
 
 
 def _padded(values: list[list[float]], batch) -> torch.Tensor:
@@ -71,9 +77,9 @@ def test_stare_fixture_covers_gate_off_and_boosts():
     assert any(w == pytest.approx(1.1) for row in on["omega"] for w in row)
 
 
-@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "dr-grpo"])
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
 def test_aggregation_weights_equal_verl_agg_loss(mode):
-    entry = FIXTURES["aggregation"]
+    entry = FIXTURES["verl_agg_loss"]
     batch = _batch(entry["records"])
     assert not batch.response_mask[-1].any()  # an empty response, left out of B as verl does
     res = registry.estimate("aggregation", batch, mode=mode, normalize=False, l_budget=entry["l_budget"])
@@ -81,21 +87,58 @@ def test_aggregation_weights_equal_verl_agg_loss(mode):
     torch.testing.assert_close(res.diagnostics["weights"], expected, atol=1e-6, rtol=0)
 
 
-def test_dr_grpo_weights_equal_trl_on_nonempty_rows():
-    entry = FIXTURES["aggregation"]
+def _trl_dr_grpo_weights(mask: torch.Tensor, max_completion_length: int) -> torch.Tensor:
+    """c (B, T) of TRL's own `GRPOTrainer._compute_loss` with loss_type 'dr_grpo', one process, no gradient
+    accumulation: minus the gradient of its loss with respect to the per-token log-probabilities at the old
+    policy (ratio 1, inside the clip) with every advantage 1. The object it is bound to holds the attributes
+    the method reads; the model's forward pass is replaced by those log-probabilities."""
+    from accelerate import Accelerator  # noqa: PLC0415 - optional: TRL
+    from trl.trainer.grpo_trainer import GRPOTrainer  # noqa: PLC0415 - optional: TRL
+
+    B, T = mask.shape
+    logps = torch.zeros(B, T, requires_grad=True)
+    owner = SimpleNamespace(
+        accelerator=Accelerator(cpu=True), loss_type="dr_grpo", max_completion_length=max_completion_length,
+        beta=0.0, epsilon_low=0.2, epsilon_high=0.2, top_entropy_quantile=1.0, off_policy_mask_threshold=None,
+        importance_sampling_level="token", use_vllm=False, aux_loss_enabled=False,
+        _entropy_bonus_enabled=False, current_gradient_accumulation_steps=1,
+        model=SimpleNamespace(training=True), args=SimpleNamespace(delta=None),
+        _metrics=defaultdict(lambda: defaultdict(list)),
+        _get_per_token_logps_and_entropies=lambda *args, **kwargs: (logps, torch.zeros(B, T), None))
+    inputs = {"prompt_ids": torch.zeros(B, 1, dtype=torch.long),
+              "prompt_mask": torch.ones(B, 1, dtype=torch.long),
+              "completion_ids": torch.zeros(B, T, dtype=torch.long), "completion_mask": mask.long(),
+              "advantages": torch.ones(B)}
+    GRPOTrainer._compute_loss(owner, None, inputs).backward()
+    return -logps.grad
+
+
+def test_dr_grpo_weights_equal_trl():
+    """The dr-grpo mode is TRL's dr_grpo: 1/(B L_budget) with B every row, the empty one included."""
+    entry = FIXTURES["verl_agg_loss"]
     batch = _batch(entry["records"])
     res = registry.estimate("aggregation", batch, mode="dr-grpo", normalize=False, l_budget=entry["l_budget"])
-    nonempty = batch.response_mask.any(1)
-    trl = torch.zeros_like(res.diagnostics["weights"][nonempty])
-    for i, row in enumerate(entry["trl_dr_grpo_c_nonempty"]):
-        trl[i, :len(row)] = torch.tensor(row[:trl.shape[1]])
-    got = res.diagnostics["weights"][nonempty]
-    torch.testing.assert_close(got, torch.where(batch.response_mask[nonempty], trl, 0.0), atol=1e-6, rtol=0)
-    # not the batch's longest response: 1 / (B L_budget), B = 6 non-empty responses, L_budget = 16
-    assert got[batch.response_mask[nonempty]].unique().tolist() == pytest.approx([1 / (6 * 16)])
+    trl = _trl_dr_grpo_weights(batch.response_mask, entry["l_budget"])
+    torch.testing.assert_close(res.diagnostics["weights"], trl, atol=1e-6, rtol=0)
+    # not the batch's longest response: 1 / (B L_budget), B = 7 responses (one empty), L_budget = 16
+    assert res.diagnostics["weights"][batch.response_mask].unique().tolist() == pytest.approx([1 / (7 * 16)])
     assert res.diagnostics["fallback"] is None
     unknown = registry.estimate("aggregation", batch, mode="dr-grpo", normalize=False).diagnostics
     assert "without l_budget" in unknown["fallback"] and unknown["l_budget"] == batch.response_mask.shape[1]
+
+
+def test_verl_seq_mean_token_sum_norm_is_not_dr_grpo():
+    """verl's `seq-mean-token-sum-norm` divides the summed token losses by loss_scale_factor alone: c = 1/16
+    here, B times Credit Lens's (and TRL's) 1/(B L_budget); its actor then divides by the gradient
+    accumulation count, which gives 1/(B L) only for micro-batches of one row (docs/estimators.md)."""
+    entry = FIXTURES["verl_agg_loss"]
+    batch = _batch(entry["records"])
+    verl = _padded(entry["c"]["seq-mean-token-sum-norm"], batch)
+    scale = entry["loss_scale_factor"]["seq-mean-token-sum-norm"]
+    assert verl[batch.response_mask].unique().tolist() == [1 / scale]
+    ours = registry.estimate("aggregation", batch, mode="dr-grpo", normalize=False,
+                             l_budget=entry["l_budget"]).diagnostics["weights"]
+    torch.testing.assert_close(ours * batch.response_mask.shape[0], verl, atol=1e-7, rtol=0)
 
 
 def test_gtpo_equals_paper_worked_example():
@@ -215,3 +258,26 @@ def test_model_based_estimators_carry_their_source():
     assert "8dbc47862b5c3636b6070be16c9a181b17ca6346" in registry.get("oar_p").source
     assert registry.get("oar_g").source == registry.get("oar_p").source
     assert "e0f183de1ddad5714587be3eaed5b01be44724ee" in registry.get("gcpo").source
+
+
+def test_official_fixtures_name_their_script_commit_and_libraries():
+    root = Path(__file__).resolve().parents[3]
+    for name, entry in OFFICIAL.items():
+        assert entry["made_by"] == f"scripts/official_fixtures/{name}.py", name
+        assert (root / entry["made_by"]).is_file(), name
+        assert len(entry["commit"]) == 40 and entry["commit"] == entry["cited_commit"], name
+        assert entry["repository"] and entry["python"] and entry["libraries"]["torch"], name
+    cited = {"ktae": "ktae", "stare": "stare", "oar_p": "oar", "gcpo": "gcpo", "aggregation": "verl_agg_loss"}
+    for estimator, name in cited.items():
+        assert OFFICIAL[name]["commit"] in registry.get(estimator).source, estimator
+
+
+def test_ktae_fixture_decides_fisher_p_one_exactly():
+    """The official code's `p != 1.0` depends on the CPU's rounding (issue 25), so the KTAE fixture's
+    advantages take each Fisher p = 1 exactly (F = 0); the fixture also keeps the tables whose float32 p fell
+    under 1 on the machine that made it, and that machine's unchanged official output, which differs."""
+    cases = FIXTURES["ktae"]["cases"]
+    tables = [t for case in cases for t in case["fisher_tables"]]
+    assert any(t["p_exact"] == "1/1" and t["p_official"] < 1.0 and t["replaced"] for t in tables)
+    assert any(t["p_exact"] == "1/3" for t in tables)  # a tie between equal probabilities, both counted
+    assert any(case["advantages"] != case["advantages_as_run"] for case in cases)
