@@ -13,6 +13,7 @@ from backend.ingest import FORMATS, import_path
 from backend.ingest.bundled import import_bundled
 from backend.ingest.follow import follow
 from backend.store import open_store
+from backend.store.handle import kept_only_on_success
 
 
 def cmd_init(args) -> int:
@@ -36,10 +37,10 @@ def _channel_names(text: str | None) -> list[str] | None:
 
 def cmd_import(args) -> int:
     options = {"model_dir": args.model, "verifier": args.verifier, "channels": _channel_names(args.channels),
-               "group_size": args.group_size, "main_channel": args.main_channel}
+               "group_size": args.group_size, "main_channel": args.main_channel, "append": args.append}
     if args.follow:
         return _follow(args, options)
-    with open_store(args.db) as store:
+    with kept_only_on_success(args.db), open_store(args.db) as store:
         report = import_path(
             store,
             args.path,
@@ -123,12 +124,16 @@ def add_commands(sub) -> None:
     p = sub.add_parser("import", help="import a run (native JSONL/Parquet, verl dump, TRL completions)")
     p.add_argument("path", type=Path)
     add_db_arg(p)
-    p.add_argument("--run", required=True, help="run name (created if new; re-importing a file adds nothing)")
+    p.add_argument("--run", required=True,
+                   help="run name (created if new; re-importing a file adds nothing; other content into an "
+                        "existing run is refused without --append)")
+    p.add_argument("--append", action="store_true",
+                   help="add to the existing run of this name on purpose (its model and channels must match)")
     p.add_argument("--format", choices=FORMATS, default=None, help="default: detect")
     p.add_argument("--model", default=None, help="local HF folder whose tokenizer re-tokenizes text")
     p.add_argument("--channels", default=None, metavar="A,B",
-                   help="columns (trl) or keys (verl) that become reward channels; the rest go to meta "
-                        "(default: trl float columns; verl score and numeric keys)")
+                   help="columns (trl) or keys (verl) that become reward channels; other numbers become "
+                        "per-rollout metrics, the rest meta (default: trl float columns; verl score)")
     p.add_argument("--main-channel", default=None, metavar="C|all",
                    help="the run's main channel, what views and commands read by default (default: task, "
                         "else the run's one channel, else all: the channel scores summed per rollout)")

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from backend.errors import InputError, StoreError
+from backend.ingest import append as append_rules
 from backend.ingest import native, sniff, token_dumps
 from backend.ingest.records import ChunkBuffer, validate_record
 from backend.ingest.sources import (
@@ -160,13 +161,16 @@ def import_path(
     channels: list[str] | None = None,
     group_size: int | None = None,
     main_channel: str | None = None,
+    append: bool = False,
 ) -> ImportReport:
     """Import a file or directory into `run` (created if new), atomically (see the module docstring).
+    Adding to an existing run needs `append` unless the import continues what the run holds, and always
+    the run's tokenizer and channels (`backend.ingest.append`). `model_dir` is stored resolved (absolute).
 
     `channels`: the columns (TRL) or keys (verl) that become reward channels, instead of the default
-    (TRL: the float columns; verl: `score` and the numeric keys). `group_size`: TRL's num_generations,
-    the size of the consecutive blocks that form groups. `main_channel`: the run's main channel (one of
-    its channels or `all`; default for a new run: task, else its one channel, else all)."""
+    (TRL: the float columns; verl: `score`; other numbers are per-rollout metrics). `group_size`: TRL's
+    num_generations, the size of the consecutive blocks that form groups. `main_channel`: the run's main
+    channel (one of its channels or `all`; default for a new run: task, else its one channel, else all)."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
@@ -184,6 +188,7 @@ def import_path(
     if group_size is not None and group_size < 1:
         raise InputError(f"--group-size must be at least 1, got {group_size}")
     files = _files_of(path, fmt)
+    model_dir = _absolute(model_dir)
     tokenizer = Tokenizer(model_dir)
     file_hash = content_hash(files, path)
     by_rows = fmt == "trl" or any(f.suffix == ".parquet" for f in files)
@@ -214,9 +219,16 @@ def import_path(
             bar,
             notes,
             main_channel,
+            append=append,
+            source_path=path,
         )
     finally:
         bar.close()
+
+
+def _absolute(model_dir: str | None) -> str | None:
+    """The model folder as an absolute path: a run opened from another folder still finds its model."""
+    return str(Path(model_dir).expanduser().resolve()) if model_dir else None
 
 
 def import_records(
@@ -228,8 +240,11 @@ def import_records(
     model_dir: str | None = None,
     origin: str = "<records>",
     content_key: str | None = None,
+    append: bool = False,
 ) -> ImportReport:
-    """Import native-format dicts (synthetic runs, tests). `content_key` makes it idempotent."""
+    """Import native-format dicts (synthetic runs, tests). `content_key` makes it idempotent; `append` adds
+    to an existing run (see `import_path`)."""
+    model_dir = _absolute(model_dir)
     tokenizer = Tokenizer(model_dir) if model_dir else Tokenizer(None)
     numbered = ((f"{origin}: record {i + 1}", rec) for i, rec in enumerate(records))
     return _import(
@@ -245,6 +260,7 @@ def import_records(
         verifier,
         model_dir,
         None,
+        append=append,
     )
 
 
@@ -255,11 +271,12 @@ class ArrowBatches:
 
 
 def import_batches(store: Store, run: str, batches: Iterable[pa.RecordBatch], source: str = "records",
-                   origin: str = "<records>", content_key: str | None = None) -> ImportReport:
+                   origin: str = "<records>", content_key: str | None = None,
+                   append: bool = False) -> ImportReport:
     """Import native-format Arrow record batches with token ids (`creditlens synth`): the vectorized
     path of native Parquet files, staged and atomic like every import. `content_key` makes it idempotent."""
     return _import(store, run, "native", ArrowBatches(batches, origin), None, Tokenizer(None), content_key,
-                   origin, source, None, None, None)
+                   origin, source, None, None, None, append=append)
 
 
 def _import(
@@ -277,6 +294,9 @@ def _import(
     bar,
     notes: ReadNotes | None = None,
     main_channel: str | None = None,
+    *,
+    append: bool = False,
+    source_path: Path | None = None,
 ) -> ImportReport:
     if store.read_only:
         raise StoreError(f"{store.path}: opened read-only; imports need the writable store")
@@ -301,6 +321,10 @@ def _import(
             )
         if n_records == 0 and skipped == 0:
             raise InputError(f"{origin}: no records to import (empty file)")
+        if target_id is not None and n_records:  # never a merge by accident (backend/ingest/append.py)
+            append_rules.check_addition(store, run, target_id, staging_id, origin, n_records, skipped,
+                                        source_path, append, tokenizer.name, model_dir,
+                                        notes.channels if notes is not None else ())
         with store.memory_limit(IMPORT_MEMORY_LIMIT), store.transaction():  # DuckDB spills beyond it
             run_id = target_id  # every record already in the run: nothing to publish
             if n_records:
@@ -312,7 +336,8 @@ def _import(
                         "`creditlens main-channel` or on the Runs page)")
                 fill_rollout_summary(store, run_id)  # the Explorer's per-rollout numbers, whole run
             if file_hash is not None and run_id is not None:
-                store.record_import(run_id, file_hash, origin, fmt, n_records, n_tokens)
+                recorded = str(source_path.resolve()) if source_path is not None else origin
+                store.record_import(run_id, file_hash, recorded, fmt, n_records, n_tokens)
         if not n_records:
             store.discard_run_rows(staging_id)
     except BaseException:

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from backend.errors import InputError
 from backend.ingest import ImportReport, import_path
+from backend.ingest.append import check_follow
 from backend.ingest.sources import detect_format, trl_files, verl_files
 from backend.store import Store
 
@@ -59,13 +60,19 @@ def follow(
 ) -> tuple[int, int]:
     """Import step files of `directory` into `run` as they appear, until `stop()` is true or the process
     gets KeyboardInterrupt (Ctrl-C), which propagates after the file in progress was either imported
-    whole or not at all. Returns (files imported, rollouts added)."""
+    whole or not at all. Returns (files imported, rollouts added).
+
+    An existing `run` is followed only when `directory` (or a file in it) was imported into it before, or
+    with `append=True` among `import_options`; each new step file then appends to it (`import_path` with
+    `append=True`, which still checks the run's model and channels)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise InputError(f"{directory}: --follow needs a directory (a verl rollout_data_dir or a TRL "
                          "output/completions directory)")
     if fmt not in (None, "verl", "trl"):
         raise InputError(f"{directory}: --follow reads verl or trl directories, not {fmt!r}")
+    with open_store() as store:
+        check_follow(store, run, directory, bool(import_options.pop("append", False)))
     imported: dict[Path, tuple[int, int]] = {}  # file -> (size, mtime_ns) at its import
     last_seen: dict[Path, tuple[int, int]] = {}
     files_done = rollouts = 0
@@ -82,7 +89,7 @@ def follow(
             if imported.get(f) == state or not stable or not _complete(f):
                 continue
             with open_store() as store:
-                report = import_path(store, f, run, fmt=fmt_now, **import_options)
+                report = import_path(store, f, run, fmt=fmt_now, append=True, **import_options)
             imported[f] = state
             files_done += 1
             rollouts += report.records

@@ -123,6 +123,8 @@ class ReadNotes:
 
     lines: dict[str, None] = field(default_factory=dict)
     unscorable: int = 0
+    channels: dict[str, None] = field(default_factory=dict)
+    """The channels the reader made (a column that is all NaN in a file still names its channel)."""
 
     def add(self, line: str) -> None:
         self.lines[line] = None
@@ -212,6 +214,8 @@ def verl_records(files: list[Path], progress: Progress | None = None, notes: Rea
                     as_meta.append(key)
             if not rewards:
                 notes.unscorable += 1
+            declared = chosen if chosen is not None else ["score"]  # a null score still names its channel
+            notes.channels.update(dict.fromkeys("task" if c == "score" else c for c in declared))
             notes.add(f"channels: {', '.join(('score -> task' if c == 'score' else c) for c in as_channels)}"
                       + (f"; metrics (per rollout, not rewards): {', '.join(as_metrics)}"
                          if as_metrics else "")
@@ -380,6 +384,7 @@ def trl_records(files: list[Path], progress: Progress | None = None, notes: Read
         metric_cols = [c for c in others if _is_numeric(schema.field(c).type)]
         meta_cols = [c for c in others if c not in metric_cols]
         names = {reward_cols[0]: "task"} if len(reward_cols) == 1 else {c: c for c in reward_cols}
+        notes.channels.update(dict.fromkeys(names.values()))
         notes.add("channels: " + ", ".join(f"{c} -> {ch}" if c != ch else c for c, ch in names.items())
                   + (f"; metrics (per rollout, not rewards): {', '.join(metric_cols)}" if metric_cols else "")
                   + (f"; kept in meta: {', '.join(meta_cols)}" if meta_cols else ""))

@@ -63,6 +63,26 @@ class StoreHandle:
             store.close()
 
 
+@contextmanager
+def kept_only_on_success(db: Path | None) -> Iterator[None]:
+    """A store that does not exist yet is kept only if the block succeeds: a failed import against a new
+    path leaves no empty store and no folders behind (what existed before is never touched)."""
+    path = Path(db or default_db_path())
+    missing = [p for p in (path, *path.parents) if not p.exists()]  # the file, then its new folders
+    try:
+        yield
+    except BaseException:
+        if missing:
+            for leftover in (path, path.with_name(path.name + ".wal")):
+                leftover.unlink(missing_ok=True)
+            for folder in missing[1:]:
+                try:
+                    folder.rmdir()  # only when empty: another process may have put something there
+                except OSError:
+                    break
+        raise
+
+
 def store_handle(db: Path | None) -> StoreHandle:
     """The store of one command, opened per unit of work. While another process holds the file (an
     import, a resample, the app reading) it waits up to $CREDITLENS_LOCK_WAIT seconds (default 30)."""

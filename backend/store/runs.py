@@ -215,6 +215,11 @@ class Runs(Connection):
             is not None
         )
 
+    def import_sources(self, run_id: int) -> list[str]:
+        """The paths imported into the run (absolute since imports record them resolved)."""
+        return [r[0] for r in self.con.execute(
+            "SELECT DISTINCT path FROM imports WHERE run_id = ? AND path IS NOT NULL", [run_id]).fetchall()]
+
     def record_keys(self, run_id: int) -> set[int]:
         """The content keys of the run's imported records (see migration 003)."""
         table = self.con.sql(

@@ -38,7 +38,8 @@ def test_reimport_adds_nothing_and_says_so(store, tmp_path):
 
 def test_second_file_appends_with_stable_ids_and_groups(store, tmp_path):
     import_path(store, write_jsonl(tmp_path / "a.jsonl", make_records(n_groups=2)), "r")
-    import_path(store, write_jsonl(tmp_path / "b.jsonl", make_records(n_groups=3, seed=9)), "r")
+    # another file into the same name is appended on purpose only (backend/ingest/append.py)
+    import_path(store, write_jsonl(tmp_path / "b.jsonl", make_records(n_groups=3, seed=9)), "r", append=True)
     index = store.rollout_index("r")
     assert index["rollout_id"].tolist() == list(range(20))
     # same prompt text and step in the second file joins the first file's groups
