@@ -1,4 +1,5 @@
-"""What the app changes in the store: import (upload or path) and delete, each checking access first.
+"""What the app changes in the store: import (upload or path), the main channel and delete, each checking
+access first.
 
 The Runs page hides these in read-only mode; the checks here are what refuses them (`access.Refused`)
 whatever a client sends. Path imports read only inside the server's import roots, resolved after
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app import access
-from backend import ingest
+from backend import ingest, main_channel
 
 # Re-exported for the Runs page, which reaches the backend only through app/.
 from backend.errors import InputError as InputError
@@ -49,9 +50,11 @@ def _model_folder(current: access.Settings, model_dir: str | None) -> str | None
 
 
 def _import(handle: StoreHandle, target: Path, name: str, fmt: str | None, on_progress,
-            model_dir: str | None = None):
+            model_dir: str | None = None, **options):
+    """options: channels (list of column or key names), main_channel (as `creditlens import`)."""
     with handle.write() as store:
-        return ingest.import_path(store, target, name, fmt=fmt, model_dir=model_dir, on_progress=on_progress)
+        return ingest.import_path(store, target, name, fmt=fmt, model_dir=model_dir, on_progress=on_progress,
+                                  **{k: v for k, v in options.items() if v is not None})
 
 
 def import_from_path(
@@ -62,13 +65,14 @@ def import_from_path(
     fmt: str | None = None,
     on_progress: Callable[[float], None] | None = None,
     model_dir: str | None = None,
+    **options,
 ):
     """Import a file or folder on the server into run `name` (tokenized with `model_dir`'s tokenizer when
-    given); returns the importer's report."""
+    given; `options` as `_import`); returns the importer's report."""
     access.require_writable(current, "import")
     target = access.import_path_allowed(current, path)
     _links_leaving_roots(current, target)
-    return _import(handle, target, name, fmt, on_progress, _model_folder(current, model_dir))
+    return _import(handle, target, name, fmt, on_progress, _model_folder(current, model_dir), **options)
 
 
 def import_upload(
@@ -80,6 +84,7 @@ def import_upload(
     fmt: str | None = None,
     on_progress: Callable[[float], None] | None = None,
     model_dir: str | None = None,
+    **options,
 ):
     """Import uploaded bytes, saved under the browser's file name made safe inside a temporary folder that
     is removed afterwards; an error names the uploaded file (`filename`), never the temporary path."""
@@ -89,7 +94,7 @@ def import_upload(
         target = safe_upload_path(tmp, filename)
         target.write_bytes(content)
         try:
-            return _import(handle, target, name, fmt, on_progress, model)
+            return _import(handle, target, name, fmt, on_progress, model, **options)
         except (InputError, StoreError) as exc:
             raise type(exc)(_as_uploaded(str(exc), target, filename)) from None
 
@@ -100,6 +105,13 @@ def _as_uploaded(message: str, saved: Path, filename: str) -> str:
     for path in (saved, saved.parent, saved.resolve(), saved.parent.resolve()):
         message = message.replace(str(path), shown)
     return message
+
+
+def set_main_channel(current: access.Settings, handle: StoreHandle, name: str, channel: str) -> str:
+    """Make `channel` (one of the run's channels, or all) the run's main channel; returns it."""
+    access.require_writable(current, "main channel")
+    with handle.write() as store:
+        return main_channel.set_main_channel(store, name, channel)
 
 
 def delete_run(current: access.Settings, handle: StoreHandle, name: str) -> None:

@@ -17,12 +17,12 @@ import streamlit as st
 from app import data
 from backend import (
     channel_credit,
-    channels,
     credit_shares,
     display_tree,
     estimates,
     explain,
     explorer,
+    main_channel,
     strips,
     teacher_bench,
     token_classes,
@@ -36,6 +36,8 @@ from backend.estimators import registry
 from backend.explorer import FLAG_COLUMNS as FLAG_COLUMNS
 from backend.explorer import ExplorerQuery as ExplorerQuery
 from backend.explorer import Filter as Filter
+from backend.main_channel import on_channel as on_channel
+from backend.main_channel import score_on as score_on
 from backend.metrics import METRICS as METRICS
 from backend.models import engine_note as engine_note
 from backend.models import load_engine
@@ -70,18 +72,23 @@ def _row_of(batch, rollout_id: int) -> int:
 
 @st.cache_data(show_spinner=_SCOPED, max_entries=64)
 def group_credit(
-    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple = (), norms: tuple = ()
+    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple = (), norms: tuple = (),
+    channel: str | None = None,
 ) -> channel_credit.ChannelCredit:
+    """The group's split-channel credit with `estimator` on `channel` (None: the run's main channel)."""
     _, credit = explain.group_channel_credit(data.store_handle(db), run, group, estimator, config,
                                              dict(betas) or None, normalizations=dict(norms) or None,
-                                             save=not data.settings().read_only)
+                                             save=not data.settings().read_only, channel=channel)
     return credit
 
 
 @st.cache_data(show_spinner="Collecting the estimator's terms…", max_entries=64)
-def terms(db: str, run: str, rollout_id: int, estimator: str, config: tuple, channel: str = "task") -> dict:
-    """The estimator's terms for one rollout at its scope (what `creditlens explain --json` prints)."""
-    built = registry.make_config(estimator, **explain._with_channel(estimator, dict(config), channel))
+def terms(db: str, run: str, rollout_id: int, estimator: str, config: tuple, channel: str | None = None
+          ) -> dict:
+    """The estimator's terms for one rollout at its scope on `channel` (None: the run's main channel), what
+    `creditlens explain --json` prints."""
+    channel = main_channel.resolve(data.store_handle(db), run, channel)
+    built = registry.make_config(estimator, **dict(main_channel.on_channel(estimator, config, channel)))
     return explain.scoped_terms(data.store_handle(db), run, rollout_id, estimator, built)
 
 
@@ -96,11 +103,12 @@ def _scoped(db: str, run: str, name: str, config: tuple, rollout_ids: list[int],
 @st.cache_data(show_spinner=False, max_entries=64)
 def rollout_view(
     db: str, run: str, group: int, rollout_id: int, estimator: str, config: tuple, betas: tuple = (),
-    norms: tuple = (), classes: tuple | None = None,
+    norms: tuple = (), classes: tuple | None = None, channel: str | None = None,
 ) -> RolloutView:
-    """classes: the token classes that label the tokens (default: the run's saved ones)."""
+    """classes: the token classes that label the tokens (default: the run's saved ones); channel: the one
+    the estimator reads (None: the run's main channel)."""
     batch = data.group_batch(db, run, group)
-    credit = group_credit(db, run, group, estimator, config, betas, norms)
+    credit = group_credit(db, run, group, estimator, config, betas, norms, channel)
     row = _row_of(batch, rollout_id)
     L = int(batch.lengths[row])
     tokens = (
@@ -150,10 +158,12 @@ def _outside_loss_mask(batch, row: int) -> np.ndarray | None:
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def group_tree(
-    db: str, run: str, group: int, channel: str = "task"
+    db: str, run: str, group: int, channel: str | None = None
 ) -> tuple[display_tree.PrefixTree, pd.DataFrame]:
-    """The display prefix tree of a group with V(u) in outcome (Z) units."""
-    batch = data.group_batch(db, run, group)
+    """The display prefix tree of a group with V(u) in outcome (Z) units of `channel` (None: the run's main
+    channel)."""
+    channel = main_channel.resolve(data.store_handle(db), run, channel)
+    batch = estimates.with_channel(data.group_batch(db, run, group), channel)
     z = registry.estimate("grpo", batch, channel=channel).advantages[:, 0] if batch.T else np.zeros(batch.B)
     lengths = batch.lengths.tolist()
     ids = [batch.token_ids[i, :L].tolist() for i, L in enumerate(lengths)]
@@ -169,23 +179,26 @@ def unavailable(db: str, run: str, group: int) -> dict[str, str]:
 
 @st.cache_data(show_spinner=_SCOPED, max_entries=64)
 def estimator_advantages(db: str, run: str, group: int, estimator: str, config: tuple) -> np.ndarray:
-    """A: (B, T) of one estimator on the group's task channel, at the estimator's scope."""
+    """A: (B, T) of one estimator on the group (on the channel `config` names), at the estimator's scope."""
     batch = data.group_batch(db, run, group)
     return _scoped(db, run, estimator, config, batch.rollout_ids.tolist(), batch.T).numpy()
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def group_rows(
-    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple = ()
+    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple = (),
+    channel: str | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, list[str]], list[int]]:
-    """The Group view's rows: one per response (final A and its tokens), labelled with id and task score."""
+    """The Group view's rows: one per response (final A, every channel combined, with `estimator` on
+    `channel`; None: the run's main channel), labelled with id and the score R on that channel."""
+    channel = main_channel.resolve(data.store_handle(db), run, channel)
     batch = data.group_batch(db, run, group)
-    credit = group_credit(db, run, group, estimator, config, betas)
-    task = batch.scores.get("task")
+    credit = group_credit(db, run, group, estimator, config, betas, (), channel)
+    scores = estimates.with_channel(batch, channel).scores.get(channel)
     values, tokens, ids = {}, {}, []
     for i, rid in enumerate(batch.rollout_ids.tolist()):
         L = int(batch.lengths[i])
-        label = f"#{rid}" + (f" R={float(task[i]):+.2f}" if task is not None else "")
+        label = f"#{rid}" + (f" R={float(scores[i]):+.2f}" if scores is not None else "")
         values[label] = credit.final[i, :L]
         tokens[label] = (
             list(batch.tokens[i])
@@ -244,21 +257,28 @@ def summed_reward_credit(db: str, run: str, group: int, rollout_id: int, estimat
     return _scoped(db, run, estimator, summed, [int(rollout_id)], L)[0].numpy()
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def default_betas(db: str, run: str, group: int) -> dict[str, float]:
-    return {c: s.beta for c, s in channels.default_specs(data.group_batch(db, run, group)).items()}
+def _specs(db: str, run: str, group: int, channel: str | None) -> dict:
+    """The group's default channel specs with the estimator on `channel` (None: the run's main channel)."""
+    channel = main_channel.resolve(data.store_handle(db), run, channel)
+    return channel_credit.channel_specs(data.group_batch(db, run, group), channel=channel)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def default_normalizations(db: str, run: str, group: int) -> dict[str, str]:
-    return {c: s.normalization for c, s in channels.default_specs(data.group_batch(db, run, group)).items()}
+def default_betas(db: str, run: str, group: int, channel: str | None = None) -> dict[str, float]:
+    return {c: s.beta for c, s in _specs(db, run, group, channel).items()}
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def default_normalizations(db: str, run: str, group: int, channel: str | None = None) -> dict[str, str]:
+    return {c: s.normalization for c, s in _specs(db, run, group, channel).items()}
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def group_shares(
-    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple, norms: tuple = ()
+    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple, norms: tuple = (),
+    channel: str | None = None,
 ) -> dict[str, float]:
-    credit = group_credit(db, run, group, estimator, config, betas, norms)
+    credit = group_credit(db, run, group, estimator, config, betas, norms, channel)
     return credit_shares.abs_shares(credit.contributions)
 
 

@@ -110,6 +110,12 @@ def run_channels(path: str, run: str) -> list[str]:
 
 
 @st.cache_data(show_spinner=False)
+def main_channel(path: str, run: str) -> str:
+    """The run's main channel (what `creditlens runs` lists; `task` for a run the store does not know)."""
+    return next((r["main_channel"] for r in list_runs(path) if r["name"] == run), "task")
+
+
+@st.cache_data(show_spinner=False)
 def token_classes(path: str, run: str) -> tuple:
     """The run's token classes (its own, saved in the store, else the defaults)."""
     with store_handle(path).read() as store:

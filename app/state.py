@@ -19,7 +19,7 @@ import streamlit as st
 
 from app import data
 from app.text import plain
-from backend import token_classes
+from backend import main_channel, token_classes
 from backend.errors import InputError
 
 RUN, ROLLOUT = "sel_run", "sel_rollout"
@@ -110,7 +110,7 @@ def init_selection() -> Selection:
         st.session_state[ROLLOUT] = _first_rollout(db, run)
 
     index = data.rollout_index(db, run)
-    labels = _rollout_labels(index)
+    labels = _rollout_labels(index, data.main_channel(db, run), data.run_channels(db, run))
     with st.sidebar:
         st.selectbox("Run", names, key=RUN, on_change=_on_run_change)
         st.selectbox("Rollout", list(labels), key=ROLLOUT, format_func=labels.get)
@@ -160,11 +160,13 @@ def use_classes(run: str, classes: tuple | None) -> None:
         chosen[run] = tuple(classes)
 
 
-def _rollout_labels(index) -> dict[int, str]:
-    task = index["task"] if "task" in index.columns else None
+def _rollout_labels(index, main: str, channels: list[str]) -> dict[int, str]:
+    """Picker labels, each with the rollout's score on the run's main channel (`all`: the scores summed)."""
+    columns = [c for c in channels if c in index.columns]
     out = {}
     for i, row in enumerate(index.itertuples(index=False)):
-        score = "" if task is None else f" · task {task.iloc[i]:+.2f}"
+        value = main_channel.score_on({c: index[c].iloc[i] for c in columns}, main) if columns else None
+        score = "" if value is None else f" · {main} {value:+.2f}"
         out[int(row.rollout_id)] = (
             f"#{row.rollout_id} · group {row.group_id} · step {row.step} · {row.length} tok{score}"
         )

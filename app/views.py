@@ -96,16 +96,19 @@ def new_click(chart_key: str, n_rows: int) -> int | None:
 
 
 def why_this_credit(sel: Selection, view: compute.RolloutView, pos: int, estimator: str = "grpo",
-                    config: tuple = ()) -> None:
-    """The estimator's derivation of the token's task advantage (its terms, with the numbers), the
-    waterfall of the final advantage into channel contributions, and the token's facts."""
+                    config: tuple = (), channel: str | None = None) -> None:
+    """The estimator's derivation of the token's advantage on `channel` (its terms, with the numbers; None:
+    the run's main channel), the waterfall of the final advantage into channel contributions, and the
+    token's facts."""
     if not view.tokens:
         st.info("This rollout has no tokens.")
         return
     pos = min(max(int(pos), 0), len(view.tokens) - 1)
-    terms = compute_or_explain(compute.terms, sel.db, sel.run, sel.rollout, estimator, config)
+    terms = compute_or_explain(compute.terms, sel.db, sel.run, sel.rollout, estimator, config, channel)
     lines = explain.derivation(terms, pos)
-    st.markdown(f"**{plain(estimator)}** on the task channel, computed at **{terms['scope']}** scope:")
+    read = terms["config"].get("channel")
+    on = "" if read is None else f" on the {plain(read)} channel"
+    st.markdown(f"**{plain(estimator)}**{on}, computed at **{terms['scope']}** scope:")
     st.code("\n".join(lines) or "(no terms)", language=None, wrap_lines=True)
     chart, facts = st.columns([2, 1])
     contributions = {c: float(v[pos]) for c, v in view.contributions.items()}
@@ -117,7 +120,7 @@ def why_this_credit(sel: Selection, view: compute.RolloutView, pos: int, estimat
             config={"displayModeBar": False},
         )
     info = view.token_info.iloc[pos]
-    tree, _ = compute.group_tree(sel.db, sel.run, sel.group)
+    tree, _ = compute.group_tree(sel.db, sel.run, sel.group, channel)
     node = tree.node_at(view.row, pos)
     with facts:
         st.metric("final A", fmt.nice(view.final[pos]))

@@ -14,7 +14,9 @@ import streamlit.components.v2  # noqa: F401 - registers st.components.v2
 from app import access, data, scales, state
 from app.text import plain
 from backend import token_classes
+from backend.batch import ALL_CHANNELS
 from backend.estimators import registry
+from backend.main_channel import on_channel
 
 RESAMPLE_PAGE = Path(__file__).resolve().parents[1] / "pages" / "resample.py"
 
@@ -44,12 +46,13 @@ def canonical_estimator(name: str) -> str:
 
 
 def estimator_picker(key: str, unavailable: dict[str, str] | None = None) -> str:
-    """The view's task-channel estimator (a selectbox mirrored to `?est=`, grpo by default). Estimators
-    in `unavailable` (name -> reason and fix) are not offered; `unavailable_note` lists them."""
+    """The view's estimator (a selectbox mirrored to `?est=`, grpo by default), on the channel of
+    `channel_picker`. Estimators in `unavailable` (name -> reason and fix) are not offered;
+    `unavailable_note` lists them."""
     unavailable = unavailable or {}
     name = state.url_widget(
         st.selectbox,
-        "Task-channel estimator",
+        "Estimator",
         key=key,
         url="est",
         default="grpo",
@@ -157,9 +160,48 @@ def estimator_form(name: str, key: str, container=None) -> tuple[tuple[str, Any]
 
 def with_channel(name: str, config: tuple, channel: str) -> tuple:
     """`config` with the reward channel set, for estimators that have a channel field (sorted pairs)."""
-    if not any(f["name"] == "channel" for f in schema(name)["fields"]) or channel == "task":
-        return config
-    return tuple(sorted({**dict(config), "channel": channel}.items()))
+    return on_channel(name, config, channel)
+
+
+_CHANNELS = "_channel_choice"  # (run, its main channel) -> the channel this session's views read
+
+
+def channel_picker(sel, key: str) -> str:
+    """The reward channel the view's estimator reads: one of the run's channels, or `all` (the channel
+    scores summed per rollout first, as TRL does). It starts at the run's main channel (chosen at import,
+    changed on the Runs page) or a link's `?channel=`; a choice holds for every view of the run in this
+    session and is mirrored to `?channel=`."""
+    channels = data.run_channels(sel.db, sel.run)
+    options = channels + ([ALL_CHANNELS] if ALL_CHANNELS not in channels else [])
+    main = data.main_channel(sel.db, sel.run)
+    chosen = st.session_state.setdefault(_CHANNELS, {})
+    run = (sel.run, main)  # a new main channel (Runs page) starts every view on it again
+    if run not in chosen and not any(r == sel.run for r, _ in chosen):
+        linked = state.url_value("channel")
+        if linked is not None and state.url_value("run") in (None, sel.run):
+            if linked in options:
+                chosen[run] = linked
+            else:
+                state.link_warning("channel", linked, f"run {sel.run} has no such channel",
+                                   f"its main channel {main}")
+    if chosen.get(run) not in options:
+        chosen[run] = main if main in options else options[0]
+    wkey = f"{key}_channel"
+    st.session_state[wkey] = chosen[run]  # the session's choice, also when another view changed it
+
+    def remember() -> None:
+        chosen[run] = st.session_state[wkey]
+
+    channel = st.selectbox(
+        "Reward channel", options, key=wkey, on_change=remember,
+        format_func=lambda c: c + (" (main)" if c == main else "")
+        + (" — the channels summed" if c == ALL_CHANNELS and c not in channels else ""),
+        help="The channel the estimator reads. (main): the run's main channel, set at import and on the Runs "
+             "page. all: every channel's score summed per rollout first (a missing one skipped), then the "
+             "estimator, as TRL does with several reward functions.",
+    )
+    state.publish("channel", channel)
+    return channel
 
 
 def _restore_field(f: dict, wkey: str, url: str) -> None:

@@ -9,6 +9,8 @@ into an estimator's config (estimators without a channel field, e.g. `logged`, a
 
 from __future__ import annotations
 
+import math
+
 from backend.batch import ALL_CHANNELS, missing_channel
 from backend.errors import InputError
 from backend.estimators import registry
@@ -59,3 +61,20 @@ def set_main_channel(store: Store, run: str, channel: str) -> str:
     """Store `channel` (one of the run's channels, or `all`) as the run's main channel; returns it."""
     with store.transaction():
         return store.set_main_channel_of(store.run_id(run), channel)
+
+
+def score_on(rewards: dict[str, float], channel: str) -> float | None:
+    """One rollout's score on `channel` from its channel scores (`all`: their sum, missing ones skipped);
+    None when it has none."""
+    if channel == ALL_CHANNELS and ALL_CHANNELS not in rewards:
+        present = [v for v in map(_number, rewards.values()) if v is not None]
+        return sum(present) if present else None
+    return _number(rewards.get(channel))
+
+
+def _number(value) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):  # None, pandas' NA
+        return None
+    return None if math.isnan(number) else number

@@ -3,7 +3,7 @@ where the credit lands by token class (the "why did filler get credit" answer)."
 
 import streamlit as st
 
-from app import charts, compute, data, heatmaps, scales, state, views, widgets
+from app import charts, compute, heatmaps, scales, state, views, widgets
 
 sel = views.rollout_selection()
 st.title(f"Compare estimators · rollout #{sel.rollout}")
@@ -27,12 +27,7 @@ if len(chosen) < 2:
     st.warning("Pick at least two estimators.")
     st.stop()
 
-channels = [*data.run_channels(sel.db, sel.run), compute.ALL_CHANNELS]
-channel = state.url_widget(
-    st.selectbox, "Reward channel (all: the channel scores summed per rollout first, as TRL does)",
-    key="compare_channel", url="channel", options=channels,
-    default="task" if "task" in channels else channels[0],
-)
+channel = widgets.channel_picker(sel, "compare")
 configs = []
 with st.expander("Parameters", expanded=False):
     for column, name in zip(st.columns(len(chosen)), chosen, strict=True):

@@ -15,9 +15,11 @@ if sel.run is None:
 st.title(f"Explorer · {views.plain(sel.run)}")
 views.saved_classes_note(sel)
 
-pick, versus, params = st.columns([1, 1, 2])
+pick, channel_box, versus, params = st.columns([1, 1, 1, 2])
 with pick:
     estimator = widgets.estimator_picker("explorer_estimator")
+with channel_box:
+    channel = widgets.channel_picker(sel, "explorer")
 with versus:
     compare = state.url_widget(
         st.selectbox, "Compare with (Spearman per rollout)", key="explorer_compare", url="vs",
@@ -25,14 +27,16 @@ with versus:
         format_func=lambda n: n if n == "none" else widgets.described(n),
     )
 with params, st.expander("Estimator parameters"):
-    config = widgets.estimator_form(estimator, key="explorer_cfg")
+    config = widgets.with_channel(estimator, widgets.estimator_form(estimator, key="explorer_cfg"), channel)
 compare = None if compare == "none" else compare
+compare_config = () if compare is None else widgets.with_channel(compare, (), channel)
 
 search_box, sort_box, order_box, size_box = st.columns([3, 2, 1, 1])
 with search_box:
     search = state.url_widget(st.text_input, "Search prompt and response", key="explorer_search", url="q",
                               default="", placeholder="text in the prompt or the response")
-base = compute.ExplorerQuery(estimator=estimator, config=config, compare=compare)
+base = compute.ExplorerQuery(estimator=estimator, config=config, compare=compare,
+                             compare_config=compare_config)
 columns = views.compute_or_explain(compute.explorer_columns, sel.db, sel.run, base)
 sortable = [c for c in columns if c != "preview"]
 with sort_box:
@@ -77,7 +81,8 @@ if st.session_state.get("_explorer_signature") != signature:
     st.session_state["explorer_page_no"] = 1
 page_no = int(st.session_state.get("explorer_page_no", 1))
 
-query = compute.ExplorerQuery(estimator=estimator, config=config, compare=compare, sort=sort,
+query = compute.ExplorerQuery(estimator=estimator, config=config, compare=compare,
+                              compare_config=compare_config, sort=sort,
                               descending=descending, search=search, filters=tuple(filters), limit=size,
                               offset=(page_no - 1) * size)
 page = views.compute_or_explain(compute.explorer_page, sel.db, sel.run, query)
@@ -90,7 +95,8 @@ if page_no > pages:  # the rows shrank under the page (another process deleted s
 
 st.caption(
     f"{page.total} rollouts match · page {page_no} of {pages} · click a row to open it in the Rollout view. "
-    f"share_<class>: share of the rollout's Σ|A| under {estimator} on each token class; max_abs: its largest "
+    f"share_<class>: share of the rollout's Σ|A| under {estimator} on the {views.plain(channel)} channel on "
+    "each token class; max_abs: its largest "
     "|A|; repetition: share of 16-token windows that repeat an earlier one; kl: mean logprob − ref logprob. "
     "An empty share (None) means the rollout got no credit at all (Σ|A| = 0, e.g. a zero-variance group)."
 )
@@ -130,7 +136,7 @@ st.number_input("Page", min_value=1, max_value=pages, step=1, key="explorer_page
 
 with st.expander("The same table on the command line"):
     parts = ["creditlens rollouts", f"--db {sel.db}", f"--run {sel.run}", f"--estimator {estimator}"]
-    parts += [f"--set {k}={v}" for k, v in config]
+    parts += [f"--set {k}={v}" for k, v in config if k != "channel"] + [f"--channel {channel}"]
     parts += [f"--compare {compare}"] if compare else []
     parts += [f"--sort={'-' if descending else ''}{sort}"]
     parts += [f"--search '{search}'"] if search else []

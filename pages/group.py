@@ -9,13 +9,20 @@ sel = views.rollout_selection()
 st.title(f"Group {sel.group}")
 record = views.prompt_and_response(sel)
 
-estimator = widgets.estimator_picker("group_estimator", compute.unavailable(sel.db, sel.run, sel.group))
-values, tokens, ids = views.compute_or_explain(compute.group_rows, sel.db, sel.run, sel.group, estimator, ())
+pick, channel_box = st.columns([2, 1])
+with pick:
+    estimator = widgets.estimator_picker("group_estimator", compute.unavailable(sel.db, sel.run, sel.group))
+with channel_box:
+    channel = widgets.channel_picker(sel, "group")
+config = widgets.with_channel(estimator, (), channel)
+values, tokens, ids = views.compute_or_explain(compute.group_rows, sel.db, sel.run, sel.group, estimator,
+                                               config, (), channel)
 
 st.subheader("Responses aligned by position")
 st.caption(
-    "One row per response (final advantage, all channels combined); rows labelled by rollout id and "
-    "task score. Hover a cell for the token."
+    f"One row per response: its final advantage, {views.plain(estimator)} on the {views.plain(channel)} "
+    "channel combined with every other channel's credit (as the Rollout view's final row). Rows labelled by "
+    f"rollout id and R, the score on {views.plain(channel)}. Hover a cell for the token."
 )
 mode, _ = widgets.scale_controls("group")
 longest = max((len(v) for v in tokens.values()), default=0)
@@ -46,10 +53,10 @@ st.pills("Open a response in the Rollout view", ids, format_func=lambda rid: f"#
 st.subheader("Prefix tree")
 st.caption(
     "Each box is a run of tokens shared by the responses below it (width = responses, colour = "
-    "V(u), the mean outcome Z of its responses). Branch points carry the TD corrections "
-    "V(child) − V(parent) that the prefix-tree estimator adds."
+    f"V(u), the mean outcome Z of its responses on {views.plain(channel)}). Branch points carry the TD "
+    "corrections V(child) − V(parent) that the prefix-tree estimator adds."
 )
-tree, frame = compute.group_tree(sel.db, sel.run, sel.group)
+tree, frame = views.compute_or_explain(compute.group_tree, sel.db, sel.run, sel.group, channel)
 st.plotly_chart(charts.prefix_tree_figure(frame), key="group_tree", width="stretch")
 branches = frame[frame["parent"].isin(frame.loc[frame["branches"], "node_id"])]
 st.text(f"{int(frame['branches'].sum())} branch points, {len(frame)} nodes")

@@ -131,7 +131,7 @@ st.subheader("V̂(s_t) along the rollout")
 if values.empty:
     st.info("No resampled positions for this rollout yet.")
 else:
-    outcome = record["rewards"].get("task")
+    outcome = compute.score_on(record["rewards"], data.main_channel(sel.db, sel.run))  # the run's main score
     st.plotly_chart(
         charts.value_estimates_figure(values, L, outcome), key="resample_values", width="stretch"
     )

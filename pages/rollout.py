@@ -9,15 +9,18 @@ sel = views.rollout_selection()
 st.title(f"Rollout #{sel.rollout}")
 views.prompt_and_response(sel)
 
-pick, params, position = st.columns([1, 2, 1])
+pick, channel_box, params, position = st.columns([1, 1, 2, 1])
 with pick:
     estimator = widgets.estimator_picker("rollout_estimator", compute.unavailable(sel.db, sel.run, sel.group))
+with channel_box:
+    channel = widgets.channel_picker(sel, "rollout")
 with params, st.expander("Estimator parameters"):
-    config = widgets.estimator_form(estimator, key="rollout_cfg")
+    config = widgets.with_channel(estimator, widgets.estimator_form(estimator, key="rollout_cfg"), channel)
 widgets.unavailable_note(compute.unavailable(sel.db, sel.run, sel.group))
 
 view = views.compute_or_explain(
-    compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, config, classes=sel.classes
+    compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, config, classes=sel.classes,
+    channel=channel,
 )
 # A click (on the text or on a heatmap cell) reruns the page: it selects that token (and the URL's `pos`),
 # and both are drawn with the token outlined.
@@ -77,4 +80,4 @@ with st.expander("Per-token strips: logprob, reference, log-ratio, entropy, valu
     views.token_strips(view, window, pos, key="rollout_strips")
 
 st.subheader(f"Why this credit: token {pos} {views.quoted(view.tokens[pos]) if view.tokens else ''}")
-views.why_this_credit(sel, view, pos, estimator, config)
+views.why_this_credit(sel, view, pos, estimator, config, channel)

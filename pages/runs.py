@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from app import access, actions, data, state, views
+from app import access, actions, compute, data, state, views
 
 sel = state.selection()
 st.title("Runs")
@@ -14,11 +14,14 @@ if "runs_flash" in st.session_state:
 runs = data.list_runs(sel.db)
 if runs:
     table = pd.DataFrame(runs)[
-        ["name", "source", "rollouts", "groups", "steps", "tokens", "channels", "model", "created"]
+        ["name", "source", "rollouts", "groups", "steps", "tokens", "main_channel", "channels", "model",
+         "created"]
     ]
     table["channels"] = table["channels"].map(", ".join)
     table["model"] = table["model"].fillna("").replace("", "–")  # pandas 3 keeps NA through map()
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.dataframe(table, hide_index=True, width="stretch",
+                 column_config={"main_channel": st.column_config.TextColumn(
+                     "main channel", help="What every view and command reads when no channel is chosen")})
 else:
     st.info("No runs yet.")
 
@@ -32,6 +35,28 @@ settings = data.settings()
 if settings.read_only:
     st.info("This server runs in read-only mode: importing and deleting runs are switched off.")
     st.stop()
+
+if sel.run is not None:
+    st.subheader(f"Main channel · {views.plain(sel.run)}")
+    channels = data.run_channels(sel.db, sel.run)
+    choices = channels + ([compute.ALL_CHANNELS] if compute.ALL_CHANNELS not in channels else [])
+    current = data.main_channel(sel.db, sel.run)
+    pick, button = st.columns([3, 1], vertical_alignment="bottom")
+    wanted = pick.selectbox(
+        "The channel every view and command reads by default", choices,
+        index=choices.index(current) if current in choices else 0, key=f"runs_main_channel_{sel.run}",
+        help="all: the channel scores summed per rollout first (TRL's combined reward). Each view can still "
+             "pick another channel.",
+    )
+    if button.button("Set main channel", key="runs_main_channel_button", disabled=wanted == current):
+        try:
+            actions.set_main_channel(settings, data.handle(), sel.run, wanted)
+        except (actions.InputError, actions.StoreError, access.Refused) as exc:
+            st.error(f"Main channel unchanged: {exc}")
+        else:
+            data.invalidate()
+            st.session_state["runs_flash"] = f"Main channel of {sel.run!r}: {wanted}."
+            st.rerun()
 
 st.subheader("Import a run")
 name = st.text_input("Run name", key="runs_import_name", placeholder="my-run")
@@ -57,6 +82,18 @@ model = st.text_input(
          "tokenizer cuts responses that have no token ids. Without one, the simple tokenization is used.",
 )
 
+channel_box, main_box = st.columns(2)
+channel_names = channel_box.text_input(
+    "Reward channels (optional; trl and verl)", key="runs_import_channels", placeholder="correctness,format",
+    help="The columns (TRL) or keys (verl) that become reward channels, separated by commas; the rest are "
+         "kept as metadata. Default: TRL's float columns; verl's score and numeric keys.",
+)
+main_name = main_box.text_input(
+    "Main channel (optional)", key="runs_import_main_channel", placeholder="task, a channel name, or all",
+    help="What every view and command reads by default. Default: task when the run has it, else its one "
+         "channel, else all (the channel scores summed per rollout, as TRL trains).",
+)
+
 if st.button("Import", key="runs_import_button", type="primary"):
     try:
         if not name.strip():
@@ -71,13 +108,14 @@ if st.button("Import", key="runs_import_button", type="primary"):
             bar.progress(min(max(float(fraction), 0.0), 1.0), text=f"importing… {fraction:.0%}")
 
         kind = None if fmt == "detect" else fmt
+        options = {"channels": [c.strip() for c in channel_names.split(",") if c.strip()] or None,
+                   "main_channel": main_name.strip() or None}
         if source == "upload":
-            report = actions.import_upload(
-                settings, data.handle(), upload.name, upload.getvalue(), name, kind, progress, model
-            )
+            report = actions.import_upload(settings, data.handle(), upload.name, upload.getvalue(), name,
+                                           kind, progress, model, **options)
         else:
             report = actions.import_from_path(settings, data.handle(), path.strip(), name, kind, progress,
-                                              model)
+                                              model, **options)
         bar.progress(1.0, text="done")
         data.invalidate()
         st.session_state["runs_flash"] = report.message()

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app import charts, compute, state, views, widgets
+from app import charts, compute, data, state, views, widgets
 
 sel = state.selection()
 if sel.run is None:
@@ -11,16 +11,20 @@ if sel.run is None:
 
 st.title(f"Trends · {views.plain(sel.run)}")
 views.saved_classes_note(sel)
-pick, params = st.columns([1, 3])
+pick, channel_box, params = st.columns([1, 1, 2])
 with pick:
     estimator = widgets.estimator_picker("trends_estimator")
+with channel_box:
+    channel = widgets.channel_picker(sel, "trends")
 with params, st.expander("Estimator parameters"):
-    config = widgets.estimator_form(estimator, key="trends_cfg")
+    config = widgets.with_channel(estimator, widgets.estimator_form(estimator, key="trends_cfg"), channel)
 frame = views.compute_or_explain(compute.trends, sel.db, sel.run, estimator, config)
+main = data.main_channel(sel.db, sel.run)
 st.caption(
     f"One point per training step ({len(frame)} steps). Credit numbers are {estimator}'s advantages on the "
-    "task channel, computed at the estimator's scope (what `creditlens estimate` gives). Each chart's "
-    "toolbar saves it as PNG."
+    f"{views.plain(channel)} channel, computed at the estimator's scope (what `creditlens estimate` gives). "
+    f"Zero-variance groups: every response of the group has the same score on the run's main channel "
+    f"({views.plain(main)}). Each chart's toolbar saves it as PNG."
 )
 
 TOOLBAR = {"displayModeBar": True, "displaylogo": False}
@@ -40,7 +44,7 @@ panels = [
      if frame["kl"].notna().any() else None),
     ("trends_groups", charts.trend_lines(frame, {"zero_variance_share": "zero-variance groups",
                                                   "truncated_share": "truncated responses"},
-                                          "share of groups with zero task variance", percent=True)),
+                                          f"share of groups with zero {main} variance", percent=True)),
     ("trends_repetition", charts.trend_lines(frame, {"repetition": "repeated 16-token windows"},
                                               "repetition", percent=True)),
 ]
@@ -54,5 +58,6 @@ if frame["kl"].isna().all():
 
 with st.expander("The numbers (one row per step)"):
     st.dataframe(frame, hide_index=True, width="stretch")
-    st.code(f"creditlens trends --db {sel.db} --run {sel.run} --estimator {estimator}"
-            + "".join(f" --set {k}={v}" for k, v in config) + " --json", language=None, wrap_lines=True)
+    st.code(f"creditlens trends --db {sel.db} --run {sel.run} --estimator {estimator} --channel {channel}"
+            + "".join(f" --set {k}={v}" for k, v in config if k != "channel") + " --json", language=None,
+            wrap_lines=True)

@@ -15,9 +15,10 @@ sel = views.rollout_selection()
 st.title(f"Tune channel weights · rollout #{sel.rollout}")
 
 estimator = widgets.estimator_picker("tune_estimator", compute.unavailable(sel.db, sel.run, sel.group))
-defaults = compute.default_betas(sel.db, sel.run, sel.group)
+estimator_channel = widgets.channel_picker(sel, "tune")  # the estimator projects it; the others keep theirs
+defaults = compute.default_betas(sel.db, sel.run, sel.group, estimator_channel)
 BASELINES = {"default": "the default β", "summed": "the summed reward (mixed)"}
-default_norms = compute.default_normalizations(sel.db, sel.run, sel.group)
+default_norms = compute.default_normalizations(sel.db, sel.run, sel.group, estimator_channel)
 BETA_LOW, BETA_HIGH = 0.0, 3.0  # the β sliders' range
 _APPLIED = "_tune_applied"  # the β the Apply button set, until the whole page has been drawn with them
 
@@ -54,7 +55,8 @@ def channel_weights() -> None:
     beta_items = tuple(sorted(betas.items()))
     norm_items = tuple(sorted((c, m) for c, m in norms.items() if m != default_norms[c]))
     view = views.compute_or_explain(
-        compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, (), beta_items, norm_items
+        compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, (), beta_items, norm_items,
+        channel=estimator_channel,
     )
     with controls:
         baseline = state.url_widget(
@@ -80,7 +82,8 @@ def channel_weights() -> None:
         )
         if baseline != "none":
             baseline_chart(view, window, peaks, mode, baseline, against)
-        shares = compute.group_shares(sel.db, sel.run, sel.group, estimator, (), beta_items, norm_items)
+        shares = compute.group_shares(sel.db, sel.run, sel.group, estimator, (), beta_items, norm_items,
+                                      estimator_channel)
         st.plotly_chart(
             charts.shares_figure(shares, "share of |A| per channel (this group)"),
             key="tune_shares",
@@ -96,7 +99,7 @@ def baseline_chart(view, window: dict, peaks: dict, mode: str, how: str, against
     if against == "default":
         base = views.compute_or_explain(
             compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, (),
-            tuple(sorted(defaults.items())),
+            tuple(sorted(defaults.items())), channel=estimator_channel,
         ).rows
         name = "default"
     else:
@@ -148,16 +151,16 @@ def apply_betas(betas: dict[str, float]) -> None:
 def dual_ascent_replay() -> None:
     st.subheader("Dual ascent replay")
     st.caption(
-        "Constraint mode: maximize task subject to violation rate_c ≤ τ_c, with "
+        f"Constraint mode: maximize {views.plain(estimator_channel)} subject to violation rate_c ≤ τ_c, with "
         "β_c ← max(0, β_c + η (rate_c − τ_c)) at each logged step. A violation is a negative score. "
         "Projected: every channel's β moves at once by its own violation. Lexicographic: channels are "
         "served in priority order (the order of the τ sliders): a channel's β moves only while every "
         "channel before it meets its τ."
     )
     means = data.step_channel_means(sel.db, sel.run)
-    constrained = [c for c in dict.fromkeys(means["channel"]) if c != "task"]
+    constrained = [c for c in dict.fromkeys(means["channel"]) if c != estimator_channel]
     if not constrained or means["step"].nunique() < 1:
-        st.info("This run has no scored channels besides task to constrain.")
+        st.info(f"This run has no scored channels besides {views.plain(estimator_channel)} to constrain.")
         return
     cols = st.columns(len(constrained) + 2)
     tau = {}

@@ -1,0 +1,250 @@
+"""A run's main channel, on a real multi-reward TRL log (TRL's own GRPOTrainer, two reward functions, no
+`task`): imported with the default (`all`, the sum), every view renders with content and offers the
+channel choice, every command works without --channel, and the main channel can be changed at import,
+with `creditlens main-channel` and on the Runs page."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from backend.cli import main
+from backend.store import Store
+from tests.app.conftest import chart, heatmap_z, open_app
+from tests.backend.ingest.trl_logs import DEMO_POLICY, run_grpo
+
+pytestmark = pytest.mark.slow
+RUN = "trl"
+CHANNELS = ["digits_reward", "newline_reward"]
+
+
+def _cli(*args) -> int:
+    return main([str(a) for a in args])
+
+
+@pytest.fixture(scope="session")
+def trl_completions(tmp_path_factory) -> Path:
+    """The completion logs of a real 2-step GRPO run with two reward functions (made once per session)."""
+    pytest.importorskip("trl")
+    return run_grpo(tmp_path_factory.mktemp("trl_main_channel") / "plain", conversational=False, steps=2)
+
+
+@pytest.fixture(scope="session")
+def trl_template(trl_completions, template_db, tmp_path_factory) -> Path:
+    """The app's template store plus the TRL run, imported by the command line with no channel options."""
+    path = tmp_path_factory.mktemp("trl_store") / "runs.duckdb"
+    shutil.copy(template_db, path)
+    assert _cli("import", trl_completions, "--db", path, "--run", RUN, "--model", DEMO_POLICY, "--quiet") == 0
+    return path
+
+
+@pytest.fixture
+def trl_db(trl_template, tmp_path) -> Path:
+    path = tmp_path / "runs.duckdb"
+    shutil.copy(trl_template, path)
+    return path
+
+
+def _runs(db: Path, capsys) -> dict[str, dict]:
+    capsys.readouterr()
+    assert _cli("runs", "--db", db, "--json") == 0
+    return {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+
+
+# ---- the command line ----------------------------------------------------------------------------------
+
+
+def test_import_chooses_the_sum_when_several_rewards_and_no_task(trl_db, capsys):
+    runs = _runs(trl_db, capsys)
+    assert runs[RUN]["channels"] == CHANNELS and runs[RUN]["main_channel"] == "all"
+    assert runs["demo"]["main_channel"] == "task"  # a run with task keeps it
+    assert _cli("main-channel", "--db", trl_db, "--run", RUN) == 0
+    assert "main channel all" in capsys.readouterr().out
+
+
+def test_import_takes_a_main_channel_and_refuses_an_unknown_one(trl_completions, tmp_path, capsys):
+    db = tmp_path / "s.duckdb"
+    assert _cli("import", trl_completions, "--db", db, "--run", "r", "--main-channel", "newline_reward",
+                "--quiet") == 0
+    assert "main channel: newline_reward" in capsys.readouterr().out
+    assert _runs(db, capsys)["r"]["main_channel"] == "newline_reward"
+    assert _cli("import", trl_completions, "--db", db, "--run", "x", "--main-channel", "task", "--quiet") == 2
+    err = capsys.readouterr().err
+    assert "digits_reward, newline_reward" in err and "all" in err
+    assert "x" not in _runs(db, capsys)  # refused whole: nothing written
+
+
+def test_every_command_works_without_channel_and_reads_the_main_channel(trl_db, tmp_path, capsys):
+    out, summed = tmp_path / "default.parquet", tmp_path / "all.parquet"
+    assert _cli("estimate", "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--out", out) == 0
+    assert _cli("estimate", "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--channel", "all",
+                "--out", summed) == 0
+    default, total = pd.read_parquet(out), pd.read_parquet(summed)
+    assert default["advantage"].abs().sum() > 0
+    np.testing.assert_array_equal(default["advantage"], total["advantage"])
+    capsys.readouterr()
+    assert _cli("rollouts", "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--json") == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 24 and any(r["max_abs"] for r in rows)
+    assert _cli("trends", "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--json") == 0
+    steps = json.loads(capsys.readouterr().out)
+    assert [s["step"] for s in steps] == [1, 2] and all(s["q50"] is not None for s in steps)
+    assert _cli("explain", "--db", trl_db, "--run", RUN, "--rollout", 3, "--estimator", "grpo", "--pos", 0,
+                "--json") == 0
+    explained = json.loads(capsys.readouterr().out)
+    assert explained["channel"] == "all" and list(explained["channels"]) == ["all"]
+    assert explained["terms"]["config"]["channel"] == "all" and explained["derivation"]["lines"]
+    assert _cli("logged-gap", "--db", trl_db, "--run", RUN, "--set", "epsilon=1e-4", "--json") == 0
+    gaps = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(gaps) == 24 and max(abs(g["gap"]) for g in gaps) < 1e-5  # TRL's own advantage: the sum
+
+
+def test_a_missing_channel_lists_the_runs_channels_and_hints_all(trl_db, tmp_path, capsys):
+    for command in (["estimate", "--out", tmp_path / "x.parquet"], ["logged-gap"], ["rollouts", "--json"],
+                    ["trends", "--json"], ["explain", "--rollout", 0]):
+        assert _cli(*command[:1], "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--channel", "task",
+                    *command[1:]) == 2, command
+        err = capsys.readouterr().err
+        assert "no scores for channel 'task'" in err and "digits_reward, newline_reward" in err, err
+        assert "--channel all" in err, err
+
+
+def test_changing_the_main_channel_changes_every_default(trl_db, tmp_path, capsys):
+    assert _cli("main-channel", "--db", trl_db, "--run", RUN, "digits_reward") == 0
+    assert _runs(trl_db, capsys)[RUN]["main_channel"] == "digits_reward"
+    out, chosen = tmp_path / "default.parquet", tmp_path / "digits.parquet"
+    assert _cli("estimate", "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--out", out) == 0
+    assert _cli("estimate", "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--channel", "digits_reward",
+                "--out", chosen) == 0
+    np.testing.assert_array_equal(pd.read_parquet(out)["advantage"], pd.read_parquet(chosen)["advantage"])
+    capsys.readouterr()
+    assert _cli("explain", "--db", trl_db, "--run", RUN, "--rollout", 3, "--estimator", "grpo", "--json") == 0
+    explained = json.loads(capsys.readouterr().out)
+    assert explained["channel"] == "digits_reward"
+    assert set(explained["channels"]) == set(CHANNELS)  # the other channel keeps its own projection
+    # the Explorer's zero-variance flag follows the main channel: digits_reward has None for the first two
+    # completions of every group, so a group is flat when its last two agree
+    with Store(trl_db, read_only=True) as store:
+        index = store.rollout_index(RUN)
+        flags = store.con.execute("SELECT rollout_id, zero_variance FROM rollout_summary WHERE run_id = ? "
+                                  "ORDER BY 1", [store.run_id(RUN)]).df()
+    flat = index.groupby("group_id")["digits_reward"].agg(lambda s: s.dropna().nunique() <= 1)
+    assert flags["zero_variance"].tolist() == index["group_id"].map(flat).tolist()
+    assert _cli("main-channel", "--db", trl_db, "--run", RUN, "nope") == 2
+    assert "digits_reward, newline_reward, or all" in capsys.readouterr().err
+
+
+# ---- the views -----------------------------------------------------------------------------------------
+
+
+def _open(db: Path, page: str, **query):
+    return open_app(db, page, {"run": RUN, "rollout": "3", **query})
+
+
+def _texts(at) -> str:
+    """Every text element of the page, markdown escapes removed."""
+    return " ".join(str(e.value) for kind in ("markdown", "caption", "text", "info", "error", "warning")
+                    for e in at.get(kind)).replace("\\", "")
+
+
+@pytest.mark.parametrize("page", ["explorer", "trends", "rollout", "group", "compare", "tune", "resample",
+                                  "oracle", "runs"])
+def test_every_view_renders_the_multi_reward_run(trl_db, page):
+    at = _open(trl_db, page)
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert "no scores for channel" not in _texts(at)
+    if page not in ("resample", "oracle", "runs"):
+        picker = at.selectbox(key=f"{page}_channel")
+        assert picker.options == [*CHANNELS, "all (main) — the channels summed"]
+        assert picker.value == "all"
+
+
+def test_explorer_and_trends_show_credit_on_the_main_channel(trl_db):
+    at = _open(trl_db, "explorer")
+    table = at.dataframe[0].value
+    assert len(table) == 24 and table["max_abs"].abs().sum() > 0
+    assert "--channel all" in " ".join(c.value for c in at.code)
+    at.selectbox(key="explorer_channel").set_value("newline_reward").run()
+    assert not at.exception
+    assert not np.allclose(at.dataframe[0].value["max_abs"], table["max_abs"])
+    at = _open(trl_db, "trends")
+    assert "all channel" in _texts(at) and "zero all variance" in json.dumps(chart(at, "trends_groups"))
+
+
+def test_rollout_explains_the_summed_reward_and_switches_channel(trl_db):
+    at = _open(trl_db, "rollout")
+    ticks = chart(at, "rollout_heatmap")["layout"]["yaxis"]["ticktext"]
+    assert any(t.startswith("all") for t in ticks) and any(t.startswith("final") for t in ticks)
+    assert "on the all channel" in _texts(at)
+    assert "(G = 3)" in " ".join(c.value for c in at.code)  # Z over the group's three scored responses
+    at.selectbox(key="rollout_channel").set_value("digits_reward").run()
+    assert not at.exception
+    ticks = chart(at, "rollout_heatmap")["layout"]["yaxis"]["ticktext"]
+    assert any(t.startswith("digits_reward") for t in ticks) and any(t.startswith("newline") for t in ticks)
+    assert "on the digits_reward channel" in _texts(at)
+
+
+def test_the_channel_choice_holds_across_views(trl_db):
+    at = _open(trl_db, "explorer")
+    at.selectbox(key="explorer_channel").set_value("newline_reward").run()
+    at.switch_page("../pages/group.py").run()
+    assert not at.exception
+    assert at.selectbox(key="group_channel").value == "newline_reward"
+    assert at.query_params["channel"] in ("newline_reward", ["newline_reward"])
+
+
+def test_group_labels_the_estimator_and_scores_by_channel(trl_db):
+    at = _open(trl_db, "group")
+    assert at.selectbox(key="group_estimator").label == "Estimator"
+    assert "Task-channel" not in _texts(at)
+    rows = chart(at, "group_heatmap")["layout"]["yaxis"]["ticktext"]
+    assert any("R=+" in r for r in rows)
+    assert np.isfinite(heatmap_z(chart(at, "group_heatmap"))).any()
+
+
+def test_tune_maximizes_the_chosen_channel(trl_db):
+    at = _open(trl_db, "tune")
+    assert "maximize task" not in _texts(at) and "maximize all" in _texts(at)
+    at.selectbox(key="tune_channel").set_value("digits_reward").run()
+    assert not at.exception
+    assert "maximize digits_reward" in _texts(at)
+    assert {s.label for s in at.slider} >= {"β digits_reward", "β newline_reward", "τ newline_reward"}
+
+
+def test_runs_page_changes_the_main_channel(trl_db):
+    at = _open(trl_db, "runs")
+    box = at.selectbox(key=f"runs_main_channel_{RUN}")
+    assert box.value == "all"
+    box.set_value("newline_reward").run()
+    at.button(key="runs_main_channel_button").click().run()
+    assert not at.exception
+    with Store(trl_db, read_only=True) as store:
+        assert store.main_channel(RUN) == "newline_reward"
+    at.switch_page("../pages/rollout.py").run()
+    assert at.selectbox(key="rollout_channel").value == "newline_reward"
+
+
+def test_runs_page_imports_with_channels_and_main_channel(trl_db, trl_completions, monkeypatch):
+    monkeypatch.setenv("CREDITLENS_IMPORT_ROOTS", str(trl_completions.parent))
+    at = open_app(trl_db, "runs")
+    at.text_input(key="runs_import_name").set_value("picked")
+    at.radio(key="runs_import_source").set_value("path on this machine").run()
+    at.text_input(key="runs_import_path").set_value(str(trl_completions))
+    at.text_input(key="runs_import_channels").set_value("digits_reward")  # one channel: TRL's `task`
+    at.text_input(key="runs_import_main_channel").set_value("digits_reward")
+    at.button(key="runs_import_button").click().run()
+    assert "has no such channel; its channels: task, or all" in at.error[0].value  # and nothing written
+    at.text_input(key="runs_import_channels").set_value("newline_reward, digits_reward")
+    at.text_input(key="runs_import_main_channel").set_value("newline_reward")
+    at.button(key="runs_import_button").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert "main channel: newline_reward" in at.success[0].value
+    with Store(trl_db, read_only=True) as store:
+        info = {r["name"]: r for r in store.list_runs()}["picked"]
+    assert info["channels"] == CHANNELS and info["main_channel"] == "newline_reward"
