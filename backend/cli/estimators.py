@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -11,12 +10,9 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 
-from backend import estimates, explain, main_channel
+from backend import explain, main_channel
 from backend.chunks import DEFAULT_CHUNK_ROLLOUTS
 from backend.cli.common import parse_overrides
 from backend.errors import InputError
@@ -24,6 +20,13 @@ from backend.estimates import with_channel
 from backend.estimators import registry
 from backend.estimators.logged import logged_gap
 from backend.store import open_store, store_handle
+from backend.token_rows import (
+    DICTIONARY_COLUMNS,
+    TOKEN_ROWS_SCHEMA,
+    estimate_config,
+    token_rows,
+    token_tables,
+)
 
 
 def add_commands(sub) -> None:
@@ -124,26 +127,9 @@ def cmd_estimators(args) -> int:
     return 0
 
 
-def _config(spec, args, handle):
-    """The estimator's config from `--set` pairs and `--channel` (default: the run's main channel)."""
-    overrides = parse_overrides(args.overrides)
-    fields = {f.name for f in dataclasses.fields(spec.config_cls)}
-    if args.channel is not None and "channel" not in fields:
-        raise InputError(f"estimator {spec.name!r} has no channel parameter")
-    if "channel" in fields:
-        overrides["channel"] = main_channel.resolve(handle, args.run, overrides.get("channel", args.channel))
-    try:
-        return registry.make_config(spec.name, **overrides)
-    except ValueError as exc:
-        raise InputError(f"--set: {exc}") from None
-
-
 def cmd_logged_gap(args) -> int:
-    try:
-        spec = registry.get(args.estimator)
-    except registry.UnknownEstimator as exc:
-        raise InputError(str(exc)) from None
-    config = _config(spec, args, store_handle(args.db))
+    _, config = estimate_config(store_handle(args.db), args.run, args.estimator,
+                                parse_overrides(args.overrides), args.channel)
     with open_store(args.db, read_only=True) as store:
         batch = with_channel(store.load_batch(args.run), str(getattr(config, "channel", "-")))
     frame = logged_gap(batch, args.estimator, config)
@@ -175,26 +161,11 @@ def cmd_estimate(args) -> int:
         raise InputError(f"{args.out}: the output must be a .parquet file")
     if not args.out.parent.exists():
         raise InputError(f"{args.out}: directory {args.out.parent} does not exist")
-    try:
-        spec = registry.get(args.estimator)
-    except registry.UnknownEstimator as exc:
-        raise InputError(str(exc)) from None
-    name = spec.name  # a deprecated alias stores and finds its outputs under the current name
     handle = store_handle(args.db)
-    with handle.read() as store:
-        store.run_id(args.run)  # a clear error for an unknown run before any work
-    config = _config(spec, args, handle)
-    if args.chunk is None:  # the in-memory path: the whole run at once (kept as the benchmarks' baseline)
-        scoped = estimates.estimate_rollouts(handle, args.run, name, config, use_cache=not args.no_cache,
-                                             chunk_rollouts=None)
-        with handle.read() as store:
-            batch = store.load_batch(args.run)
-        parts = [(batch, scoped.padded(batch.rollout_ids.tolist(), batch.T))]
-        how, scope, notes = scoped.how, scoped.scope, scoped.notes
-    else:
-        streamed = estimates.stream_run(handle, args.run, name, config, chunk_rollouts=args.chunk,
-                                        use_cache=not args.no_cache, with_tokens=True)
-        parts, how, scope, notes = streamed, streamed.how, streamed.scope, streamed.notes
+    name, config = estimate_config(handle, args.run, args.estimator, parse_overrides(args.overrides),
+                                   args.channel)
+    rows = token_tables(handle, args.run, name, config, chunk_rollouts=args.chunk,
+                        use_cache=not args.no_cache)
     # Write next to the target and rename, so a failure never leaves a half-written file.
     fd, tmp = tempfile.mkstemp(suffix=".parquet.tmp", dir=args.out.parent)
     os.close(fd)
@@ -210,7 +181,7 @@ def cmd_estimate(args) -> int:
                 return table.num_rows
 
             written = None
-            for batch, advantages in parts:
+            for batch, advantages in rows.parts:
                 if written is not None:
                     tokens += written.result()
                 written = writing.submit(write, batch, advantages)
@@ -221,43 +192,11 @@ def cmd_estimate(args) -> int:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    for note in notes:
+    for note in rows.notes:
         print(f"note: {note}", file=sys.stderr)
-    source = "from the store's cache" if how == "cache" else "computed"
-    print(f"wrote {tokens} tokens of {rollouts} rollouts to {args.out} ({source}), {scope} scope")
+    source = "from the store's cache" if rows.how == "cache" else "computed"
+    print(f"wrote {tokens} tokens of {rollouts} rollouts to {args.out} ({source}), {rows.scope} scope")
     return 0
-
-
-def token_rows(batch, advantages) -> pa.Table:
-    """One row per real token of `batch`: rollout_id, group_id, pos, token_id, token, advantage.
-    advantages: (B, T) float32, `batch`'s padding."""
-    mask = batch.response_mask.cpu().numpy()
-    lengths = mask.sum(axis=1)
-    n = int(lengths.sum())
-    starts = np.cumsum(lengths) - lengths
-    # `pos` is the index among the response's real tokens (the position the store and app use).
-    pos = np.arange(n, dtype=np.int64) - np.repeat(starts, lengths)
-    if batch.token_text is not None and len(batch.token_text) == n:
-        tokens = batch.token_text.cast(pa.string())
-    elif batch.tokens is not None:
-        flat = [tok for row in batch.tokens for tok in row]
-        tokens = pa.array(flat if len(flat) == n else [None] * n, type=pa.string())
-    else:
-        tokens = pa.nulls(n, type=pa.string())
-    return pa.table({
-        "rollout_id": pa.array(np.repeat(batch.rollout_ids.cpu().numpy(), lengths), type=pa.int64()),
-        "group_id": pa.array(np.repeat(batch.group_ids.cpu().numpy(), lengths), type=pa.int64()),
-        "pos": pa.array(pos.astype(np.int32)),
-        "token_id": pa.array(batch.token_ids.cpu().numpy()[mask], type=pa.int64()),
-        "token": tokens,
-        "advantage": pa.array(advantages.detach().to(torch.float32).cpu().numpy()[mask]),
-    }, schema=TOKEN_ROWS_SCHEMA)
-
-
-DICTIONARY_COLUMNS = ["rollout_id", "group_id", "token"]
-"""Columns of the output whose values repeat (dictionary-encoded); ids and advantages vary per token."""
-TOKEN_ROWS_SCHEMA = pa.schema([("rollout_id", pa.int64()), ("group_id", pa.int64()), ("pos", pa.int32()),
-                               ("token_id", pa.int64()), ("token", pa.string()), ("advantage", pa.float32())])
 
 
 def cmd_explain(args) -> int:

@@ -1,0 +1,122 @@
+"""The notebook API's two objects: `Lens` (a store) and `Run` (one run of it). No logic of their own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from backend import explain, explorer, main_channel
+from backend.errors import InputError
+from backend.estimators import registry
+from backend.store import StoreHandle, store_handle
+from backend.token_rows import TOKEN_ROWS_SCHEMA, estimate_config, token_tables
+
+
+def open(path: str | Path | None = None) -> Lens:  # noqa: A001 - `creditlens.open(path)`, as a file is opened
+    """The store at `path` (default: the one the command line uses, ~/.creditlens/runs.duckdb)."""
+    return Lens(store_handle(Path(path).expanduser() if path is not None else None))
+
+
+class Lens:
+    """A Credit Lens store. Each call opens the store for that call only, so a command or the app may
+    write to it in between (the same rule as the command line's)."""
+
+    def __init__(self, handle: StoreHandle):
+        self.handle = handle
+
+    def __repr__(self) -> str:
+        return f"creditlens.open({str(self.handle.path)!r})"
+
+    def runs(self) -> pd.DataFrame:
+        """One row per run: name, source, rollouts, groups, steps, tokens, main_channel, channels, ...
+        (`creditlens runs --json`)."""
+        with self.handle.read() as store:
+            return pd.DataFrame(store.list_runs())
+
+    def run(self, name: str) -> Run:
+        """The run called `name` (an InputError naming the known runs when there is none)."""
+        with self.handle.read() as store:
+            store.run_id(name)
+        return Run(self.handle, name)
+
+
+class Run:
+    """One run of a store. Estimator parameters are keyword arguments (`epsilon=1e-4`), as `--set`."""
+
+    def __init__(self, handle: StoreHandle, name: str):
+        self.handle, self.name = handle, name
+
+    def __repr__(self) -> str:
+        return f"<creditlens run {self.name!r} in {self.handle.path}>"
+
+    @property
+    def main_channel(self) -> str:
+        """The channel every method reads when none is given (`creditlens main-channel`)."""
+        return main_channel.main_channel(self.handle, self.name)
+
+    def _explorer_config(self, estimator: str | None, params: dict[str, Any], channel: str | None) -> tuple:
+        """The sorted (field, value) pairs the Explorer functions take, on `channel` (default: main)."""
+        if estimator is None:
+            return ()
+        try:
+            registry.make_config(estimator, **params)  # bad names and values fail here, as `--set` does
+        except registry.UnknownEstimator as exc:
+            raise InputError(str(exc)) from None
+        except ValueError as exc:
+            raise InputError(f"{estimator}: {exc}") from None
+        chosen = main_channel.resolve(self.handle, self.name, params.get("channel", channel))
+        return main_channel.on_channel(estimator, tuple(sorted(params.items())), chosen)
+
+    def rollouts(self, estimator: str | None = None, *, channel: str | None = None,
+                 compare: str | None = None, sort: str = "rollout_id", search: str = "",
+                 where: list[str] | tuple[str, ...] = (),
+                 limit: int | None = None, offset: int = 0, **params) -> pd.DataFrame:
+        """The Explorer's table (`creditlens rollouts`): one row per rollout. `sort="-col"` sorts
+        descending; `where` holds filters as the command line writes them (`"length>=100"`); with an
+        estimator, its credit shares by token class; with `compare`, the Spearman column."""
+        descending = sort.startswith("-")
+        query = explorer.ExplorerQuery(
+            estimator=estimator,
+            config=self._explorer_config(estimator, params, channel),
+            compare=compare,
+            compare_config=self._explorer_config(compare, {}, channel),
+            sort=sort.removeprefix("-"),
+            descending=descending,
+            search=search,
+            filters=tuple(explorer.parse_where(w) for w in where),
+            limit=limit,
+            offset=offset,
+        )
+        return explorer.rollout_table(self.handle, self.name, query).rows
+
+    def trends(self, estimator: str | None = None, *, channel: str | None = None, **params) -> pd.DataFrame:
+        """One row per step (`creditlens trends`): scores, length, entropy, KL, zero-variance share, ...;
+        with an estimator, its credit shares by class and the quantiles of A."""
+        config = self._explorer_config(estimator, params, channel)
+        return explorer.step_trends(self.handle, self.name, estimator, config)
+
+    def estimate(self, estimator: str, *, channel: str | None = None, use_cache: bool = True,
+                 **params) -> pd.DataFrame:
+        """One row per real token (`creditlens estimate`): rollout_id, group_id, pos, token_id, token,
+        advantage. `channel="all"` sums the channel scores per rollout (TRL's combined reward)."""
+        name, config = estimate_config(self.handle, self.name, estimator, params, channel)
+        rows = token_tables(self.handle, self.name, name, config, use_cache=use_cache)
+        tables = list(rows.tables())
+        return pa.concat_tables(tables or [TOKEN_ROWS_SCHEMA.empty_table()]).to_pandas()
+
+    def explain(self, rollout: int, estimator: str, pos: int | None = None, *, channel: str | None = None,
+                **params) -> dict:
+        """Why `rollout`'s tokens got their credit, as `creditlens explain --json` prints it: tokens, each
+        channel's advantage and contribution, the final advantage, the estimator's terms; with `pos`, the
+        derivation of A at that token."""
+        config = self._explorer_config(estimator, params, channel)
+        result = explain.explain_rollout(self.handle, self.name, rollout, estimator, config)
+        out = result.to_json()
+        if pos is not None:
+            if not 0 <= pos < len(result.tokens):
+                raise InputError(f"pos {pos}: rollout {rollout} has {len(result.tokens)} tokens")
+            out["derivation"] = {"pos": pos, "lines": explain.derivation(result.terms, pos)}
+        return out
