@@ -52,3 +52,22 @@ def percent(v) -> str:
     except (TypeError, ValueError):
         return "–"
     return "–" if not math.isfinite(v) else f"{v:.0%}"
+
+
+def significant(v, digits: int = 2, signed: bool = True) -> str:
+    """A number with `digits` significant digits, however small or large (a colour bar's ends: a 1e-4 range
+    reads "+1.0e-4", not "0.00"); "0" for zero, "–" for missing/NaN."""
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return "–"
+    if not math.isfinite(v):
+        return "–"
+    if v == 0:
+        return "0"
+    sign = "+" if signed else ""
+    magnitude = math.floor(math.log10(abs(v)))
+    if -2 <= magnitude < 4:  # plain decimals, as many as `digits` significant digits need
+        return f"{v:{sign}.{max(digits - 1 - magnitude, 0)}f}"
+    mantissa, exponent = f"{v:{sign}.{digits - 1}e}".split("e")
+    return f"{mantissa}e{int(exponent)}"

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from app.fmt import nice, safe, shown_token, visible_token
+from app.fmt import nice, safe, shown_token, significant, visible_token
 from app.scales import colour_axis, credit_colour, symmetric_range
 
 BAND = 64  # tokens per heatmap line
@@ -223,9 +223,14 @@ def credit_heatmap(
         for r, n in enumerate(names)
     ]
     height = n_bands * (R + 1) - 1
-    fig_height = max(140, 22 * height + 50)  # a one-row figure keeps a readable colour bar
+    # Rows off the common half-width (per-row mode, true credit) each get their own labelled colour bar,
+    # horizontal, in lines under the rows; the common bar on the right names its rows when others exist.
+    own = [n for n in names if not np.isclose(peaks[n], common)]
+    bar_lines = math.ceil(len(own) / BARS_PER_LINE)
+    fig_height = max(140, 22 * height + 50) + BAR_LINE * bar_lines  # one-row figures keep a readable bar
     top_margin = 30 if title else 10
-    plot_height = fig_height - top_margin - 10
+    bottom_margin = 10 + BAR_LINE * bar_lines
+    plot_height = fig_height - top_margin - bottom_margin
     # rows keep their 22 px when the figure is taller than they need (a one-row figure), at the top
     bottom = max(0.0, 1.0 - 22 * height / plot_height)
     fig.update_yaxes(
@@ -233,21 +238,55 @@ def credit_heatmap(
         domain=[bottom, 1.0],
     )
     fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, range=[-0.5, band - 0.5])
+    on_common = [n for n in names if n not in own]
     fig.update_layout(
         height=fig_height,
-        margin={"l": 10, "r": 10, "t": top_margin, "b": 10},
+        margin={"l": 10, "r": 10, "t": top_margin, "b": bottom_margin},
         title=safe(title) if title else None,
         clickmode="event+select",
         dragmode=False,
         plot_bgcolor="rgba(0,0,0,0)",
-        coloraxis=colour_axis(common, fig_height),
+        coloraxis=colour_axis(common, plot_height + 40, _bar_title(on_common) if own else "A",
+                              _beyond(rows, on_common, common)),
     )
+    for i, name in enumerate(own):
+        line, slot = divmod(i, BARS_PER_LINE)
+        axis = f"coloraxis{i + 2}"
+        bar = colour_axis(peaks[name], fig_height, _bar_title([name]), _beyond(rows, [name], peaks[name]))
+        bar["colorbar"].update(
+            orientation="h", lenmode="fraction", len=1 / BARS_PER_LINE - 0.06, thickness=8,
+            x=slot / BARS_PER_LINE, xanchor="left", yref="container", yanchor="top",
+            y=(bottom_margin - 12 - line * BAR_LINE) / fig_height,
+            title={"text": _bar_title([name]), "side": "top"},
+        )
+        fig.update_layout({axis: bar})
+        # The bar needs a trace on its axis: one invisible cell left of the x range (never drawn).
+        fig.add_trace(go.Heatmap(z=[[-peaks[name], peaks[name]]], x=[-1000, -999], y=[0, 0], coloraxis=axis,
+                                 hoverinfo="skip", showlegend=False, name=f"scale {i + 2}"))
     return fig
+
+
+BARS_PER_LINE = 3
+BAR_LINE = 58  # pixels per line of horizontal colour bars
+
+
+def _bar_title(names: list[str]) -> str:
+    """A colour bar's title: A on the rows it colours (escaped; a long list cut)."""
+    text = ", ".join(names)
+    return "A: " + safe(text if len(text) <= 40 else text[:39] + "…")
+
+
+def _beyond(rows: dict[str, np.ndarray], names: list[str], peak: float) -> bool:
+    """Whether any value of `names` lies beyond ±peak (a quantile or locked scale clips it)."""
+    return any(
+        bool(np.any(np.abs(np.asarray(rows[n], dtype=np.float64)[np.isfinite(rows[n])]) > peak * (1 + 1e-9)))
+        for n in names
+    )
 
 
 def _row_label(name: str, peak: float, common: float) -> str:
     label = safe(name)
-    return label if np.isclose(peak, common) else f"{label} (±{nice(peak, 2, signed=False)})"
+    return label if np.isclose(peak, common) else f"{label} (±{significant(peak, 2, signed=False)})"
 
 
 def credit_text_html(

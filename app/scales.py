@@ -1,35 +1,47 @@
-"""Colour scales of credit: diverging around 0, shared, per row or quantile, lockable, and the colour of
-one value (the text view) or a figure's colour axis (the heatmaps)."""
+"""Colour scales of credit: diverging around 0, shared, per row or quantile (or `auto`: shared unless one
+spike would wash out the rest, then quantile), lockable; what the active scale is, in words; and the colour
+of one value (the text view) or a figure's colour axes (the heatmaps)."""
 
 from __future__ import annotations
 
 import numpy as np
 import plotly.colors as pcolors
 
-from app.fmt import nice
+from app.fmt import significant
 
 DIVERGING = "RdBu"  # red = negative credit, blue = positive; centred at 0
 
 
-def symmetric_range(*arrays: np.ndarray) -> float:
-    """max |value| over the arrays (1.0 when all are 0 or empty): the half-width of a centred scale."""
+def largest_abs(*arrays: np.ndarray) -> float:
+    """max |value| over the finite values of the arrays (0.0 when there are none)."""
     peak = 0.0
     for a in arrays:
         a = np.asarray(a, dtype=np.float64)
         finite = a[np.isfinite(a)]
         if finite.size:
             peak = max(peak, float(np.abs(finite).max()))
+    return peak
+
+
+def symmetric_range(*arrays: np.ndarray) -> float:
+    """max |value| over the arrays (1.0 when all are 0 or empty): the half-width of a centred scale."""
+    peak = largest_abs(*arrays)
     return peak if peak > 0 else 1.0
 
 
-SCALES = ("shared", "row", "quantile")
+SCALES = ("auto", "shared", "row", "quantile")
 SCALE_LABELS = {
+    "auto": "auto (shared, or quantile when one spike would wash out the rest)",
     "shared": "shared (max |A| of all rows)",
     "row": "per row (each row its own max |A|)",
     "quantile": "quantile (98th percentile of |A|: robust to one spike)",
 }
 OWN_SCALE_ROWS = ("true credit",)  # ground truth in its own units: never on an estimator's scale
 QUANTILE = 0.98
+# `auto` clips at the quantile when the largest |A| is more than this many times it: most cells would
+# otherwise sit within a fifth of the scale's middle, nearly white (GRPO's ±0.35 beside a −5 spike).
+WASHOUT = 4.0
+BAR_DIGITS = 3  # significant digits of a colour bar's end labels
 
 
 def quantile_range(*arrays: np.ndarray, q: float = QUANTILE) -> float:
@@ -47,8 +59,8 @@ def scale_peaks(
     rows: dict[str, np.ndarray], mode: str = "shared", locked: float | None = None
 ) -> dict[str, float]:
     """The colour half-width of each row: `shared` (one max |A| for all), `row` (each its own), `quantile`
-    (one robust half-width). `locked` replaces the shared half-width (a β move does not rescale). Rows in
-    OWN_SCALE_ROWS always get their own."""
+    (one robust half-width), `auto` (`shared`, or `quantile` when `washed_out`). `locked` replaces the
+    shared half-width (a β move does not rescale). Rows in OWN_SCALE_ROWS always get their own."""
     if mode not in SCALES:
         raise ValueError(f"unknown colour scale {mode!r}; use one of {', '.join(SCALES)}")
     names = list(rows)
@@ -58,9 +70,46 @@ def scale_peaks(
         return {n: own.get(n, symmetric_range(rows[n])) for n in names}
     if locked is not None and locked > 0:
         peak = float(locked)
+    elif mode == "quantile" or (mode == "auto" and washed_out(*rest)):
+        peak = quantile_range(*rest)
     else:
-        peak = quantile_range(*rest) if mode == "quantile" else symmetric_range(*rest)
+        peak = symmetric_range(*rest)
     return {n: own.get(n, peak) for n in names}
+
+
+def washed_out(*arrays: np.ndarray) -> bool:
+    """Whether one spike would wash out the rest on a max |A| scale: the max is WASHOUT times the quantile."""
+    return symmetric_range(*arrays) > WASHOUT * quantile_range(*arrays)
+
+
+def active_scale(rows: dict[str, np.ndarray], mode: str = "auto", locked: float | None = None) -> str:
+    """The scale `scale_peaks(rows, mode, locked)` draws, in words (a caption under the scale choice): which
+    scale, its half-width, and which rows' values lie beyond it (drawn at the end of the colour bar)."""
+    names = [n for n in rows if n not in OWN_SCALE_ROWS]
+    rest = [rows[n] for n in names]
+    peaks = scale_peaks(rows, mode, locked)
+    if mode == "row":
+        text = "Colour scale: per row, each row its own max |A| (each row's colour bar below the rows)."
+    else:
+        peak = peaks[names[0]] if names else 1.0
+        if locked is not None and locked > 0 and mode != "row":
+            what = "locked"
+        elif mode == "quantile" or (mode == "auto" and washed_out(*rest)):
+            what = f"{'auto → ' if mode == 'auto' else ''}quantile ({QUANTILE:.0%} of |A|)"
+        else:
+            what = f"{'auto → ' if mode == 'auto' else ''}shared max |A|"
+        text = f"Colour scale: {what}, ±{significant(peak, 2, signed=False)}."
+        beyond = [(n, largest_abs(rows[n])) for n in names]
+        beyond = [(n, m) for n, m in beyond if m > peak * (1 + 1e-9)]
+        if beyond:
+            text += " Beyond it (drawn at the scale's end; the hover has the value): " + ", ".join(
+                f"{n} up to ±{significant(m, 2, signed=False)}" for n, m in beyond) + "."
+        elif mode == "auto":
+            text += " No spike washes out the rest."
+    own = [n for n in rows if n in OWN_SCALE_ROWS]
+    if own:
+        text += " " + ", ".join(own) + " has its own scale (its own units)."
+    return text
 
 
 def credit_colour(value: float, peak: float) -> tuple[str, str]:
@@ -72,20 +121,25 @@ def credit_colour(value: float, peak: float) -> tuple[str, str]:
     return bg, ("#ffffff" if abs(x) > 0.6 else "#111111")
 
 
-def colour_axis(peak: float, height: int) -> dict:
-    """The shared colour axis on [-peak, peak], centred at 0, labelled in A at its ends and 0."""
+def colour_axis(peak: float, height: int, title: str = "A", beyond: bool = False) -> dict:
+    """A colour axis on [-peak, peak], centred at 0, its bar labelled at its ends and 0 with significant
+    digits (BAR_DIGITS: a 1e-4 range reads ±1.00e-4). `beyond`: some values lie past the ends (a quantile
+    or locked scale); the end labels say ≤ / ≥."""
+    low, high = significant(-peak, BAR_DIGITS), significant(peak, BAR_DIGITS)
+    if beyond:
+        low, high = f"≤{low}", f"≥{high}"
     return {
         "colorscale": DIVERGING,
         "cmin": -peak,
         "cmax": peak,
         "cmid": 0,
         "colorbar": {
-            "title": {"text": "A", "side": "top"},
+            "title": {"text": title, "side": "top"},
             "thickness": 10,
             "lenmode": "pixels",
             "len": min(max(100, height - 30), 320),
             "tickvals": [-peak, 0, peak],
-            "ticktext": [nice(-peak, 2), "0", nice(peak, 2)],
+            "ticktext": [low, "0", high],
             "tickfont": {"size": 10},
         },
     }

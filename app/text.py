@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import html
-
 
 def plain(text: str) -> str:
-    """Untrusted text for markdown: HTML-escaped and markdown/LaTeX control characters neutralized."""
-    escaped = html.escape(str(text))
-    for ch in "\\`*_{}[]()#+-.!|$~>":
+    """Untrusted text for markdown, shown as written: every markdown, LaTeX and HTML control character
+    backslash-escaped (`\\<` is a literal `<` in CommonMark, so no tag can start; `\\&` no entity), never
+    an HTML entity, which markdown would show as `&#x27;`."""
+    escaped = str(text)
+    for ch in "\\`*_{}[]()#+-.!|$~><&":  # the backslash first: later escapes are not escaped again
         escaped = escaped.replace(ch, "\\" + ch)
     return escaped

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -229,23 +230,40 @@ def _restore_field(f: dict, wkey: str, url: str) -> None:
 
 
 def token_class_editor(sel) -> None:
-    """Edit the token classes (regex, phrases or marker; first match wins, `other` for the rest): use them
-    in this session (and its link, `?classes=`), or save them with the run, so that every credit-by-class
-    chart and table uses them (the Explorer's and Trends' summaries included)."""
+    """Edit the token classes (regex, phrases or marker; first match wins, `other` for the rest): reorder
+    them, use them in this session (and its link, `?classes=`), or save them with the run, so that every
+    credit-by-class chart and table uses them (the Explorer's and Trends' summaries included)."""
     read_only = data.settings().read_only
     saved = data.token_classes(sel.db, sel.run)
     with st.expander("Token classes of this run", expanded=False):
-        st.caption("kind: regex (searched in each token's text), phrases (one per line, or separated by |, "
-                   "matched in the response text, any tokenizer), marker (key, style span). The first "
-                   "class that matches a token wins; every other token is `other`.")
+        st.caption("kind: regex (searched in each token's text), phrases (separated by |, matched in the "
+                   "response text, any tokenizer), marker (key, style span). The first class that matches a "
+                   "token wins (reorder with Move up / Move down); every other token is `other`.")
         if sel.classes != saved:
-            st.caption("Shown: this session's classes (from the link or the Use button), not saved with the "
-                       "run.")
-        current = pd.DataFrame(token_classes.to_json(sel.classes))
+            st.caption("Shown: this session's classes (from the link, a move or the Use button), not saved "
+                       "with the run.")
+        current = pd.DataFrame([
+            {"name": c.name, "kind": c.kind, "pattern": token_classes.shown_pattern(c)} for c in sel.classes
+        ])
+        # a new order is a new table: the editor starts again from it (its edits were taken along)
+        table_key = f"token_class_table_{zlib.crc32(token_classes.to_link(sel.classes).encode()):08x}"
         edited = st.data_editor(
-            current, num_rows="dynamic", key="token_class_table", width="stretch",
-            column_config={"kind": st.column_config.SelectboxColumn(options=["regex", "phrases", "marker"])},
+            current, num_rows="dynamic", key=table_key, width="stretch",
+            column_config={"kind": st.column_config.SelectboxColumn(options=["regex", "phrases", "marker"]),
+                           "pattern": st.column_config.TextColumn("pattern", width="large")},
         )
+        which, up, down = st.columns([2, 1, 1], vertical_alignment="bottom")
+        names = [str(n) for n in edited["name"].dropna()]
+        moving = which.selectbox("Class to move", names, key="token_class_move") if names else None
+        for box, where, label in ((up, "up", "Move up"), (down, "down", "Move down")):
+            if box.button(label, key=f"token_class_{where}", disabled=moving is None):
+                try:
+                    moved = token_classes.move(token_classes.from_json(_class_rows(edited)), moving, where)
+                except (ValueError, KeyError) as exc:
+                    st.error(plain(str(exc)))
+                else:
+                    state.use_classes(sel.run, None if moved == saved else moved)
+                    st.rerun()
         use, save, reset = st.columns(3)
         if use.button("Use in this session", key="token_class_use",
                       help="Rollout and Compare use these classes, and the link carries them; the store is "
@@ -284,8 +302,7 @@ def token_class_editor(sel) -> None:
 def _class_rows(edited: pd.DataFrame) -> list[dict]:
     """The editor's rows as `token_classes.from_json` reads them (phrases separated by | become lines)."""
     return [
-        {**row, "pattern": "\n".join(str(row["pattern"]).split("|")) if row["kind"] == "phrases"
-         else str(row["pattern"])}
+        {**row, "pattern": token_classes.parse_pattern(str(row["kind"]), str(row["pattern"]))}
         for row in edited.dropna(how="all").to_dict("records")
     ]
 
@@ -328,18 +345,24 @@ def credit_text(html_text: str, key: str) -> int | None:
 
 
 def scale_controls(
-    key: str, lockable: bool = False, current: float | None = None
+    key: str, lockable: bool = False, current: float | None = None, rows: dict | None = None
 ) -> tuple[str, float | None]:
-    """The colour-scale mode (`?scale=`) and, when `lockable`, a lock that keeps the shared half-width
-    fixed (`?zlock=`): a β move then recolours without rescaling. Returns (mode, locked half-width)."""
+    """The colour-scale mode (`?scale=`, `auto` by default) and, when `lockable`, a lock that keeps the
+    shared half-width fixed (`?zlock=`): a β move then recolours without rescaling. With `rows` (the values
+    the scale is for), a caption says which scale is active. Returns (mode, locked half-width)."""
     mode_col, lock_col = st.columns([3, 2])
     with mode_col:
         mode = state.url_widget(
-            st.radio, "Colour scale", key=f"{key}_scale", url="scale", default="shared",
+            st.radio, "Colour scale", key=f"{key}_scale", url="scale", default="auto",
             options=list(scales.SCALES), format_func=lambda m: scales.SCALE_LABELS[m], horizontal=True,
         )
     if not lockable:
+        if rows is not None:
+            st.caption(plain(scales.active_scale(rows, mode)))
         return mode, None
+    if rows is not None:  # the lock keeps the half-width the chosen scale draws now
+        drawn = scales.scale_peaks(rows, mode)
+        current = next((v for n, v in drawn.items() if n not in scales.OWN_SCALE_ROWS), current)
     lock_key = f"{key}_zlock"
     if lock_key not in st.session_state:
         raw = state.url_value("zlock")
@@ -364,6 +387,8 @@ def scale_controls(
         st.session_state[lock_key] = None
     value = st.session_state[lock_key]
     state.publish("zlock", None if value is None else f"{value:.6g}")
+    if rows is not None:
+        st.caption(plain(scales.active_scale(rows, mode, value)))
     return mode, value
 
 

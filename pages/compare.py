@@ -3,7 +3,7 @@ where the credit lands by token class (the "why did filler get credit" answer)."
 
 import streamlit as st
 
-from app import charts, compute, heatmaps, scales, state, views, widgets
+from app import charts, compute, fmt, heatmaps, scales, state, views, widgets
 
 sel = views.rollout_selection()
 st.title(f"Compare estimators · rollout #{sel.rollout}")
@@ -48,7 +48,7 @@ summed = channel == compute.ALL_CHANNELS
 shown = "all channels (scores summed first)" if summed else f"the {channel} channel"
 st.caption(f"Each estimator's advantage on {views.plain(shown)} for this rollout, one row each, aligned by "
            "token.")
-mode, _ = widgets.scale_controls("compare")
+mode, _ = widgets.scale_controls("compare", rows=result["rollout"])
 peaks = scales.scale_peaks(result["rollout"], mode)
 L = len(result["tokens"])
 start, stop = views.token_window(L, "compare_window", result["rollout"][next(iter(result["rollout"]))])
@@ -74,9 +74,13 @@ first = a_col.selectbox("A", names, index=0, key="compare_diff_a")
 second = b_col.selectbox("B", names, index=min(1, len(names) - 1), key="compare_diff_b")
 state.publish("diff", f"{first},{second}")
 difference = compute.credit_difference(result["rollout"][first], result["rollout"][second])
+gap = scales.largest_abs(difference)  # the colour bar's ends: the largest difference, however small
+st.caption(f"{views.plain(second)} − {views.plain(first)} per token, on a scale centred at 0 whose ends are "
+           f"the largest difference, ±{fmt.significant(gap, 2, signed=False)}." if gap > 0 else
+           f"{views.plain(second)} and {views.plain(first)} give every token the same credit.")
 st.plotly_chart(
     heatmaps.credit_heatmap({f"{second} − {first}": difference[start:stop]}, result["tokens"][start:stop],
-                           offset=start, clickable=False),
+                           offset=start, clickable=False, zmax=gap or 1.0),
     key="compare_difference",
     width="stretch",
     config={"displayModeBar": False},

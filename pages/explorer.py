@@ -98,30 +98,33 @@ st.caption(
     f"share_<class>: share of the rollout's Σ|A| under {estimator} on the {views.plain(channel)} channel on "
     "each token class; max_abs: its largest "
     "|A|; repetition: share of 16-token windows that repeat an earlier one; kl: mean logprob − ref logprob. "
+    "pos_share_<class> / neg_share_<class>: the class's share of the rollout's positive / negative credit. "
     "An empty share (None) means the rollout got no credit at all (Σ|A| = 0, e.g. a zero-variance group)."
 )
 st.session_state["_explorer_ids"] = [int(r) for r in page.rows["rollout_id"]]
 
 
 def _open_selected() -> None:
-    rows = st.session_state["explorer_table"]["selection"]["rows"]
+    selection = st.session_state["explorer_table"]["selection"]
+    rows = selection["rows"] or [cell[0] for cell in selection.get("cells", [])]  # a row or any of its cells
     ids = st.session_state.get("_explorer_ids", [])
     if rows and rows[0] < len(ids):
         state.request_rollout(ids[rows[0]])
 
 
 percent = {c: st.column_config.NumberColumn(c, format="percent") for c in page.columns
-           if c.startswith("share_") or c == "repetition"}
-# Shown credit first: the columns of the query, reordered for reading (the data is the CLI's).
-first = ["rollout_id", "step", "group_id", "length"]
-credit = [c for c in page.columns if c.startswith("share_") or c in ("max_abs", "logged_gap", "spearman")]
+           if c.startswith(("share_", "pos_share_", "neg_share_")) or c == "repetition"}
+# The response and the credit first: the columns of the query, reordered for reading (the data is the CLI's).
+first = ["rollout_id", "preview", "step", "group_id", "length"]
+credit = [c for c in page.columns if c.startswith(("share_", "pos_share_", "neg_share_"))
+          or c in ("max_abs", "logged_gap", "spearman")]
 shown_order = first + credit + [c for c in page.columns if c not in first and c not in credit]
 st.dataframe(
     page.rows,
     column_order=shown_order,
     key="explorer_table",
     on_select=_open_selected,
-    selection_mode="single-row",
+    selection_mode=["single-row", "single-cell"],
     hide_index=True,
     width="stretch",
     height=min(38 + 35 * max(len(page.rows), 1), 740),

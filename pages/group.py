@@ -24,7 +24,7 @@ st.caption(
     "channel combined with every other channel's credit (as the Rollout view's final row). Rows labelled by "
     f"rollout id and R, the score on {views.plain(channel)}. Hover a cell for the token."
 )
-mode, _ = widgets.scale_controls("group")
+mode, _ = widgets.scale_controls("group", rows=values)
 longest = max((len(v) for v in tokens.values()), default=0)
 peaks = scales.scale_peaks(values, mode)
 widest = max(values, key=lambda k: len(values[k]), default=None)  # its row is the overview strip

@@ -43,7 +43,7 @@ with position:
         step=1,
     )
 
-mode, _ = widgets.scale_controls("rollout")
+mode, _ = widgets.scale_controls("rollout", rows=view.rows)
 peaks = scales.scale_peaks(view.rows, mode)
 window = views.heatmap_window(view, key="rollout_window", peaks=peaks)
 

@@ -70,7 +70,7 @@ def channel_weights() -> None:
         )
     with chart:
         mode, locked = widgets.scale_controls(
-            "tune", lockable=True, current=scales.scale_peaks(view.rows, "shared")["final"]
+            "tune", lockable=True, current=scales.scale_peaks(view.rows, "shared")["final"], rows=view.rows
         )
         peaks = scales.scale_peaks(view.rows, mode, locked)
         window = views.heatmap_window(view, key="tune_window", peaks=peaks)

@@ -76,7 +76,7 @@ def test_scale_modes_shared_row_quantile_lock_and_true_credit_on_its_own():
     fig = heatmaps.credit_heatmap(rows, ["x"] * 100, peaks=shared)
     ticks = list(fig.layout.yaxis.ticktext)
     assert ticks[0].startswith("task") and "±" not in ticks[0]
-    assert ticks[2].startswith("true credit (±0.02)")  # its own scale, said in its label
+    assert ticks[2].startswith("true credit (±0.020)")  # its own scale, said in its label
     z = np.asarray(fig.data[0].z, dtype=float)
     assert np.asarray(fig.data[1].z, dtype=float)[0, 35] == 5.0  # token 99: rows on the common scale
     assert z[1, 0] == -0.5  # keep their values

@@ -78,7 +78,7 @@ def test_search_sort_filter_then_click_opens_the_rollout(page, server):
             break
         time.sleep(0.5)
     assert [int(r[0]) for r in rows] == expected[:len(rows)]
-    lengths = [int(r[3]) for r in rows]
+    lengths = [int(r[4]) for r in rows]  # rollout_id, response, step, group_id, length
     assert lengths == sorted(lengths, reverse=True)
 
     box = page.locator(TABLE).bounding_box()  # the row-selection column of the second data row

@@ -123,7 +123,7 @@ def test_shared_link_restores_a_configured_compare_view(page):
         "() => document.querySelector('.st-key-compare_difference .js-plotly-plot').layout.yaxis.ticktext"
     )
     assert ticks[0].startswith(f"grpo − {other}")
-    assert page.locator(".st-key-compare_scale input[type=radio]").nth(1).is_checked()  # per row
+    assert page.locator(".st-key-compare_scale input[type=radio]").nth(2).is_checked()  # auto, shared, row
     for part in (f"{other}.{field}={value}", "grpo.norm_by_std=False", f"diff={other}%2Cgrpo", "scale=row"):
         assert part in page.url, part  # the view's URL is still the whole view: it can be shared again
     assert page.locator("[data-testid=stAlert]").filter(has_text="cannot be honoured").count() == 0
@@ -137,7 +137,7 @@ def test_a_link_that_cannot_be_honoured_says_so_and_falls_back(page):
     for name in ("est=no_such_estimator", "scale=log", "grpo.epsilon=abc", "pos=99999"):
         assert name in text, (name, text)
     assert "Rollout #0" in page.locator("h1").first.inner_text()  # fell back to the defaults
-    assert "est=grpo" in page.url and "scale=shared" in page.url and "grpo.epsilon" not in page.url
+    assert "est=grpo" in page.url and "scale=auto" in page.url and "grpo.epsilon" not in page.url
     open_view(page, "rollout?run=no_such_run&rollout=3")
     assert "run=no_such_run" in page.locator("[data-testid=stAlert]").first.inner_text()
 
@@ -155,7 +155,7 @@ def test_a_link_with_token_classes_restores_them(page):
     assert page.locator("[data-testid=stAlert]").filter(has_text="cannot be honoured").count() == 0
     assert json.loads(parse_qs(urlsplit(page.url).query)["classes"][0]) == CLASSES  # still in the link
     page.get_by_text("Token classes of this run", exact=True).click()
-    page.wait_for_selector(".st-key-token_class_table")
+    page.wait_for_selector("[class*=st-key-token_class_table]")
     assert "this session's classes" in page.locator("[data-testid=stExpander]").last.inner_text()
 
 
