@@ -125,6 +125,12 @@ def _key(store: Store, run: str, name: str, config: tuple) -> tuple[CreditKey, A
     return key, built
 
 
+def credit_key(store: Store, run: str, name: str, config: tuple) -> CreditKey:
+    """The credit summaries' key of estimator `name` with `config` (the run's main channel unless the
+    config names one): what the monitors read beside the table."""
+    return _key(store, run, name, config)[0]
+
+
 def logged_gap_available(store: Store, run: str) -> bool:
     """Whether the table gets `logged_gap` (mean recomputed A − the trainer's logged advantage): only for
     runs that carry a logged advantage (TRL logs); the hook for a `logged` estimator to build on."""

@@ -15,6 +15,7 @@ from backend.cli import (
     explorer,
     model_credit,
     models,
+    monitor,
     steps,
     store,
     synthetic,
@@ -23,7 +24,8 @@ from backend.cli import (
 from backend.errors import InputError, StoreError
 
 # Areas that contribute subcommands, in the order `creditlens --help` lists them.
-COMMAND_MODULES = (store, estimators, models, model_credit, teacher, steps, synthetic, explorer, app_server)
+COMMAND_MODULES = (store, estimators, models, model_credit, teacher, steps, synthetic, explorer, monitor,
+                   app_server)
 
 
 def build_parser() -> argparse.ArgumentParser:

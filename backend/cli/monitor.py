@@ -1,0 +1,75 @@
+"""`creditlens monitor ...`: the credit-health detectors over a run's steps, with a linter's exit code
+(0: nothing to warn about, 1: a warn or an alert, 2: bad input). `backend.monitor.run_monitors` is the
+function the Trends view calls, so the alerts match."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from backend import main_channel, monitor, monitor_config
+from backend.cli.common import parse_overrides
+from backend.errors import InputError
+from backend.estimators import registry
+from backend.store import store_handle
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("monitor", help="credit-health detectors: the step where reward hacking, collapse or "
+                                       "drift starts, and the rollouts that show it (exit 1 on a warning)")
+    p.add_argument("--db", type=Path, default=None, help="store file")
+    p.add_argument("--run", default=None, help="run name")
+    p.add_argument("--estimator", default="grpo", help="estimator whose credit is watched (default grpo)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="estimator parameter, repeatable")
+    p.add_argument("--channel", default=None,
+                   help="reward channel the estimator reads (default: the run's main channel); 'all': the "
+                        "channel scores summed per rollout")
+    p.add_argument("--config", type=Path, default=None, metavar="FILE",
+                   help="TOML file of thresholds (docs/monitors.md; --defaults prints every key)")
+    p.add_argument("--defaults", action="store_true", help="print the default settings as TOML and exit")
+    p.add_argument("--json", action="store_true", help="print the alerts as a JSON list of objects")
+    p.set_defaults(func=cmd_monitor)
+
+
+def config_of(handle, run: str, estimator: str, pairs: list[str], channel: str | None) -> tuple:
+    """The estimator's `--set` pairs on `--channel` (checked; default: the run's main channel)."""
+    config = tuple(sorted(parse_overrides(pairs).items()))
+    chosen = main_channel.resolve(handle, run, dict(config).get("channel", channel))
+    try:
+        return main_channel.on_channel(estimator, config, chosen)
+    except registry.UnknownEstimator as exc:
+        raise InputError(str(exc)) from None
+
+
+def print_alerts(alerts: list[monitor.Alert], out=None) -> None:
+    """One block per alert: severity, detector, statistic, the message, the rollouts (to stdout)."""
+    out = out or sys.stdout
+    for a in alerts:
+        print(f"{a.severity.upper():<5} step {a.step:<5} {a.detector} ({a.statistic}): {a.message}", file=out)
+        if a.rollouts:
+            print(f"      rollouts: {', '.join(map(str, a.rollouts))}", file=out)
+
+
+def cmd_monitor(args) -> int:
+    if args.defaults:
+        sys.stdout.write(monitor_config.defaults_toml())
+        return 0
+    if args.run is None:
+        raise InputError("--run is required (the run to monitor)")
+    settings = monitor_config.load_settings(args.config)
+    handle = store_handle(args.db)
+    config = config_of(handle, args.run, args.estimator, args.overrides, args.channel)
+    report = monitor.run_monitors(handle, args.run, args.estimator, config, settings)
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if args.json:
+        json.dump([a.as_dict() for a in report.alerts], sys.stdout)
+        print()
+    else:
+        print_alerts(report.alerts)
+    counts = {s: sum(a.severity == s for a in report.alerts) for s in monitor.SEVERITIES}
+    print(f"{len(report.series)} steps of {args.run!r} ({report.estimator} on {report.channel}): "
+          + ", ".join(f"{n} {s}" for s, n in counts.items()), file=sys.stderr)
+    return report.exit_code()

@@ -1,0 +1,242 @@
+"""Credit-health monitors: per-step statistics of a run, the step where each starts to depart from the
+run's own history, and alerts that name the rollouts showing it most.
+
+`run_monitors` is what `creditlens monitor` prints and what the Trends view marks. The statistics come
+from the per-rollout summaries the Explorer and Trends read (`explorer.step_trends`, the credit summaries
+of the chosen estimator and channel, `monitor_queries`), plus the split-channel credit of each step
+(`channel_credit`, one step in memory at a time). The detectors and their defaults live in
+`backend.monitor_config`; the onset rule in `backend.change_point`. A detector whose data the run lacks
+(no reference logprobs, no logged advantage, one channel) is skipped with a note.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from backend import channel_credit, credit_shares, explorer, main_channel
+from backend.change_point import find_onset
+from backend.estimators import registry
+from backend.explorer import ExplorerQuery
+from backend.monitor_config import MonitorSettings
+from backend.store import StoreHandle
+from backend.store import monitor_queries as queries
+
+SEVERITIES = ("info", "warn", "alert")
+
+
+@dataclass
+class Alert:
+    """detector: its name (monitor_config.DETECTORS); statistic: the series that departed (e.g.
+    `pos_share_filler`); step: the onset; severity: info (departing at the run's last steps, not yet
+    persistent), warn or alert; value / baseline / noise: the statistic at the onset, the median of the
+    earlier steps and their 1.4826·MAD; z: (value − baseline) / noise; rollouts: ids of the onset step's
+    rollouts that show it most; explorer: the Explorer's filter and sort that list them (`where`, `sort`),
+    empty when the column is not one of the Explorer's."""
+
+    detector: str
+    statistic: str
+    step: int
+    severity: str
+    value: float
+    baseline: float
+    noise: float
+    z: float
+    message: str
+    rollouts: list[int] = field(default_factory=list)
+    explorer: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        for key in ("value", "baseline", "noise", "z"):  # JSON has no inf or NaN
+            v = out[key]
+            out[key] = None if not math.isfinite(v) else v
+        return out
+
+
+@dataclass
+class MonitorReport:
+    """alerts: in step order; series: one row per step, a column per statistic the detectors watched;
+    notes: detectors skipped and why."""
+
+    run: str
+    estimator: str
+    channel: str
+    alerts: list[Alert]
+    series: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+    def exit_code(self) -> int:
+        """0 without a warn or alert, 1 with one (a linter's convention)."""
+        return int(any(a.severity != "info" for a in self.alerts))
+
+
+@dataclass(frozen=True)
+class _Series:
+    detector: str
+    statistic: str
+    label: str  # what the message calls it
+    percent: bool = False
+    sort: str | None = None  # the Explorer column that ranks the rollouts (None: own ranking)
+    where: tuple[str, ...] = ()
+    count: str | None = None  # for a share of items: the trends column counting them (binomial noise)
+
+
+def _fmt(value: float, percent: bool) -> str:
+    if not math.isfinite(value):
+        return "n/a"
+    return f"{100 * value:.1f}%" if percent else f"{value:.4g}"
+
+
+def run_monitors(handle: StoreHandle, run: str, estimator: str = "grpo", config: tuple = (),
+                 settings: MonitorSettings = MonitorSettings(), *, prepare_missing: bool = True
+                 ) -> MonitorReport:
+    """Every enabled detector over `run`'s steps, with `estimator` (`config`: its (key, value) pairs; a
+    `channel` pair chooses the reward channel, default the run's main channel) for the credit statistics."""
+    config = main_channel.on_channel(estimator, config, dict(config).get("channel")
+                                     or main_channel.main_channel(handle, run))
+    channel = str(dict(config).get("channel", main_channel.main_channel(handle, run)))
+    trends = explorer.step_trends(handle, run, estimator, config, prepare_missing=prepare_missing,
+                                  quantiles=False)
+    series = pd.DataFrame({"step": trends["step"].astype(int)})
+    counts = {"rollouts": trends["rollouts"].to_numpy(), "groups": trends["groups"].to_numpy()}
+    watched: list[_Series] = []
+    notes: list[str] = []
+    extra: dict[str, dict[int, pd.Series]] = {}  # statistic -> step -> per-rollout value (own rankings)
+    with handle.read() as store:
+        run_id = store.run_id(run)
+        key = explorer.credit_key(store, run, estimator, config)
+
+        def add(spec: _Series, values) -> None:
+            series[spec.statistic] = np.asarray(values, dtype=np.float64)
+            watched.append(spec)
+
+        def by_step(frame: pd.DataFrame, column: str):
+            return series[["step"]].merge(frame, on="step", how="left")[column].to_numpy()
+
+        if settings.enabled("class_share"):
+            signed = queries.step_signed_shares(store, run_id, key)
+            for k, name in enumerate(key.classes):
+                for sign, word in (("pos", "positive"), ("neg", "negative")):
+                    alias = explorer.column_name(f"{sign}_share", name)
+                    add(_Series("class_share", alias, f"class {name!r}'s share of the {word} credit", True,
+                                alias), by_step(signed, f"{sign}_{k}"))
+        if settings.enabled("entropy_collapse"):
+            if trends["mean_entropy"].notna().any():
+                add(_Series("entropy_collapse", "mean_entropy", "mean token entropy", sort="mean_entropy"),
+                    trends["mean_entropy"])
+            else:
+                notes.append("entropy_collapse: the run has no entropies")
+        if settings.enabled("kl_acceleration"):
+            if trends["kl"].notna().any():
+                add(_Series("kl_acceleration", "kl_growth", "KL growth per step", sort="kl"),
+                    trends["kl"].astype(float).diff())
+            else:
+                notes.append("kl_acceleration: the run has no reference logprobs")
+        if settings.enabled("length_drift"):
+            add(_Series("length_drift", "length", "mean length", sort="length"), trends["length"])
+        if settings.enabled("truncation"):
+            if trends["truncated_share"].notna().any():
+                add(_Series("truncation", "truncated_share", "truncated share", True, "length",
+                            ("truncated=true",), "rollouts"), trends["truncated_share"])
+            else:
+                notes.append("truncation: the run does not record truncation (meta.truncated/finish_reason)")
+        if settings.enabled("zero_variance"):
+            add(_Series("zero_variance", "zero_variance_share", "share of zero-variance groups", True,
+                        "group_id", ("zero_variance=true",), "groups"), trends["zero_variance_share"])
+        if settings.enabled("repetition"):
+            add(_Series("repetition", "repetition", "repeated 16-token windows", True, "repetition"),
+                trends["repetition"])
+        if settings.enabled("garbled"):
+            garbled = queries.step_garbled(store, run_id)
+            add(_Series("garbled", "garbled", "garbled text", True), by_step(garbled, "garbled"))
+        if settings.enabled("logged_gap"):
+            if explorer.logged_gap_available(store, run):
+                add(_Series("logged_gap", "abs_logged_gap", "mean |recomputed − logged advantage|"),
+                    by_step(queries.step_logged_gap(store, run_id, key), "abs_logged_gap"))
+            else:
+                notes.append("logged_gap: the run has no logged advantage")
+    if settings.enabled("channel_takeover"):
+        shares, per_rollout = channel_step_shares(handle, run, estimator, config, channel)
+        if shares.shape[1] > 2:
+            for name in [c for c in shares.columns if c != "step"]:
+                alias = explorer.column_name("channel_share", name)
+                add(_Series("channel_takeover", alias, f"channel {name!r}'s share of |β·Ã|", True),
+                    by_step(shares.rename(columns={name: alias}), alias))
+                extra[alias] = {s: frame[name] for s, frame in per_rollout.items()}
+        else:
+            notes.append("channel_takeover: one channel carries all the credit (nothing to take over)")
+    found = (_alert(handle, run, estimator, config, settings, series, spec, key, extra, counts)
+             for spec in watched)
+    alerts = [a for a in found if a is not None]
+    alerts.sort(key=lambda a: (a.step, a.detector, a.statistic))
+    return MonitorReport(run, estimator, channel, alerts, series, notes)
+
+
+def _alert(handle: StoreHandle, run: str, estimator: str, config: tuple, settings: MonitorSettings,
+           series: pd.DataFrame, spec: _Series, key, extra: dict, counts: dict) -> Alert | None:
+    rule = settings.rule(spec.detector)
+    onset = find_onset(series[spec.statistic].to_numpy(), rule, counts.get(spec.count))
+    if onset is None:
+        return None
+    step = int(series["step"].iloc[onset.index])
+    severity = "info" if onset.pending else ("alert" if onset.severe else "warn")
+    up = onset.value > onset.baseline
+    rollouts, view = _rollouts(handle, run, estimator, config, spec, step, up, settings.top_rollouts, key,
+                               extra)
+    word = "rose" if up else "fell"
+    message = (f"from step {step}, {spec.label} {word} to {_fmt(onset.value, spec.percent)} from a baseline "
+               f"of {_fmt(onset.baseline, spec.percent)} (noise {_fmt(onset.noise, spec.percent)}, "
+               f"z {onset.z:+.1f})" + (" — not yet persistent" if onset.pending else ""))
+    return Alert(spec.detector, spec.statistic, step, severity, onset.value, onset.baseline, onset.noise,
+                 onset.z, message, rollouts, view)
+
+
+def _rollouts(handle: StoreHandle, run: str, estimator: str, config: tuple, spec: _Series, step: int,
+              up: bool, n: int, key, extra: dict) -> tuple[list[int], dict]:
+    """The `n` rollouts of `step` that show the departure most, and the Explorer filter that lists them."""
+    if spec.statistic in extra:
+        values = extra[spec.statistic].get(step)
+        if values is None:
+            return [], {}
+        ranked = values.sort_values(ascending=not up, kind="stable")
+        return [int(i) for i in ranked.index[:n]], {}
+    if spec.detector == "garbled":
+        with handle.read() as store:
+            return queries.top_garbled(store, store.run_id(run), step, n), {}
+    if spec.detector == "logged_gap":
+        with handle.read() as store:
+            return queries.top_logged_gap(store, store.run_id(run), key, step, n), {}
+    where = (f"step={step}", *spec.where)
+    descending = up if spec.detector != "zero_variance" else False
+    query = ExplorerQuery(estimator=estimator, config=config, sort=spec.sort, descending=descending,
+                          filters=tuple(explorer.parse_where(w) for w in where), limit=n)
+    page = explorer.rollout_table(handle, run, query, prepare_missing=False)
+    return [int(i) for i in page.rows["rollout_id"]], {"where": list(where),
+                                                        "sort": ("-" if descending else "") + spec.sort}
+
+
+def channel_step_shares(handle: StoreHandle, run: str, estimator: str, config: tuple, channel: str
+                        ) -> tuple[pd.DataFrame, dict[int, pd.DataFrame]]:
+    """Per step, each channel's share of Σ|β_c·Ã_c| over the step's tokens (`credit_shares.abs_shares` of
+    the split-channel contributions, the Tune view's numbers, with the estimator on `channel`), and per
+    step the rollouts' own shares (rows indexed by rollout id, a column per channel). The estimator runs
+    on one step at a time (its true number for group- and step-scoped estimators)."""
+    built = registry.make_config(estimator, **dict(config))
+    needs = registry.fields_for(estimator, built)
+    fields = None if needs is None else needs | {"token_rewards", "logprobs", "ref_logprobs"}
+    rows, per_rollout = [], {}
+    with handle.read() as store:  # one connection: opening one per step cost more than the reads
+        for step in queries.steps_of(store, store.run_id(run)):
+            batch = store.load_batch(run, steps=[step], fields=fields)
+            credit = channel_credit.channel_credit(batch, estimator, config, channel=channel)
+            rows.append({"step": step, **credit_shares.abs_shares(credit.contributions)})
+            magnitude = pd.DataFrame({c: np.abs(v).sum(axis=1) for c, v in credit.contributions.items()},
+                                     index=batch.rollout_ids.cpu().numpy())  # (B, C)
+            total = magnitude.sum(axis=1).replace(0.0, np.nan)
+            per_rollout[step] = magnitude.div(total, axis=0)
+    return pd.DataFrame(rows), per_rollout
+
