@@ -1,0 +1,42 @@
+"""Issue 26 in a real browser: a click on any cell of the Explorer opens that rollout, the response text is
+on screen, and per-row colour bars are drawn, each labelled."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.testing import wait_idle
+from tests.browser.conftest import open_view
+
+pytestmark = pytest.mark.browser
+
+TABLE = "[data-testid=stDataFrame]"
+
+
+def test_a_click_on_a_cell_opens_its_rollout_and_the_response_is_on_screen(page):
+    open_view(page, "?run=demo")
+    page.wait_for_selector(f"{TABLE} [role=row][aria-rowindex='3']", state="attached")
+    header = page.locator(f"{TABLE} [role=columnheader]").filter(has_text="response (start)")
+    header.wait_for(state="attached")
+    # the grid is a canvas: its accessible mirror gives the column's place (the row checkbox is column 1)
+    assert int(header.get_attribute("aria-colindex")) <= 3  # right after rollout_id, on screen
+    box = page.locator(TABLE).bounding_box()
+    second = page.locator(f"{TABLE} [role=row][aria-rowindex='3'] [role=gridcell]").nth(0).text_content()
+    # a cell of the response column (not the row's checkbox) in the second data row
+    page.mouse.click(box["x"] + 220, box["y"] + 35 + 35 + 17)
+    page.wait_for_function(
+        f"() => [...document.querySelectorAll('h1')].some(h => h.innerText.includes('Rollout #{second}'))")
+    wait_idle(page)
+    assert f"rollout={second}" in page.url and "/rollout" in page.url
+
+
+def test_per_row_colour_bars_are_drawn_each_labelled(page):
+    open_view(page, "rollout?run=demo&rollout=0&scale=row")
+    page.wait_for_selector(".st-key-rollout_heatmap .colorbar", state="attached")
+    titles = page.evaluate(
+        "() => [...document.querySelectorAll('.st-key-rollout_heatmap .colorbar .cbtitle')]"
+        ".map(t => t.textContent)")
+    assert len(titles) >= 3, titles
+    drawn = " ".join(titles)
+    for row in ("task", "process", "final"):
+        assert row in drawn, (row, titles)
