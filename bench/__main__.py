@@ -10,6 +10,7 @@ from bench import (
     ingest,
     model_credit,
     models,
+    monitor,
     oracle,
     reliability,
     scale,
@@ -28,6 +29,7 @@ BENCHES = {
     "reliability": reliability,
     "explorer": explorer,
     "scale": scale,
+    "monitor": monitor,
 }
 
 

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app import charts, compute, data, state, views, widgets
+from app import charts, compute, data, monitor_panel, state, views, widgets
 
 sel = state.selection()
 if sel.run is None:
@@ -19,6 +19,7 @@ with channel_box:
 with params, st.expander("Estimator parameters"):
     config = widgets.with_channel(estimator, widgets.estimator_form(estimator, key="trends_cfg"), channel)
 frame = views.compute_or_explain(compute.trends, sel.db, sel.run, estimator, config)
+health = views.compute_or_explain(monitor_panel.report, sel.db, sel.run, estimator, config)
 main = data.main_channel(sel.db, sel.run)
 st.caption(
     f"One point per training step ({len(frame)} steps). Credit numbers are {estimator}'s advantages on the "
@@ -52,9 +53,16 @@ shown = [(key, fig) for key, fig in panels if fig is not None]
 for start in range(0, len(shown), 2):
     for box, (key, fig) in zip(st.columns(2), shown[start:start + 2], strict=False):
         with box:
-            st.plotly_chart(fig, key=key, width="stretch", config=TOOLBAR)
+            st.plotly_chart(monitor_panel.mark_alerts(fig, health.alerts), key=key, width="stretch",
+                            config=TOOLBAR)
 if frame["kl"].isna().all():
     st.caption("No KL chart: this run has no reference logprobs.")
+
+st.subheader("Credit health")
+st.caption("Each detector's onset: the first step departing from the run's own earlier steps by more than "
+           "their noise (docs/monitors.md); dashed lines on the charts. Same alerts: "
+           f"`creditlens monitor --db {sel.db} --run {sel.run} --estimator {estimator} --channel {channel}`")
+monitor_panel.show_alerts(sel.run, health)
 
 with st.expander("The numbers (one row per step)"):
     st.dataframe(frame, hide_index=True, width="stretch")

@@ -9,6 +9,7 @@ import json
 import math
 import random
 import tomllib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -281,3 +282,14 @@ def test_command_exit_codes_json_and_config(runs, report, tmp_path):
         assert run_cli_here("monitor", "--db", db, *args).returncode == 2, args
     defaults = run_cli_here("monitor", "--defaults")
     assert defaults.returncode == 0 and "[detectors.logged_gap]" in defaults.stdout
+
+
+def test_every_detector_and_setting_is_documented():
+    """docs/monitors.md has a section per detector and names every setting (a new one fails here)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "monitors.md").read_text()
+    for d in monitor_config.DETECTORS:
+        assert f"### `{d.name}`" in text, d.name
+        assert f"[{'both directions' if d.direction == 'both' else d.direction}" in text.split(
+            f"### `{d.name}`")[1].split("###")[0] or d.direction in text, d.name
+    for key in tomllib.loads(monitor_config.defaults_toml())["onset"]:
+        assert key in text, key

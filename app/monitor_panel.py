@@ -1,0 +1,68 @@
+"""The credit-health alerts on the Trends view: the cached report (`backend.monitor.run_monitors`, what
+`creditlens monitor` prints), alert steps marked on a trend figure, and the alert list with links to the
+Explorer (the alert's step, filter and sort: its rollouts come first) and to each rollout. No math here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from app import data
+from backend import monitor
+
+PAGES = Path(__file__).resolve().parents[1] / "pages"
+EXPLORER_PAGE, ROLLOUT_PAGE = PAGES / "explorer.py", PAGES / "rollout.py"
+COLOURS = {"info": "#7f7f7f", "warn": "#e69f00", "alert": "#d55e00"}
+
+
+@st.cache_data(show_spinner="Running the credit-health monitors…", max_entries=32)
+def report(db: str, run: str, estimator: str, config: tuple = ()) -> monitor.MonitorReport:
+    """The monitors over the run with the default settings; the summaries they read are the ones the
+    trends just computed (nothing is written)."""
+    return monitor.run_monitors(data.store_handle(db), run, estimator, config, prepare_missing=False)
+
+
+def mark_alerts(fig: go.Figure, alerts: list[monitor.Alert]) -> go.Figure:
+    """`fig` with a dashed vertical line at each alert's onset step (the worst severity's colour) and the
+    detectors in its hover label."""
+    by_step: dict[int, list[monitor.Alert]] = {}
+    for a in alerts:
+        by_step.setdefault(a.step, []).append(a)
+    for step, found in sorted(by_step.items()):
+        worst = max(found, key=lambda a: monitor.SEVERITIES.index(a.severity)).severity
+        fig.add_vline(x=step, line_dash="dash", line_width=1, line_color=COLOURS[worst], opacity=0.8,
+                      annotation_text=worst, annotation_position="top",
+                      annotation_hovertext="<br>".join(f"{a.severity}: {a.detector} ({a.statistic})"
+                                                       for a in found))
+    return fig
+
+
+def explorer_link(run: str, alert: monitor.Alert) -> dict[str, str]:
+    """The Explorer's URL parameters that list the alert's rollouts first (`where`: its step filter)."""
+    params = {"run": run, "where": ",".join(alert.explorer.get("where", [f"step={alert.step}"]))}
+    sort = alert.explorer.get("sort")
+    if sort:
+        params["sort"], params["desc"] = sort.lstrip("-"), str(sort.startswith("-"))
+    return params
+
+
+def show_alerts(run: str, found: monitor.MonitorReport) -> None:
+    """The alert list: severity, detector, the message, a link to the Explorer and to each rollout."""
+    if not found.alerts:
+        st.success("Credit health: no detector departs from the run's own history.")
+    for a in found.alerts:
+        with st.container(border=True):
+            st.markdown(f"**{a.severity.upper()}** · step {a.step} · `{a.detector}` ({a.statistic})  \n"
+                        f"{a.message}")
+            links = st.columns(min(len(a.rollouts), 5) + 1)
+            with links[0]:
+                st.page_link(str(EXPLORER_PAGE), label=f"Explorer at step {a.step}",
+                             query_params=explorer_link(run, a))
+            for box, rollout in zip(links[1:], a.rollouts, strict=False):
+                with box:
+                    st.page_link(str(ROLLOUT_PAGE), label=f"rollout {rollout}",
+                                 query_params={"run": run, "rollout": str(rollout)})
+    for note in found.notes:
+        st.caption(f"not watched: {note}")

@@ -1,0 +1,39 @@
+"""Trends shows the credit-health alerts of `backend.monitor.run_monitors` (what `creditlens monitor`
+prints): a dashed line at each onset on the charts and an alert list linking to the Explorer and the
+rollouts."""
+
+from __future__ import annotations
+
+from backend import monitor
+from backend.ingest import import_records
+from backend.store import Store, StoreHandle
+from tests.app.conftest import chart, open_app
+from tests.backend.test_monitor import ONSET, monitor_records
+
+
+def test_trends_marks_the_alert_steps_and_lists_the_alerts_with_links(app_db):
+    with Store(app_db) as store:
+        import_records(store, "sick", monitor_records("truncation", seed=2), content_key="sick")
+    at = open_app(app_db, "trends", {"run": "sick"})
+    assert not at.exception, at.exception
+    want = monitor.run_monitors(StoreHandle(app_db), "sick", "grpo", prepare_missing=False)
+    assert [a.step for a in want.alerts if a.detector == "truncation"] == [ONSET]
+    shapes = chart(at, "trends_groups")["layout"]["shapes"]
+    assert sorted({s["x0"] for s in shapes}) == sorted({a.step for a in want.alerts})
+    shown = [m.value for m in at.markdown if "· step" in m.value]
+    assert len(shown) == len(want.alerts)
+    assert any(f"step {ONSET} · `truncation`" in m for m in shown)
+    links = [e.proto for e in at.get("page_link")]
+    labels = [link.label for link in links]
+    assert f"Explorer at step {ONSET}" in labels
+    first = next(a for a in want.alerts if a.detector == "truncation").rollouts[0]
+    rollout = next(link for link in links if link.label == f"rollout {first}")
+    assert "rollout" in rollout.page and f"rollout={first}" in rollout.query_string
+
+
+def test_a_healthy_run_says_so(app_db):
+    with Store(app_db) as store:
+        import_records(store, "fine", monitor_records(None, seed=0), content_key="fine")
+    at = open_app(app_db, "trends", {"run": "fine"})
+    assert not at.exception
+    assert any("no detector departs" in s.value for s in at.success)
