@@ -21,6 +21,7 @@ from backend import ingest, main_channel
 from backend.errors import InputError as InputError
 from backend.errors import StoreError as StoreError
 from backend.ingest import FORMATS as FORMATS
+from backend.ingest.append import ImportRefused
 from backend.store import StoreHandle
 from backend.uploads import safe_upload_path
 
@@ -51,10 +52,15 @@ def _model_folder(current: access.Settings, model_dir: str | None) -> str | None
 
 def _import(handle: StoreHandle, target: Path, name: str, fmt: str | None, on_progress,
             model_dir: str | None = None, **options):
-    """options: channels (list of column or key names), main_channel (as `creditlens import`)."""
+    """options: channels (list of column or key names), main_channel, append (as `creditlens import`).
+    A refused append says what fixes it in the import form, not on the command line."""
     with handle.write() as store:
-        return ingest.import_path(store, target, name, fmt=fmt, model_dir=model_dir, on_progress=on_progress,
-                                  **{k: v for k, v in options.items() if v is not None})
+        try:
+            return ingest.import_path(store, target, name, fmt=fmt, model_dir=model_dir,
+                                      on_progress=on_progress,
+                                      **{k: v for k, v in options.items() if v is not None})
+        except ImportRefused as exc:
+            raise InputError(exc.app_message) from None
 
 
 def import_from_path(

@@ -9,6 +9,7 @@ are numpy arrays and DataFrames (cheap to pickle), so a view never recomputes wh
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -41,6 +42,7 @@ from backend.main_channel import score_on as score_on
 from backend.metrics import METRICS as METRICS
 from backend.models import engine_note as engine_note
 from backend.models import load_engine
+from backend.models.loading import check_model_dir
 from backend.models.resample import suggested_positions as suggested_positions
 from backend.oracle import has_oracle as has_oracle
 from backend.oracle import oracle_table
@@ -309,6 +311,22 @@ def teacher(db: str, run: str, estimators: tuple):
 def engine(model_dir: str, engine_name: str = "auto"):
     """One loaded engine per (model folder, engine) and process."""
     return load_engine(model_dir, engine=engine_name)
+
+
+def model_folder_problem(model_dir: str | None) -> str | None:
+    """Why the run's recorded model folder cannot be loaded here (missing, no config, no weights), or None:
+    the views show it in place instead of stopping."""
+    if not model_dir:
+        return "This run has no model recorded (it was imported without a model folder)."
+    if not Path(model_dir).expanduser().is_dir():
+        return (f"The run's model folder {model_dir!r} does not exist on this machine (it is the folder "
+                "recorded when the run was imported). Import the run again with a model folder that exists "
+                "here.")
+    try:
+        check_model_dir(model_dir)
+    except InputError as exc:
+        return f"The run's model cannot be loaded here: {exc}."
+    return None
 
 
 # ---- the run explorer and trends (backend.explorer: the functions `creditlens rollouts/trends` call) ----

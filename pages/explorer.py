@@ -97,7 +97,8 @@ st.caption(
     f"{page.total} rollouts match · page {page_no} of {pages} · click a row to open it in the Rollout view. "
     f"share_<class>: share of the rollout's Σ|A| under {estimator} on the {views.plain(channel)} channel on "
     "each token class; max_abs: its largest "
-    "|A|; repetition: share of 16-token windows that repeat an earlier one; kl: mean logprob − ref logprob. "
+    "|A|; repetition: share of 16-token windows that repeat an earlier one; kl: mean logprob − ref logprob; "
+    "metric_<name>: a number the trainer logged for the rollout (e.g. verl's acc), not a reward. "
     "pos_share_<class> / neg_share_<class>: the class's share of the rollout's positive / negative credit. "
     "An empty share (None) means the rollout got no credit at all (Σ|A| = 0, e.g. a zero-variance group)."
 )

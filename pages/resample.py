@@ -15,6 +15,8 @@ view = views.compute_or_explain(compute.rollout_view, sel.db, sel.run, sel.group
 L = len(view.tokens)
 
 settings = data.settings()
+model_dir = info.get("model_dir")
+model_problem = compute.model_folder_problem(model_dir)  # said in place: the rest of the page still renders
 if not settings.read_only:
     st.caption(
         "Click tokens in the heatmap to add them as positions (V̂(s_t) keeps y_<t and samples the rest)."
@@ -93,15 +95,14 @@ else:
     state.publish("positions", ",".join(map(str, positions)))
     st.caption(f"At most {settings.max_suffixes} suffixes (positions × M) per request on this server.")
 
-    model_dir = info.get("model_dir")
-    if not model_dir:
-        st.info("This run has no model recorded, so it cannot be resampled. Import it with `--model DIR`.")
+    if model_problem:
+        st.warning(f"Resampling is off for this run. {model_problem}")
 
     if job is not None and job.running:
         if st.button("Cancel", key="resample_cancel", type="secondary"):
             job.cancel.set()
     elif st.button(
-        "Run resampling", key="resample_run", type="primary", disabled=not (model_dir and positions)
+        "Run resampling", key="resample_run", type="primary", disabled=bool(model_problem or not positions)
     ):
         try:
             job = jobs.start_resample(
@@ -110,7 +111,7 @@ else:
                 data.handle_for(sel.db),
                 sel.run,
                 sel.rollout,
-                lambda: views.compute_or_explain(compute.engine, model_dir, engine_name),
+                lambda: compute.engine(model_dir, engine_name),
                 record,
                 info.get("verifier"),
                 positions,
@@ -119,6 +120,8 @@ else:
             st.session_state["resample_job"] = job
         except access.Refused as exc:
             st.error(f"Resampling refused: {exc}")
+        except (ValueError, RuntimeError) as exc:  # the model did not load: said here, the page goes on
+            st.error(f"Resampling did not start: {exc}")
 
 if widgets.follow_job(job, "_resample_shown", "resampling", "suffixes"):
     r = job.result
@@ -155,8 +158,9 @@ st.caption(
     "the estimators oar_p, oar_g and gcpo work in every view, like `creditlens model-credit`."
 )
 credit_job = st.session_state.get("model_credit_job")
-model_dir = info.get("model_dir")
-if not settings.read_only and model_dir:
+if not settings.read_only and model_problem:
+    st.info(f"Model-based scores are off for this run. {model_problem}")
+elif not settings.read_only:
     method = st.selectbox("Method", list(jobs.MODEL_CREDIT_METHODS), key="resample_mc_method")
     if credit_job is not None and credit_job.running:
         if st.button("Cancel", key="resample_mc_cancel", type="secondary"):
@@ -166,12 +170,14 @@ if not settings.read_only and model_dir:
         try:
             credit_job = jobs.start_model_credit(
                 settings, sel.db, data.handle_for(sel.db), sel.run, sel.rollout,
-                lambda: views.compute_or_explain(compute.engine, model_dir, chosen),
+                lambda: compute.engine(model_dir, chosen),
                 method, model_dir, chosen,
             )
             st.session_state["model_credit_job"] = credit_job
         except access.Refused as exc:
             st.error(f"Refused: {exc}")
+        except (ValueError, RuntimeError) as exc:  # the model did not load: said here, the page goes on
+            st.error(f"Scoring did not start: {exc}")
 if widgets.follow_job(credit_job, "_mc_shown", "scoring", "sequences"):
     r = credit_job.result
     st.success(f"{r.method}: nothing stored (cancelled)" if r.cancelled else

@@ -85,13 +85,20 @@ model = st.text_input(
 channel_box, main_box = st.columns(2)
 channel_names = channel_box.text_input(
     "Reward channels (optional; trl and verl)", key="runs_import_channels", placeholder="correctness,format",
-    help="The columns (TRL) or keys (verl) that become reward channels, separated by commas; the rest are "
-         "kept as metadata. Default: TRL's float columns; verl's score and numeric keys.",
+    help="The columns (TRL) or keys (verl) that become reward channels, separated by commas; other numbers "
+         "become per-rollout metrics, the rest is kept as metadata. Default: TRL's float columns; verl's "
+         "score.",
 )
 main_name = main_box.text_input(
     "Main channel (optional)", key="runs_import_main_channel", placeholder="task, a channel name, or all",
     help="What every view and command reads by default. Default: task when the run has it, else its one "
          "channel, else all (the channel scores summed per rollout, as TRL trains).",
+)
+
+append = st.checkbox(
+    "Append to an existing run", key="runs_import_append",
+    help="Add the rollouts to the run of this name on purpose (its model and channels must match). Without "
+         "it, importing other content into an existing run is refused; the same content again adds nothing.",
 )
 
 if st.button("Import", key="runs_import_button", type="primary"):
@@ -109,7 +116,7 @@ if st.button("Import", key="runs_import_button", type="primary"):
 
         kind = None if fmt == "detect" else fmt
         options = {"channels": [c.strip() for c in channel_names.split(",") if c.strip()] or None,
-                   "main_channel": main_name.strip() or None}
+                   "main_channel": main_name.strip() or None, "append": append}
         if source == "upload":
             report = actions.import_upload(settings, data.handle(), upload.name, upload.getvalue(), name,
                                            kind, progress, model, **options)
