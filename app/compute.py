@@ -297,12 +297,12 @@ def oracle(db: str, run: str, estimators: tuple) -> tuple[pd.DataFrame, list[str
 
 
 @st.cache_data(show_spinner="Ranking estimators against the Monte Carlo teacher…", max_entries=16)
-def teacher(db: str, run: str, estimators: tuple):
-    """The teacher-bench result (what `creditlens teacher-bench` prints) for the chosen estimators, or None
-    when the run has no Monte Carlo values."""
+def teacher(db: str, run: str, estimators: tuple, channel: str | None = None):
+    """The teacher-bench result (what `creditlens teacher-bench` prints) for the chosen estimators on
+    `channel` (None: the run's main channel), or None when the run has no Monte Carlo values."""
     try:
         return teacher_bench.teacher_bench(data.store_handle(db), run,
-                                           teacher_bench.parse_estimator_specs(list(estimators)))
+                                           teacher_bench.parse_estimator_specs(list(estimators)), channel)
     except InputError:
         return None
 

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from backend import estimates
+from backend import estimates, main_channel
 from backend import first_wrong_step as fws
 from backend.batch import BatchError
 from backend.errors import InputError
@@ -297,8 +297,9 @@ class TeacherBench:
 
 
 def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = None,
-                  outcome_channel: str = "task") -> TeacherBench:
-    """Rank estimators (default: every registered one) against the stored teacher values of `run`.
+                  outcome_channel: str | None = None) -> TeacherBench:
+    """Rank estimators (default: every registered one) against the stored teacher values of `run`, the
+    estimators and the last segment's outcome on `outcome_channel` (default: the run's main channel).
 
     Advantages come from `estimates.estimate_rollouts` at each estimator's scope, through the store's
     cache: the numbers `creditlens estimate` prints. Raises `InputError` when the run has no values.
@@ -306,22 +307,21 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
     specs = specs if specs is not None else parse_estimator_specs(None)
     with handle.read() as store:
         values = store.resample_values(run)
-        index = store.rollout_index(run)
     if values.empty:
         raise InputError(f"run {run!r} has no Monte Carlo values; run `creditlens teacher --run {run}` first")
-    if outcome_channel not in index.columns:
-        raise InputError(f"run {run!r} has no {outcome_channel!r} scores to end the last segment")
-    lengths = dict(zip(index["rollout_id"].astype(int), index["length"].astype(int), strict=True))
-    outcomes = dict(zip(index["rollout_id"].astype(int), index[outcome_channel].astype(float), strict=True))
+    outcome_channel = main_channel.resolve(handle, run, outcome_channel)
+    with handle.read() as store:
+        batch = estimates.with_channel(store.load_batch(run), outcome_channel)
+    ids = batch.rollout_ids.tolist()
+    lengths = dict(zip(ids, batch.lengths.tolist(), strict=True))
+    outcomes = dict(zip(ids, batch.scores[outcome_channel].to(torch.float64).tolist(), strict=True))
     segments = teacher_segments(values, lengths, outcomes)
     valued = sorted({int(r) for r in segments.rollout})
-    with handle.read() as store:
-        batch = store.load_batch(run)
     truth = fws.step_truth(batch, outcome_channel)
     rows, per_frames, skipped = [], [], []
     advantages_of: dict[str, dict[int, np.ndarray]] = {}
     for label, name, overrides in specs:
-        config = registry.make_config(name, **overrides)
+        config = registry.make_config(name, **dict(main_channel.on_channel(name, overrides, outcome_channel)))
         try:
             scoped = estimates.estimate_rollouts(handle, run, name, config, valued)
         except (BatchError, InputError, ValueError, RuntimeError) as exc:
@@ -382,7 +382,7 @@ def value_source_rows(batch, values: pd.DataFrame, outcome_channel: str, skipped
     out = []
     for source in VALUE_SOURCES:
         try:
-            result = registry.estimate("gae", batch, value_source=source)
+            result = registry.estimate("gae", batch, value_source=source, channel=outcome_channel)
         except (BatchError, InputError, ValueError, RuntimeError) as exc:
             skipped.append(f"V: {source}: {str(exc).splitlines()[0]}")
             continue

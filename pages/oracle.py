@@ -56,9 +56,11 @@ else:
         "Real run: estimators are scored against the Monte Carlo teacher — V̂(s_t) from suffix resampling "
         "(`creditlens teacher`). Each segment between valued positions has the MC advantage "
         "V̂(next) − V̂(here); an estimator predicts it by its advantage summed over the segment. "
-        "Mean ± stderr over rollouts (what `creditlens teacher-bench` prints)."
+        "Mean ± stderr over rollouts (what `creditlens teacher-bench --channel C` prints). The estimators "
+        "read the chosen channel, and a rollout's last segment ends at its score there."
     )
-    bench = compute.teacher(sel.db, sel.run, tuple(chosen))
+    channel = widgets.channel_picker(sel, "oracle")
+    bench = compute.teacher(sel.db, sel.run, tuple(chosen), channel)
     if bench is None:
         st.info("No resampled values in this run yet: run `creditlens teacher` or resample some positions "
                 "on the Resample page first.")

@@ -45,6 +45,9 @@ def add_commands(sub) -> None:
     p.add_argument("--run", required=True)
     p.add_argument("--estimators", nargs="*", default=None,
                    help="names, or name:key=value,key=value for a setting (default: every registered one)")
+    p.add_argument("--channel", default=None,
+                   help="the channel the estimators read and the last segment ends on (default: the run's "
+                        "main channel); 'all': the channel scores summed per rollout")
     p.add_argument("--json", type=Path, default=None, help="write the table and its definitions here")
     p.set_defaults(func=cmd_teacher_bench)
 
@@ -105,7 +108,7 @@ def cmd_teacher(args) -> int:
 def cmd_teacher_bench(args) -> int:
     handle = store_handle(args.db)
     specs = parse_estimator_specs(args.estimators)
-    result = teacher_bench(handle, args.run, specs)
+    result = teacher_bench(handle, args.run, specs, args.channel)
     table = result.table
     if args.json is not None:
         args.json.write_text(json.dumps(result.to_json(), indent=1, default=float))

@@ -114,6 +114,20 @@ def test_a_missing_channel_lists_the_runs_channels_and_hints_all(trl_db, tmp_pat
         assert "--channel all" in err, err
 
 
+def test_teacher_bench_reads_the_main_channel(trl_db, tmp_path, capsys):
+    assert _cli("resample", "--db", trl_db, "--run", RUN, "--rollout", 2, "--positions", "1,3",
+                "--samples", 2, "--verifier", "tests.backend.ingest.trl_logs:has_newline",
+                "--model", DEMO_POLICY, "--json") == 0
+    out = tmp_path / "bench.json"
+    assert _cli("teacher-bench", "--db", trl_db, "--run", RUN, "--estimators", "grpo", "prefix_tree",
+                "--json", out) == 0
+    bench = json.loads(out.read_text())
+    assert {r["estimator"] for r in bench["rows"]} >= {"grpo", "prefix_tree", "V: zero", "V: prefix_tree"}
+    assert not [s for s in bench["skipped"] if "channel" in s], bench["skipped"]  # only: no critic values
+    assert _cli("teacher-bench", "--db", trl_db, "--run", RUN, "--channel", "task") == 2
+    assert "--channel all" in capsys.readouterr().err
+
+
 def test_changing_the_main_channel_changes_every_default(trl_db, tmp_path, capsys):
     assert _cli("main-channel", "--db", trl_db, "--run", RUN, "digits_reward") == 0
     assert _runs(trl_db, capsys)[RUN]["main_channel"] == "digits_reward"

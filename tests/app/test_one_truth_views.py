@@ -121,10 +121,13 @@ def test_tune_summed_reward_baseline_equals_estimate_and_explain(app_db, tmp_pat
     assert not at.exception, at.exception
     capsys.readouterr()
     assert main(["explain", "--db", str(app_db), "--run", "demo", "--rollout", str(ROLLOUT), "--estimator",
-                 "entropy", "--beta", "style=2", "--channel", "all", "--json"]) == 0
+                 "entropy", "--channel", "all", "--json"]) == 0
     explained = json.loads(capsys.readouterr().out)
     np.testing.assert_allclose(explained["terms"]["tokens"]["advantage"], summed, atol=1e-5)  # same baseline
-    tuned = np.asarray(explained["final"], dtype=np.float64)
+    # the tuned split: the estimator on the run's main channel (task), the other channels at their β
+    assert main(["explain", "--db", str(app_db), "--run", "demo", "--rollout", str(ROLLOUT), "--estimator",
+                 "entropy", "--beta", "style=2", "--json"]) == 0
+    tuned = np.asarray(json.loads(capsys.readouterr().out)["final"], dtype=np.float64)
     shown = heatmap_row(chart(at, "tune_baseline_heatmap"), "final: tuned − summed")
     np.testing.assert_allclose(shown, tuned - summed, atol=1e-5)
     assert np.abs(tuned - summed).max() > 1e-3  # β on the split channels is not the summed reward

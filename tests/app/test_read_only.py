@@ -64,6 +64,7 @@ def test_every_write_action_is_refused_server_side(read_only, app_db, tmp_path):
         "import": lambda: actions.import_from_path(read_only, handle, str(source), "new"),
         "import (upload)": lambda: actions.import_upload(read_only, handle, "run.jsonl", content, "new"),
         "delete": lambda: actions.delete_run(read_only, handle, "demo"),
+        "main channel": lambda: actions.set_main_channel(read_only, handle, "demo", "all"),
         "resample": lambda: jobs.start_resample(
             read_only, str(app_db), handle, "demo", 0, _never_loaded, {}, None, [0], 2
         ),
