@@ -233,9 +233,20 @@ def derivation(terms: dict, t: int) -> list[str]:
     lines: list[str] = []
     if "R" in seq and "Z" in seq:
         outcome = cfg.get("outcome", "grpo" if cfg.get("norm_by_std", True) else "dr_grpo")
+        if terms.get("estimator") == "maxrl":
+            outcome = "maxrl"
         R, mean, std, Z = seq["R"], seq["group_mean"], seq["group_std"], seq["Z"]
         if None in (R, mean, std, Z):
             lines.append("R: no score on this channel (left out of the group; advantage 0)")
+        elif outcome == "maxrl":
+            eps = seq.get("epsilon", 0.0) or 0.0
+            if mean <= 0 and cfg.get("nonpositive_mean") == "zero":
+                lines.append(f"pass rate mean_G = {mean:.4g} ≤ 0: no success in the group, Z = 0"
+                             f"   (G = {seq['group_n']:.0f})")
+            else:
+                lines.append(f"Z = (R − mean_G) / (mean_G + ε) = ({R:.4g} − {mean:.4g}) / ({mean:.4g} + "
+                             f"{eps:.0e}) = {Z:.4g}   (MaxRL: divided by the pass rate, G = "
+                             f"{seq['group_n']:.0f})")
         elif outcome == "grpo":
             eps = seq.get("epsilon", 0.0) or 0.0
             lines.append(f"Z = (R − mean_G) / (std_G + ε) = ({R:.4g} − {mean:.4g}) / ({std:.4g} + {eps:.0e})"

@@ -100,6 +100,36 @@ def compute_rloo(scores: torch.Tensor, group_ids: torch.Tensor, response_mask: t
     return masked.broadcast(outcome_scores(scores, group_ids, "rloo"), response_mask.bool())
 
 
+def maxrl_scores(scores: torch.Tensor, group_ids: torch.Tensor, epsilon: float = 1e-6,
+                 nonpositive_mean: Literal["divide", "zero"] = "divide") -> tuple[torch.Tensor, torch.Tensor]:
+    """MaxRL's outcome (docs/estimators.md section 1): `Z_i = (R_i - mean_G R) / (mean_G R + eps)`.
+
+    Returns `Z: (B,)` float32 and the group mean `mean: (B,)` (reward units). The mean is over the
+    group's scored members (a NaN score is left out and gets Z = 0); a group whose scores are all equal,
+    a singleton included, has its common value as mean, so Z = 0 exactly. `nonpositive_mean`: "divide"
+    divides whatever the mean (the official verl patch: for 0/1 rewards a zero mean means a zero
+    numerator too); "zero" gives Z = 0 to every member of a group with mean <= 0 (the paper's
+    Algorithm 1 and prime-rl). A quotient that is not finite (mean = -eps) is 0.
+    """
+    scores = scores.to(torch.float32)
+    valid = ~torch.isnan(scores)  # (B,)
+    x = torch.where(valid, scores, 0.0)  # (B,)
+    index, n_groups = masked.group_index(group_ids)
+    count = masked.group_sum(valid.to(torch.float32), index, n_groups)  # (G,)
+    mean = (masked.group_sum(x, index, n_groups) / count.clamp(min=1))[index]  # (B,)
+    hi = masked.group_max(torch.where(valid, x, -torch.inf), index, n_groups)  # (B,)
+    lo = masked.group_min(torch.where(valid, x, torch.inf), index, n_groups)  # (B,)
+    # a flat group's sum / n can be one ulp off its common value; R - mean must be exactly 0 there
+    mean = torch.where(hi == lo, hi, mean)  # (B,)
+    z = (x - mean) / (mean + epsilon)  # (B,)
+    keep = valid & torch.isfinite(z)
+    if nonpositive_mean == "zero":
+        keep &= mean > 0
+    elif nonpositive_mean != "divide":
+        raise ValueError(f"nonpositive_mean must be 'divide' or 'zero', got {nonpositive_mean!r}")
+    return torch.where(keep, z, 0.0), torch.where(valid, mean, torch.nan)
+
+
 # ---- reverse discounted cumsum and GAE ----------------------------------------------------------------
 
 _BLOCK = 16  # measured fastest on 2 CPU cores (16 < 32 < 64) for 512x1024 and 64x8192

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from backend.batch import RolloutBatch
@@ -29,3 +31,25 @@ def dr_grpo_twin(batch: RolloutBatch, config) -> torch.Tensor:
 @twin("rloo")
 def rloo_twin(batch: RolloutBatch, config) -> torch.Tensor:
     return _broadcast(batch, config, "rloo")
+
+
+@twin("maxrl")
+def maxrl_twin(batch: RolloutBatch, config) -> torch.Tensor:
+    """Per group: the mean of the scored members, then (R - mean) / (mean + eps) for each of them."""
+    scores = scores_list(batch, config.channel)
+    groups = batch.group_ids.tolist()
+    z = [0.0] * len(scores)
+    for g in dict.fromkeys(groups):
+        members = [i for i, h in enumerate(groups) if h == g and not math.isnan(float(scores[i]))]
+        vals = [float(scores[i]) for i in members]
+        if not vals:
+            continue
+        mean = vals[0] if max(vals) == min(vals) else sum(vals) / len(vals)
+        if config.nonpositive_mean == "zero" and mean <= 0:
+            continue
+        for i in members:
+            denominator = mean + config.epsilon
+            value = (float(scores[i]) - mean) / denominator if denominator != 0 else math.inf
+            z[i] = value if math.isfinite(value) else 0.0
+    rows = real_columns(batch)
+    return to_tensor(batch, rows, [[z[i]] * len(cols) for i, cols in enumerate(rows)])

@@ -281,3 +281,48 @@ def test_ktae_fixture_decides_fisher_p_one_exactly():
     assert any(t["p_exact"] == "1/1" and t["p_official"] < 1.0 and t["replaced"] for t in tables)
     assert any(t["p_exact"] == "1/3" for t in tables)  # a tie between equal probabilities, both counted
     assert any(case["advantages"] != case["advantages_as_run"] for case in cases)
+
+
+def _group_batch(group_ids: list, scores: list[float], lengths: list[int]):
+    return _batch([{"token_ids": list(range(1, n + 1)), "group_id": g, "rollout_id": i, "scores": {"task": r}}
+                   for i, (g, r, n) in enumerate(zip(group_ids, scores, lengths, strict=True))])
+
+
+@pytest.mark.parametrize("case", range(len(FIXTURES["maxrl"]["cases"])))
+def test_maxrl_equals_official(case):
+    """The official patch of verl's GRPO advantage (Zanette-Labs/MaxRL), run from its project page."""
+    entry = FIXTURES["maxrl"]["cases"][case]
+    batch = _group_batch(entry["group_ids"], entry["scores"], entry["lengths"])
+    res = registry.estimate("maxrl", batch, epsilon=entry["epsilon"])
+    torch.testing.assert_close(res.advantages, _padded(entry["advantages"], batch), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(reference_advantages("maxrl", batch), res.advantages, atol=1e-6, rtol=1e-6)
+
+
+def test_maxrl_fixture_covers_singletons_no_success_and_a_zero_mean():
+    cases = FIXTURES["maxrl"]["cases"]
+    first = cases[0]
+    assert first["advantages"][0][0] == pytest.approx(3.0, rel=1e-5)  # pass rate 1/4: (1 - 1/4) / (1/4)
+    assert first["advantages"][-1] == [0.0, 0.0]  # a group of one: (R - R) / (R + eps)
+    # rewards -1 and 1: mean 0, so the official code divides by eps alone
+    assert max(abs(a) for row in cases[2]["advantages"] for a in row) == pytest.approx(1e6, rel=1e-5)
+
+
+@pytest.mark.parametrize("case", range(len(FIXTURES["maxrl_prime_rl"]["cases"])))
+def test_maxrl_zero_mode_equals_prime_rl(case):
+    """prime-rl's max_rl: no epsilon, and a group with mean <= 0 gets 0 (the paper's Algorithm 1 too)."""
+    entry = FIXTURES["maxrl_prime_rl"]["cases"][case]
+    n = len(entry["rewards"])
+    batch = _group_batch([0] * n, entry["rewards"], [2] * n)
+    res = registry.estimate("maxrl", batch, epsilon=0.0, nonpositive_mean="zero")
+    torch.testing.assert_close(res.diagnostics["Z"], torch.tensor(entry["advantages"]), atol=1e-6, rtol=1e-6)
+
+
+def test_maxrl_modes_differ_where_the_sources_do():
+    """Negative rewards: the official patch divides by a negative mean, prime-rl and the paper give 0."""
+    entry = next(c for c in FIXTURES["maxrl_prime_rl"]["cases"] if c["rewards"] == [-1.0, 0.0, -0.5])
+    batch = _group_batch([0, 0, 0], entry["rewards"], [2, 2, 2])
+    divide = registry.estimate("maxrl", batch).diagnostics["Z"]
+    assert divide.tolist() == pytest.approx([1.0, -1.0, 0.0], rel=1e-5)  # (R + 0.5) / (-0.5 + 1e-6)
+    assert registry.estimate("maxrl", batch, nonpositive_mean="zero").diagnostics["Z"].tolist() == [0.0] * 3
+    assert "8bafaa9cf04c9d68511afd4c2cff75afbc8dc3a2" in registry.get("maxrl").source
+    assert FIXTURES["maxrl_prime_rl"]["commit"] in registry.get("maxrl").source
