@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app import data
-from backend import monitor
+from backend import explorer, monitor
 
 PAGES = Path(__file__).resolve().parents[1] / "pages"
 EXPLORER_PAGE, ROLLOUT_PAGE = PAGES / "explorer.py", PAGES / "rollout.py"
@@ -46,6 +46,28 @@ def explorer_link(run: str, alert: monitor.Alert) -> dict[str, str]:
     if sort:
         params["sort"], params["desc"] = sort.lstrip("-"), str(sort.startswith("-"))
     return params
+
+
+_CLEARED = "explorer_where_cleared"
+
+
+def linked_where(live: str | None, at_start: str | None) -> str | None:
+    """The alert filter the Explorer applies: the URL's `where` (a link followed in this session, or the
+    link the session started from), until the user clears it."""
+    if live:
+        st.session_state.pop(_CLEARED, None)
+        return live
+    return None if st.session_state.get(_CLEARED) else at_start
+
+
+def clear_where() -> None:
+    st.session_state[_CLEARED] = True
+    st.query_params.pop("where", None)
+
+
+def linked_filters(text: str | None) -> list[explorer.Filter]:
+    """The Explorer's filters from an alert link's `where` (`step=12,truncated=true`); none when absent."""
+    return [explorer.parse_where(part) for part in (text or "").split(",") if part.strip()]
 
 
 def show_alerts(run: str, found: monitor.MonitorReport) -> None:

@@ -4,7 +4,7 @@ import math
 
 import streamlit as st
 
-from app import compute, state, views, widgets
+from app import compute, monitor_panel, state, views, widgets
 
 state.follow_rollout_request()  # a row clicked in the last rerun opens the Rollout view
 sel = state.selection()
@@ -50,7 +50,13 @@ with size_box:
                             cast=int, options=[25, 50, 100, 200])
 
 numeric = [c for c in sortable if c not in compute.FLAG_COLUMNS and c not in ("rollout_id", "group_id")]
-filters: list[compute.Filter] = []
+# A Trends alert links here with its step and filter (`where=step=12,truncated=true`): its rollouts first.
+where = monitor_panel.linked_where(st.query_params.get("where"), state.url_value("where"))
+filters: list[compute.Filter] = views.compute_or_explain(monitor_panel.linked_filters, where)
+linked = ", ".join(f"{f.column}{f.op}{f.value}" for f in filters)
+if filters and st.button(f"Clear the alert's filter: {linked}", key="explorer_clear_where"):
+    monitor_panel.clear_where()
+    st.rerun()
 with st.expander("Filters: flags and ranges"):
     flag_cols = st.columns(len(compute.FLAG_COLUMNS))
     for box, flag in zip(flag_cols, compute.FLAG_COLUMNS, strict=True):

@@ -4,6 +4,7 @@ rollouts."""
 
 from __future__ import annotations
 
+from app import monitor_panel
 from backend import monitor
 from backend.ingest import import_records
 from backend.store import Store, StoreHandle
@@ -37,3 +38,18 @@ def test_a_healthy_run_says_so(app_db):
     at = open_app(app_db, "trends", {"run": "fine"})
     assert not at.exception
     assert any("no detector departs" in s.value for s in at.success)
+
+
+def test_the_explorer_link_lists_the_alert_rollouts_first(app_db):
+    with Store(app_db) as store:
+        import_records(store, "sick", monitor_records("truncation", seed=2), content_key="sick")
+    found = monitor.run_monitors(StoreHandle(app_db), "sick", "grpo")
+    alert = next(a for a in found.alerts if a.detector == "truncation")
+    at = open_app(app_db, "explorer", monitor_panel.explorer_link("sick", alert))
+    assert not at.exception, at.exception
+    (frame,) = [d.value for d in at.dataframe if "rollout_id" in d.value.columns]
+    assert frame["rollout_id"].tolist()[:len(alert.rollouts)] == alert.rollouts
+    assert set(frame["step"]) == {ONSET} and frame["truncated"].all()
+    at.button(key="explorer_clear_where").click().run()
+    (frame,) = [d.value for d in at.dataframe if "rollout_id" in d.value.columns]
+    assert set(frame["step"]) != {ONSET}
