@@ -1,0 +1,94 @@
+"""Cliff tokens (backend/cliff_tokens.py) against the official code's outputs and the plain loop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from backend import cliff_tokens as ct
+
+OFFICIAL = json.loads((Path(__file__).parent / "fixtures" / "official" / "cliff_tokens.json").read_text())
+
+
+def _pairs_frame(N: int) -> pd.DataFrame:
+    """Every (k_prev, k) of one N as a two-position rollout: prefix 1 valued k_prev / N, prefix 2 k / N."""
+    k_prev, k = np.meshgrid(np.arange(N + 1), np.arange(N + 1), indexing="ij")
+    rid = np.arange((N + 1) ** 2)
+    return pd.DataFrame({"rollout_id": np.repeat(rid, 2), "pos": np.tile([1, 2], len(rid)),
+                         "value": np.stack([k_prev.ravel(), k.ravel()], 1).ravel() / N, "n": N})
+
+
+@pytest.mark.parametrize("case", range(len(OFFICIAL["matrices"])))
+def test_the_test_equals_official_is_cliff_on_every_count(case):
+    entry = OFFICIAL["matrices"][case]
+    N = entry["N"]
+    table = ct.cliff_table(_pairs_frame(N), delta_0=entry["delta_0"], z_alpha=entry["z_alpha"])
+    assert len(table) == (N + 1) ** 2
+    ours = {(int(a), int(b)) for a, b, hit in zip(table["k_prev"], table["k"], table["cliff"], strict=True)
+            if hit}
+    assert ours == {tuple(p) for p in entry["cliffs"]}
+    assert all(ct.is_cliff(a, N, b, N, entry["delta_0"], entry["z_alpha"]) for a, b in entry["cliffs"])
+    assert len(ours) > 10  # the table is not trivially empty
+
+
+def _values_of(detections) -> tuple[pd.DataFrame, dict[int, int]]:
+    """The official score arrays as a teacher table: index j values the prefix of j + 1 tokens (pos j + 1)."""
+    rows, lengths = [], {}
+    for rid, entry in enumerate(detections):
+        lengths[rid] = len(entry["scores"]) + 1  # the official arrays stop one token before the end
+        rows += [(rid, j + 1, s, 64) for j, s in enumerate(entry["scores"]) if s is not None]
+    return pd.DataFrame(rows, columns=["rollout_id", "pos", "value", "n"]), lengths
+
+
+def test_cliffs_equal_the_official_detectors():
+    detections = OFFICIAL["detections"]
+    values, lengths = _values_of(detections)
+    table = ct.cliff_table(values, lengths)
+    firsts = ct.first_cliffs(table)
+    for rid, entry in enumerate(detections):
+        mine = table[(table["rollout_id"] == rid) & table["cliff"]]
+        assert mine["pos"].tolist() == entry["cliff_positions"], rid  # official position = prefix length
+        np.testing.assert_allclose(mine["drop"], entry["cliff_drops"], atol=1e-12)
+        first = entry["first_position"]
+        assert (firsts[rid][1] if rid in firsts else None) == first, rid
+    assert sum(len(e["cliff_positions"]) for e in detections) >= 10
+    assert any(None in e["scores"] and e["cliff_positions"] for e in detections)  # sparse arrays too
+
+
+def test_vectorized_equals_the_loop_on_random_tables():
+    rng = np.random.default_rng(0)
+    rows = []
+    for rid in range(60):
+        n = int(rng.choice([4, 8, 16]))
+        for pos in sorted(rng.choice(30, size=int(rng.integers(1, 12)), replace=False)):
+            rows.append((rid, int(pos), rng.integers(0, n + 1) / n, n if rng.random() > 0.1 else 2 * n))
+    values = pd.DataFrame(rows, columns=["rollout_id", "pos", "value", "n"]).sample(frac=1, random_state=1)
+    lengths = {rid: int(rng.integers(10, 30)) for rid in range(55)}  # some rollouts unknown, some cut
+    for lens in (None, lengths):
+        fast = ct.cliff_table(values, lens)
+        slow = pd.DataFrame(ct.cliff_table_reference(values, lens))
+        cols = ["rollout_id", "start", "pos", "token", "cliff", "first"]
+        pd.testing.assert_frame_equal(fast[cols].reset_index(drop=True), slow[cols], check_dtype=False)
+        assert fast["cliff"].sum() > 5 and fast["first"].sum() < fast["cliff"].sum()
+
+
+def test_non_binary_values_round_to_counts_as_the_official_score_to_k():
+    values = pd.DataFrame({"rollout_id": [0, 0], "pos": [0, 3], "value": [0.9, 0.13], "n": [10, 10]})
+    row = ct.cliff_table(values).iloc[0]
+    assert (row["k_prev"], row["k"], row["token"], bool(row["cliff"])) == (9, 1, 2, True)
+
+
+def test_most_negative_token_hits_share_ties():
+    cliffs = {0: (2, 4), 1: (0, 1), 2: (5, 6)}
+    adv = {0: np.array([0.0, 0.1, -0.5, 0.2, 0.3]),  # the minimum inside [2, 4): a hit
+           1: np.array([-1.0, -1.0, 0.0, -1.0]),  # three tied minima, one inside
+           2: np.array([0.0, -2.0, 0.0, 0.0, 0.0, -1.0])}  # the minimum outside
+    hits = ct.most_negative_hits(cliffs, adv, {0: 0, 1: 0, 2: 0})
+    assert hits == {0: 1.0, 1: pytest.approx(1 / 3), 2: 0.0}
+    # tokens before the first valued position are not judged
+    assert ct.most_negative_hits(cliffs, adv, {2: 2})[2] == 1.0
+    assert ct.chance_hits(cliffs, {0: 5, 1: 4, 2: 6}, {}) == {0: 0.4, 1: 0.25, 2: pytest.approx(1 / 6)}
