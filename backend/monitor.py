@@ -96,9 +96,9 @@ def run_monitors(handle: StoreHandle, run: str, estimator: str = "grpo", config:
                  ) -> MonitorReport:
     """Every enabled detector over `run`'s steps, with `estimator` (`config`: its (key, value) pairs; a
     `channel` pair chooses the reward channel, default the run's main channel) for the credit statistics."""
-    config = main_channel.on_channel(estimator, config, dict(config).get("channel")
-                                     or main_channel.main_channel(handle, run))
-    channel = str(dict(config).get("channel", main_channel.main_channel(handle, run)))
+    channel = dict(config).get("channel") or main_channel.main_channel(handle, run)
+    config = main_channel.on_channel(estimator, config, str(channel))
+    channel = str(dict(config).get("channel", channel))
     trends = explorer.step_trends(handle, run, estimator, config, prepare_missing=prepare_missing,
                                   quantiles=False)
     series = pd.DataFrame({"step": trends["step"].astype(int)})
@@ -115,7 +115,7 @@ def run_monitors(handle: StoreHandle, run: str, estimator: str = "grpo", config:
             watched.append(spec)
 
         def by_step(frame: pd.DataFrame, column: str):
-            return series[["step"]].merge(frame, on="step", how="left")[column].to_numpy()
+            return series["step"].map(dict(zip(frame["step"].astype(int), frame[column], strict=True)))
 
         if settings.enabled("class_share"):
             signed = queries.step_signed_shares(store, run_id, key)
@@ -160,7 +160,8 @@ def run_monitors(handle: StoreHandle, run: str, estimator: str = "grpo", config:
             else:
                 notes.append("logged_gap: the run has no logged advantage")
     if settings.enabled("channel_takeover"):
-        shares, per_rollout = channel_step_shares(handle, run, estimator, config, channel)
+        groups = int(settings.option("channel_takeover", "groups_per_step"))
+        shares, per_rollout = channel_step_shares(handle, run, estimator, config, channel, groups)
         if shares.shape[1] > 2:
             for name in [c for c in shares.columns if c != "step"]:
                 alias = explorer.column_name("channel_share", name)
@@ -219,19 +220,21 @@ def _rollouts(handle: StoreHandle, run: str, estimator: str, config: tuple, spec
                                                         "sort": ("-" if descending else "") + spec.sort}
 
 
-def channel_step_shares(handle: StoreHandle, run: str, estimator: str, config: tuple, channel: str
-                        ) -> tuple[pd.DataFrame, dict[int, pd.DataFrame]]:
+def channel_step_shares(handle: StoreHandle, run: str, estimator: str, config: tuple, channel: str,
+                        groups_per_step: int = 0) -> tuple[pd.DataFrame, dict[int, pd.DataFrame]]:
     """Per step, each channel's share of Σ|β_c·Ã_c| over the step's tokens (`credit_shares.abs_shares` of
     the split-channel contributions, the Tune view's numbers, with the estimator on `channel`), and per
     step the rollouts' own shares (rows indexed by rollout id, a column per channel). The estimator runs
-    on one step at a time (its true number for group- and step-scoped estimators)."""
+    on one step at a time (its true number for group- and step-scoped estimators); groups_per_step > 0
+    reads only the step's first that many groups (by group id): the split-channel credit of every token
+    is the monitors' one cost that grows with the run's tokens (docs/monitors.md has the figures)."""
     built = registry.make_config(estimator, **dict(config))
     needs = registry.fields_for(estimator, built)
     fields = None if needs is None else needs | {"token_rewards", "logprobs", "ref_logprobs"}
     rows, per_rollout = [], {}
     with handle.read() as store:  # one connection: opening one per step cost more than the reads
-        for step in queries.steps_of(store, store.run_id(run)):
-            batch = store.load_batch(run, steps=[step], fields=fields)
+        for step, group_ids in queries.step_groups(store, store.run_id(run), groups_per_step).items():
+            batch = store.load_batch(run, group_ids=group_ids, fields=fields)
             credit = channel_credit.channel_credit(batch, estimator, config, channel=channel)
             rows.append({"step": step, **credit_shares.abs_shares(credit.contributions)})
             magnitude = pd.DataFrame({c: np.abs(v).sum(axis=1) for c, v in credit.contributions.items()},

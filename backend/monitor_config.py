@@ -88,6 +88,8 @@ DETECTORS: tuple[Detector, ...] = (
 NAMES = tuple(d.name for d in DETECTORS)
 _ONSET_KEYS = ("min_baseline", "window", "persistence", "z_warn", "z_alert")
 _DETECTOR_KEYS = ("enabled", *_ONSET_KEYS, "min_delta", "min_rel", "direction")
+# Keys of one detector beyond the onset rule's, with their defaults.
+EXTRA_KEYS = {"channel_takeover": {"groups_per_step": 16}}
 
 
 def detector(name: str) -> Detector:
@@ -109,12 +111,17 @@ class MonitorSettings:
     def enabled(self, name: str) -> bool:
         return bool(dict(dict(self.detectors).get(name, ())).get("enabled", True))
 
+    def option(self, name: str, key: str):
+        """A detector's own setting beyond the onset rule (EXTRA_KEYS), or its default."""
+        return dict(dict(self.detectors).get(name, ())).get(key, EXTRA_KEYS[name][key])
+
     def rule(self, name: str) -> OnsetRule:
         """The onset rule of detector `name`: defaults, then [onset], then [detectors.<name>]."""
         d = detector(name)
         fields = {"direction": d.direction, "min_delta": d.min_delta, "min_rel": d.min_rel,
                   **dict(self.onset), **dict(dict(self.detectors).get(name, ()))}
-        fields.pop("enabled", None)
+        for key in ("enabled", *EXTRA_KEYS.get(name, {})):
+            fields.pop(key, None)
         return OnsetRule(**fields)
 
 
@@ -139,9 +146,15 @@ def parse_settings(data: dict, source: str = "settings") -> MonitorSettings:
             raise InputError(f"{source} [detectors.{name}]: no such detector; detectors: {', '.join(NAMES)}")
         if not isinstance(table, dict):
             raise InputError(f"{source} detectors.{name}: expected a table [detectors.{name}]")
-        _check_keys(table, _DETECTOR_KEYS, f"{source} [detectors.{name}]")
+        extra = EXTRA_KEYS.get(name, {})
+        _check_keys(table, (*_DETECTOR_KEYS, *extra), f"{source} [detectors.{name}]")
         if not isinstance(table.get("enabled", True), bool):
             raise InputError(f"{source} [detectors.{name}] enabled: expected true or false")
+        for key in extra:
+            value = table.get(key, 0)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise InputError(f"{source} [detectors.{name}] {key}: expected a whole number >= 0, "
+                                 f"got {value!r}")
         overrides.append((name, tuple(sorted(table.items()))))
     settings = MonitorSettings(tuple(sorted(onset.items())), top, tuple(sorted(overrides)))
     for name in NAMES:  # every rule builds, or the error says which and why
@@ -176,5 +189,6 @@ def defaults_toml() -> str:
     for d in DETECTORS:
         lines += ["", f"[detectors.{d.name}]", "# " + d.statistic, "enabled = true",
                   f'direction = "{d.direction}"', f"min_delta = {d.min_delta!r}", f"min_rel = {d.min_rel!r}"]
+        lines += [f"{k} = {v!r}" for k, v in EXTRA_KEYS.get(d.name, {}).items()]
     return "\n".join(lines) + "\n"
 

@@ -18,9 +18,13 @@ _BAD_CHARS = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x9F\x{FFFD}]"
 _OTHER = r"[\p{Cyrillic}\p{Greek}\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\p{Arabic}\p{Hebrew}\p{Thai}]"
 _MIXED_WORD = rf"\S*(?:\p{{Latin}}\S*{_OTHER}|{_OTHER}\S*\p{{Latin}})\S*"
 
+# Only a response with a character outside printable ASCII (tab, newline, CR aside) can be garbled: one
+# cheap scan finds those, and the two replacing scans run on them alone. Measured on the 10M-token bench
+# run (plain ASCII): 2.0 s for the two scans over every response, 0.7 s with the filter.
+_SUSPECT = r"[^\x09\x0A\x0D\x20-\x7E]"
 _GARBLED_SQL = f"""
     SELECT o.rollout_id, s.step,
-           CASE WHEN length(o.response) = 0 THEN 0.0 ELSE
+           CASE WHEN length(o.response) = 0 OR NOT regexp_matches(o.response, '{_SUSPECT}') THEN 0.0 ELSE
              (length(o.response) - length(regexp_replace(o.response, '{_BAD_CHARS}', '', 'g'))
               + length(o.response) - length(regexp_replace(o.response, '{_MIXED_WORD}', '', 'g')))
              / length(o.response) END AS garbled
@@ -87,7 +91,9 @@ def top_garbled(store: Store, run_id: int, step: int, n: int) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
-def steps_of(store: Store, run_id: int) -> list[int]:
-    """The run's steps in order."""
-    return [int(r[0]) for r in store.con.execute(
-        "SELECT DISTINCT step FROM rollout_summary WHERE run_id = ? ORDER BY step", [run_id]).fetchall()]
+def step_groups(store: Store, run_id: int, per_step: int = 0) -> dict[int, list[int]]:
+    """step -> its group ids in order (the first `per_step` of them when per_step > 0), steps in order."""
+    rows = store.con.execute(
+        "SELECT step, list(DISTINCT group_id ORDER BY group_id) FROM rollout_summary WHERE run_id = ? "
+        "GROUP BY step ORDER BY step", [run_id]).fetchall()
+    return {int(step): [int(g) for g in (ids[:per_step] if per_step > 0 else ids)] for step, ids in rows}

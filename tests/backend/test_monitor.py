@@ -293,3 +293,21 @@ def test_every_detector_and_setting_is_documented():
             f"### `{d.name}`")[1].split("###")[0] or d.direction in text, d.name
     for key in tomllib.loads(monitor_config.defaults_toml())["onset"]:
         assert key in text, key
+
+
+def test_channel_takeover_reads_the_first_groups_of_each_step_when_asked(runs):
+    task = (("channel", "task"),)
+    every, rows = monitor.channel_step_shares(runs, "channel_takeover", "grpo", task, "task")
+    some, few = monitor.channel_step_shares(runs, "channel_takeover", "grpo", task, "task", groups_per_step=2)
+    assert all(len(r) == PROMPTS * GROUP for r in rows.values())
+    assert all(len(r) == 2 * GROUP for r in few.values())
+    assert all(set(few[s].index) < set(rows[s].index) for s in rows)
+    assert list(every["step"]) == list(some["step"]) == list(range(STEPS))
+    assert every["style"].iloc[-1] > 2 * every["style"].iloc[0]  # the planted takeover, either way
+    assert some["style"].iloc[-1] > 2 * some["style"].iloc[0]
+    with pytest.raises(InputError, match="groups_per_step"):
+        monitor_config.parse_settings({"detectors": {"channel_takeover": {"groups_per_step": -1}}})
+    with pytest.raises(InputError, match="unknown key 'groups_per_step'"):
+        monitor_config.parse_settings({"detectors": {"garbled": {"groups_per_step": 2}}})
+    settings = monitor_config.parse_settings({"detectors": {"channel_takeover": {"groups_per_step": 3}}})
+    assert settings.option("channel_takeover", "groups_per_step") == 3
