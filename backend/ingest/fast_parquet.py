@@ -236,6 +236,17 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int,
         else:
             texts = [json.dumps(m, default=str, ensure_ascii=False) for m in meta.to_pylist()]
             columns["meta"] = pa.array(texts, pa.string())
+    if "logged_advantage" in names:  # the trainer's advantage per rollout (the `logged` estimator)
+        logged = batch.column("logged_advantage")
+        if not (pa.types.is_floating(logged.type) or pa.types.is_integer(logged.type)
+                or pa.types.is_null(logged.type)):
+            raise InputError(
+                f"{where(0)}: field 'logged_advantage' must be a number, column type {logged.type}")
+        logged = logged.cast(pa.float64())
+        bad = pc.invert(pc.is_finite(logged).fill_null(True))
+        if pc.any(bad).as_py():
+            raise InputError(f"{where(_first_bad(bad))}: field 'logged_advantage' must be a finite number")
+        columns["logged_advantage"] = logged
     tables["rollouts"] = pa.table(columns)
 
     ids, chans, vals = [], [], []

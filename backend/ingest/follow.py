@@ -1,5 +1,6 @@
 """`creditlens import --follow DIR`: tail a live run directory (verl `rollout_data_dir`, TRL
-`completions/`), importing each new step file, atomically, as soon as it is complete.
+`completions/`, a folder of native step files such as `creditlens.integrations.trl` writes), importing
+each new step file, atomically, as soon as it is complete.
 
 A file counts as complete when its size has not changed between two polls and it reads whole: a
 Parquet file's footer opens, a JSONL file ends with a newline (verl writes its step file in one go or
@@ -21,6 +22,7 @@ from backend.errors import InputError
 from backend.ingest import ImportReport, import_path
 from backend.ingest.append import check_follow
 from backend.ingest.sources import detect_format, trl_files, verl_files
+from backend.ingest.step_files import native_files
 from backend.store import Store
 
 
@@ -45,7 +47,8 @@ def _step_files(directory: Path, fmt: str | None) -> tuple[str | None, list[Path
             fmt = detect_format(directory)
         except InputError:
             return None, []  # nothing written yet
-    return fmt, (trl_files(directory) if fmt == "trl" else verl_files(directory))
+    files = {"trl": trl_files, "native": native_files}.get(fmt, verl_files)(directory)
+    return fmt, files
 
 
 def follow(
@@ -67,10 +70,11 @@ def follow(
     `append=True`, which still checks the run's model and channels)."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise InputError(f"{directory}: --follow needs a directory (a verl rollout_data_dir or a TRL "
-                         "output/completions directory)")
-    if fmt not in (None, "verl", "trl"):
-        raise InputError(f"{directory}: --follow reads verl or trl directories, not {fmt!r}")
+        raise InputError(f"{directory}: --follow needs a directory (a verl rollout_data_dir, a TRL "
+                         "output/completions directory or a folder of native step files)")
+    if fmt not in (None, "verl", "trl", "native"):
+        raise InputError(f"{directory}: --follow reads verl, trl or native step-file directories, "
+                         f"not {fmt!r}")
     with open_store() as store:
         check_follow(store, run, directory, bool(import_options.pop("append", False)))
     imported: dict[Path, tuple[int, int]] = {}  # file -> (size, mtime_ns) at its import

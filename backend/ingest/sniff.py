@@ -18,9 +18,11 @@ import pyarrow.parquet as pq
 from backend.errors import InputError
 from backend.ingest import token_dumps
 from backend.ingest.sources import detect_format, trl_files, verl_files
+from backend.ingest.step_files import native_files
 
 READS = {
-    "native": "one JSONL or Parquet file of native records (prompt, response, rewards)",
+    "native": "one JSONL or Parquet file of native records (prompt, response, rewards), or a folder of "
+              "native Parquet step files",
     "verl": "JSONL verl rollout dumps (<step>.jsonl with input, output, score)",
     "trl": "Parquet TRL completion logs (completions_*.parquet)",
     "nemo-rl": "JSONL NeMo-RL dumps (train_data_step<N>.jsonl)",
@@ -36,7 +38,7 @@ NAMES = {
     "prime-rl": "prime-rl token export",
     "rl-logging-board": "RL Logging Board log",
 }
-FILES = {"verl": verl_files, "trl": trl_files, **token_dumps.FILES}
+FILES = {"verl": verl_files, "trl": trl_files, "native": native_files, **token_dumps.FILES}
 
 
 def file_kind(path: Path) -> str:
@@ -99,9 +101,9 @@ def check_format(path: Path, fmt: str) -> None:
     if path.is_dir():
         holds = _directory_holds(path)
         hint = f"; it holds a {NAMES[holds]}: use --format {holds}" if holds and holds != fmt else ""
-        if fmt == "native":
-            raise InputError(f"{path}: this is a directory; --format native reads {READS['native']}{hint}")
         files = FILES[fmt](path)
+        if fmt == "native" and not files:
+            raise InputError(f"{path}: this is a directory; --format native reads {READS['native']}{hint}")
         if not files:
             raise InputError(f"{path}: this directory has no files that --format {fmt} reads "
                              f"({READS[fmt]}){hint}")

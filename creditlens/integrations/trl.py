@@ -1,0 +1,249 @@
+"""Record a TRL `GRPOTrainer` run for Credit Lens while it trains: one call in the training script.
+
+    from creditlens.integrations import trl as lens_trl
+    trainer = GRPOTrainer(...)
+    lens_trl.record(trainer, "runs/my_run")          # entropies=True adds per-token entropies
+    trainer.train()
+
+and, in another shell, `creditlens import --follow runs/my_run --run my_run` (docs/trl.md).
+
+The hook: `record` wraps the trainer's `_generate_and_score_completions` on the instance (TRL 1.16,
+`trl/trainer/grpo_trainer.py`). That method samples a generation batch, scores it and computes the
+advantages; its output dict holds prompt_ids (left-padded) and prompt_mask, completion_ids (right-padded)
+and completion_mask, advantages (B,), old_per_token_logps (None when they equal the current policy's),
+ref_per_token_logps (when beta > 0) and tool_mask (multi-turn). The rewards per function are appended to
+`trainer._logs["rewards"][name]` by the same call, gathered over processes. After each training-mode call
+the recorder writes one native Parquet step file (`backend.ingest.native_writer`, atomic):
+
+- prompt / response: the token ids decoded (prompt with special tokens, as the model saw it; response
+  without, as TRL logs it); prompt_ids, token_ids: the unpadded ids; tokens: one label per response token;
+- logprobs: TRL's old_per_token_logps, or, when TRL leaves them None (its default, on-policy case), the
+  same numbers computed the way TRL computes them (`_get_per_token_logps_and_entropies`, one forward pass
+  without gradients: the recorder's main cost, see docs/trl.md); ref_logprobs: ref_per_token_logps;
+  entropies (asked for): from that pass;
+- rewards: each reward function's score as a channel named like TRL's log columns (NaN: no score);
+- logged_advantage: the trainer's advantage (what the `logged` estimator reads);
+- step: the training step the batch trains (TRL's numbering: `completions_{step:05d}.parquet`, its logs);
+  group: the prompt's group of num_generations rows;
+- meta: policy_step (optimizer steps the sampling weights had taken), checkpoint (the folder holding those
+  weights: the initial model folder or `output_dir/checkpoint-<policy_step>` when the trainer saved it),
+  reward_weights, scale_rewards, temperature; loss_masked for rows TRL masked (mask_truncated_completions);
+  extras loss_mask per token for multi-turn tool tokens (0: not trained).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from trl import GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
+
+from backend.ingest.native_writer import StepRecords, write_atomic
+from backend.ingest.step_files import step_file_name
+from backend.ingest.tokenize import token_labels
+
+__all__ = ["Recorder", "record"]
+
+# Multimodal inputs of TRL's output dict that its logprob function takes as keyword arguments.
+FORWARD_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
+                "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
+
+
+@dataclass
+class Recorder:
+    """The recording of one trainer: what it wrote and what it cost. `close()` unhooks it."""
+
+    trainer: GRPOTrainer
+    directory: Path
+    entropies: bool
+    files: list[Path] = field(default_factory=list)
+    seconds: float = 0.0
+    """Wall time spent in the recorder (the extra forward pass, decoding, writing), all steps together."""
+    unscorable: int = 0
+    """Rows left out because no reward function scored them (TRL gives them advantage 0)."""
+    _original: object = None
+    _groups_done: int = 0
+    _parts: dict = field(default_factory=dict)
+
+    def close(self) -> None:
+        """Stop recording: the trainer's own method is put back."""
+        if self._original is not None:
+            self.trainer.__dict__.pop("_generate_and_score_completions", None)
+            self._original = None
+
+    def _hooked(self, inputs):
+        output = self._original(inputs)
+        if self.trainer.model.training:  # evaluation batches are not training steps
+            start = time.perf_counter()
+            self._write(output)
+            self.seconds += time.perf_counter() - start
+        return output
+
+    def _write(self, output: dict) -> None:
+        trainer = self.trainer
+        rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
+        records, n_groups = self._records(output, rank)
+        table, dropped = records.table(str(self.directory))
+        self.unscorable += dropped
+        part = self._parts.get(records.step, 0)
+        self._parts[records.step] = part + 1
+        path = self.directory / step_file_name(records.step, part, rank if world > 1 else None)
+        if path.exists():
+            raise FileExistsError(f"{path}: a step file of this name exists; record into a new directory")
+        write_atomic(table, path)
+        self.files.append(path)
+        self._groups_done += n_groups
+
+    def _score(self, model, output: dict, ids: torch.Tensor, mask: torch.Tensor, width: int,
+               entropies: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logprobs (B, width) of the last `width` tokens of `ids` (B, P + width) under `model`, and their
+        entropies (B, width) when asked: the distribution the tokens were sampled from. Position ids count
+        real tokens only, as `generate` counts them for left-padded prompts; TRL's own logprob forward passes
+        none, which shifts a padded row's positions (no change for rotary models, a large one for learned
+        absolute positions such as GPT-2's). Multimodal batches go through TRL's function."""
+        trainer = self.trainer
+        temperature = float(trainer.temperature)
+        chunk = trainer.args.per_device_train_batch_size
+        if any(k in output for k in FORWARD_KEYS):
+            kwargs = {k: output[k] for k in FORWARD_KEYS if k in output}
+            checkpointing = trainer.args.gradient_checkpointing_kwargs
+            with torch.no_grad(), disable_gradient_checkpointing(model, checkpointing):
+                logps, ent, _ = trainer._get_per_token_logps_and_entropies(
+                    model, ids, mask, width, batch_size=chunk, compute_entropy=entropies, **kwargs)
+            return logps, ent
+        positions = (mask.cumsum(1) - 1).clamp(min=0)  # (B, P + width)
+        forward = inspect.signature(trainer.accelerator.unwrap_model(model).forward).parameters
+        keep = {"logits_to_keep": width + 1} if "logits_to_keep" in forward else {}  # none for the prompt
+        all_logps, all_entropies = [], []
+        with torch.no_grad():
+            for start in range(0, ids.size(0), chunk):
+                rows = slice(start, start + chunk)
+                logits = model(input_ids=ids[rows], attention_mask=mask[rows], position_ids=positions[rows],
+                               use_cache=False, **keep).logits[:, -width - 1:-1]  # (b, width, V)
+                logp = torch.log_softmax(logits.float() / temperature, dim=-1)  # (b, width, V)
+                all_logps.append(logp.gather(-1, ids[rows, -width:, None])[..., 0])  # (b, width)
+                if entropies:
+                    all_entropies.append(-(logp.exp() * logp).sum(-1))  # (b, width)
+        return torch.cat(all_logps), (torch.cat(all_entropies) if entropies else None)
+
+    def _records(self, output: dict, rank: int) -> tuple[StepRecords, int]:
+        trainer = self.trainer
+        prompt_ids, prompt_mask = output["prompt_ids"], output["prompt_mask"]  # (B, P)
+        completion_ids, completion_mask = output["completion_ids"], output["completion_mask"]  # (B, C)
+        B, C = completion_ids.shape
+        lengths = completion_mask.sum(1)  # (B,)
+        masked = torch.zeros(B, dtype=torch.bool, device=lengths.device)
+        if trainer.mask_truncated_completions:  # TRL zeroes a truncated row's mask: it was cut at C tokens
+            masked = lengths == 0
+            lengths = torch.where(masked, min(C, trainer.max_completion_length), lengths)
+        real = torch.arange(C, device=lengths.device)[None, :] < lengths[:, None]  # (B, C)
+        ids = torch.cat([prompt_ids, completion_ids], 1)  # (B, P + C)
+        mask = torch.cat([prompt_mask, real.to(prompt_mask.dtype)], 1)  # (B, P + C)
+        old, entropies = self._score(trainer.model, output, ids, mask, C, self.entropies)
+        ref = output.get("ref_per_token_logps")
+        if ref is not None and trainer.ref_model is not None:  # scored like the policy (positions, precision)
+            ref, _ = self._score(trainer.ref_model, output, ids, mask, C, False)
+        lengths, masked = lengths.cpu().numpy(), masked.cpu().numpy()
+        p_mask = prompt_mask.bool().cpu().numpy()
+        p_ids = prompt_ids.cpu().numpy()
+        c_ids = completion_ids.cpu().numpy()
+        prompts = [p_ids[i][p_mask[i]] for i in range(B)]
+        responses = [c_ids[i, : lengths[i]] for i in range(B)]
+
+        def rows(t: torch.Tensor | None) -> list[np.ndarray] | None:
+            if t is None:
+                return None
+            a = t.detach().float().cpu().numpy()
+            return [a[i, : lengths[i]] for i in range(B)]
+
+        per_token = {"logprobs": rows(old)}
+        if ref is not None:
+            per_token["ref_logprobs"] = rows(ref)
+        if entropies is not None:
+            per_token["entropies"] = rows(entropies)
+        extras = {}
+        if output.get("tool_mask") is not None:
+            extras["loss_mask"] = rows(output["tool_mask"])
+        advantages = output["advantages"].detach().float().cpu()
+        if advantages.ndim == 2:  # per-token advantages: kept per token, their mean as the rollout's
+            extras["logged_advantage"] = rows(advantages)
+            kept = completion_mask.cpu()
+            advantages = (advantages * kept).sum(1) / kept.sum(1).clamp(min=1)
+        # This call appended the rewards of every process in process order; this process's rows are its slice.
+        world = trainer.accelerator.num_processes
+        rewards = {}
+        for name in trainer.reward_func_names:
+            logged = list(trainer._logs["rewards"][name])
+            if len(logged) < world * B:
+                raise RuntimeError(f"TRL logged {len(logged)} rewards of {name!r} for a batch of {world * B} "
+                                   "rows (the recorder reads TRL 1.16's GRPOTrainer._logs)")
+            rewards[name] = np.asarray(logged[len(logged) - world * B:], np.float64)[rank * B:(rank + 1) * B]
+        G = trainer.num_generations
+        tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+        meta_common = self._meta()
+        meta = [dict(meta_common, loss_masked=True) if masked[i] else meta_common for i in range(B)]
+        records = StepRecords(
+            step=int(trainer.state.global_step) + 1,
+            prompts=tokenizer.batch_decode(prompts, skip_special_tokens=False),
+            responses=tokenizer.batch_decode(responses, skip_special_tokens=True),
+            prompt_ids=prompts,
+            token_ids=responses,
+            tokens=[token_labels(tokenizer, r.tolist()) for r in responses],
+            rewards=rewards,
+            groups=self._groups_done + (rank * B + np.arange(B)) // G,
+            per_token={k: v for k, v in per_token.items() if v is not None},
+            extras=extras,
+            logged_advantage=advantages.numpy().astype(np.float64),
+            meta=meta,
+        )
+        return records, (world * B) // G
+
+    def _meta(self) -> dict:
+        trainer = self.trainer
+        policy_step = int(trainer.state.global_step)
+        checkpoint = None
+        if policy_step == 0:
+            start = Path(str(getattr(trainer.model, "name_or_path", "") or ""))
+            checkpoint = str(start.resolve()) if start.name and start.is_dir() else None
+        else:
+            saved = Path(trainer.args.output_dir) / f"checkpoint-{policy_step}"
+            checkpoint = str(saved.resolve()) if saved.is_dir() else None
+        return {"policy_step": policy_step, "checkpoint": checkpoint,
+                "reward_weights": [float(w) for w in trainer.reward_weights.tolist()],
+                "scale_rewards": trainer.scale_rewards, "temperature": float(trainer.temperature)}
+
+
+def record(trainer: GRPOTrainer, path: str | Path, entropies: bool = False) -> Recorder:
+    """Record every training step of `trainer` into the folder `path` (created) as native Parquet step
+    files; returns the `Recorder` (its `files`, `seconds`, `close()`).
+
+    `entropies=True` also stores each response token's entropy (the distribution over the vocabulary at
+    that position: a forward pass the recorder makes anyway when TRL has no old logprobs, and one more
+    softmax over the vocabulary per token; measured in docs/trl.md). Raises TypeError for a trainer that
+    is not a TRL `GRPOTrainer`, ValueError for a folder that would mix runs."""
+    if not isinstance(trainer, GRPOTrainer):
+        raise TypeError(f"record() takes a trl.GRPOTrainer, got {type(trainer).__name__}")
+    if not isinstance(entropies, bool):
+        raise TypeError(f"record(entropies=...) takes True or False, got {entropies!r}")
+    if "_generate_and_score_completions" in trainer.__dict__:
+        raise ValueError("this trainer is already recorded (or its method was replaced); record it once")
+    directory = Path(path).expanduser()
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"{directory}: not a folder; record() writes a Parquet file per step into a folder")
+    if directory.resolve() == Path(trainer.args.output_dir).expanduser().resolve():
+        raise ValueError(f"{directory}: this is the trainer's output_dir (checkpoints, TRL's completions/); "
+                         "record into a folder of its own, e.g. runs/<name>")
+    if directory.is_dir() and any(directory.glob("*step_*.parquet")):
+        raise ValueError(f"{directory}: already holds step files of a recording; record into a new folder "
+                         "(a resumed run can go to a new folder and be imported into the same run with "
+                         "`creditlens import --append`)")
+    directory.mkdir(parents=True, exist_ok=True)
+    recorder = Recorder(trainer, directory, entropies)
+    recorder._original = trainer._generate_and_score_completions
+    trainer._generate_and_score_completions = recorder._hooked
+    return recorder
