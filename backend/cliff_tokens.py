@@ -32,6 +32,7 @@ plain loop it is tested against (and both against the official code's outputs,
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -166,3 +167,24 @@ def chance_hits(cliffs: dict[int, tuple[int, int]], lengths: dict[int, int],
         if rid in lengths and lengths[rid] > start:
             out[rid] = (b - max(a, start)) / (lengths[rid] - start)
     return out
+
+
+@dataclass
+class CliffTruth:
+    """The first cliff of each valued rollout that has one, as teacher-bench judges it.
+
+    cliffs: rollout id -> segment [start, pos) of its first cliff; judged_from: rollout id -> its first
+    valued position (tokens before it are not judged, as in the teacher's segments); lengths: by id."""
+
+    cliffs: dict[int, tuple[int, int]]
+    judged_from: dict[int, int]
+    lengths: dict[int, int]
+
+
+def cliff_truth(values: pd.DataFrame, lengths: dict[int, int], delta_0: float = DELTA_0,
+                z_alpha: float = Z_ALPHA) -> CliffTruth:
+    """First cliffs of the teacher table `values` (rollout_id, pos, value, n)."""
+    table = cliff_table(values, lengths, delta_0, z_alpha)
+    counts = _counts(values, lengths)
+    judged_from = counts.groupby("rollout_id")["pos"].min()
+    return CliffTruth(first_cliffs(table), {int(r): int(p) for r, p in judged_from.items()}, dict(lengths))

@@ -17,6 +17,9 @@ Metrics (each with its stderr over rollouts; DEFINITIONS says which direction is
   first valued prefix can still succeed, the critical segment is the one after which every
   continuation fails (the first k with V̂(p_k) = 0, segment k − 1): is it among the estimator's 1 (3)
   most negative segments?;
+- cliff_hit1 (Cliff Tokens, `backend.cliff_tokens`): in rollouts with a cliff (the first valued prefix
+  whose success rate falls by the official one-sided z-test), does the estimator's most negative token
+  sit in the cliff's segment (the cliff token itself when every position is valued)? Ties share the hit;
 - first_wrong_hit1 (needs a process channel, `creditlens verify-steps`): in failed rollouts with a wrong
   step, is the first wrong step (a line) the estimator's most negative one (`backend.first_wrong_step`)?;
 - value_mse / value_corr, for the value sources zero, stored, fitted and prefix_tree (gae's V in Z
@@ -39,7 +42,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from backend import estimates, main_channel
+from backend import cliff_tokens, estimates, main_channel
 from backend import first_wrong_step as fws
 from backend.batch import BatchError
 from backend.errors import InputError
@@ -47,7 +50,7 @@ from backend.estimators import functional as F
 from backend.estimators import registry
 from backend.metrics import spearman
 
-METRICS = ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1", "critical_hit3",
+METRICS = ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1", "critical_hit3", "cliff_hit1",
            "first_wrong_hit1", "value_mse", "value_corr")
 DEFINITIONS = {
     "spearman": "Spearman of the estimator's segment sums vs the MC segment advantages, pooled "
@@ -59,17 +62,23 @@ DEFINITIONS = {
     "critical_hit1": "incorrect rollouts: the critical segment is the estimator's most negative "
                      "(higher is better; chance 1/segments)",
     "critical_hit3": "… among its 3 most negative (higher is better; chance 3/segments)",
+    "cliff_hit1": "rollouts with a cliff token (Cliff Tokens' z-test on the teacher's success rates): the "
+                  "estimator's most negative token is in the first cliff's segment, ties shared (higher is "
+                  "better; chance segment / tokens)",
     "first_wrong_hit1": "failed rollouts with a wrong step (process channel): the first wrong line is the "
                         "estimator's most negative line, ties shared (higher is better; chance 1/lines)",
     "value_mse": "value sources: mean squared error of V vs V̂ in Z units (lower is better)",
     "value_corr": "value sources: Pearson correlation of V vs V̂ (higher is better)",
 }
 SEGMENT_METRICS = ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1", "critical_hit3")
+CLIFF_METRICS = ("cliff_hit1",)
+"""Judged on the first cliff token of each rollout that has one (tokens, not segment sums)."""
 STEP_METRICS = ("first_wrong_hit1",)
 """Judged on the process channel's wrong steps, not on the teacher's segments."""
-RANKED_METRICS = SEGMENT_METRICS + STEP_METRICS
+RANKED_METRICS = SEGMENT_METRICS + CLIFF_METRICS + STEP_METRICS
 VALUE_METRICS = ("value_mse", "value_corr")
-PER_ROLLOUT = ("ranking_accuracy", "sign_accuracy", "critical_hit1", "critical_hit3", "first_wrong_hit1")
+PER_ROLLOUT = ("ranking_accuracy", "sign_accuracy", "critical_hit1", "critical_hit3", "cliff_hit1",
+               "first_wrong_hit1")
 """Metrics that have a value per rollout (the Oracle view lists the rollouts where they miss)."""
 VALUE_SOURCES = ("zero", "stored", "fitted", "prefix_tree")
 MIN_POSITIONS = 200
@@ -214,25 +223,33 @@ def score_sums(segments: Segments, sums: np.ndarray) -> tuple[dict[str, float], 
     return out, per
 
 
-def score_advantages(segments: Segments, truth: fws.StepTruth,
-                     advantages: dict[int, np.ndarray]) -> tuple[dict[str, float], pd.DataFrame]:
-    """`score_sums` of the advantages' segment sums, plus first_wrong_hit1 (its `_se`, and a column of
-    the per-rollout frame)."""
+def score_advantages(segments: Segments, truth: fws.StepTruth, advantages: dict[int, np.ndarray],
+                     cliffs: cliff_tokens.CliffTruth | None = None) -> tuple[dict[str, float], pd.DataFrame]:
+    """`score_sums` of the advantages' segment sums, plus first_wrong_hit1 and (given `cliffs`) cliff_hit1
+    (each with its `_se`, and a column of the per-rollout frame)."""
     metrics, per = score_sums(segments, segment_sums(segments, advantages))
+    if cliffs is not None:
+        hits = cliff_tokens.most_negative_hits(cliffs.cliffs, advantages, cliffs.judged_from)
+        metrics["cliff_hit1"], metrics["cliff_hit1_se"] = _mean_se(list(hits.values()))
+        per["cliff_hit1"] = per["rollout_id"].map(hits).astype(float)
     hits = fws.step_hits(truth, advantages)
     metrics["first_wrong_hit1"], metrics["first_wrong_hit1_se"] = _mean_se(list(hits.values()))
     per["first_wrong_hit1"] = per["rollout_id"].map(hits).astype(float)
     return metrics, per
 
 
-def chance_row(segments: Segments, truth: fws.StepTruth | None = None) -> dict[str, float]:
+def chance_row(segments: Segments, truth: fws.StepTruth | None = None,
+               cliffs: cliff_tokens.CliffTruth | None = None) -> dict[str, float]:
     """What a predictor with no information scores: 0, 1/2, 1/2, min(K, n)/n per judged rollout (n
-    segments) and 1/n (n lines)."""
+    segments), the cliff segment's share of the judged tokens, and 1/n (n lines)."""
     counts = pd.Series(segments.index).groupby(segments.rollout).size()
     judged = [int(counts[r]) for r, c in segments.critical.items() if c is not None]
     row = {"spearman": 0.0, "ranking_accuracy": 0.5, "sign_accuracy": 0.5}
     for k in (1, 3):
         row[f"critical_hit{k}"], row[f"critical_hit{k}_se"] = _mean_se([min(k, n) / n for n in judged])
+    if cliffs is not None:
+        shares = cliff_tokens.chance_hits(cliffs.cliffs, cliffs.lengths, cliffs.judged_from)
+        row["cliff_hit1"], row["cliff_hit1_se"] = _mean_se(list(shares.values()))
     if truth is not None:
         chance = fws.chance_hits(truth, segments.rollout.tolist())
         row["first_wrong_hit1"], row["first_wrong_hit1_se"] = _mean_se(list(chance.values()))
@@ -278,6 +295,8 @@ class TeacherBench:
     skipped: list[str] = field(default_factory=list)
     n_first_wrong: int = 0
     """valued rollouts judged by first_wrong_hit1 (failed, with a wrong step in the process channel)."""
+    n_cliffs: int = 0
+    """valued rollouts judged by cliff_hit1 (with a cliff token)."""
 
     def to_json(self) -> dict:
         def clean(records):
@@ -285,7 +304,7 @@ class TeacherBench:
                     for r in records]
 
         return {"n_positions": self.n_positions, "n_rollouts": self.n_rollouts, "n_segments": self.n_segments,
-                "n_first_wrong": self.n_first_wrong, "definitions": DEFINITIONS,
+                "n_first_wrong": self.n_first_wrong, "n_cliffs": self.n_cliffs, "definitions": DEFINITIONS,
                 "rows": clean(self.table.to_dict("records")),
                 "skipped": self.skipped}
 
@@ -318,6 +337,7 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
     segments = teacher_segments(values, lengths, outcomes)
     valued = sorted({int(r) for r in segments.rollout})
     truth = fws.step_truth(batch, outcome_channel)
+    cliffs = cliff_tokens.cliff_truth(values, lengths) if "n" in values.columns else None
     rows, per_frames, skipped = [], [], []
     advantages_of: dict[str, dict[int, np.ndarray]] = {}
     for label, name, overrides in specs:
@@ -327,7 +347,7 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
         except (BatchError, InputError, ValueError, RuntimeError) as exc:
             skipped.append(f"{label}: {str(exc).splitlines()[0]}")
             continue
-        metrics, per = score_advantages(segments, truth, scoped.advantages)
+        metrics, per = score_advantages(segments, truth, scoped.advantages, cliffs)
         kind = "uses teacher" if uses_teacher(name, config) else "estimator"
         rows.append({"estimator": label, "kind": kind, **metrics})
         per_frames.append(per.assign(estimator=label))
@@ -339,9 +359,9 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
         row_of = {int(r): i for i, r in enumerate(batch.rollout_ids.tolist())}
         own = {r: local[row_of[r], : lengths[r]] for r in valued}
         rows.append({"estimator": "process channel", "kind": "uses verifier",
-                     **score_advantages(segments, truth, own)[0]})
+                     **score_advantages(segments, truth, own, cliffs)[0]})
     rows = [*rows, *value_source_rows(batch, values, outcome_channel, skipped)]
-    chance = {"estimator": "chance", "kind": "sanity", **chance_row(segments, truth)}
+    chance = {"estimator": "chance", "kind": "sanity", **chance_row(segments, truth, cliffs)}
     rows.append(chance)
     if len(table) and (table["kind"] == "estimator").any():
         best = table[table["kind"] == "estimator"].sort_values("ranking_accuracy", ascending=False).iloc[0]
@@ -350,7 +370,7 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
         rng = np.random.default_rng(0)
         shuffled = {r: rng.permutation(a) for r, a in sorted(adv.items())}
         for suffix, variant in (("inverted", inverted), ("shuffled", shuffled)):
-            metrics, _ = score_advantages(segments, truth, variant)
+            metrics, _ = score_advantages(segments, truth, variant, cliffs)
             rows.append({"estimator": f"{best['estimator']} ({suffix})", "kind": "sanity", **metrics})
     columns = ["estimator", "kind"] + [c for m in METRICS for c in (m, f"{m}_se")]
     out = pd.DataFrame(rows).reindex(columns=columns)
@@ -359,8 +379,9 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
     per_rollout = (pd.concat(per_frames, ignore_index=True) if per_frames
                    else pd.DataFrame(columns=["estimator", "rollout_id"]))
     judged = sum(r in truth.first_wrong for r in valued)
+    n_cliffs = 0 if cliffs is None else sum(r in cliffs.cliffs for r in valued)
     return TeacherBench(out, per_rollout, segments.n_positions, len(valued), len(segments.rollout), skipped,
-                        judged)
+                        judged, n_cliffs)
 
 
 def value_source_rows(batch, values: pd.DataFrame, outcome_channel: str, skipped: list[str]) -> list[dict]:

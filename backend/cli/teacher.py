@@ -113,8 +113,8 @@ def cmd_teacher_bench(args) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(result.to_json(), indent=1, default=float))
     print(f"run {args.run!r}: {result.n_positions} valued positions in {result.n_rollouts} rollouts "
-          f"({result.n_segments} segments; {result.n_first_wrong} failed with a wrong step); mean ± stderr "
-          "over rollouts")
+          f"({result.n_segments} segments; {result.n_first_wrong} failed with a wrong step; "
+          f"{result.n_cliffs} with a cliff token); mean ± stderr over rollouts")
     shown = [m for m in METRICS if table[m].notna().any()]
     print(f"{'estimator':<30}{'kind':<14}" + "".join(f"{m:>18}" for m in shown))
     for _, row in table.iterrows():

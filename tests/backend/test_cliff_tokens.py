@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,10 @@ import pandas as pd
 import pytest
 
 from backend import cliff_tokens as ct
+from backend import first_wrong_step as fws
+from backend import teacher_bench as tb
+from backend.ingest.bundled import import_bundled
+from backend.store import Store, StoreHandle
 
 OFFICIAL = json.loads((Path(__file__).parent / "fixtures" / "official" / "cliff_tokens.json").read_text())
 
@@ -92,3 +97,38 @@ def test_most_negative_token_hits_share_ties():
     # tokens before the first valued position are not judged
     assert ct.most_negative_hits(cliffs, adv, {2: 2})[2] == 1.0
     assert ct.chance_hits(cliffs, {0: 5, 1: 4, 2: 6}, {}) == {0: 0.4, 1: 0.25, 2: pytest.approx(1 / 6)}
+
+
+# rollout 1: L = 10, success rates 15/16 at 0, 14/16 at 4, 1/16 at 7 -> the first cliff is [4, 7), token 6;
+# rollout 2: L = 6, 8/16 at 0, 9/16 at 3 -> no cliff
+VALUES = pd.DataFrame({"rollout_id": [1, 1, 1, 2, 2], "pos": [0, 4, 7, 0, 3],
+                       "value": [15 / 16, 14 / 16, 1 / 16, 0.5, 9 / 16], "stderr": 0.1, "n": 16})
+LENGTHS, OUTCOMES = {1: 10, 2: 6}, {1: 0.0, 2: 1.0}
+
+
+def test_cliff_hit1_in_a_bench_row_by_hand():
+    truth = ct.cliff_truth(VALUES, LENGTHS)
+    assert truth.cliffs == {1: (4, 7)} and truth.judged_from == {1: 0, 2: 0}
+    seg = tb.teacher_segments(VALUES, LENGTHS, OUTCOMES)
+    steps = fws.StepTruth({}, {})
+    at_cliff = {1: np.where(np.arange(10) == 6, -1.0, 0.0), 2: np.zeros(6)}
+    metrics, per = tb.score_advantages(seg, steps, at_cliff, truth)
+    assert metrics["cliff_hit1"] == 1.0 and per["cliff_hit1"].tolist()[0] == 1.0
+    assert math.isnan(per["cliff_hit1"].tolist()[1])  # no cliff in rollout 2: not judged
+    elsewhere = {1: np.where(np.arange(10) == 8, -1.0, 0.0), 2: np.zeros(6)}
+    assert tb.score_advantages(seg, steps, elsewhere, truth)[0]["cliff_hit1"] == 0.0
+    flat = tb.score_advantages(seg, steps, {1: np.ones(10), 2: np.ones(6)}, truth)[0]["cliff_hit1"]
+    assert flat == pytest.approx(0.3) == tb.chance_row(seg, steps, truth)["cliff_hit1"]  # 3 of 10 tokens
+
+
+@pytest.mark.slow
+def test_cliff_hit1_on_the_shipped_demo_teacher(tmp_path):
+    db = tmp_path / "runs.duckdb"
+    with Store(db) as store:
+        import_bundled(store, quiet=True)
+    result = tb.teacher_bench(StoreHandle(db), "demo", tb.parse_estimator_specs(["grpo", "prefix_tree"]))
+    table = result.table.set_index("estimator")
+    assert 50 < result.n_cliffs < result.n_rollouts
+    # flat credit ties every token: it scores exactly the chance value; the group's prefix tree is above it
+    assert table.loc["grpo", "cliff_hit1"] == pytest.approx(table.loc["chance", "cliff_hit1"])
+    assert table.loc["prefix_tree", "cliff_hit1"] > table.loc["chance", "cliff_hit1"] + 0.1
