@@ -243,3 +243,25 @@ def channel_step_shares(handle: StoreHandle, run: str, estimator: str, config: t
             per_rollout[step] = magnitude.div(total, axis=0)
     return pd.DataFrame(rows), per_rollout
 
+
+
+class LiveMonitor:
+    """The monitors over a run that grows (`creditlens import --follow --monitor`): `update()` reruns them
+    and returns the alerts not returned before — a new onset, or a known one whose severity rose (a
+    pending `info` confirmed as `warn` or `alert`)."""
+
+    def __init__(self, handle: StoreHandle, run: str, estimator: str = "grpo", config: tuple = (),
+                 settings: MonitorSettings = MonitorSettings()):
+        self.handle, self.run, self.estimator = handle, run, estimator
+        self.config, self.settings = config, settings
+        self._seen: dict[tuple[str, str, int], int] = {}  # (detector, statistic, step) -> severity index
+
+    def update(self) -> list[Alert]:
+        report = run_monitors(self.handle, self.run, self.estimator, self.config, self.settings)
+        fresh = []
+        for a in report.alerts:
+            key, level = (a.detector, a.statistic, a.step), SEVERITIES.index(a.severity)
+            if level > self._seen.get(key, -1):
+                self._seen[key] = level
+                fresh.append(a)
+        return fresh

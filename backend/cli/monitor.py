@@ -73,3 +73,19 @@ def cmd_monitor(args) -> int:
     print(f"{len(report.series)} steps of {args.run!r} ({report.estimator} on {report.channel}): "
           + ", ".join(f"{n} {s}" for s, n in counts.items()), file=sys.stderr)
     return report.exit_code()
+
+
+def live_monitor(args):
+    """For `import --follow --monitor`: a function of the run name that reruns the monitors (grpo on the
+    run's main channel, `--monitor-config` settings) and prints the alerts not printed before. The
+    settings are read before anything is imported, so a bad file stops the command at once."""
+    settings = monitor_config.load_settings(args.monitor_config)
+    handle = store_handle(args.db)
+    watchers: dict[str, monitor.LiveMonitor] = {}
+
+    def watch(run: str) -> None:
+        if run not in watchers:
+            watchers[run] = monitor.LiveMonitor(handle, run, settings=settings)
+        print_alerts(watchers[run].update())
+        sys.stdout.flush()
+    return watch

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from backend import main_channel, token_classes
 from backend.cli.common import add_db_arg
+from backend.cli.monitor import live_monitor
 from backend.errors import InputError
 from backend.ingest import FORMATS, import_path
 from backend.ingest.bundled import import_bundled
@@ -57,11 +58,14 @@ def cmd_import(args) -> int:
 
 def _follow(args, options: dict) -> int:
     totals = {"files": 0, "rollouts": 0}
+    watch = live_monitor(args) if args.monitor or args.monitor_config else None
 
     def report(rep, path) -> None:
         totals["files"] += 1
         totals["rollouts"] += rep.records
         print(f"{path.name}: {rep.message()}", flush=True)
+        if watch is not None:
+            watch(args.run)
 
     print(f"following {args.path} into run {args.run!r}; Ctrl-C stops", file=sys.stderr, flush=True)
     try:
@@ -142,6 +146,11 @@ def add_commands(sub) -> None:
     p.add_argument("--follow", action="store_true",
                    help="keep watching the directory and import each new step file as it appears (Ctrl-C)")
     p.add_argument("--poll", type=float, default=1.0, help="--follow: seconds between looks at the directory")
+    p.add_argument("--monitor", action="store_true",
+                   help="--follow: run the credit-health monitors (creditlens monitor) after each step file "
+                        "and print the alerts as they appear")
+    p.add_argument("--monitor-config", type=Path, default=None, metavar="FILE",
+                   help="--follow: the monitors' TOML settings (implies --monitor; docs/monitors.md)")
     p.add_argument("--verifier", default=None, help="verifier name or module:function recorded with the run")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_import)

@@ -5,6 +5,7 @@ on at a known step, is found by its detector at that step, with rollouts that sh
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import random
@@ -16,6 +17,7 @@ import pytest
 
 from backend import change_point, monitor, monitor_config, synthetic
 from backend.change_point import OnsetRule, find_onset
+from backend.cli import monitor as cli_monitor
 from backend.errors import InputError
 from backend.ingest import import_records
 from backend.store import Store, StoreHandle
@@ -311,3 +313,44 @@ def test_channel_takeover_reads_the_first_groups_of_each_step_when_asked(runs):
         monitor_config.parse_settings({"detectors": {"garbled": {"groups_per_step": 2}}})
     settings = monitor_config.parse_settings({"detectors": {"channel_takeover": {"groups_per_step": 3}}})
     assert settings.option("channel_takeover", "groups_per_step") == 3
+
+
+def test_live_monitoring_prints_each_alert_once_as_the_run_grows(tmp_path, capsys):
+    """`import --follow --monitor`: after each new step the monitors rerun and print only what is new —
+    nothing before the onset, the onset as `info` while it cannot be confirmed, then its confirmation."""
+    records = monitor_records("truncation", seed=2)
+    db = tmp_path / "live.duckdb"
+    config = tmp_path / "m.toml"
+    config.write_text("[detectors.channel_takeover]\nenabled = false\n")
+    args = argparse.Namespace(db=db, monitor_config=config)
+
+    def grow(steps: range) -> None:
+        with Store(db) as store:
+            import_records(store, "live", [r for r in records if r["step"] in steps],
+                           content_key=f"live{steps.start}", append=steps.start > 0)
+
+    grow(range(0, ONSET))
+    watch = cli_monitor.live_monitor(args)
+    watch("live")
+    assert capsys.readouterr().out == ""
+    grow(range(ONSET, ONSET + 1))
+    watch("live")
+    first = capsys.readouterr().out
+    assert f"INFO  step {ONSET:<5} truncation" in first and "not yet persistent" in first
+    grow(range(ONSET + 1, ONSET + 2))
+    watch("live")
+    second = capsys.readouterr().out
+    assert f"step {ONSET:<5} truncation" in second and ("ALERT" in second or "WARN" in second)
+    assert "not yet persistent" not in second
+    grow(range(ONSET + 2, ONSET + 3))
+    watch("live")
+    assert "truncation" not in capsys.readouterr().out  # already said
+
+
+def test_follow_with_bad_monitor_settings_stops_before_importing(tmp_path):
+    config = tmp_path / "m.toml"
+    config.write_text("[onset]\nz_warn = -1\n")
+    (tmp_path / "dir").mkdir()
+    done = run_cli_here("import", tmp_path / "dir", "--db", tmp_path / "s.duckdb", "--run", "r", "--follow",
+                        "--monitor-config", config)
+    assert done.returncode == 2 and "m.toml [onset]" in done.stderr and "z_warn" in done.stderr
