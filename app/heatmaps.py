@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from app.fmt import nice, safe, shown_token, significant, visible_token
-from app.scales import colour_axis, credit_colour, symmetric_range
+from app.scales import BAR_DIGITS, colour_axis, credit_colour, symmetric_range
 
 BAND = 64  # tokens per heatmap line
 
@@ -223,13 +223,13 @@ def credit_heatmap(
         for r, n in enumerate(names)
     ]
     height = n_bands * (R + 1) - 1
-    # Rows off the common half-width (per-row mode, true credit) each get their own labelled colour bar,
-    # horizontal, in lines under the rows; the common bar on the right names its rows when others exist.
+    # When rows have different half-widths (per-row mode, true credit) every row gets its own labelled bar:
+    # a strip of three cells (−peak, 0, +peak) at the right end of its row in the first band, coloured as
+    # its cells are; the common colour bar is then not needed.
     own = [n for n in names if not np.isclose(peaks[n], common)]
-    bar_lines = math.ceil(len(own) / BARS_PER_LINE)
-    fig_height = max(140, 22 * height + 50) + BAR_LINE * bar_lines  # one-row figures keep a readable bar
+    fig_height = max(140, 22 * height + 50)  # a one-row figure keeps a readable colour bar
     top_margin = 30 if title else 10
-    bottom_margin = 10 + BAR_LINE * bar_lines
+    bottom_margin = 10
     plot_height = fig_height - top_margin - bottom_margin
     # rows keep their 22 px when the figure is taller than they need (a one-row figure), at the top
     bottom = max(0.0, 1.0 - 22 * height / plot_height)
@@ -238,7 +238,11 @@ def credit_heatmap(
         domain=[bottom, 1.0],
     )
     fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, range=[-0.5, band - 0.5])
-    on_common = [n for n in names if n not in own]
+    if own:
+        fig.add_trace(_scale_strips(names, peaks, common, R))
+        fig.update_layout(xaxis={"domain": [0.0, 1.0 - STRIP - 0.02]},
+                          xaxis2={"domain": [1.0 - STRIP, 1.0], "range": [-0.5, 2.5], "showticklabels": False,
+                                  "showgrid": False, "zeroline": False, "fixedrange": True})
     fig.update_layout(
         height=fig_height,
         margin={"l": 10, "r": 10, "t": top_margin, "b": bottom_margin},
@@ -246,34 +250,24 @@ def credit_heatmap(
         clickmode="event+select",
         dragmode=False,
         plot_bgcolor="rgba(0,0,0,0)",
-        coloraxis=colour_axis(common, plot_height + 40, _bar_title(on_common) if own else "A",
-                              _beyond(rows, on_common, common)),
+        coloraxis={**colour_axis(common, fig_height, "A", _beyond(rows, names, common)),
+                   "showscale": not own},
     )
-    for i, name in enumerate(own):
-        line, slot = divmod(i, BARS_PER_LINE)
-        axis = f"coloraxis{i + 2}"
-        bar = colour_axis(peaks[name], fig_height, _bar_title([name]), _beyond(rows, [name], peaks[name]))
-        bar["colorbar"].update(
-            orientation="h", lenmode="fraction", len=1 / BARS_PER_LINE - 0.06, thickness=8,
-            x=slot / BARS_PER_LINE, xanchor="left", yref="container", yanchor="top",
-            y=(bottom_margin - 12 - line * BAR_LINE) / fig_height,
-            title={"text": _bar_title([name]), "side": "top"},
-        )
-        fig.update_layout({axis: bar})
-        # The bar needs a trace on its axis: one invisible cell left of the x range (never drawn).
-        fig.add_trace(go.Heatmap(z=[[-peaks[name], peaks[name]]], x=[-1000, -999], y=[0, 0], coloraxis=axis,
-                                 hoverinfo="skip", showlegend=False, name=f"scale {i + 2}"))
     return fig
 
 
-BARS_PER_LINE = 3
-BAR_LINE = 58  # pixels per line of horizontal colour bars
+STRIP = 0.17  # the width of the per-row scale strips, as a fraction of the figure's plot area
 
 
-def _bar_title(names: list[str]) -> str:
-    """A colour bar's title: A on the rows it colours (escaped; a long list cut)."""
-    text = ", ".join(names)
-    return "A: " + safe(text if len(text) <= 40 else text[:39] + "…")
+def _scale_strips(names: list[str], peaks: dict[str, float], common: float, R: int) -> go.Heatmap:
+    """Each row's own colour bar in the first band: cells −peak, 0, +peak (labelled with the row's numbers,
+    coloured on the common axis as the row's cells are rescaled onto it)."""
+    ends = [[significant(-peaks[n], BAR_DIGITS), "0", significant(peaks[n], BAR_DIGITS)] for n in names]
+    return go.Heatmap(
+        z=[[-common, 0.0, common]] * R, x=[-0.5, 0.5, 1.5, 2.5], y=[r - 0.5 for r in range(R + 1)],
+        text=ends, texttemplate="%{text}", textfont={"size": 9}, xaxis="x2", yaxis="y", coloraxis="coloraxis",
+        hoverinfo="skip", xgap=1, ygap=1, name="scale strip",
+    )
 
 
 def _beyond(rows: dict[str, np.ndarray], names: list[str], peak: float) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from app import fmt, scales
 from tests.app.conftest import chart, decode, open_app
@@ -20,7 +21,7 @@ def colour_bars(spec: dict) -> dict[str, dict]:
 
 def shown_values(spec: dict) -> np.ndarray:
     bands = [np.asarray(decode(t["z"]), dtype=np.float64).ravel() for t in spec["data"]
-             if t["type"] == "heatmap" and not str(t.get("name", "")).startswith("scale")]
+             if t["type"] == "heatmap" and t.get("name") != "scale strip"]
     values = np.concatenate(bands)
     return values[np.isfinite(values)]
 
@@ -47,15 +48,16 @@ def test_a_tiny_range_is_labelled_with_significant_digits_not_zeros():
 def test_per_row_mode_gives_every_row_a_labelled_colour_bar(app_db):
     at = open_app(app_db, "rollout", {"run": "demo", "rollout": "0", "scale": "row"})
     spec = chart(at, "rollout_heatmap")
-    rows = [t.split("  [")[0].split(" (±")[0] for t in spec["layout"]["yaxis"]["ticktext"]]
-    bars = colour_bars(spec)
-    assert len(bars) > 1
-    labelled = {name.strip() for bar in bars.values() for name in bar["title"]["text"][3:].split(",")}
-    assert set(rows) <= labelled  # every row names the bar that colours it
-    for name, bar in bars.items():
-        peak = spec["layout"][name]["cmax"]
-        ends = [fmt.significant(-peak, scales.BAR_DIGITS), "0", fmt.significant(peak, scales.BAR_DIGITS)]
-        assert bar["ticktext"] == ends
+    ticks = spec["layout"]["yaxis"]["ticktext"]
+    (strip,) = [t for t in spec["data"] if t.get("name") == "scale strip"]
+    assert len(strip["text"]) == len({t.split("  [")[0] for t in ticks})  # one bar per row
+    for label, (low, zero, high) in zip(ticks, strip["text"], strict=False):
+        assert zero == "0" and low.startswith("-") and high == "+" + low[1:]
+        if "(±" in label:  # a row off the most common scale: its bar's ends are its own half-width
+            assert float(label.split("(±")[1].split(")")[0]) == pytest.approx(float(high), rel=0.02)
+    peaks = {float(h) for _, _, h in strip["text"]}
+    assert len(peaks) > 1  # the rows' own scales, not one
+    assert spec["layout"]["coloraxis"]["showscale"] is False  # the strips replace the common bar
     assert any("per row" in c.value for c in at.caption)
 
 
