@@ -188,3 +188,24 @@ def cliff_truth(values: pd.DataFrame, lengths: dict[int, int], delta_0: float = 
     counts = _counts(values, lengths)
     judged_from = counts.groupby("rollout_id")["pos"].min()
     return CliffTruth(first_cliffs(table), {int(r): int(p) for r, p in judged_from.items()}, dict(lengths))
+
+
+def stored_cliffs(handle, run: str, rollout_id: int | None = None, delta_0: float = DELTA_0,
+                  z_alpha: float = Z_ALPHA) -> pd.DataFrame:
+    """`cliff_table` of the stored Monte Carlo values of `run` (one rollout, or every valued one): the
+    numbers `creditlens cliff` prints and the Rollout view marks. With a rollout, `token_text` holds the
+    blamed token's text. Empty (with the columns) when nothing is valued."""
+    with handle.read() as store:
+        values = store.resample_values(run, rollout_id)
+        if rollout_id is None:
+            index = store.rollout_index(run)
+            lengths = dict(zip(index["rollout_id"].astype(int), index["length"].astype(int), strict=True))
+            tokens = None
+        else:
+            row = store.rollout(run, int(rollout_id))
+            lengths = {int(rollout_id): len(row["token_ids"])}
+            tokens = list(row["tokens"]) if row.get("tokens") is not None else None
+    table = cliff_table(values, lengths, delta_0, z_alpha)
+    if tokens is not None:
+        table["token_text"] = [tokens[t] if 0 <= t < len(tokens) else "" for t in table["token"]]
+    return table

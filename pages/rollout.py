@@ -3,7 +3,7 @@ per-token strips under it, and why a token got its credit."""
 
 import streamlit as st
 
-from app import compute, fmt, heatmaps, scales, state, views, widgets
+from app import cliff_marker, compute, fmt, heatmaps, scales, state, views, widgets
 
 sel = views.rollout_selection()
 st.title(f"Rollout #{sel.rollout}")
@@ -58,6 +58,8 @@ with text_col:
         "Hover a token for its facts; click it to see why it got its credit."
     )
     text_click = views.credit_text(view, window, peaks["final"], pos, key="rollout_text")
+    cliff_marker.show(sel.db, sel.run, sel.rollout, select_key="rollout_text_clicked",
+                      button_key="rollout_cliff")
 if text_click is not None and text_click != pos:
     st.session_state["rollout_text_clicked"] = text_click
     st.rerun()

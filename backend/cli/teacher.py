@@ -1,5 +1,5 @@
-"""`creditlens teacher` (Monte Carlo teacher values of a run) and `creditlens teacher-bench` (every
-estimator ranked against them)."""
+"""`creditlens teacher` (Monte Carlo teacher values of a run), `creditlens teacher-bench` (every
+estimator ranked against them) and `creditlens cliff` (the cliff tokens the values show)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from backend import cliff_tokens
 from backend.cli.common import add_db_arg, add_model_args, model_for
 from backend.errors import InputError
 from backend.models.teacher import JOB, TeacherSettings, run_teacher
@@ -50,6 +51,17 @@ def add_commands(sub) -> None:
                         "main channel); 'all': the channel scores summed per rollout")
     p.add_argument("--json", type=Path, default=None, help="write the table and its definitions here")
     p.set_defaults(func=cmd_teacher_bench)
+
+    p = sub.add_parser("cliff", help="cliff tokens: where a rollout's Monte Carlo success rate drops by the "
+                                     "official one-sided z-test (Cliff Tokens, arXiv 2606.25524)")
+    add_db_arg(p)
+    p.add_argument("--run", required=True)
+    p.add_argument("--rollout", type=int, default=None, help="one rollout (default: every valued one)")
+    p.add_argument("--delta0", type=float, default=cliff_tokens.DELTA_0, help="minimum drop (0.1)")
+    p.add_argument("--z", type=float, default=cliff_tokens.Z_ALPHA, help="one-sided z quantile (1.645)")
+    p.add_argument("--all-pairs", action="store_true", help="every valued pair, not only the cliffs")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.set_defaults(func=cmd_cliff)
 
 
 def parse_rollouts(text: str) -> int | None:
@@ -131,3 +143,26 @@ def _cell(value: float, se: float) -> str:
     if value != value:
         return "-"
     return f"{value:.3f} ± {se:.3f}" if se == se else f"{value:.3f}"
+
+
+def cmd_cliff(args) -> int:
+    table = cliff_tokens.stored_cliffs(store_handle(args.db), args.run, args.rollout, args.delta0, args.z)
+    if table.empty and args.rollout is not None:
+        raise InputError(f"run {args.run!r} rollout {args.rollout}: fewer than two valued positions; value "
+                         "it with `creditlens teacher` or `creditlens resample` first")
+    shown = table if args.all_pairs else table[table["cliff"]]
+    if args.json:
+        print(json.dumps({"run": args.run, "delta_0": args.delta0, "z_alpha": args.z,
+                          "pairs": int(len(table)), "rollouts": int(table["rollout_id"].nunique()),
+                          "rows": json.loads(shown.to_json(orient="records"))}, indent=1))
+        return 0
+    print(f"run {args.run!r}: {len(table)} valued pairs in {table['rollout_id'].nunique()} rollouts, "
+          f"{int(table['cliff'].sum())} cliffs in {int(table['first'].sum())} rollouts "
+          f"(drop > {args.delta0:g} + {args.z:g} se)")
+    print(f"{'rollout':>8}{'token':>7}{'segment':>12}{'p_prev':>8}{'p':>8}{'drop':>8}{'threshold':>10}"
+          "  first")
+    for r in shown.itertuples():
+        text = f"  {getattr(r, 'token_text', '')!r}" if "token_text" in shown.columns else ""
+        print(f"{r.rollout_id:>8}{r.token:>7}{f'[{r.start}, {r.pos})':>12}{r.p_prev:>8.3f}{r.p:>8.3f}"
+              f"{r.drop:>8.3f}{r.threshold:>10.3f}  {'yes' if r.first else ''}{text}")
+    return 0

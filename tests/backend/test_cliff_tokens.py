@@ -13,6 +13,7 @@ import pytest
 from backend import cliff_tokens as ct
 from backend import first_wrong_step as fws
 from backend import teacher_bench as tb
+from backend.cli import main
 from backend.ingest.bundled import import_bundled
 from backend.store import Store, StoreHandle
 
@@ -121,14 +122,34 @@ def test_cliff_hit1_in_a_bench_row_by_hand():
     assert flat == pytest.approx(0.3) == tb.chance_row(seg, steps, truth)["cliff_hit1"]  # 3 of 10 tokens
 
 
-@pytest.mark.slow
-def test_cliff_hit1_on_the_shipped_demo_teacher(tmp_path):
-    db = tmp_path / "runs.duckdb"
+@pytest.fixture(scope="module")
+def demo_db(tmp_path_factory) -> Path:
+    db = tmp_path_factory.mktemp("cliff") / "runs.duckdb"
     with Store(db) as store:
         import_bundled(store, quiet=True)
-    result = tb.teacher_bench(StoreHandle(db), "demo", tb.parse_estimator_specs(["grpo", "prefix_tree"]))
+    return db
+
+
+@pytest.mark.slow
+def test_cliff_hit1_on_the_shipped_demo_teacher(demo_db):
+    result = tb.teacher_bench(StoreHandle(demo_db), "demo", tb.parse_estimator_specs(["grpo", "prefix_tree"]))
     table = result.table.set_index("estimator")
     assert 50 < result.n_cliffs < result.n_rollouts
     # flat credit ties every token: it scores exactly the chance value; the group's prefix tree is above it
     assert table.loc["grpo", "cliff_hit1"] == pytest.approx(table.loc["chance", "cliff_hit1"])
     assert table.loc["prefix_tree", "cliff_hit1"] > table.loc["chance", "cliff_hit1"] + 0.1
+
+
+@pytest.mark.slow
+def test_the_command_prints_what_the_function_computes(demo_db, capsys):
+    table = ct.stored_cliffs(StoreHandle(demo_db), "demo")
+    assert main(["cliff", "--db", str(demo_db), "--run", "demo", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["pairs"] == len(table) and len(printed["rows"]) == int(table["cliff"].sum()) > 50
+    rid = int(table.loc[table["first"], "rollout_id"].iloc[0])
+    assert main(["cliff", "--db", str(demo_db), "--run", "demo", "--rollout", str(rid), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    mine = table[(table["rollout_id"] == rid) & table["cliff"]]
+    assert [r["token"] for r in rows] == mine["token"].tolist() and rows[0]["first"]
+    assert all(isinstance(r["token_text"], str) for r in rows)
+    assert main(["cliff", "--db", str(demo_db), "--run", "demo", "--rollout", "999999"]) == 2
