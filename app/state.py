@@ -167,8 +167,9 @@ def _rollout_labels(index, main: str, channels: list[str]) -> dict[int, str]:
     for i, row in enumerate(index.itertuples(index=False)):
         value = main_channel.score_on({c: index[c].iloc[i] for c in columns}, main) if columns else None
         score = "" if value is None else f" · {main} {value:+.2f}"
+        # the score right after the id: a narrow sidebar cuts the end of the label, not the score
         out[int(row.rollout_id)] = (
-            f"#{row.rollout_id} · group {row.group_id} · step {row.step} · {row.length} tok{score}"
+            f"#{row.rollout_id}{score} · group {row.group_id} · step {row.step} · {row.length} tok"
         )
     return out
 

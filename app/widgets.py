@@ -13,7 +13,7 @@ import streamlit as st
 import streamlit.components.v2  # noqa: F401 - registers st.components.v2
 
 from app import access, data, scales, state
-from app.text import plain
+from app.text import plain, with_code
 from backend import token_classes
 from backend.batch import ALL_CHANNELS
 from backend.estimators import registry
@@ -83,10 +83,22 @@ def unavailable_note(unavailable: dict[str, str]) -> None:
         return
     with st.expander(f"{len(unavailable)} estimator(s) unavailable on this run", expanded=False):
         for name, reason in unavailable.items():
-            st.markdown(f"**{plain(name)}**: {plain(reason)}")
-        if any("resampl" in reason for reason in unavailable.values()):
-            st.page_link(str(RESAMPLE_PAGE), label="Resample this rollout to get Monte Carlo values",
-                         icon=":material/casino:")
+            st.markdown(f"**{plain(name)}**: {with_code(_in_the_app(reason))}")
+        if any("resampl" in reason or "model-credit" in reason for reason in unavailable.values()):
+            st.page_link(str(RESAMPLE_PAGE), label="Open the Resample view: resampling (Monte Carlo values) "
+                         "and model-based scores (OAR, GCPO) for this rollout", icon=":material/casino:")
+
+
+def _in_the_app(reason: str) -> str:
+    """An estimator's unavailable reason as the app says it: where the app has a button for the fix (the
+    Resample view resamples and computes model-based scores), that button first, the command second."""
+    if "creditlens resample" in reason:
+        return (reason.split("; run `creditlens resample")[0] + "; resample this rollout on the Resample "
+                "view (the link below), or run `creditlens resample` first")
+    if "creditlens model-credit" in reason:
+        return (reason.split("; run `creditlens model-credit")[0] + "; compute them on the Resample view "
+                "(the link below: Compute for this group), or run `creditlens model-credit` first")
+    return reason
 
 
 def url_slider(label: str, *, key: str, url: str, default: float, low: float, high: float, step: float):

@@ -32,6 +32,11 @@ MODEL_SCORE_EXTRAS = {extra: name for name in MODEL_SCORED for extra in model_sc
 """Extra name -> the model-scored estimator it belongs to."""
 
 
+MODEL_FILLED = ("logprobs", "entropies")
+"""The per-token fields `creditlens score` computes with the policy model (what a missing field's message
+may send the user to; a trainer's logged advantage or a reference model's logprobs it cannot make)."""
+
+
 class BatchError(ValueError):
     """Bad numbers in a batch (NaN/inf, wrong shape); the message names the field and the rollout."""
 
@@ -158,11 +163,21 @@ class RolloutBatch:
     def require(self, *names: str) -> None:
         """Raise a clear error when an estimator needs a per-token field this run lacks."""
         missing = [n for n in names if getattr(self, n, None) is None and n not in self.extras]
-        if missing:
-            raise BatchError(
-                f"this run has no {', '.join(missing)}; import them or fill them with "
-                f"`creditlens score --model DIR`"
-            )
+        if not missing:
+            return
+        how = []
+        scorable = [n for n in missing if n in MODEL_FILLED]
+        logged = [n for n in missing if n == "logged_advantage"]
+        other = [n for n in missing if n not in scorable and n not in logged]
+        if scorable:
+            how.append(f"fill {', '.join(scorable)} with `creditlens score --model DIR` (the policy model)")
+        if logged:
+            how.append("the trainer's own advantage cannot be recomputed: import a log that carries it "
+                       "(TRL's completions parquet has an `advantage` column; a native record a "
+                       "`logged_advantage`)")
+        if other:
+            how.append(f"import {', '.join(other)} with the run")
+        raise BatchError(f"this run has no {', '.join(missing)}; {'; '.join(how)}")
 
     def with_channel_sum(self, name: str = ALL_CHANNELS) -> RolloutBatch:
         """The batch with one more channel `name`: per rollout the sum of its channel scores, skipping

@@ -86,6 +86,11 @@ st.plotly_chart(
     config={"displayModeBar": False},
 )
 
+if result["mass"]["credit_share"].isna().all():  # every estimator gives the group no credit at all
+    st.info(f"None of these estimators gives this group any credit on {views.plain(shown)} (every token's "
+            "A is 0; e.g. a zero-variance group, whose responses all have the same score). Rank agreement "
+            "and credit mass by class are undefined here: pick a rollout of a group whose scores differ (the "
+            "Explorer's zero-variance filter finds them).")
 left, right = st.columns(2)
 with left:
     st.subheader("Rank agreement")

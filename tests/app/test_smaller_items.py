@@ -1,0 +1,31 @@
+"""Issue 26, item 8 ("smaller"): each fix with a test that failed before it."""
+
+from __future__ import annotations
+
+from tests.app.conftest import open_app
+
+
+def test_the_sidebar_rollout_label_puts_the_score_before_what_a_narrow_sidebar_cuts(app_db):
+    at = open_app(app_db, None, {"run": "demo"})
+    picker = at.selectbox(key="sel_rollout")
+    label = picker.format_func(picker.value) if hasattr(picker, "format_func") else picker.options[0]
+    assert label.startswith("#0 · task "), label  # the score right after the id
+
+
+def test_compare_on_a_zero_variance_group_says_why_its_panels_are_empty(app_db):
+    at = open_app(app_db, "compare", {"run": "demo", "rollout": "8"})  # group 1: every score the same
+    assert any("zero-variance group" in i.value for i in at.info), [i.value for i in at.info]
+    at = open_app(app_db, "compare", {"run": "demo", "rollout": "0"})
+    assert not any("zero-variance group" in i.value for i in at.info)
+
+
+def test_unavailable_estimators_say_the_fix_that_works_here(app_db):
+    at = open_app(app_db, "rollout", {"run": "demo", "rollout": "0"})
+    notes = {m.value.split("**")[1]: m.value for m in at.markdown if m.value.startswith("**")}
+    assert "logged" in notes, list(notes)
+    assert "creditlens score" not in notes["logged"]  # a model cannot make a trainer's advantage
+    assert "`logged_advantage`" in notes["logged"]  # code spans render as code, not literal backticks
+    assert "\\`" not in notes["logged"]
+    for name in ("oar_p", "oar_g", "gcpo"):
+        if name in notes:
+            assert "Resample view" in notes[name], notes[name]
