@@ -276,14 +276,27 @@ def _trend_layout(fig: go.Figure, title: str, yaxis: dict | None = None) -> go.F
     return fig
 
 
+PERCENT_TICKS = ".3~p"  # percent with 3 significant digits: a 0.2% repetition rate reads 0.2%, not 0%
+
+
 def trend_lines(frame: pd.DataFrame, columns: dict[str, str], title: str, percent: bool = False) -> go.Figure:
-    """One line per column over steps. columns: column -> legend label (channel names are escaped)."""
+    """One line per column over steps. columns: column -> legend label (channel names are escaped). A column
+    with no value at any step (unknown for this run, e.g. truncation a log does not record) gets no legend
+    entry; the chart says it has no data instead."""
     fig = go.Figure()
+    empty = []
     for column, label in columns.items():
-        if column in frame.columns:
-            fig.add_trace(go.Scatter(x=frame["step"], y=frame[column].astype(float), mode="lines+markers",
-                                     name=safe(label)))
-    return _trend_layout(fig, title, {"tickformat": ".0%"} if percent else None)
+        if column not in frame.columns:
+            continue
+        values = frame[column].astype(float)
+        if values.isna().all():
+            empty.append(safe(label))
+            continue
+        fig.add_trace(go.Scatter(x=frame["step"], y=values, mode="lines+markers", name=safe(label)))
+    if empty:
+        fig.add_annotation(text="no data in this run: " + ", ".join(empty), xref="paper", yref="paper",
+                           x=0, y=1.0, xanchor="left", yanchor="bottom", showarrow=False, font={"size": 11})
+    return _trend_layout(fig, title, {"tickformat": PERCENT_TICKS} if percent else None)
 
 
 def class_share_trend(frame: pd.DataFrame, columns: dict[str, str]) -> go.Figure:

@@ -29,3 +29,20 @@ def test_unavailable_estimators_say_the_fix_that_works_here(app_db):
     for name in ("oar_p", "oar_g", "gcpo"):
         if name in notes:
             assert "Resample view" in notes[name], notes[name]
+
+
+def test_trends_percent_axes_read_small_shares_and_an_unknown_share_says_so(app_db):
+    import numpy as np  # noqa: PLC0415
+
+    from tests.app.conftest import chart, decode  # noqa: PLC0415
+
+    at = open_app(app_db, "trends", {"run": "demo"})
+    repetition = chart(at, "trends_repetition")
+    values = np.asarray(decode(repetition["data"][0]["y"]), dtype=float)
+    assert 0 < np.nanmax(values) < 0.05  # small shares: ".0%" ticks read 0% everywhere
+    assert repetition["layout"]["yaxis"]["tickformat"] == ".3~p"
+    groups = chart(at, "trends_groups")
+    names = [t["name"] for t in groups["data"]]
+    assert "truncated responses" not in names  # the demo's log says nothing about truncation
+    assert any("no data in this run: truncated responses" in a["text"]
+               for a in groups["layout"].get("annotations", []))
