@@ -217,9 +217,19 @@ def _fill_credit_from_cache(handle: StoreHandle, run: str, key: CreditKey,
         pass  # another process is writing; the next call fills it
 
 
-def _check_column(column: str, columns: list[str], what: str) -> None:
-    if column not in columns:
-        raise InputError(f"{what} {column!r}: not a column of this table; columns: {', '.join(columns)}")
+CREDIT_PREFIXES = ("share_", "pos_share_", "neg_share_")  # the columns an estimator's credit fills
+
+
+def _check_column(column: str, columns: list[str], what: str, query: ExplorerQuery | None = None) -> None:
+    if column in columns:
+        return
+    hint = ""
+    if query is not None and query.estimator is None and (
+            column.startswith(CREDIT_PREFIXES) or column in ("max_abs", "logged_gap", "spearman")):
+        hint = " (credit columns come with an estimator: add --estimator NAME, e.g. --estimator grpo)"
+    elif query is not None and query.compare is None and column == "spearman":
+        hint = " (spearman compares two estimators: add --compare NAME)"
+    raise InputError(f"{what} {column!r}: not a column of this table{hint}; columns: {', '.join(columns)}")
 
 
 def rollout_table(handle: StoreHandle, run: str, query: ExplorerQuery = ExplorerQuery(), *,
@@ -230,9 +240,9 @@ def rollout_table(handle: StoreHandle, run: str, query: ExplorerQuery = Explorer
     with handle.read() as store:
         spec = _spec(store, run, query.estimator, query.config, query.compare, query.compare_config)
         columns = queries.table_columns(store, spec)
-        _check_column(query.sort, columns, "--sort")
+        _check_column(query.sort, columns, "--sort", query)
         for f in query.filters:
-            _check_column(f.column, columns, "--where")
+            _check_column(f.column, columns, "--where", query)
             if f.op not in OPERATORS:
                 raise InputError(f"--where: operator {f.op!r}; use one of {' '.join(OPERATORS)}")
         if query.limit is not None and query.limit < 1 or query.offset < 0:
