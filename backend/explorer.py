@@ -26,7 +26,7 @@ import pandas as pd
 from backend import credit_summary, estimates, main_channel
 from backend.errors import InputError
 from backend.estimators import registry
-from backend.store import Store, StoreHandle
+from backend.store import Store, StoreHandle, trend_queries
 from backend.store import explorer_queries as queries
 from backend.store.explorer_queries import OPERATORS, CreditKey, TableSpec
 from backend.store.handle import StoreBusy
@@ -271,7 +271,7 @@ def step_trends(handle: StoreHandle, run: str, estimator: str | None = None, con
         prepare(handle, run, estimator, config)
     with handle.read() as store:
         spec = _spec(store, run, estimator, config, None, ())
-        return queries.step_trends(store, spec, quantiles=quantiles)
+        return trend_queries.step_trends(store, spec, quantiles=quantiles)
 
 
 def table_columns(handle: StoreHandle, run: str, query: ExplorerQuery) -> list[str]:

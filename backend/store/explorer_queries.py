@@ -1,4 +1,5 @@
-"""The Explorer's SQL: per-rollout summaries, the paged rollout table and the per-step trends.
+"""The Explorer's SQL: per-rollout summaries and the paged rollout table (the per-step trends over the same
+summaries: `backend.store.trend_queries`).
 
 The tables come from migration 003; `Store` deletes them with their run and drops the credit summaries
 with the run's cached estimates. Everything here runs inside DuckDB over the stored runs, so a view asks
@@ -25,7 +26,6 @@ OPERATORS = ("<=", ">=", "!=", "<", ">", "=")
 WINDOW = 16  # tokens per window of the repetition score
 # Random odd 64-bit weights of the window hash Σ_j w_j · token_{i+j} (wrapping uint64 arithmetic).
 _WINDOW_WEIGHTS = np.random.default_rng(16).integers(1, 2**63, size=WINDOW, dtype=np.uint64) | np.uint64(1)
-QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 _ALIAS = re.compile(r"[a-z_][a-z0-9_]*\Z")
 
 
@@ -269,7 +269,7 @@ class TableSpec:
     signed_columns: tuple[tuple[str, str, str], ...] = ()  # (alias, "pos" or "neg", class)
 
 
-def _metrics_sql(spec: TableSpec, aggregate: str) -> tuple[str, list]:
+def metrics_select(spec: TableSpec, aggregate: str) -> tuple[str, list]:
     """`aggregate(value) FILTER (WHERE name = ?) AS <alias>` per metric column, and its parameters."""
     select = ", ".join(f"{aggregate}(m.value) FILTER (WHERE m.name = ?) AS {_alias(a)}"
                        for a, _ in spec.metric_columns)
@@ -293,7 +293,7 @@ def _table_sql(spec: TableSpec) -> tuple[str, list]:
     joins = ""
     join_params: list = []
     if spec.metric_columns:
-        select, names = _metrics_sql(spec, "max")
+        select, names = metrics_select(spec, "max")
         joins += (f" LEFT JOIN (SELECT m.rollout_id, {select} FROM rollout_metrics m WHERE m.run_id = ? "
                   "GROUP BY m.rollout_id) m ON m.rollout_id = s.rollout_id")
         join_params += [*names, spec.run_id]
@@ -386,74 +386,3 @@ def column_ranges(store: Store, spec: TableSpec, columns: list[str]) -> dict[str
     parts = ", ".join(f"min(t.{_alias(c)}), max(t.{_alias(c)})" for c in columns)
     row = store.con.execute(f"WITH t AS ({sql}) SELECT {parts} FROM t", params).fetchall()[0]
     return {c: (row[2 * i], row[2 * i + 1]) for i, c in enumerate(columns)}
-
-
-# --- trends over steps --------------------------------------------------------------------------------
-
-
-def step_trends(store: Store, spec: TableSpec, quantiles: bool = True) -> pd.DataFrame:
-    """One row per step: rollouts, groups, score_<channel> means, metric_<name> means, reward, length,
-    mean_entropy and kl (token-weighted), zero_variance_share (of groups), truncated_share, repetition;
-    with a credit key also share_<class> (Σ|A| on the class / Σ|A| over the step) and advantage quantiles
-    q05..q95 over the step's tokens."""
-    params: list = []
-    score_select = "".join(f", avg(sc.score) FILTER (WHERE sc.channel = ?) AS {_alias(a)}"
-                           for a, _ in spec.score_columns)
-    params += [c for _, c in spec.score_columns]
-    params.append(spec.run_id)
-    base = (
-        "SELECT s.step, count(*) AS rollouts, count(DISTINCT s.group_id) AS groups, "
-        "avg(s.reward) AS reward, avg(s.length) AS length, "
-        "sum(s.mean_entropy * s.length) / sum(s.length) FILTER (WHERE s.mean_entropy IS NOT NULL) "
-        "AS mean_entropy, sum(s.kl * s.length) / sum(s.length) FILTER (WHERE s.kl IS NOT NULL) AS kl, "
-        "count(DISTINCT s.group_id) FILTER (WHERE s.zero_variance) / count(DISTINCT s.group_id) "
-        "AS zero_variance_share, avg(s.truncated::INTEGER) AS truncated_share, "
-        "avg(s.repetition) AS repetition "
-        "FROM rollout_summary s WHERE s.run_id = ? GROUP BY s.step"
-    )
-    scores = (f"SELECT s.step{score_select} FROM scores sc JOIN rollout_summary s ON s.run_id = sc.run_id "
-              "AND s.rollout_id = sc.rollout_id WHERE sc.run_id = ? GROUP BY s.step")
-    parts = [f"({base}) b", f"LEFT JOIN ({scores}) sc USING (step)"]
-    all_params = [spec.run_id] + params
-    select = ["b.*"] + [f"sc.{_alias(a)}" for a, _ in spec.score_columns]
-    if spec.metric_columns:  # the mean of each metric over the step's rollouts that have it
-        metrics, names = _metrics_sql(spec, "avg")
-        parts.append(f"LEFT JOIN (SELECT s.step, {metrics} FROM rollout_metrics m JOIN rollout_summary s "
-                     "ON s.run_id = m.run_id AND s.rollout_id = m.rollout_id WHERE m.run_id = ? "
-                     "GROUP BY s.step) mt USING (step)")
-        all_params += [*names, spec.run_id]
-        select += [f"mt.{_alias(a)}" for a, _ in spec.metric_columns]
-    if spec.credit is not None:
-        k = spec.credit
-        shares = ", ".join(
-            f"sum(c.class_abs[{k.classes.index(name) + 1}]) / nullif(sum(c.abs_total), 0) AS {_alias(alias)}"
-            for alias, name in spec.class_columns
-        )
-        credit = (f"SELECT s.step, {shares}, max(c.max_abs) AS max_abs FROM credit_summary c "
-                  "JOIN rollout_summary s ON s.run_id = c.run_id AND s.rollout_id = c.rollout_id "
-                  "WHERE c.run_id = ? AND c.estimator = ? AND c.config_hash = ? AND c.channel = ? "
-                  "AND c.classes = ? GROUP BY s.step")
-        parts.append(f"LEFT JOIN ({credit}) cr USING (step)")
-        all_params += [spec.run_id, k.estimator, k.config_hash, k.channel, list(k.classes)]
-        select += [f"cr.{_alias(a)}" for a, _ in spec.class_columns] + ["cr.max_abs"]
-    sql = f"SELECT {', '.join(select)} FROM {' '.join(parts)} ORDER BY b.step"
-    frame = store.con.execute(sql, all_params).df()
-    if spec.credit is not None and quantiles:
-        # Its own query (the merge is of one row per step): joined into the one above it ran 4x slower.
-        frame = frame.merge(_step_quantiles(store, spec.run_id, spec.credit), on="step", how="left")
-    return frame
-
-
-def _step_quantiles(store: Store, run_id: int, key: CreditKey) -> pd.DataFrame:
-    """step, q05, q25, q50, q75, q95 of the cached advantages over each step's tokens."""
-    names = [f"q{round(q * 100):02d}" for q in QUANTILES]
-    qsel = ", ".join(f"q[{i + 1}] AS {_alias(n)}" for i, n in enumerate(names))
-    # The step joins the estimates before the unnest: unnesting first and joining 10M tokens afterwards
-    # measured 6.5 s against 1.4 s on a 10M-token run.
-    return store.con.execute(
-        f"SELECT step, {qsel} FROM (SELECT e.step, quantile_cont(e.v, {list(QUANTILES)}) AS q FROM "
-        "(SELECT s.step, unnest(a.advantages) AS v FROM estimates a JOIN rollout_summary s "
-        "ON s.run_id = a.run_id AND s.rollout_id = a.rollout_id WHERE a.run_id = ? AND a.estimator = ? "
-        "AND a.config_hash = ? AND a.channel = ?) e GROUP BY e.step)",
-        [run_id, key.estimator, key.config_hash, key.channel],
-    ).df()

@@ -278,7 +278,7 @@ def test_summaries_follow_the_store(handle):
         store.con.execute("DELETE FROM rollout_summary")
     assert len(everything(handle)) == 36  # rebuilt on demand
     with handle.write() as store:
-        import_records(store, "run", explorer_records(seed=1, steps=1), content_key="more")  # an append
+        import_records(store, "run", explorer_records(seed=1, steps=1), content_key="more", append=True)
         counts = {t: store.con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
                   for t in ("rollout_summary", "credit_summary", "credit_agreement")}
     assert counts == {"rollout_summary": 48, "credit_summary": 0, "credit_agreement": 0}

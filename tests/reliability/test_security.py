@@ -78,14 +78,14 @@ SQL_WORDS = re.compile(r"\b(SELECT|INSERT|DELETE|UPDATE|WHERE|FROM|DROP|CREATE)\
 # a caller (table names from a fixed tuple, column lists of an Arrow table we built, `?` placeholders).
 # (`sets` is built from names checked against PER_TOKEN_FIELDS in Store.update_token_arrays.)
 ALLOWED_INTERPOLATIONS = {"table", "columns", "view", "cond", "column", "sets"}
-# The Explorer's query builder composes its SQL from fragments, each made in that module of `_alias()`-checked
-# identifiers ([a-z_][a-z0-9_]*, else ValueError), integer list indexes, operators from a fixed tuple and
-# constants; every value (run, estimator, channel, class names, bounds, search text) is a `?` parameter
-# (test_explorer_sql_keeps_hostile_names_as_data checks it end to end).
-FRAGMENT_BUILDER = "backend/store/explorer_queries.py"
+# The Explorer's and Trends' query builders compose their SQL from fragments, each made there of
+# `_alias()`-checked identifiers ([a-z_][a-z0-9_]*, else ValueError), integer list indexes, operators from a
+# fixed tuple and constants; every value (run, estimator, channel, class names, bounds, search text) is a
+# `?` parameter (test_explorer_sql_keeps_hostile_names_as_data checks it end to end).
+FRAGMENT_BUILDERS = {"backend/store/explorer_queries.py", "backend/store/trend_queries.py"}
 FRAGMENTS = {"sql", "parts", "', '.join(cols)", "', '.join(select)", "' '.join(parts)", "score_select",
              "shares", "qsel", "joins", "cond", "order('t')", "order('hits')", "page", "list(QUANTILES)",
-             "_alias(n)"}
+             "_alias(n)", "select", "metrics"}
 
 
 def test_sql_is_never_built_from_user_data():
@@ -104,7 +104,7 @@ def test_sql_is_never_built_from_user_data():
             for value in node.values:
                 if isinstance(value, ast.FormattedValue):
                     expr = ast.unparse(value.value)
-                    fragment = str(path.relative_to(ROOT)) == FRAGMENT_BUILDER and expr in FRAGMENTS
+                    fragment = str(path.relative_to(ROOT)) in FRAGMENT_BUILDERS and expr in FRAGMENTS
                     if expr not in ALLOWED_INTERPOLATIONS and not fragment:
                         problems.append(f"{where}: SQL f-string interpolates {expr!r}")
     assert not problems, "\n".join(problems)
