@@ -37,6 +37,7 @@ from backend.ingest.sources import (
     verl_records,
 )
 from backend.ingest.sources import detect_format as detect_file_format
+from backend.ingest.step_files import native_files
 from backend.ingest.tokenize import Tokenizer
 from backend.ingest.trl import trl_records
 from backend.store import Store
@@ -95,7 +96,7 @@ class ImportReport:
 
 
 def _files_of(path: Path, fmt: str) -> list[Path]:
-    files = {"verl": verl_files, "trl": trl_files, **token_dumps.FILES}.get(fmt, lambda p: [p])(path)
+    files = {"verl": verl_files, "trl": trl_files, "native": native_files, **token_dumps.FILES}[fmt](path)
     if not files:
         raise InputError(f"{path}: this directory has no {fmt} files")
     for f in files:
@@ -209,7 +210,7 @@ def import_path(
             run,
             fmt,
             records,
-            files[0] if records is None else None,
+            files if records is None else None,
             tokenizer,
             file_hash,
             str(path),
@@ -284,7 +285,7 @@ def _import(
     run: str,
     fmt: str,
     records,
-    native_path: Path | None,
+    native_paths: list[Path] | None,
     tokenizer: Tokenizer,
     file_hash: str | None,
     origin: str,
@@ -317,7 +318,7 @@ def _import(
         buffer = ChunkBuffer(staging_id, first_id, known_groups)
         with store.memory_limit(IMPORT_MEMORY_LIMIT):
             n_records, n_tokens, tokenization, skipped = _stage(
-                store, buffer, records, native_path, tokenizer, bar, seen, file_hash, fmt in ("trl", "verl")
+                store, buffer, records, native_paths, tokenizer, bar, seen, file_hash, fmt in ("trl", "verl")
             )
         if n_records == 0 and skipped == 0:
             raise InputError(f"{origin}: no records to import (empty file)")
@@ -351,11 +352,12 @@ def _import(
                         skipped=skipped, unscorable=notes.unscorable, notes=list(notes.lines))
 
 
-def _stage(store: Store, buffer: ChunkBuffer, records, native_path: Path | None, tokenizer: Tokenizer,
+def _stage(store: Store, buffer: ChunkBuffer, records, native_paths: list[Path] | None, tokenizer: Tokenizer,
            bar, seen: set[int], file_hash: str | None, unscorable_ok: bool) -> tuple[int, int, str, int]:
     """Validate and insert every record into the staging run, one committed transaction per chunk.
     Records whose key is in `seen` (the run's) are skipped; returns (records, tokens, tokenization,
-    skipped)."""
+    skipped). `native_paths`: native files (one, or a folder's step files, each keyed by its own hash so
+    that a grown folder, or one of its files imported alone, adds only what the run lacks)."""
 
     def insert(tables):
         with store.transaction():
@@ -366,6 +368,15 @@ def _stage(store: Store, buffer: ChunkBuffer, records, native_path: Path | None,
 
     if isinstance(records, ArrowBatches):
         return native.stage_batches(records.batches, buffer, insert, records.origin, CHUNK_RECORDS)
+    if native_paths is not None and len(native_paths) > 1:
+        totals = [0, 0, "ids", 0]
+        for path in native_paths:
+            n, tokens, how, skipped = _stage(store, buffer, None, [path], tokenizer, bar, seen,
+                                             content_hash([path], path), unscorable_ok)
+            totals = [totals[0] + n, totals[1] + tokens, how if how != "ids" else totals[2],
+                      totals[3] + skipped]
+        return tuple(totals)
+    native_path = native_paths[0] if native_paths else None
     if native_path is not None and native_path.suffix == ".parquet":
         return native.stage_parquet(native_path, buffer, tokenizer, insert, bar, seen, file_hash,
                                     CHUNK_RECORDS)

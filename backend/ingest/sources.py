@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from backend.errors import InputError
 from backend.ingest.canonical import record_key_of_text
+from backend.ingest.step_files import native_files
 
 Progress = Callable[[int], None]  # called with bytes (or rows) consumed since the last call
 TEXT_FORMATS = ("native", "verl", "trl")
@@ -247,11 +248,13 @@ def detect_format(path: Path) -> str:
     if path.is_dir():
         if trl_files(path):
             return "trl"
+        if native_files(path):
+            return "native"
         if _sorted_step_files(path, "*.jsonl"):
             return "verl"
         raise InputError(
             f"{path}: a directory with no files of a known format (<step>.jsonl, completions_*.parquet, "
-            "train_data_step<N>.jsonl, token_exports/); pass --format or a file"
+            "native step_<N>.parquet, train_data_step<N>.jsonl, token_exports/); pass --format or a file"
         )
     if path.suffix == ".parquet":
         try:
