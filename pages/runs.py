@@ -9,7 +9,9 @@ sel = state.selection()
 st.title("Runs")
 st.caption(f"Store: {data.db_path()}")
 if "runs_flash" in st.session_state:
-    st.success(st.session_state.pop("runs_flash"))
+    # the import summary is several lines (skipped records, tokenization, warnings): markdown joins lines
+    # unless each ends in a hard break; run names and paths are untrusted text
+    st.success(views.plain(st.session_state.pop("runs_flash")).replace("\n", "  \n"))
 
 runs = data.list_runs(sel.db)
 if runs:

@@ -57,3 +57,18 @@ def test_sorting_by_a_credit_column_without_an_estimator_says_to_add_one(app_db)
     ok = run_cli_here("rollouts", "--db", app_db, "--run", "demo", "--estimator", "grpo",
                       "--sort=-share_filler", "--limit", "3", "--json")
     assert ok.returncode == 0, ok.stderr
+
+
+def test_the_import_summary_keeps_its_line_breaks(app_db):
+    from streamlit.testing.v1 import AppTest  # noqa: PLC0415
+
+    from tests.app.conftest import MAIN  # noqa: PLC0415
+
+    at = AppTest.from_file(str(MAIN), default_timeout=120)
+    at.session_state["app_db"] = str(app_db)
+    at.run()
+    at.switch_page("../pages/runs.py")
+    at.session_state["runs_flash"] = "r_1: imported 4 rollouts\n  skipped 2 records already in the run"
+    at.run()
+    (message,) = [s.value for s in at.success]
+    assert "rollouts  \n" in message and "r\\_1" in message  # a hard break; the name's markdown escaped
