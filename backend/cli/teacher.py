@@ -147,9 +147,10 @@ def _cell(value: float, se: float) -> str:
 
 def cmd_cliff(args) -> int:
     table = cliff_tokens.stored_cliffs(store_handle(args.db), args.run, args.rollout, args.delta0, args.z)
-    if table.empty and args.rollout is not None:
-        raise InputError(f"run {args.run!r} rollout {args.rollout}: fewer than two valued positions; value "
-                         "it with `creditlens teacher` or `creditlens resample` first")
+    if table.empty:
+        where = f"run {args.run!r}" + (f" rollout {args.rollout}" if args.rollout is not None else "")
+        raise InputError(f"{where}: no rollout with two valued positions; value it with `creditlens teacher` "
+                         "or `creditlens resample` first")
     shown = table if args.all_pairs else table[table["cliff"]]
     if args.json:
         print(json.dumps({"run": args.run, "delta_0": args.delta0, "z_alpha": args.z,

@@ -153,3 +153,5 @@ def test_the_command_prints_what_the_function_computes(demo_db, capsys):
     assert [r["token"] for r in rows] == mine["token"].tolist() and rows[0]["first"]
     assert all(isinstance(r["token_text"], str) for r in rows)
     assert main(["cliff", "--db", str(demo_db), "--run", "demo", "--rollout", "999999"]) == 2
+    assert main(["cliff", "--db", str(demo_db), "--run", "oracle"]) == 2  # no Monte Carlo values
+    assert "creditlens teacher" in capsys.readouterr().err
