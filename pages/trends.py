@@ -35,7 +35,7 @@ metrics = {c: c.removeprefix("metric_") for c in frame.columns if c.startswith("
 panels = [
     ("trends_scores",
      charts.trend_lines(frame, {**scores, "reward": "reward (sum)"}, "mean score per channel")),
-    ("trends_metrics", charts.trend_lines(frame, metrics, "mean per-rollout metric (logged, not a reward)")
+    ("trends_metrics", charts.trend_lines(frame, metrics, "logged metrics (mean; not rewards)")
      if metrics else None),
     ("trends_classes", charts.class_share_trend(frame, shares) if shares else None),
     ("trends_quantiles", charts.quantile_band(frame) if "q50" in frame.columns else None),
