@@ -69,9 +69,11 @@ with rows_col:
         "One row per channel (β_c · Ã_c) and the final advantage; cells sized to their token. Hover a cell "
         "for the token, its logprob, entropy and channel shares; click it to select it."
     )
-    with st.container(height=views.SIDE_HEIGHT, border=False):
+    figure = heatmaps.credit_heatmap(**window, highlight=[pos], band=views.SIDE_BAND)
+    # a short response's rows need less than the side height: no blank box under them
+    with st.container(height=min(views.SIDE_HEIGHT, int(figure.layout.height) + 16), border=False):
         st.plotly_chart(
-            heatmaps.credit_heatmap(**window, highlight=[pos], band=views.SIDE_BAND),
+            figure,
             key="rollout_heatmap",
             on_select="rerun",
             selection_mode="points",

@@ -37,3 +37,20 @@ def test_per_row_colour_bars_are_drawn_each_labelled(page):
         "() => [...document.querySelectorAll('.st-key-rollout_heatmap .hm text')].map(t => t.textContent)")
     for end in ("-4.69", "+4.69", "-0.354", "+0.354", "-5.04", "+5.04"):  # process, task, final
         assert end in labels, (end, labels[-30:])
+
+
+BOX_AND_PLOT = """() => {
+  const plot = document.querySelector('.st-key-rollout_heatmap .js-plotly-plot');
+  let box = plot.closest('[data-testid=stVerticalBlock]');  // the scrolling box of the channel rows
+  while (box && !['auto', 'scroll'].includes(getComputedStyle(box).overflowY)) {
+    box = box.parentElement.closest('[data-testid=stVerticalBlock]');
+  }
+  return [box ? box.getBoundingClientRect().height : null, plot.getBoundingClientRect().height];
+}"""
+
+
+def test_a_short_response_leaves_no_blank_box_under_its_rows(page):
+    open_view(page, "rollout?run=small&rollout=0")  # a response of a few tokens
+    page.wait_for_selector(".st-key-rollout_heatmap .nsewdrag", state="attached")
+    box, plot = page.evaluate(BOX_AND_PLOT)
+    assert box is not None and box - plot < 40, (box, plot)
