@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend import change_point, monitor, monitor_config, synthetic
+from backend import change_point, explorer, monitor, monitor_config, synthetic
 from backend.change_point import OnsetRule, find_onset
 from backend.cli import monitor as cli_monitor
 from backend.errors import InputError
@@ -354,3 +354,18 @@ def test_follow_with_bad_monitor_settings_stops_before_importing(tmp_path):
     done = run_cli_here("import", tmp_path / "dir", "--db", tmp_path / "s.duckdb", "--run", "r", "--follow",
                         "--monitor-config", config)
     assert done.returncode == 2 and "m.toml [onset]" in done.stderr and "z_warn" in done.stderr
+
+
+def test_the_watched_series_are_the_trends_numbers(runs, report):
+    """One truth: what the detectors watch is what Trends charts (and `creditlens trends` prints)."""
+    series = report("healthy0").series
+    trends = explorer.step_trends(runs, "healthy0", "grpo", (("channel", "task"),), quantiles=False)
+    for column in ("mean_entropy", "length", "truncated_share", "zero_variance_share", "repetition"):
+        np.testing.assert_allclose(series[column].to_numpy(float), trends[column].to_numpy(float))
+    np.testing.assert_allclose(series["kl_growth"].to_numpy(float)[1:], np.diff(trends["kl"].to_numpy(float)))
+    with runs.read() as store:
+        positive = store.con.execute(
+            "SELECT s.step, sum(c.class_pos[2]) / sum(list_sum(c.class_pos)) FROM credit_summary c JOIN "
+            "rollout_summary s USING (run_id, rollout_id) WHERE c.run_id = ? AND c.estimator = 'grpo' "
+            "GROUP BY s.step ORDER BY s.step", [store.run_id("healthy0")]).fetchall()
+    np.testing.assert_allclose(series["pos_share_filler"].to_numpy(float), [p for _, p in positive])
