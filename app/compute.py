@@ -200,7 +200,8 @@ def group_rows(
     values, tokens, ids = {}, {}, []
     for i, rid in enumerate(batch.rollout_ids.tolist()):
         L = int(batch.lengths[i])
-        label = f"#{rid}" + (f" R={float(scores[i]):+.2f}" if scores is not None else "")
+        score = None if scores is None else main_channel.score_on({channel: float(scores[i])}, channel)
+        label = f"#{rid}" + ("" if scores is None else " R=none" if score is None else f" R={score:+.2f}")
         values[label] = credit.final[i, :L]
         tokens[label] = (
             list(batch.tokens[i])

@@ -207,14 +207,19 @@ def channel_picker(sel, key: str) -> str:
 
     channel = st.selectbox(
         "Reward channel", options, key=wkey, on_change=remember,
-        format_func=lambda c: c + (" (main)" if c == main else "")
-        + (" — the channels summed" if c == ALL_CHANNELS and c not in channels else ""),
+        format_func=lambda c: _channel_label(c, main, summed=c == ALL_CHANNELS and c not in channels),
         help="The channel the estimator reads. (main): the run's main channel, set at import and on the Runs "
              "page. all: every channel's score summed per rollout first (a missing one skipped), then the "
              "estimator, as TRL does with several reward functions.",
     )
     state.publish("channel", channel)
     return channel
+
+
+def _channel_label(channel: str, main: str, summed: bool) -> str:
+    """`all (sum, main)`, `format_ok (main)`, `correctness`: what the channel picker lists."""
+    notes = (["sum"] if summed else []) + (["main"] if channel == main else [])
+    return channel + (f" ({', '.join(notes)})" if notes else "")
 
 
 def _restore_field(f: dict, wkey: str, url: str) -> None:

@@ -16,6 +16,9 @@ st.title(f"Tune channel weights · rollout #{sel.rollout}")
 
 estimator = widgets.estimator_picker("tune_estimator", compute.unavailable(sel.db, sel.run, sel.group))
 estimator_channel = widgets.channel_picker(sel, "tune")  # the estimator projects it; the others keep theirs
+if estimator_channel == compute.ALL_CHANNELS:
+    st.caption("On all, the channel scores are summed before the estimator, so they share one β; pick one "
+               "channel to weigh the others separately.")
 defaults = compute.default_betas(sel.db, sel.run, sel.group, estimator_channel)
 BASELINES = {"default": "the default β", "summed": "the summed reward (mixed)"}
 default_norms = compute.default_normalizations(sel.db, sel.run, sel.group, estimator_channel)
