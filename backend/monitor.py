@@ -91,6 +91,11 @@ def _fmt(value: float, percent: bool) -> str:
     return f"{100 * value:.1f}%" if percent else f"{value:.4g}"
 
 
+def _z_text(z: float) -> str:
+    """z as people read it: past 1000 the baseline simply had (almost) no spread."""
+    return f"{z:+.1f}" if abs(z) < 1000 else ("> +1000" if z > 0 else "< -1000")
+
+
 def run_monitors(handle: StoreHandle, run: str, estimator: str = "grpo", config: tuple = (),
                  settings: MonitorSettings = MonitorSettings(), *, prepare_missing: bool = True
                  ) -> MonitorReport:
@@ -191,7 +196,7 @@ def _alert(handle: StoreHandle, run: str, estimator: str, config: tuple, setting
     word = "rose" if up else "fell"
     message = (f"from step {step}, {spec.label} {word} to {_fmt(onset.value, spec.percent)} from a baseline "
                f"of {_fmt(onset.baseline, spec.percent)} (noise {_fmt(onset.noise, spec.percent)}, "
-               f"z {onset.z:+.1f})" + (" — not yet persistent" if onset.pending else ""))
+               f"z {_z_text(onset.z)})" + (" — not yet persistent" if onset.pending else ""))
     return Alert(spec.detector, spec.statistic, step, severity, onset.value, onset.baseline, onset.noise,
                  onset.z, message, rollouts, view)
 
