@@ -201,6 +201,15 @@ def test_every_command_on_an_imported_trl_run(trl_logs, db_path, tmp_path, capsy
     capsys.readouterr()
     assert _cli("runs", "--db", db_path, "--json") == 0
     assert json.loads(capsys.readouterr().out)[0]["channels"] == ["digits_reward", "newline_reward"]
+    # TRL's numeric log_extra column is an Explorer column (`rollouts`) and a Trends mean (`trends`)
+    logs = _table(trl_logs["plain"])
+    assert _cli("rollouts", "--db", db_path, "--run", "trl", "--json") == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["metric_n_chars"] for r in rows] == logs["n_chars"].astype(float).tolist()
+    assert _cli("trends", "--db", db_path, "--run", "trl", "--json") == 0
+    trends = json.loads(capsys.readouterr().out)
+    means = logs.groupby("step")["n_chars"].mean().tolist()
+    assert [t["metric_n_chars"] for t in trends] == pytest.approx(means)
 
 
 def _verl_dir(tmp_path: Path, v1: bool, steps=(1, 2)) -> Path:
