@@ -23,11 +23,14 @@ if not settings.read_only:
     )
 # A click reruns the page with the clicked cell in the chart's state; the chosen positions are outlined.
 clicked = views.new_click("resample_heatmap", n_rows=1)
+values = data.resample_values(sel.db, sel.run, sel.rollout)
 if "resample_positions" not in st.session_state:
+    # a link's positions, else the positions already resampled (the chart below shows them), else a suggestion
     from_url = [int(p) for p in (state.url_value("positions") or "").split(",") if p.strip().isdigit()]
-    st.session_state["resample_positions"] = [p for p in from_url if p < L] or compute.suggested_positions(
-        "entropy", view.tokens, view.token_info["entropy"].dropna().tolist() or None, 3
-    )
+    stored = [int(p) for p in values["pos"] if p < L]
+    entropies = view.token_info["entropy"].dropna().tolist() or None
+    st.session_state["resample_positions"] = [p for p in from_url if p < L] or stored or \
+        compute.suggested_positions("entropy", view.tokens, entropies, 3)
 if clicked is not None:
     st.session_state["resample_positions"] = sorted({*st.session_state["resample_positions"], clicked})
 start, stop = views.token_window(L, "resample_window", view.final)
@@ -126,14 +129,18 @@ else:
 if widgets.follow_job(job, "_resample_shown", "resampling", "suffixes"):
     r = job.result
     note = " (cancelled; finished samples kept)" if r.cancelled else ""
-    st.success(f"{len(r.samples)} suffixes, {r.tokens} tokens in {r.seconds:.2f} s with {r.engine}{note}; "
-               "stored.")
+    st.success(f"{len(r.samples)} new suffixes, {r.tokens} tokens in {r.seconds:.2f} s with {r.engine}"
+               f"{note}; stored. V̂ below pools them with any stored before at the same positions (its n "
+               "counts all).")
 
-values = data.resample_values(sel.db, sel.run, sel.rollout)
+values = data.resample_values(sel.db, sel.run, sel.rollout)  # again: a finished job added samples
 st.subheader("V̂(s_t) along the rollout")
 if values.empty:
     st.info("No resampled positions for this rollout yet.")
 else:
+    st.caption("Each V̂(s_t) pools every sample stored at its position (this view's runs, `creditlens "
+               "resample`, the teacher): n counts them, and the suffixes table below names each one's "
+               "engine, model and the time it was drawn.")
     outcome = compute.score_on(record["rewards"], data.main_channel(sel.db, sel.run))  # the run's main score
     st.plotly_chart(
         charts.value_estimates_figure(values, L, outcome), key="resample_values", width="stretch"
@@ -145,10 +152,11 @@ else:
     st.subheader("Suffixes and their rewards")
     samples_frame = data.resample_samples(sel.db, sel.run, sel.rollout)
     st.dataframe(
-        samples_frame[["pos", "sample_idx", "suffix_text", "reward", "engine"]],
+        samples_frame[["pos", "sample_idx", "suffix_text", "reward", "engine", "model", "created"]],
         hide_index=True,
         width="stretch",
-        column_config={"suffix_text": st.column_config.TextColumn("suffix")},
+        column_config={"suffix_text": st.column_config.TextColumn("suffix"),
+                       "created": st.column_config.DatetimeColumn("sampled")},
     )
 
 st.subheader("Model-based credit: OAR-P, OAR-G, GCPO")

@@ -72,3 +72,17 @@ def test_the_import_summary_keeps_its_line_breaks(app_db):
     at.run()
     (message,) = [s.value for s in at.success]
     assert "rollouts  \n" in message and "r\\_1" in message  # a hard break; the name's markdown escaped
+
+
+def test_resample_opens_on_the_stored_positions_and_says_where_its_samples_come_from(app_db):
+    from backend.store import Store  # noqa: PLC0415
+
+    with Store(app_db, read_only=True) as store:
+        values = store.resample_values("demo")
+    rid = int(values["rollout_id"].iloc[0])  # a rollout the shipped teacher valued
+    stored = sorted(int(p) for p in values.loc[values["rollout_id"] == rid, "pos"])
+    at = open_app(app_db, "resample", {"run": "demo", "rollout": str(rid)})
+    assert sorted(at.multiselect(key="resample_positions").value) == stored  # what the chart shows
+    frames = [t.value for t in at.dataframe]
+    assert any({"engine", "model", "created"} <= set(f.columns) for f in frames)  # each sample's source
+    assert any("pools every sample stored" in c.value for c in at.caption)
