@@ -241,6 +241,24 @@ def verl_records(files: list[Path], progress: Progress | None = None, notes: Rea
             )
 
 
+def _refuse_native_records_as_verl(folder: Path, first: Path) -> None:
+    """A folder of JSONL files is guessed to be verl dumps (`<step>.jsonl`); say so, and what to do, when its
+    first record is native (a `response`, no `input`/`output`) instead of failing later on a verl field."""
+    try:
+        for _where, obj in iter_jsonl(first):
+            if isinstance(obj, dict) and "response" in obj and not ("input" in obj and "output" in obj):
+                raise InputError(
+                    f"{folder}: a folder of JSONL files is read as verl dumps (<step>.jsonl with input and "
+                    f"output), but {first.name} holds native records (a `response` field); import the native "
+                    "files one at a time (the first with --run NAME, the next with --append), or write them "
+                    "as one file or as native step_<N>.parquet files")
+            break
+    except InputError as exc:
+        if "native records" in str(exc):
+            raise
+        # a malformed first line: the verl importer reports it with its number
+
+
 def detect_format(path: Path) -> str:
     """native | verl | trl, from the file names and the first record's fields."""
     if not path.exists():
@@ -250,7 +268,9 @@ def detect_format(path: Path) -> str:
             return "trl"
         if native_files(path):
             return "native"
-        if _sorted_step_files(path, "*.jsonl"):
+        jsonl = _sorted_step_files(path, "*.jsonl")
+        if jsonl:
+            _refuse_native_records_as_verl(path, jsonl[0])
             return "verl"
         raise InputError(
             f"{path}: a directory with no files of a known format (<step>.jsonl, completions_*.parquet, "

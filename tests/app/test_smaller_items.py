@@ -86,3 +86,14 @@ def test_resample_opens_on_the_stored_positions_and_says_where_its_samples_come_
     frames = [t.value for t in at.dataframe]
     assert any({"engine", "model", "created"} <= set(f.columns) for f in frames)  # each sample's source
     assert any("pools every sample stored" in c.value for c in at.caption)
+
+
+def test_a_folder_of_native_jsonl_says_it_was_guessed_as_verl_and_what_to_do(app_db, tmp_path):
+    from tests.conftest import make_records, run_cli_here, write_jsonl  # noqa: PLC0415
+
+    folder = tmp_path / "native_steps"
+    folder.mkdir()
+    write_jsonl(folder / "0.jsonl", make_records(n_groups=1, group_size=2))
+    done = run_cli_here("import", folder, "--db", app_db, "--run", "native_folder")
+    assert done.returncode == 2
+    assert "read as verl dumps" in done.stderr and "native records" in done.stderr, done.stderr
