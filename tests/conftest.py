@@ -1,18 +1,78 @@
-"""Shared fixtures: real DuckDB files in tmp dirs and small native runs."""
+"""Shared fixtures: real DuckDB files in tmp dirs, small native runs, one bundled store per session, ports
+for test servers, and the hypothesis profiles."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
+import os
 import random
+import shutil
+import socket
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from backend.cli import main as cli_main
+from backend.ingest.bundled import import_bundled
 from backend.store import Store
+from tests.reliability.cases import WORKER_OUTPUT_KEY, write_summary
+
+# `ci` (the default, what `make test` runs): the same examples on every run and machine, so a red suite is
+# red again on the rerun, and no example database written into the checkout by parallel workers. `dev`
+# (HYPOTHESIS_PROFILE=dev): fresh random examples each run, failures remembered in .hypothesis/.
+# Tests that set max_examples keep their own budget under both.
+settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# Each pytest-xdist worker takes ports from its own block below Linux's ephemeral range (32768-60999), so
+# two workers never start servers on one port and a bind(0) elsewhere never hands one out; the start in
+# the block is random so two suites on one machine rarely meet (a port in use is skipped).
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+_PORTS = itertools.count(20000 + 400 * (_WORKER % 30) + random.Random().randrange(0, 200))
+
+
+def free_test_port() -> int:
+    """A port no other server (of this suite's workers, or anyone's) listens on, on 127.0.0.1 and 0.0.0.0."""
+    for port in _PORTS:
+        try:
+            for host in ("127.0.0.1", "0.0.0.0"):
+                with socket.socket() as s:
+                    s.bind((host, port))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture(scope="session")
+def bundled_template(tmp_path_factory) -> Path:
+    """A store with the bundled sample runs (and the demo's teacher), imported once per session (per xdist
+    worker). Read-only by convention: tests take a private copy (`bundled_db`, `copy_store`)."""
+    path = tmp_path_factory.mktemp("bundled") / "runs.duckdb"
+    with Store(path) as store:
+        import_bundled(store, quiet=True)
+    return path
+
+
+def copy_store(template: Path, dest: Path) -> Path:
+    """A private copy of a closed store file at `dest` (a file path); returns it."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(template, dest)
+    return dest
+
+
+@pytest.fixture
+def bundled_db(bundled_template, tmp_path) -> Path:
+    """This test's own copy of the bundled store (it may write to it)."""
+    return copy_store(bundled_template, tmp_path / "bundled" / "runs.duckdb")
 
 
 def run_cli_here(*args) -> subprocess.CompletedProcess:
@@ -79,3 +139,27 @@ def snapshot(store: Store) -> dict:
     tables = [r[0] for r in store.con.execute(
         "SELECT table_name FROM information_schema.tables ORDER BY table_name").fetchall()]
     return {t: store.con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in tables}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks (--dist loadgroup)
+def pytest_collection_modifyitems(config, items):
+    """Tests that share an expensive server stay on one worker: the browser tests on the session's Streamlit
+    server, and each browser module that starts its own; every other test goes wherever a worker is free."""
+    for item in items:
+        if not item.nodeid.startswith("tests/browser/"):
+            continue
+        group = "browser" if "server" in item.fixturenames else f"browser-{item.module.__name__}"
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+WORKER_TALLIES: Counter = Counter()  # the controller's sum of the workers' reliability cases
+
+
+def pytest_testnodedown(node, error):
+    """pytest-xdist, on the controller: add up the reliability cases a worker tried."""
+    WORKER_TALLIES.update(getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY, {}))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """A run with workers (a run without them prints from tests/reliability/conftest.py)."""
+    write_summary(terminalreporter, WORKER_TALLIES)

@@ -16,18 +16,14 @@ import pytest
 import creditlens
 from backend.cli import main
 from backend.errors import InputError, StoreError
-from backend.ingest.bundled import import_bundled
-from backend.store import Store
+from tests.conftest import copy_store
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "python.md"
 
 
 @pytest.fixture(scope="module")
-def demo_db(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("python_api") / "runs.duckdb"
-    with Store(path) as store:
-        import_bundled(store, quiet=True)
-    return path
+def demo_db(bundled_template, tmp_path_factory) -> Path:
+    return copy_store(bundled_template, tmp_path_factory.mktemp("python_api") / "runs.duckdb")
 
 
 def command_json(*args: str):

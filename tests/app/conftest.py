@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +11,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from backend.ingest import import_records
-from backend.ingest.bundled import import_bundled
 from backend.store import Store
-from tests.conftest import make_records
+from tests.conftest import copy_store, make_records
 
 MAIN = Path(__file__).resolve().parents[2] / "app" / "main.py"
 SCRIPT = "<script>alert(1)</script>"
@@ -32,10 +30,9 @@ def hostile_records() -> list[dict]:
 
 
 @pytest.fixture(scope="session")
-def template_db(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("store") / "runs.duckdb"
+def template_db(bundled_template, tmp_path_factory) -> Path:
+    path = copy_store(bundled_template, tmp_path_factory.mktemp("store") / "runs.duckdb")
     with Store(path) as store:
-        import_bundled(store, quiet=True)
         import_records(store, "small", make_records(n_groups=2, group_size=4, steps=3), content_key="small")
         import_records(store, "hostile", hostile_records(), content_key="hostile")
     return path
@@ -44,9 +41,7 @@ def template_db(tmp_path_factory) -> Path:
 @pytest.fixture
 def app_db(template_db, tmp_path) -> Path:
     """A private copy of the template store (tests may write to it)."""
-    path = tmp_path / "runs.duckdb"
-    shutil.copy(template_db, path)
-    return path
+    return copy_store(template_db, tmp_path / "runs.duckdb")
 
 
 def open_app(db: Path, page: str | None = None, query: dict | None = None, timeout: float = 120):

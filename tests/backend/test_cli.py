@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.serve import free_port
-from tests.conftest import make_records, write_jsonl
+from tests.conftest import free_test_port, make_records, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,7 +66,7 @@ def _answers(port: int) -> bool:
 def test_app_serves_and_stopping_the_command_stops_the_server(tmp_path):
     """`creditlens app` hands its arguments to app/serve.py, which starts Streamlit; a SIGTERM to the command
     reaches both, so no server is left behind."""
-    port = free_port()
+    port = free_test_port()
     db = tmp_path / "s.duckdb"
     command = [sys.executable, "-m", "backend.cli", "app", "--db", str(db), "--port", str(port)]
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

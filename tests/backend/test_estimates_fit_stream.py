@@ -16,9 +16,8 @@ import torch
 from backend import chunks, estimates, explain
 from backend.estimators import features, fitting, learned, registry, values
 from backend.ingest import import_records
-from backend.ingest.bundled import import_bundled
 from backend.store import Store, StoreHandle
-from tests.conftest import make_records
+from tests.conftest import copy_store, make_records
 
 FITTED = [("token_rm", {}), ("token_rm", {"head": "mlp", "steps": 40}), ("rudder", {}),
           ("gae", {"value_source": "fitted"}),
@@ -28,12 +27,11 @@ FITTED = [("token_rm", {}), ("token_rm", {"head": "mlp", "steps": 40}), ("rudder
 
 
 @pytest.fixture(scope="module")
-def db(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("fit_stream") / "runs.duckdb"
+def db(bundled_template, tmp_path_factory) -> Path:
+    path = copy_store(bundled_template, tmp_path_factory.mktemp("fit_stream") / "runs.duckdb")
     records = make_records(n_groups=9, group_size=3, seed=7, steps=3)
     random.Random(1).shuffle(records)  # groups interleave in id order
     with Store(path) as store:
-        import_bundled(store, quiet=True)
         import_records(store, "mixed", records)
     return path
 

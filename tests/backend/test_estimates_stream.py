@@ -16,18 +16,16 @@ from backend import chunks, estimates
 from backend.cli import main
 from backend.estimators import fitting, registry
 from backend.ingest import import_records
-from backend.ingest.bundled import import_bundled
 from backend.store import Store, StoreHandle
-from tests.conftest import make_records
+from tests.conftest import copy_store, make_records
 
 
 @pytest.fixture(scope="module")
-def db(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("stream") / "runs.duckdb"
+def db(bundled_template, tmp_path_factory) -> Path:
+    path = copy_store(bundled_template, tmp_path_factory.mktemp("stream") / "runs.duckdb")
     records = make_records(n_groups=7, group_size=3, seed=5, steps=3)
     random.Random(0).shuffle(records)  # groups interleave: chunks must read by group, not by id range alone
     with Store(path) as store:
-        import_bundled(store, quiet=True)
         import_records(store, "mixed", records)
     return path
 

@@ -14,20 +14,16 @@ import pytest
 from backend import estimates, explain
 from backend.cli import main
 from backend.estimators import registry
-from backend.ingest.bundled import import_bundled
 from backend.store import Store, StoreHandle
-from tests.conftest import run_cli_here
+from tests.conftest import copy_store, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLLOUT = 352  # a demo rollout in a group with mixed outcomes
 
 
 @pytest.fixture(scope="module")
-def demo_db(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("explain") / "runs.duckdb"
-    with Store(path) as store:
-        import_bundled(store, quiet=True)
-    return path
+def demo_db(bundled_template, tmp_path_factory) -> Path:
+    return copy_store(bundled_template, tmp_path_factory.mktemp("explain") / "runs.duckdb")
 
 
 def _supported(db: Path) -> list[str]:
@@ -89,11 +85,9 @@ def test_step_scope_is_computed_per_training_step(demo_db, tmp_path):
         np.testing.assert_allclose(scoped.advantages[rid], adv[i, : int(step.lengths[i])].numpy(), atol=1e-6)
 
 
-def test_views_read_what_the_command_line_cached(demo_db, tmp_path):
+def test_views_read_what_the_command_line_cached(bundled_db):
     """A run-scope estimate computed for one rollout is saved for the whole run and read back."""
-    db = tmp_path / "runs.duckdb"
-    with Store(db) as store:
-        import_bundled(store, quiet=True)
+    db = bundled_db
     handle = StoreHandle(db)
     first = estimates.estimate_rollouts(handle, "demo", "token_rm", rollout_ids=[ROLLOUT])
     again = estimates.estimate_rollouts(handle, "demo", "token_rm", rollout_ids=[ROLLOUT, 0])
@@ -130,10 +124,8 @@ def test_explain_bad_input_is_one_line_exit_2(demo_db):
         assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
-def test_suffix_mc_explains_with_the_monte_carlo_values_that_fed_it(demo_db, tmp_path):
-    db = tmp_path / "runs.duckdb"
-    with Store(db) as store:
-        import_bundled(store, quiet=True)
+def test_suffix_mc_explains_with_the_monte_carlo_values_that_fed_it(bundled_db):
+    db = bundled_db
     assert main(["resample", "--db", str(db), "--run", "demo", "--rollout", str(ROLLOUT),
                  "--positions", "3,17", "--samples", "4"]) == 0
     result = explain.explain_rollout(StoreHandle(db), "demo", ROLLOUT, "suffix_mc")

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import re
 import sys
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,29 +18,21 @@ import pytest
 
 from backend.cli import main as cli_main
 from tests.conftest import make_records, write_jsonl
+from tests.reliability.cases import TALLY, WORKER_OUTPUT_KEY, tally, write_summary  # noqa: F401 - tests use tally
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 LONG = os.environ.get("CREDITLENS_FUZZ_LONG") == "1"
 
-# Cases tried, by kind; printed after the run and written to $CREDITLENS_RELIABILITY_COUNTS if set.
-TALLY: Counter = Counter()
-
-
-def tally(kind: str, outcome: str) -> None:
-    TALLY[f"{kind}: {outcome}"] += 1
+def pytest_sessionfinish(session):
+    """A pytest-xdist worker hands its cases to the controller, which prints them (tests/conftest.py)."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[WORKER_OUTPUT_KEY] = dict(TALLY)
 
 
 def pytest_terminal_summary(terminalreporter):
-    if not TALLY:
-        return
-    terminalreporter.write_sep("-", "reliability cases tried")
-    for key in sorted(TALLY):
-        terminalreporter.write_line(f"{TALLY[key]:>6}  {key}")
-    terminalreporter.write_line(f"{sum(TALLY.values()):>6}  total")
-    out = os.environ.get("CREDITLENS_RELIABILITY_COUNTS")
-    if out:
-        Path(out).write_text(json.dumps(dict(TALLY), indent=1, sort_keys=True))
+    write_summary(terminalreporter, TALLY)  # a run without workers
 
 
 @dataclass

@@ -19,6 +19,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from accelerate import Accelerator
+from trl.trainer.grpo_trainer import GRPOTrainer  # TRL is a pinned test dependency: compared, never skipped
 
 from backend.batch import batch_from_records, model_score_needs
 from backend.estimators import registry
@@ -92,9 +94,6 @@ def _trl_dr_grpo_weights(mask: torch.Tensor, max_completion_length: int) -> torc
     accumulation: minus the gradient of its loss with respect to the per-token log-probabilities at the old
     policy (ratio 1, inside the clip) with every advantage 1. The object it is bound to holds the attributes
     the method reads; the model's forward pass is replaced by those log-probabilities."""
-    from accelerate import Accelerator  # noqa: PLC0415 - optional: TRL
-    from trl.trainer.grpo_trainer import GRPOTrainer  # noqa: PLC0415 - optional: TRL
-
     B, T = mask.shape
     logps = torch.zeros(B, T, requires_grad=True)
     owner = SimpleNamespace(
@@ -189,9 +188,6 @@ def test_log_ratio_trace_equals_eq2_summed_by_hand(case):
 def _trl_mask(entropies: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
     """TRL's own method, bound to an object holding a real (single-process CPU) Accelerator, the only
     attribute it reads."""
-    from accelerate import Accelerator  # noqa: PLC0415 - optional: TRL
-    from trl.trainer.grpo_trainer import GRPOTrainer  # noqa: PLC0415 - optional: TRL
-
     owner = SimpleNamespace(accelerator=Accelerator(cpu=True))
     return GRPOTrainer.get_high_entropy_mask(owner, entropies, mask, threshold)
 

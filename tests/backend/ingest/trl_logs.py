@@ -46,9 +46,11 @@ def _text(completion) -> str:
 
 def run_grpo(output_dir: Path, conversational: bool, steps: int = 2) -> Path:
     """Train `steps` GRPO steps and return the directory of TRL's completion logs."""
-    from datasets import Dataset  # noqa: PLC0415 - optional: TRL
+    # Heavy (seconds to import), needed only by the session fixtures that train; TRL and datasets are pinned
+    # test dependencies, so a missing one fails here rather than skipping.
+    from datasets import Dataset  # noqa: PLC0415 - heavy, only here
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415 - heavy, only here
-    from trl import GRPOConfig, GRPOTrainer  # noqa: PLC0415 - optional: TRL
+    from trl import GRPOConfig, GRPOTrainer  # noqa: PLC0415 - heavy, only here
 
     tokenizer = AutoTokenizer.from_pretrained(DEMO_POLICY, local_files_only=True)
     if conversational:

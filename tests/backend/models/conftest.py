@@ -7,6 +7,7 @@ import pytest
 from backend.ingest import import_path
 from backend.models.transformers_engine import TransformersEngine
 from backend.store import Store
+from tests.conftest import copy_store
 
 ROOT = Path(__file__).resolve().parents[3]
 DEMO_MODEL = ROOT / "sample_runs" / "demo-policy"
@@ -18,10 +19,17 @@ def engine():
     return TransformersEngine(DEMO_MODEL, device="cpu")
 
 
-@pytest.fixture
-def demo_db(tmp_path):
-    """A store holding the bundled demo run, imported with the demo policy and its answer verifier."""
-    db = tmp_path / "runs.duckdb"
+@pytest.fixture(scope="session")
+def demo_template(tmp_path_factory) -> Path:
+    """The bundled demo run alone (no shipped teacher values), imported once per session."""
+    db = tmp_path_factory.mktemp("demo_only") / "runs.duckdb"
     with Store(db) as store:
         import_path(store, DEMO_RUN, "demo", model_dir=str(DEMO_MODEL), verifier="answer_match")
     return db
+
+
+@pytest.fixture
+def demo_db(demo_template, tmp_path) -> Path:
+    """This test's copy of a store holding the bundled demo run, imported with the demo policy and its
+    answer verifier."""
+    return copy_store(demo_template, tmp_path / "runs.duckdb")

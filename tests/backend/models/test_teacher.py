@@ -26,7 +26,7 @@ from backend.models.teacher import (
 from backend.rewards import get_verifier
 from backend.store import Store, StoreHandle
 from tests.backend.models.conftest import DEMO_MODEL, DEMO_RUN
-from tests.conftest import run_cli_here
+from tests.conftest import copy_store, run_cli_here
 
 FAIL_TRUTH = "fail-here"
 
@@ -77,7 +77,7 @@ def _per_rollout_counts(db) -> pd.DataFrame:
             "WHERE job = ? GROUP BY rollout_id ORDER BY rollout_id", [JOB]).df()
 
 
-def test_cancel_keeps_whole_rollouts_and_a_rerun_resumes(demo_db, tmp_path, engine):
+def test_cancel_keeps_whole_rollouts_and_a_rerun_resumes(demo_db, demo_template, tmp_path, engine):
     handle = StoreHandle(demo_db)
     stop = threading.Event()
     seen = []
@@ -99,8 +99,7 @@ def test_cancel_keeps_whole_rollouts_and_a_rerun_resumes(demo_db, tmp_path, engi
 
     # The interrupted job's values equal those of one uninterrupted job on a second store.
     other = tmp_path / "other.duckdb"
-    with Store(other) as store:
-        import_path(store, DEMO_RUN, "demo", model_dir=str(DEMO_MODEL), verifier="answer_match")
+    copy_store(demo_template, other)
     run_teacher(StoreHandle(other), "demo", settings(), rollouts=6, seed=1, engine=engine)
     with Store(demo_db, read_only=True) as a, Store(other, read_only=True) as b:
         pd.testing.assert_frame_equal(a.resample_values("demo"), b.resample_values("demo"))
@@ -167,14 +166,12 @@ def test_teacher_and_teacher_bench_commands(demo_db, tmp_path):
 
 
 @pytest.mark.slow
-def test_ray_local_cluster_gives_the_single_process_values(demo_db, tmp_path, engine):
-    pytest.importorskip("ray")
-    import ray  # noqa: PLC0415 - optional: Ray
+def test_ray_local_cluster_gives_the_single_process_values(demo_db, demo_template, tmp_path, engine):
+    import ray  # noqa: PLC0415 - heavy, only here; pinned in requirements.txt, so missing fails, never skips
 
     run_teacher(StoreHandle(demo_db), "demo", settings(samples=4), rollouts=8, seed=3, engine=engine)
     other = tmp_path / "ray.duckdb"
-    with Store(other) as store:
-        import_path(store, DEMO_RUN, "demo", model_dir=str(DEMO_MODEL), verifier="answer_match")
+    copy_store(demo_template, other)
     try:
         report = run_teacher(StoreHandle(other), "demo", settings(samples=4), rollouts=8, seed=3,
                              ray_address="local:2")
