@@ -48,7 +48,20 @@ def explorer_link(run: str, alert: monitor.Alert) -> dict[str, str]:
     return params
 
 
-_CLEARED = "explorer_where_cleared"
+_CLEARED, _LINK_SEEN = "explorer_where_cleared", "_explorer_alert_link"
+
+
+def follow_alert_link(live: dict, session, sortable: list[str]) -> None:
+    """An alert link followed within a session (Trends → Explorer): its sort replaces the Explorer's kept
+    sort once, so the alert's rollouts come first. live: the URL's `where`, `sort` and `desc`; session:
+    `st.session_state` (the widgets' keys). Call before the sort widgets exist."""
+    live = {k: live.get(k) for k in ("where", "sort", "desc")}
+    if not live["where"] or session.get(_LINK_SEEN) == live:
+        return
+    session[_LINK_SEEN] = live
+    if live["sort"] in sortable:
+        for key, value in (("explorer_sort", live["sort"]), ("explorer_desc", live["desc"] == "True")):
+            session[key] = session[f"_keep_{key}"] = value
 
 
 def linked_where(live: str | None, at_start: str | None) -> str | None:

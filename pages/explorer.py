@@ -39,6 +39,7 @@ base = compute.ExplorerQuery(estimator=estimator, config=config, compare=compare
                              compare_config=compare_config)
 columns = views.compute_or_explain(compute.explorer_columns, sel.db, sel.run, base)
 sortable = [c for c in columns if c != "preview"]
+monitor_panel.follow_alert_link(st.query_params.to_dict(), st.session_state, sortable)  # an alert's sort
 with sort_box:
     sort = state.url_widget(st.selectbox, "Sort by", key="explorer_sort", url="sort", default="rollout_id",
                             options=sortable)

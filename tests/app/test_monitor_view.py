@@ -53,3 +53,19 @@ def test_the_explorer_link_lists_the_alert_rollouts_first(app_db):
     at.button(key="explorer_clear_where").click().run()
     (frame,) = [d.value for d in at.dataframe if "rollout_id" in d.value.columns]
     assert set(frame["step"]) != {ONSET}
+
+
+def test_an_alert_link_followed_within_a_session_takes_its_sort_once():
+    """AppTest cannot follow a page link within a session, so the step the Explorer takes is checked alone:
+    the link's sort replaces the kept one once; the user's later choice then stands."""
+    session = {"explorer_sort": "rollout_id", "_keep_explorer_sort": "rollout_id", "explorer_desc": False}
+    link = {"run": "r", "where": "step=9,truncated=true", "sort": "length", "desc": "True"}
+    monitor_panel.follow_alert_link(link, session, ["rollout_id", "length"])
+    assert session["explorer_sort"] == session["_keep_explorer_sort"] == "length" and session["explorer_desc"]
+    session["explorer_sort"] = "rollout_id"  # the user sorts again; the same link does not undo it
+    monitor_panel.follow_alert_link(link, session, ["rollout_id", "length"])
+    assert session["explorer_sort"] == "rollout_id"
+    monitor_panel.follow_alert_link({**link, "sort": "nope", "where": "step=3"}, session, ["rollout_id"])
+    assert session["explorer_sort"] == "rollout_id"  # not a column of this table: the sort stays
+    monitor_panel.follow_alert_link({"sort": "length"}, session, ["length"])  # no alert filter: no link
+    assert session["explorer_sort"] == "rollout_id"
