@@ -175,6 +175,10 @@ def run_monitors(handle: StoreHandle, run: str, estimator: str = "grpo", config:
                 extra[alias] = {s: frame[name] for s, frame in per_rollout.items()}
         else:
             notes.append("channel_takeover: one channel carries all the credit (nothing to take over)")
+    needed = min((settings.rule(d).min_baseline for d in {w.detector for w in watched}), default=0)
+    if watched and len(series) <= needed:
+        notes.append(f"the run has {len(series)} steps: an onset needs at least {needed} earlier steps "
+                     "(min_baseline), so nothing can be called yet")
     found = (_alert(handle, run, estimator, config, settings, series, spec, key, extra, counts)
              for spec in watched)
     alerts = [a for a in found if a is not None]

@@ -369,3 +369,12 @@ def test_the_watched_series_are_the_trends_numbers(runs, report):
             "rollout_summary s USING (run_id, rollout_id) WHERE c.run_id = ? AND c.estimator = 'grpo' "
             "GROUP BY s.step ORDER BY s.step", [store.run_id("healthy0")]).fetchall()
     np.testing.assert_allclose(series["pos_share_filler"].to_numpy(float), [p for _, p in positive])
+
+
+def test_a_run_too_short_for_a_baseline_says_so(tmp_path):
+    with Store(tmp_path / "s.duckdb") as store:
+        import_records(store, "short", [r for r in monitor_records("truncation") if r["step"] < 5],
+                       content_key="short")
+    settings = monitor_config.parse_settings({"detectors": {"channel_takeover": {"enabled": False}}})
+    found = monitor.run_monitors(StoreHandle(tmp_path / "s.duckdb"), "short", settings=settings)
+    assert found.alerts == [] and any("5 steps" in n and "min_baseline" in n for n in found.notes)
