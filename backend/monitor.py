@@ -221,12 +221,16 @@ def _rollouts(handle: StoreHandle, run: str, estimator: str, config: tuple, spec
         with handle.read() as store:
             return queries.top_logged_gap(store, store.run_id(run), key, step, n), {}
     where = (f"step={step}", *spec.where)
-    descending = up if spec.detector != "zero_variance" else False
+    per_group = spec.detector == "zero_variance"  # a whole group shows it: one rollout of each
+    descending = up and not per_group
+    filters = tuple(explorer.parse_where(w) for w in where)
     query = ExplorerQuery(estimator=estimator, config=config, sort=spec.sort, descending=descending,
-                          filters=tuple(explorer.parse_where(w) for w in where), limit=n)
-    page = explorer.rollout_table(handle, run, query, prepare_missing=False)
-    return [int(i) for i in page.rows["rollout_id"]], {"where": list(where),
-                                                        "sort": ("-" if descending else "") + spec.sort}
+                          filters=filters, limit=None if per_group else n)
+    rows = explorer.rollout_table(handle, run, query, prepare_missing=False).rows
+    if per_group:
+        rows = rows.drop_duplicates("group_id")
+    return [int(i) for i in rows["rollout_id"][:n]], {"where": list(where),
+                                                       "sort": ("-" if descending else "") + spec.sort}
 
 
 def channel_step_shares(handle: StoreHandle, run: str, estimator: str, config: tuple, channel: str,

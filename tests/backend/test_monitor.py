@@ -213,6 +213,13 @@ def test_the_alerts_name_what_departed_and_the_rollouts_show_it(runs, report):
                                  [store.run_id("repetition"), loops.rollouts]).fetchall()
     assert min(r[0] for r in reps) > 0.5
 
+    empty = next(a for a in report("zero_variance").alerts if a.detector == "zero_variance")
+    with runs.read() as store:
+        groups = store.con.execute("SELECT DISTINCT group_id FROM rollout_summary WHERE run_id = ? AND "
+                                   "list_contains(?, rollout_id) AND zero_variance",
+                                   [store.run_id("zero_variance"), empty.rollouts]).fetchall()
+    assert len(groups) == len(empty.rollouts) == 5  # one rollout of each of five flat groups
+
     takeover = [a for a in report("channel_takeover").alerts
                 if a.detector == "channel_takeover"]
     assert [a.statistic for a in takeover] == ["channel_share_style"]
