@@ -26,15 +26,18 @@ browser-deps:
 app: $(STAMP)
 	$(BIN)/creditlens app --db $(DB) --port $(PORT)
 
+# The whole suite on every CPU (`-n logical`: `-n auto` counts physical cores, one on a 2-thread machine).
+# pytest-xdist spreads tests one by one, except the groups tests/conftest.py sets (the browser tests that
+# share a Streamlit server stay on one worker). The slowest 25 are printed (pyproject.toml addopts).
 test: $(STAMP) browser-deps
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n logical --dist loadgroup
 
 # A quicker loop while working: the tests marked `slow` (whole-run imports, CLI round trips, Ray,
 # parallel seeds) are left out; `make test` runs everything.
 test-fast: $(STAMP) browser-deps
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -n logical --dist loadgroup -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
