@@ -213,6 +213,14 @@ def test_the_channel_choice_holds_across_views(trl_db):
     assert at.query_params["channel"] in ("newline_reward", ["newline_reward"])
 
 
+def test_a_link_chooses_the_channel_and_a_bad_one_warns(trl_db):
+    at = _open(trl_db, "rollout", channel="digits_reward")
+    assert at.selectbox(key="rollout_channel").value == "digits_reward"
+    at = open_app(trl_db, None, {"run": RUN, "channel": "task"})  # the Explorer, the landing page
+    assert at.selectbox(key="explorer_channel").value == "all"
+    assert any("channel=task" in w.value and "main channel all" in w.value for w in at.warning)
+
+
 def test_group_labels_the_estimator_and_scores_by_channel(trl_db):
     at = _open(trl_db, "group")
     assert at.selectbox(key="group_estimator").label == "Estimator"
