@@ -17,10 +17,11 @@ the recorder writes one native Parquet step file (`backend.ingest.native_writer`
 
 - prompt / response: the token ids decoded (prompt with special tokens, as the model saw it; response
   without, as TRL logs it); prompt_ids, token_ids: the unpadded ids; tokens: one label per response token;
-- logprobs: TRL's old_per_token_logps, or, when TRL leaves them None (its default, on-policy case), the
-  same numbers computed the way TRL computes them (`_get_per_token_logps_and_entropies`, one forward pass
-  without gradients: the recorder's main cost, see docs/trl.md); ref_logprobs: ref_per_token_logps;
-  entropies (asked for): from that pass;
+- logprobs: the sampled tokens' logprobs under the weights that sampled them, from one forward pass
+  without gradients (the recorder's main cost, docs/trl.md) with the positions `generate` used (TRL's own
+  pass shifts left-padded rows: see `Recorder._score`), at the trainer's precision and temperature;
+  ref_logprobs (beta > 0): `trainer.ref_model` scored the same way (TRL's ref_per_token_logps for PEFT runs,
+  whose reference is the adapter switched off); entropies (asked for): from the policy's pass;
 - rewards: each reward function's score as a channel named like TRL's log columns (NaN: no score);
 - logged_advantage: the trainer's advantage (what the `logged` estimator reads);
 - step: the training step the batch trains (TRL's numbering: `completions_{step:05d}.parquet`, its logs);
@@ -49,6 +50,10 @@ from backend.ingest.tokenize import token_labels
 
 __all__ = ["Recorder", "record"]
 
+LOGITS_PER_CHUNK = 1 << 28
+"""Rows are scored in chunks of at most this many logits (1 GiB in float32, for the logits and again for
+their log-softmax): the batch size, or fewer rows for long completions over large vocabularies (one row of
+1024 tokens over a 151,936-token vocabulary is 156 M logits)."""
 # Multimodal inputs of TRL's output dict that its logprob function takes as keyword arguments.
 FORWARD_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
                 "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
@@ -64,6 +69,8 @@ class Recorder:
     files: list[Path] = field(default_factory=list)
     seconds: float = 0.0
     """Wall time spent in the recorder (the extra forward pass, decoding, writing), all steps together."""
+    cpu_seconds: float = 0.0
+    """The process's CPU time (all threads) spent in the recorder: less moved by other load than `seconds`."""
     unscorable: int = 0
     """Rows left out because no reward function scored them (TRL gives them advantage 0)."""
     _original: object = None
@@ -79,9 +86,10 @@ class Recorder:
     def _hooked(self, inputs):
         output = self._original(inputs)
         if self.trainer.model.training:  # evaluation batches are not training steps
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             self._write(output)
             self.seconds += time.perf_counter() - start
+            self.cpu_seconds += time.process_time() - cpu
         return output
 
     def _write(self, output: dict) -> None:
@@ -90,6 +98,9 @@ class Recorder:
         records, n_groups = self._records(output, rank)
         table, dropped = records.table(str(self.directory))
         self.unscorable += dropped
+        self._groups_done += n_groups
+        if not table.num_rows:  # nothing scored: no file (an import refuses an empty one)
+            return
         part = self._parts.get(records.step, 0)
         self._parts[records.step] = part + 1
         path = self.directory / step_file_name(records.step, part, rank if world > 1 else None)
@@ -97,7 +108,6 @@ class Recorder:
             raise FileExistsError(f"{path}: a step file of this name exists; record into a new directory")
         write_atomic(table, path)
         self.files.append(path)
-        self._groups_done += n_groups
 
     def _score(self, model, output: dict, ids: torch.Tensor, mask: torch.Tensor, width: int,
                entropies: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -117,7 +127,10 @@ class Recorder:
                     model, ids, mask, width, batch_size=chunk, compute_entropy=entropies, **kwargs)
             return logps, ent
         positions = (mask.cumsum(1) - 1).clamp(min=0)  # (B, P + width)
-        forward = inspect.signature(trainer.accelerator.unwrap_model(model).forward).parameters
+        unwrapped = trainer.accelerator.unwrap_model(model)
+        vocab = int(getattr(unwrapped.config, "vocab_size", 0) or 0)
+        chunk = max(1, min(chunk, LOGITS_PER_CHUNK // max(1, width * vocab)))  # bounds (b, width, V)
+        forward = inspect.signature(unwrapped.forward).parameters
         keep = {"logits_to_keep": width + 1} if "logits_to_keep" in forward else {}  # none for the prompt
         all_logps, all_entropies = [], []
         with torch.no_grad():

@@ -28,6 +28,8 @@ STEPS = 3
 PROMPTS_PER_STEP = 3
 
 pytest.importorskip("trl")
+# One trainer run feeds every test: they stay on one xdist worker (--dist loadgroup) and run in file order.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("trl-recorder")]
 
 
 def _trainer(output_dir: Path, steps: int = STEPS, save: bool = True):
@@ -101,7 +103,6 @@ def recorded(tmp_path_factory) -> dict:
             "seen": seen_during_training, "table": pd.concat(frames, ignore_index=True), "base": base}
 
 
-@pytest.mark.slow
 def test_each_step_is_written_and_followed_as_it_lands(recorded):
     recorder, table = recorded["recorder"], recorded["table"]
     assert [f.name for f in recorder.files] == [f"step_{s:06d}.parquet" for s in range(1, STEPS + 1)]
@@ -128,7 +129,6 @@ def test_each_step_is_written_and_followed_as_it_lands(recorded):
     assert info["source"] and len(table) == _followed_rollouts(recorded["db"])
 
 
-@pytest.mark.slow
 def test_grpo_on_all_channels_equals_the_recorded_trainer_advantage(recorded, tmp_path):
     out = tmp_path / "grpo.parquet"
     db = recorded["db"]
@@ -145,7 +145,6 @@ def test_grpo_on_all_channels_equals_the_recorded_trainer_advantage(recorded, tm
                                logged, atol=1e-6)
 
 
-@pytest.mark.slow
 def test_recorded_logprobs_equal_a_rescoring_with_the_recorded_weights(recorded):
     from backend.models.transformers_engine import TransformersEngine  # noqa: PLC0415 - heavy
 
@@ -169,7 +168,6 @@ def test_recorded_logprobs_equal_a_rescoring_with_the_recorded_weights(recorded)
     assert max(moved) > 1e-3
 
 
-@pytest.mark.slow
 def test_importing_the_folder_adds_what_the_follower_added(recorded, tmp_path):
     db = tmp_path / "again.duckdb"
     done = run_cli_here("import", recorded["folder"], "--db", db, "--run", "whole", "--quiet")
@@ -182,7 +180,6 @@ def test_importing_the_folder_adds_what_the_follower_added(recorded, tmp_path):
     assert one.returncode == 0 and "nothing added" in one.stdout, one.stdout + one.stderr
 
 
-@pytest.mark.slow
 def test_bad_input_is_refused_clearly(recorded, tmp_path):
     from creditlens.integrations import trl as lens_trl  # noqa: PLC0415 - imports TRL
 
