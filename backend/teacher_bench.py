@@ -45,6 +45,7 @@ import torch
 from backend import cliff_tokens, estimates, main_channel
 from backend import first_wrong_step as fws
 from backend.batch import BatchError
+from backend.calibration import calibration
 from backend.errors import InputError
 from backend.estimators import functional as F
 from backend.estimators import registry
@@ -297,6 +298,8 @@ class TeacherBench:
     """valued rollouts judged by first_wrong_hit1 (failed, with a wrong step in the process channel)."""
     n_cliffs: int = 0
     """valued rollouts judged by cliff_hit1 (with a cliff token)."""
+    calibration: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """Per step: mean V̂(∅) vs the observed accuracy (`backend.calibration`)."""
 
     def to_json(self) -> dict:
         def clean(records):
@@ -306,7 +309,7 @@ class TeacherBench:
         return {"n_positions": self.n_positions, "n_rollouts": self.n_rollouts, "n_segments": self.n_segments,
                 "n_first_wrong": self.n_first_wrong, "n_cliffs": self.n_cliffs, "definitions": DEFINITIONS,
                 "rows": clean(self.table.to_dict("records")),
-                "skipped": self.skipped}
+                "calibration": clean(self.calibration.to_dict("records")), "skipped": self.skipped}
 
     def misses(self, estimator: str, metric: str) -> pd.DataFrame:
         """The rollouts where `estimator` misses on `metric` (below 1, a miss first), worst first."""
@@ -335,6 +338,8 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
     lengths = dict(zip(ids, batch.lengths.tolist(), strict=True))
     outcomes = dict(zip(ids, batch.scores[outcome_channel].to(torch.float64).tolist(), strict=True))
     segments = teacher_segments(values, lengths, outcomes)
+    with handle.read() as store:
+        table_of_steps = calibration(store, run, outcomes)
     valued = sorted({int(r) for r in segments.rollout})
     truth = fws.step_truth(batch, outcome_channel)
     cliffs = cliff_tokens.cliff_truth(values, lengths) if "n" in values.columns else None
@@ -381,7 +386,7 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
     judged = sum(r in truth.first_wrong for r in valued)
     n_cliffs = 0 if cliffs is None else sum(r in cliffs.cliffs for r in valued)
     return TeacherBench(out, per_rollout, segments.n_positions, len(valued), len(segments.rollout), skipped,
-                        judged, n_cliffs)
+                        judged, n_cliffs, table_of_steps)
 
 
 def value_source_rows(batch, values: pd.DataFrame, outcome_channel: str, skipped: list[str]) -> list[dict]:

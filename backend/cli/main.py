@@ -11,6 +11,7 @@ import sys
 from backend.batch import BatchError
 from backend.cli import (
     app_server,
+    checkpoints,
     estimators,
     explorer,
     model_credit,
@@ -24,8 +25,8 @@ from backend.cli import (
 from backend.errors import InputError, StoreError
 
 # Areas that contribute subcommands, in the order `creditlens --help` lists them.
-COMMAND_MODULES = (store, estimators, models, model_credit, teacher, steps, synthetic, explorer, monitor,
-                   app_server)
+COMMAND_MODULES = (store, checkpoints, estimators, models, model_credit, teacher, steps, synthetic, explorer,
+                   monitor, app_server)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,7 +11,7 @@ import threading
 from tqdm import tqdm
 
 from backend.batch import MODEL_SCORED
-from backend.cli.common import add_db_arg, add_model_args, model_for
+from backend.cli.common import add_db_arg, add_model_args
 from backend.cli.teacher import parse_rollouts
 from backend.models.model_credit import ANSWER_REGEX, NEGATIVE_TEMPLATE
 from backend.models.model_credit_run import ModelCreditSettings, run_model_credit
@@ -43,10 +43,8 @@ def add_commands(sub) -> None:
 
 def cmd_model_credit(args) -> int:
     handle = store_handle(args.db)
-    with handle.read() as store:
-        info = store.run_info(args.run)
     settings = ModelCreditSettings(
-        method=args.method, model_dir=str(model_for(info, args.model, args.run)), engine=args.engine,
+        method=args.method, model_dir=args.model, engine=args.engine,
         device=args.device, allow_pickle=args.allow_pickle, answer_regex=args.answer_regex,
         negative_template=args.negative_prompt, noise_std=args.noise_std, seed=args.seed,
         chunk_size=args.chunk_size,
@@ -75,4 +73,6 @@ def cmd_model_credit(args) -> int:
         note = f"; no answer in {len(report.no_answer)} (weights 1)" if report.no_answer else ""
         print(f"model-credit {args.method} for {args.run!r}: {report.stored} rollouts scored, "
               f"{report.model_rows} model sequences in {report.seconds:.1f}s ({report.engine}){note}; stored")
+        for step, used in report.models.items():
+            print(f"  step {step}: {used['why']}")
     return 130 if report.cancelled else 0

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from backend.cli.common import add_db_arg, add_model_args, model_for
+from backend import checkpoints
+from backend.cli.common import add_db_arg, add_model_args
 from backend.errors import InputError
 from backend.models import load_engine
 from backend.models.resample import check_positions, parse_suggestion, resample
 from backend.rewards import get_verifier
 from backend.store import open_store
+from backend.store.checkpoint_queries import rollout_steps
 from backend.store.model_queries import rollouts_to_score
 
 
@@ -58,18 +61,33 @@ def _check_ids(ids, vocab_size: int, what: str) -> None:
 
 
 def cmd_score(args) -> int:
+    """Each rollout is scored with its step's checkpoint (or the --model named on purpose): one engine per
+    model, and the command says which model scored which steps."""
     with open_store(args.db) as store:
-        info = store.run_info(args.run)
         todo = rollouts_to_score(store, args.run, only_missing=not args.all)
+        steps = rollout_steps(store, args.run, todo["rollout_id"])
+        choices = checkpoints.choices_for(store, args.run, set(steps.values()), args.model)
     if not len(todo):
         print(f"run {args.run!r}: every rollout already has logprobs and entropies (use --all to rescore)")
         return 0
-    engine = load_engine(
-        model_for(info, args.model, args.run),
-        engine="transformers",
-        device=args.device,
-        allow_pickle=args.allow_pickle,
-    )
+    todo = todo.assign(model=[choices[steps[int(r)]].model_dir for r in todo["rollout_id"]])
+    arrays, tokens = {}, 0
+    for folder, rows in todo.groupby("model", sort=False):
+        engine = load_engine(folder, engine="transformers", device=args.device,
+                             allow_pickle=args.allow_pickle)
+        scored, n = _score_rows(engine, rows, args)
+        arrays.update(scored)
+        tokens += n
+    with open_store(args.db) as store:
+        store.update_token_arrays(args.run, arrays)
+    print(f"scored {len(arrays)} rollouts ({tokens} tokens) of run {args.run!r}")
+    for step, choice in choices.items():
+        print(f"  step {step}: {choice.why} [{choice.label}]")
+    return 0
+
+
+def _score_rows(engine, todo, args) -> tuple[dict, int]:
+    """Logprobs and entropies of the rows of `rollouts_to_score` under `engine`; (arrays, tokens)."""
     vocab = engine.model.get_output_embeddings().weight.shape[0]
     prompts, responses = [], []
     for row in todo.itertuples():
@@ -80,7 +98,8 @@ def cmd_score(args) -> int:
         _check_ids(token_ids, vocab, f"run {args.run!r} rollout {row.rollout_id} token_ids")
         prompts.append(prompt_ids)
         responses.append(token_ids)
-    with tqdm(total=len(todo), desc="scoring", unit="rollout", file=sys.stderr) as bar:
+    with tqdm(total=len(todo), desc=f"scoring ({Path(engine.model_dir).name})", unit="rollout",
+              file=sys.stderr) as bar:
         last = [0]
 
         def progress(done: int, total: int) -> None:
@@ -92,11 +111,7 @@ def cmd_score(args) -> int:
         int(rid): {"logprobs": s.logprobs.tolist(), "entropies": s.entropies.tolist()}
         for rid, s in zip(todo["rollout_id"], scored, strict=True)
     }
-    with open_store(args.db) as store:
-        store.update_token_arrays(args.run, arrays)
-    tokens = sum(len(r) for r in responses)
-    print(f"scored {len(arrays)} rollouts ({tokens} tokens) of run {args.run!r} with {engine.model_dir}")
-    return 0
+    return arrays, sum(len(r) for r in responses)
 
 
 def parse_positions(text: str) -> list[int]:
@@ -112,6 +127,7 @@ def cmd_resample(args) -> int:
     with open_store(args.db) as store:
         info = store.run_info(args.run)
         rollout = store.rollout(args.run, args.rollout)
+        choice = checkpoints.rollout_model(store, args.run, args.rollout, args.model)
     verifier = args.verifier or info.get("verifier") or "answer_match"
     ground_truth = rollout.get("ground_truth")
     if ground_truth is None:
@@ -127,12 +143,8 @@ def cmd_resample(args) -> int:
     token_ids = list(rollout["token_ids"])
     if args.positions is not None:
         positions = check_positions(parse_positions(args.positions), len(token_ids))
-    engine = load_engine(
-        model_for(info, args.model, args.run),
-        engine=args.engine,
-        device=args.device,
-        allow_pickle=args.allow_pickle,
-    )
+    engine = load_engine(choice.model_dir, engine=args.engine, device=args.device,
+                         allow_pickle=args.allow_pickle)
     prompt_ids = (
         list(rollout["prompt_ids"])
         if rollout.get("prompt_ids") is not None
@@ -170,14 +182,15 @@ def cmd_resample(args) -> int:
             progress=progress,
         )
     with open_store(args.db) as store:
-        store.save_resample(args.run, args.rollout, result.table())
+        store.save_resample(args.run, args.rollout, result.table().assign(on_policy=choice.on_policy))
     if args.json:
-        print(json.dumps(result.to_json()))
+        print(json.dumps({**result.to_json(), "model": choice.model_dir, "on_policy": choice.on_policy}))
         return 0
     print(
         f"rollout {args.rollout} of {args.run!r}: {len(result.samples)} suffixes, {result.tokens} tokens, "
         f"{result.seconds:.2f}s ({engine.name}, verifier {verifier})"
     )
+    print(f"model: {choice.why} [{choice.label}]")
     print(f"{'pos':>5} {'token':>8} {'V(s_t)':>8} {'stderr':>8} {'n':>4}")
     for p in result.positions:
         shown = repr(tokens[p.pos]) if p.pos < len(tokens) else "<end>"

@@ -134,7 +134,9 @@ def add_commands(sub) -> None:
     p.add_argument("--append", action="store_true",
                    help="add to the existing run of this name on purpose (its model and channels must match)")
     p.add_argument("--format", choices=FORMATS, default=None, help="default: detect")
-    p.add_argument("--model", default=None, help="local HF folder whose tokenizer re-tokenizes text")
+    p.add_argument("--model", default=None,
+                   help="local HF folder whose tokenizer re-tokenizes text; or the checkpoint of each "
+                        "step: a template such as ckpts/step_{step}, or a JSON/TOML file of step -> folder")
     p.add_argument("--channels", default=None, metavar="A,B",
                    help="columns (trl) or keys (verl) that become reward channels; other numbers become "
                         "per-rollout metrics, the rest meta (default: trl float columns; verl score)")

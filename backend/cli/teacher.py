@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from backend import cliff_tokens
-from backend.cli.common import add_db_arg, add_model_args, model_for
+from backend.cli.common import add_db_arg, add_model_args
 from backend.errors import InputError
 from backend.models.teacher import JOB, TeacherSettings, run_teacher
 from backend.store import store_handle
@@ -78,7 +78,7 @@ def cmd_teacher(args) -> int:
     with handle.read() as store:
         info = store.run_info(args.run)
     settings = TeacherSettings(
-        model_dir=str(model_for(info, args.model, args.run)),
+        model_dir=args.model,  # None: each rollout's step checkpoint (backend.checkpoints)
         samples=args.samples,
         verifier=args.verifier or info.get("verifier") or "answer_match",
         engine=args.engine,
@@ -114,6 +114,8 @@ def cmd_teacher(args) -> int:
               f"earlier, of {report.chosen}; {report.positions} positions, {report.suffixes} suffixes, "
               f"{report.tokens} tokens in {report.seconds:.1f}s ({report.engine}, "
               f"{report.workers} worker(s))")
+        for step, used in report.models.items():
+            print(f"  step {step}: {used['why']}")
     return 130 if report.cancelled and stop.is_set() else 0
 
 
@@ -134,9 +136,23 @@ def cmd_teacher_bench(args) -> int:
         print(f"{row['estimator'][:29]:<30}{row['kind']:<14}{cells}")
     for line in result.skipped:
         print(f"skipped {line}")
+    _print_calibration(result.calibration)
     for m in shown:
         print(f"{m}: {DEFINITIONS[m]}")
     return 0
+
+
+def _print_calibration(table) -> None:
+    """Per step: mean V̂(∅) vs the observed accuracy of the same rollouts (a teacher that is the sampling
+    policy agrees within the stderrs)."""
+    if table.empty:
+        return
+    print("calibration: mean V̂(∅) (teacher) vs observed accuracy, per step (same rollouts; mean ± stderr)")
+    print(f"{'step':>6}{'V̂(∅)':>18}{'accuracy':>18}{'n':>6}{'step acc (all)':>16}{'on-policy':>11}")
+    for r in table.itertuples():
+        policy = "unknown" if r.on_policy is None or r.on_policy != r.on_policy else f"{r.on_policy:.0%}"
+        print(f"{r.step:>6}{_cell(r.v_empty, r.v_empty_se):>18}{_cell(r.accuracy, r.accuracy_se):>18}{r.n:>6}"
+              f"{f'{r.step_accuracy:.3f} ({r.step_n})':>16}{policy:>11}")
 
 
 def _cell(value: float, se: float) -> str:

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from backend.checkpoints import attach_from_spec, parse_model_spec
 from backend.errors import InputError, StoreError
 from backend.ingest import append as append_rules
 from backend.ingest import native, sniff, token_dumps
@@ -189,7 +190,8 @@ def import_path(
     if group_size is not None and group_size < 1:
         raise InputError(f"--group-size must be at least 1, got {group_size}")
     files = _files_of(path, fmt)
-    model_dir = _absolute(model_dir)
+    spec = parse_model_spec(model_dir)  # a folder, a {step} template or a step -> folder file
+    model_dir = spec.tokenizer_dir
     tokenizer = Tokenizer(model_dir)
     file_hash = content_hash(files, path)
     by_rows = fmt == "trl" or any(f.suffix == ".parquet" for f in files)
@@ -205,7 +207,7 @@ def import_path(
             records = token_dumps.READERS[fmt](files, bar, tokenizer)
         else:
             records = None  # native Parquet or JSONL: the vectorized paths, see _stage
-        return _import(
+        report = _import(
             store,
             run,
             fmt,
@@ -225,6 +227,10 @@ def import_path(
         )
     finally:
         bar.close()
+    note = attach_from_spec(store, run, spec)  # the steps this import brought get their checkpoints too
+    if note is not None:
+        report.notes.append(note)
+    return report
 
 
 def _absolute(model_dir: str | None) -> str | None:

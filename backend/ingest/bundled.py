@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from backend.ingest import import_path
-from backend.models.teacher import JOB, read_teacher_file
+from backend.models.teacher import JOB
+from backend.models.teacher_file import read_teacher_file
 from backend.store import Store
 
 SAMPLE_DIR = Path(__file__).resolve().parents[2] / "sample_runs"

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from backend.batch import MODEL_SCORED
+from backend.checkpoints import choices_for
 from backend.errors import InputError, StoreError
 from backend.models import model_credit as mc
 from backend.models.engine import Cancel, Engine, Progress
@@ -27,7 +28,8 @@ class ModelCreditSettings:
     """What a request computes with: the method, the model and engine, and the method's own settings."""
 
     method: str
-    model_dir: str
+    model_dir: str | None = None
+    """A model named on purpose for every rollout; None: each rollout's step checkpoint."""
     engine: str = "auto"
     device: str | None = None
     allow_pickle: bool = False
@@ -69,6 +71,8 @@ class ModelCreditReport:
     engine: str = ""
     cancelled: bool = False
     stored: int = 0
+    models: dict[int, dict] = field(default_factory=dict)
+    """Per step: {model, on_policy, why} (`backend.checkpoints.ModelChoice`)."""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -128,10 +132,10 @@ def model_rows(rollouts: Sequence[mc.RolloutTokens], settings: ModelCreditSettin
     return sum(1 + s[0] for s in spans.values() if s is not None), missing
 
 
-def open_engine(settings: ModelCreditSettings) -> Engine:
+def open_engine(settings: ModelCreditSettings, model_dir: str | None = None) -> Engine:
     # OAR-G differentiates through the model: only the transformers engine has one to differentiate.
     engine = "transformers" if settings.method == "oar_g" else settings.engine
-    return load_engine(settings.model_dir, engine=engine, device=settings.device,
+    return load_engine(model_dir or settings.model_dir, engine=engine, device=settings.device,
                        allow_pickle=settings.allow_pickle)
 
 
@@ -141,19 +145,34 @@ def run_model_credit(handle, run: str, settings: ModelCreditSettings, rollout: i
     """Score the chosen rollouts (see `select_rollouts`) with `settings.method` and store the scores in
     one transaction; nothing is stored when cancelled or on any error."""
     with handle.read() as store:
-        ids = select_rollouts(store.rollout_keys(run), rollout, rollouts)
+        keys = store.rollout_keys(run)
+        ids = select_rollouts(keys, rollout, rollouts)
         frame = rollout_tokens(store, run, ids)
-    engine = engine or open_engine(settings)
-    inputs = rollout_inputs(frame, engine)
-    report = ModelCreditReport(settings.method, ids, engine=engine.name)
-    report.model_rows, report.no_answer = model_rows(inputs, settings)
+        step_of = dict(zip(keys["rollout_id"].astype(int), keys["step"].astype(int), strict=True))
+        named = str(engine.model_dir) if engine is not None else settings.model_dir
+        choices = choices_for(store, run, {step_of[r] for r in ids}, named)
+    report = ModelCreditReport(settings.method, ids)
+    report.models = {step: choice.to_json() for step, choice in choices.items()}
+    models = [choices[step_of[int(r)]].model_dir for r in frame["rollout_id"]]
+    scores: dict = {}
     start = time.perf_counter()
-    scores = compute_scores(engine, inputs, settings, progress, cancel)
+    for folder in dict.fromkeys(models):  # one engine per model, groups never split (one step each)
+        loaded = engine or open_engine(settings, folder)
+        report.engine = loaded.name
+        inputs = rollout_inputs(frame[[m == folder for m in models]], loaded)
+        rows, missing = model_rows(inputs, settings)
+        report.model_rows += rows
+        report.no_answer += missing
+        part = compute_scores(loaded, inputs, settings, progress, cancel)
+        if part is None:
+            report.cancelled = True
+            report.seconds = round(time.perf_counter() - start, 3)
+            return report
+        scores.update(part)
     report.seconds = round(time.perf_counter() - start, 3)
-    if scores is None:
-        report.cancelled = True
-        return report
+    used = {int(r): choices[step_of[int(r)]] for r in scores}
     with handle.write() as store:
         report.stored = save_model_credit(store, run, settings.method, scores, settings.recorded(),
-                                          settings.model_dir, engine.name)
+                                          {r: c.model_dir for r, c in used.items()}, report.engine,
+                                          on_policy={r: c.on_policy for r, c in used.items()})
     return report

@@ -17,13 +17,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
+from backend.checkpoints import choices_for
 from backend.errors import InputError
 from backend.models.factory import load_engine, vllm_usable
 from backend.models.resample import (
@@ -33,6 +33,7 @@ from backend.models.resample import (
     suggest_entropy,
     suggest_steps,
 )
+from backend.models.teacher_file import TEACHER_COLUMNS, read_teacher_file  # noqa: F401 - moved; old name
 from backend.rewards import get_verifier, run_verifier
 
 JOB = "teacher"
@@ -81,13 +82,16 @@ class TeacherTask:
     positions: tuple[int, ...]
     ground_truth: Any
     seed: int
+    step: int = 0
 
 
 @dataclass(frozen=True)
 class TeacherSettings:
     """How every rollout is valued (the same on the driver and on each Ray worker)."""
 
-    model_dir: str
+    model_dir: str | None = None
+    """A model named on purpose for every rollout; None: each rollout's step checkpoint
+    (`backend.checkpoints.choose_model`)."""
     samples: int = 16
     verifier: str = "answer_match"
     engine: str = "auto"
@@ -143,6 +147,7 @@ def plan_teacher(store, run: str, *, rollouts: int | None, positions: str, seed:
             positions=tuple(where),
             ground_truth=truth,
             seed=int(seed) + rid * SEED_STRIDE,
+            step=int(row.get("step") or 0),
         ))
     return tasks, len(chosen)
 
@@ -225,6 +230,8 @@ class TeacherReport:
     workers: int
     engine: str
     cancelled: bool = False
+    models: dict[int, dict] = field(default_factory=dict)
+    """Per step of the rollouts valued now: {model, on_policy, why} (`backend.checkpoints.ModelChoice`)."""
 
     def to_json(self) -> dict:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
@@ -248,7 +255,9 @@ def run_teacher(
     """Value the chosen rollouts of `run` that are not valued yet and store each one atomically.
 
     handle: a `StoreHandle` (the store is opened only to plan and to write, never while sampling).
-    engine: a loaded engine for the single-process path (default: loaded from `settings`).
+    engine: a loaded engine for the single-process path, used for every rollout (default: one engine per
+        model: each rollout's step checkpoint, or `settings.model_dir` when it names one on purpose; each
+        suffix row records whether its model sampled the rollout's step, `on_policy`).
     ray_address: None (this process), "auto", "local:N" (start a local cluster with N CPUs) or a Ray
         address; `workers` actors (default: one per CPU of the cluster).
     cancel: a callable or `threading.Event`; checked between rollouts (and inside the engine): rollouts
@@ -266,17 +275,14 @@ def run_teacher(
             # picks, so a suffix never depends on which rollouts share its job.
             longest = int(store.rollout_index(run)["length"].max())
             settings = TeacherSettings(**{**asdict(settings), "max_new_tokens": 2 * longest + 16})
+        named = str(engine.model_dir) if engine is not None else settings.model_dir
+        choices = choices_for(store, run, {t.step for t in tasks}, named)
     report = TeacherReport(chosen, chosen - len(tasks), 0, 0, 0, 0, 0.0, 1, settings.engine)
+    report.models = {step: choice.to_json() for step, choice in choices.items()}
     if not tasks:
         return report
     start = time.perf_counter()
-    if ray_address is None:
-        engine = engine or load_settings_engine(settings)
-        report.engine = engine.name
-        results = _local_results(engine, tasks, settings, should_stop)
-    else:
-        results, report.workers = _ray_results(ray_address, tasks, settings, workers, should_stop)
-        report.engine = f"{settings.engine} on ray"
+    results = _results_by_model(tasks, choices, settings, engine, ray_address, workers, should_stop, report)
     pending: dict[int, Any] = {}
     last_write = time.monotonic()
 
@@ -291,7 +297,7 @@ def run_teacher(
             if result.cancelled:
                 report.cancelled = True
                 break
-            pending[task.rollout_id] = result.table()
+            pending[task.rollout_id] = result.table().assign(on_policy=choices[task.step].on_policy)
             report.valued += 1
             report.positions += len(result.positions)
             report.suffixes += len(result.samples)
@@ -309,6 +315,31 @@ def run_teacher(
         flush()  # what finished is kept, also on Ctrl-C
         report.seconds = time.perf_counter() - start
     return report
+
+
+def _results_by_model(tasks: list[TeacherTask], choices: dict, settings: TeacherSettings, engine,
+                      ray_address: str | None, workers: int | None, should_stop,
+                      report: TeacherReport) -> Iterator[tuple[TeacherTask, ResampleResult]]:
+    """The results of every task, one model at a time (each rollout's choice in `choices`, by step), in
+    rollout order within a model; one engine (or one Ray pool) per model."""
+    by_model: dict[str, list[TeacherTask]] = {}
+    for task in tasks:
+        by_model.setdefault(choices[task.step].model_dir, []).append(task)
+    for folder, mine in by_model.items():
+        these = TeacherSettings(**{**asdict(settings), "model_dir": folder})
+        if ray_address is None:
+            loaded = engine or load_settings_engine(these)
+            report.engine = loaded.name
+            results = _local_results(loaded, mine, these, should_stop)
+        else:
+            results, report.workers = _ray_results(ray_address, mine, these, workers, should_stop)
+            report.engine = f"{settings.engine} on ray"
+        try:
+            yield from results
+        finally:
+            results.close()
+        if should_stop():
+            return
 
 
 def _local_results(engine, tasks: list[TeacherTask], settings: TeacherSettings,
@@ -404,34 +435,3 @@ def _ray_results(address: str, tasks: list[TeacherTask], settings: TeacherSettin
                 ray.kill(a)
 
     return ordered(), count
-
-
-# ---- the shipped teacher file ---------------------------------------------------------------------------
-TEACHER_COLUMNS = ("rollout_id", "pos", "sample_idx", "seed", "suffix_ids", "suffix_text", "reward",
-                   "engine", "model")
-
-
-def read_teacher_file(path: str | os.PathLike, lengths: dict[int, int]):
-    """A teacher Parquet file (`creditlens teacher --export`) checked against the run it belongs to:
-    every column present, every rollout in `lengths` (rollout id -> response length), every position
-    inside its response, every reward finite. Returns the Arrow table; errors name the file and row."""
-    try:
-        table = pq.read_table(path)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
-    missing = [c for c in TEACHER_COLUMNS if c not in table.column_names]
-    if missing:
-        raise InputError(f"{path}: missing column(s) {', '.join(missing)}")
-    table = table.select(list(TEACHER_COLUMNS))
-    rollouts = table.column("rollout_id").to_pylist()
-    positions = table.column("pos").to_pylist()
-    rewards = table.column("reward").to_pylist()
-    for row, (rid, pos, reward) in enumerate(zip(rollouts, positions, rewards, strict=True)):
-        if rid not in lengths:
-            raise InputError(f"{path}: row {row}: field rollout_id: the run has no rollout {rid}")
-        if pos is None or not 0 <= pos <= lengths[rid]:
-            raise InputError(f"{path}: row {row}: field pos: {pos} is outside rollout {rid} "
-                             f"(0..{lengths[rid]})")
-        if reward is None or not np.isfinite(reward):
-            raise InputError(f"{path}: row {row}: field reward: {reward!r} is not a finite number")
-    return table

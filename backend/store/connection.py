@@ -25,7 +25,7 @@ IMPORTED_TABLES = ("rollouts", "scores", "token_rewards", "token_features", "rol
 ESTIMATE_TABLES = ("estimates", "credit_summary", "credit_agreement")
 """Estimator outputs and their summaries: dropped whenever a run's inputs change."""
 RUN_TABLES = (*IMPORTED_TABLES, "rollout_summary", *ESTIMATE_TABLES, "imports", "resample_samples",
-              "model_credit", "runs")
+              "model_credit", "step_checkpoints", "runs")
 """Every table with a `run_id` column, `runs` last: what deleting a run deletes (a test checks this list
 against the schema)."""
 INSERTABLE = frozenset({*IMPORTED_TABLES, "estimates", "resample_samples", "model_credit", "credit_summary"})

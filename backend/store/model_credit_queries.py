@@ -22,9 +22,11 @@ METHODS = MODEL_SCORED
 
 
 def save_model_credit(store: Store, run: str, method: str, scores: dict[int, np.ndarray], settings: dict,
-                      model: str, engine: str) -> int:
+                      model: str | dict[int, str], engine: str,
+                      on_policy: bool | None | dict[int, bool | None] = None) -> int:
     """Replace the cached scores of `method` for these rollouts, all in one transaction (a failure leaves
-    the store as it was); cached estimator outputs of the run are dropped. Returns the rows written."""
+    the store as it was); cached estimator outputs of the run are dropped. Returns the rows written.
+    `model` and `on_policy` (whether the model sampled the rollout's step): one value, or one per rollout."""
     if method not in METHODS:
         raise ValueError(f"unknown model-credit method {method!r}; known: {', '.join(METHODS)}")
     run_id = store.run_id(run)
@@ -36,8 +38,10 @@ def save_model_credit(store: Store, run: str, method: str, scores: dict[int, np.
         "method": pa.array([method] * n, pa.string()),
         "scores": pa.array([np.asarray(s, np.float32) for s in scores.values()], pa.list_(pa.float32())),
         "settings": pa.array([json.dumps(settings, sort_keys=True)] * n, pa.string()),
-        "model": pa.array([model] * n, pa.string()),
+        "model": pa.array([model[r] if isinstance(model, dict) else model for r in ids], pa.string()),
         "engine": pa.array([engine] * n, pa.string()),
+        "on_policy": pa.array([on_policy.get(r) if isinstance(on_policy, dict) else on_policy for r in ids],
+                              pa.bool_()),
     })
     with store.transaction() as con:
         con.execute("DELETE FROM model_credit WHERE run_id = ? AND method = ? "
@@ -48,8 +52,9 @@ def save_model_credit(store: Store, run: str, method: str, scores: dict[int, np.
 
 
 def model_credit_rows(store: Store, run: str, rollout_id: int | None = None) -> pd.DataFrame:
-    """Cached rows: rollout_id, method, scores, settings, model, engine, created (by rollout, method)."""
-    sql = ("SELECT rollout_id, method, scores, settings, model, engine, created FROM model_credit "
+    """Cached rows: rollout_id, method, scores, settings, model, engine, created, on_policy (by rollout,
+    method)."""
+    sql = ("SELECT rollout_id, method, scores, settings, model, engine, created, on_policy FROM model_credit "
            "WHERE run_id = ?")
     params: list = [store.run_id(run)]
     if rollout_id is not None:
