@@ -6,7 +6,15 @@ import json
 
 import pytest
 
-from tests.browser.conftest import HEATMAP_Z, open_view, token_point, wait_heatmap_change, wait_idle
+from tests.browser.conftest import (
+    HEATMAP_Z,
+    after,
+    open_view,
+    set_by_keys,
+    settle,
+    token_point,
+    wait_heatmap_change,
+)
 from tests.conftest import make_records
 
 pytestmark = pytest.mark.browser
@@ -53,11 +61,8 @@ def test_click_a_token_shows_why_this_credit(page):
     open_view(page, "rollout?run=oracle&rollout=0")
     page.wait_for_selector(".st-key-rollout_heatmap .nsewdrag")
     assert "token 0" in page.locator("h3").filter(has_text="Why this credit").inner_text()
-    click_cell(page, "rollout_heatmap", col=10, row=2)  # rows: style, task, final, true credit
-    page.wait_for_function(
-        "() => [...document.querySelectorAll('h3')].some(h => h.innerText.includes('token 10'))"
-    )
-    wait_idle(page)
+    after(page, lambda: click_cell(page, "rollout_heatmap", col=10, row=2))  # style, task, final, true credit
+    assert "token 10" in page.locator("h3").filter(has_text="Why this credit").inner_text()
     assert "pos=10" in page.url
     # after the rerun the clicked token is outlined (a shape over column 10 of the first band)
     shapes = page.evaluate(
@@ -71,25 +76,20 @@ def test_beta_slider_redraws_the_heatmap(page):
     open_view(page, "tune?run=oracle&rollout=0")
     page.wait_for_selector(".st-key-tune_heatmap .js-plotly-plot")
     before = page.evaluate(HEATMAP_Z, "tune_heatmap")
-    thumb = page.locator(".st-key-tune_beta_style input[type=range]")
-    thumb.focus()
-    for _ in range(4):
-        thumb.press("ArrowRight")
-    wait_heatmap_change(page, "tune_heatmap", before)
     # the β panel is a fragment: each key press is its own short rerun, the last one sets the URL
-    page.wait_for_function("() => location.href.includes('beta_style=1.2')")
-    wait_idle(page)
+    assert set_by_keys(page, "tune_beta_style", 4) == 1.2
+    wait_heatmap_change(page, "tune_heatmap", before)
+    assert "beta_style=1.2" in page.url
 
 
 def test_small_resample_shows_its_result(page):
     open_view(page, "resample?run=demo&rollout=1")
     m = page.locator(".st-key-resample_m input")
     m.fill("2")
-    m.press("Enter")
-    wait_idle(page)
-    page.locator(".st-key-resample_run button").click()
+    after(page, lambda: m.press("Enter"))
+    after(page, lambda: page.locator(".st-key-resample_run button").click(), timeout=90)
     page.wait_for_selector("text=stored", timeout=90_000)
-    wait_idle(page)
+    settle(page, timeout=90)
     assert page.locator(".st-key-resample_values .js-plotly-plot").count() == 1
 
 
@@ -99,14 +99,12 @@ def test_upload_a_file_imports_a_run(page, tmp_path):
     open_view(page, "runs")
     name = page.locator(".st-key-runs_import_name input")
     name.fill("uploaded-run")
-    name.press("Enter")
-    wait_idle(page)
-    page.locator(".st-key-runs_import_upload input[type=file]").set_input_files(str(path))
+    after(page, lambda: name.press("Enter"))
+    upload = page.locator(".st-key-runs_import_upload input[type=file]")
+    after(page, lambda: upload.set_input_files(str(path)))
     page.wait_for_selector("text=uploaded.jsonl")
-    wait_idle(page)
-    page.locator(".st-key-runs_import_button button").click()
+    after(page, lambda: page.locator(".st-key-runs_import_button button").click(), timeout=90)
     page.wait_for_selector("text=imported 3 rollouts")
-    wait_idle(page)
     assert (
         "uploaded-run" in page.locator("[data-testid=stDataFrame]").first.inner_text()
         or page.locator("text=uploaded-run").count() > 0

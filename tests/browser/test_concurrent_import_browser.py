@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from app.serve import Server
 from app.testing import CHROMIUM
-from tests.browser.conftest import open_view
-from tests.conftest import make_records, write_jsonl
+from tests.browser.conftest import open_view, serving
+from tests.conftest import make_records, run_cli_here, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.browser
@@ -34,7 +33,7 @@ def _long_records(n_groups: int) -> list[dict]:
 def own_server(tmp_path):
     if not os.path.exists(CHROMIUM):
         pytest.skip("chromium is not installed (make browser-deps)")
-    with Server(tmp_path / "runs.duckdb", log=tmp_path / "streamlit.log") as srv:
+    with serving(tmp_path / "runs.duckdb", log=tmp_path / "streamlit.log") as srv:
         yield srv
 
 
@@ -77,10 +76,7 @@ def test_two_sessions_keep_working_while_the_cli_imports(browser, own_server, tm
         open_view(page, "rollout?run=concurrent&rollout=3")
         page.wait_for_selector(".js-plotly-plot .main-svg")
         assert "run concurrent" in page.locator("body").inner_text()
-    listed = subprocess.run(
-        [sys.executable, "-m", "backend.cli", "runs", "--db", str(own_server.db), "--json"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
+    listed = run_cli_here("runs", "--db", own_server.db, "--json")  # in process: the import is the point
     runs = {r["name"]: r for r in json.loads(listed.stdout)}
     assert runs["concurrent"]["rollouts"] == len(records)
     assert runs["concurrent"]["tokens"] == sum(len(r["token_ids"]) for r in records)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.testing import wait_idle
-from tests.browser.conftest import open_view
+from tests.browser.conftest import after, open_view
 
 pytestmark = pytest.mark.browser
 
@@ -23,10 +22,8 @@ def test_a_click_on_a_cell_opens_its_rollout_and_the_response_is_on_screen(page)
     box = page.locator(TABLE).bounding_box()
     second = page.locator(f"{TABLE} [role=row][aria-rowindex='3'] [role=gridcell]").nth(0).text_content()
     # a cell of the response column (not the row's checkbox) in the second data row
-    page.mouse.click(box["x"] + 220, box["y"] + 35 + 35 + 17)
-    page.wait_for_function(
-        f"() => [...document.querySelectorAll('h1')].some(h => h.innerText.includes('Rollout #{second}'))")
-    wait_idle(page)
+    after(page, lambda: page.mouse.click(box["x"] + 220, box["y"] + 35 + 35 + 17))
+    assert f"Rollout #{second}" in page.locator("h1").first.inner_text()
     assert f"rollout={second}" in page.url and "/rollout" in page.url
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.conftest import XSS_IMG, XSS_MARKDOWN, XSS_SCRIPT, open_view, token_point, wait_idle
+from tests.browser.conftest import XSS_IMG, XSS_MARKDOWN, XSS_SCRIPT, open_view, settle, token_point
 
 pytestmark = pytest.mark.browser
 
@@ -28,7 +28,7 @@ CLEAN = {"xss": "undefined", "img": 0, "js_links": 0, "bold": 0, "katex": 0}
 def hover_text(page, key: str, col: int = 0, row: int = 0) -> str:
     """Hover token `col` (row `row` of its band) of heatmap `key` and return its label."""
     label = page.locator(f".st-key-{key} .hoverlayer .hovertext").filter(has_text=f"pos {col}")
-    wait_idle(page)  # a rerun in progress replaces the figure under the mouse
+    settle(page)  # a rerun in progress replaces the figure under the mouse
     for attempt in range(8):  # plotly hovers on mousemove; the first move can land before it listens
         x, y = token_point(page, key, col, row)
         page.mouse.move(0, 0)  # leave and come back: a move to the same point fires no new hover
@@ -74,5 +74,5 @@ def test_model_text_is_inert_and_readable(page, path, heatmap, n_rows):
         assert XSS_SCRIPT in label
     if heatmap == "rollout_heatmap":  # "why this credit" names token 0 verbatim
         assert any(XSS_SCRIPT in t for t in page.locator("[data-testid=stText]").all_inner_texts())
-    wait_idle(page)
+    settle(page)
     assert page.evaluate(INJECTED) == CLEAN

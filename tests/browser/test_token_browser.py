@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 
 from app import access
-from app.serve import Server, free_port
-from app.testing import CHROMIUM, wait_idle
-from backend.ingest.bundled import import_bundled
-from backend.store import Store
+from app.testing import CHROMIUM
+from tests.browser.conftest import after, runs, serving
+from tests.conftest import copy_store, free_test_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "test-token-7f3a9c2e1b5d4f60a8e2c4b6d8f0a1c3"
@@ -28,14 +27,12 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
-def gated(tmp_path_factory):
+def gated(bundled_template, tmp_path_factory):
     if not os.path.exists(CHROMIUM):
         pytest.skip("chromium is not installed (make browser-deps)")
     root = tmp_path_factory.mktemp("gated")
-    db = root / "runs.duckdb"
-    with Store(db) as store:
-        import_bundled(store, quiet=True)
-    with Server(db, host="0.0.0.0", token=TOKEN, log=root / "streamlit.log") as srv:
+    db = copy_store(bundled_template, root / "runs.duckdb")
+    with serving(db, host="0.0.0.0", token=TOKEN, log=root / "streamlit.log") as srv:
         yield srv
 
 
@@ -124,6 +121,7 @@ def test_the_websocket_needs_the_cookie(gated):
 def test_browser_token_page_then_app_then_cookie(browser, gated):
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
+    runs(page)
     page.set_default_timeout(60_000)
     try:
         page.goto(f"{gated.url}/rollout?run=demo&rollout=2")
@@ -137,8 +135,7 @@ def test_browser_token_page_then_app_then_cookie(browser, gated):
         assert page.locator("[data-testid=stApp]").count() == 0
 
         page.fill("input[name=token]", TOKEN)
-        page.click("button[type=submit]")
-        wait_idle(page)
+        after(page, lambda: page.click("button[type=submit]"))
         page.wait_for_selector(".js-plotly-plot .main-svg")
         assert "token=" not in page.url
         assert "run demo" in page.locator("body").inner_text()
@@ -148,8 +145,7 @@ def test_browser_token_page_then_app_then_cookie(browser, gated):
 
         # A link without the token opens in the same browser: the cookie is enough.
         other = context.new_page()
-        other.goto(f"{gated.url}/runs")
-        wait_idle(other)
+        after(other, lambda: other.goto(f"{gated.url}/runs"))
         other.wait_for_selector("h1:has-text('Runs')")
         assert other.locator("[data-testid=creditlens-token-page]").count() == 0
         assert other.locator("[data-testid=stException]").count() == 0
@@ -162,8 +158,7 @@ def test_browser_with_the_token_in_the_url_lands_on_the_view(browser, gated):
     page = context.new_page()
     page.set_default_timeout(60_000)
     try:
-        page.goto(f"{gated.url}/rollout?token={TOKEN}&run=demo&rollout=5")
-        wait_idle(page)
+        after(page, lambda: page.goto(f"{gated.url}/rollout?token={TOKEN}&run=demo&rollout=5"))
         page.wait_for_selector(".js-plotly-plot .main-svg")
         assert "token=" not in page.url and "rollout=5" in page.url
     finally:
@@ -230,7 +225,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 @pytest.mark.slow
 def test_cli_generates_a_token_and_prints_a_ready_url(tmp_path):
-    port = free_port()
+    port = free_test_port()
     proc, lines = _start_cli(tmp_path / "runs.duckdb", port)
     try:
         text = "\n".join(lines)
@@ -248,7 +243,7 @@ def test_cli_generates_a_token_and_prints_a_ready_url(tmp_path):
 
 @pytest.mark.slow
 def test_cli_no_token_warns_and_serves_openly(tmp_path):
-    port = free_port()
+    port = free_test_port()
     proc, lines = _start_cli(tmp_path / "runs.duckdb", port, "--no-token")
     try:
         text = "\n".join(lines)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.browser.conftest import HEATMAP_Z, open_view, wait_heatmap_change, wait_idle
+from tests.browser.conftest import HEATMAP_Z, after, open_view, wait_heatmap_change
 
 pytestmark = pytest.mark.browser
 
@@ -31,15 +31,14 @@ def test_apply_sets_the_sliders_the_url_and_the_heatmap_clamped(page):
     offer = offered(page)
     assert any(b > 3 for b in offer.values()), offer  # the case that must be clamped
     before = page.evaluate(HEATMAP_Z, "tune_heatmap")
-    page.locator(".st-key-tune_apply_replayed button").click()
+    # the fragment's callback, then the whole page's rerun: `after` waits for the last of them
+    after(page, lambda: page.locator(".st-key-tune_apply_replayed button").click())
     wait_heatmap_change(page, "tune_heatmap", before)
-    wait_idle(page)
     for channel, beta in offer.items():
         want = min(max(beta, 0.0), 3.0)
         assert slider_value(page, f"β {channel}") == pytest.approx(want, abs=0.006), channel
-        page.wait_for_function(
-            "([c, v]) => Math.abs(parseFloat(new URL(location.href).searchParams.get('beta_' + c)) - v)"
-            " < 0.006", arg=[channel, want])
+        shown_beta = page.evaluate("(c) => new URL(location.href).searchParams.get('beta_' + c)", channel)
+        assert float(shown_beta) == pytest.approx(want, abs=0.006), channel
     assert "clamped" in page.get_by_text("was clamped").first.inner_text()
     # the replay now starts from what the sliders show, and says so
     start = page.get_by_text("Starts from β").first.inner_text()
