@@ -41,8 +41,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from trl import GRPOTrainer
-from trl.models.utils import disable_gradient_checkpointing
+
+try:
+    from trl import GRPOTrainer
+    from trl.models.utils import disable_gradient_checkpointing
+except ImportError as exc:  # say what to install, not only which module is missing
+    raise ImportError(f"creditlens.integrations.trl records TRL trainers and needs TRL 1.16 "
+                      f"(pip install trl==1.16.0): {exc}") from exc
 
 from backend.ingest.native_writer import StepRecords, write_atomic
 from backend.ingest.step_files import step_file_name
