@@ -141,7 +141,7 @@ def test_appending_rollouts_drops_the_cache(stored_run, tmp_path, capsys):
     _estimate(stored_run, tmp_path / "1.parquet")
     capsys.readouterr()
     with Store(stored_run) as store:
-        import_records(store, "r1", make_records(n_groups=1, group_size=4, seed=8))
+        import_records(store, "r1", make_records(n_groups=1, group_size=4, seed=8), append=True)
         assert store.con.execute("SELECT count(*) FROM estimates").fetchall() == [(0,)]
     table = pq.read_table(_estimate(stored_run, tmp_path / "2.parquet")).to_pandas()
     assert "(computed)" in capsys.readouterr().out
