@@ -17,7 +17,9 @@ import pandas as pd
 import streamlit as st
 
 from app import access
+from backend import checkpoints
 from backend import token_classes as classes
+from backend.errors import InputError
 from backend.ingest.bundled import import_bundled
 from backend.store import StoreHandle, default_db_path
 from backend.store.model_credit_queries import model_credit_rows
@@ -101,6 +103,18 @@ def run_batch(path: str, run: str):
 def run_info(path: str, run: str) -> dict:
     with store_handle(path).read() as store:
         return store.run_info(run)
+
+
+@st.cache_data(show_spinner=False)
+def rollout_model(path: str, run: str, rollout_id: int) -> tuple[dict | None, str | None]:
+    """The model the model jobs use for this rollout (`backend.checkpoints.rollout_model`: its step's
+    checkpoint): ({model, on_policy, why, label}, None), or (None, why none can be chosen)."""
+    with store_handle(path).read() as store:
+        try:
+            choice = checkpoints.rollout_model(store, run, rollout_id)
+        except InputError as exc:
+            return None, str(exc)
+    return {**choice.to_json(), "label": choice.label}, None
 
 
 @st.cache_data(show_spinner=False)

@@ -62,9 +62,11 @@ class Job:
 
 
 def resample_job(
-    handle, run: str, rollout_id: int, engine, record: dict, verifier: str | None, positions, samples: int
+    handle, run: str, rollout_id: int, engine, record: dict, verifier: str | None, positions, samples: int,
+    on_policy: bool | None = None,
 ) -> Job:
-    """A (not yet started) job resampling `positions` of a rollout with a loaded engine, M = `samples`.
+    """A (not yet started) job resampling `positions` of a rollout with a loaded engine, M = `samples`;
+    `on_policy` (whether the engine's model sampled the rollout's step) is stored with the suffixes.
 
     It saves what it finished to the store behind `handle` (a `StoreHandle`), also when cancelled: the
     engine stops after its current chunk and the finished suffixes are kept.
@@ -77,7 +79,7 @@ def resample_job(
         )
         if result.samples:
             with handle.write() as store:
-                store.save_resample(run, rollout_id, result.table())
+                store.save_resample(run, rollout_id, result.table().assign(on_policy=on_policy))
         return result
 
     return Job(work)
@@ -127,6 +129,7 @@ def start_resample(
     verifier: str | None,
     positions,
     samples: int,
+    on_policy: bool | None = None,
 ) -> Job:
     """Check the request (read-only mode, the size cap, the store's job slot), then load the engine and
     start a `resample_job`. The engine loads only for a request that would be allowed."""
@@ -134,7 +137,8 @@ def start_resample(
     access.require_writable(current, "resample")
     access.check_job_size(current, len(positions), int(samples))
     _refuse_if_busy(running_job(db))  # checked again, atomically, in `start`; this spares loading the engine
-    job = resample_job(handle, run, rollout_id, load_engine(), record, verifier, positions, samples)
+    job = resample_job(handle, run, rollout_id, load_engine(), record, verifier, positions, samples,
+                       on_policy)
     return start(current, db, "resample", job)
 
 

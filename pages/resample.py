@@ -15,8 +15,11 @@ view = views.compute_or_explain(compute.rollout_view, sel.db, sel.run, sel.group
 L = len(view.tokens)
 
 settings = data.settings()
-model_dir = info.get("model_dir")
-model_problem = compute.model_folder_problem(model_dir)  # said in place: the rest of the page still renders
+used, no_model = data.rollout_model(sel.db, sel.run, sel.rollout)  # the rollout's step checkpoint
+model_dir = used["model"] if used else None
+model_problem = no_model or compute.model_folder_problem(model_dir)  # said in place: the page still renders
+if used:
+    st.caption(f"Model: {used['why']} ({used['label']}).")
 if not settings.read_only:
     st.caption(
         "Click tokens in the heatmap to add them as positions (V̂(s_t) keeps y_<t and samples the rest)."
@@ -119,6 +122,7 @@ else:
                 info.get("verifier"),
                 positions,
                 samples,
+                used["on_policy"],
             )
             st.session_state["resample_job"] = job
         except access.Refused as exc:

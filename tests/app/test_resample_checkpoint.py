@@ -1,0 +1,27 @@
+"""The Resample view uses the rollout's step checkpoint (`backend.checkpoints.rollout_model`, the function
+`creditlens resample` calls) and says which; a step whose checkpoint is unknown turns resampling off."""
+
+from __future__ import annotations
+
+from backend import checkpoints
+from backend.store import Store
+from tests.app.conftest import open_app
+from tests.backend.models.conftest import DEMO_MODEL
+
+
+def test_the_view_names_the_model_and_whether_it_sampled_the_step(app_db):
+    at = open_app(app_db, "resample", {"run": "demo", "rollout": "2"})
+    shown = [c.value for c in at.caption if c.value.startswith("Model:")]
+    assert shown and f"the run's model {DEMO_MODEL}" in shown[0] and "(sampling policy unknown)" in shown[0]
+
+    with Store(app_db) as store:
+        checkpoints.attach(store, "demo", assignments=[f"0={DEMO_MODEL}"])
+        assert store.rollout("demo", 2)["step"] == 0 and store.rollout("demo", 200)["step"] == 1
+    at = open_app(app_db, "resample", {"run": "demo", "rollout": "2"})
+    assert any(f"Model: step 0's checkpoint {DEMO_MODEL} (on-policy)." == c.value for c in at.caption)
+    assert not any("Resampling is off" in w.value for w in at.warning)
+
+    at = open_app(app_db, "resample", {"run": "demo", "rollout": "200"})
+    warned = [w.value for w in at.warning if "Resampling is off" in w.value]
+    assert warned and "sampled step 1 is unknown" in warned[0]
+    assert at.button(key="resample_run").disabled
