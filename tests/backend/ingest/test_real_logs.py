@@ -32,7 +32,6 @@ STEPS = 2
 @pytest.fixture(scope="session")
 def trl_logs(tmp_path_factory) -> dict[str, Path]:
     """Completion logs of two real 2-step GRPO runs (plain and conversational), made once per session."""
-    pytest.importorskip("trl")
     base = tmp_path_factory.mktemp("trl")
     return {kind: run_grpo(base / kind, conversational=kind == "conversational", steps=STEPS)
             for kind in ("plain", "conversational")}
