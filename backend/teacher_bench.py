@@ -25,8 +25,12 @@ Metrics (each with its stderr over rollouts; DEFINITIONS says which direction is
 - value_mse / value_corr, for the value sources zero, stored, fitted and prefix_tree (gae's V in Z
   units) against V̂ mapped to Z units the way suffix_mc maps it (group centre and scale): mean per
   rollout squared error, and the Pearson correlation pooled (bootstrap stderr).
+- ranking_accuracy_per_token, sign_accuracy_wilson (`backend.fair_metrics`): the same on per-token means
+  (segment length cannot win), and with Wilson stderrs where all M suffixes agree (stderr 0 otherwise);
 Sanity rows: `chance` (what a random predictor scores), and the best estimator inverted (−A, must fall
-below chance) and shuffled (its token advantages permuted within each rollout, must fall to chance).
+below chance) and shuffled (its segment sums permuted within each rollout, layout kept: chance by
+construction on the within-rollout rankings; its spearman and sign_accuracy are what the rollout's level
+alone, e.g. its outcome, earns).
 Estimators that read the teacher's own values (suffix_mc, gae with value_source=mc) are listed as
 kind `uses teacher` and never chosen as best; with a process channel, the step verifier's own token
 rewards are a row of kind `uses verifier`.
@@ -43,6 +47,7 @@ import pandas as pd
 import torch
 
 from backend import cliff_tokens, estimates, main_channel
+from backend import fair_metrics as fair
 from backend import first_wrong_step as fws
 from backend.batch import BatchError
 from backend.calibration import calibration
@@ -51,15 +56,20 @@ from backend.estimators import functional as F
 from backend.estimators import registry
 from backend.metrics import spearman
 
-METRICS = ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1", "critical_hit3", "cliff_hit1",
-           "first_wrong_hit1", "value_mse", "value_corr")
+METRICS = ("spearman", "ranking_accuracy", "ranking_accuracy_per_token", "sign_accuracy",
+           "sign_accuracy_wilson", "critical_hit1", "critical_hit3", "cliff_hit1", "first_wrong_hit1",
+           "value_mse", "value_corr")
 DEFINITIONS = {
     "spearman": "Spearman of the estimator's segment sums vs the MC segment advantages, pooled "
                 "(higher is better; chance 0)",
     "ranking_accuracy": "share of segment pairs in a rollout ordered as the teacher orders them "
                         "(higher is better; chance 0.5)",
+    "ranking_accuracy_per_token": "ranking_accuracy on per-token means (segment sum / length): segment "
+                                  "length cannot win it (higher is better; chance 0.5)",
     "sign_accuracy": "share of clearly non-zero MC segments (|Δ| > 2 se) whose sign the estimator gets "
                      "(higher is better; chance 0.5)",
+    "sign_accuracy_wilson": "sign_accuracy where a position whose M suffixes all agree has the Wilson "
+                            "stderr, not 0 (higher is better; chance 0.5)",
     "critical_hit1": "incorrect rollouts: the critical segment is the estimator's most negative "
                      "(higher is better; chance 1/segments)",
     "critical_hit3": "… among its 3 most negative (higher is better; chance 3/segments)",
@@ -71,14 +81,16 @@ DEFINITIONS = {
     "value_mse": "value sources: mean squared error of V vs V̂ in Z units (lower is better)",
     "value_corr": "value sources: Pearson correlation of V vs V̂ (higher is better)",
 }
-SEGMENT_METRICS = ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1", "critical_hit3")
+SEGMENT_METRICS = ("spearman", "ranking_accuracy", "ranking_accuracy_per_token", "sign_accuracy",
+                   "sign_accuracy_wilson", "critical_hit1", "critical_hit3")
 CLIFF_METRICS = ("cliff_hit1",)
 """Judged on the first cliff token of each rollout that has one (tokens, not segment sums)."""
 STEP_METRICS = ("first_wrong_hit1",)
 """Judged on the process channel's wrong steps, not on the teacher's segments."""
 RANKED_METRICS = SEGMENT_METRICS + CLIFF_METRICS + STEP_METRICS
 VALUE_METRICS = ("value_mse", "value_corr")
-PER_ROLLOUT = ("ranking_accuracy", "sign_accuracy", "critical_hit1", "critical_hit3", "cliff_hit1",
+PER_ROLLOUT = ("ranking_accuracy", "ranking_accuracy_per_token", "sign_accuracy", "sign_accuracy_wilson",
+               "critical_hit1", "critical_hit3", "cliff_hit1",
                "first_wrong_hit1")
 """Metrics that have a value per rollout (the Oracle view lists the rollouts where they miss)."""
 VALUE_SOURCES = ("zero", "stored", "fitted", "prefix_tree")
@@ -103,12 +115,15 @@ class Segments:
     index: np.ndarray
     critical: dict[int, int | None]
     n_positions: int
+    delta_se_wilson: np.ndarray | None = None
+    """(S,) the stderr of Δ with `fair_metrics.wilson_se` at each position (None without suffix counts)."""
 
 
 def teacher_segments(values: pd.DataFrame, lengths: dict[int, int], outcomes: dict[int, float]) -> Segments:
     """values: rows (rollout_id, pos, value, stderr) from `Store.resample_values`; lengths and outcomes
     by rollout id. Positions at or past a response's end are ignored."""
-    cols: dict[str, list] = {k: [] for k in ("rollout", "start", "end", "delta", "delta_se", "index")}
+    cols: dict[str, list] = {k: [] for k in ("rollout", "start", "end", "delta", "delta_se", "index",
+                                             "delta_se_wilson")}
     critical: dict[int, int | None] = {}
     n_positions = 0
     for rid, part in values.groupby("rollout_id", sort=True):
@@ -123,6 +138,8 @@ def teacher_segments(values: pd.DataFrame, lengths: dict[int, int], outcomes: di
         pos = part["pos"].to_numpy(np.int64)
         v = np.append(part["value"].to_numpy(np.float64), outcomes[rid])
         se = np.append(np.nan_to_num(part["stderr"].to_numpy(np.float64)), 0.0)
+        counts = part["n"].to_numpy(np.float64) if "n" in part else np.full(len(part), np.inf)
+        se_w = np.append(fair.wilson_se(part["value"].to_numpy(np.float64), counts, se[:-1]), 0.0)
         ends = np.append(pos[1:], L)
         for k in range(len(pos)):
             cols["rollout"].append(rid)
@@ -130,6 +147,7 @@ def teacher_segments(values: pd.DataFrame, lengths: dict[int, int], outcomes: di
             cols["end"].append(ends[k])
             cols["delta"].append(v[k + 1] - v[k])
             cols["delta_se"].append(math.hypot(se[k], se[k + 1]))
+            cols["delta_se_wilson"].append(math.hypot(se_w[k], se_w[k + 1]))
             cols["index"].append(k)
         critical[rid] = None
         if outcomes[rid] <= 0 and v[0] > 0:
@@ -154,10 +172,6 @@ def _mean_se(x: list[float]) -> tuple[float, float]:
     return float(x.mean()), float(x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else math.nan
 
 
-def _ties(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.isclose(a, b, rtol=1e-6, atol=1e-9)
-
-
 def per_rollout_metrics(segments: Segments, sums: np.ndarray) -> pd.DataFrame:
     """rollout_id, ranking_accuracy, sign_accuracy, critical_hit1, critical_hit3 (NaN where a rollout
     has nothing to judge)."""
@@ -168,27 +182,20 @@ def per_rollout_metrics(segments: Segments, sums: np.ndarray) -> pd.DataFrame:
             continue
         rid = int(segments.rollout[idx[0]])
         d, s, se = segments.delta[idx], sums[idx], segments.delta_se[idx]
-        i, j = np.triu_indices(len(idx), k=1)
-        judged = d[i] != d[j]
-        ranking = math.nan
-        if judged.any():
-            agree = ((d[i] - d[j]) * (s[i] - s[j]) > 0) & ~_ties(s[i], s[j])
-            ranking = float(np.mean(np.where(_ties(s[i], s[j]), 0.5, agree.astype(float))[judged]))
-        clear = (d != 0) & (np.abs(d) > 2 * se)
-        sign = math.nan
-        if clear.any():
-            hits = np.where(_ties(s, 0.0), 0.5, (np.sign(s) == np.sign(d)).astype(float))
-            sign = float(hits[clear].mean())
+        ranking, sign = fair.pair_ranking(d, s), fair.sign_hits(d, s, se)
+        per_token = fair.pair_ranking(d, s / np.maximum(1, segments.end[idx] - segments.start[idx]))
+        sign_wilson = (fair.sign_hits(d, s, segments.delta_se_wilson[idx])
+                       if segments.delta_se_wilson is not None else math.nan)
         crit = segments.critical.get(rid)
         hit1 = hit3 = math.nan
         if crit is not None:
             order = np.argsort(s, kind="stable")  # most negative first
             hit1 = float(crit in order[:1])
             hit3 = float(crit in order[:3])
-        rows.append({"rollout_id": rid, "ranking_accuracy": ranking, "sign_accuracy": sign,
-                     "critical_hit1": hit1, "critical_hit3": hit3, "segments": len(idx)})
-    return pd.DataFrame(rows, columns=["rollout_id", "ranking_accuracy", "sign_accuracy", "critical_hit1",
-                                       "critical_hit3", "segments"])
+        rows.append({"rollout_id": rid, "ranking_accuracy": ranking, "ranking_accuracy_per_token": per_token,
+                     "sign_accuracy": sign, "sign_accuracy_wilson": sign_wilson, "critical_hit1": hit1,
+                     "critical_hit3": hit3, "segments": len(idx)})
+    return pd.DataFrame(rows, columns=["rollout_id", *SEGMENT_METRICS[1:], "segments"])
 
 
 def _bootstrap_se(stat, groups: list[np.ndarray], seed: int = 0) -> float:
@@ -219,7 +226,7 @@ def score_sums(segments: Segments, sums: np.ndarray) -> tuple[dict[str, float], 
 
     out["spearman"] = pooled(np.arange(len(sums))) if len(sums) > 1 else math.nan
     out["spearman_se"] = _bootstrap_se(pooled, _blocks(segments.rollout))
-    for m in ("ranking_accuracy", "sign_accuracy", "critical_hit1", "critical_hit3"):
+    for m in SEGMENT_METRICS[1:]:
         out[m], out[f"{m}_se"] = _mean_se(per[m].tolist())
     return out, per
 
@@ -245,7 +252,8 @@ def chance_row(segments: Segments, truth: fws.StepTruth | None = None,
     segments), the cliff segment's share of the judged tokens, and 1/n (n lines)."""
     counts = pd.Series(segments.index).groupby(segments.rollout).size()
     judged = [int(counts[r]) for r, c in segments.critical.items() if c is not None]
-    row = {"spearman": 0.0, "ranking_accuracy": 0.5, "sign_accuracy": 0.5}
+    row = {"spearman": 0.0, "ranking_accuracy": 0.5, "ranking_accuracy_per_token": 0.5, "sign_accuracy": 0.5,
+           "sign_accuracy_wilson": 0.5}
     for k in (1, 3):
         row[f"critical_hit{k}"], row[f"critical_hit{k}_se"] = _mean_se([min(k, n) / n for n in judged])
     if cliffs is not None:
@@ -372,8 +380,8 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
         best = table[table["kind"] == "estimator"].sort_values("ranking_accuracy", ascending=False).iloc[0]
         adv = advantages_of[best["estimator"]]
         inverted = {r: -a for r, a in adv.items()}
-        rng = np.random.default_rng(0)
-        shuffled = {r: rng.permutation(a) for r, a in sorted(adv.items())}
+        shuffled = fair.segment_shuffle(segments.rollout, segments.start, segments.end,
+                                        segment_sums(segments, adv), adv)
         for suffix, variant in (("inverted", inverted), ("shuffled", shuffled)):
             metrics, _ = score_advantages(segments, truth, variant, cliffs)
             rows.append({"estimator": f"{best['estimator']} ({suffix})", "kind": "sanity", **metrics})

@@ -130,9 +130,10 @@ def cmd_teacher_bench(args) -> int:
           f"({result.n_segments} segments; {result.n_first_wrong} failed with a wrong step; "
           f"{result.n_cliffs} with a cliff token); mean ± stderr over rollouts")
     shown = [m for m in METRICS if table[m].notna().any()]
-    print(f"{'estimator':<30}{'kind':<14}" + "".join(f"{m:>18}" for m in shown))
+    width = {m: max(18, len(m) + 2) for m in shown}
+    print(f"{'estimator':<30}{'kind':<14}" + "".join(f"{m:>{width[m]}}" for m in shown))
     for _, row in table.iterrows():
-        cells = "".join(f"{_cell(row[m], row[f'{m}_se']):>18}" for m in shown)
+        cells = "".join(f"{_cell(row[m], row[f'{m}_se']):>{width[m]}}" for m in shown)
         print(f"{row['estimator'][:29]:<30}{row['kind']:<14}{cells}")
     for line in result.skipped:
         print(f"skipped {line}")
