@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+
 from backend.ingest import import_path
 from backend.models.teacher import JOB
 from backend.models.teacher_file import read_teacher_file
@@ -59,6 +61,11 @@ def import_bundled_teacher(store: Store, spec: dict, quiet: bool = False) -> lis
     index = store.rollout_index(spec["run"])
     lengths = dict(zip(index["rollout_id"].astype(int), index["length"].astype(int), strict=True))
     table = read_teacher_file(SAMPLE_DIR / teacher["file"], lengths)
+    if "on_policy" not in table.column_names and "on_policy_steps" in teacher:
+        # the manifest says which steps the teacher's model sampled (backend.demo.verify_steps proves it)
+        step_of = dict(zip(index["rollout_id"].astype(int), index["step"].astype(int), strict=True))
+        flags = [step_of[r] in teacher["on_policy_steps"] for r in table.column("rollout_id").to_pylist()]
+        table = table.append_column("on_policy", pa.array(flags, pa.bool_()))
     rows = store.import_job_samples(spec["run"], table, JOB)
     if not quiet:
         print(f"{spec['run']}: imported the Monte Carlo teacher ({rows} suffixes)", file=sys.stderr)

@@ -1,6 +1,7 @@
 """The calibration table (teacher-bench): per step, mean V̂(∅) of the teacher against the step's observed
 accuracy. On the bundled demo, whose shipped teacher sampled every suffix from the final checkpoint, the
-early steps show the off-policy gap and the last step (sampled by that checkpoint) agrees; by hand from the
+early steps show the off-policy gap (and are marked off-policy) and the last step (sampled by that
+checkpoint) agrees; by hand from the
 shipped files, and through `creditlens teacher-bench --json`."""
 
 import json
@@ -42,7 +43,8 @@ def test_calibration_equals_the_shipped_files_and_shows_the_off_policy_gap(bundl
     se = np.hypot(table["v_empty_se"], table["accuracy_se"])
     assert gap[0] > 0.7 and gap[0] > 10 * se[0]  # step 0 valued with the final policy: far off
     assert abs(gap[3]) < 2 * se[3]  # step 3 was sampled by that policy: agrees within the stderrs
-    assert table["on_policy"].isna().all()  # the shipped rows do not record their origin
+    # the manifest records that the shipped teacher's model sampled step 3 only (backend.demo.verify_steps)
+    assert table["on_policy"].tolist() == [0.0, 0.0, 0.0, 1.0]
 
 
 def test_teacher_bench_json_and_text_carry_the_calibration(bundled_db, tmp_path):
@@ -58,3 +60,4 @@ def test_teacher_bench_json_and_text_carry_the_calibration(bundled_db, tmp_path)
     lines = done.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("calibration:"))
     assert lines[at + 2].split()[:6] == ["0", "0.867", "±", "0.014", "0.067", "±"]
+    assert lines[at + 2].split()[-1] == "0%" and lines[at + 5].split()[-1] == "100%"  # on-policy share
