@@ -129,6 +129,14 @@ def cmd_teacher_bench(args) -> int:
     print(f"run {args.run!r}: {result.n_positions} valued positions in {result.n_rollouts} rollouts "
           f"({result.n_segments} segments; {result.n_first_wrong} failed with a wrong step; "
           f"{result.n_cliffs} with a cliff token); mean ± stderr over rollouts")
+    cal = result.calibration
+    if len(cal) and cal["on_policy"].notna().all() and (cal["on_policy"] < 1).any():
+        off = (cal["n"] * (1 - cal["on_policy"].astype(float))).round().astype(int)
+        steps = ", ".join(map(str, cal["step"][off > 0]))
+        print(f"off-policy teacher: {off.sum()} of {cal['n'].sum()} valued rollouts were valued by another "
+              f"model than the checkpoint that sampled them (steps {steps}); see the calibration table")
+    elif len(cal) and cal["on_policy"].isna().any():
+        print("teacher origin unknown for some steps (suffixes stored without it): see the calibration table")
     shown = [m for m in METRICS if table[m].notna().any()]
     width = {m: max(18, len(m) + 2) for m in shown}
     print(f"{'estimator':<30}{'kind':<14}" + "".join(f"{m:>{width[m]}}" for m in shown))

@@ -58,6 +58,7 @@ def test_teacher_bench_json_and_text_carry_the_calibration(bundled_db, tmp_path)
     expected = by_hand()
     assert [round(r["v_empty"], 3) for r in rows] == expected["v_empty"].round(3).tolist()
     lines = done.stdout.splitlines()
+    assert lines[1].startswith("off-policy teacher: 225 of 300 valued rollouts were valued by another model")
     at = next(i for i, line in enumerate(lines) if line.startswith("calibration:"))
     assert lines[at + 2].split()[:6] == ["0", "0.867", "±", "0.014", "0.067", "±"]
     assert lines[at + 2].split()[-1] == "0%" and lines[at + 5].split()[-1] == "100%"  # on-policy share
