@@ -28,9 +28,9 @@ Metrics (each with its stderr over rollouts; DEFINITIONS says which direction is
 - ranking_accuracy_per_token, sign_accuracy_wilson (`backend.fair_metrics`): the same on per-token means
   (segment length cannot win), and with Wilson stderrs where all M suffixes agree (stderr 0 otherwise);
 Sanity rows: `chance` (what a random predictor scores), and the best estimator inverted (−A, must fall
-below chance) and shuffled (its segment sums permuted within each rollout, layout kept: chance by
-construction on the within-rollout rankings; its spearman and sign_accuracy are what the rollout's level
-alone, e.g. its outcome, earns).
+below chance) and shuffled (its segment sums permuted within each rollout, layout kept, averaged over
+SHUFFLES permutations: chance by construction on the within-rollout rankings; its spearman and
+sign_accuracy are what the rollout's level alone, e.g. its outcome, earns).
 Estimators that read the teacher's own values (suffix_mc, gae with value_source=mc) are listed as
 kind `uses teacher` and never chosen as best; with a process channel, the step verifier's own token
 rewards are a row of kind `uses verifier`.
@@ -97,6 +97,8 @@ VALUE_SOURCES = ("zero", "stored", "fitted", "prefix_tree")
 MIN_POSITIONS = 200
 """Fewer valued positions than this: the view warns that the table is noise."""
 BOOTSTRAP = 200
+SHUFFLES = 8
+"""The shuffled sanity row: metrics averaged over this many permutations (each metric's `_se`: theirs)."""
 
 
 @dataclass
@@ -379,11 +381,13 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
     if len(table) and (table["kind"] == "estimator").any():
         best = table[table["kind"] == "estimator"].sort_values("ranking_accuracy", ascending=False).iloc[0]
         adv = advantages_of[best["estimator"]]
-        inverted = {r: -a for r, a in adv.items()}
-        shuffled = fair.segment_shuffle(segments.rollout, segments.start, segments.end,
-                                        segment_sums(segments, adv), adv)
-        for suffix, variant in (("inverted", inverted), ("shuffled", shuffled)):
-            metrics, _ = score_advantages(segments, truth, variant, cliffs)
+        inverted, _ = score_advantages(segments, truth, {r: -a for r, a in adv.items()}, cliffs)
+        sums = segment_sums(segments, adv)
+        # one draw is noisy (a rollout of 3 segments has 6 orders): the row averages SHUFFLES of them
+        shuffled = pd.DataFrame([score_advantages(segments, truth, fair.segment_shuffle(
+            segments.rollout, segments.start, segments.end, sums, adv, seed), cliffs)[0]
+            for seed in range(SHUFFLES)]).mean().to_dict()
+        for suffix, metrics in (("inverted", inverted), ("shuffled", shuffled)):
             rows.append({"estimator": f"{best['estimator']} ({suffix})", "kind": "sanity", **metrics})
     columns = ["estimator", "kind"] + [c for m in METRICS for c in (m, f"{m}_se")]
     out = pd.DataFrame(rows).reindex(columns=columns)
