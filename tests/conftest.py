@@ -141,20 +141,29 @@ def snapshot(store: Store) -> dict:
     return {t: store.con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in tables}
 
 
+# Fixtures that train real GRPO runs with TRL (about a minute each on 2 cores): their tests share a worker,
+# so each is made once per suite, not once per worker.
+TRAINING_FIXTURES = ("trl_logs", "trl_completions")
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
-    """Tests that share an expensive server stay on one worker: the browser tests on the session's Streamlit
-    server, and each browser module that starts its own; every other test goes wherever a worker is free."""
+    """Tests that share something expensive stay on one worker: the browser tests on the session's Streamlit
+    server, each browser module that starts its own, the tests of each TRL training fixture; every other
+    test goes wherever a worker is free."""
     for item in items:
-        if not item.nodeid.startswith("tests/browser/"):
-            continue
-        group = "browser" if "server" in item.fixturenames else f"browser-{item.module.__name__}"
-        item.add_marker(pytest.mark.xdist_group(group))
+        training = [name for name in TRAINING_FIXTURES if name in item.fixturenames]
+        if training:
+            item.add_marker(pytest.mark.xdist_group(training[0]))
+        elif item.nodeid.startswith("tests/browser/"):
+            group = "browser" if "server" in item.fixturenames else f"browser-{item.module.__name__}"
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 WORKER_TALLIES: Counter = Counter()  # the controller's sum of the workers' reliability cases
 
 
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: known only while xdist is loaded
 def pytest_testnodedown(node, error):
     """pytest-xdist, on the controller: add up the reliability cases a worker tried."""
     WORKER_TALLIES.update(getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY, {}))
