@@ -81,20 +81,25 @@ def require_writable(current: Settings, action: str) -> None:
         raise Refused(f"{action} is switched off: this server runs in read-only mode (--read-only)")
 
 
-def import_path_allowed(current: Settings, path: str | os.PathLike) -> Path:
+def import_path_allowed(current: Settings, path: str | os.PathLike, model: bool = False) -> Path:
     """The path, resolved after symlinks, if it lies inside an allowed import root; else `Refused`.
 
     The check happens before the file is opened, so a refused path tells nothing about what is there
-    (whether it exists, what it holds).
+    (whether it exists, what it holds). `model`: the path is a model folder, which cannot be uploaded.
     """
     resolved = Path(path).expanduser().resolve()
     for root in current.import_roots:
         if resolved == root or resolved.is_relative_to(root):
             return resolved
     roots = ", ".join(str(r) for r in current.import_roots)
+    if model:  # a model folder cannot be uploaded: only the server's roots can let it in
+        raise Refused(
+            f"{path}: outside the folders this server reads from ({roots}); move or link the model folder "
+            "into one of them, or ask whoever started the server to add its folder (--import-root DIR)"
+        )
     raise Refused(
         f"{path}: outside the folders this server imports from ({roots}); upload the file instead, "
-        "or start the app with --import-root DIR"
+        "or ask whoever started the server to add its folder (--import-root DIR)"
     )
 
 

@@ -45,7 +45,7 @@ def _model_folder(current: access.Settings, model_dir: str | None) -> str | None
     """The model folder resolved inside the import roots (None when not given); else `Refused`."""
     if model_dir is None or not str(model_dir).strip():
         return None
-    folder = access.import_path_allowed(current, str(model_dir).strip())
+    folder = access.import_path_allowed(current, str(model_dir).strip(), model=True)
     _links_leaving_roots(current, folder)
     return str(folder)
 

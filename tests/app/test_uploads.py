@@ -109,7 +109,9 @@ def test_a_model_folder_outside_the_roots_is_refused_and_nothing_is_written(app_
     at = open_app(app_db, "runs")
     _upload(at, "demo.jsonl", _demo_texts(), str(DEMO_POLICY))
     (error,) = [e.value for e in at.error]
-    assert "outside the folders this server imports from" in error and "nothing was written" in error
+    assert "outside the folders this server reads from" in error and "nothing was written" in error
+    # a model folder cannot be uploaded: the message says what can be done instead
+    assert "upload" not in error and "move or link the model folder" in error, error
     assert "uploaded" not in list(at.dataframe[0].value["name"])
 
 
