@@ -32,13 +32,19 @@ def visible_token(text: str, width: int = 3) -> str:
     return safe(shown)
 
 
-def nice(v, digits: int = 3, signed: bool = True) -> str:
-    """A number for people: '–' for missing/NaN, no '-0.000', `digits` decimals."""
+def _finite(v) -> float | None:
+    """`v` as a float, or None when it is missing, not a number, NaN or infinite (shown as '–')."""
     try:
         v = float(v)
     except (TypeError, ValueError):
-        return "–"
-    if not math.isfinite(v):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def nice(v, digits: int = 3, signed: bool = True) -> str:
+    """A number for people: '–' for missing/NaN, no '-0.000', `digits` decimals."""
+    v = _finite(v)
+    if v is None:
         return "–"
     text = f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
     if float(text) == 0:
@@ -47,21 +53,15 @@ def nice(v, digits: int = 3, signed: bool = True) -> str:
 
 
 def percent(v) -> str:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return "–"
-    return "–" if not math.isfinite(v) else f"{v:.0%}"
+    v = _finite(v)
+    return "–" if v is None else f"{v:.0%}"
 
 
 def significant(v, digits: int = 2, signed: bool = True) -> str:
     """A number with `digits` significant digits, however small or large (a colour bar's ends: a 1e-4 range
     reads "+1.0e-4", not "0.00"); "0" for zero, "–" for missing/NaN."""
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return "–"
-    if not math.isfinite(v):
+    v = _finite(v)
+    if v is None:
         return "–"
     if v == 0:
         return "0"
