@@ -8,6 +8,7 @@
     run.estimate("grpo", channel="all", epsilon=1e-4)                   # token rows (`creditlens estimate`)
     run.explain(3, "gae_mc", pos=5)                                      # `creditlens explain --json`
     run.trends()                                                         # Trends (`creditlens trends`)
+    run.monitor()                                       # credit-health alerts (`creditlens monitor --json`)
 
 Names only: every method calls the function that the command line and the views call (backend/), so a
 notebook, a command and a view can never disagree. See docs/python.md.

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from backend import explain, explorer, main_channel
+from backend import explain, explorer, main_channel, monitor, monitor_config
 from backend.errors import InputError
 from backend.estimators import registry
 from backend.store import StoreHandle, store_handle
@@ -120,3 +120,13 @@ class Run:
                 raise InputError(f"pos {pos}: rollout {rollout} has {len(result.tokens)} tokens")
             out["derivation"] = {"pos": pos, "lines": explain.derivation(result.terms, pos)}
         return out
+
+    def monitor(self, estimator: str = "grpo", *, channel: str | None = None,
+                config: str | Path | None = None, **params) -> pd.DataFrame:
+        """The credit-health alerts (`creditlens monitor --json`), one row per alert: detector, statistic,
+        step (the onset), severity, value, baseline, message, rollouts, ... `config`: a TOML file of
+        thresholds (docs/monitors.md). An empty frame when the run is healthy."""
+        settings = monitor_config.load_settings(config)
+        report = monitor.run_monitors(self.handle, self.name, estimator,
+                                      self._explorer_config(estimator, params, channel), settings)
+        return pd.DataFrame([a.as_dict() for a in report.alerts])

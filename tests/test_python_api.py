@@ -89,6 +89,19 @@ def test_explain_equals_the_command(demo_db):
     assert why["derivation"] == printed["derivation"]
 
 
+def test_monitor_equals_the_command(demo_db):
+    alerts = creditlens.open(demo_db).run("demo").monitor()
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main(["monitor", "--db", str(demo_db), "--run", "demo", "--json"])
+    printed = json.loads(out.getvalue())
+    assert code == (1 if any(a["severity"] in ("warn", "alert") for a in printed) else 0)
+    assert len(alerts) == len(printed)
+    if printed:
+        assert alerts["detector"].tolist() == [a["detector"] for a in printed]
+        assert alerts["step"].tolist() == [a["step"] for a in printed]
+
+
 def test_bad_names_are_clear_errors(demo_db):
     lens = creditlens.open(demo_db)
     with pytest.raises(StoreError, match="no run named 'nope'.*runs: demo"):
