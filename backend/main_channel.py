@@ -57,6 +57,19 @@ def on_channel(estimator: str, config: tuple, channel: str) -> tuple:
     return tuple(sorted(overrides.items()))
 
 
+def config_on_channel(handle: StoreHandle, run: str, estimator: str, overrides: dict,
+                      channel: str | None) -> tuple:
+    """The sorted (field, value) pairs an estimator is looked up by in the views and commands: `overrides`
+    (`--set` pairs) reading `channel` (a `channel` override wins; None: the run's main channel), checked
+    against the run's channels. An unknown estimator is an InputError listing the known ones."""
+    config = tuple(sorted(overrides.items()))
+    chosen = resolve(handle, run, overrides.get("channel", channel))
+    try:
+        return on_channel(estimator, config, chosen)
+    except registry.UnknownEstimator as exc:
+        raise InputError(str(exc)) from None
+
+
 def set_main_channel(store: Store, run: str, channel: str) -> str:
     """Store `channel` (one of the run's channels, or `all`) as the run's main channel; returns it."""
     with store.transaction():

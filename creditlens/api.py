@@ -67,8 +67,7 @@ class Run:
             raise InputError(str(exc)) from None
         except ValueError as exc:
             raise InputError(f"{estimator}: {exc}") from None
-        chosen = main_channel.resolve(self.handle, self.name, params.get("channel", channel))
-        return main_channel.on_channel(estimator, tuple(sorted(params.items())), chosen)
+        return main_channel.config_on_channel(self.handle, self.name, estimator, params, channel)
 
     def rollouts(self, estimator: str | None = None, *, channel: str | None = None,
                  compare: str | None = None, sort: str = "rollout_id", search: str = "",

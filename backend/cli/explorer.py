@@ -17,7 +17,6 @@ import pyarrow.parquet as pq
 from backend import explorer, main_channel
 from backend.cli.common import parse_overrides
 from backend.errors import InputError
-from backend.estimators import registry
 from backend.store import store_handle
 
 
@@ -63,14 +62,9 @@ def _common(p) -> None:
 def _config(handle, args, estimator: str | None, pairs: list[str]) -> tuple:
     """The estimator's `--set` pairs on `--channel` (checked against the run's channels; default: the
     run's main channel)."""
-    config = tuple(sorted(parse_overrides(pairs).items()))
     if estimator is None:
-        return config
-    channel = main_channel.resolve(handle, args.run, dict(config).get("channel", args.channel))
-    try:
-        return main_channel.on_channel(estimator, config, channel)
-    except registry.UnknownEstimator as exc:
-        raise InputError(str(exc)) from None
+        return tuple(sorted(parse_overrides(pairs).items()))
+    return main_channel.config_on_channel(handle, args.run, estimator, parse_overrides(pairs), args.channel)
 
 
 def _emit(frame: pd.DataFrame, args) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 from backend import main_channel, monitor, monitor_config
 from backend.cli.common import parse_overrides
 from backend.errors import InputError
-from backend.estimators import registry
 from backend.store import store_handle
 
 
@@ -35,12 +34,7 @@ def add_commands(sub) -> None:
 
 def config_of(handle, run: str, estimator: str, pairs: list[str], channel: str | None) -> tuple:
     """The estimator's `--set` pairs on `--channel` (checked; default: the run's main channel)."""
-    config = tuple(sorted(parse_overrides(pairs).items()))
-    chosen = main_channel.resolve(handle, run, dict(config).get("channel", channel))
-    try:
-        return main_channel.on_channel(estimator, config, chosen)
-    except registry.UnknownEstimator as exc:
-        raise InputError(str(exc)) from None
+    return main_channel.config_on_channel(handle, run, estimator, parse_overrides(pairs), channel)
 
 
 def print_alerts(alerts: list[monitor.Alert], out=None) -> None:
