@@ -4,7 +4,8 @@
 that channel, equal to `creditlens estimate --channel C`) and contribution β_c·Ã_c, the final advantage,
 and the estimator's `terms`: the intermediate quantities behind its number, taken from the estimator's
 diagnostics at its declared scope and sliced to the rollout. `derivation` turns the terms at one token
-into a short derivation with the numbers, e.g. `A_t = Z · w_t / mean w = 0.540 × 1.83 = 0.99`.
+into a short derivation with the numbers, e.g. `A_t = Z · w_t / mean w = 0.540 × 1.83 = 0.99`; each
+estimator's derivation is written beside it (backend/estimators/explaining.py has the shared steps).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 from backend import channel_credit, channels, estimates, main_channel, strips
 from backend.batch import RolloutBatch
 from backend.errors import InputError
-from backend.estimators import registry
+from backend.estimators import explaining, registry
 from backend.store import StoreHandle
 
 
@@ -219,169 +220,10 @@ def _outcome_terms(batch: RolloutBatch, row: int, channel: str, epsilon: float |
 
 
 def derivation(terms: dict, t: int) -> list[str]:
-    """A short derivation of A_t from the terms, with the numbers (one formula per line)."""
-    seq, tok, cfg = terms["sequence"], terms["tokens"], terms["config"]
-
-    def at(name: str, i: int | None = None) -> float | None:
-        vals = tok.get(name)
-        i = t if i is None else i
-        if vals is None or not 0 <= i < len(vals):
-            return None
-        return vals[i]
-
-    A = at("advantage")
-    lines: list[str] = []
-    if "R" in seq and "Z" in seq:
-        outcome = cfg.get("outcome", "grpo" if cfg.get("norm_by_std", True) else "dr_grpo")
-        if terms.get("estimator") == "maxrl":
-            outcome = "maxrl"
-        R, mean, std, Z = seq["R"], seq["group_mean"], seq["group_std"], seq["Z"]
-        if None in (R, mean, std, Z):
-            lines.append("R: no score on this channel (left out of the group; advantage 0)")
-        elif outcome == "maxrl":
-            eps = seq.get("epsilon", 0.0) or 0.0
-            if mean <= 0 and cfg.get("nonpositive_mean") == "zero":
-                lines.append(f"pass rate mean_G = {mean:.4g} ≤ 0: no success in the group, Z = 0"
-                             f"   (G = {seq['group_n']:.0f})")
-            else:
-                lines.append(f"Z = (R − mean_G) / (mean_G + ε) = ({R:.4g} − {mean:.4g}) / ({mean:.4g} + "
-                             f"{eps:.0e}) = {Z:.4g}   (MaxRL: divided by the pass rate, G = "
-                             f"{seq['group_n']:.0f})")
-        elif outcome == "grpo":
-            eps = seq.get("epsilon", 0.0) or 0.0
-            lines.append(f"Z = (R − mean_G) / (std_G + ε) = ({R:.4g} − {mean:.4g}) / ({std:.4g} + {eps:.0e})"
-                         f" = {Z:.4g}   (G = {seq['group_n']:.0f})")
-        else:
-            lines.append(f"Z ({outcome}) from R = {R:.4g}, group mean {mean:.4g} (G = {seq['group_n']:.0f})"
-                         f" = {Z:.4g}")
-    w, r, V, base = at("weights"), at("r"), at("values"), at("base")
-    if V is not None and "temporal" in tok:
-        absolute = seq.get("absolute") or 0.0
-        lines.append(f"V(s_t) from {terms['notes'].get('value_source', '?')}: V(s_t) = {V:.4g}")
-        temporal = at("temporal") or 0.0
-        if float(cfg.get("lam", 1.0)) == 1.0 and float(cfg.get("gamma", 1.0)) == 1.0:
-            lines.append(f"temporal (GAE, γ = λ = 1): Z − V(s_t) = {seq.get('Z') or 0.0:.4g} − {V:.4g} = "
-                         f"{temporal:.4g}")
-        else:
-            lines.append(f"temporal (GAE, γ = {cfg.get('gamma')}, λ = {cfg.get('lam')}) = {temporal:.4g}")
-        lines.append(f"A_t = temporal + w_abs (R − anchor) = {temporal:.4g} + {absolute:.4g} = {A:.4g}")
-    elif V is not None and r is not None:
-        V_next = at("values", t + 1) or 0.0
-        gamma = float(cfg.get("gamma", 1.0))
-        lam = seq.get("lam_actor")  # gae's per-response lambda (VAPO's length-adaptive option)
-        lam = float(cfg.get("lam", 1.0)) if lam is None else lam
-        delta = r + gamma * V_next - V
-        source = terms["notes"].get("value_source", "?")
-        A_next = at("advantage", t + 1) or 0.0
-        lines.append(f"V(s_t) from {source}: V(s_t) = {V:.4g}, V(s_t+1) = {V_next:.4g}")
-        lines.append(f"δ_t = r_t + γ V(s_t+1) − V(s_t) = {r:.4g} + {gamma:g} × {V_next:.4g} − {V:.4g}"
-                     f" = {delta:.4g}")
-        lines.append(f"A_t = δ_t + γλ A_t+1 = {delta:.4g} + {gamma * lam:.3g} × {A_next:.4g} = {A:.4g}")
-        if cfg.get("lam_mode") == "length_adaptive":
-            lines.append(f"λ = 1 − 1/(α L) = 1 − 1/({float(cfg.get('alpha', 0)):g} × {len(tok['advantage'])})"
-                         f" = {lam:.4g} (VAPO, at least 0)")
-        critic_lam, G = terms["notes"].get("lam_critic"), at("returns")
-        if critic_lam is not None and G is not None:
-            lines.append(f"value target (decoupled, λ_critic = {critic_lam:g}): returns_t = {G:.4g}; "
-                         "A_t keeps the actor's λ")
-    elif "values_after" in tok and V is not None:
-        Va, branch = at("values_after"), at("branch")
-        eta = float(cfg.get("eta", 1.0))
-        Z = seq.get("Z") or 0.0
-        if branch:
-            lines.append(f"branch point: A_t = Z + η (V(s_t+1) − V(s_t)) = {Z:.4g} + {eta:g} × ({Va:.4g} − "
-                         f"{V:.4g}) = {A:.4g}")
-        else:
-            lines.append(f"no branch at t: A_t = Z = {A:.4g}")
-    elif V is not None and "mc_mask" in tok:
-        valued = {m["pos"]: m for m in terms.get("mc", [])}
-        before = [p for p in valued if p <= t]
-        after = [p for p in valued if p > t]
-        if before:
-            m = valued[max(before)]
-            lines.append(f"V̂(s_{m['pos']}) = {m['value']:.4g} ± {m['stderr']:.2g} (reward units, "
-                         f"{m['n']} sampled suffixes)")
-        else:
-            lines.append("before the first resampled position: V̂ = the group's mean reward")
-        if after:
-            m = valued[min(after)]
-            lines.append(f"V̂(s_{m['pos']}) = {m['value']:.4g} ± {m['stderr']:.2g} ({m['n']} suffixes)")
-        else:
-            lines.append(f"after the last resampled position: the outcome R = {seq.get('R')}")
-        lines.append(f"A_t = scale · (V̂ next − V̂ current) = {A:.4g}   (scale maps rewards to Z units)")
-    elif at("trace_sum") is not None and seq.get("Z_used") is not None:  # log_ratio_trace
-        decay = float(cfg.get("trace_gamma", 1.0)) * float(cfg.get("trace_lam", 1.0))
-        if cfg.get("clamp_negative"):
-            floor, Z = float(cfg.get("floor", 0.0)), seq.get("Z") or 0.0
-            lines.append(f"Z' = max(Z, floor) = max({Z:.4g}, {floor:g}) = {seq['Z_used']:.4g}")
-        lines.append(f"W_t = Σ_(u ≥ t) tr(u, u − t) = {at('trace_sum'):.4g}   ({cfg.get('weighting')} trace, "
-                     f"γλ = {decay:.4g}, over the {len(tok['advantage']) - t} tokens from t on)")
-        lines.append(f"A_t = Z' · W_t = {seq['Z_used']:.4g} × {at('trace_sum'):.4g} = {A:.4g}")
-    elif w is not None and "scored" in tok and seq.get("Z") is not None:  # oar_p, oar_g, gcpo
-        score = next((f"{k} = {at(k):.4g}" for k in tok if k.endswith("_score") and at(k) is not None), "")
-        if at("scored"):
-            lines.append(f"cached model score at t: {score}" + (f", divergence d_t = {at('divergence'):.4g}"
-                                                                 if at("divergence") is not None else ""))
-        else:
-            lines.append("t is not scored (conclude text, answer, or no answer found): w_t = 1")
-        lines.append(f"A_t = Z · w_t = {seq['Z']:.4g} × {w:.4g} = {A:.4g}")
-    elif w is not None and r is not None and "Z" in seq:
-        weights = [x for x in tok["weights"] if x is not None]
-        mean_w = sum(weights) / max(len(weights), 1)
-        Z = seq["Z"]
-        if mean_w > 0:
-            lines.append(f"A_t = Z · w_t / mean w = {Z:.4g} × {w:.4g} / {mean_w:.4g} = {A:.4g}")
-        else:
-            lines.append(f"all weights 0: uniform fallback, A_t = Z = {A:.4g}")
-    elif at("anchored") is not None and at("gate") is not None:  # divergence_progress
-        lines.append(f"s_t = (d_t − window mean) / window std = ({at('divergence'):.4g} − "
-                     f"{at('window_mean'):.4g}) / {at('window_std'):.4g} → {at('signal'):.4g} (clipped)"
-                     f"   (window {at('window'):.0f})")
-        lines.append(f"A_t = g_t (Z + λ s_t) = {at('gate'):.4g} × ({seq.get('Z') or 0.0:.4g} + "
-                     f"{float(cfg.get('lam', 0.0)):g} × {at('signal'):.4g}) = {A:.4g}")
-    elif at("token_weight") is not None and "Z" in seq:  # pivot_buckets, asymmetric_confidence
-        if at("window_mean_gate") is not None:
-            beta = float(cfg.get("anchor", 1.0))
-            lines.append(f"ĝ_t = g_t / window mean g = {at('gate'):.4g} / {at('window_mean_gate'):.4g}; "
-                         f"w_t = (1 − β) + β ĝ_t = {at('token_weight'):.4g}   (β = {beta:g})")
-        elif at("surrogate_entropy") is not None:
-            lines.append(f"u_t = {at('surrogate_entropy'):.4g} bits, confidence c_t = "
-                         f"{at('confidence'):.4g}; w_t = 1 + α (u_t if Z > 0, c_t if Z < 0) = "
-                         f"{at('weights_raw'):.4g}")
-        lines.append(f"A_t = Z · w_t = {seq.get('Z') or 0.0:.4g} × {at('token_weight'):.4g} = {A:.4g}")
-    elif r is not None and "Z" in seq:
-        L = len(tok["advantage"])
-        extra = ""
-        for name in ("phi", "g", "key_score"):
-            if at(name) is not None:
-                extra = f"   ({name}_t = {at(name):.4g})"
-        if at("phi") is not None:
-            phi_sum = sum(v for v in tok["phi"] if v is not None)
-            lines.append(f"r_t = φ_t + (Z − Σφ) / L = {at('phi'):.4g} + ({seq['Z']:.4g} − {phi_sum:.4g})"
-                         f" / {L} = {r:.4g}")
-            parts = sorted(((k[8:], at(k)) for k in tok if k.startswith("feature:") and at(k) is not None),
-                           key=lambda kv: -abs(kv[1]))[:3]
-            if parts:
-                lines.append("largest feature contributions to φ_t: "
-                             + ", ".join(f"{n} {v:+.3g}" for n, v in parts))
-        lines.append(f"A_t = L · r_t = {L} × {r:.4g} = {A:.4g}{extra}")
-    elif base is not None and "block" in tok:
-        members = [i for i, b in enumerate(tok["block"]) if b == at("block")]
-        values = [tok["base"][i] or 0.0 for i in members]
-        lines.append(f"block {at('block'):.0f} = tokens {members[0]}–{members[-1]}: A_t = mean of base over "
-                     f"the block = {sum(values):.4g} / {len(values)} = {A:.4g}   (base_t = {base:.4g})")
-    elif base is not None:
-        factor = A / base if base else float("nan")
-        flags = [n for n in ("boosted", "pivots", "mask") if at(n)]
-        note = f"   ({', '.join(flags)} at t)" if flags else ""
-        if base:
-            lines.append(f"A_t = f_t · base_t = {factor:.4g} × {base:.4g} = {A:.4g}{note}")
-        else:
-            lines.append(f"base_t = 0, so A_t = {A:.4g}{note}")
-    elif seq.get("Z") is not None and A is not None and abs(A - seq["Z"]) < 1e-6:
-        lines.append(f"A_t = Z = {A:.4g} (broadcast to every token)")
-    if A is not None and not any("A_t" in line for line in lines):
-        # No formula for these terms: the number itself, with every per-token term at t.
-        shown = ", ".join(f"{k}_t = {at(k):.4g}" for k in tok if k != "advantage" and at(k) is not None)
-        lines.append(f"A_t = {A:.4g}" + (f"   ({shown})" if shown else ""))
+    """A short derivation of A_t from the terms, with the numbers (one formula per line): the estimator's
+    own (registered with it, `EstimatorSpec.explain`), else A_t itself with every per-token term at t."""
+    v = explaining.Terms(terms, t)
+    lines = registry.get(terms["estimator"]).explain(v)
+    if v.A is not None and not any("A_t" in line for line in lines):
+        lines = [*lines, *explaining.every_term(v)]
     return lines

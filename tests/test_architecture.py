@@ -1,5 +1,5 @@
 """The shape of the code: no import cycles, lower layers never import higher ones, modules stay one
-screen of jobs (at most 450 lines), every registered estimator has a loop twin.
+screen of jobs (at most 450 lines), every registered estimator has a loop twin and a derivation.
 
 The import graph is built from the AST of backend/, app/, pages/ and bench/: every `import` and
 `from ... import` anywhere in a module (top level or inside a function) is an edge, so a cycle hidden
@@ -170,6 +170,14 @@ def test_every_registered_estimator_has_a_twin():
     missing = sorted(set(registry.names()) - set(reference.twin_names()))
     assert not missing, f"no twin for {', '.join(missing)}"
     assert reference.missing_twins() == []
+
+
+def test_every_registered_estimator_explains_itself():
+    """The Rollout view's "why this credit" and `creditlens explain --pos` read the derivation registered
+    with the estimator (`register(..., explain=fn)`), not a list kept elsewhere."""
+    missing = sorted(n for n in registry.names() if registry.get(n).explain is None)
+    assert not missing, (f"no derivation for {', '.join(missing)}: pass explain=fn to its @register, fn "
+                         "written beside it from the steps in backend/estimators/explaining.py")
 
 
 def test_pages_reach_the_backend_only_through_app():

@@ -7,9 +7,11 @@ Adding an estimator:
 1. Write it in the module of its family (outcome, credit, valued, learned, logged, modifiers; a new family
    gets a new module, imported below): a frozen config subclassing `registry.Config` (or a family base such
    as `common.OutcomeConfig`/`CreditConfig`) whose fields use `param(default, help=..., low=, high=)`, and
-   the function under `@register("name", Config, "one line", needs=..., family=..., source=...)`.
-   `source` names the paper and the official code (with its commit) it was checked against; leave it
-   empty for a construction of our own and describe it honestly.
+   the function under `@register("name", Config, "one line", needs=..., family=..., source=...,
+   explain=fn)`. `source` names the paper and the official code (with its commit) it was checked against;
+   leave it empty for a construction of our own and describe it honestly. `explain` is its derivation of
+   A_t from its diagnostics (what `creditlens explain --pos` and the Rollout view print), written beside it
+   from the shared steps of `explaining.py` (Z from the outcome, broadcast, ...) plus its own formula.
 2. Write its twin in `twins/<family>.py` under `@twin("name")`: `fn(batch, config) -> advantages (B, T)`,
    plain python loops over responses and real tokens (helpers in `twins/loops.py`), written from the
    formula and never calling the vectorized code it checks. Without a twin, `reference_advantages` fails

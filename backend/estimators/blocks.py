@@ -17,6 +17,7 @@ from backend.batch import RolloutBatch
 from backend.estimators import functional as F
 from backend.estimators import masked
 from backend.estimators.common import GAEFields, OutcomeConfig, outcome_z, values_for
+from backend.estimators.explaining import Terms, broadcast, first_of, scaled_base, z_from_outcome
 from backend.estimators.modifiers import ModifierConfig, base_advantages
 from backend.estimators.registry import EstimatorResult, param, register
 from backend.estimators.token_helpers import scores_of, step_ends, token_positions
@@ -70,11 +71,26 @@ def block_average(values: torch.Tensor, block: torch.Tensor, mask: torch.Tensor)
     return out
 
 
+def block_lines(v: Terms) -> list[str]:
+    """A_t = the mean of the base advantage over t's block."""
+    base, block = v.at("base"), v.at("block")
+    if base is None or "block" not in v.tok:
+        return []
+    members = [i for i, b in enumerate(v.tok["block"]) if b == block]
+    values = [v.tok["base"][i] or 0.0 for i in members]
+    return [f"block {block:.0f} = tokens {members[0]}–{members[-1]}: A_t = mean of base over the block = "
+            f"{sum(values):.4g} / {len(values)} = {v.A:.4g}   (base_t = {base:.4g})"]
+
+
+def explain_block(v: Terms) -> list[str]:
+    return first_of(v, block_lines, scaled_base)
+
+
 @register("block_mean", BlockMeanConfig,
           "MPO-style blocks (our construction): K consecutive tokens (or one reasoning step) form one action "
           "and share the mean of the base estimator's advantages over the block. With an outcome-only base "
           "(grpo) this is broadcast: MPO's block-level importance ratio lives in the loss, not in A. Not the "
-          "MPO paper's method (its code is unreleased)", family="modifier", source="")
+          "MPO paper's method (its code is unreleased)", family="modifier", source="", explain=explain_block)
 def block_mean(batch: RolloutBatch, config: BlockMeanConfig) -> EstimatorResult:
     """A: (B, T) = mean of base A over the token's block. Diagnostics: base (B, T), block (B, T) index."""
     mask = batch.response_mask
@@ -101,12 +117,33 @@ class ValueAnchoredConfig(GAEFields, OutcomeConfig):
                           help="Reward the absolute term is measured from (0.5: midpoint of a 0/1 verifier)")
 
 
+def explain_value_anchored(v: Terms) -> list[str]:
+    """Z from the outcome; A_t = GAE of Z with process values + w_abs (R − anchor)."""
+    return [*z_from_outcome(v), *first_of(v, anchored_lines, broadcast)]
+
+
+def anchored_lines(v: Terms) -> list[str]:
+    V, cfg = v.at("values"), v.cfg
+    if V is None or "temporal" not in v.tok:
+        return []
+    absolute = v.seq.get("absolute") or 0.0
+    temporal = v.at("temporal") or 0.0
+    lines = [f"V(s_t) from {v.notes.get('value_source', '?')}: V(s_t) = {V:.4g}"]
+    if float(cfg.get("lam", 1.0)) == 1.0 and float(cfg.get("gamma", 1.0)) == 1.0:
+        lines.append(f"temporal (GAE, γ = λ = 1): Z − V(s_t) = {v.seq.get('Z') or 0.0:.4g} − {V:.4g} = "
+                     f"{temporal:.4g}")
+    else:
+        lines.append(f"temporal (GAE, γ = {cfg.get('gamma')}, λ = {cfg.get('lam')}) = {temporal:.4g}")
+    lines.append(f"A_t = temporal + w_abs (R − anchor) = {temporal:.4g} + {absolute:.4g} = {v.A:.4g}")
+    return lines
+
+
 @register("value_anchored", ValueAnchoredConfig,
           "VGPO-inspired (our construction): A = GAE of the terminal Z with process values V(s_t) (the "
           "group's prefix tree by default; gamma = lam = 1 gives Z - V(s_t)) + w_abs (R - anchor), an "
           "absolute term that does not vanish when every response of a group scores the same. VGPO itself is "
           "for image flow matching (temporal cumulative rewards over denoising steps, adaptive dual "
-          "advantage estimation); this is not its method", family="value")
+          "advantage estimation); this is not its method", family="value", explain=explain_value_anchored)
 def value_anchored(batch: RolloutBatch, config: ValueAnchoredConfig) -> EstimatorResult:
     """A: (B, T); the temporal part is `gae` with the same values, gamma and lam.
     Diagnostics: Z (B,), values (B, T), temporal (B, T), returns (B, T), absolute (B,) w_abs (R - anchor)."""

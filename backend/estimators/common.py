@@ -15,6 +15,7 @@ import torch
 from backend.batch import RolloutBatch
 from backend.estimators import fitting
 from backend.estimators import functional as F
+from backend.estimators.explaining import Terms, broadcast, first_of, z_from_outcome
 from backend.estimators.registry import Config, EstimatorResult, param
 from backend.estimators.token_helpers import fallback_message, rollout_list, scores_of
 from backend.estimators.values import values_from_source
@@ -97,3 +98,73 @@ def finish_rewards(batch: RolloutBatch, config: Any, z: torch.Tensor, r: torch.T
     return EstimatorResult(advantages=torch.where(mask, adv, 0.0), diagnostics=diagnostics)
 
 
+
+
+def gae_steps(v: Terms) -> list[str]:
+    """GAE over the token rewards r with values V (`then_gae`; gae itself, with VAPO's options)."""
+    V, r, cfg = v.at("values"), v.at("r"), v.cfg
+    if V is None or r is None:
+        return []
+    V_next = v.at("values", v.t + 1) or 0.0
+    gamma = float(cfg.get("gamma", 1.0))
+    lam = v.seq.get("lam_actor")  # gae's per-response lambda (VAPO's length-adaptive option)
+    lam = float(cfg.get("lam", 1.0)) if lam is None else lam
+    delta = r + gamma * V_next - V
+    A_next = v.at("advantage", v.t + 1) or 0.0
+    lines = [f"V(s_t) from {v.notes.get('value_source', '?')}: V(s_t) = {V:.4g}, V(s_t+1) = {V_next:.4g}",
+             f"δ_t = r_t + γ V(s_t+1) − V(s_t) = {r:.4g} + {gamma:g} × {V_next:.4g} − {V:.4g} = {delta:.4g}",
+             f"A_t = δ_t + γλ A_t+1 = {delta:.4g} + {gamma * lam:.3g} × {A_next:.4g} = {v.A:.4g}"]
+    if cfg.get("lam_mode") == "length_adaptive":
+        lines.append(f"λ = 1 − 1/(α L) = 1 − 1/({float(cfg.get('alpha', 0)):g} × {len(v.tok['advantage'])})"
+                     f" = {lam:.4g} (VAPO, at least 0)")
+    critic_lam, G = v.notes.get("lam_critic"), v.at("returns")
+    if critic_lam is not None and G is not None:
+        lines.append(f"value target (decoupled, λ_critic = {critic_lam:g}): returns_t = {G:.4g}; "
+                     "A_t keeps the actor's λ")
+    return lines
+
+
+def weighted(v: Terms) -> list[str]:
+    """A_t = L r_t with r_t = Z w_t / Σw (`finish_credit`): Z spread by the weights."""
+    w, r = v.at("weights"), v.at("r")
+    if w is None or r is None or "Z" not in v.seq:
+        return []
+    weights = [x for x in v.tok["weights"] if x is not None]
+    mean_w = sum(weights) / max(len(weights), 1)
+    if mean_w > 0:
+        return [f"A_t = Z · w_t / mean w = {v.seq['Z']:.4g} × {w:.4g} / {mean_w:.4g} = {v.A:.4g}"]
+    return [f"all weights 0: uniform fallback, A_t = Z = {v.A:.4g}"]
+
+
+def token_rewards(v: Terms) -> list[str]:
+    """A_t = L r_t from token rewards r (`finish_rewards`), with a learned reward's φ_t and features."""
+    r = v.at("r")
+    if r is None or "Z" not in v.seq:
+        return []
+    L = len(v.tok["advantage"])
+    extra, lines = "", []
+    for name in ("phi", "g", "key_score"):
+        if v.at(name) is not None:
+            extra = f"   ({name}_t = {v.at(name):.4g})"
+    if v.at("phi") is not None:
+        phi_sum = sum(x for x in v.tok["phi"] if x is not None)
+        lines.append(f"r_t = φ_t + (Z − Σφ) / L = {v.at('phi'):.4g} + ({v.seq['Z']:.4g} − {phi_sum:.4g})"
+                     f" / {L} = {r:.4g}")
+        parts = sorted(((k[8:], v.at(k)) for k in v.tok if k.startswith("feature:") and v.at(k) is not None),
+                       key=lambda kv: -abs(kv[1]))[:3]
+        if parts:
+            lines.append("largest feature contributions to φ_t: "
+                         + ", ".join(f"{n} {x:+.3g}" for n, x in parts))
+    return [*lines, f"A_t = L · r_t = {L} × {r:.4g} = {v.A:.4g}{extra}"]
+
+
+def explain_credit(v: Terms) -> list[str]:
+    """The derivation of `finish_credit`'s methods: Z from the outcome, spread over the tokens by the
+    weights (A_t = L r_t), or GAE over r (`then_gae`)."""
+    return [*z_from_outcome(v), *first_of(v, gae_steps, weighted, token_rewards, broadcast)]
+
+
+def explain_rewards(v: Terms) -> list[str]:
+    """The derivation of `finish_rewards`'s methods: Z from the outcome, token rewards r, A_t = L r_t or
+    GAE over r."""
+    return [*z_from_outcome(v), *first_of(v, gae_steps, token_rewards, broadcast)]

@@ -14,7 +14,15 @@ import torch
 
 from backend.batch import RolloutBatch
 from backend.estimators import masked
-from backend.estimators.common import CreditConfig, OutcomeConfig, finish_credit, finish_rewards, outcome_z
+from backend.estimators.common import (
+    CreditConfig,
+    OutcomeConfig,
+    explain_credit,
+    finish_credit,
+    finish_rewards,
+    outcome_z,
+)
+from backend.estimators.explaining import Terms, broadcast, first_of, scaled_base, z_from_outcome
 from backend.estimators.registry import EstimatorResult, param, register
 from backend.estimators.token_helpers import (
     fallback_message,
@@ -25,6 +33,11 @@ from backend.estimators.token_helpers import (
 )
 
 
+def explain_high_entropy(v: Terms) -> list[str]:
+    """Z from the outcome, kept on high-entropy tokens (A_t = f_t · Z with f_t 0 or 1)."""
+    return [*z_from_outcome(v), *first_of(v, scaled_base, broadcast)]
+
+
 @dataclass(frozen=True)
 class TerminalGAEConfig(CreditConfig):
     """All of Z on the last token, then GAE (V = 0, gamma = lam = 1 is broadcast)."""
@@ -33,7 +46,8 @@ class TerminalGAEConfig(CreditConfig):
 
 
 @register("terminal_gae", TerminalGAEConfig,
-          "Terminal reward Z on the last token, then GAE with a value source", family="value")
+          "Terminal reward Z on the last token, then GAE with a value source", family="value",
+          explain=explain_credit)
 def terminal_gae(batch: RolloutBatch, config: TerminalGAEConfig) -> EstimatorResult:
     mask = batch.response_mask
     t, L = token_positions(batch)
@@ -47,7 +61,8 @@ class RecencyConfig(CreditConfig):
     kappa: float = param(0.97, low=1e-6, high=1.0, help="Decay per token away from the end")
 
 
-@register("recency", RecencyConfig, "Credit decays with distance from the end: w = kappa^(L - t)")
+@register("recency", RecencyConfig, "Credit decays with distance from the end: w = kappa^(L - t)",
+          explain=explain_credit)
 def recency(batch: RolloutBatch, config: RecencyConfig) -> EstimatorResult:
     t, L = token_positions(batch)
     return finish_credit(batch, config, outcome_z(batch, config), torch.pow(config.kappa, L - t))
@@ -60,7 +75,8 @@ class EarlyLateConfig(CreditConfig):
     kappa: float = param(0.97, low=1e-6, high=1.0, help="Decay per token away from either end")
 
 
-@register("early_late", EarlyLateConfig, "Credit at both ends: w = kappa^(t-1) + kappa^(L-t)")
+@register("early_late", EarlyLateConfig, "Credit at both ends: w = kappa^(t-1) + kappa^(L-t)",
+          explain=explain_credit)
 def early_late(batch: RolloutBatch, config: EarlyLateConfig) -> EstimatorResult:
     t, L = token_positions(batch)
     w = torch.pow(config.kappa, t - 1) + torch.pow(config.kappa, L - t)
@@ -77,7 +93,8 @@ class EntropyConfig(CreditConfig):
         return ("entropies",)
 
 
-@register("entropy", EntropyConfig, "Credit follows the policy entropy: w = H^p", needs=("entropies",))
+@register("entropy", EntropyConfig, "Credit follows the policy entropy: w = H^p", needs=("entropies",),
+          explain=explain_credit)
 def entropy(batch: RolloutBatch, config: EntropyConfig) -> EstimatorResult:
     w = torch.pow(masked_entropies(batch), config.p)
     return finish_credit(batch, config, outcome_z(batch, config), w)
@@ -131,7 +148,7 @@ def response_high_entropy_mask(batch: RolloutBatch, q: float) -> torch.Tensor:
           "Beyond the 80/20 rule: the policy gradient only on the top-20% entropy tokens of the batch (one "
           "quantile over all real tokens, as TRL's get_high_entropy_mask); A = Z there, unchanged (no "
           "rescaling), 0 elsewhere. quantile_over=response is our per-response variant, not the paper's",
-          needs=("entropies",), source=BEYOND_8020)
+          needs=("entropies",), source=BEYOND_8020, explain=explain_high_entropy)
 def high_entropy(batch: RolloutBatch, config: HighEntropyConfig) -> EstimatorResult:
     """A: (B, T) = Z on kept tokens, 0 elsewhere. Diagnostics: Z (B,), base (B, T) broadcast Z,
     kept (B, T) bool, entropy_threshold (a float for the batch, or (B,) per response)."""
@@ -159,7 +176,8 @@ class StepBoundaryConfig(CreditConfig):
                          help="Regex ending a step; the token with the match's last char ends it")
 
 
-@register("step_boundary", StepBoundaryConfig, "Equal credit on the last token of each reasoning step")
+@register("step_boundary", StepBoundaryConfig, "Equal credit on the last token of each reasoning step",
+          explain=explain_credit)
 def step_boundary(batch: RolloutBatch, config: StepBoundaryConfig) -> EstimatorResult:
     ends, note = step_ends(batch, config.pattern)
     return finish_credit(batch, config, outcome_z(batch, config), ends.to(torch.float32),
@@ -187,7 +205,8 @@ def trace_weights(batch: RolloutBatch, config) -> torch.Tensor:
 
 @register("decaying_trace", TraceConfig,
           "Our construction: credit decays away from the end, w = (gamma lam)^(L-t) (or both ends), "
-          "redistributed with mean one. Not GRPO-lambda, which traces log-prob gradients", aliases=("trace",))
+          "redistributed with mean one. Not GRPO-lambda, which traces log-prob gradients", aliases=("trace",),
+          explain=explain_credit)
 def decaying_trace(batch: RolloutBatch, config: TraceConfig) -> EstimatorResult:
     return finish_credit(batch, config, outcome_z(batch, config), trace_weights(batch, config))
 
@@ -205,7 +224,7 @@ class MaskedTraceConfig(TraceConfig):
 @register("entropy_masked_trace", MaskedTraceConfig,
           "Our construction: the decaying trace restricted to each response's high-entropy tokens, mean-one "
           "weights with A/Z capped at `cap`. Not S-trace (arXiv 2605.05965), which traces importance weights",
-          needs=("entropies",), aliases=("s_trace",))
+          needs=("entropies",), aliases=("s_trace",), explain=explain_credit)
 def entropy_masked_trace(batch: RolloutBatch, config: MaskedTraceConfig) -> EstimatorResult:
     """ratio_t = L w_t / sum_k w_k (mean one; uniform where w vanishes on the whole response), then
     A = Z min(ratio, cap) and r = A / L. Diagnostics: weights, ratio (uncapped A/Z), capped (B, T) bool."""
@@ -234,7 +253,8 @@ class EntropyMixConfig(CreditConfig):
 @register("entropy_mix", EntropyMixConfig,
           "Our construction: sign-preserving mix of broadcast and entropy weighting, "
           "w = 1 - a + a H / mean H. "
-          "Not HAPO (two different papers use that name)", needs=("entropies",), aliases=("hapo",))
+          "Not HAPO (two different papers use that name)", needs=("entropies",), aliases=("hapo",),
+          explain=explain_credit)
 def entropy_mix(batch: RolloutBatch, config: EntropyMixConfig) -> EstimatorResult:
     mask = batch.response_mask
     H = masked_entropies(batch)

@@ -28,6 +28,7 @@ from backend.batch import RolloutBatch
 from backend.estimators import masked
 from backend.estimators.common import OutcomeConfig, outcome_z
 from backend.estimators.credit import response_high_entropy_mask
+from backend.estimators.explaining import Terms, broadcast, first_of, z_from_outcome
 from backend.estimators.registry import EstimatorResult, param, register
 from backend.estimators.token_helpers import masked_entropies, need, token_positions
 
@@ -109,12 +110,32 @@ class PivotBucketsConfig(PivotFields):
                           help="beta: A = Z ((1 - beta) + beta g_hat); 0 is GRPO, 1 the normalized gate only")
 
 
+def weighted_z(v: Terms, why: str | None) -> list[str]:
+    """A_t = Z · w_t, after the line `why` that gives w_t (the method's own; None: none)."""
+    if v.at("token_weight") is None or "Z" not in v.seq:
+        return []
+    return [*([why] if why else []),
+            f"A_t = Z · w_t = {v.seq.get('Z') or 0.0:.4g} × {v.at('token_weight'):.4g} = {v.A:.4g}"]
+
+
+def bucket_weight(v: Terms) -> list[str]:
+    if v.at("token_weight") is None or v.at("window_mean_gate") is None:
+        return weighted_z(v, None)
+    beta = float(v.cfg.get("anchor", 1.0))
+    return weighted_z(v, f"ĝ_t = g_t / window mean g = {v.at('gate'):.4g} / {v.at('window_mean_gate'):.4g}; "
+                         f"w_t = (1 − β) + β ĝ_t = {v.at('token_weight'):.4g}   (β = {beta:g})")
+
+
+def explain_pivot_buckets(v: Terms) -> list[str]:
+    return [*z_from_outcome(v), *first_of(v, bucket_weight, broadcast)]
+
+
 @register("pivot_buckets", PivotBucketsConfig,
           "Our construction after the ERPO abstract (not ERPO): gate g = 1 + alpha at each response's "
           "top-entropy pivots; g_hat = g / mean of g over the group's tokens in the same token-progress "
           "window (K windows of (t-1)/L); A = Z ((1 - beta) + beta g_hat), so every token keeps the sign of "
           "the outcome. ERPO's own gating, bucket and anchor formulas were not available to check",
-          needs=("entropies",), source=ERPO_SOURCE)
+          needs=("entropies",), source=ERPO_SOURCE, explain=explain_pivot_buckets)
 def pivot_buckets(batch: RolloutBatch, config: PivotBucketsConfig) -> EstimatorResult:
     """Diagnostics: Z (B,), pivots (B, T) bool, gate (B, T) g, window (B, T) k, window_mean_gate (B, T), and
     token_weight (B, T) = (1 - beta) + beta g_hat, so A = Z token_weight."""
@@ -146,13 +167,29 @@ class DivergenceProgressConfig(PivotFields):
                                     "outlier a huge z-score (on the demo run up to ~10)")
 
 
+def progress_lines(v: Terms) -> list[str]:
+    """s_t the divergence standardized in its progress window; A_t = g_t (Z + λ s_t)."""
+    if v.at("anchored") is None or v.at("gate") is None:
+        return []
+    return [f"s_t = (d_t − window mean) / window std = ({v.at('divergence'):.4g} − "
+            f"{v.at('window_mean'):.4g}) / {v.at('window_std'):.4g} → {v.at('signal'):.4g} (clipped)"
+            f"   (window {v.at('window'):.0f})",
+            f"A_t = g_t (Z + λ s_t) = {v.at('gate'):.4g} × ({v.seq.get('Z') or 0.0:.4g} + "
+            f"{float(v.cfg.get('lam', 0.0)):g} × {v.at('signal'):.4g}) = {v.A:.4g}"]
+
+
+def explain_divergence_progress(v: Terms) -> list[str]:
+    return [*z_from_outcome(v), *first_of(v, progress_lines, broadcast)]
+
+
 @register("divergence_progress", DivergenceProgressConfig,
           "Our construction after the EP-GRPO abstract (not EP-GRPO): process signal d = logprob - "
           "ref_logprob, standardized (s) over the group's tokens in the same cumulative-entropy window "
           "(progress = entropy spent before t / total), clipped to +-signal_clip; A = g (Z + lam s), "
           "g = 1 + alpha at pivots. s is over tokens, not rewards, so a group whose rewards are all equal "
           "(Z = 0) still gets A = lam g s",
-          needs=("entropies", "logprobs", "ref_logprobs"), source=EPGRPO_SOURCE)
+          needs=("entropies", "logprobs", "ref_logprobs"), source=EPGRPO_SOURCE,
+          explain=explain_divergence_progress)
 def divergence_progress(batch: RolloutBatch, config: DivergenceProgressConfig) -> EstimatorResult:
     """A response without a score on the channel gets 0 (no outcome to anchor to); its tokens still count in
     the window statistics. A response with zero entropy everywhere uses positional progress (t-1)/L.
@@ -210,13 +247,25 @@ def surrogate_entropy(logprobs: torch.Tensor) -> torch.Tensor:
     return (h / math.log(2.0)).clamp(0.0, 1.0)
 
 
+def confidence_weight(v: Terms) -> list[str]:
+    if v.at("token_weight") is None or v.at("surrogate_entropy") is None:
+        return weighted_z(v, None)
+    return weighted_z(v, f"u_t = {v.at('surrogate_entropy'):.4g} bits, confidence c_t = "
+                         f"{v.at('confidence'):.4g}; w_t = 1 + α (u_t if Z > 0, c_t if Z < 0) = "
+                         f"{v.at('weights_raw'):.4g}")
+
+
+def explain_asymmetric_confidence(v: Terms) -> list[str]:
+    return [*z_from_outcome(v), *first_of(v, confidence_weight, broadcast)]
+
+
 @register("asymmetric_confidence", AsymmetricConfidenceConfig,
           "Our construction after the ACPO abstract (not ACPO): surrogate entropy u = binary entropy of the "
           "sampled token's probability p (in bits); in responses with Z > 0 w = 1 + alpha u (uncertain "
           "decisions up-weighted), with Z < 0 w = 1 + alpha c, c = 1 - u where p >= 1/2 else 0 "
           "(overconfident tokens up-weighted); A = Z w / mean w (mean-one per response; keep_total=false: "
           "A = Z w)",
-          needs=("logprobs",), source=ACPO_SOURCE)
+          needs=("logprobs",), source=ACPO_SOURCE, explain=explain_asymmetric_confidence)
 def asymmetric_confidence(batch: RolloutBatch, config: AsymmetricConfidenceConfig) -> EstimatorResult:
     """Diagnostics: Z (B,), surrogate_entropy u (B, T), confidence c (B, T), weights w (B, T) before the
     rescale, token_weight (B, T) so that A = Z token_weight."""

@@ -13,7 +13,7 @@ import torch
 
 from backend.batch import RolloutBatch
 from backend.estimators import features, fitting, masked
-from backend.estimators.common import CreditConfig, finish_rewards, outcome_z
+from backend.estimators.common import CreditConfig, explain_rewards, finish_rewards, outcome_z
 from backend.estimators.registry import EstimatorResult, param, register
 from backend.estimators.token_helpers import scores_of
 
@@ -39,7 +39,7 @@ class TokenRMConfig(CreditConfig):
 
 @register("token_rm", TokenRMConfig,
           "Token reward model (linear or MLP head) on token features, projected to sum to Z",
-          family="learned")
+          family="learned", explain=explain_rewards)
 def token_rm(batch: RolloutBatch, config: TokenRMConfig) -> EstimatorResult:
     """Features: entropy, surprisal, position, token class, and extras decision_signal / style_flags when
     present, plus a constant (its sum is L). Ridge of Z on the per-response feature sums, cross-fitted by
@@ -215,7 +215,7 @@ class RudderConfig(CreditConfig):
 
 
 @register("rudder", RudderConfig, "Return decomposition: r_t = g(y<=t) - g(y<t), residual on the last token",
-          family="learned")
+          family="learned", explain=explain_rewards)
 def rudder(batch: RolloutBatch, config: RudderConfig) -> EstimatorResult:
     """g(y_{<=t}) is a ridge on the running mean of the token features up to t and the relative position,
     fitted on every prefix to predict Z (cross-fitted by group). g(empty prefix) = 0, the group baseline
@@ -406,7 +406,7 @@ def key_scores(token_ids: torch.Tensor, mask: torch.Tensor, group_ids: torch.Ten
           "from "
           "the group's correct (R > 0) vs incorrect rollouts: Fisher strength exp(-2p), information gain in "
           "bits, Cohen's h plus a term-frequency term, tanh squash, EOS 0", family="learned",
-          source=KTAE_SOURCE)
+          source=KTAE_SOURCE, explain=explain_rewards)
 def ktae(batch: RolloutBatch, config: KTAEConfig) -> EstimatorResult:
     """A: (B, T) = Z + K on real tokens (Z: the config's outcome; the official code uses grpo). Diagnostics:
     Z, R, correct (B,) bool, key_score, fisher_strength, information_gain, cohen_h, tf_term (B, T)."""

@@ -18,6 +18,7 @@ import torch
 from backend.batch import RolloutBatch
 from backend.estimators import masked, registry
 from backend.estimators.common import Config
+from backend.estimators.explaining import broadcast
 from backend.estimators.registry import EstimatorResult, register
 
 
@@ -28,7 +29,7 @@ class LoggedConfig(Config):
 
 @register("logged", LoggedConfig,
           "The trainer's logged advantage (TRL `advantage`), broadcast to every token",
-          needs=("logged_advantage",), family="outcome")
+          needs=("logged_advantage",), family="outcome", explain=broadcast)
 def logged(batch: RolloutBatch, config: LoggedConfig) -> EstimatorResult:
     """A_{i,t} = logged_i on every real token: (B, T); 0 for a rollout without a logged advantage."""
     value = batch.extras["logged_advantage"].to(torch.float32)  # (B,)

@@ -35,6 +35,7 @@ import torch
 from backend.batch import RolloutBatch, model_score_needs
 from backend.estimators import masked
 from backend.estimators.common import OutcomeConfig, fallback_message, outcome_z, rollout_list
+from backend.estimators.explaining import Terms, broadcast, first_of, z_from_outcome
 from backend.estimators.registry import EstimatorResult, param, register
 
 OAR_SOURCE = ("Li et al. 2026, arXiv 2601.07408 (OAR); official code Valsure/Outcome-Grounded-Advantage-"
@@ -95,6 +96,25 @@ def _reshape(batch: RolloutBatch, config, name: str, weights: torch.Tensor, empt
     return EstimatorResult(advantages=torch.where(mask, adv, 0.0), diagnostics=diagnostics)
 
 
+def scored_lines(v: Terms) -> list[str]:
+    """The cached model score at t and its weight; A_t = Z · w_t."""
+    w = v.at("weights")
+    if w is None or "scored" not in v.tok or v.seq.get("Z") is None:
+        return []
+    score = next((f"{k} = {v.at(k):.4g}" for k in v.tok if k.endswith("_score") and v.at(k) is not None), "")
+    if v.at("scored"):
+        divergence = v.at("divergence")
+        lines = [f"cached model score at t: {score}"
+                 + (f", divergence d_t = {divergence:.4g}" if divergence is not None else "")]
+    else:
+        lines = ["t is not scored (conclude text, answer, or no answer found): w_t = 1"]
+    return [*lines, f"A_t = Z · w_t = {v.seq['Z']:.4g} × {w:.4g} = {v.A:.4g}"]
+
+
+def explain_scored(v: Terms) -> list[str]:
+    return [*z_from_outcome(v), *first_of(v, scored_lines, broadcast)]
+
+
 def _cached(batch: RolloutBatch, name: str) -> tuple[torch.Tensor, torch.Tensor]:
     scores_name, mask_name = model_score_needs(name)
     scored = (batch.extras[mask_name] > 0) & batch.response_mask
@@ -113,11 +133,11 @@ def _oar(name: str):
 register("oar_p", OARConfig,
          "OAR-P: Z reshaped by each reasoning token's influence on the final answer, measured by padding the "
          "token out (bi-level: suppress low, boost high); needs `creditlens model-credit --method oar_p`",
-         needs=model_score_needs("oar_p"), source=OAR_SOURCE)(_oar("oar_p"))
+         needs=model_score_needs("oar_p"), source=OAR_SOURCE, explain=explain_scored)(_oar("oar_p"))
 register("oar_g", OARConfig,
          "OAR-G: OAR's reshaping with the influence from one backward pass (|gradient x embedding| of the "
          "answer log-prob); needs `creditlens model-credit --method oar_g`",
-         needs=model_score_needs("oar_g"), source=OAR_SOURCE)(_oar("oar_g"))
+         needs=model_score_needs("oar_g"), source=OAR_SOURCE, explain=explain_scored)(_oar("oar_g"))
 
 
 @dataclass(frozen=True)
@@ -152,7 +172,7 @@ def gcpo_weights(delta: torch.Tensor, scored: torch.Tensor,
 @register("gcpo", GCPOConfig,
           "GCPO: Z weighted by how much a negative prompt ('..., but generate the wrong answer') changes "
           "each token's log-prob (rank power law, mean one); needs `creditlens model-credit --method gcpo`",
-          needs=model_score_needs("gcpo"), source=GCPO_SOURCE)
+          needs=model_score_needs("gcpo"), source=GCPO_SOURCE, explain=explain_scored)
 def gcpo(batch: RolloutBatch, config: GCPOConfig) -> EstimatorResult:
     delta, scored = _cached(batch, "gcpo")
     weights, d = gcpo_weights(delta, scored, config)

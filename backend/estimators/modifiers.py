@@ -16,6 +16,7 @@ from backend.batch import RolloutBatch
 from backend.estimators import masked, registry
 from backend.estimators.common import Config, OutcomeConfig
 from backend.estimators.credit import response_high_entropy_mask
+from backend.estimators.explaining import every_term, scaled_base
 from backend.estimators.registry import EstimatorResult, param, register
 from backend.estimators.token_helpers import masked_entropies, need, scores_of
 
@@ -108,7 +109,7 @@ def _group_standardize(x: torch.Tensor, mask: torch.Tensor, gidx: torch.Tensor, 
           "(entropy share across the group's correct sequences alive at position t), incorrect ones "
           "r = -a1 - a2 h_t (1/H) / sum_k (1/H_k,t); the shaped rewards of each set, 0 on the other set's "
           "tokens, are z-scored over the group's tokens (our reading of Eq. 6, which keeps correct > 0 > "
-          "incorrect)", needs=("entropies",), family="modifier", source=GTPO_SOURCE)
+          "incorrect)", needs=("entropies",), family="modifier", source=GTPO_SOURCE, explain=every_term)
 def gtpo(batch: RolloutBatch, config: GTPOConfig) -> EstimatorResult:
     """Positions t are 1-based among each response's real tokens; d_t (h_t) counts the group's correct
     (incorrect) responses with at least t tokens. Eq. 6 reading: R+ = {r+_{i,t}} over all real tokens of the
@@ -153,7 +154,7 @@ class EntropyGateConfig(ModifierConfig):
 @register("entropy_gate", EntropyGateConfig,
           "Our construction: multiply A by `factor` on each response's top-entropy tokens (per-response "
           "quantile). In the spirit of ERPO / EP-GRPO but not either paper's method", needs=("entropies",),
-          family="modifier")
+          family="modifier", explain=scaled_base)
 def entropy_gate(batch: RolloutBatch, config: EntropyGateConfig) -> EstimatorResult:
     base = base_advantages(batch, config)
     pivots = response_high_entropy_mask(batch, config.q)
@@ -197,7 +198,7 @@ def _top_surprisal(surprisal: torch.Tensor, candidates: torch.Tensor, ratio: flo
           "weight the "
           "top-10% surprisal tokens among A > 0 (over the whole batch) by W = 1.1; otherwise A is unchanged. "
           "The official code computes this per micro-batch of the actor update; here the batch is one",
-          needs=("logprobs", "entropies"), family="modifier", source=STARE_SOURCE)
+          needs=("logprobs", "entropies"), family="modifier", source=STARE_SOURCE, explain=scaled_base)
 def stare(batch: RolloutBatch, config: STAREConfig) -> EstimatorResult:
     """Gate: token-mean entropy over every real token (verl agg_loss 'token-mean', as the official trainer
     logs actor/entropy) < target_entropy. A = omega * base, omega (B, T) = W on L+, M on L- (C2), else 1.
@@ -235,7 +236,7 @@ class EntropyDropConfig(ModifierConfig):
           "Our construction: down-weight (x scale) the A > 0 tokens whose entropy fell versus the old policy "
           "(extras old_entropies). Not TEPO, whose token-level KL constraint and sequence-likelihood "
           "aggregation this is not", needs=("entropies", "old_entropies"), family="modifier",
-          aliases=("tepo_mask",))
+          aliases=("tepo_mask",), explain=scaled_base)
 def entropy_drop_mask(batch: RolloutBatch, config: EntropyDropConfig) -> EstimatorResult:
     """Diagnostics: base (B, T), marked (B, T) bool (A > 0 and H < old H), weight (B, T)."""
     mask = batch.response_mask
@@ -270,7 +271,7 @@ class AggregationConfig(ModifierConfig):
 
 @register("aggregation", AggregationConfig, "Effective per-token push c * A under a loss-aggregation mode "
           "(Dr. GRPO as TRL: c = 1/(B L_budget), B every response, L_budget the generation budget)",
-          family="aggregation", source=AGGREGATION_SOURCE)
+          family="aggregation", source=AGGREGATION_SOURCE, explain=scaled_base)
 def aggregation(batch: RolloutBatch, config: AggregationConfig) -> EstimatorResult:
     """c: seq-mean-token-mean 1/(B L_i); token-mean (DAPO) 1/sum_j L_j; seq-mean-token-sum 1/B;
     dr-grpo 1/(B_all L_budget). B counts non-empty responses (verl's agg_loss leaves fully masked ones out);

@@ -11,6 +11,7 @@ from backend.batch import RolloutBatch
 from backend.estimators import functional as F
 from backend.estimators import masked
 from backend.estimators.common import Config
+from backend.estimators.explaining import Terms, broadcast, z_from_outcome
 from backend.estimators.registry import EstimatorResult, param, register
 from backend.estimators.token_helpers import scores_of
 
@@ -41,7 +42,13 @@ def _result(batch: RolloutBatch, z) -> EstimatorResult:
     return EstimatorResult(masked.broadcast(z, batch.response_mask), {"Z": z})
 
 
-@register("grpo", GRPOConfig, "GRPO: group z-scored outcome broadcast to every token", family="outcome")
+def explain_outcome(v: Terms) -> list[str]:
+    """Z from the outcome, on every token."""
+    return [*z_from_outcome(v), *broadcast(v)]
+
+
+@register("grpo", GRPOConfig, "GRPO: group z-scored outcome broadcast to every token", family="outcome",
+          explain=explain_outcome)
 def grpo(batch: RolloutBatch, config: GRPOConfig) -> EstimatorResult:
     outcome = "grpo" if config.norm_by_std else "dr_grpo"
     return _result(batch, F.outcome_scores(scores_of(batch, config.channel), batch.group_ids, outcome,
@@ -49,13 +56,13 @@ def grpo(batch: RolloutBatch, config: GRPOConfig) -> EstimatorResult:
 
 
 @register("dr_grpo", PlainOutcomeConfig, "Dr. GRPO: outcome minus the group mean, broadcast",
-          family="outcome")
+          family="outcome", explain=explain_outcome)
 def dr_grpo(batch: RolloutBatch, config: PlainOutcomeConfig) -> EstimatorResult:
     return _result(batch, F.outcome_scores(scores_of(batch, config.channel), batch.group_ids, "dr_grpo"))
 
 
 @register("rloo", PlainOutcomeConfig, "RLOO: outcome minus the mean of the other responses, broadcast",
-          family="outcome")
+          family="outcome", explain=explain_outcome)
 def rloo(batch: RolloutBatch, config: PlainOutcomeConfig) -> EstimatorResult:
     return _result(batch, F.outcome_scores(scores_of(batch, config.channel), batch.group_ids, "rloo"))
 
@@ -80,8 +87,13 @@ class MaxRLConfig(Config):
         return ()  # the scores only
 
 
+def explain_maxrl(v: Terms) -> list[str]:
+    """Z from the outcome divided by the pass rate, on every token."""
+    return [*z_from_outcome(v, "maxrl"), *broadcast(v)]
+
+
 @register("maxrl", MaxRLConfig, "MaxRL: outcome minus the group mean, divided by the group mean (pass rate)",
-          family="outcome", source=MAXRL_SOURCE)
+          family="outcome", source=MAXRL_SOURCE, explain=explain_maxrl)
 def maxrl(batch: RolloutBatch, config: MaxRLConfig) -> EstimatorResult:
     z, mean = F.maxrl_scores(scores_of(batch, config.channel), batch.group_ids, config.epsilon,
                              config.nonpositive_mean)

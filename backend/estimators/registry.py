@@ -67,6 +67,8 @@ class EstimatorSpec:
     source: str = ""
     """For an estimator named after a paper: the paper (arXiv id) and the official code with its commit that
     the implementation was checked against. Empty for our own constructions."""
+    explain: Callable[[Any], list[str]] | None = None
+    """The derivation of A_t from its terms (`fn(Terms) -> lines`, backend/estimators/explaining.py)."""
 
     def scope_for(self, config: Any) -> str:
         """The scope of this estimator under `config` (one of SCOPES), declared by the config class's
@@ -176,8 +178,8 @@ def param(default: Any, *, help: str, low: float | None = None, high: float | No
 
 def register(name: str, config_cls: type, description: str, needs: tuple[str, ...] = (),
              family: str = "credit", needs_one_of: tuple[tuple[str, ...], ...] = (), source: str = "",
-             aliases: tuple[str, ...] = ()) -> Callable:
-    """Decorator: `@register("grpo", GRPOConfig, "one line")`. Registering a name twice raises."""
+             aliases: tuple[str, ...] = (), explain: Callable[[Any], list[str]] | None = None) -> Callable:
+    """Decorator: `@register("grpo", GRPOConfig, "one line", explain=fn)`. Registering a name twice raises."""
 
     def wrap(fn: Callable) -> Callable:
         if name in _REGISTRY:
@@ -193,7 +195,7 @@ def register(name: str, config_cls: type, description: str, needs: tuple[str, ..
             raise TypeError(f"needs_one_of of {name!r} must be non-empty tuples of field names, "
                             f"got {needs_one_of!r}")
         _REGISTRY[name] = EstimatorSpec(name, fn, config_cls, description, tuple(needs), family, alternatives,
-                                        source=source)
+                                        source=source, explain=explain)
         for old in aliases:
             if old in _REGISTRY or old in _ALIASES:
                 raise ValueError(f"alias {old!r} of {name!r} is already a name or an alias")
@@ -429,10 +431,11 @@ def config_schema(name: str) -> dict:
 
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """A hash of the estimator sources: cached outputs from older estimator code never match."""
+    """A hash of the estimator sources, the channels and the batch (where the summed channel `all` is
+    computed): cached outputs from older code never match."""
     digest = hashlib.sha256()
     root = Path(__file__).resolve().parent
-    for path in sorted([*root.glob("*.py"), root.parent / "channels.py"]):
+    for path in sorted([*root.glob("*.py"), root.parent / "channels.py", root.parent / "batch.py"]):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]

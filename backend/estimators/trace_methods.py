@@ -37,6 +37,7 @@ import torch
 
 from backend.batch import RolloutBatch
 from backend.estimators.common import OutcomeConfig, outcome_z
+from backend.estimators.explaining import Terms, broadcast, first_of, z_from_outcome
 from backend.estimators.registry import EstimatorResult, param, register
 from backend.estimators.token_helpers import token_positions
 
@@ -97,13 +98,33 @@ def trace_sums(batch: RolloutBatch, config: LogRatioTraceConfig) -> torch.Tensor
     return torch.where(batch.response_mask, w, 0.0)
 
 
+def trace_lines(v: Terms) -> list[str]:
+    """A_t = Z' · W_t, W_t the trace summed over the tokens from t on."""
+    W, cfg = v.at("trace_sum"), v.cfg
+    if W is None or v.seq.get("Z_used") is None:
+        return []
+    decay = float(cfg.get("trace_gamma", 1.0)) * float(cfg.get("trace_lam", 1.0))
+    lines = []
+    if cfg.get("clamp_negative"):
+        floor, Z = float(cfg.get("floor", 0.0)), v.seq.get("Z") or 0.0
+        lines.append(f"Z' = max(Z, floor) = max({Z:.4g}, {floor:g}) = {v.seq['Z_used']:.4g}")
+    lines.append(f"W_t = Σ_(u ≥ t) tr(u, u − t) = {W:.4g}   ({cfg.get('weighting')} trace, "
+                 f"γλ = {decay:.4g}, over the {len(v.tok['advantage']) - v.t} tokens from t on)")
+    lines.append(f"A_t = Z' · W_t = {v.seq['Z_used']:.4g} × {W:.4g} = {v.A:.4g}")
+    return lines
+
+
+def explain_trace(v: Terms) -> list[str]:
+    return [*z_from_outcome(v), *first_of(v, trace_lines, broadcast)]
+
+
 @register("log_ratio_trace", LogRatioTraceConfig,
           "A λ-decayed trace of log-ratios (after GRPO-λ's ε-trace, arXiv 2510.00194 Eq. 2 as "
           "reimplementations quote it; the paper was not read) as the advantage each token's gradient gets "
           "at "
           "π = π_old: A_j = Z' Σ_{t≥j} tr(t, t−j), tr = (γλ)^l (recent) or max((γλ)^l, (γλ)^(t−l)) (both); "
           "credit grows toward the start; negative Z clamped at −0.1",
-          family="trace", source=TRACE_SOURCE)
+          family="trace", source=TRACE_SOURCE, explain=explain_trace)
 def log_ratio_trace(batch: RolloutBatch, config: LogRatioTraceConfig) -> EstimatorResult:
     """A: (B, T) = Z' W. Diagnostics: Z (B,) the group-normalized advantage, Z_used (B,) after the clamp,
     trace_sum (B, T) W, clamped (B,) bool where the clamp changed Z."""

@@ -10,7 +10,8 @@ import torch
 from backend.batch import BatchError, RolloutBatch
 from backend.estimators import functional as F
 from backend.estimators import masked
-from backend.estimators.common import GAEFields, OutcomeConfig, outcome_z, values_for
+from backend.estimators.common import GAEFields, OutcomeConfig, explain_rewards, outcome_z, values_for
+from backend.estimators.explaining import Terms, broadcast, first_of, z_from_outcome
 from backend.estimators.registry import MC_NEEDS, EstimatorResult, param, register
 from backend.estimators.token_helpers import fallback_message, rollout_list, scores_of, token_positions
 from backend.estimators.tree import build_prefix_tree
@@ -51,7 +52,7 @@ def actor_lambdas(config: GAEConfig, mask: torch.Tensor) -> float | torch.Tensor
 @register("gae", GAEConfig,
           "GAE on the terminal outcome with a value source (zero, stored, fitted, tree, MC); options: VAPO's "
           "length-adaptive lambda and VC-PPO's decoupled critic lambda (changes the returns, not A)",
-          family="value", source=VAPO_SOURCE)
+          family="value", source=VAPO_SOURCE, explain=explain_rewards)
 def gae(batch: RolloutBatch, config: GAEConfig) -> EstimatorResult:
     """A: (B, T) GAE advantages with the actor's lambda. Diagnostics: Z, r, values, returns (the value
     targets: A + V, or with `decoupled` GAE(critic_lam) + V), lam_actor (B,), lam_critic."""
@@ -83,8 +84,25 @@ class PrefixTreeConfig(OutcomeConfig):
         return ()  # token ids and scores
 
 
+def branch_lines(v: Terms) -> list[str]:
+    """At a branch point of the tree the TD step of the values; elsewhere Z."""
+    V, Va = v.at("values"), v.at("values_after")
+    if "values_after" not in v.tok or V is None:
+        return []
+    if v.at("branch"):
+        eta, Z = float(v.cfg.get("eta", 1.0)), v.seq.get("Z") or 0.0
+        return [f"branch point: A_t = Z + η (V(s_t+1) − V(s_t)) = {Z:.4g} + {eta:g} × ({Va:.4g} − "
+                f"{V:.4g}) = {v.A:.4g}"]
+    return [f"no branch at t: A_t = Z = {v.A:.4g}"]
+
+
+def explain_prefix_tree(v: Terms) -> list[str]:
+    return [*z_from_outcome(v), *first_of(v, branch_lines, broadcast)]
+
+
 @register("prefix_tree", PrefixTreeConfig,
-          "Prefix tree of the group: TD credit at branch points, GRPO elsewhere", family="tree")
+          "Prefix tree of the group: TD credit at branch points, GRPO elsewhere", family="tree",
+          explain=explain_prefix_tree)
 def prefix_tree(batch: RolloutBatch, config: PrefixTreeConfig) -> EstimatorResult:
     mask = batch.response_mask
     z = outcome_z(batch, config)
@@ -105,8 +123,35 @@ class SuffixMCConfig(OutcomeConfig):
     """VinePPO-style Monte Carlo: A on [t_k, t_{k+1}) = V(s_{t_{k+1}}) - V(s_{t_k}) (in Z units)."""
 
 
+def resampled_lines(v: Terms) -> list[str]:
+    """The Monte Carlo values around t (`terms["mc"]`, from the store) and their difference."""
+    if v.at("values") is None or "mc_mask" not in v.tok:
+        return []
+    valued = {m["pos"]: m for m in v.terms.get("mc", [])}
+    before = [p for p in valued if p <= v.t]
+    after = [p for p in valued if p > v.t]
+    lines = []
+    if before:
+        m = valued[max(before)]
+        lines.append(f"V̂(s_{m['pos']}) = {m['value']:.4g} ± {m['stderr']:.2g} (reward units, "
+                     f"{m['n']} sampled suffixes)")
+    else:
+        lines.append("before the first resampled position: V̂ = the group's mean reward")
+    if after:
+        m = valued[min(after)]
+        lines.append(f"V̂(s_{m['pos']}) = {m['value']:.4g} ± {m['stderr']:.2g} ({m['n']} suffixes)")
+    else:
+        lines.append(f"after the last resampled position: the outcome R = {v.seq.get('R')}")
+    lines.append(f"A_t = scale · (V̂ next − V̂ current) = {v.A:.4g}   (scale maps rewards to Z units)")
+    return lines
+
+
+def explain_suffix_mc(v: Terms) -> list[str]:
+    return [*z_from_outcome(v), *first_of(v, resampled_lines, broadcast)]
+
+
 @register("suffix_mc", SuffixMCConfig, "Monte Carlo values from suffix resampling (VinePPO-style)",
-          needs=MC_NEEDS, family="value")
+          needs=MC_NEEDS, family="value", explain=explain_suffix_mc)
 def suffix_mc(batch: RolloutBatch, config: SuffixMCConfig) -> EstimatorResult:
     """Segments between valued positions get the value difference. The segment before the first valued
     position starts at the empty prefix, valued at the group mean reward; the last segment ends at the
