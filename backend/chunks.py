@@ -10,7 +10,7 @@ a whole run can be computed chunk by chunk with the same result:
 - run scope: the whole run in one chunk. Estimators that are run-scoped only because they fit a model on
   the run (token_rm, rudder, the fitted value probe) stream in group chunks instead, in two passes (fit,
   then apply: `backend.estimators.fitting`); the rest (a batch statistic over a run-scoped base) still
-  read the run at once: see the README's benchmark section for the cost.
+  read the run at once: see docs/benchmarks.md for the cost.
 
 Each chunk is read by a rollout-id range (rows are stored in rollout order, so DuckDB skips the rest)
 plus, only when other rollouts fall inside that range, the list of its groups or steps.

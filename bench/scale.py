@@ -11,7 +11,7 @@ Measured in one run, each row in its own process (peak RSS from `os.wait4`, so i
   (`--chunk R`), and the streamed grpo again on a run a tenth the size (peak memory should not move);
   `--streamed-only` skips the in-memory rows (ratios are then against the streamed grpo row); `--text`
   gives every token a text (token classes by regex, text in the output), as real runs have.
-CI never runs this; the README's benchmark section has a table it printed and the load average then.
+CI never runs this; docs/benchmarks.md has a table it printed and the load average then.
 """
 
 from __future__ import annotations

@@ -81,7 +81,8 @@ class ImportReport:
             return f"{self.run}: all {self.skipped} records are already in the run; nothing added"
         how = {
             "ids": "token ids from the file",
-            "simple": "no token ids and no --model: simple tokenization (words and punctuation, see README)",
+            "simple": "no token ids and no --model: simple tokenization (words and punctuation, see "
+                      "docs/importing.md)",
         }.get(self.tokenization, f"re-tokenized with {self.tokenization}")
         lines = [
             f"{self.run}: imported {self.records} rollouts, {self.tokens} tokens ({self.format} format; "

@@ -1,7 +1,7 @@
 """`VLLMEngine`: in-process `vllm.LLM` for sampling at scale on a CUDA GPU.
 
 vLLM is imported only when this engine is built, so the rest of Credit Lens never needs it (it lives
-in its own environment: requirements-gpu.txt and the README's GPU section). Prompts go in as token
+in its own environment: requirements-gpu.txt and docs/models-and-gpu.md, section GPU). Prompts go in as token
 ids (`TokensPrompt`), one request per sample with its own seed, and vLLM batches them. Logprobs are
 requested for the drawn token only; vLLM's default `raw_logprobs` mode reports them from the raw
 model distribution, the same convention as `TransformersEngine`. vLLM does not return full
@@ -207,8 +207,8 @@ class VLLMEngine(Engine):
         except ImportError as exc:
             raise EngineUnavailable(
                 "the vLLM engine needs the `vllm` package, which is not installed here "
-                "(set up the GPU environment of the README: pip install -r requirements-gpu.txt); "
-                "or use --engine transformers"
+                "(set up the GPU environment of docs/models-and-gpu.md: pip install -r "
+                "requirements-gpu.txt); or use --engine transformers"
             ) from exc
         if not torch.cuda.is_available():
             raise EngineUnavailable(

@@ -1,4 +1,5 @@
-"""`python -m bench scale` still runs end to end on a tiny run: the README's whole-run table comes from it."""
+"""`python -m bench scale` still runs end to end on a tiny run: the whole-run table of docs/benchmarks.md
+comes from it."""
 
 from __future__ import annotations
 
