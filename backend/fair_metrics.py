@@ -1,4 +1,4 @@
-"""Teacher-bench metrics that a trivial feature cannot win (issue 28 item 3), beside the classic ones.
+"""Teacher-bench metrics that a trivial feature cannot win, beside the classic ones.
 
 - Segment length: a segment sum S_k = Σ A_t grows with the segment's length, so a predictor that spreads
   one number over every token (broadcast GRPO) ranks long segments first and wins a little on

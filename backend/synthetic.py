@@ -232,7 +232,8 @@ def oracle_batch(seed: int = 0, prompts: int = 500, group: int = 8,
 
 def native_records(seeds: int | list[int] = 1, prompts: int = 500, group: int = 8,
                    **overrides) -> Iterator[dict]:
-    """Native-format records (DESIGN.md) for seeds `range(seeds)` (or the listed seeds), one per response.
+    """Native-format records (docs/importing.md) for seeds `range(seeds)` (or the listed seeds), one per
+    response.
 
     Each seed is stored as its own training step, so groups never mix seeds. Per-token oracle fields
     travel in `extras` ({name: list[float]}) so the app can draw them as heatmap rows.

@@ -6,7 +6,7 @@ Training step k of the run is sampled from the policy's checkpoint k (written by
 Reference logprobs come from checkpoint 0, the policy the run started from. Every response is scored
 on all channels (task by the `answer_match` verifier, format, style, length, process by the
 `arithmetic_steps` step verifier) with token-local style, format and process rewards, and the run is
-written in the native JSONL format of DESIGN.md with a manifest.
+written in the native JSONL format (docs/importing.md) with a manifest.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Entropy-driven token credit read from three 2026 abstracts: ERPO, EP-GRPO and ACPO (issue 20, part C).
+"""Entropy-driven token credit read from three 2026 abstracts: ERPO, EP-GRPO and ACPO.
 
 None of the three is the paper's method. What we could read of each paper is its abstract (the reference
 texts 001 and 004, and the arXiv listing pages); the equations, constants and code were not available

@@ -284,7 +284,7 @@ def _log_comb(n: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 # (a table counts as "no more likely" when p_k <= p_obs * (1 + 1e-7)), in float64. Distinct probabilities of
 # tables with the same margins differ by far more than 1e-7 relatively at the group sizes KTAE sees, so the
 # decision is the exact one on every CPU. The official code compares float32 values with no tolerance, and
-# whether two equal probabilities compare equal there depends on the CPU's rounding (issue 25).
+# whether two equal probabilities compare equal there depends on the CPU's rounding.
 FISHER_TIE_TOLERANCE = 1e-7
 
 

@@ -1,4 +1,4 @@
-"""Eligibility-trace methods that act on the policy-gradient term (issue 20, the last part).
+"""Eligibility-trace methods that act on the policy-gradient term.
 
 `log_ratio_trace` is built after GRPO-λ's ε-trace (Parthasarathi, Reymond, Chen, Cui, Chandar, arXiv
 2510.00194, section 3.2, Eq. 2) as public reimplementations quote it. It has a descriptive name, not the

@@ -1,5 +1,5 @@
-"""Writing native Parquet step files: the format `backend.ingest` reads (DESIGN.md), one file per training
-step, for recorders that run inside a trainer (`creditlens.integrations.trl`).
+"""Writing native Parquet step files: the format `backend.ingest` reads (docs/importing.md), one file per
+training step, for recorders that run inside a trainer (`creditlens.integrations.trl`).
 
 A step file is written whole to a hidden temporary name in the same folder and renamed into place
 (`os.replace`, atomic on POSIX), so `creditlens import --follow DIR` never sees half a file and a killed

@@ -1,6 +1,6 @@
 """Readers: each yields native records `(where, dict)` from a file, streaming.
 
-- native JSONL / Parquet (DESIGN.md's format; Parquet with `token_ids` also has a vectorized fast path
+- native JSONL / Parquet (docs/importing.md; Parquet with `token_ids` also has a vectorized fast path
   in `backend.ingest.fast_parquet`)
 - verl `rollout_data_dir` dumps: `<step>.jsonl` with input, output, gts, score, step, extra keys
 - TRL `completions/completions_*.parquet`: the file listing here, the reader in `backend.ingest.trl`

@@ -78,7 +78,7 @@ def load_file(path: Path, namespace: dict) -> dict:
 
 
 def cpu() -> str:
-    """The CPU model: KTAE's float32 Fisher test rounds differently on different CPUs (issue 25)."""
+    """The CPU model: KTAE's float32 Fisher test rounds differently on different CPUs."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

@@ -7,7 +7,7 @@ Runs `compute_ktae_outcome_advantage_and_keytokens` (verl/trainer/ppo/core_algos
 on the groups written below. `verl/workers/actor/__init__.py` is not run: it imports dp_actor, which needs
 flash_attn (a CUDA library); compute_key_tokens.py itself imports as it is.
 
-Fisher p = 1 (issue 25). The official code tests `fisher_pvalue != 1.0` on a float32 sum, and whether that
+Fisher p = 1. The official code tests `fisher_pvalue != 1.0` on a float32 sum, and whether that
 sum is exactly 1.0 for a table whose exact p is 1 depends on the CPU's rounding (so do ties between equal
 hypergeometric probabilities, `p_k <= p_obs`). The fixture's `advantages` therefore come from the official
 code with one thing decided exactly: each p that `fisher_exact_test` returns is compared with the exact

@@ -1,5 +1,6 @@
-"""The entropy methods of issue 20 (part C) in the Rollout view: offered from the registry, their description
-and source shown, the heatmap and the "why this credit" derivation from the same backend functions."""
+"""The entropy methods (pivot_buckets, divergence_progress, asymmetric_confidence) in the Rollout view:
+offered from the registry, their description and source shown, the heatmap and the "why this credit"
+derivation from the same backend functions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 26, items 6 and 7 in the app: colour bars that show their real range (a difference, per-row mode,
+"""Filler and colour in the app: colour bars that show their real range (a difference, per-row mode,
 a spike clipped by the auto scale, said in a caption), and filler end to end (the default class, signed
 shares and the response text in the Explorer, class order editable, phrases shown as phrases, messages
 without HTML entities)."""

@@ -1,4 +1,4 @@
-"""Issue 26, item 8 ("smaller"): each fix with a test that failed before it."""
+"""Small fixes in the views, each with a test that failed before it."""
 
 from __future__ import annotations
 

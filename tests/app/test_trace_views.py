@@ -1,4 +1,4 @@
-"""log_ratio_trace (after GRPO-λ's ε-trace, issue 20's last part) is offered by the views' pickers, built
+"""log_ratio_trace (after GRPO-λ's ε-trace) is offered by the views' pickers, built
 from the registry, and renders on the demo run with its description."""
 
 from __future__ import annotations

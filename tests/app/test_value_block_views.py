@@ -1,4 +1,4 @@
-"""The estimators of issue 20A (block_mean, value_anchored) appear in the views' pickers, built from the
+"""The estimators block_mean and value_anchored appear in the views' pickers, built from the
 registry, and render on the demo run with their honest descriptions."""
 
 from __future__ import annotations

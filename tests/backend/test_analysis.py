@@ -1,4 +1,6 @@
-"""backend.analysis: token classes, credit mass, rank agreement, shares, the prefix tree, replay, oracle."""
+"""The views' numbers: token classes (token_classes), credit mass, shares and rank agreement (credit_shares),
+the display prefix tree (display_tree), split-channel credit and its replay (channel_credit), the
+oracle (oracle)."""
 
 from __future__ import annotations
 

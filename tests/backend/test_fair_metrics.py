@@ -1,4 +1,4 @@
-"""Fair teacher-bench metrics (issue 28 item 3): a per-token-mean ranking that segment length cannot win,
+"""Fair teacher-bench metrics: a per-token-mean ranking that segment length cannot win,
 Wilson stderrs where every suffix agrees, and a shuffled sanity row that keeps the segment layout; by hand
 and on the bundled demo's shipped teacher."""
 

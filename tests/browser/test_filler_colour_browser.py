@@ -1,5 +1,5 @@
-"""Issue 26 in a real browser: a click on any cell of the Explorer opens that rollout, the response text is
-on screen, and per-row colour bars are drawn, each labelled."""
+"""The Explorer and the colours in a real browser: a click on any cell of the Explorer opens that
+rollout, the response text is on screen, and per-row colour bars are drawn, each labelled."""
 
 from __future__ import annotations
 

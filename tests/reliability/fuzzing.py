@@ -1,8 +1,8 @@
 """Fuzz inputs for the importers: hypothesis strategies, byte/structure mutators and the case check.
 
 Every case goes through the real command line (`creditlens import`) into a store that already holds a
-run; the contract checked is the one in DESIGN.md: either a correct import, or exit code 2 with one line
-naming the file, the line/record and the field, and the store exactly as before.
+run; the contract checked is the one in docs/reliability.md: either a correct import, or exit code 2
+with one line naming the file, the line/record and the field, and the store exactly as before.
 """
 
 from __future__ import annotations

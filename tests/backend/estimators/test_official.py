@@ -269,7 +269,7 @@ def test_official_fixtures_name_their_script_commit_and_libraries():
 
 
 def test_ktae_fixture_decides_fisher_p_one_exactly():
-    """The official code's `p != 1.0` depends on the CPU's rounding (issue 25), so the KTAE fixture's
+    """The official code's `p != 1.0` depends on the CPU's rounding, so the KTAE fixture's
     advantages take each Fisher p = 1 exactly (F = 0); the fixture also keeps the tables whose float32 p fell
     under 1 on the machine that made it, and that machine's unchanged official output, which differs."""
     cases = FIXTURES["ktae"]["cases"]
