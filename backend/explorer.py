@@ -270,8 +270,15 @@ def step_trends(handle: StoreHandle, run: str, estimator: str | None = None, con
     if prepare_missing:
         prepare(handle, run, estimator, config)
     with handle.read() as store:
-        spec = _spec(store, run, estimator, config, None, ())
-        return trend_queries.step_trends(store, spec, quantiles=quantiles)
+        return step_trends_in(store, run, estimator, config, quantiles=quantiles)
+
+
+def step_trends_in(store: Store, run: str, estimator: str | None = None, config: tuple = (), *,
+                   quantiles: bool = True) -> pd.DataFrame:
+    """`step_trends` on an open store, summaries as they are (the monitors read it beside their other
+    numbers on one connection: opening one costs 0.1-0.3 s on a 150 MB store)."""
+    spec = _spec(store, run, estimator, config, None, ())
+    return trend_queries.step_trends(store, spec, quantiles=quantiles)
 
 
 def table_columns(handle: StoreHandle, run: str, query: ExplorerQuery) -> list[str]:

@@ -3,10 +3,11 @@ run's own history, and alerts that name the rollouts showing it most.
 
 `run_monitors` is what `creditlens monitor` prints and what the Trends view marks. The statistics come
 from the per-rollout summaries the Explorer and Trends read (`explorer.step_trends`, the credit summaries
-of the chosen estimator and channel, `monitor_queries`), plus the split-channel credit of each step
-(`channel_credit`, one step in memory at a time). The detectors and their defaults live in
-`backend.monitor_config`; the onset rule in `backend.change_point`. A detector whose data the run lacks
-(no reference logprobs, no logged advantage, one channel) is skipped with a note.
+of the chosen estimator and channel, `monitor_queries`), read on one connection, plus the split-channel
+credit's per-rollout summary (`monitor_channels`: computed from the tokens once, then stored). The
+detectors and their defaults live in `backend.monitor_config`; the onset rule in `backend.change_point`.
+A detector whose data the run lacks (no reference logprobs, no logged advantage, one channel) is skipped
+with a note.
 """
 
 from __future__ import annotations
@@ -17,15 +18,15 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from backend import channel_credit, credit_shares, explorer, main_channel
+from backend import explorer, main_channel, monitor_channels
 from backend.change_point import find_onset
-from backend.estimators import registry
 from backend.explorer import ExplorerQuery
 from backend.monitor_config import MonitorSettings
 from backend.store import StoreHandle
 from backend.store import monitor_queries as queries
 
 SEVERITIES = ("info", "warn", "alert")
+channel_step_shares = monitor_channels.channel_step_shares  # the in-memory reference, under its old name
 
 
 @dataclass
@@ -101,19 +102,26 @@ def run_monitors(handle: StoreHandle, run: str, estimator: str = "grpo", config:
                  ) -> MonitorReport:
     """Every enabled detector over `run`'s steps, with `estimator` (`config`: its (key, value) pairs; a
     `channel` pair chooses the reward channel, default the run's main channel) for the credit statistics."""
-    channel = dict(config).get("channel") or main_channel.main_channel(handle, run)
-    config = main_channel.on_channel(estimator, config, str(channel))
-    channel = str(dict(config).get("channel", channel))
-    trends = explorer.step_trends(handle, run, estimator, config, prepare_missing=prepare_missing,
-                                  quantiles=False)
-    series = pd.DataFrame({"step": trends["step"].astype(int)})
-    counts = {"rollouts": trends["rollouts"].to_numpy(), "groups": trends["groups"].to_numpy()}
+    if prepare_missing:
+        explorer.prepare(handle, run, estimator, config)
     watched: list[_Series] = []
     notes: list[str] = []
     extra: dict[str, dict[int, pd.Series]] = {}  # statistic -> step -> per-rollout value (own rankings)
-    with handle.read() as store:
+    takeover = settings.enabled("channel_takeover")
+    groups = int(settings.option("channel_takeover", "groups_per_step")) if takeover else 0
+    stored = None
+    with handle.read() as store:  # one connection for every summary (opening one is a large part)
+        channel = dict(config).get("channel") or store.main_channel(run)
+        config = main_channel.on_channel(estimator, config, str(channel))
+        channel = str(dict(config).get("channel", channel))
+        trends = explorer.step_trends_in(store, run, estimator, config, quantiles=False)
+        series = pd.DataFrame({"step": trends["step"].astype(int)})
+        counts = {"rollouts": trends["rollouts"].to_numpy(), "groups": trends["groups"].to_numpy()}
         run_id = store.run_id(run)
         key = explorer.credit_key(store, run, estimator, config)
+        if takeover:
+            stored = monitor_channels.read_step_shares(
+                store, run_id, monitor_channels.channel_key(estimator, config, channel, groups))
 
         def add(spec: _Series, values) -> None:
             series[spec.statistic] = np.asarray(values, dtype=np.float64)
@@ -164,9 +172,9 @@ def run_monitors(handle: StoreHandle, run: str, estimator: str = "grpo", config:
                     by_step(queries.step_logged_gap(store, run_id, key), "abs_logged_gap"))
             else:
                 notes.append("logged_gap: the run has no logged advantage")
-    if settings.enabled("channel_takeover"):
-        groups = int(settings.option("channel_takeover", "groups_per_step"))
-        shares, per_rollout = channel_step_shares(handle, run, estimator, config, channel, groups)
+    if takeover:
+        shares, per_rollout = stored or monitor_channels.stored_step_shares(handle, run, estimator, config,
+                                                                            channel, groups)
         if shares.shape[1] > 2:
             for name in [c for c in shares.columns if c != "step"]:
                 alias = explorer.column_name("channel_share", name)
@@ -231,31 +239,6 @@ def _rollouts(handle: StoreHandle, run: str, estimator: str, config: tuple, spec
         rows = rows.drop_duplicates("group_id")
     return [int(i) for i in rows["rollout_id"][:n]], {"where": list(where),
                                                        "sort": ("-" if descending else "") + spec.sort}
-
-
-def channel_step_shares(handle: StoreHandle, run: str, estimator: str, config: tuple, channel: str,
-                        groups_per_step: int = 0) -> tuple[pd.DataFrame, dict[int, pd.DataFrame]]:
-    """Per step, each channel's share of Σ|β_c·Ã_c| over the step's tokens (`credit_shares.abs_shares` of
-    the split-channel contributions, the Tune view's numbers, with the estimator on `channel`), and per
-    step the rollouts' own shares (rows indexed by rollout id, a column per channel). The estimator runs
-    on one step at a time (its true number for group- and step-scoped estimators); groups_per_step > 0
-    reads only the step's first that many groups (by group id): the split-channel credit of every token
-    is the monitors' one cost that grows with the run's tokens (docs/monitors.md has the figures)."""
-    built = registry.make_config(estimator, **dict(config))
-    needs = registry.fields_for(estimator, built)
-    fields = None if needs is None else needs | {"token_rewards", "logprobs", "ref_logprobs"}
-    rows, per_rollout = [], {}
-    with handle.read() as store:  # one connection: opening one per step cost more than the reads
-        for step, group_ids in queries.step_groups(store, store.run_id(run), groups_per_step).items():
-            batch = store.load_batch(run, group_ids=group_ids, fields=fields)
-            credit = channel_credit.channel_credit(batch, estimator, config, channel=channel)
-            rows.append({"step": step, **credit_shares.abs_shares(credit.contributions)})
-            magnitude = pd.DataFrame({c: np.abs(v).sum(axis=1) for c, v in credit.contributions.items()},
-                                     index=batch.rollout_ids.cpu().numpy())  # (B, C)
-            total = magnitude.sum(axis=1).replace(0.0, np.nan)
-            per_rollout[step] = magnitude.div(total, axis=0)
-    return pd.DataFrame(rows), per_rollout
-
 
 
 class LiveMonitor:

@@ -28,6 +28,26 @@ WINDOW = 16  # tokens per window of the repetition score
 _WINDOW_WEIGHTS = np.random.default_rng(16).integers(1, 2**63, size=WINDOW, dtype=np.uint64) | np.uint64(1)
 _ALIAS = re.compile(r"[a-z_][a-z0-9_]*\Z")
 
+# Characters that do not belong in text a policy writes: C0/C1 controls other than tab, newline and
+# carriage return, and U+FFFD (what a decoder writes for bytes it cannot read).
+_BAD_CHARS = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x9F\x{FFFD}]"
+# A word that mixes Latin letters with letters of another script ("pаris" with a Cyrillic а): the mark of
+# precision or tokenizer trouble, not of a multilingual answer (whose words each keep to one script).
+_OTHER = r"[\p{Cyrillic}\p{Greek}\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\p{Arabic}\p{Hebrew}\p{Thai}]"
+_MIXED_WORD = rf"\S*(?:\p{{Latin}}\S*{_OTHER}|{_OTHER}\S*\p{{Latin}})\S*"
+# Only a response with a character outside printable ASCII (tab, newline, CR aside) can be garbled: one
+# cheap scan finds those, and the two replacing scans run on them alone. Measured on the 10M-token bench
+# run (plain ASCII): 2.0 s for the two scans over every response, 0.7 s with the filter.
+_SUSPECT = r"[^\x09\x0A\x0D\x20-\x7E]"
+GARBLED_SQL = f"""
+    CASE WHEN length(o.response) = 0 OR NOT regexp_matches(o.response, '{_SUSPECT}') THEN 0.0 ELSE
+      (length(o.response) - length(regexp_replace(o.response, '{_BAD_CHARS}', '', 'g'))
+       + length(o.response) - length(regexp_replace(o.response, '{_MIXED_WORD}', '', 'g')))
+      / length(o.response) END"""
+"""A rollout's garbled share (of `rollouts o`), kept in `rollout_summary.garbled`: the share of response
+characters that are control or replacement characters or lie in a word mixing Latin with another script
+(NULL without a response). Computed once with the summary: the monitors read it on every call."""
+
 
 def _alias(name: str) -> str:
     if not _ALIAS.match(name):
@@ -47,7 +67,7 @@ def fill_rollout_summary(store: Store, run_id: int) -> int:
     truncated: `meta.truncated`, else `meta.finish_reason = 'length'`, else NULL (unknown);
     repetition: share of the response's 16-token windows equal to an earlier window (NULL under 16 tokens);
     mean_entropy: mean of `entropies`; kl: mean of `logprobs - ref_logprobs` (the sampled k1 estimate of
-    KL(policy || reference)), NULL where either list is missing.
+    KL(policy || reference)), NULL where either list is missing; garbled: see `GARBLED_SQL`.
     Returns the number of rows written.
     """
     con = store.con
@@ -65,12 +85,12 @@ def fill_rollout_summary(store: Store, run_id: int) -> int:
                    list_avg(o.entropies) AS mean_entropy,
                    CASE WHEN len(o.logprobs) = len(o.token_ids) AND len(o.ref_logprobs) = len(o.token_ids)
                         THEN list_avg(o.logprobs) - list_avg(o.ref_logprobs) END AS kl,  -- = mean difference
-                   o.logged_advantage
+                   o.logged_advantage, {GARBLED_SQL} AS garbled
             FROM rollouts o LEFT JOIN r USING (rollout_id) WHERE o.run_id = ?
         )
         SELECT ?, b.rollout_id, b.group_id, b.step, b.length, b.reward,
                count(*) OVER g >= 2 AND min(b.main) OVER g = max(b.main) OVER g,
-               b.truncated, NULL, b.mean_entropy, b.kl, b.logged_advantage
+               b.truncated, NULL, b.mean_entropy, b.kl, b.logged_advantage, b.garbled
         FROM base b
         WINDOW g AS (PARTITION BY b.group_id)
         """,

@@ -1,37 +1,33 @@
 """The credit-health monitors' SQL (backend/monitor.py): per-step statistics the trends table does not
 carry, and the rollouts that show a statistic most at one step. Everything reads the per-rollout summaries
-(`rollout_summary`, `credit_summary`) or one pass over the response text; user values are parameters.
+(`rollout_summary`, `credit_summary`, and `channel_summary`, which `save_channel_summary` fills once per
+estimator key); user values are parameters.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
+import pyarrow as pa
 
 from backend.store.db import Store
 from backend.store.explorer_queries import CreditKey
 
-# Characters that do not belong in text a policy writes: C0/C1 controls other than tab, newline and
-# carriage return, and U+FFFD (what a decoder writes for bytes it cannot read).
-_BAD_CHARS = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x9F\x{FFFD}]"
-# A word that mixes Latin letters with letters of another script ("pаris" with a Cyrillic а): the mark of
-# precision or tokenizer trouble, not of a multilingual answer (whose words each keep to one script).
-_OTHER = r"[\p{Cyrillic}\p{Greek}\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\p{Arabic}\p{Hebrew}\p{Thai}]"
-_MIXED_WORD = rf"\S*(?:\p{{Latin}}\S*{_OTHER}|{_OTHER}\S*\p{{Latin}})\S*"
 
-# Only a response with a character outside printable ASCII (tab, newline, CR aside) can be garbled: one
-# cheap scan finds those, and the two replacing scans run on them alone. Measured on the 10M-token bench
-# run (plain ASCII): 2.0 s for the two scans over every response, 0.7 s with the filter.
-_SUSPECT = r"[^\x09\x0A\x0D\x20-\x7E]"
-_GARBLED_SQL = f"""
-    SELECT o.rollout_id, s.step,
-           CASE WHEN length(o.response) = 0 OR NOT regexp_matches(o.response, '{_SUSPECT}') THEN 0.0 ELSE
-             (length(o.response) - length(regexp_replace(o.response, '{_BAD_CHARS}', '', 'g'))
-              + length(o.response) - length(regexp_replace(o.response, '{_MIXED_WORD}', '', 'g')))
-             / length(o.response) END AS garbled
-    FROM rollouts o JOIN rollout_summary s ON s.run_id = o.run_id AND s.rollout_id = o.rollout_id
-    WHERE o.run_id = ?
-"""
+@dataclass(frozen=True)
+class ChannelKey:
+    """Which split-channel credit a channel summary describes: the estimator output (the `estimates`
+    key's estimator and config hash) put on `channel`, over the first `groups_per_step` groups of each
+    step (0: all)."""
 
+    estimator: str
+    config_hash: str
+    channel: str
+    groups_per_step: int
+
+    def params(self) -> list:
+        return [self.estimator, self.config_hash, self.channel, int(self.groups_per_step)]
 
 def _credit_where(key: CreditKey) -> tuple[str, list]:
     return ("c.estimator = ? AND c.config_hash = ? AND c.channel = ? AND c.classes = ?",
@@ -77,16 +73,17 @@ def top_logged_gap(store: Store, run_id: int, key: CreditKey, step: int, n: int)
 
 def step_garbled(store: Store, run_id: int) -> pd.DataFrame:
     """step, garbled: the mean over the step's rollouts of the share of response characters that are
-    control or replacement characters or lie in a word mixing Latin with another script."""
+    control or replacement characters or lie in a word mixing Latin with another script (the summary's
+    `garbled`, explorer_queries.GARBLED_SQL)."""
     return store.con.execute(
-        f"SELECT step, avg(garbled) AS garbled FROM ({_GARBLED_SQL}) GROUP BY step ORDER BY step",
-        [run_id]).df()
+        "SELECT step, avg(garbled) AS garbled FROM rollout_summary WHERE run_id = ? GROUP BY step "
+        "ORDER BY step", [run_id]).df()
 
 
 def top_garbled(store: Store, run_id: int, step: int, n: int) -> list[int]:
     """The `n` rollouts of `step` with the most garbled text (ties by rollout id), none that is clean."""
     rows = store.con.execute(
-        f"SELECT rollout_id FROM ({_GARBLED_SQL}) WHERE step = ? AND garbled > 0 "
+        "SELECT rollout_id FROM rollout_summary WHERE run_id = ? AND step = ? AND garbled > 0 "
         "ORDER BY garbled DESC, rollout_id LIMIT ?", [run_id, int(step), int(n)]).fetchall()
     return [int(r[0]) for r in rows]
 
@@ -97,3 +94,50 @@ def step_groups(store: Store, run_id: int, per_step: int = 0) -> dict[int, list[
         "SELECT step, list(DISTINCT group_id ORDER BY group_id) FROM rollout_summary WHERE run_id = ? "
         "GROUP BY step ORDER BY step", [run_id]).fetchall()
     return {int(step): [int(g) for g in (ids[:per_step] if per_step > 0 else ids)] for step, ids in rows}
+
+
+# --- channel_takeover's per-rollout summary (migration 011) -------------------------------------------
+
+_CHANNEL_KEY = ("c.run_id = ? AND c.estimator = ? AND c.config_hash = ? AND c.channel = ? "
+                "AND c.groups_per_step = ?")
+
+
+def save_channel_summary(store: Store, run_id: int, key: ChannelKey, rows: pa.Table) -> None:
+    """Replace the run's channel summary under `key`. rows: rollout_id, part_index, part, magnitude (Σ_t
+    |β_c·Ã_c| of channel `part` over the rollout). Call inside a transaction."""
+    store.con.execute(
+        "DELETE FROM channel_summary c WHERE " + _CHANNEL_KEY, [run_id, *key.params()])
+    n = rows.num_rows
+    data = rows
+    for name, value in (("estimator", key.estimator), ("config_hash", key.config_hash),
+                        ("channel", key.channel)):
+        data = data.append_column(name, pa.array([value] * n, pa.string()))
+    data = data.append_column("run_id", pa.array([run_id] * n, pa.int32()))
+    data = data.append_column("groups_per_step", pa.array([key.groups_per_step] * n, pa.int32()))
+    store.insert_arrow("channel_summary", data)
+
+
+def has_channel_summary(store: Store, run_id: int, key: ChannelKey) -> bool:
+    return bool(store.con.execute(
+        "SELECT count(*) > 0 FROM channel_summary c WHERE " + _CHANNEL_KEY, [run_id, *key.params()]
+    ).fetchall()[0][0])
+
+
+def channel_magnitudes(store: Store, run_id: int, key: ChannelKey) -> pd.DataFrame:
+    """step, rollout_id, part_index, part, magnitude: the stored channel summary under `key`, in step,
+    rollout and part order."""
+    return store.con.execute(
+        "SELECT s.step, c.rollout_id, c.part_index, c.part, c.magnitude FROM channel_summary c "
+        "JOIN rollout_summary s ON s.run_id = c.run_id AND s.rollout_id = c.rollout_id "
+        f"WHERE {_CHANNEL_KEY} ORDER BY s.step, c.rollout_id, c.part_index", [run_id, *key.params()]).df()
+
+
+def step_channel_shares(store: Store, run_id: int, key: ChannelKey) -> pd.DataFrame:
+    """step, part_index, part, share: each channel's share of the step's Σ|β_c·Ã_c| (NULL when the step
+    has no credit at all), in step and part order."""
+    return store.con.execute(
+        "SELECT step, part_index, part, total / nullif(sum(total) OVER (PARTITION BY step), 0) AS share "
+        "FROM (SELECT s.step, c.part_index, c.part, sum(c.magnitude) AS total FROM channel_summary c "
+        "JOIN rollout_summary s ON s.run_id = c.run_id AND s.rollout_id = c.rollout_id "
+        f"WHERE {_CHANNEL_KEY} GROUP BY s.step, c.part_index, c.part) ORDER BY step, part_index",
+        [run_id, *key.params()]).df()
