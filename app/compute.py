@@ -212,14 +212,16 @@ def group_rows(
     return values, tokens, ids
 
 
-@st.cache_data(show_spinner=_SCOPED, max_entries=32)
+@st.cache_data(show_spinner=False, max_entries=32)
 def compare(db: str, run: str, group: int, rollout_id: int, estimators: tuple, classes: tuple | None = None
             ) -> dict:
     """Compare view numbers: per estimator A on the rollout, rank agreement and credit mass over the group;
     an estimator that cannot run is left out with its error in `errors` (label -> message).
 
-    estimators: ((name, config tuple), ...); labels are the names (with ' (2)' for repeats);
-    classes: the token classes of the credit mass (default: the run's saved ones)."""
+    estimators: ((name, config tuple), ...); labels are the names (with a prime for repeats);
+    classes: the token classes of the credit mass (default: the run's saved ones). Each estimator's A
+    comes from its own cache (`estimator_advantages`), so adding one to a comparison computes only that
+    one (cached on the whole list, adding a third to the demo's Compare computed or re-read all three)."""
     batch = data.group_batch(db, run, group)
     row = _row_of(batch, rollout_id)
     L = int(batch.lengths[row])
@@ -229,7 +231,7 @@ def compare(db: str, run: str, group: int, rollout_id: int, estimators: tuple, c
         while label in advantages or label in errors:
             label += "′"
         try:
-            advantages[label] = _scoped(db, run, name, config, batch.rollout_ids.tolist(), batch.T)
+            advantages[label] = estimator_advantages(db, run, group, name, config)  # (B, T)
         except (ValueError, RuntimeError) as exc:  # BatchError, InputError, bad config: shown in its panel
             errors[label] = str(exc)
     classes = classes or data.token_classes(db, run)
@@ -238,7 +240,7 @@ def compare(db: str, run: str, group: int, rollout_id: int, estimators: tuple, c
         "tokens": list(batch.tokens[row])
         if batch.tokens is not None
         else [str(t) for t in batch.token_ids[row, :L].tolist()],
-        "rollout": {k: v[row, :L].numpy() for k, v in advantages.items()},
+        "rollout": {k: v[row, :L] for k, v in advantages.items()},
         "errors": errors,
         "agreement": credit_shares.rank_agreement(advantages, batch.response_mask),
         "mass": credit_shares.credit_mass_by_class(advantages, class_ids, batch.response_mask,

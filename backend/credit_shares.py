@@ -51,13 +51,15 @@ def credit_mass_by_class(
     return pd.DataFrame(rows, columns=["estimator", "token_class", "credit_share", "token_share"])
 
 
-def rank_agreement(advantages: dict[str, torch.Tensor], response_mask: torch.Tensor) -> pd.DataFrame:
+def rank_agreement(advantages: dict[str, torch.Tensor | np.ndarray], response_mask: torch.Tensor
+                   ) -> pd.DataFrame:
     """Spearman correlation of A between every pair of estimators, pooled over real tokens.
 
+    advantages: name -> (B, T) tensor or array.
     returns: a square DataFrame indexed and columned by estimator name (NaN where one is constant).
     """
     mask = response_mask.bool().cpu()
-    flat = {name: adv.detach().cpu()[mask] for name, adv in advantages.items()}
+    flat = {name: torch.as_tensor(adv).detach().cpu()[mask] for name, adv in advantages.items()}
     names = list(flat)
     out = pd.DataFrame(np.eye(len(names)), index=names, columns=names)
     for i, a in enumerate(names):
