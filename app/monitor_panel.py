@@ -20,8 +20,30 @@ COLOURS = {"info": "#7f7f7f", "warn": "#e69f00", "alert": "#d55e00"}
 @st.cache_data(show_spinner="Running the credit-health monitors…", max_entries=32)
 def report(db: str, run: str, estimator: str, config: tuple = ()) -> monitor.MonitorReport:
     """The monitors over the run with the default settings; the summaries they read are the ones the
-    trends just computed (nothing is written)."""
+    trends just computed, and channel_takeover's, stored by its first call (backend.monitor_channels)."""
     return monitor.run_monitors(data.store_handle(db), run, estimator, config, prepare_missing=False)
+
+
+_REPORTS_SHOWN = "trends_health_shown"
+
+
+def report_ready(db: str, run: str, estimator: str, config: tuple = ()) -> bool:
+    """Whether this session has had this report (`report_for_session`): the Trends charts then wait for it
+    instead of being drawn twice."""
+    return (db, run, estimator, config) in st.session_state.get(_REPORTS_SHOWN, set())
+
+
+def report_for_session(db: str, run: str, estimator: str, config: tuple = ()) -> monitor.MonitorReport:
+    """`report`, remembered as had by this session (`report_ready`)."""
+    found = report(db, run, estimator, config)
+    st.session_state.setdefault(_REPORTS_SHOWN, set()).add((db, run, estimator, config))
+    return found
+
+
+def unmarked_key(key: str) -> str:
+    """The widget key of a Trends chart drawn before its alert marks (not containing `key`: the marked
+    chart keeps `key`)."""
+    return key.replace("trends_", "trends_unmarked_", 1)
 
 
 def mark_alerts(fig: go.Figure, alerts: list[monitor.Alert]) -> go.Figure:

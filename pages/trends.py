@@ -19,7 +19,6 @@ with channel_box:
 with params, st.expander("Estimator parameters"):
     config = widgets.with_channel(estimator, widgets.estimator_form(estimator, key="trends_cfg"), channel)
 frame = views.compute_or_explain(compute.trends, sel.db, sel.run, estimator, config)
-health = views.compute_or_explain(monitor_panel.report, sel.db, sel.run, estimator, config)
 main = data.main_channel(sel.db, sel.run)
 st.caption(
     f"One point per training step ({len(frame)} steps). Credit numbers are {estimator}'s advantages on the "
@@ -50,10 +49,18 @@ panels = [
                                               "repetition", percent=True)),
 ]
 shown = [(key, fig) for key, fig in panels if fig is not None]
+# The charts come first: the monitors' first run on a big run takes seconds, and the alert marks are
+# drawn into the same places once it is done (at once when this session has the report already).
+ready = monitor_panel.report_ready(sel.db, sel.run, estimator, config)
+slots = {}
 for start in range(0, len(shown), 2):
     for box, (key, fig) in zip(st.columns(2), shown[start:start + 2], strict=False):
-        with box:
-            st.plotly_chart(monitor_panel.mark_alerts(fig, health.alerts), key=key, width="stretch",
+        slots[key] = box.empty()
+        if not ready:
+            slots[key].plotly_chart(fig, key=monitor_panel.unmarked_key(key), width="stretch", config=TOOLBAR)
+health = views.compute_or_explain(monitor_panel.report_for_session, sel.db, sel.run, estimator, config)
+for key, fig in shown:
+    slots[key].plotly_chart(monitor_panel.mark_alerts(fig, health.alerts), key=key, width="stretch",
                             config=TOOLBAR)
 if frame["kl"].isna().all():
     st.caption("No KL chart: this run has no reference logprobs.")

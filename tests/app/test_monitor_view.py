@@ -32,6 +32,21 @@ def test_trends_marks_the_alert_steps_and_lists_the_alerts_with_links(app_db):
     assert "rollout" in rollout.page and f"rollout={first}" in rollout.query_string
 
 
+def test_the_charts_are_drawn_before_the_monitors_run(app_db, monkeypatch):
+    """The first draw does not wait for the monitors: with monitors that fail, the charts are there
+    (unmarked) above the error."""
+    with Store(app_db) as store:
+        import_records(store, "slow", monitor_records("truncation", seed=2), content_key="slow")
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("the monitors are still running")
+    monkeypatch.setattr(monitor, "run_monitors", failing)
+    at = open_app(app_db, "trends", {"run": "slow"})
+    assert any("still running" in e.value for e in at.error)
+    assert "shapes" not in chart(at, "trends_unmarked_groups")["layout"]
+    assert chart(at, "trends_unmarked_length")["data"]
+
+
 def test_a_healthy_run_says_so(app_db):
     with Store(app_db) as store:
         import_records(store, "fine", monitor_records(None, seed=0), content_key="fine")
