@@ -9,7 +9,8 @@ step. A gap beyond the stderrs says the teacher valued another policy (an off-po
 Columns: step; v_empty, v_empty_se (mean V̂(∅) over the step's valued rollouts, stderr over rollouts);
 accuracy, accuracy_se (mean outcome on the outcome channel over the same rollouts); n (those rollouts);
 step_accuracy, step_n (over every rollout of the step); on_policy (the share of those rollouts whose
-V̂(∅) suffixes all came from the step's checkpoint; None where any origin is unknown).
+V̂(∅) suffixes all came from the step's checkpoint; None where any origin is unknown); policy (that share
+in words: on-policy, off-policy, "40% on-policy" or unknown).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pandas as pd
 from backend.store.checkpoint_queries import empty_prefix_values
 
 COLUMNS = ("step", "v_empty", "v_empty_se", "accuracy", "accuracy_se", "n", "step_accuracy", "step_n",
-           "on_policy")
+           "on_policy", "policy")
 
 
 def _mean_se(x: np.ndarray) -> tuple[float, float]:
@@ -47,5 +48,31 @@ def calibration(store, run: str, outcomes: dict[int, float]) -> pd.DataFrame:
         on_policy = float(flags.astype(float).mean()) if flags.notna().all() else None
         rows.append({"step": int(step), "v_empty": v, "v_empty_se": v_se, "accuracy": acc,
                      "accuracy_se": acc_se, "n": len(part), "step_accuracy": float(everyone.mean()),
-                     "step_n": len(everyone), "on_policy": on_policy})
+                     "step_n": len(everyone), "on_policy": on_policy, "policy": policy_label(on_policy)})
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def policy_label(on_policy) -> str:
+    """How a step's V̂(∅) suffixes were drawn: on-policy, off-policy, a share, or unknown (None/NaN)."""
+    if on_policy is None or on_policy != on_policy:
+        return "unknown"
+    if on_policy >= 1:
+        return "on-policy"
+    return "off-policy" if on_policy <= 0 else f"{on_policy:.0%} on-policy"
+
+
+def off_policy_note(table: pd.DataFrame) -> str | None:
+    """The warning above every teacher-bench table (command line and Oracle view) when some valued rollouts
+    were valued by another model than the checkpoint that sampled them, or by an unknown one; None when all
+    are on-policy (or nothing is valued)."""
+    if table.empty:
+        return None
+    if table["on_policy"].isna().any():
+        return "teacher origin unknown for some steps (suffixes stored without it): see the calibration table"
+    off = (table["n"] * (1 - table["on_policy"].astype(float))).round().astype(int)
+    if not (off > 0).any():
+        return None
+    steps = ", ".join(map(str, table["step"][off > 0]))
+    return (f"off-policy teacher: {off.sum()} of {table['n'].sum()} valued rollouts were valued by another "
+            f"model than the checkpoint that sampled them (steps {steps}); their numbers rank estimators "
+            "against another policy's values: see the calibration table")

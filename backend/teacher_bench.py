@@ -6,7 +6,8 @@ segments [p_k, p_{k+1}) (p_n = L, the last segment ends at the observed outcome 
 advantage Δ_k = V̂(p_{k+1}) − V̂(p_k) and stderr sqrt(se_k² + se_{k+1}²). An estimator's prediction
 for segment k is its advantage summed over the segment's tokens, S_k. Tokens before p_0 are not judged.
 
-Metrics (each with its stderr over rollouts; DEFINITIONS says which direction is better):
+Metrics (each with its stderr over rollouts, `_se`, and by a bootstrap over groups, `_se_group`: rollouts
+of a group share a baseline, `backend.bench_stats`; DEFINITIONS says which direction is better):
 - spearman: Spearman of S against Δ pooled over every segment of the run; stderr by bootstrap over
   rollouts (200 resamples, seed 0);
 - ranking_accuracy (VinePPO's step ranking): per rollout, over pairs of its segments with different
@@ -46,11 +47,12 @@ import numpy as np
 import pandas as pd
 import torch
 
+from backend import bench_stats as stats
 from backend import cliff_tokens, estimates, main_channel
 from backend import fair_metrics as fair
 from backend import first_wrong_step as fws
 from backend.batch import BatchError
-from backend.calibration import calibration
+from backend.calibration import calibration, off_policy_note
 from backend.errors import InputError
 from backend.estimators import functional as F
 from backend.estimators import registry
@@ -96,7 +98,6 @@ PER_ROLLOUT = ("ranking_accuracy", "ranking_accuracy_per_token", "sign_accuracy"
 VALUE_SOURCES = ("zero", "stored", "fitted", "prefix_tree")
 MIN_POSITIONS = 200
 """Fewer valued positions than this: the view warns that the table is noise."""
-BOOTSTRAP = 200
 SHUFFLES = 8
 """The shuffled sanity row: metrics averaged over this many permutations (each metric's `_se`: theirs)."""
 
@@ -119,11 +120,14 @@ class Segments:
     n_positions: int
     delta_se_wilson: np.ndarray | None = None
     """(S,) the stderr of Δ with `fair_metrics.wilson_se` at each position (None without suffix counts)."""
+    group_of: dict[int, int] = field(default_factory=dict)
+    """rollout id -> group id, for the `_se_group` stderrs (a rollout missing here is its own group)."""
 
 
-def teacher_segments(values: pd.DataFrame, lengths: dict[int, int], outcomes: dict[int, float]) -> Segments:
-    """values: rows (rollout_id, pos, value, stderr) from `Store.resample_values`; lengths and outcomes
-    by rollout id. Positions at or past a response's end are ignored."""
+def teacher_segments(values: pd.DataFrame, lengths: dict[int, int], outcomes: dict[int, float],
+                     group_of: dict[int, int] | None = None) -> Segments:
+    """values: rows (rollout_id, pos, value, stderr) from `Store.resample_values`; lengths, outcomes and
+    groups by rollout id. Positions at or past a response's end are ignored."""
     cols: dict[str, list] = {k: [] for k in ("rollout", "start", "end", "delta", "delta_se", "index",
                                              "delta_se_wilson")}
     critical: dict[int, int | None] = {}
@@ -156,7 +160,7 @@ def teacher_segments(values: pd.DataFrame, lengths: dict[int, int], outcomes: di
             first_dead = int(np.flatnonzero(v <= 0)[0])  # v[-1] = R <= 0, so there is one
             critical[rid] = first_dead - 1
     arrays = {k: np.asarray(v) for k, v in cols.items()}
-    return Segments(critical=critical, n_positions=n_positions, **arrays)
+    return Segments(critical=critical, n_positions=n_positions, group_of=dict(group_of or {}), **arrays)
 
 
 def segment_sums(segments: Segments, advantages: dict[int, np.ndarray]) -> np.ndarray:
@@ -165,13 +169,6 @@ def segment_sums(segments: Segments, advantages: dict[int, np.ndarray]) -> np.nd
     for i, (rid, a, b) in enumerate(zip(segments.rollout, segments.start, segments.end, strict=True)):
         out[i] = float(np.sum(advantages[int(rid)][a:b], dtype=np.float64))
     return out
-
-
-def _mean_se(x: list[float]) -> tuple[float, float]:
-    x = np.asarray([v for v in x if v == v], dtype=np.float64)
-    if len(x) == 0:
-        return math.nan, math.nan
-    return float(x.mean()), float(x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else math.nan
 
 
 def per_rollout_metrics(segments: Segments, sums: np.ndarray) -> pd.DataFrame:
@@ -200,24 +197,6 @@ def per_rollout_metrics(segments: Segments, sums: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["rollout_id", *SEGMENT_METRICS[1:], "segments"])
 
 
-def _bootstrap_se(stat, groups: list[np.ndarray], seed: int = 0) -> float:
-    """Stderr of `stat(indices)` by resampling rollouts (each a block of segment indices) with replacement."""
-    if len(groups) < 3:
-        return math.nan
-    rng = np.random.default_rng(seed)
-    draws = []
-    for _ in range(BOOTSTRAP):
-        pick = rng.integers(0, len(groups), len(groups))
-        v = stat(np.concatenate([groups[k] for k in pick]))
-        if v == v:
-            draws.append(v)
-    return float(np.std(draws, ddof=1)) if len(draws) > 1 else math.nan
-
-
-def _blocks(rollout: np.ndarray) -> list[np.ndarray]:
-    return np.split(np.arange(len(rollout)), np.flatnonzero(np.diff(rollout)) + 1)
-
-
 def score_sums(segments: Segments, sums: np.ndarray) -> tuple[dict[str, float], pd.DataFrame]:
     """Every segment metric of one predictor (with `_se`), and its per-rollout frame."""
     per = per_rollout_metrics(segments, sums)
@@ -227,9 +206,12 @@ def score_sums(segments: Segments, sums: np.ndarray) -> tuple[dict[str, float], 
         return spearman(torch.from_numpy(sums[idx]), torch.from_numpy(segments.delta[idx]))
 
     out["spearman"] = pooled(np.arange(len(sums))) if len(sums) > 1 else math.nan
-    out["spearman_se"] = _bootstrap_se(pooled, _blocks(segments.rollout))
+    out["spearman_se"] = stats.bootstrap_se(pooled, stats.consecutive_blocks(segments.rollout))
+    by_group = stats.group_blocks(segments.rollout, segments.group_of)
+    out["spearman_se_group"] = stats.bootstrap_se(pooled, by_group)
     for m in SEGMENT_METRICS[1:]:
-        out[m], out[f"{m}_se"] = _mean_se(per[m].tolist())
+        out[m], out[f"{m}_se"] = stats.mean_se(per[m].tolist())
+        out[f"{m}_se_group"] = stats.group_mean_se(per[m], per["rollout_id"], segments.group_of)
     return out, per
 
 
@@ -240,10 +222,14 @@ def score_advantages(segments: Segments, truth: fws.StepTruth, advantages: dict[
     metrics, per = score_sums(segments, segment_sums(segments, advantages))
     if cliffs is not None:
         hits = cliff_tokens.most_negative_hits(cliffs.cliffs, advantages, cliffs.judged_from)
-        metrics["cliff_hit1"], metrics["cliff_hit1_se"] = _mean_se(list(hits.values()))
+        metrics["cliff_hit1"], metrics["cliff_hit1_se"] = stats.mean_se(list(hits.values()))
+        metrics["cliff_hit1_se_group"] = stats.group_mean_se(list(hits.values()), list(hits),
+                                                             segments.group_of)
         per["cliff_hit1"] = per["rollout_id"].map(hits).astype(float)
     hits = fws.step_hits(truth, advantages)
-    metrics["first_wrong_hit1"], metrics["first_wrong_hit1_se"] = _mean_se(list(hits.values()))
+    metrics["first_wrong_hit1"], metrics["first_wrong_hit1_se"] = stats.mean_se(list(hits.values()))
+    metrics["first_wrong_hit1_se_group"] = stats.group_mean_se(list(hits.values()), list(hits),
+                                                               segments.group_of)
     per["first_wrong_hit1"] = per["rollout_id"].map(hits).astype(float)
     return metrics, per
 
@@ -257,13 +243,13 @@ def chance_row(segments: Segments, truth: fws.StepTruth | None = None,
     row = {"spearman": 0.0, "ranking_accuracy": 0.5, "ranking_accuracy_per_token": 0.5, "sign_accuracy": 0.5,
            "sign_accuracy_wilson": 0.5}
     for k in (1, 3):
-        row[f"critical_hit{k}"], row[f"critical_hit{k}_se"] = _mean_se([min(k, n) / n for n in judged])
+        row[f"critical_hit{k}"], row[f"critical_hit{k}_se"] = stats.mean_se([min(k, n) / n for n in judged])
     if cliffs is not None:
         shares = cliff_tokens.chance_hits(cliffs.cliffs, cliffs.lengths, cliffs.judged_from)
-        row["cliff_hit1"], row["cliff_hit1_se"] = _mean_se(list(shares.values()))
+        row["cliff_hit1"], row["cliff_hit1_se"] = stats.mean_se(list(shares.values()))
     if truth is not None:
         chance = fws.chance_hits(truth, segments.rollout.tolist())
-        row["first_wrong_hit1"], row["first_wrong_hit1_se"] = _mean_se(list(chance.values()))
+        row["first_wrong_hit1"], row["first_wrong_hit1_se"] = stats.mean_se(list(chance.values()))
     return row
 
 
@@ -321,6 +307,10 @@ class TeacherBench:
                 "rows": clean(self.table.to_dict("records")),
                 "calibration": clean(self.calibration.to_dict("records")), "skipped": self.skipped}
 
+    def off_policy_note(self) -> str | None:
+        """The off-policy warning for this teacher (`backend.calibration.off_policy_note`), or None."""
+        return off_policy_note(self.calibration)
+
     def misses(self, estimator: str, metric: str) -> pd.DataFrame:
         """The rollouts where `estimator` misses on `metric` (below 1, a miss first), worst first."""
         part = self.per_rollout[self.per_rollout["estimator"] == estimator]
@@ -347,7 +337,8 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
     ids = batch.rollout_ids.tolist()
     lengths = dict(zip(ids, batch.lengths.tolist(), strict=True))
     outcomes = dict(zip(ids, batch.scores[outcome_channel].to(torch.float64).tolist(), strict=True))
-    segments = teacher_segments(values, lengths, outcomes)
+    group_of = dict(zip(ids, batch.group_ids.tolist(), strict=True))
+    segments = teacher_segments(values, lengths, outcomes, group_of)
     with handle.read() as store:
         table_of_steps = calibration(store, run, outcomes)
     valued = sorted({int(r) for r in segments.rollout})
@@ -389,7 +380,7 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
             for seed in range(SHUFFLES)]).mean().to_dict()
         for suffix, metrics in (("inverted", inverted), ("shuffled", shuffled)):
             rows.append({"estimator": f"{best['estimator']} ({suffix})", "kind": "sanity", **metrics})
-    columns = ["estimator", "kind"] + [c for m in METRICS for c in (m, f"{m}_se")]
+    columns = ["estimator", "kind"] + [c for m in METRICS for c in (m, f"{m}_se", f"{m}_se_group")]
     out = pd.DataFrame(rows).reindex(columns=columns)
     out["n_positions"] = segments.n_positions
     out["n_rollouts"] = len(valued)
@@ -416,7 +407,9 @@ def value_source_rows(batch, values: pd.DataFrame, outcome_channel: str, skipped
     rows_i = np.array([k[0] for k in keep])
     pos = np.array([k[1] for k in keep])
     target = (scale[rows_i].numpy() * (np.array([k[2] for k in keep]) - center[rows_i].numpy()))
-    blocks = _blocks(rows_i)
+    blocks = stats.consecutive_blocks(rows_i)
+    group_of_row = dict(enumerate(batch.group_ids.tolist()))
+    groups = stats.group_blocks(rows_i, group_of_row)
     out = []
     for source in VALUE_SOURCES:
         try:
@@ -425,7 +418,8 @@ def value_source_rows(batch, values: pd.DataFrame, outcome_channel: str, skipped
             skipped.append(f"V: {source}: {str(exc).splitlines()[0]}")
             continue
         v = result.diagnostics["values"][rows_i, pos].numpy().astype(np.float64)
-        mse, mse_se = _mean_se([float(np.mean((v[b] - target[b]) ** 2)) for b in blocks])
+        per_rollout = [float(np.mean((v[b] - target[b]) ** 2)) for b in blocks]
+        mse, mse_se = stats.mean_se(per_rollout)
 
         def corr(idx, v=v):
             if np.std(v[idx]) < 1e-12 or np.std(target[idx]) < 1e-12:
@@ -434,6 +428,9 @@ def value_source_rows(batch, values: pd.DataFrame, outcome_channel: str, skipped
 
         everything = np.arange(len(v))
         out.append({"estimator": f"V: {source}", "kind": "value source", "value_mse": mse,
-                    "value_mse_se": mse_se, "value_corr": corr(everything),
-                    "value_corr_se": _bootstrap_se(corr, blocks)})
+                    "value_mse_se": mse_se,
+                    "value_mse_se_group": stats.group_mean_se(per_rollout, [rows_i[b[0]] for b in blocks],
+                                                              group_of_row),
+                    "value_corr": corr(everything), "value_corr_se": stats.bootstrap_se(corr, blocks),
+                    "value_corr_se_group": stats.bootstrap_se(corr, groups)})
     return out

@@ -74,19 +74,40 @@ else:
     else:
         st.caption(f"{bench.n_positions} valued positions in {bench.n_rollouts} rollouts, "
                    f"{bench.n_segments} segments.")
+    off_policy = bench.off_policy_note()
+    if off_policy:
+        st.warning(off_policy)
     shown_metrics = [m for m in compute.teacher_bench.METRICS if bench.table[m].notna().any()]
     config = {m: st.column_config.NumberColumn(m, format="%.3f", help=compute.teacher_bench.DEFINITIONS[m])
               for m in shown_metrics}
     config.update({f"{m}_se": st.column_config.NumberColumn("± se", format="%.3f") for m in shown_metrics})
+    config.update({f"{m}_se_group": st.column_config.NumberColumn(
+        "± se (groups)", format="%.3f", help="stderr by a bootstrap over groups: rollouts of a group share a "
+        "baseline") for m in shown_metrics})
     is_value = bench.table["kind"] == "value source"
     tables = ((bench.table[~is_value], compute.teacher_bench.RANKED_METRICS, "oracle_teacher_table"),
               (bench.table[is_value], compute.teacher_bench.VALUE_METRICS, "oracle_teacher_values"))
     for rows, metrics, key in tables:
         metrics = [m for m in metrics if m in shown_metrics]
         if len(rows) and metrics:
-            columns = ["estimator", "kind"] + [c for m in metrics for c in (m, f"{m}_se")]
+            columns = ["estimator", "kind"] + [c for m in metrics for c in (m, f"{m}_se", f"{m}_se_group")]
             st.dataframe(rows[columns], hide_index=True, width="stretch", column_config=config, key=key,
                          height=35 * (len(rows) + 1) + 3)
+    st.subheader("Calibration: is the teacher the policy that sampled?")
+    st.caption("Per step, the teacher's mean V̂(∅) against the observed accuracy of the same rollouts (mean ± "
+               "stderr over rollouts): a teacher that resampled with the step's own checkpoint agrees within "
+               "the stderrs; an off-policy one values another policy. The table `creditlens teacher-bench` "
+               "prints.")
+    st.dataframe(bench.calibration, hide_index=True, width="stretch", key="oracle_calibration",
+                 column_config={"v_empty": st.column_config.NumberColumn("V̂(∅)", format="%.3f"),
+                                "v_empty_se": st.column_config.NumberColumn("± se", format="%.3f"),
+                                "accuracy": st.column_config.NumberColumn("accuracy", format="%.3f"),
+                                "accuracy_se": st.column_config.NumberColumn("± se", format="%.3f"),
+                                "step_accuracy": st.column_config.NumberColumn("step accuracy (all)",
+                                                                               format="%.3f"),
+                                "step_n": st.column_config.NumberColumn("step n"),
+                                "on_policy": st.column_config.NumberColumn("on-policy share", format="%.2f"),
+                                "policy": st.column_config.TextColumn("teacher")})
     with st.expander("Definitions", expanded=True):
         for m in shown_metrics:
             st.markdown(f"- **{m}**: {compute.teacher_bench.DEFINITIONS[m]}")

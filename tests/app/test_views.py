@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from backend import token_classes
+from backend.calibration import calibration, off_policy_note
 from backend.models import engine_note
 from backend.store import Store
 from tests.app.conftest import IMG, SCRIPT, chart, decode, heatmap_z, open_app
@@ -280,11 +281,19 @@ def test_oracle_view_teacher_table_on_the_shipped_teacher(app_db):
     assert {"V: zero", "V: fitted", "V: prefix_tree"} <= set(values.index) and "value_corr" in values
     best = table[table["kind"] == "estimator"]["ranking_accuracy"].idxmax()
     assert table.loc[f"{best} (inverted)", "ranking_accuracy"] < 0.5  # the sanity row under chance
-    assert table.loc["grpo", "ranking_accuracy_se"] > 0
+    assert table.loc["grpo", "ranking_accuracy_se"] > 0 and table.loc["grpo", "ranking_accuracy_se_group"] > 0
     assert any("1040 valued positions in 300 rollouts" in c.value for c in at.caption)
-    assert not at.warning  # enough valued positions
+    # enough valued positions; the one warning is the off-policy note `creditlens teacher-bench` prints
+    with Store(app_db, read_only=True) as store:
+        keys = store.rollout_index("demo")
+        cal = calibration(store, "demo", dict(zip(keys["rollout_id"].astype(int), keys["task"].astype(float),
+                                                  strict=True)))
+    assert [w.value for w in at.warning] == [off_policy_note(cal)]
+    shown = at.dataframe[2].value  # the calibration table, the same function's
+    pd.testing.assert_frame_equal(shown.reset_index(drop=True), cal, check_dtype=False)
+    assert shown["policy"].tolist() == ["off-policy", "off-policy", "off-policy", "on-policy"]
     assert any("ranking_accuracy" in m.value and "higher is better" in m.value for m in at.markdown)
-    misses = at.dataframe[2].value
+    misses = at.dataframe[3].value
     assert misses["open"].str.startswith("rollout?run=demo&rollout=").all()
 
 
