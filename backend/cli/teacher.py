@@ -128,20 +128,16 @@ def cmd_teacher_bench(args) -> int:
         args.json.write_text(json.dumps(result.to_json(), indent=1, default=float))
     print(f"run {args.run!r}: {result.n_positions} valued positions in {result.n_rollouts} rollouts "
           f"({result.n_segments} segments; {result.n_first_wrong} failed with a wrong step; "
-          f"{result.n_cliffs} with a cliff token); mean ± stderr over rollouts")
-    cal = result.calibration
-    if len(cal) and cal["on_policy"].notna().all() and (cal["on_policy"] < 1).any():
-        off = (cal["n"] * (1 - cal["on_policy"].astype(float))).round().astype(int)
-        steps = ", ".join(map(str, cal["step"][off > 0]))
-        print(f"off-policy teacher: {off.sum()} of {cal['n'].sum()} valued rollouts were valued by another "
-              f"model than the checkpoint that sampled them (steps {steps}); see the calibration table")
-    elif len(cal) and cal["on_policy"].isna().any():
-        print("teacher origin unknown for some steps (suffixes stored without it): see the calibration table")
+          f"{result.n_cliffs} with a cliff token); mean ± stderr over rollouts / stderr by a bootstrap over "
+          "groups (rollouts of a group share a baseline)")
+    note = result.off_policy_note()
+    if note:
+        print(note)
     shown = [m for m in METRICS if table[m].notna().any()]
-    width = {m: max(18, len(m) + 2) for m in shown}
+    width = {m: max(24, len(m) + 2) for m in shown}
     print(f"{'estimator':<30}{'kind':<14}" + "".join(f"{m:>{width[m]}}" for m in shown))
     for _, row in table.iterrows():
-        cells = "".join(f"{_cell(row[m], row[f'{m}_se']):>{width[m]}}" for m in shown)
+        cells = "".join(f"{_cell(row[m], row[f'{m}_se'], row[f'{m}_se_group']):>{width[m]}}" for m in shown)
         print(f"{row['estimator'][:29]:<30}{row['kind']:<14}{cells}")
     for line in result.skipped:
         print(f"skipped {line}")
@@ -164,10 +160,11 @@ def _print_calibration(table) -> None:
               f"{f'{r.step_accuracy:.3f} ({r.step_n})':>16}{policy:>11}")
 
 
-def _cell(value: float, se: float) -> str:
+def _cell(value: float, se: float, se_group: float = float("nan")) -> str:
     if value != value:
         return "-"
-    return f"{value:.3f} ± {se:.3f}" if se == se else f"{value:.3f}"
+    text = f"{value:.3f} ± {se:.3f}" if se == se else f"{value:.3f}"
+    return f"{text} / {se_group:.3f}" if se_group == se_group else text
 
 
 def cmd_cliff(args) -> int:
