@@ -4,6 +4,7 @@ for test servers, and the hypothesis profiles."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import itertools
 import json
@@ -52,14 +53,35 @@ def free_test_port() -> int:
     raise AssertionError("unreachable")
 
 
-@pytest.fixture(scope="session")
-def bundled_template(tmp_path_factory) -> Path:
-    """A store with the bundled sample runs (and the demo's teacher), imported once per session (per xdist
-    worker). Read-only by convention: tests take a private copy (`bundled_db`, `copy_store`)."""
-    path = tmp_path_factory.mktemp("bundled") / "runs.duckdb"
+def shared_once(tmp_path_factory, name: str, make) -> Path:
+    """`make(path)` run once for the whole suite, however many pytest-xdist workers share it: the first
+    worker to get here writes `<name>/runs.duckdb` in the run's common temp folder under a file lock, the
+    others wait and reuse it (without xdist, the folder is this session's own). Returns the path."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the folder all workers' temp folders sit in
+    folder = base / f"shared-{name}"
+    folder.mkdir(exist_ok=True)
+    path, done = folder / "runs.duckdb", folder / "done"
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            path.unlink(missing_ok=True)  # a worker that died halfway leaves no half-written store behind
+            make(path)
+            done.touch()
+    return path
+
+
+def _import_bundled(path: Path) -> None:
     with Store(path) as store:
         import_bundled(store, quiet=True)
-    return path
+
+
+@pytest.fixture(scope="session")
+def bundled_template(tmp_path_factory) -> Path:
+    """A store with the bundled sample runs (and the demo's teacher), imported once per suite (shared by the
+    xdist workers). Read-only by convention: tests take a private copy (`bundled_db`, `copy_store`)."""
+    return shared_once(tmp_path_factory, "bundled", _import_bundled)
 
 
 def copy_store(template: Path, dest: Path) -> Path:

@@ -14,8 +14,8 @@ from backend import cliff_tokens as ct
 from backend import first_wrong_step as fws
 from backend import teacher_bench as tb
 from backend.cli import main
-from backend.ingest.bundled import import_bundled
-from backend.store import Store, StoreHandle
+from backend.store import StoreHandle
+from tests.conftest import copy_store
 
 OFFICIAL = json.loads((Path(__file__).parent / "fixtures" / "official" / "cliff_tokens.json").read_text())
 
@@ -123,11 +123,8 @@ def test_cliff_hit1_in_a_bench_row_by_hand():
 
 
 @pytest.fixture(scope="module")
-def demo_db(tmp_path_factory) -> Path:
-    db = tmp_path_factory.mktemp("cliff") / "runs.duckdb"
-    with Store(db) as store:
-        import_bundled(store, quiet=True)
-    return db
+def demo_db(bundled_template, tmp_path_factory) -> Path:
+    return copy_store(bundled_template, tmp_path_factory.mktemp("cliff") / "runs.duckdb")
 
 
 @pytest.mark.slow

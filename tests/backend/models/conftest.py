@@ -7,7 +7,7 @@ import pytest
 from backend.ingest import import_path
 from backend.models.transformers_engine import TransformersEngine
 from backend.store import Store
-from tests.conftest import copy_store
+from tests.conftest import copy_store, shared_once
 
 ROOT = Path(__file__).resolve().parents[3]
 DEMO_MODEL = ROOT / "sample_runs" / "demo-policy"
@@ -21,11 +21,14 @@ def engine():
 
 @pytest.fixture(scope="session")
 def demo_template(tmp_path_factory) -> Path:
-    """The bundled demo run alone (no shipped teacher values), imported once per session."""
-    db = tmp_path_factory.mktemp("demo_only") / "runs.duckdb"
-    with Store(db) as store:
+    """The bundled demo run alone, without the shipped teacher values (these tests value rollouts
+    themselves and count what they wrote), imported once per suite."""
+    return shared_once(tmp_path_factory, "demo_only", _import_demo)
+
+
+def _import_demo(path: Path) -> None:
+    with Store(path) as store:
         import_path(store, DEMO_RUN, "demo", model_dir=str(DEMO_MODEL), verifier="answer_match")
-    return db
 
 
 @pytest.fixture
