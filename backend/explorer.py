@@ -19,17 +19,19 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from backend import credit_summary, estimates, main_channel
+from backend import main_channel
 from backend.errors import InputError
-from backend.estimators import registry
 from backend.store import Store, StoreHandle, trend_queries
 from backend.store import explorer_queries as queries
 from backend.store.explorer_queries import OPERATORS, CreditKey, TableSpec
 from backend.store.handle import StoreBusy
+
+if TYPE_CHECKING:
+    from backend import estimates
 
 FLAG_COLUMNS = ("zero_variance", "truncated")
 Progress = Callable[[int, int, str], None]
@@ -113,6 +115,11 @@ class ExplorerPage:
 def _key(store: Store, run: str, name: str, config: tuple) -> tuple[CreditKey, Any]:
     """The credit summaries' key of estimator `name` with `config` (on the run's main channel unless the
     config names a channel)."""
+    # On use: the estimators (torch) load only when a query names one; the table without credit columns
+    # is SQL over the summaries (`creditlens rollouts` without --estimator never imports torch).
+    from backend import credit_summary, estimates  # noqa: PLC0415 - heavy (torch); only with an estimator
+    from backend.estimators import registry  # noqa: PLC0415 - heavy (torch, every estimator); idem
+
     try:
         on_main = main_channel.on_channel(name, config, store.main_channel(run))
         built = registry.make_config(name, **dict(on_main))
@@ -183,6 +190,7 @@ def prepare(handle: StoreHandle, run: str, estimator: str | None = None, config:
         if complete:
             continue
         # The whole run at the estimator's scope; saving it also saves its credit summary.
+        from backend import estimates  # noqa: PLC0415 - heavy (torch); only when an output is missing
         scoped = estimates.estimate_rollouts(handle, run, key.estimator, built, progress=progress)
         notes += scoped.notes
         with handle.read() as store:
@@ -201,6 +209,7 @@ def prepare(handle: StoreHandle, run: str, estimator: str | None = None, config:
 def _fill_credit_from_cache(handle: StoreHandle, run: str, key: CreditKey,
                             scoped: estimates.ScopedEstimate) -> None:
     """Credit summaries from cached advantages, one step at a time (bounded memory)."""
+    from backend import credit_summary  # noqa: PLC0415 - heavy (torch); only when summaries are missing
     rows = []
     with handle.read() as store:
         steps = sorted(store.con.execute(

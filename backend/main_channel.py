@@ -5,15 +5,16 @@ It is chosen at import (`creditlens import --main-channel`; by default `task`, e
 else `all`), stored with the run (migration 007) and changed with `creditlens main-channel` or on the Runs
 page. `resolve` turns a `--channel` (or a view's choice) into a channel the run has, `on_channel` puts it
 into an estimator's config (estimators without a channel field, e.g. `logged`, are left as they are).
+The estimator registry is imported only by the functions that take an estimator: the commands that read a
+run without one (`creditlens main-channel`, `rollouts`) never import torch (docs/speed.md).
 """
 
 from __future__ import annotations
 
 import math
 
-from backend.batch import ALL_CHANNELS, missing_channel
+from backend.batch_fields import ALL_CHANNELS, missing_channel
 from backend.errors import InputError
-from backend.estimators import registry
 from backend.store import Store, StoreHandle
 
 
@@ -43,6 +44,7 @@ def resolve(handle: StoreHandle, run: str, channel: str | None) -> str:
 
 def channel_default(estimator: str) -> str | None:
     """The default of the estimator's channel field; None when it reads no reward channel."""
+    from backend.estimators import registry  # noqa: PLC0415 - heavy (torch, every estimator); on use
     return next((f["default"] for f in registry.config_schema(estimator)["fields"] if f["name"] == "channel"),
                 None)
 
@@ -62,6 +64,8 @@ def config_on_channel(handle: StoreHandle, run: str, estimator: str, overrides: 
     """The sorted (field, value) pairs an estimator is looked up by in the views and commands: `overrides`
     (`--set` pairs) reading `channel` (a `channel` override wins; None: the run's main channel), checked
     against the run's channels. An unknown estimator is an InputError listing the known ones."""
+    from backend.estimators import registry  # noqa: PLC0415 - heavy (torch, every estimator); on use
+
     config = tuple(sorted(overrides.items()))
     chosen = resolve(handle, run, overrides.get("channel", channel))
     try:

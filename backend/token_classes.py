@@ -16,15 +16,16 @@ import functools
 import json
 import re
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import torch
 
-from backend.batch import RolloutBatch
 from backend.errors import InputError
+
+if TYPE_CHECKING:  # batches are only passed in: the class definitions and their editing need no torch
+    from backend.batch import RolloutBatch
 
 OTHER = "other"
 MARKERS = ("key", "style span")
@@ -296,9 +297,3 @@ def labels(batch: RolloutBatch, row: int, classes: tuple[TokenClass, ...] = DEFA
     ids = class_ids(batch, classes)[row]
     label = names(classes)
     return [label[c] for c in ids[ids >= 0]]
-
-
-def masks(batch: RolloutBatch, classes: tuple[TokenClass, ...] = DEFAULT_CLASSES) -> dict[str, torch.Tensor]:
-    """name -> (B, T) bool mask of each class (other included)."""
-    ids = torch.from_numpy(class_ids(batch, classes))
-    return {name: ids == k for k, name in enumerate(names(classes))}

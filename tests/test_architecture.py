@@ -1,5 +1,6 @@
 """The shape of the code: no import cycles, lower layers never import higher ones, modules stay one
-screen of jobs (at most 450 lines), every registered estimator has a loop twin and a derivation.
+screen of jobs (at most 450 lines), every registered estimator has a loop twin and a derivation, and the
+commands that only read the store never import torch (they run in a subprocess here).
 
 The import graph is built from the AST of backend/, app/, pages/ and bench/: every `import` and
 `from ... import` anywhere in a module (top level or inside a function) is an edge, so a cycle hidden
@@ -9,6 +10,9 @@ in a function-level import still counts.
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -189,3 +193,50 @@ def test_pages_reach_the_backend_only_through_app():
         if name == "backend" or name.startswith("backend.")
     ]
     assert not offenders, "\n".join(offenders)
+
+
+# Commands that read the store without computing: they must start in about the time of importing DuckDB
+# and pandas, so none of them may import torch, transformers or the estimators (docs/speed.md).
+LIGHT_COMMANDS = {
+    "help": ["--help"],
+    "runs": ["runs", "--db", "{db}"],
+    "runs --json": ["runs", "--db", "{db}", "--json"],
+    "rollouts": ["rollouts", "--db", "{db}", "--run", "demo", "--json", "--sort=-length", "--where",
+                 "length>=10", "--search", "the"],
+    "trends": ["trends", "--db", "{db}", "--run", "demo", "--json"],
+    "token-classes": ["token-classes", "--db", "{db}", "--run", "demo"],
+    "token-classes --add": ["token-classes", "--db", "{db}", "--run", "demo", "--add", "numbers", "regex",
+                            "[0-9]", "--json"],
+    "main-channel": ["main-channel", "--db", "{db}", "--run", "demo"],
+    "delete": ["delete", "--db", "{db}", "--run", "oracle"],
+    "estimators": ["estimators"],
+    "estimators --json": ["estimators", "--json"],
+    "monitor --defaults": ["monitor", "--defaults"],
+}
+HEAVY_MODULES = ("torch", "transformers", "backend.estimators")
+# Runs the command as `creditlens` does, then writes the names of every module it imported to a file.
+PROBE = """import json, sys
+from backend.cli.main import main
+try:
+    code = main(sys.argv[2:])
+except SystemExit as exc:
+    code = exc.code
+with open(sys.argv[1], "w") as f:
+    json.dump(sorted(sys.modules), f)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("name", list(LIGHT_COMMANDS))
+def test_commands_that_only_read_never_import_torch(name, bundled_db, tmp_path):
+    args = [a.format(db=bundled_db) for a in LIGHT_COMMANDS[name]]
+    modules_file = tmp_path / "modules.json"
+    done = subprocess.run([sys.executable, "-c", PROBE, str(modules_file), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    heavy = [m for m in json.loads(modules_file.read_text())
+             if any(m == h or m.startswith(h + ".") for h in HEAVY_MODULES)]
+    assert not heavy, (f"`creditlens {' '.join(args)}` imported {', '.join(heavy[:8])}"
+                       f"{' ...' if len(heavy) > 8 else ''}; find the chain with `python -X importtime -m "
+                       "backend.cli ...` and import the heavy module inside the function that computes "
+                       "(backend/cli/__init__.py)")

@@ -12,21 +12,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from backend import explain, main_channel
+from backend import estimator_catalog
 from backend.chunks import DEFAULT_CHUNK_ROLLOUTS
 from backend.cli.common import parse_overrides
 from backend.errors import InputError
-from backend.estimates import with_channel
-from backend.estimators import registry
-from backend.estimators.logged import logged_gap
 from backend.store import open_store, store_handle
-from backend.token_rows import (
-    DICTIONARY_COLUMNS,
-    TOKEN_ROWS_SCHEMA,
-    estimate_config,
-    token_rows,
-    token_tables,
-)
 
 
 def add_commands(sub) -> None:
@@ -103,7 +93,7 @@ def _jsonable(value):
 
 
 def cmd_estimators(args) -> int:
-    schemas = [registry.config_schema(name) for name in registry.names()]
+    schemas = estimator_catalog.schemas()  # the registry's schemas, without importing the estimators
     if args.json:
         for schema in schemas:
             for f in schema["fields"]:
@@ -128,6 +118,10 @@ def cmd_estimators(args) -> int:
 
 
 def cmd_logged_gap(args) -> int:
+    from backend.estimates import with_channel  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
+    from backend.estimators.logged import logged_gap  # noqa: PLC0415 - idem
+    from backend.token_rows import estimate_config  # noqa: PLC0415 - idem
+
     _, config = estimate_config(store_handle(args.db), args.run, args.estimator,
                                 parse_overrides(args.overrides), args.channel)
     with open_store(args.db, read_only=True) as store:
@@ -161,6 +155,14 @@ def cmd_estimate(args) -> int:
         raise InputError(f"{args.out}: the output must be a .parquet file")
     if not args.out.parent.exists():
         raise InputError(f"{args.out}: directory {args.out.parent} does not exist")
+    from backend.token_rows import (  # noqa: PLC0415 - heavy (torch, estimators); see backend/cli/__init__.py
+        DICTIONARY_COLUMNS,
+        TOKEN_ROWS_SCHEMA,
+        estimate_config,
+        token_rows,
+        token_tables,
+    )
+
     handle = store_handle(args.db)
     name, config = estimate_config(handle, args.run, args.estimator, parse_overrides(args.overrides),
                                    args.channel)
@@ -200,6 +202,9 @@ def cmd_estimate(args) -> int:
 
 
 def cmd_explain(args) -> int:
+    from backend import explain, main_channel  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
+    from backend.estimators import registry  # noqa: PLC0415 - idem
+
     try:
         registry.get(args.estimator)
     except registry.UnknownEstimator as exc:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from backend.batch import BatchError
+from backend.batch_fields import BatchError
 from backend.cli import (
     app_server,
     checkpoints,

@@ -10,11 +10,9 @@ import threading
 
 from tqdm import tqdm
 
-from backend.batch import MODEL_SCORED
+from backend.batch_fields import MODEL_SCORED
 from backend.cli.common import add_db_arg, add_model_args
 from backend.cli.teacher import parse_rollouts
-from backend.models.model_credit import ANSWER_REGEX, NEGATIVE_TEMPLATE
-from backend.models.model_credit_run import ModelCreditSettings, run_model_credit
 from backend.store import store_handle
 
 
@@ -29,10 +27,11 @@ def add_commands(sub) -> None:
     where.add_argument("--rollouts", default="all",
                        help="the first N rollouts by id, completed to whole groups, or all (default)")
     add_model_args(p)
-    p.add_argument("--answer-regex", default=ANSWER_REGEX,
+    # The two defaults live with the model code (torch): None here stands for them (backend/cli/__init__.py).
+    p.add_argument("--answer-regex", default=None,
                    help="OAR: the final answer is group 1 of the last match in the response "
                         "(tokens before the match are the reasoning that gets scored)")
-    p.add_argument("--negative-prompt", default=NEGATIVE_TEMPLATE,
+    p.add_argument("--negative-prompt", default=None,
                    help="GCPO: the negative prompt, with {prompt} standing for the rollout's prompt")
     p.add_argument("--noise-std", type=float, default=1e-3, help="OAR-G: noise on the reasoning embeddings")
     p.add_argument("--seed", type=int, default=0, help="OAR-G: noise seed (rollout id added)")
@@ -42,11 +41,22 @@ def add_commands(sub) -> None:
 
 
 def cmd_model_credit(args) -> int:
+    from backend.models.model_credit import (  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
+        ANSWER_REGEX,
+        NEGATIVE_TEMPLATE,
+    )
+    from backend.models.model_credit_run import (  # noqa: PLC0415 - idem
+        ModelCreditSettings,
+        run_model_credit,
+    )
+
     handle = store_handle(args.db)
     settings = ModelCreditSettings(
-        method=args.method, model_dir=args.model, engine=args.engine,
-        device=args.device, allow_pickle=args.allow_pickle, answer_regex=args.answer_regex,
-        negative_template=args.negative_prompt, noise_std=args.noise_std, seed=args.seed,
+        method=args.method, model_dir=args.model, engine=args.engine, device=args.device,
+        allow_pickle=args.allow_pickle,
+        answer_regex=ANSWER_REGEX if args.answer_regex is None else args.answer_regex,
+        negative_template=NEGATIVE_TEMPLATE if args.negative_prompt is None else args.negative_prompt,
+        noise_std=args.noise_std, seed=args.seed,
         chunk_size=args.chunk_size,
     )
     stop = threading.Event()

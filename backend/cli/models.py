@@ -12,8 +12,6 @@ from tqdm import tqdm
 from backend import checkpoints
 from backend.cli.common import add_db_arg, add_model_args
 from backend.errors import InputError
-from backend.models import load_engine
-from backend.models.resample import check_positions, parse_suggestion, resample
 from backend.rewards import get_verifier
 from backend.store import open_store
 from backend.store.checkpoint_queries import rollout_steps
@@ -63,6 +61,8 @@ def _check_ids(ids, vocab_size: int, what: str) -> None:
 def cmd_score(args) -> int:
     """Each rollout is scored with its step's checkpoint (or the --model named on purpose): one engine per
     model, and the command says which model scored which steps."""
+    from backend.models import load_engine  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
+
     with open_store(args.db) as store:
         todo = rollouts_to_score(store, args.run, only_missing=not args.all)
         steps = rollout_steps(store, args.run, todo["rollout_id"])
@@ -122,6 +122,13 @@ def parse_positions(text: str) -> list[int]:
 
 
 def cmd_resample(args) -> int:
+    from backend.models import load_engine  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
+    from backend.models.resample import (  # noqa: PLC0415 - idem
+        check_positions,
+        parse_suggestion,
+        resample,
+    )
+
     # The store is opened only to read the rollout and to save the samples, so other readers are not
     # locked out while the model runs.
     with open_store(args.db) as store:

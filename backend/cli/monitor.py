@@ -7,11 +7,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from backend import main_channel, monitor, monitor_config
+from backend import main_channel, monitor_config
 from backend.cli.common import parse_overrides
 from backend.errors import InputError
 from backend.store import store_handle
+
+if TYPE_CHECKING:
+    from backend import monitor
 
 
 def add_commands(sub) -> None:
@@ -52,6 +56,8 @@ def cmd_monitor(args) -> int:
         return 0
     if args.run is None:
         raise InputError("--run is required (the run to monitor)")
+    from backend import monitor  # noqa: PLC0415 - heavy (torch, estimators); see backend/cli/__init__.py
+
     settings = monitor_config.load_settings(args.config)
     handle = store_handle(args.db)
     config = config_of(handle, args.run, args.estimator, args.overrides, args.channel)
@@ -73,6 +79,8 @@ def live_monitor(args):
     """For `import --follow --monitor`: a function of the run name that reruns the monitors (grpo on the
     run's main channel, `--monitor-config` settings) and prints the alerts not printed before. The
     settings are read before anything is imported, so a bad file stops the command at once."""
+    from backend import monitor  # noqa: PLC0415 - heavy (torch, estimators); see backend/cli/__init__.py
+
     settings = monitor_config.load_settings(args.monitor_config)
     handle = store_handle(args.db)
     watchers: dict[str, monitor.LiveMonitor] = {}

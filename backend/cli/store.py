@@ -11,13 +11,15 @@ from backend.cli.common import add_db_arg
 from backend.cli.monitor import live_monitor
 from backend.errors import InputError
 from backend.ingest import FORMATS, import_path
-from backend.ingest.bundled import import_bundled
 from backend.ingest.follow import follow
 from backend.store import open_store
 from backend.store.handle import kept_only_on_success
 
 
 def cmd_init(args) -> int:
+    # The bundled teacher's file reader lives with the model jobs (torch).
+    from backend.ingest.bundled import import_bundled  # noqa: PLC0415 - heavy (torch); see backend/cli
+
     with open_store(args.db) as store:
         names = import_bundled(store)
         print(

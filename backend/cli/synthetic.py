@@ -7,21 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 from backend.errors import InputError
-from backend.estimators.registry import UnknownEstimator, make_config
 from backend.ingest import import_batches
-from backend.oracle import (
-    bench_estimators,
-    bench_spec,
-    default_workers,
-    format_table,
-    jsonable_rows,
-    oracle_bench,
-)
 from backend.store import open_store
-from backend.synthetic import native_batches
 
 
 def _add_size_args(parser) -> None:
@@ -38,6 +26,8 @@ def _check_sizes(args) -> None:
 
 
 def cmd_synth(args) -> int:
+    from backend.synthetic import native_batches  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
+
     _check_sizes(args)
     batches = native_batches(seeds=args.seeds, prompts=args.prompts, group=args.group)
     key = f"synthetic-oracle:seeds={args.seeds}:prompts={args.prompts}:group={args.group}"
@@ -49,6 +39,18 @@ def cmd_synth(args) -> int:
 
 
 def cmd_oracle_bench(args) -> int:
+    import torch  # noqa: PLC0415 - heavy; see backend/cli/__init__.py
+
+    from backend.estimators.registry import UnknownEstimator, make_config  # noqa: PLC0415 - idem
+    from backend.oracle import (  # noqa: PLC0415 - idem
+        bench_estimators,
+        bench_spec,
+        default_workers,
+        format_table,
+        jsonable_rows,
+        oracle_bench,
+    )
+
     _check_sizes(args)
     estimators = [e.strip() for e in args.estimators.split(",") if e.strip()] if args.estimators else None
     if args.variant:
@@ -69,11 +71,13 @@ def cmd_oracle_bench(args) -> int:
         if not args.quiet or "skipped" in message:  # a skipped estimator is always worth a line
             print(message, file=sys.stderr, flush=True)
 
-    if args.workers < 1:
-        raise InputError(f"--workers: must be at least 1, got {args.workers}")
+    # The parser leaves the default to the bench (its module imports torch).
+    workers = default_workers() if args.workers is None else args.workers
+    if workers < 1:
+        raise InputError(f"--workers: must be at least 1, got {workers}")
     torch.set_num_threads(1)  # seeds run in parallel processes instead; see oracle_bench
     rows = oracle_bench(args.seeds, args.prompts, args.group, estimators=estimators, progress=progress,
-                        workers=args.workers)
+                        workers=workers)
     wall = time.perf_counter() - start
     print(format_table(rows))
     print(f"\n{args.seeds} seeds x {args.prompts} prompts x {args.group} responses; wall time {wall:.1f} s")
@@ -99,7 +103,7 @@ def add_commands(sub) -> None:
     p.add_argument("--variant", action="append", default=None,
                    help="an extra row with options, name:key=value,key=value (repeatable), e.g. "
                         "gae:lam_mode=length_adaptive")
-    p.add_argument("--workers", type=int, default=default_workers(),
+    p.add_argument("--workers", type=int, default=None,
                    help="processes running seeds in parallel (default: min(2, CPUs))")
     p.add_argument("--quiet", action="store_true", help="no per-seed progress on stderr")
     p.set_defaults(func=cmd_oracle_bench)

@@ -15,9 +15,7 @@ from tqdm import tqdm
 from backend import cliff_tokens
 from backend.cli.common import add_db_arg, add_model_args
 from backend.errors import InputError
-from backend.models.teacher import JOB, TeacherSettings, run_teacher
 from backend.store import store_handle
-from backend.teacher_bench import DEFINITIONS, METRICS, parse_estimator_specs, teacher_bench
 
 
 def add_commands(sub) -> None:
@@ -74,6 +72,12 @@ def parse_rollouts(text: str) -> int | None:
 
 
 def cmd_teacher(args) -> int:
+    from backend.models.teacher import (  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
+        JOB,
+        TeacherSettings,
+        run_teacher,
+    )
+
     handle = store_handle(args.db)
     with handle.read() as store:
         info = store.run_info(args.run)
@@ -120,6 +124,13 @@ def cmd_teacher(args) -> int:
 
 
 def cmd_teacher_bench(args) -> int:
+    from backend.teacher_bench import (  # noqa: PLC0415 - heavy (torch, estimators); see backend/cli
+        DEFINITIONS,
+        METRICS,
+        parse_estimator_specs,
+        teacher_bench,
+    )
+
     handle = store_handle(args.db)
     specs = parse_estimator_specs(args.estimators)
     result = teacher_bench(handle, args.run, specs, args.channel)

@@ -21,7 +21,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from backend.batch import PER_TOKEN_FIELDS
+from backend.batch_fields import PER_TOKEN_FIELDS
 from backend.errors import InputError
 from backend.ingest import fast_parquet
 from backend.ingest.canonical import canonical_json, record_key_of_text

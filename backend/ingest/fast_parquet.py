@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from backend.batch import PER_TOKEN_FIELDS
+from backend.batch_fields import PER_TOKEN_FIELDS
 from backend.errors import InputError
 from backend.ingest.records import FLOAT32_MAX, ChunkBuffer, group_key
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from backend.batch import PER_TOKEN_FIELDS
+from backend.batch_fields import PER_TOKEN_FIELDS
 from backend.errors import InputError
 from backend.ingest.tokenize import Tokenizer
 

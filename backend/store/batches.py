@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import torch
 
-from backend.batch import MC_EXTRAS, MODEL_SCORED, PER_TOKEN_FIELDS, RolloutBatch, model_score_needs
+from backend.batch_fields import MC_EXTRAS, MODEL_SCORED, PER_TOKEN_FIELDS, model_score_needs
 from backend.store.model_credit_extras import model_credit_extras
 from backend.store.runs import Runs
+
+if TYPE_CHECKING:
+    import torch
+
+    from backend.batch import RolloutBatch
 
 
 def pad_list_array(array: pa.Array | pa.ChunkedArray, T: int, dtype: np.dtype,
@@ -62,6 +67,12 @@ class Batches(Runs):
         id_range: (first, last) rollout ids, inclusive: a cheap pre-filter for chunked reads (rows of
             a run are stored in rollout order, so DuckDB skips the row groups outside it).
         """
+        # Imported here, not at the top: every command imports the store, and the ones that only read it
+        # (`creditlens runs`, `rollouts` without an estimator) must not pay torch's 2-3 s import.
+        import torch  # noqa: PLC0415 - heavy; only to build a batch
+
+        from backend.batch import RolloutBatch  # noqa: PLC0415 - idem (imports torch)
+
         run_id = self.run_id(run)
         wanted = None if fields is None else frozenset(fields)
 
@@ -159,7 +170,8 @@ class Batches(Runs):
             extras[MC_EXTRAS[0]], extras[MC_EXTRAS[1]] = mc_values, mc_mask
         methods = [m for m in MODEL_SCORED if any(loads(n) for n in model_score_needs(m))]
         if methods:  # OAR / GCPO scores, when they cover every rollout of the batch
-            extras.update(model_credit_extras(self.con, run_id, [int(i) for i in ids], T, methods))
+            scored = model_credit_extras(self.con, run_id, [int(i) for i in ids], T, methods)
+            extras.update({name: torch.from_numpy(values) for name, values in scored.items()})
 
         if "logged_advantage" in table.column_names:
             logged = table.column("logged_advantage")

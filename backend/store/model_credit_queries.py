@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from backend.batch import MODEL_SCORED
+from backend.batch_fields import MODEL_SCORED
 from backend.store.db import Store
 
 METHODS = MODEL_SCORED

@@ -11,7 +11,7 @@ import uuid
 import pandas as pd
 import pyarrow as pa
 
-from backend.batch import ALL_CHANNELS, PER_TOKEN_FIELDS, default_main_channel
+from backend.batch_fields import ALL_CHANNELS, PER_TOKEN_FIELDS, default_main_channel
 from backend.errors import InputError, StoreError
 from backend.store.connection import ESTIMATE_TABLES, IMPORTED_TABLES, RUN_TABLES, Connection
 
