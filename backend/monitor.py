@@ -115,7 +115,8 @@ def run_monitors(handle: StoreHandle, run: str, estimator: str = "grpo", config:
         config = main_channel.on_channel(estimator, config, str(channel))
         channel = str(dict(config).get("channel", channel))
         trends = explorer.step_trends_in(store, run, estimator, config, quantiles=False)
-        series = pd.DataFrame({"step": trends["step"].astype(int)})
+        steps = trends["step"].astype(int)
+        columns: dict[str, np.ndarray] = {"step": steps.to_numpy()}  # the series, a frame once complete
         counts = {"rollouts": trends["rollouts"].to_numpy(), "groups": trends["groups"].to_numpy()}
         run_id = store.run_id(run)
         key = explorer.credit_key(store, run, estimator, config)
@@ -124,11 +125,11 @@ def run_monitors(handle: StoreHandle, run: str, estimator: str = "grpo", config:
                 store, run_id, monitor_channels.channel_key(estimator, config, channel, groups))
 
         def add(spec: _Series, values) -> None:
-            series[spec.statistic] = np.asarray(values, dtype=np.float64)
+            columns[spec.statistic] = np.asarray(values, dtype=np.float64)
             watched.append(spec)
 
         def by_step(frame: pd.DataFrame, column: str):
-            return series["step"].map(dict(zip(frame["step"].astype(int), frame[column], strict=True)))
+            return frame.set_index(frame["step"].astype(int))[column].reindex(steps).to_numpy()
 
         if settings.enabled("class_share"):
             signed = queries.step_signed_shares(store, run_id, key)
@@ -184,23 +185,23 @@ def run_monitors(handle: StoreHandle, run: str, estimator: str = "grpo", config:
         else:
             notes.append("channel_takeover: one channel carries all the credit (nothing to take over)")
     needed = min((settings.rule(d).min_baseline for d in {w.detector for w in watched}), default=0)
-    if watched and len(series) <= needed:
-        notes.append(f"the run has {len(series)} steps: an onset needs at least {needed} earlier steps "
+    if watched and len(steps) <= needed:
+        notes.append(f"the run has {len(steps)} steps: an onset needs at least {needed} earlier steps "
                      "(min_baseline), so nothing can be called yet")
-    found = (_alert(handle, run, estimator, config, settings, series, spec, key, extra, counts)
+    found = (_alert(handle, run, estimator, config, settings, columns, spec, key, extra, counts)
              for spec in watched)
     alerts = [a for a in found if a is not None]
     alerts.sort(key=lambda a: (a.step, a.detector, a.statistic))
-    return MonitorReport(run, estimator, channel, alerts, series, notes)
+    return MonitorReport(run, estimator, channel, alerts, pd.DataFrame(columns, index=steps.index), notes)
 
 
 def _alert(handle: StoreHandle, run: str, estimator: str, config: tuple, settings: MonitorSettings,
-           series: pd.DataFrame, spec: _Series, key, extra: dict, counts: dict) -> Alert | None:
+           series: dict[str, np.ndarray], spec: _Series, key, extra: dict, counts: dict) -> Alert | None:
     rule = settings.rule(spec.detector)
-    onset = find_onset(series[spec.statistic].to_numpy(), rule, counts.get(spec.count))
+    onset = find_onset(series[spec.statistic], rule, counts.get(spec.count))
     if onset is None:
         return None
-    step = int(series["step"].iloc[onset.index])
+    step = int(series["step"][onset.index])
     severity = "info" if onset.pending else ("alert" if onset.severe else "warn")
     up = onset.value > onset.baseline
     rollouts, view = _rollouts(handle, run, estimator, config, spec, step, up, settings.top_rollouts, key,

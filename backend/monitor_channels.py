@@ -89,13 +89,14 @@ def read_step_shares(store: Store, run_id: int, key: ChannelKey
     parts = list(dict.fromkeys(long.sort_values("part_index", kind="stable")["part"]))
     shares = long.pivot(index="step", columns="part", values="share").reindex(columns=parts)
     shares = shares.astype(np.float64).rename_axis(columns=None).reset_index().astype({"step": np.int64})
+    magnitudes = queries.channel_magnitudes(store, run_id, key).pivot(
+        index=["step", "rollout_id"], columns="part", values="magnitude").reindex(columns=parts)  # (N, C)
+    rollout_shares = magnitudes.div(magnitudes.sum(axis=1).replace(0.0, np.nan), axis=0)
+    rollout_shares = rollout_shares.rename_axis(columns=None)
     per_rollout = {}
-    magnitudes = queries.channel_magnitudes(store, run_id, key)
-    for step, rows in magnitudes.groupby("step", sort=True):
-        magnitude = rows.pivot(index="rollout_id", columns="part", values="magnitude").reindex(columns=parts)
-        total = magnitude.sum(axis=1).replace(0.0, np.nan)
-        shares_of = magnitude.div(total, axis=0).rename_axis(index=None, columns=None)
-        per_rollout[int(step)] = shares_of.set_axis(shares_of.index.astype(np.int64))
+    for step, frame in rollout_shares.groupby(level="step", sort=True):
+        per_rollout[int(step)] = frame.set_axis(frame.index.get_level_values("rollout_id").astype(np.int64)
+                                                .rename(None))
     return shares, per_rollout
 
 
