@@ -227,16 +227,35 @@ sys.exit(code)
 """
 
 
+def _imported_by(args: list[str], tmp_path: Path) -> list[str]:
+    """Every module `creditlens ARGS` imports, run in a fresh interpreter (asserts it succeeds)."""
+    modules_file = tmp_path / "modules.json"
+    done = subprocess.run([sys.executable, "-c", PROBE, str(modules_file), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(modules_file.read_text())
+
+
+def _within(modules: list[str], packages: tuple[str, ...]) -> list[str]:
+    return [m for m in modules if any(m == p or m.startswith(p + ".") for p in packages)]
+
+
 @pytest.mark.parametrize("name", list(LIGHT_COMMANDS))
 def test_commands_that_only_read_never_import_torch(name, bundled_db, tmp_path):
     args = [a.format(db=bundled_db) for a in LIGHT_COMMANDS[name]]
-    modules_file = tmp_path / "modules.json"
-    done = subprocess.run([sys.executable, "-c", PROBE, str(modules_file), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    heavy = [m for m in json.loads(modules_file.read_text())
-             if any(m == h or m.startswith(h + ".") for h in HEAVY_MODULES)]
+    heavy = _within(_imported_by(args, tmp_path), HEAVY_MODULES)
     assert not heavy, (f"`creditlens {' '.join(args)}` imported {', '.join(heavy[:8])}"
                        f"{' ...' if len(heavy) > 8 else ''}; find the chain with `python -X importtime -m "
                        "backend.cli ...` and import the heavy module inside the function that computes "
                        "(backend/cli/__init__.py)")
+
+
+def test_estimate_imports_no_model_engine(bundled_db, tmp_path):
+    """`estimate` needs torch and the estimators; no estimator runs a model (the model-based ones read
+    scores cached by `creditlens model-credit`), so transformers and the engines stay out."""
+    args = ["estimate", "--db", str(bundled_db), "--run", "demo", "--estimator", "grpo", "--out",
+            str(tmp_path / "grpo.parquet")]
+    modules = _imported_by(args, tmp_path)
+    assert "backend.estimators.registry" in modules  # the probe sees what the command computes with
+    heavy = _within(modules, ("transformers", "vllm", "backend.models", "backend.explain", "backend.monitor"))
+    assert not heavy, f"`creditlens estimate` imported {', '.join(heavy[:8])}"
