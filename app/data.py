@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -36,10 +38,24 @@ def db_path_from_argv(argv: list[str] | None = None) -> Path:
     return Path(os.environ.get("CREDITLENS_DB") or default_db_path())
 
 
+class OwnWritesHandle(StoreHandle):
+    """A `StoreHandle` that notes the store's version after each write of this process (a view saving an
+    estimate it computed at step or run scope, the Explorer's credit summaries), so that
+    `refresh_if_store_changed` reads only other processes' writes as a change: an own save dropped every
+    cached read of every session at the next rerun. Writes that do change what views show (import,
+    delete, resample) call `invalidate()` themselves."""
+
+    @contextmanager
+    def write(self) -> Iterator:
+        with super().write() as store:
+            yield store
+        _seen_versions[str(self.path)] = store_version(str(self.path))
+
+
 @st.cache_resource(show_spinner=False)
 def store_handle(path: str) -> StoreHandle:
     """One handle per process and store file; imports the bundled runs into an empty store."""
-    handle = StoreHandle(path)
+    handle = OwnWritesHandle(path)
     with handle.read() as store:
         empty = not store.list_runs()
     if empty and not settings().read_only:

@@ -17,19 +17,7 @@ if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts app/ on the pa
 import streamlit as st  # noqa: E402
 
 from app import access, data, state  # noqa: E402
-
-PAGES = ROOT / "pages"
-VIEWS = (  # the first is the landing page of a run
-    ("explorer.py", "Explorer", "explorer", ":material/table_rows:"),
-    ("trends.py", "Trends", "trends", ":material/monitoring:"),
-    ("rollout.py", "Rollout", "rollout", ":material/grid_on:"),
-    ("group.py", "Group", "group", ":material/account_tree:"),
-    ("compare.py", "Compare", "compare", ":material/compare:"),
-    ("tune.py", "Tune", "tune", ":material/tune:"),
-    ("resample.py", "Resample", "resample", ":material/casino:"),
-    ("oracle.py", "Oracle", "oracle", ":material/verified:"),
-    ("runs.py", "Runs", "runs", ":material/storage:"),
-)
+from app.view_list import PAGES, VIEWS  # noqa: E402
 
 st.set_page_config(page_title="Credit Lens", page_icon=":material/grid_on:", layout="wide")
 settings = data.settings()
