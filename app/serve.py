@@ -36,15 +36,20 @@ MAX_UPLOAD_MB = 200
 
 
 def streamlit_command(
-    db: Path, port: int, host: str = "127.0.0.1", app_args: list[str] | tuple[str, ...] = ()
+    db: Path,
+    port: int,
+    host: str = "127.0.0.1",
+    app_args: list[str] | tuple[str, ...] = (),
+    script: Path = SERVER,
 ) -> list[str]:
-    """The `streamlit run` command line the app is served with (`app_args`: `--read-only`, ...)."""
+    """The `streamlit run` command line the app is served with (`app_args`: `--read-only`, ...; `script`: the
+    app, or another page served the same way, e.g. the bench's trivial baseline)."""
     return [
         sys.executable,
         "-m",
         "streamlit",
         "run",
-        str(SERVER),
+        str(script),
         "--server.address",
         host,
         "--server.port",
@@ -242,8 +247,9 @@ class Server:
         host: str = "127.0.0.1",
         token: str | None = None,
         app_args: list[str] | tuple[str, ...] = (),
+        script: Path = SERVER,
     ):
-        self.db, self.port, self.log = Path(db), port or free_port(), log
+        self.db, self.port, self.log, self.script = Path(db), port or free_port(), log, Path(script)
         self.host, self.token, self.app_args = host, token, list(app_args)
         self.url = f"http://127.0.0.1:{self.port}"  # reached on loopback whatever the bind address
         self.proc: subprocess.Popen | None = None
@@ -257,7 +263,7 @@ class Server:
         if self.token:
             env[access.TOKEN_ENV] = self.token
         self.proc = subprocess.Popen(
-            streamlit_command(self.db, self.port, self.host, self.app_args),
+            streamlit_command(self.db, self.port, self.host, self.app_args, self.script),
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,

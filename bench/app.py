@@ -1,13 +1,15 @@
-"""`python -m bench app`: the app in headless chromium against a real server.
+"""`python -m bench app [fresh]`: the app in headless chromium against a real server.
 
-Measures (1) navigation to a 4096-token rollout until its heatmap is drawn (target < 2 s) and (2) a β
-slider change until the Tune heatmap is redrawn (target < 0.5 s for one group), on a tmp store with
-the bundled runs and a synthetic run of one group of 8 × 4096-token responses. Saves a screenshot of
-every view to bench/out/.
+First the fresh page loads of every view on the demo store against a trivial Streamlit page
+(`bench/app_load.py`; `python -m bench app fresh` stops there). Then it measures (1) navigation to a
+4096-token rollout until its heatmap is drawn (target < 2 s) and (2) a β slider change until the Tune
+heatmap is redrawn (target < 0.5 s for one group), on a tmp store with the bundled runs and a synthetic run
+of one group of 8 × 4096-token responses. Saves a screenshot of every view to bench/out/.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import sys
@@ -20,6 +22,7 @@ from app.testing import CHROMIUM, launch, wait_idle
 from backend.ingest import import_records
 from backend.ingest.bundled import import_bundled
 from backend.store import Store
+from bench import app_load
 
 OUT = Path(__file__).resolve().parent / "out"
 WORDS = ["the", "so", "we", "add", "carry", "then", "answer", "is", "step", ",", ".", "1", "2", "7", "\n"]
@@ -86,6 +89,16 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(CHROMIUM).exists():
         print("bench app: chromium not found at /usr/bin/chromium (make browser-deps)", file=sys.stderr)
         return 2
+    argv = list(argv or [])
+    if argv not in ([], ["fresh"]):
+        print("usage: python -m bench app [fresh]", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
+        fresh = app_load.measure(p, Path(tmp) / "demo.duckdb", Path(tmp))
+    app_load.print_table(fresh)
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
+    if argv == ["fresh"]:
+        return 0
     repeats = 3
     OUT.mkdir(exist_ok=True)
     rows = []

@@ -1,0 +1,118 @@
+"""Fresh page loads (`python -m bench app`, first table): each view opened in a new browser context (no
+HTTP cache, no Streamlit session: a link opened, a reload, a new tab) against a trivial Streamlit page
+served the same way on the same machine in the same run, so the ratio is what the app adds.
+
+A load is timed from `goto` until the page's first script run has finished (Streamlit's WebSocket sends
+`script_finished`), a later rerun it asked for has finished too, and the browser shows that run: every
+chart drawn, nothing stale. "first content" is the moment the view's title is drawn.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+from app import view_list
+from app.serve import Server
+from app.testing import launch
+
+TRIVIAL = 'import streamlit as st\n\nst.title("Trivial")\nst.write("A trivial page: the baseline.")\n'
+# Each view as a link opens it on the demo store (rollout 3: a group whose scores differ).
+QUERIES = {"explorer": "run=demo", "trends": "run=demo", "oracle": "run=oracle", "runs": ""}
+VIEWS = tuple((title, f"{path}?{QUERIES.get(path, 'run=demo&rollout=3')}".rstrip("?"))
+              for _, title, path, _ in view_list.VIEWS)
+# The page shows a finished run: its title, every chart drawn, no running icon, nothing stale.
+SHOWN = (
+    "() => document.querySelector('h1') !== null"
+    " && !document.querySelector('[data-testid=stStatusWidgetRunningIcon]')"
+    " && document.querySelectorAll('[data-stale=true]').length === 0"
+    " && [...document.querySelectorAll('[data-testid=stPlotlyChart]')]"
+    ".every(c => c.querySelector('.main-svg') !== null)"
+)
+
+
+class Runs:
+    """Script runs of one page as its WebSocket shows them (Streamlit starts a run with `new_session` and
+    ends it with `script_finished`; FINISHED_EARLY_FOR_RERUN means another run follows)."""
+
+    def __init__(self, page):
+        self.finished = 0
+        self.running = False
+        page.on("websocket", self._attach)
+
+    def _attach(self, ws) -> None:
+        if ws.url.split("?")[0].endswith("/_stcore/stream"):
+            ws.on("framereceived", self._received)
+
+    def _received(self, payload) -> None:
+        if isinstance(payload, str):
+            return
+        msg = ForwardMsg.FromString(payload)
+        kind = msg.WhichOneof("type")
+        if kind == "new_session":
+            self.running = True
+        elif kind == "script_finished":
+            self.running = msg.script_finished == ForwardMsg.FINISHED_EARLY_FOR_RERUN
+            self.finished += msg.script_finished != ForwardMsg.FINISHED_EARLY_FOR_RERUN
+
+
+def fresh_load(browser, url: str, timeout: float = 120.0) -> tuple[float, float]:
+    """(first content, loaded) seconds of `url` in a new context."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    runs = Runs(page)
+    start = time.perf_counter()
+    page.goto(url, wait_until="commit")
+    page.wait_for_selector("h1", timeout=timeout * 1000)
+    first = time.perf_counter() - start
+    deadline = time.monotonic() + timeout
+    while not (runs.finished and not runs.running):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url}: no finished script run within {timeout:.0f} s")
+        page.wait_for_timeout(10)  # Playwright delivers WebSocket events only while it waits
+    page.wait_for_function(SHOWN, timeout=timeout * 1000, polling=10)
+    loaded = time.perf_counter() - start
+    context.close()
+    return first, loaded
+
+
+def measure(playwright, db: Path, tmp: Path, rounds: int = 3) -> list[tuple]:
+    """Rows (name, first visit s, median first content s, median loaded s, ratio to the trivial page).
+
+    The first visit of a view is its first load after the server started (its caches cold unless the
+    server warmed them); the medians are over the `rounds` loads after it. Trivial loads are interleaved
+    with the views' so both see the same machine load."""
+    trivial = tmp / "trivial.py"
+    trivial.write_text(TRIVIAL)
+    with (
+        Server(db, log=tmp / "app.log") as app,
+        Server(db, log=tmp / "trivial.log", script=trivial) as baseline,
+    ):
+        browser = launch(playwright)
+        times: dict[str, list[tuple[float, float]]] = {"Trivial page": []}
+        for name, path in VIEWS:  # first visits, right after the server answered its health check
+            times[name] = [fresh_load(browser, f"{app.url}/{path}")]
+        times["Trivial page"].append(fresh_load(browser, baseline.url))
+        for _ in range(rounds):
+            times["Trivial page"].append(fresh_load(browser, baseline.url))
+            for name, path in VIEWS:
+                times[name].append(fresh_load(browser, f"{app.url}/{path}"))
+        browser.close()
+    base = statistics.median(t[1] for t in times["Trivial page"][1:])
+    rows = []
+    for name, loads in times.items():
+        loaded = statistics.median(t[1] for t in loads[1:])
+        rows.append((name, loads[0][1], statistics.median(t[0] for t in loads[1:]), loaded, loaded / base))
+    return rows
+
+
+def print_table(rows: list[tuple]) -> None:
+    print(f"{'fresh page load (demo store)':<30} {'first visit':>11} {'first content':>13} {'loaded':>8} "
+          f"{'ratio':>6}")
+    for name, first_visit, content, loaded, ratio in rows:
+        print(f"{name:<30} {first_visit:>11.2f} {content:>13.2f} {loaded:>8.2f} {ratio:>6.2f}")
+    print("seconds; medians of fresh loads after the first visit; ratio = loaded / the trivial page's "
+          "(target ≤ 1.5)")
