@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -174,7 +173,7 @@ def test_credit_shares_match_the_estimate(handle, name):
 
 @pytest.mark.slow
 def test_creditlens_estimate_fills_the_credit_summary(handle, tmp_path):
-    done = run_cli("estimate", "--db", str(handle.path), "--run", "run", "--estimator", "entropy",
+    done = run_cli_here("estimate", "--db", str(handle.path), "--run", "run", "--estimator", "entropy",
                    "--out", str(tmp_path / "a.parquet"))
     assert done.returncode == 0, done.stderr
     with handle.read() as store:
@@ -304,10 +303,6 @@ def test_class_list_comes_from_one_function(handle):
 # ---- the command line gives the view's numbers ----------------------------------------------------------
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return run_cli_here(*args)
-
-
 def same_frames(cli: pd.DataFrame, view: pd.DataFrame) -> None:
     assert list(cli.columns) == list(view.columns)
     for column in view.columns:
@@ -323,7 +318,7 @@ def same_frames(cli: pd.DataFrame, view: pd.DataFrame) -> None:
 def test_cli_rollouts_json_and_parquet_equal_the_view_function(handle, tmp_path):
     args = ["--db", str(handle.path), "--run", "run", "--estimator", "entropy", "--compare", "recency",
             "--sort=-share_other", "--where", "length>=8", "--search", "1", "--limit", "7", "--offset", "2"]
-    done = run_cli("rollouts", *args, "--json")
+    done = run_cli_here("rollouts", *args, "--json")
     assert done.returncode == 0, done.stderr
     cli = pd.DataFrame(json.loads(done.stdout))
     view = explorer.rollout_table(handle, "run", ExplorerQuery(
@@ -332,13 +327,13 @@ def test_cli_rollouts_json_and_parquet_equal_the_view_function(handle, tmp_path)
     assert len(view) == 7
     same_frames(cli, view)
     out = tmp_path / "t.parquet"
-    assert run_cli("rollouts", *args, "--out", str(out)).returncode == 0
+    assert run_cli_here("rollouts", *args, "--out", str(out)).returncode == 0
     same_frames(pq.read_table(out).to_pandas(), view)
 
 
 @pytest.mark.slow
 def test_cli_trends_equal_the_view_function(handle):
-    done = run_cli("trends", "--db", str(handle.path), "--run", "run", "--estimator", "entropy", "--json")
+    done = run_cli_here("trends", "--db", handle.path, "--run", "run", "--estimator", "entropy", "--json")
     assert done.returncode == 0, done.stderr
     same_frames(pd.DataFrame(json.loads(done.stdout)), explorer.step_trends(handle, "run", "entropy"))
 
@@ -346,8 +341,8 @@ def test_cli_trends_equal_the_view_function(handle):
 @pytest.mark.slow
 def test_cli_bad_input_is_one_line_exit_2(handle):
     for args in (["--sort", "nope"], ["--where", "length=>3"]):
-        done = run_cli("rollouts", "--db", str(handle.path), "--run", "run", *args, "--json")
+        done = run_cli_here("rollouts", "--db", str(handle.path), "--run", "run", *args, "--json")
         assert done.returncode == 2, args
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
-    done = run_cli("trends", "--db", str(handle.path), "--run", "missing", "--json")
+    done = run_cli_here("trends", "--db", str(handle.path), "--run", "missing", "--json")
     assert done.returncode == 2 and "no run named 'missing'" in done.stderr

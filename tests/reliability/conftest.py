@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import re
 import sys
@@ -16,8 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from backend.cli import main as cli_main
-from tests.conftest import make_records, write_jsonl
+from tests.conftest import make_records, run_cli_here, write_jsonl
 from tests.reliability.cases import TALLY, WORKER_OUTPUT_KEY, tally, write_summary  # noqa: F401 - tests use tally
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,14 +44,10 @@ class CliResult:
 
 
 def run_cli(args: list[str]) -> CliResult:
-    """`creditlens ARGS` in this process. Any exception escaping main() is a traceback for a user."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = cli_main([str(a) for a in args])
-        except SystemExit as exc:  # argparse
-            rc = exc.code if isinstance(exc.code, int) else 2
-    return CliResult(rc, out.getvalue(), err.getvalue())
+    """`creditlens ARGS` in this process (`tests.conftest.run_cli_here`): any exception escaping main() is a
+    traceback for a user, and fails the test."""
+    done = run_cli_here(*args)
+    return CliResult(done.returncode, done.stdout, done.stderr)
 
 
 def store_digest(db: Path) -> dict[str, tuple[int, int]]:

@@ -30,18 +30,14 @@ ROOT = Path(__file__).resolve().parents[3]
 DEMO = ROOT / "sample_runs" / "demo-policy"
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return run_cli_here(*args)
-
-
 def import_cli(path: Path, db: Path, run: str, *extra: str) -> subprocess.CompletedProcess:
-    done = run_cli("import", path, "--db", db, "--run", run, "--quiet", *extra)
+    done = run_cli_here("import", path, "--db", db, "--run", run, "--quiet", *extra)
     assert done.returncode == 0, done.stderr
     return done
 
 
 def estimate_cli(db: Path, run: str, out: Path, *extra: str) -> pd.DataFrame:
-    done = run_cli("estimate", "--db", db, "--run", run, "--estimator", "grpo", "--out", out, *extra)
+    done = run_cli_here("estimate", "--db", db, "--run", run, "--estimator", "grpo", "--out", out, *extra)
     assert done.returncode == 0, done.stderr
     return pd.read_parquet(out)
 
@@ -514,11 +510,11 @@ def test_a_format_that_does_not_fit_says_what_the_file_is(tmp_path, demo_tokeniz
                       "completion logs (completions_*.parquet)); it holds a NeMo-RL train_data dump: "
                       "use --format nemo-rl"),
     ]:
-        done = run_cli("import", path, "--db", db, "--run", "x", "--quiet", "--format", fmt)
+        done = run_cli_here("import", path, "--db", db, "--run", "x", "--quiet", "--format", fmt)
         assert done.returncode == 2, done.stdout
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], (fmt, lines)
-    assert json.loads(run_cli("runs", "--db", db, "--json").stdout) == []
+    assert json.loads(run_cli_here("runs", "--db", db, "--json").stdout) == []
     with Store(db) as store:
         for path, fmt, message in [
             (nemo / "train_data_step1.jsonl", "trl",

@@ -104,10 +104,6 @@ def test_mc_teacher_values_every_step_end(engine):
     assert teacher.advantages.shape == (len(tokens),)
 
 
-def run_cli(*args):
-    return run_cli_here(*args)
-
-
 @pytest.mark.slow
 def test_resample_and_score_commands_on_a_real_store(tmp_path, capsys):
     db = tmp_path / "runs.duckdb"
@@ -124,7 +120,7 @@ def test_resample_and_score_commands_on_a_real_store(tmp_path, capsys):
         rollout = store.rollout("demo", 440)
     assert rollout["prompt"] == records[8]["prompt"]
 
-    done = run_cli(
+    done = run_cli_here(
         "resample",
         "--db",
         str(db),

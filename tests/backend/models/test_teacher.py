@@ -139,29 +139,25 @@ def test_teacher_file_errors_name_the_row_and_field(tmp_path):
         read_teacher_file(path, {0: 5, 1: 5})
 
 
-def run_cli(*args):
-    return run_cli_here(*args)
-
-
 @pytest.mark.slow
 def test_teacher_and_teacher_bench_commands(demo_db, tmp_path):
     out = tmp_path / "teacher.parquet"
-    done = run_cli("teacher", "--db", str(demo_db), "--run", "demo", "--rollouts", "4", "--samples", "2",
+    done = run_cli_here("teacher", "--db", str(demo_db), "--run", "demo", "--rollouts", "4", "--samples", "2",
                    "--max-new-tokens", "60", "--json", "--export", str(out))
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["valued"] == 4 and report["suffixes"] == 2 * report["positions"]
     assert pd.read_parquet(out)["rollout_id"].nunique() == 4
     bench = tmp_path / "bench.json"
-    done = run_cli("teacher-bench", "--db", str(demo_db), "--run", "demo", "--estimators", "grpo",
+    done = run_cli_here("teacher-bench", "--db", str(demo_db), "--run", "demo", "--estimators", "grpo",
                    "token_rm:head=mlp,steps=20", "--json", str(bench))
     assert done.returncode == 0, done.stderr
     rows = {r["estimator"]: r for r in json.loads(bench.read_text())["rows"]}
     assert {"grpo", "token_rm:head=mlp,steps=20", "chance", "V: fitted"} <= set(rows)
     assert rows["grpo"]["n_positions"] == report["positions"]
-    bad = run_cli("teacher", "--db", str(demo_db), "--run", "demo", "--positions", "every:x")
+    bad = run_cli_here("teacher", "--db", str(demo_db), "--run", "demo", "--positions", "every:x")
     assert bad.returncode == 2 and "every:K with an integer K" in bad.stderr
-    bad = run_cli("teacher-bench", "--db", str(demo_db), "--run", "demo", "--estimators", "nope")
+    bad = run_cli_here("teacher-bench", "--db", str(demo_db), "--run", "demo", "--estimators", "nope")
     assert bad.returncode == 2 and "nope" in bad.stderr
 
 
