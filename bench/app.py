@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m bench app [fresh]", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
-        fresh = app_load.measure(p, Path(tmp) / "demo.duckdb", Path(tmp))
-    app_load.print_table(fresh)
+        fresh, added = app_load.measure(p, Path(tmp) / "demo.duckdb", Path(tmp))
+    app_load.print_table(fresh, added)
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
     if argv == ["fresh"]:
         return 0

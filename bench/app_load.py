@@ -68,19 +68,16 @@ def fresh_load(browser, url: str, timeout: float = 120.0) -> tuple[float, float]
     page.goto(url, wait_until="commit")
     page.wait_for_selector("h1", timeout=timeout * 1000)
     first = time.perf_counter() - start
-    deadline = time.monotonic() + timeout
-    while not (runs.finished and not runs.running):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{url}: no finished script run within {timeout:.0f} s")
-        page.wait_for_timeout(10)  # Playwright delivers WebSocket events only while it waits
+    wait_runs(page, runs, 1, timeout)
     page.wait_for_function(SHOWN, timeout=timeout * 1000, polling=10)
     loaded = time.perf_counter() - start
     context.close()
     return first, loaded
 
 
-def measure(playwright, db: Path, tmp: Path, rounds: int = 3) -> list[tuple]:
-    """Rows (name, first visit s, median first content s, median loaded s, ratio to the trivial page).
+def measure(playwright, db: Path, tmp: Path, rounds: int = 3) -> tuple[list[tuple], list[tuple]]:
+    """Rows (name, first visit s, median first content s, median loaded s, ratio to the trivial page), and
+    (what, seconds) of adding an estimator to Compare (target ≤ 1 s): pick it, until the rerun is drawn.
 
     The first visit of a view is its first load after the server started (its caches cold unless the
     server warmed them); the medians are over the `rounds` loads after it. Trivial loads are interleaved
@@ -100,19 +97,62 @@ def measure(playwright, db: Path, tmp: Path, rounds: int = 3) -> list[tuple]:
             times["Trivial page"].append(fresh_load(browser, baseline.url))
             for name, path in VIEWS:
                 times[name].append(fresh_load(browser, f"{app.url}/{path}"))
+        compare = f"{app.url}/compare?run=demo&rollout=3&ests=grpo,entropy"
+        added = [(f"Compare: add {name} to grpo, entropy", add_estimator(browser, compare, name))
+                 for name in ADDED]
         browser.close()
     base = statistics.median(t[1] for t in times["Trivial page"][1:])
     rows = []
     for name, loads in times.items():
         loaded = statistics.median(t[1] for t in loads[1:])
         rows.append((name, loads[0][1], statistics.median(t[0] for t in loads[1:]), loaded, loaded / base))
-    return rows
+    return rows, added
 
 
-def print_table(rows: list[tuple]) -> None:
+def print_table(rows: list[tuple], added: list[tuple]) -> None:
     print(f"{'fresh page load (demo store)':<30} {'first visit':>11} {'first content':>13} {'loaded':>8} "
           f"{'ratio':>6}")
     for name, first_visit, content, loaded, ratio in rows:
         print(f"{name:<30} {first_visit:>11.2f} {content:>13.2f} {loaded:>8.2f} {ratio:>6.2f}")
     print("seconds; medians of fresh loads after the first visit; ratio = loaded / the trivial page's "
           "(target ≤ 1.5)")
+    print(f"\n{'rerun':<46} {'seconds':>8} {'target':>7}")
+    for what, seconds in added:
+        print(f"{what:<46} {seconds:>8.2f} {1.0:>7.2f}")
+
+
+ADDED = ("recency", "early_late", "terminal_gae")  # none is on the view by default, so none is cached
+
+
+def add_estimator(browser, url: str, name: str, timeout: float = 120.0) -> float:
+    """Seconds from picking estimator `name` in Compare's multiselect until the rerun is drawn."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    runs = Runs(page)
+    page.goto(url)
+    wait_runs(page, runs, 1, timeout)
+    page.wait_for_function(SHOWN, timeout=timeout * 1000, polling=10)
+    box = page.locator(".st-key-compare_estimators input")
+    box.click()
+    box.fill(name)
+    before = runs.finished
+    start = time.perf_counter()
+    box.press("Enter")
+    wait_runs(page, runs, before + 1, timeout)
+    page.wait_for_function(SHOWN, timeout=timeout * 1000, polling=10)
+    elapsed = time.perf_counter() - start
+    drawn = page.evaluate("() => document.querySelector('.st-key-compare_multiples .js-plotly-plot')"
+                          ".data.length")
+    context.close()
+    if not drawn:
+        raise RuntimeError(f"{url}: Compare drew no small multiples after adding {name}")
+    return elapsed
+
+
+def wait_runs(page, runs: Runs, finished: int, timeout: float) -> None:
+    """Wait until `finished` script runs have finished and none is running."""
+    deadline = time.monotonic() + timeout
+    while not (runs.finished >= finished and not runs.running):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no finished script run within {timeout:.0f} s")
+        page.wait_for_timeout(10)  # Playwright delivers WebSocket events only while it waits
