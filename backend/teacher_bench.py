@@ -319,18 +319,24 @@ class TeacherBench:
 
 
 def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = None,
-                  outcome_channel: str | None = None) -> TeacherBench:
+                  outcome_channel: str | None = None, steps: list[int] | None = None) -> TeacherBench:
     """Rank estimators (default: every registered one) against the stored teacher values of `run`, the
     estimators and the last segment's outcome on `outcome_channel` (default: the run's main channel).
+    `steps`: judge only the valued rollouts of these training steps (say, those whose teacher is on-policy);
+    the estimates are the same (each computed on its scope's batch).
 
     Advantages come from `estimates.estimate_rollouts` at each estimator's scope, through the store's
     cache: the numbers `creditlens estimate` prints. Raises `InputError` when the run has no values.
     """
     specs = specs if specs is not None else parse_estimator_specs(None)
     with handle.read() as store:
-        values = store.resample_values(run)
+        values, keys = store.resample_values(run), store.rollout_keys(run)
+    if steps is not None:
+        values = values[values["rollout_id"].isin(keys.loc[keys["step"].isin(steps), "rollout_id"])]
     if values.empty:
-        raise InputError(f"run {run!r} has no Monte Carlo values; run `creditlens teacher --run {run}` first")
+        at = "" if steps is None else f" at steps {sorted(steps)}"
+        raise InputError(f"run {run!r} has no Monte Carlo values{at}; run `creditlens teacher --run {run}` "
+                         "first")
     outcome_channel = main_channel.resolve(handle, run, outcome_channel)
     with handle.read() as store:
         batch = estimates.with_channel(store.load_batch(run), outcome_channel)
@@ -341,6 +347,8 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
     segments = teacher_segments(values, lengths, outcomes, group_of)
     with handle.read() as store:
         table_of_steps = calibration(store, run, outcomes)
+    if steps is not None:
+        table_of_steps = table_of_steps[table_of_steps["step"].isin(steps)].reset_index(drop=True)
     valued = sorted({int(r) for r in segments.rollout})
     truth = fws.step_truth(batch, outcome_channel)
     cliffs = cliff_tokens.cliff_truth(values, lengths) if "n" in values.columns else None

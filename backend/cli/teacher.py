@@ -47,6 +47,9 @@ def add_commands(sub) -> None:
     p.add_argument("--channel", default=None,
                    help="the channel the estimators read and the last segment ends on (default: the run's "
                         "main channel); 'all': the channel scores summed per rollout")
+    p.add_argument("--steps", type=int, nargs="+", default=None, metavar="STEP",
+                   help="judge only the valued rollouts of these training steps (say, those whose teacher "
+                        "is on-policy in the calibration table); the estimates are the same")
     p.add_argument("--json", type=Path, default=None, help="write the table and its definitions here")
     p.set_defaults(func=cmd_teacher_bench)
 
@@ -133,11 +136,12 @@ def cmd_teacher_bench(args) -> int:
 
     handle = store_handle(args.db)
     specs = parse_estimator_specs(args.estimators)
-    result = teacher_bench(handle, args.run, specs, args.channel)
+    result = teacher_bench(handle, args.run, specs, args.channel, args.steps)
     table = result.table
     if args.json is not None:
-        args.json.write_text(json.dumps(result.to_json(), indent=1, default=float))
-    print(f"run {args.run!r}: {result.n_positions} valued positions in {result.n_rollouts} rollouts "
+        args.json.write_text(json.dumps({**result.to_json(), "steps": args.steps}, indent=1, default=float))
+    at = "" if args.steps is None else f" at steps {', '.join(map(str, args.steps))}"
+    print(f"run {args.run!r}{at}: {result.n_positions} valued positions in {result.n_rollouts} rollouts "
           f"({result.n_segments} segments; {result.n_first_wrong} failed with a wrong step; "
           f"{result.n_cliffs} with a cliff token); mean ± stderr over rollouts / stderr by a bootstrap over "
           "groups (rollouts of a group share a baseline)")

@@ -62,3 +62,19 @@ def test_teacher_bench_json_and_text_carry_the_calibration(bundled_db, tmp_path)
     at = next(i for i, line in enumerate(lines) if line.startswith("calibration:"))
     assert lines[at + 2].split()[:6] == ["0", "0.867", "±", "0.014", "0.067", "±"]
     assert lines[at + 2].split()[-1] == "0%" and lines[at + 5].split()[-1] == "100%"  # on-policy share
+
+
+def test_teacher_bench_on_the_on_policy_step_only(bundled_db, tmp_path):
+    out = tmp_path / "bench.json"
+    done = run_cli_here("teacher-bench", "--db", bundled_db, "--run", "demo", "--estimators", "grpo",
+                        "--steps", "3", "--json", out)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert result["steps"] == [3] and result["n_rollouts"] == 75  # step 3's valued rollouts, nothing else
+    assert [r["step"] for r in result["calibration"]] == [3]
+    assert result["calibration"][0]["policy"] == "on-policy"
+    assert "off-policy" not in done.stdout and done.stdout.startswith("run 'demo' at steps 3: ")
+    grpo = next(r for r in result["rows"] if r["estimator"] == "grpo")
+    assert grpo["ranking_accuracy_se_group"] > 0 and grpo["ranking_accuracy_se"] > 0
+    missing = run_cli_here("teacher-bench", "--db", bundled_db, "--run", "demo", "--steps", "7")
+    assert missing.returncode != 0 and "at steps [7]" in missing.stderr
