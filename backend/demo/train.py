@@ -7,7 +7,9 @@ which is what the demo needs (right and wrong answers in the same group).
 
 Besides the final model in `--out` (config.json, model.safetensors, tokenizer files), it keeps
 intermediate checkpoints in `--steps-dir` (not committed); `backend.demo.rollouts` samples training
-step k of the demo run from checkpoint k.
+step k of the demo run from checkpoint k. Seeded, but not bit-reproducible across thread counts or
+machines: 1 and 2 threads differ by 3e-6 after 4 steps, and a retrain misses the demo's stored logprobs
+(docs/oracle.md, issue 28), so the shipped checkpoints are the record.
 """
 
 from __future__ import annotations
