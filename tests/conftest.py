@@ -165,7 +165,26 @@ def snapshot(store: Store) -> dict:
 
 # Fixtures that train real GRPO runs with TRL (about a minute each on 2 cores): their tests share a worker,
 # so each is made once per suite, not once per worker.
-TRAINING_FIXTURES = ("trl_logs", "trl_completions")
+@pytest.fixture(scope="session")
+def trl_plain_log(tmp_path_factory) -> Path:
+    """TRL's completion logs of a real 2-step GRPO run with two reward functions (tests/backend/ingest/
+    trl_logs.py), trained once per session; the tests that read it share a worker (`TRAINING_FIXTURES`)."""
+    from tests.backend.ingest.trl_logs import run_grpo  # noqa: PLC0415 - only the tests that train need it
+
+    return run_grpo(tmp_path_factory.mktemp("trl") / "plain", conversational=False, steps=2)
+
+
+@pytest.fixture(scope="session")
+def trl_conversational_log(tmp_path_factory) -> Path:
+    """The same run on conversational prompts (messages in, messages out)."""
+    from tests.backend.ingest.trl_logs import run_grpo  # noqa: PLC0415 - only the tests that train need it
+
+    return run_grpo(tmp_path_factory.mktemp("trl") / "conversational", conversational=True, steps=2)
+
+
+# Fixtures that train a model: every test that uses one (directly or through another fixture) runs on the
+# same worker, so each run is trained once per suite.
+TRAINING_FIXTURES = ("trl_plain_log", "trl_conversational_log")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks (--dist loadgroup)
@@ -174,9 +193,8 @@ def pytest_collection_modifyitems(config, items):
     server, each browser module that starts its own, the tests of each TRL training fixture; every other
     test goes wherever a worker is free."""
     for item in items:
-        training = [name for name in TRAINING_FIXTURES if name in item.fixturenames]
-        if training:
-            item.add_marker(pytest.mark.xdist_group(training[0]))
+        if any(name in item.fixturenames for name in TRAINING_FIXTURES):
+            item.add_marker(pytest.mark.xdist_group("trl-training"))
         elif item.nodeid.startswith("tests/browser/"):
             group = "browser" if "server" in item.fixturenames else f"browser-{item.module.__name__}"
             item.add_marker(pytest.mark.xdist_group(group))

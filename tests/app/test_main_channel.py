@@ -16,7 +16,7 @@ import pytest
 from backend.cli import main
 from backend.store import Store
 from tests.app.conftest import chart, heatmap_z, open_app
-from tests.backend.ingest.trl_logs import DEMO_POLICY, run_grpo
+from tests.backend.ingest.trl_logs import DEMO_POLICY
 
 pytestmark = pytest.mark.slow
 RUN = "trl"
@@ -28,10 +28,9 @@ def _cli(*args) -> int:
 
 
 @pytest.fixture(scope="session")
-def trl_completions(tmp_path_factory) -> Path:
-    """The completion logs of a real 2-step GRPO run with two reward functions (made once per session)."""
-    pytest.importorskip("trl")
-    return run_grpo(tmp_path_factory.mktemp("trl_main_channel") / "plain", conversational=False, steps=2)
+def trl_completions(trl_plain_log) -> Path:
+    """The completion logs of a real 2-step GRPO run with two reward functions (tests/conftest.py)."""
+    return trl_plain_log
 
 
 @pytest.fixture(scope="session")

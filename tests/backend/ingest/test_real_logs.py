@@ -22,7 +22,7 @@ from backend.cli import main
 from backend.ingest import import_path
 from backend.store import Store
 
-from .trl_logs import DEMO_POLICY, NUM_GENERATIONS, PROMPTS_PER_STEP, run_grpo
+from .trl_logs import DEMO_POLICY, NUM_GENERATIONS, PROMPTS_PER_STEP
 from .verl_dumps import GROUPS, legacy_step, v1_step
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -30,11 +30,9 @@ STEPS = 2
 
 
 @pytest.fixture(scope="session")
-def trl_logs(tmp_path_factory) -> dict[str, Path]:
-    """Completion logs of two real 2-step GRPO runs (plain and conversational), made once per session."""
-    base = tmp_path_factory.mktemp("trl")
-    return {kind: run_grpo(base / kind, conversational=kind == "conversational", steps=STEPS)
-            for kind in ("plain", "conversational")}
+def trl_logs(trl_plain_log, trl_conversational_log) -> dict[str, Path]:
+    """Completion logs of two real 2-step GRPO runs (plain and conversational; tests/conftest.py)."""
+    return {"plain": trl_plain_log, "conversational": trl_conversational_log}
 
 
 def _table(directory: Path) -> pd.DataFrame:
