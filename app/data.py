@@ -42,8 +42,8 @@ class OwnWritesHandle(StoreHandle):
     """A `StoreHandle` that notes the store's version after each write of this process (a view saving an
     estimate it computed at step or run scope, the Explorer's credit summaries), so that
     `refresh_if_store_changed` reads only other processes' writes as a change: an own save dropped every
-    cached read of every session at the next rerun. Writes that do change what views show (import,
-    delete, resample) call `invalidate()` themselves."""
+    cached read of every session at the next rerun. Writes that change what views show call
+    `invalidate()` (import, delete, main channel, token classes) or go through `handle_for` (model jobs)."""
 
     @contextmanager
     def write(self) -> Iterator:
@@ -211,4 +211,7 @@ def refresh_if_store_changed(path: str) -> bool:
 
 
 def handle_for(path: str) -> StoreHandle:
-    return store_handle(path)
+    """The handle a model job (resample, teacher, model credit) writes through from its worker thread: a
+    plain `StoreHandle`, not the app's `OwnWritesHandle`, so what the job saves reads as a change of the
+    store at the next rerun and drops the cached reads, as another process's import does."""
+    return StoreHandle(path)
