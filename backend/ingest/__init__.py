@@ -17,7 +17,7 @@ import hashlib
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,19 +28,11 @@ from tqdm import tqdm
 from backend.checkpoints import attach_from_spec, parse_model_spec
 from backend.errors import InputError, StoreError
 from backend.ingest import append as append_rules
-from backend.ingest import native, sniff, token_dumps
+from backend.ingest import formats, native, sniff
+from backend.ingest.formats import FormatSpec, ReadContext
 from backend.ingest.records import ChunkBuffer, validate_record
-from backend.ingest.sources import (
-    TEXT_FORMATS,
-    ReadNotes,
-    trl_files,
-    verl_files,
-    verl_records,
-)
-from backend.ingest.sources import detect_format as detect_file_format
-from backend.ingest.step_files import native_files
+from backend.ingest.sources import ReadNotes
 from backend.ingest.tokenize import Tokenizer
-from backend.ingest.trl import trl_records
 from backend.store import Store
 from backend.store.explorer_queries import fill_rollout_summary
 
@@ -48,14 +40,14 @@ CHUNK_RECORDS = 2048
 CHUNK_TOKENS = 1_000_000
 # DuckDB's buffer pool during an import: committed chunks are evicted to the file beyond this.
 IMPORT_MEMORY_LIMIT = os.environ.get("CREDITLENS_IMPORT_MEMORY", "256MB")
-FORMATS = (*TEXT_FORMATS, *token_dumps.READERS)
-"""Every import format: the one list the command line, the Runs page and the importer read."""
+FORMATS = formats.names()
+"""Every import format (the registry's, `backend.ingest.formats`): the command line's and the Runs page's."""
 __all__ = ["ImportReport", "import_path", "import_records", "import_batches", "detect_format", "FORMATS"]
 
 
 def detect_format(path: Path) -> str:
-    """The format of a file or folder: a trainer's token dump (see `token_dumps`), else native/verl/trl."""
-    return token_dumps.detect_token_dump(path) or detect_file_format(path)
+    """The format of a file or folder, as the registry detects it (`formats.detect`)."""
+    return formats.detect(path).name
 
 
 @dataclass
@@ -97,10 +89,19 @@ class ImportReport:
         return "\n".join(lines)
 
 
-def _files_of(path: Path, fmt: str) -> list[Path]:
-    files = {"verl": verl_files, "trl": trl_files, "native": native_files, **token_dumps.FILES}[fmt](path)
+def _chosen_format(path: Path, fmt: str | None) -> FormatSpec:
+    """The detected format, or `fmt` when the path holds what it reads (see `sniff`)."""
+    if fmt is None:
+        return formats.detect(path)
+    spec = formats.get(fmt, path)
+    sniff.check_format(path, fmt)  # a --format that cannot read the file says what the file is
+    return spec
+
+
+def _files_of(path: Path, spec: FormatSpec) -> list[Path]:
+    files = spec.files(path)
     if not files:
-        raise InputError(f"{path}: this directory has no {fmt} files")
+        raise InputError(f"{path}: this directory has no {spec.name} files")
     for f in files:
         if not f.is_file():
             raise InputError(f"{f}: not a readable file")
@@ -177,37 +178,24 @@ def import_path(
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
-    if fmt is None:
-        fmt = detect_format(path)
-    elif fmt not in FORMATS:
-        raise InputError(f"{path}: unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    else:
-        sniff.check_format(path, fmt)  # a --format that cannot read the file says what the file is
-    if channels is not None and fmt not in ("trl", "verl"):
-        raise InputError(f"{path}: --channels applies to trl and verl imports (native records name their "
-                         "channels in 'rewards')")
-    if group_size is not None and fmt != "trl":
-        raise InputError(f"{path}: --group-size applies to trl imports (verl groups come from uid or prompt)")
+    format_spec = _chosen_format(path, fmt)
+    formats.check_options(path, format_spec, channels=channels, group_size=group_size)
     if group_size is not None and group_size < 1:
         raise InputError(f"--group-size must be at least 1, got {group_size}")
-    files = _files_of(path, fmt)
-    spec = parse_model_spec(model_dir)  # a folder, a {step} template or a step -> folder file
-    model_dir = spec.tokenizer_dir
+    files = _files_of(path, format_spec)
+    fmt = format_spec.name
+    model_spec = parse_model_spec(model_dir)  # a folder, a {step} template or a step -> folder file
+    model_dir = model_spec.tokenizer_dir
     tokenizer = Tokenizer(model_dir)
     file_hash = content_hash(files, path)
-    by_rows = fmt == "trl" or any(f.suffix == ".parquet" for f in files)
+    by_rows = format_spec.counts_rows or any(f.suffix == ".parquet" for f in files)
     total = sum(_parquet_rows(f) for f in files) if by_rows else sum(f.stat().st_size for f in files)
     bar = _Bar(total, "rec" if by_rows else "B", show_progress, on_progress)
     notes = ReadNotes()
     try:
-        if fmt == "verl":
-            records: Iterator = verl_records(files, bar, notes, channels)
-        elif fmt == "trl":
-            records = trl_records(files, bar, notes, channels, group_size, tokenizer)
-        elif fmt in token_dumps.READERS:
-            records = token_dumps.READERS[fmt](files, bar, tokenizer)
-        else:
-            records = None  # native Parquet or JSONL: the vectorized paths, see _stage
+        context = ReadContext(bar, notes, tokenizer, channels, group_size)
+        # no reader: native Parquet or JSONL, the vectorized paths (see _stage)
+        records = format_spec.reader(files, context) if format_spec.reader is not None else None
         report = _import(
             store,
             run,
@@ -228,7 +216,7 @@ def import_path(
         )
     finally:
         bar.close()
-    note = attach_from_spec(store, run, spec)  # the steps this import brought get their checkpoints too
+    note = attach_from_spec(store, run, model_spec)  # the steps this import brought get their checkpoints too
     if note is not None:
         report.notes.append(note)
     return report
@@ -325,7 +313,8 @@ def _import(
         buffer = ChunkBuffer(staging_id, first_id, known_groups)
         with store.memory_limit(IMPORT_MEMORY_LIMIT):
             n_records, n_tokens, tokenization, skipped = _stage(
-                store, buffer, records, native_paths, tokenizer, bar, seen, file_hash, fmt in ("trl", "verl")
+                store, buffer, records, native_paths, tokenizer, bar, seen, file_hash,
+                formats.get(fmt).unscorable_ok
             )
         if n_records == 0 and skipped == 0:
             raise InputError(f"{origin}: no records to import (empty file)")

@@ -19,10 +19,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from backend.errors import InputError
-from backend.ingest import ImportReport, import_path
+from backend.ingest import ImportReport, formats, import_path
 from backend.ingest.append import check_follow
-from backend.ingest.sources import detect_format, trl_files, verl_files
-from backend.ingest.step_files import native_files
 from backend.store import Store
 
 
@@ -44,11 +42,10 @@ def _complete(path: Path) -> bool:
 def _step_files(directory: Path, fmt: str | None) -> tuple[str | None, list[Path]]:
     if fmt is None:
         try:
-            fmt = detect_format(directory)
+            fmt = formats.detect(directory, among=formats.followed()).name
         except InputError:
             return None, []  # nothing written yet
-    files = {"trl": trl_files, "native": native_files}.get(fmt, verl_files)(directory)
-    return fmt, files
+    return fmt, formats.get(fmt).files(directory)
 
 
 def follow(
@@ -72,7 +69,7 @@ def follow(
     if not directory.is_dir():
         raise InputError(f"{directory}: --follow needs a directory (a verl rollout_data_dir, a TRL "
                          "output/completions directory or a folder of native step files)")
-    if fmt not in (None, "verl", "trl", "native"):
+    if fmt not in (None, *formats.followed()):
         raise InputError(f"{directory}: --follow reads verl, trl or native step-file directories, "
                          f"not {fmt!r}")
     with open_store() as store:

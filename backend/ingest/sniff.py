@@ -16,29 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from backend.errors import InputError
-from backend.ingest import token_dumps
-from backend.ingest.sources import detect_format, trl_files, verl_files
-from backend.ingest.step_files import native_files
-
-READS = {
-    "native": "one JSONL or Parquet file of native records (prompt, response, rewards), or a folder of "
-              "native Parquet step files",
-    "verl": "JSONL verl rollout dumps (<step>.jsonl with input, output, score)",
-    "trl": "Parquet TRL completion logs (completions_*.parquet)",
-    "nemo-rl": "JSONL NeMo-RL dumps (train_data_step<N>.jsonl)",
-    "prime-rl": "JSONL prime-rl token exports (token_exports/step_<N>/rank_<R>.jsonl)",
-    "rl-logging-board": "JSONL RL Logging Board files (prompt, response, response_tokens, reward, step)",
-}
-CONTAINERS = {"native": ("JSONL", "Parquet"), "trl": ("Parquet",)}  # every other format: JSONL only
-NAMES = {
-    "native": "native Credit Lens run",
-    "verl": "verl rollout dump",
-    "trl": "TRL completions log",
-    "nemo-rl": "NeMo-RL train_data dump",
-    "prime-rl": "prime-rl token export",
-    "rl-logging-board": "RL Logging Board log",
-}
-FILES = {"verl": verl_files, "trl": trl_files, "native": native_files, **token_dumps.FILES}
+from backend.ingest import formats
+from backend.ingest.sources import first_record
 
 
 def file_kind(path: Path) -> str:
@@ -72,49 +51,50 @@ def content_format(path: Path, kind: str) -> str | None:
             names = pq.read_schema(path).names
         except (pa.ArrowInvalid, OSError):
             return None
-        return "trl" if "completion" in names else "native" if "response" in names else None
+        return _first_match(lambda spec: spec.columns is not None and spec.columns(names))
     if kind != "JSONL":
         return None
-    first = token_dumps._first_record(path)
-    found = token_dumps.record_format(first)
-    if found is not None or not isinstance(first, dict):
-        return found
-    if "input" in first and "output" in first:
-        return "verl"
-    if "prompt" in first and "response" in first and "rewards" in first:
-        return "native"
-    return None
+    first = first_record(path)
+    return _first_match(lambda spec: spec.record is not None and spec.record(first))
+
+
+def _first_match(fits) -> str | None:
+    return next((spec.name for spec in formats.in_detection_order() if fits(spec)), None)
 
 
 def _directory_holds(path: Path) -> str | None:
-    found = token_dumps.detect_token_dump(path)
-    if found is None:
-        try:
-            found = detect_format(path)
-        except InputError:
-            return None
-    return found
+    try:
+        return formats.detect(path).name
+    except InputError:
+        return None
 
 
 def check_format(path: Path, fmt: str) -> None:
     """Raise `InputError` saying what `path` is when `fmt` (given explicitly) cannot read it."""
+    spec = formats.get(fmt, path)
     if path.is_dir():
-        holds = _directory_holds(path)
-        hint = f"; it holds a {NAMES[holds]}: use --format {holds}" if holds and holds != fmt else ""
-        files = FILES[fmt](path)
-        if fmt == "native" and not files:
-            raise InputError(f"{path}: this is a directory; --format native reads {READS['native']}{hint}")
-        if not files:
-            raise InputError(f"{path}: this directory has no files that --format {fmt} reads "
-                             f"({READS[fmt]}){hint}")
-        path = files[0]
+        path = _first_file(path, spec)
     kind = file_kind(path)
-    accepted = CONTAINERS.get(fmt, ("JSONL",))
     holds = content_format(path, kind)
     what = {"empty": "an empty file", "JSON": "a JSON file (one document, not one record per line)"}.get(
-        kind, f"a {kind} file") + (f" ({NAMES[holds]})" if holds else "")
-    readable = kind in accepted or (kind in ("empty", "text") and "JSONL" in accepted)
+        kind, f"a {kind} file") + (f" ({formats.get(holds).title})" if holds else "")
+    readable = kind in spec.containers or (kind in ("empty", "text") and "JSONL" in spec.containers)
     if not readable:
-        raise InputError(f"{path}: this is {what}; --format {fmt} reads {READS[fmt]}")
+        raise InputError(f"{path}: this is {what}; --format {fmt} reads {spec.reads}")
     if holds is not None and holds != fmt:
-        raise InputError(f"{path}: this is {what}; --format {fmt} reads {READS[fmt]}; use --format {holds}")
+        raise InputError(f"{path}: this is {what}; --format {fmt} reads {spec.reads}; use --format {holds}")
+
+
+def _first_file(path: Path, spec: formats.FormatSpec) -> Path:
+    """The first file of a folder that `spec` reads; none: say what the folder holds instead."""
+    holds = _directory_holds(path)
+    hint = ""
+    if holds is not None and holds != spec.name:
+        hint = f"; it holds a {formats.get(holds).title}: use --format {holds}"
+    files = spec.files(path)
+    if spec.name == "native" and not files:
+        raise InputError(f"{path}: this is a directory; --format native reads {spec.reads}{hint}")
+    if not files:
+        raise InputError(f"{path}: this directory has no files that --format {spec.name} reads "
+                         f"({spec.reads}){hint}")
+    return files[0]

@@ -21,11 +21,8 @@ import pyarrow.parquet as pq
 
 from backend.errors import InputError
 from backend.ingest.canonical import record_key_of_text
-from backend.ingest.step_files import native_files
 
 Progress = Callable[[int], None]  # called with bytes (or rows) consumed since the last call
-TEXT_FORMATS = ("native", "verl", "trl")
-"""Formats read here (the token-level dumps of other trainers are `token_dumps.READERS`)."""
 
 
 def iter_jsonl(path: Path, progress: Progress | None = None) -> Iterator[tuple[str, object]]:
@@ -94,8 +91,24 @@ def _sorted_step_files(directory: Path, pattern: str) -> list[Path]:
     return sorted(files, key=key)
 
 
+def jsonl_step_files(directory: Path) -> list[Path]:
+    """A folder's `*.jsonl` files in step order (the number in each name)."""
+    return _sorted_step_files(directory, "*.jsonl")
+
+
+def first_record(path: Path) -> object:
+    """The first record of a JSONL file, None when it has none or its first line is malformed (the
+    importer reports that line with its number)."""
+    try:
+        for _where, obj in iter_jsonl(path):
+            return obj
+    except InputError:
+        return None
+    return None
+
+
 def verl_files(path: Path) -> list[Path]:
-    return [path] if path.is_file() else _sorted_step_files(path, "*.jsonl")
+    return [path] if path.is_file() else jsonl_step_files(path)
 
 
 def trl_files(path: Path) -> list[Path]:
@@ -241,7 +254,7 @@ def verl_records(files: list[Path], progress: Progress | None = None, notes: Rea
             )
 
 
-def _refuse_native_records_as_verl(folder: Path, first: Path) -> None:
+def refuse_native_records_as_verl(folder: Path, first: Path) -> None:
     """A folder of JSONL files is guessed to be verl dumps (`<step>.jsonl`); say so, and what to do, when its
     first record is native (a `response`, no `input`/`output`) instead of failing later on a verl field."""
     try:
@@ -257,44 +270,3 @@ def _refuse_native_records_as_verl(folder: Path, first: Path) -> None:
         if "native records" in str(exc):
             raise
         # a malformed first line: the verl importer reports it with its number
-
-
-def detect_format(path: Path) -> str:
-    """native | verl | trl, from the file names and the first record's fields."""
-    if not path.exists():
-        raise InputError(f"{path}: no such file or directory")
-    if path.is_dir():
-        if trl_files(path):
-            return "trl"
-        if native_files(path):
-            return "native"
-        jsonl = _sorted_step_files(path, "*.jsonl")
-        if jsonl:
-            _refuse_native_records_as_verl(path, jsonl[0])
-            return "verl"
-        raise InputError(
-            f"{path}: a directory with no files of a known format (<step>.jsonl, completions_*.parquet, "
-            "native step_<N>.parquet, train_data_step<N>.jsonl, token_exports/); pass --format or a file"
-        )
-    if path.suffix == ".parquet":
-        try:
-            names = pq.read_schema(path).names
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
-        if "completion" in names:
-            return "trl"
-        if "response" in names:
-            return "native"
-        raise InputError(f"{path}: unknown Parquet layout (columns {names[:8]}); expected native or TRL")
-    try:
-        for _where, obj in iter_jsonl(path):
-            if isinstance(obj, dict) and "input" in obj and "output" in obj:
-                return "verl"
-            if isinstance(obj, dict) and "response" in obj:
-                return "native"
-            break
-    except InputError:
-        pass  # the importer will report the malformed line with its number
-    if path.suffix in (".jsonl", ".json"):
-        return "native"
-    raise InputError(f"{path}: unknown format; pass --format (`creditlens import --help` lists them)")

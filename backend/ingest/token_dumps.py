@@ -57,7 +57,7 @@ import math
 import re
 import sys
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from backend.errors import InputError
@@ -105,6 +105,12 @@ def _prime_rl_steps(root: Path) -> tuple[list[Path], list[Path]]:
     return stable, [p for p in steps if p not in stable]
 
 
+def holds_prime_rl_steps(path: Path) -> bool:
+    """A folder of rank files, or whose `step_<N>` folders (or its `token_exports/`'s) have some."""
+    root = path / "token_exports" if (path / "token_exports").is_dir() else path
+    return bool(_rank_files(path)) or any(_rank_files(p) for p in root.glob("step_*") if p.is_dir())
+
+
 def prime_rl_files(path: Path) -> list[Path]:
     """A rank file, a `step_<N>` folder, `token_exports/`, or the run's output folder. Of a folder of
     steps, only steps with prime-rl's `STABLE` marker are read while any has one (the others are
@@ -133,13 +139,6 @@ def rl_logging_board_files(path: Path) -> list[Path]:
     return sorted(p for p in path.glob("*.jsonl") if p.is_file())
 
 
-FILES: dict[str, Callable[[Path], list[Path]]] = {
-    "nemo-rl": nemo_rl_files,
-    "prime-rl": prime_rl_files,
-    "rl-logging-board": rl_logging_board_files,
-}
-
-
 # --- recognising a record ---------------------------------------------------------------------------
 
 def record_format(obj: object) -> str | None:
@@ -154,32 +153,6 @@ def record_format(obj: object) -> str | None:
     if "rewards" not in obj and ("response_tokens" in obj or board_keys):  # native records have `rewards`
         return "rl-logging-board"
     return None
-
-
-def _first_record(path: Path) -> object:
-    try:
-        for _where, obj in iter_jsonl(path):
-            return obj
-    except InputError:
-        return None
-    return None
-
-
-def detect_token_dump(path: Path) -> str | None:
-    """nemo-rl | prime-rl | rl-logging-board when `path` (file or folder) holds one, else None."""
-    if path.is_dir():
-        if nemo_rl_files(path):
-            return "nemo-rl"
-        root = path / "token_exports" if (path / "token_exports").is_dir() else path
-        if _rank_files(path) or any(_rank_files(p) for p in root.glob("step_*") if p.is_dir()):
-            return "prime-rl"
-        first = next(iter(rl_logging_board_files(path)), None)
-        if first is not None and record_format(_first_record(first)) == "rl-logging-board":
-            return "rl-logging-board"
-        return None
-    if path.suffix not in (".jsonl", ".json"):
-        return None
-    return record_format(_first_record(path))
 
 
 # --- shared helpers ---------------------------------------------------------------------------------
@@ -439,10 +412,3 @@ def rl_logging_board_records(files: list[Path], progress: Progress | None, token
                 rec["extras"] = {"logged_token_rewards": obj["token_rewards"]}
             rec["meta"] = meta
             yield where, rec
-
-
-READERS: dict[str, Callable[[list[Path], Progress | None, Tokenizer], Iterator[tuple[str, dict]]]] = {
-    "nemo-rl": nemo_rl_records,
-    "prime-rl": prime_rl_records,
-    "rl-logging-board": rl_logging_board_records,
-}

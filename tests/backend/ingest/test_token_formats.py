@@ -20,8 +20,7 @@ import torch
 from transformers import AutoTokenizer
 
 from backend.errors import InputError
-from backend.ingest import FORMATS, detect_format, import_path
-from backend.ingest.token_dumps import READERS
+from backend.ingest import FORMATS, detect_format, formats, import_path
 from backend.ingest.tokenize import CONTINUATION, Tokenizer, token_labels
 from backend.store import Store
 from tests.conftest import run_cli_here, snapshot, write_jsonl
@@ -488,8 +487,9 @@ def test_byte_fallback_pieces_are_bytes():
 
 # --- formats and mismatches -----------------------------------------------------------------------
 
-def test_format_list_is_the_readers(tmp_path):
-    assert set(READERS) | {"native", "verl", "trl"} == set(FORMATS)
+def test_format_list_is_the_registry(tmp_path):
+    assert FORMATS == formats.names()
+    assert {"nemo-rl", "prime-rl", "rl-logging-board"} <= set(FORMATS)
     assert detect_format(write_jsonl(tmp_path / "a.jsonl", [{"schema_version": 1, "trainer_logprobs": [],
                                                             "loss_mask": []}])) == "prime-rl"
 
