@@ -1,8 +1,9 @@
 """Validation of native records and their columnar buffering into Arrow chunks.
 
-`validate_record` checks one native-format dict (DESIGN.md) and raises `InputError` naming the file,
-the line or record, and the field. `ChunkBuffer` collects validated records column-wise and turns
-them into the Arrow tables the store inserts.
+`validate_record` checks one native-format dict (docs/importing.md) against the field rules of
+`native_rules` and raises `InputError` naming the file, the line or record, and the field.
+`ChunkBuffer` collects validated records column-wise and turns them into the Arrow tables the store
+inserts.
 """
 
 from __future__ import annotations
@@ -16,26 +17,9 @@ import pyarrow as pa
 
 from backend.batch_fields import PER_TOKEN_FIELDS
 from backend.errors import InputError
+from backend.ingest import native_rules as rules
+from backend.ingest.native_rules import FLOAT32_MAX, ID_LIMIT, STEP_LIMIT
 from backend.ingest.tokenize import Tokenizer
-
-KNOWN_FIELDS = {
-    "prompt",
-    "response",
-    "group",
-    "step",
-    "prompt_ids",
-    "token_ids",
-    "tokens",
-    *PER_TOKEN_FIELDS,
-    "rewards",
-    "token_rewards",
-    "meta",
-    "extras",
-    "metrics",
-    "ground_truth",
-    "logged_advantage",
-    "record_key",
-}
 
 
 def group_key(step: int, group: str | int | None, prompt: str) -> str:
@@ -49,10 +33,6 @@ def _is_int(x: Any) -> bool:
 
 def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-# Per-token lists are stored as FLOAT (float32): a larger magnitude would silently become inf.
-FLOAT32_MAX = 3.4028234663852886e38
 
 
 def _is_finite(x: int | float, limit: float = math.inf) -> bool:
@@ -99,21 +79,18 @@ def _float_list(value: Any, where: str, name: str) -> list[float]:
 
 def _int_list(value: Any, where: str, name: str) -> list[int]:
     if not isinstance(value, list):
-        raise InputError(f"{where}: field {name!r} must be a list of integers, got {type(value).__name__}")
+        raise rules.must_be(where, name, f", got {type(value).__name__}")
     for k, x in enumerate(value):
         if not _is_int(x):
             raise InputError(f"{where}: field {name!r}[{k}] must be an integer, got {_kind(x)}")
-        if not -(2**31) <= x < 2**31:
+        if not -ID_LIMIT <= x < ID_LIMIT:
             raise InputError(f"{where}: field {name!r}[{k}] = {x} does not fit a 32-bit token id")
     return value
 
 
 def _check_length(values: list, n: int, where: str, name: str, origin: str) -> None:
     if len(values) != n:
-        raise InputError(
-            f"{where}: field {name!r} has {len(values)} entries but {origin} has {n}; "
-            "per-token lists must have one entry per response token"
-        )
+        raise rules.length_mismatch(where, name, len(values), origin, n)
 
 
 def validate_record(rec: Any, where: str, tokenizer: Tokenizer, allow_unscorable: bool = False) -> dict:
@@ -121,19 +98,58 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer, allow_unscorable
     `allow_unscorable`: `rewards` may be empty (a TRL row whose reward functions all returned None)."""
     if not isinstance(rec, dict):
         raise InputError(f"{where}: a record must be a JSON object, got {type(rec).__name__}")
-    for name in ("prompt", "response"):
+    for name in rules.REQUIRED:
         if name not in rec:
-            raise InputError(f"{where}: missing required field {name!r}")
-        if not isinstance(rec[name], str):
-            raise InputError(f"{where}: field {name!r} must be a string, got {type(rec[name]).__name__}")
-        check_text(rec[name], where, name)
-    if "rewards" not in rec:
-        raise InputError(
-            f"{where}: missing required field 'rewards' (a dict channel -> score, e.g. {{\"task\": 1}})"
-        )
-    rewards = rec["rewards"]
+            raise rules.missing(where, name)
+        if name in rules.of_kind(rules.TEXT):
+            _text(rec[name], where, name)
+    rewards = _scores(rec["rewards"], where, allow_unscorable)
+    group = _group(rec.get("group"), where)
+    step = rec.get("step", 0)
+    if not _is_int(step) or not 0 <= step < STEP_LIMIT:
+        raise rules.must_be(where, "step", f", got {_kind(step)}")
+    meta = _meta(rec.get("meta", {}), where)
+    token_ids, tokens, origin, tokenized = _token_ids(rec, where, tokenizer)
+    prompt_ids = rec.get("prompt_ids")
+    out = {
+        "prompt": rec["prompt"],
+        "response": rec["response"],
+        "step": step,
+        "group_key": group_key(step, group, rec["prompt"]),
+        "prompt_ids": None if prompt_ids is None else _int_list(prompt_ids, where, "prompt_ids"),
+        "token_ids": token_ids,
+        "tokens": _labels(rec, tokens, token_ids, where, tokenizer, origin),
+        "rewards": {str(k): float(v) for k, v in rewards.items()},
+        "meta": meta,
+        "tokenized": tokenized,
+        "ground_truth": rec.get("ground_truth", meta.get("ground_truth")),
+    }
+    n = len(token_ids)
+    for name in rules.of_kind(rules.PER_TOKEN):
+        value = rec.get(name)
+        if value is not None:
+            value = _float_list(value, where, name)
+            _check_length(value, n, where, name, origin)
+        out[name] = value
+    for name in rules.of_kind(rules.PER_TOKEN_MAP):
+        out[name] = _per_token_map(rec.get(name) or {}, where, name, n, origin)
+    out["metrics"] = _metrics(rec.get("metrics"), where)
+    out["logged_advantage"] = _logged_advantage(rec.get("logged_advantage"), where)
+    key = rec.get("record_key")
+    out["record_key"] = key if _is_int(key) and -(2**63) <= key < 2**63 else None
+    out["ground_truth"] = _ground_truth(out["ground_truth"], where)
+    return out
+
+
+def _text(value: Any, where: str, name: str) -> str:
+    if not isinstance(value, str):
+        raise rules.must_be(where, name, f", got {type(value).__name__}")
+    return check_text(value, where, name)
+
+
+def _scores(rewards: Any, where: str, allow_unscorable: bool) -> dict:
     if not isinstance(rewards, dict) or not (rewards or allow_unscorable):
-        raise InputError(f"{where}: field 'rewards' must be a non-empty dict channel -> number")
+        raise rules.must_be(where, "rewards")
     for channel, score in rewards.items():
         check_text(str(channel), where, "rewards")
         if not _is_number(score):
@@ -142,88 +158,75 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer, allow_unscorable
             raise InputError(
                 f"{where}: field 'rewards.{channel}' is {score!r:.40} (must be finite, within float32)"
             )
-    group = rec.get("group")
+    return rewards
+
+
+def _group(group: Any, where: str) -> str | int | None:
     if group is not None and not (isinstance(group, str) or _is_int(group)):
-        raise InputError(f"{where}: field 'group' must be a string or an integer, got {_kind(group)}")
+        raise rules.must_be(where, "group", f", got {_kind(group)}")
     if isinstance(group, str):
         check_text(group, where, "group")
-    step = rec.get("step", 0)
-    if not _is_int(step) or not 0 <= step < 2**31:
-        raise InputError(f"{where}: field 'step' must be a non-negative integer, got {_kind(step)}")
-    meta = rec.get("meta", {})
+    return group
+
+
+def _meta(meta: Any, where: str) -> dict:
     if meta is None:
-        meta = {}
+        return {}
     if not isinstance(meta, dict):
-        raise InputError(f"{where}: field 'meta' must be an object, got {type(meta).__name__}")
+        raise rules.must_be(where, "meta", f", got {type(meta).__name__}")
     try:  # DuckDB's JSON type refuses \udXXX escapes of unpaired surrogates anywhere inside
         json.dumps(meta, default=str, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         raise InputError(f"{where}: field 'meta' holds text with an unpaired surrogate") from None
+    return meta
 
-    tokenized = "ids"
+
+def _token_ids(rec: dict, where: str, tokenizer: Tokenizer) -> tuple[list[int], list | None, str, str]:
+    """(token ids, token labels or None, what the per-token lists are counted against, tokenization)."""
     if rec.get("token_ids") is not None:
-        token_ids = _int_list(rec["token_ids"], where, "token_ids")
-        origin = "'token_ids'"
-        tokens = None
-    else:
-        token_ids, tokens = tokenizer.encode(rec["response"])
-        origin = f"the re-tokenized response ({tokenizer.name})"
-        tokenized = tokenizer.name
-    n = len(token_ids)
-    prompt_ids = rec.get("prompt_ids")
-    if prompt_ids is not None:
-        prompt_ids = _int_list(prompt_ids, where, "prompt_ids")
+        return _int_list(rec["token_ids"], where, "token_ids"), None, "'token_ids'", "ids"
+    token_ids, tokens = tokenizer.encode(rec["response"])
+    return token_ids, tokens, f"the re-tokenized response ({tokenizer.name})", tokenizer.name
+
+
+def _labels(rec: dict, tokens: list | None, token_ids: list[int], where: str, tokenizer: Tokenizer,
+            origin: str) -> list[str]:
+    """The record's own `tokens` (checked), else the tokenizer's."""
     if rec.get("tokens") is not None:
         tokens = rec["tokens"]
         if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
-            raise InputError(f"{where}: field 'tokens' must be a list of strings")
+            raise rules.must_be(where, "tokens")
         for token in tokens:
             check_text(token, where, "tokens")
-        _check_length(tokens, n, where, "tokens", origin)
-    elif tokens is None:
-        tokens = tokenizer.display(token_ids)
-    out = {
-        "prompt": rec["prompt"],
-        "response": rec["response"],
-        "step": step,
-        "group_key": group_key(step, group, rec["prompt"]),
-        "prompt_ids": prompt_ids,
-        "token_ids": token_ids,
-        "tokens": tokens,
-        "rewards": {str(k): float(v) for k, v in rewards.items()},
-        "meta": meta,
-        "tokenized": tokenized,
-        "ground_truth": rec.get("ground_truth", meta.get("ground_truth")),
-    }
-    for name in PER_TOKEN_FIELDS:
-        value = rec.get(name)
-        if value is not None:
-            value = _float_list(value, where, name)
-            _check_length(value, n, where, name, origin)
-        out[name] = value
-    for name in ("token_rewards", "extras"):
-        value = rec.get(name) or {}
-        if not isinstance(value, dict):
-            raise InputError(f"{where}: field {name!r} must be a dict channel -> list of numbers")
-        checked = {}
-        for channel, arr in value.items():
-            check_text(str(channel), where, name)
-            arr = _float_list(arr, where, f"{name}.{channel}")
-            _check_length(arr, n, where, f"{name}.{channel}", origin)
-            checked[str(channel)] = arr
-        out[name] = checked
-    out["metrics"] = _metrics(rec.get("metrics"), where)
-    adv = rec.get("logged_advantage")
+        _check_length(tokens, len(token_ids), where, "tokens", origin)
+        return tokens
+    return tokenizer.display(token_ids) if tokens is None else tokens
+
+
+def _per_token_map(value: Any, where: str, name: str, n: int, origin: str) -> dict[str, list[float]]:
+    if not isinstance(value, dict):
+        raise rules.must_be(where, name)
+    checked = {}
+    for channel, arr in value.items():
+        check_text(str(channel), where, name)
+        arr = _float_list(arr, where, f"{name}.{channel}")
+        _check_length(arr, n, where, f"{name}.{channel}", origin)
+        checked[str(channel)] = arr
+    return checked
+
+
+def _logged_advantage(adv: Any, where: str) -> float | int | None:
     if adv is not None and (not _is_number(adv) or not _is_finite(adv)):
-        raise InputError(f"{where}: field 'logged_advantage' must be a finite number, got {_kind(adv)}")
-    out["logged_advantage"] = adv
-    key = rec.get("record_key")
-    out["record_key"] = key if _is_int(key) and -(2**63) <= key < 2**63 else None
-    if out["ground_truth"] is not None and not isinstance(out["ground_truth"], str):
-        out["ground_truth"] = json.dumps(out["ground_truth"])
-    if out["ground_truth"] is not None:
-        check_text(out["ground_truth"], where, "ground_truth")
-    return out
+        raise rules.must_be(where, "logged_advantage", f", got {_kind(adv)}")
+    return adv
+
+
+def _ground_truth(truth: Any, where: str) -> str | None:
+    if truth is not None and not isinstance(truth, str):
+        truth = json.dumps(truth)
+    if truth is not None:
+        check_text(truth, where, "ground_truth")
+    return truth
 
 
 def _metrics(value: Any, where: str) -> dict[str, float]:
@@ -232,7 +235,7 @@ def _metrics(value: Any, where: str) -> dict[str, float]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise InputError(f"{where}: field 'metrics' must be an object name -> number, got {_kind(value)}")
+        raise rules.must_be(where, "metrics", f", got {_kind(value)}")
     out = {}
     for name, x in value.items():
         check_text(str(name), where, "metrics")
