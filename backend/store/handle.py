@@ -17,6 +17,12 @@ from pathlib import Path
 from backend.errors import StoreError
 from backend.store.db import Store, default_db_path
 
+# DuckDB keeps one database instance per file and process: while one thread of a process has the file
+# open for writing, another thread's read-only open is refused with this message (and the other way round),
+# however briefly the first holds it. The app's threads (a user's session, the server's warm-up, a job) meet
+# this when one saves an estimate while another reads; like another process's write lock, it is waited out.
+SAME_PROCESS = "same database file with a different configuration"
+
 
 class StoreBusy(StoreError):
     """Another process holds the store's write lock (an import or a resample is writing)."""
@@ -36,12 +42,15 @@ class StoreHandle:
             try:
                 return Store(self.path, read_only=read_only)
             except StoreError as exc:
-                if "another process" not in str(exc) and "lock" not in str(exc).lower():
+                here = SAME_PROCESS in str(exc)
+                if not here and "another process" not in str(exc) and "lock" not in str(exc).lower():
                     raise
                 if time.monotonic() >= deadline:
+                    who = ("another thread of this process has the store open the other way (reading or "
+                           "writing)" if here else "another process is writing to the store (an import or a "
+                           "resample)")
                     raise StoreBusy(
-                        f"{self.path}: another process is writing to the store (an import or a resample); "
-                        f"waited {self.wait_seconds:.0f} s — try again when it finishes"
+                        f"{self.path}: {who}; waited {self.wait_seconds:.0f} s — try again when it finishes"
                     ) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)

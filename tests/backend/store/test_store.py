@@ -192,3 +192,41 @@ def test_handle_reads_and_writes(db_path):
         import_records(store, "r", make_records(n_groups=1))
     with handle.read() as store:
         assert store.list_runs()[0]["name"] == "r"
+
+
+@pytest.mark.parametrize("first", ["write", "read"])
+def test_a_thread_waits_while_another_thread_has_the_store_open_the_other_way(tmp_path, first):
+    """DuckDB refuses, within one process, a read-only open while a write connection is open (and the other
+    way round); the app's threads (a session saving an estimate, another reading) wait it out."""
+    import threading  # noqa: PLC0415 - this test only
+
+    handle = StoreHandle(tmp_path / "s.duckdb", wait_seconds=10)
+    opened, release = threading.Event(), threading.Event()
+
+    def hold():
+        with getattr(handle, first)():
+            opened.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert opened.wait(5)
+    with pytest.raises(StoreError, match="different configuration"):  # what DuckDB does without the wait
+        Store(handle.path, read_only=first == "write").close()
+    threading.Timer(0.3, release.set).start()
+    other = handle.read if first == "write" else handle.write
+    with other() as store:  # opens once the holder closes
+        assert store.list_runs() == []
+    holder.join()
+
+    short = StoreHandle(handle.path, wait_seconds=0.2)
+    release.clear()
+    holder = threading.Thread(target=hold)
+    opened.clear()
+    holder.start()
+    assert opened.wait(5)
+    with pytest.raises(StoreError, match="another thread of this process"):
+        with (short.read if first == "write" else short.write)():
+            pass
+    release.set()
+    holder.join()
