@@ -47,9 +47,15 @@ class OwnWritesHandle(StoreHandle):
 
     @contextmanager
     def write(self) -> Iterator:
+        key = str(self.path)
         with super().write() as store:
+            before = store_version(key)  # while this write holds the file, no other process can commit
             yield store
-        _seen_versions[str(self.path)] = store_version(str(self.path))
+        # Only a store that no one else changed since the last rerun looked is marked as seen: when another
+        # process (an import in a terminal) committed in between, that change must still drop the caches at
+        # the next rerun. What stays open is the instant between this close and the stat below.
+        if _seen_versions.get(key) == before:
+            _seen_versions[key] = store_version(key)
 
 
 @st.cache_resource(show_spinner=False)
