@@ -21,17 +21,19 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from backend.batch_fields import PER_TOKEN_FIELDS
 from backend.errors import InputError
 from backend.ingest import fast_parquet
+from backend.ingest import native_rules as rules
 from backend.ingest.canonical import canonical_json, record_key_of_text
 from backend.ingest.records import ChunkBuffer, validate_record
 from backend.ingest.sources import record_key
 from backend.ingest.tokenize import Tokenizer
 
-_STRUCTS = ("rewards", "token_rewards", "extras")
-_INT_LISTS = ("token_ids", "prompt_ids")
-_OPTIONAL = ("group", *_INT_LISTS, *PER_TOKEN_FIELDS, *_STRUCTS)
+# The field rules' kinds (`native_rules`) say which fields become which Arrow columns.
+_STRUCTS = rules.of_kind(rules.SCORES, rules.PER_TOKEN_MAP)
+_INT_LISTS = rules.of_kind(rules.IDS)
+_PER_TOKEN = rules.of_kind(rules.PER_TOKEN)
+_OPTIONAL = (*rules.of_kind(rules.GROUP), *_INT_LISTS, *_PER_TOKEN, *_STRUCTS)
 """Fields taken as Arrow infers them (besides prompt, response, step and tokens, built explicitly)."""
 
 
@@ -156,7 +158,7 @@ def _arrow_type(name: str, records: list[dict]) -> pa.DataType | None:
     """The column type of a field whose values are numbers (10x faster than Arrow's inference); None
     (inferred) for ids and groups, where an explicit int64 would take 1.0 as 1 and the per-record reader
     does not. An explicit float64 would take a boolean as 1.0: `to_batch` has ruled them out."""
-    if name in PER_TOKEN_FIELDS:
+    if name in _PER_TOKEN:
         return _FLOATS
     if name in _STRUCTS:
         channels = dict.fromkeys(k for r in records if isinstance(r.get(name), dict) for k in r[name])

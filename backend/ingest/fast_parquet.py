@@ -13,9 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from backend.batch_fields import PER_TOKEN_FIELDS
 from backend.errors import InputError
-from backend.ingest.records import FLOAT32_MAX, ChunkBuffer, group_key
+from backend.ingest import native_rules as rules
+from backend.ingest.native_rules import FLOAT32_MAX, STEP_LIMIT
+from backend.ingest.records import ChunkBuffer, group_key
 
 
 class Unsupported(Exception):
@@ -36,10 +37,7 @@ def _check_float_lists(col: pa.Array, n_tokens: np.ndarray, name: str, where) ->
     bad = present & (lengths != n_tokens)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise InputError(
-            f"{where(i)}: field {name!r} has {lengths[i]} entries but 'token_ids' has "
-            f"{n_tokens[i]}; per-token lists must have one entry per response token"
-        )
+        raise rules.length_mismatch(where(i), name, lengths[i], "'token_ids'", n_tokens[i])
     values = col.flatten().cast(pa.float64())
     # float32 storage: magnitudes past its range would become inf, so they count as not finite here.
     finite = pc.and_(pc.is_finite(values), pc.less_equal(pc.abs(values), FLOAT32_MAX)).fill_null(False)
@@ -83,65 +81,104 @@ def _ground_truths(batch: pa.RecordBatch, names: set[str], n: int) -> list:
 
 def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int,
                   keys: np.ndarray | None = None) -> dict[str, pa.Table]:
-    """Validate one native Parquet record batch and return the store tables for it (`keys`: the rows'
-    record keys, int64)."""
+    """Validate one native Parquet record batch against the field rules (`native_rules`) and return the
+    store tables for it (`keys`: the rows' record keys, int64)."""
 
     def where(i: int) -> str:
         return f"{path}: record {offset + i + 1}"
 
     names = set(batch.schema.names)
-    if "token_ids" not in names or "rewards" not in names or "metrics" in names:
-        raise Unsupported  # per-rollout metrics: the per-record reader validates them
-    # Decide every fallback before touching `buffer`: the per-record path must start from a clean one.
-    for column in ("rewards", "token_rewards", "extras"):
-        if column in names and not pa.types.is_struct(batch.column(column).type):
-            raise Unsupported
-    n = batch.num_rows
-    for field in ("prompt", "response"):
-        if field not in names:
-            raise InputError(f"{where(0)}: missing required field {field!r}")
-        col = batch.column(field)
-        if not pa.types.is_string(col.type) and not pa.types.is_large_string(col.type):
-            raise InputError(f"{where(0)}: field {field!r} must be a string, column type is {col.type}")
-        if col.null_count:
-            raise InputError(f"{where(_first_bad(col.is_null()))}: missing required field {field!r}")
-    token_ids = batch.column("token_ids")
-    if not _is_list(token_ids.type) or not pa.types.is_integer(token_ids.type.value_type):
-        raise InputError(
-            f"{where(0)}: field 'token_ids' must be a list of integers, column type {token_ids.type}"
-        )
-    if token_ids.null_count:
-        raise Unsupported  # some rows need re-tokenizing
+    _check_fallbacks(batch, names)
+    for name in rules.of_kind(rules.TEXT):
+        _check_text(batch, names, name, where)
+    token_ids = _token_ids_type(batch.column("token_ids"), where)
     if "group" in names:
-        group_type = batch.column("group").type
-        if not (
-            pa.types.is_string(group_type)
-            or pa.types.is_large_string(group_type)
-            or pa.types.is_integer(group_type)
-            or pa.types.is_null(group_type)
-        ):
-            raise InputError(
-                f"{where(0)}: field 'group' must be a string or an integer, column type {group_type}"
-            )
+        _check_group_type(batch.column("group").type, where)
     n_tokens = token_ids.value_lengths().to_numpy(zero_copy_only=False)
     try:
         token_ids32 = token_ids.cast(pa.list_(pa.int32()))
     except pa.ArrowInvalid:
         raise InputError(f"{where(0)}: field 'token_ids' has ids that do not fit 32 bits") from None
+    steps = _steps(batch, names, where)
+    score_tables = _scores(batch.column("rewards"), batch.num_rows, where)
+    # From here `buffer` changes: every fallback was decided above (the per-record path needs a clean one).
+    rollout_ids, group_ids = _ids(batch, names, steps, buffer)
+    columns = {
+        "run_id": pa.array(np.full(batch.num_rows, buffer.run_id, dtype=np.int32)),
+        "rollout_id": pa.array(rollout_ids),
+        "group_id": pa.array(group_ids.astype(np.int32)),
+        "step": pa.array(steps.astype(np.int32)),
+        "prompt": batch.column("prompt"),
+        "response": batch.column("response"),
+        "token_ids": token_ids32,
+    }
+    if keys is not None:
+        columns["record_key"] = pa.array(keys, pa.int64())
+    columns.update(_optional_columns(batch, names, n_tokens, where))
+    tables = {"rollouts": pa.table(columns), "scores": _score_table(score_tables, rollout_ids, buffer.run_id)}
+    for column, table, name_col, value_col in (
+        ("token_rewards", "token_rewards", "channel", "rewards"),
+        ("extras", "token_features", "name", "vals"),
+    ):
+        if column in names:
+            parts = _per_token_map(batch.column(column), column, n_tokens, where, rollout_ids, buffer.run_id,
+                                   name_col, value_col)
+            if parts:
+                tables[table] = pa.concat_tables(parts)
+    tables["groups"] = buffer.flush_groups()
+    return tables
 
-    steps = np.zeros(n, dtype=np.int64)
-    if "step" in names:
-        col = batch.column("step")
-        if not pa.types.is_integer(col.type) or col.null_count:
-            raise InputError(f"{where(0)}: field 'step' must be a non-negative integer")
-        too_big = pc.greater_equal(col, 2**31)
-        if pc.any(too_big).as_py():
-            raise InputError(f"{where(_first_bad(too_big))}: field 'step' must be below 2**31")
-        steps = col.to_numpy().astype(np.int64)
-        if (steps < 0).any():
-            raise InputError(f"{where(int(np.flatnonzero(steps < 0)[0]))}: field 'step' must be non-negative")
 
-    rewards = batch.column("rewards")
+def _check_fallbacks(batch: pa.RecordBatch, names: set[str]) -> None:
+    """`Unsupported` for what the per-record reader must take (before anything touches the buffer)."""
+    if "token_ids" not in names or "rewards" not in names or "metrics" in names:
+        raise Unsupported  # per-rollout metrics: the per-record reader validates them
+    for column in ("rewards", *rules.of_kind(rules.PER_TOKEN_MAP)):
+        if column in names and not pa.types.is_struct(batch.column(column).type):
+            raise Unsupported
+
+
+def _check_text(batch: pa.RecordBatch, names: set[str], name: str, where) -> None:
+    if name not in names:
+        raise rules.missing(where(0), name)
+    col = batch.column(name)
+    if not pa.types.is_string(col.type) and not pa.types.is_large_string(col.type):
+        raise rules.must_be(where(0), name, f", column type is {col.type}")
+    if col.null_count:
+        raise rules.missing(where(_first_bad(col.is_null())), name)
+
+
+def _token_ids_type(token_ids: pa.Array, where) -> pa.Array:
+    if not _is_list(token_ids.type) or not pa.types.is_integer(token_ids.type.value_type):
+        raise rules.must_be(where(0), "token_ids", f", column type {token_ids.type}")
+    if token_ids.null_count:
+        raise Unsupported  # some rows need re-tokenizing
+    return token_ids
+
+
+def _check_group_type(group_type: pa.DataType, where) -> None:
+    if not (pa.types.is_string(group_type) or pa.types.is_large_string(group_type)
+            or pa.types.is_integer(group_type) or pa.types.is_null(group_type)):
+        raise rules.must_be(where(0), "group", f", column type {group_type}")
+
+
+def _steps(batch: pa.RecordBatch, names: set[str], where) -> np.ndarray:
+    if "step" not in names:
+        return np.zeros(batch.num_rows, dtype=np.int64)
+    col = batch.column("step")
+    if not pa.types.is_integer(col.type) or col.null_count:
+        raise rules.must_be(where(0), "step")
+    too_big = pc.greater_equal(col, STEP_LIMIT)
+    if pc.any(too_big).as_py():
+        raise InputError(f"{where(_first_bad(too_big))}: field 'step' must be below 2**31")
+    steps = col.to_numpy().astype(np.int64)
+    if (steps < 0).any():
+        raise InputError(f"{where(int(np.flatnonzero(steps < 0)[0]))}: field 'step' must be non-negative")
+    return steps
+
+
+def _scores(rewards: pa.Array, n: int, where) -> list[tuple[str, pa.Array, pa.Array]]:
+    """(channel, scores as float64, present) per channel; every row must have a finite score on one."""
     score_tables = []
     any_score = np.zeros(n, dtype=bool)
     # flatten(), not field(k): a child of a null struct row may hold a stale value.
@@ -161,94 +198,92 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int,
         score_tables.append((field.name, values, present))
         any_score |= present.to_numpy(zero_copy_only=False)
     if not any_score.all():
-        raise InputError(
-            f"{where(_first_bad(pa.array(~any_score)))}: field 'rewards' must be a non-empty dict "
-            "channel -> number (this record has no score)"
-        )
+        raise rules.must_be(where(_first_bad(pa.array(~any_score))), "rewards", " (this record has no score)")
+    return score_tables
 
-    tables: dict[str, pa.Table] = {}
+
+def _ids(batch: pa.RecordBatch, names: set[str], steps: np.ndarray, buffer: ChunkBuffer
+         ) -> tuple[np.ndarray, np.ndarray]:
+    """(rollout ids, group ids) of the batch's rows; new groups join the buffer's."""
+    n = batch.num_rows
     group_col = batch.column("group").to_pylist() if "group" in names else [None] * n
     prompts = batch.column("prompt").to_pylist()
     gt = _ground_truths(batch, names, n)
-    start_id = buffer.next_rollout_id
     group_ids = np.empty(n, dtype=np.int64)
     for i in range(n):
         group, step = group_col[i], int(steps[i])
         truth = None if gt[i] is None else str(gt[i])
         group_ids[i] = buffer.group_id(group_key(step, group, prompts[i]), step, prompts[i], truth)
-    rollout_ids = np.arange(start_id, start_id + n, dtype=np.int32)
+    start_id = buffer.next_rollout_id
     buffer.next_rollout_id += n
-    run = buffer.run_id
-    run_col = pa.array(np.full(n, run, dtype=np.int32))
+    return np.arange(start_id, start_id + n, dtype=np.int32), group_ids
 
-    columns = {
-        "run_id": run_col,
-        "rollout_id": pa.array(rollout_ids),
-        "group_id": pa.array(group_ids.astype(np.int32)),
-        "step": pa.array(steps.astype(np.int32)),
-        "prompt": batch.column("prompt"),
-        "response": batch.column("response"),
-        "token_ids": token_ids32,
-    }
-    if keys is not None:
-        columns["record_key"] = pa.array(keys, pa.int64())
+
+def _optional_columns(batch: pa.RecordBatch, names: set[str], n_tokens: np.ndarray, where) -> dict:
+    columns = {}
     if "prompt_ids" in names:
-        prompt_ids = batch.column("prompt_ids")
-        if not (_is_list(prompt_ids.type) and pa.types.is_integer(prompt_ids.type.value_type)):
-            raise InputError(
-                f"{where(0)}: field 'prompt_ids' must be a list of integers, column type {prompt_ids.type}"
-            )
-        try:
-            columns["prompt_ids"] = prompt_ids.cast(pa.list_(pa.int32()))
-        except pa.ArrowInvalid:
-            raise InputError(f"{where(0)}: field 'prompt_ids' has ids that do not fit 32 bits") from None
+        columns["prompt_ids"] = _prompt_ids(batch.column("prompt_ids"), where)
     if "tokens" in names:
-        tokens = batch.column("tokens")
-        value_type = tokens.type.value_type if _is_list(tokens.type) else None
-        if value_type is None or not (pa.types.is_string(value_type) or pa.types.is_large_string(value_type)):
-            raise InputError(
-                f"{where(0)}: field 'tokens' must be a list of strings, column type {tokens.type}"
-            )
-        lengths = tokens.value_lengths().fill_null(-1).to_numpy(zero_copy_only=False)
-        bad = (lengths >= 0) & (lengths != n_tokens)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise InputError(
-                f"{where(i)}: field 'tokens' has {lengths[i]} entries but 'token_ids' has {n_tokens[i]}"
-            )
-        columns["tokens"] = tokens.cast(pa.list_(pa.string()))
-    for name in PER_TOKEN_FIELDS:
+        columns["tokens"] = _labels(batch.column("tokens"), n_tokens, where)
+    for name in rules.of_kind(rules.PER_TOKEN):
         if name in names:
             columns[name] = _check_float_lists(batch.column(name), n_tokens, name, where)
     if "meta" in names:
-        meta = batch.column("meta")
-        if pa.types.is_string(meta.type) or pa.types.is_large_string(meta.type):
-            for i, text in enumerate(meta.to_pylist()):
-                try:
-                    if text is not None:
-                        value = json.loads(text)
-                        if not isinstance(value, dict):
-                            raise ValueError("not an object")
-                        json.dumps(value, ensure_ascii=False).encode("utf-8")  # no unpaired surrogates
-                except (ValueError, RecursionError, UnicodeEncodeError):
-                    raise InputError(f"{where(i)}: field 'meta' must be a JSON object") from None
-            columns["meta"] = meta.cast(pa.string())
-        else:
-            texts = [json.dumps(m, default=str, ensure_ascii=False) for m in meta.to_pylist()]
-            columns["meta"] = pa.array(texts, pa.string())
+        columns["meta"] = _meta(batch.column("meta"), where)
     if "logged_advantage" in names:  # the trainer's advantage per rollout (the `logged` estimator)
-        logged = batch.column("logged_advantage")
-        if not (pa.types.is_floating(logged.type) or pa.types.is_integer(logged.type)
-                or pa.types.is_null(logged.type)):
-            raise InputError(
-                f"{where(0)}: field 'logged_advantage' must be a number, column type {logged.type}")
-        logged = logged.cast(pa.float64())
-        bad = pc.invert(pc.is_finite(logged).fill_null(True))
-        if pc.any(bad).as_py():
-            raise InputError(f"{where(_first_bad(bad))}: field 'logged_advantage' must be a finite number")
-        columns["logged_advantage"] = logged
-    tables["rollouts"] = pa.table(columns)
+        columns["logged_advantage"] = _logged_advantage(batch.column("logged_advantage"), where)
+    return columns
 
+
+def _prompt_ids(prompt_ids: pa.Array, where) -> pa.Array:
+    if not (_is_list(prompt_ids.type) and pa.types.is_integer(prompt_ids.type.value_type)):
+        raise rules.must_be(where(0), "prompt_ids", f", column type {prompt_ids.type}")
+    try:
+        return prompt_ids.cast(pa.list_(pa.int32()))
+    except pa.ArrowInvalid:
+        raise InputError(f"{where(0)}: field 'prompt_ids' has ids that do not fit 32 bits") from None
+
+
+def _labels(tokens: pa.Array, n_tokens: np.ndarray, where) -> pa.Array:
+    value_type = tokens.type.value_type if _is_list(tokens.type) else None
+    if value_type is None or not (pa.types.is_string(value_type) or pa.types.is_large_string(value_type)):
+        raise rules.must_be(where(0), "tokens", f", column type {tokens.type}")
+    lengths = tokens.value_lengths().fill_null(-1).to_numpy(zero_copy_only=False)
+    bad = (lengths >= 0) & (lengths != n_tokens)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise rules.length_mismatch(where(i), "tokens", lengths[i], "'token_ids'", n_tokens[i], why=False)
+    return tokens.cast(pa.list_(pa.string()))
+
+
+def _meta(meta: pa.Array, where) -> pa.Array:
+    if not (pa.types.is_string(meta.type) or pa.types.is_large_string(meta.type)):
+        texts = [json.dumps(m, default=str, ensure_ascii=False) for m in meta.to_pylist()]
+        return pa.array(texts, pa.string())
+    for i, text in enumerate(meta.to_pylist()):
+        try:
+            if text is not None:
+                value = json.loads(text)
+                if not isinstance(value, dict):
+                    raise ValueError("not an object")
+                json.dumps(value, ensure_ascii=False).encode("utf-8")  # no unpaired surrogates
+        except (ValueError, RecursionError, UnicodeEncodeError):
+            raise InputError(f"{where(i)}: field 'meta' must be a JSON object") from None
+    return meta.cast(pa.string())
+
+
+def _logged_advantage(logged: pa.Array, where) -> pa.Array:
+    if not (pa.types.is_floating(logged.type) or pa.types.is_integer(logged.type)
+            or pa.types.is_null(logged.type)):
+        raise InputError(f"{where(0)}: field 'logged_advantage' must be a number, column type {logged.type}")
+    logged = logged.cast(pa.float64())
+    bad = pc.invert(pc.is_finite(logged).fill_null(True))
+    if pc.any(bad).as_py():
+        raise InputError(f"{where(_first_bad(bad))}: field 'logged_advantage' must be a finite number")
+    return logged
+
+
+def _score_table(score_tables: list, rollout_ids: np.ndarray, run: int) -> pa.Table:
     ids, chans, vals = [], [], []
     for name, values, present in score_tables:
         keep = present.to_numpy(zero_copy_only=False)
@@ -256,7 +291,7 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int,
         chans.append(np.full(int(keep.sum()), name, dtype=object))
         vals.append(values.to_numpy(zero_copy_only=False)[keep])
     count = int(sum(len(x) for x in ids))
-    tables["scores"] = pa.table(
+    return pa.table(
         {
             "run_id": pa.array(np.full(count, run, dtype=np.int32)),
             "rollout_id": pa.array(np.concatenate(ids) if ids else np.zeros(0, np.int32)),
@@ -264,28 +299,23 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int,
             "score": pa.array(np.concatenate(vals) if vals else np.zeros(0)),
         }
     )
-    for column, table, name_col, value_col in (
-        ("token_rewards", "token_rewards", "channel", "rewards"),
-        ("extras", "token_features", "name", "vals"),
-    ):
-        if column not in names:
-            continue
-        struct = batch.column(column)
-        parts = []
-        for field, raw_child in zip(struct.type, struct.flatten(), strict=True):
-            child = _check_float_lists(raw_child, n_tokens, f"{column}.{field.name}", where)
-            keep = child.is_valid().to_numpy(zero_copy_only=False)
-            parts.append(
-                pa.table(
-                    {
-                        "run_id": pa.array(np.full(int(keep.sum()), run, dtype=np.int32)),
-                        "rollout_id": pa.array(rollout_ids[keep]),
-                        name_col: pa.array([field.name] * int(keep.sum()), pa.string()),
-                        value_col: child.filter(pa.array(keep)),
-                    }
-                )
+
+
+def _per_token_map(struct: pa.Array, column: str, n_tokens: np.ndarray, where, rollout_ids: np.ndarray,
+                   run: int, name_col: str, value_col: str) -> list[pa.Table]:
+    """One long table per channel of a `token_rewards` or `extras` struct column."""
+    parts = []
+    for field, raw_child in zip(struct.type, struct.flatten(), strict=True):
+        child = _check_float_lists(raw_child, n_tokens, f"{column}.{field.name}", where)
+        keep = child.is_valid().to_numpy(zero_copy_only=False)
+        parts.append(
+            pa.table(
+                {
+                    "run_id": pa.array(np.full(int(keep.sum()), run, dtype=np.int32)),
+                    "rollout_id": pa.array(rollout_ids[keep]),
+                    name_col: pa.array([field.name] * int(keep.sum()), pa.string()),
+                    value_col: child.filter(pa.array(keep)),
+                }
             )
-        if parts:
-            tables[table] = pa.concat_tables(parts)
-    tables["groups"] = buffer.flush_groups()
-    return tables
+        )
+    return parts
