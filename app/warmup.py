@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 
 from streamlit.logger import get_logger
@@ -68,7 +69,12 @@ async def warm(runtime: Runtime, pages: tuple[str, ...] = tuple(v[2] for v in VI
 
 @contextlib.asynccontextmanager
 async def lifespan(_app):
-    """`st.App(lifespan=...)`: runs once the runtime has started; the warm-up runs beside the server."""
+    """`st.App(lifespan=...)`: runs once the runtime has started; the warm-up runs beside the server.
+    CREDITLENS_WARMUP=0 leaves it out (a server that serves one page and stops, as some tests start)."""
+    if os.environ.get("CREDITLENS_WARMUP", "1") == "0":
+        LOG.info("warm-up: off (CREDITLENS_WARMUP=0)")
+        yield
+        return
     task = asyncio.create_task(warm(Runtime.instance()))
     try:
         yield

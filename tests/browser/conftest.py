@@ -74,7 +74,7 @@ def server(bundled_template, tmp_path_factory):
         simple = [{k: v for k, v in r.items() if k not in ("token_ids", "tokens")}
                   for r in subword_records(groups=1)]
         import_records(store, "simple", simple, content_key="simple-tokens")
-    with serving(db, log=root / "streamlit.log") as srv:
+    with serving(db, warm=True, log=root / "streamlit.log") as srv:
         yield srv
 
 
@@ -200,10 +200,13 @@ def settle(page, timeout: float = 60.0) -> None:
 
 
 @contextlib.contextmanager
-def serving(db: Path, **kwargs):
+def serving(db: Path, warm: bool = False, **kwargs):
     """`Server` on a port of this worker's block (tests/conftest.py). It does not watch the sources: an edit
-    to the checkout during a run would put Streamlit's "File change" prompt on every page."""
-    with mock.patch.dict(os.environ, {"STREAMLIT_SERVER_FILE_WATCHER_TYPE": "none"}):
+    to the checkout during a run would put Streamlit's "File change" prompt on every page. Only a server
+    started with `warm` opens every view in the background first (app/warmup.py): the session's server
+    does, as `make app` does; a module's own server, for one or two pages, leaves that work out."""
+    env = {"STREAMLIT_SERVER_FILE_WATCHER_TYPE": "none", "CREDITLENS_WARMUP": "1" if warm else "0"}
+    with mock.patch.dict(os.environ, env):
         server = Server(db, port=free_test_port(), **kwargs).__enter__()
     try:
         yield server
