@@ -157,7 +157,7 @@ def cmd_app(args) -> int:
                     if args.read_only
                     else ", import files from the import roots, delete runs and start jobs"
                 )
-                + ". Prefer an SSH tunnel (see the README).",
+                + ". Prefer an SSH tunnel (see docs/app-and-sharing.md).",
                 file=sys.stderr,
             )
         else:

@@ -1,4 +1,4 @@
-"""`creditlens ...` / `python -m backend.cli ...`: the command line of DESIGN.md, the top floor.
+"""`creditlens ...` / `python -m backend.cli ...`: the command line (docs/commands.md), the top floor.
 
 One module per area (`store`, `estimators`, `models`, `model_credit`, `teacher`, `synthetic`, `explorer`,
 `monitor`, `app_server`)
