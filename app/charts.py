@@ -270,7 +270,8 @@ def _trend_layout(fig: go.Figure, title: str, yaxis: dict | None = None) -> go.F
         xaxis={"title": "step", "dtick": 1},
         yaxis=yaxis or {},
         margin={"l": 10, "r": 10, "t": 40, "b": 10},
-        legend={"orientation": "h", "y": -0.25},
+        # below the axis title, growing downwards: a legend of two or three rows never covers "step"
+        legend={"orientation": "h", "y": -0.3, "yanchor": "top"},
         hovermode="x unified",
     )
     return fig
@@ -296,6 +297,7 @@ def trend_lines(frame: pd.DataFrame, columns: dict[str, str], title: str, percen
     if empty:
         fig.add_annotation(text="no data in this run: " + ", ".join(empty), xref="paper", yref="paper",
                            x=0, y=1.0, xanchor="left", yanchor="bottom", showarrow=False, font={"size": 11})
+    fig.update_layout(showlegend=True)  # one line is named too (Plotly hides a lone trace's legend)
     return _trend_layout(fig, title, {"tickformat": PERCENT_TICKS} if percent else None)
 
 

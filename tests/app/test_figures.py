@@ -229,3 +229,11 @@ def test_safe_uses_entities_plotly_decodes():
     # Plotly decodes &lt; &gt; &amp; and numeric entities, but shows &quot; literally
     assert fmt.safe('<img src=x onerror="a">') == "&lt;img src=x onerror=&#34;a&#34;&gt;"
     assert "&quot;" not in fmt.safe('"') and fmt.safe("'") == "&#x27;"
+
+
+def test_trend_legends_name_a_lone_line_and_sit_below_the_axis_title():
+    frame = pd.DataFrame({"step": [1, 2], "metric_a": [0.5, 0.4], "s1": [0.2, 0.3], "s2": [0.8, 0.7]})
+    lone = charts.trend_lines(frame, {"metric_a": "metric_a"}, "logged metrics")
+    assert lone.layout.showlegend is True and [t.name for t in lone.data] == ["metric_a"]
+    shares = charts.class_share_trend(frame, {"s1": "filler", "s2": "other"})
+    assert shares.layout.legend.yanchor == "top" and shares.layout.legend.y < 0
