@@ -181,8 +181,8 @@ def choose_model(checkpoints: dict[int, str], run_model: str | None, step: int, 
         raise InputError(f"run {run!r} has no model recorded; pass --model DIR (a local Hugging Face "
                          f"folder), or attach its step checkpoints with `creditlens checkpoints --run {run}`")
     return ModelChoice(run_model, step, None,
-                       f"the run's model {run_model} (the run records no step checkpoints, so whether it "
-                       "sampled this step is unknown; attach them with `creditlens checkpoints`)")
+                       f"the run's model {run_model}, with no step checkpoints recorded (attach them with "
+                       "`creditlens checkpoints`)")  # the label says the sampling policy is unknown
 
 
 def choices_for(store, run: str, steps, named: str | None) -> dict[int, ModelChoice]:
