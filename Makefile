@@ -31,6 +31,7 @@ app: $(STAMP)
 # share a Streamlit server stay on one worker). The slowest 25 are printed (pyproject.toml addopts).
 test: $(STAMP) browser-deps
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -n logical --dist loadgroup
 
 # A quicker loop while working: the tests marked `slow` (whole-run imports, CLI round trips, Ray,
@@ -41,6 +42,7 @@ test-fast: $(STAMP) browser-deps
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 bench: $(STAMP)
 	$(BIN)/python -m bench all

@@ -26,8 +26,16 @@ READ_ONLY_ENV = "CREDITLENS_READ_ONLY"
 ROOTS_ENV = "CREDITLENS_IMPORT_ROOTS"
 MAX_SUFFIXES_ENV = "CREDITLENS_MAX_SUFFIXES"
 # Actions that write to the store or occupy the model; read-only mode refuses each of them.
-WRITE_ACTIONS = ("import", "delete", "score", "resample", "teacher", "model_credit", "token classes",
-                 "main channel")
+WRITE_ACTIONS = (
+    "import",
+    "delete",
+    "score",
+    "resample",
+    "teacher",
+    "model_credit",
+    "token classes",
+    "main channel",
+)
 # Suffixes one resampling request may ask for (positions x samples): 4096 x ~40 tokens is about half a
 # minute of the bundled model on 2 CPU cores, and far more than a view needs for V̂ with error bars.
 DEFAULT_MAX_SUFFIXES = 4096

@@ -50,15 +50,28 @@ def _model_folder(current: access.Settings, model_dir: str | None) -> str | None
     return str(folder)
 
 
-def _import(handle: StoreHandle, target: Path, name: str, fmt: str | None, on_progress,
-            model_dir: str | None = None, **options):
+def _import(
+    handle: StoreHandle,
+    target: Path,
+    name: str,
+    fmt: str | None,
+    on_progress,
+    model_dir: str | None = None,
+    **options,
+):
     """options: channels (list of column or key names), main_channel, append (as `creditlens import`).
     A refused append says what fixes it in the import form, not on the command line."""
     with handle.write() as store:
         try:
-            return ingest.import_path(store, target, name, fmt=fmt, model_dir=model_dir,
-                                      on_progress=on_progress,
-                                      **{k: v for k, v in options.items() if v is not None})
+            return ingest.import_path(
+                store,
+                target,
+                name,
+                fmt=fmt,
+                model_dir=model_dir,
+                on_progress=on_progress,
+                **{k: v for k, v in options.items() if v is not None},
+            )
         except ImportRefused as exc:
             raise InputError(exc.app_message) from None
 

@@ -295,8 +295,17 @@ def trend_lines(frame: pd.DataFrame, columns: dict[str, str], title: str, percen
             continue
         fig.add_trace(go.Scatter(x=frame["step"], y=values, mode="lines+markers", name=safe(label)))
     if empty:
-        fig.add_annotation(text="no data in this run: " + ", ".join(empty), xref="paper", yref="paper",
-                           x=0, y=1.0, xanchor="left", yanchor="bottom", showarrow=False, font={"size": 11})
+        fig.add_annotation(
+            text="no data in this run: " + ", ".join(empty),
+            xref="paper",
+            yref="paper",
+            x=0,
+            y=1.0,
+            xanchor="left",
+            yanchor="bottom",
+            showarrow=False,
+            font={"size": 11},
+        )
     fig.update_layout(showlegend=True)  # one line is named too (Plotly hides a lone trace's legend)
     return _trend_layout(fig, title, {"tickformat": PERCENT_TICKS} if percent else None)
 
@@ -306,10 +315,19 @@ def class_share_trend(frame: pd.DataFrame, columns: dict[str, str]) -> go.Figure
     watch). columns: share column -> class name."""
     fig = go.Figure()
     for column, label in columns.items():
-        fig.add_trace(go.Scatter(x=frame["step"], y=frame[column].astype(float).fillna(0.0), name=safe(label),
-                                 mode="lines", stackgroup="classes", hovertemplate="%{y:.1%}"))
-    return _trend_layout(fig, "credit share by token class", {"title": "share of Σ|A|", "tickformat": ".0%",
-                                                              "range": [0, 1]})
+        fig.add_trace(
+            go.Scatter(
+                x=frame["step"],
+                y=frame[column].astype(float).fillna(0.0),
+                name=safe(label),
+                mode="lines",
+                stackgroup="classes",
+                hovertemplate="%{y:.1%}",
+            )
+        )
+    return _trend_layout(
+        fig, "credit share by token class", {"title": "share of Σ|A|", "tickformat": ".0%", "range": [0, 1]}
+    )
 
 
 def quantile_band(frame: pd.DataFrame) -> go.Figure:
@@ -317,12 +335,36 @@ def quantile_band(frame: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
     step = frame["step"]
     for low, high, label, alpha in (("q05", "q95", "5–95%", 0.15), ("q25", "q75", "25–75%", 0.35)):
-        fig.add_trace(go.Scatter(x=step, y=frame[high].astype(float), mode="lines", line={"width": 0},
-                                 showlegend=False, hoverinfo="skip"))
-        fig.add_trace(go.Scatter(x=step, y=frame[low].astype(float), mode="lines", line={"width": 0},
-                                 fill="tonexty", fillcolor=f"rgba(69,117,180,{alpha})", name=label))
-    fig.add_trace(go.Scatter(x=step, y=frame["q50"].astype(float), mode="lines+markers", name="median",
-                             line={"color": "#4575b4"}))
+        fig.add_trace(
+            go.Scatter(
+                x=step,
+                y=frame[high].astype(float),
+                mode="lines",
+                line={"width": 0},
+                showlegend=False,
+                hoverinfo="skip",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=step,
+                y=frame[low].astype(float),
+                mode="lines",
+                line={"width": 0},
+                fill="tonexty",
+                fillcolor=f"rgba(69,117,180,{alpha})",
+                name=label,
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=step,
+            y=frame["q50"].astype(float),
+            mode="lines+markers",
+            name="median",
+            line={"color": "#4575b4"},
+        )
+    )
     return _trend_layout(fig, "advantage quantiles over tokens")
 
 

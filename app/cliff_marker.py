@@ -29,14 +29,19 @@ def show(db: str, run: str, rollout_id: int, select_key: str, button_key: str) -
         return None
     first = table[table["first"]]
     if first.empty:
-        st.caption(f"No cliff token: the Monte Carlo success rate never drops by more than "
-                   f"{cliff_tokens.DELTA_0:g} + {cliff_tokens.Z_ALPHA:g} se between valued positions "
-                   f"({len(table)} pairs; Cliff Tokens' test, `creditlens cliff`).")
+        st.caption(
+            f"No cliff token: the Monte Carlo success rate never drops by more than "
+            f"{cliff_tokens.DELTA_0:g} + {cliff_tokens.Z_ALPHA:g} se between valued positions "
+            f"({len(table)} pairs; Cliff Tokens' test, `creditlens cliff`)."
+        )
         return None
     row = first.iloc[0]
     token = int(row["token"])
-    where = (f"token {token}" if int(row["pos"]) - int(row["start"]) == 1
-             else f"token {token}, the end of the segment {int(row['start'])}–{token}")
+    where = (
+        f"token {token}"
+        if int(row["pos"]) - int(row["start"]) == 1
+        else f"token {token}, the end of the segment {int(row['start'])}–{token}"
+    )
     shown = views.quoted(str(row.get("token_text", "")))
     text, button = st.columns([5, 1])
     text.caption(

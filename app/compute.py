@@ -47,8 +47,10 @@ from backend.models.resample import suggested_positions as suggested_positions
 from backend.oracle import has_oracle as has_oracle
 from backend.oracle import oracle_table
 
-_SCOPED = ("Computing credit (an estimator of step or run scope computes its whole step or run once; "
-           "the store keeps it)…")
+_SCOPED = (
+    "Computing credit (an estimator of step or run scope computes its whole step or run once; "
+    "the store keeps it)…"
+)
 
 
 @dataclass
@@ -74,19 +76,34 @@ def _row_of(batch, rollout_id: int) -> int:
 
 @st.cache_data(show_spinner=_SCOPED, max_entries=64)
 def group_credit(
-    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple = (), norms: tuple = (),
+    db: str,
+    run: str,
+    group: int,
+    estimator: str,
+    config: tuple,
+    betas: tuple = (),
+    norms: tuple = (),
     channel: str | None = None,
 ) -> channel_credit.ChannelCredit:
     """The group's split-channel credit with `estimator` on `channel` (None: the run's main channel)."""
-    _, credit = explain.group_channel_credit(data.store_handle(db), run, group, estimator, config,
-                                             dict(betas) or None, normalizations=dict(norms) or None,
-                                             save=not data.settings().read_only, channel=channel)
+    _, credit = explain.group_channel_credit(
+        data.store_handle(db),
+        run,
+        group,
+        estimator,
+        config,
+        dict(betas) or None,
+        normalizations=dict(norms) or None,
+        save=not data.settings().read_only,
+        channel=channel,
+    )
     return credit
 
 
 @st.cache_data(show_spinner="Collecting the estimator's terms…", max_entries=64)
-def terms(db: str, run: str, rollout_id: int, estimator: str, config: tuple, channel: str | None = None
-          ) -> dict:
+def terms(
+    db: str, run: str, rollout_id: int, estimator: str, config: tuple, channel: str | None = None
+) -> dict:
     """The estimator's terms for one rollout at its scope on `channel` (None: the run's main channel), what
     `creditlens explain --json` prints."""
     channel = main_channel.resolve(data.store_handle(db), run, channel)
@@ -97,15 +114,24 @@ def terms(db: str, run: str, rollout_id: int, estimator: str, config: tuple, cha
 def _scoped(db: str, run: str, name: str, config: tuple, rollout_ids: list[int], T: int):
     """(B, T) advantages of `rollout_ids` under one estimator, at its scope through the store's cache."""
     built = registry.make_config(name, **dict(config))
-    scoped = estimates.estimate_rollouts(data.store_handle(db), run, name, built, rollout_ids,
-                                         save=not data.settings().read_only)
+    scoped = estimates.estimate_rollouts(
+        data.store_handle(db), run, name, built, rollout_ids, save=not data.settings().read_only
+    )
     return scoped.padded(rollout_ids, T)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def rollout_view(
-    db: str, run: str, group: int, rollout_id: int, estimator: str, config: tuple, betas: tuple = (),
-    norms: tuple = (), classes: tuple | None = None, channel: str | None = None,
+    db: str,
+    run: str,
+    group: int,
+    rollout_id: int,
+    estimator: str,
+    config: tuple,
+    betas: tuple = (),
+    norms: tuple = (),
+    classes: tuple | None = None,
+    channel: str | None = None,
 ) -> RolloutView:
     """classes: the token classes that label the tokens (default: the run's saved ones); channel: the one
     the estimator reads (None: the run's main channel)."""
@@ -188,7 +214,12 @@ def estimator_advantages(db: str, run: str, group: int, estimator: str, config: 
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def group_rows(
-    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple = (),
+    db: str,
+    run: str,
+    group: int,
+    estimator: str,
+    config: tuple,
+    betas: tuple = (),
     channel: str | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, list[str]], list[int]]:
     """The Group view's rows: one per response (final A, every channel combined, with `estimator` on
@@ -213,8 +244,9 @@ def group_rows(
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def compare(db: str, run: str, group: int, rollout_id: int, estimators: tuple, classes: tuple | None = None
-            ) -> dict:
+def compare(
+    db: str, run: str, group: int, rollout_id: int, estimators: tuple, classes: tuple | None = None
+) -> dict:
     """Compare view numbers: per estimator A on the rollout, rank agreement and credit mass over the group;
     an estimator that cannot run is left out with its error in `errors` (label -> message).
 
@@ -243,15 +275,17 @@ def compare(db: str, run: str, group: int, rollout_id: int, estimators: tuple, c
         "rollout": {k: v[row, :L] for k, v in advantages.items()},
         "errors": errors,
         "agreement": credit_shares.rank_agreement(advantages, batch.response_mask),
-        "mass": credit_shares.credit_mass_by_class(advantages, class_ids, batch.response_mask,
-                                              token_classes.names(classes)),
+        "mass": credit_shares.credit_mass_by_class(
+            advantages, class_ids, batch.response_mask, token_classes.names(classes)
+        ),
         "classes": token_classes.labels(batch, row, classes),
     }
 
 
 @st.cache_data(show_spinner=_SCOPED, max_entries=32)
-def summed_reward_credit(db: str, run: str, group: int, rollout_id: int, estimator: str, config: tuple
-                         ) -> np.ndarray:
+def summed_reward_credit(
+    db: str, run: str, group: int, rollout_id: int, estimator: str, config: tuple
+) -> np.ndarray:
     """(L,) A of one rollout under `estimator` on the channel scores summed per rollout first (the mixed
     pipeline, TRL's combined reward), at the estimator's scope: `creditlens estimate --channel all`."""
     if not any(f["name"] == "channel" for f in registry.config_schema(estimator)["fields"]):
@@ -280,7 +314,13 @@ def default_normalizations(db: str, run: str, group: int, channel: str | None = 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def group_shares(
-    db: str, run: str, group: int, estimator: str, config: tuple, betas: tuple, norms: tuple = (),
+    db: str,
+    run: str,
+    group: int,
+    estimator: str,
+    config: tuple,
+    betas: tuple,
+    norms: tuple = (),
     channel: str | None = None,
 ) -> dict[str, float]:
     credit = group_credit(db, run, group, estimator, config, betas, norms, channel)
@@ -304,8 +344,9 @@ def teacher(db: str, run: str, estimators: tuple, channel: str | None = None):
     """The teacher-bench result (what `creditlens teacher-bench` prints) for the chosen estimators on
     `channel` (None: the run's main channel), or None when the run has no Monte Carlo values."""
     try:
-        return teacher_bench.teacher_bench(data.store_handle(db), run,
-                                           teacher_bench.parse_estimator_specs(list(estimators)), channel)
+        return teacher_bench.teacher_bench(
+            data.store_handle(db), run, teacher_bench.parse_estimator_specs(list(estimators)), channel
+        )
     except InputError:
         return None
 
@@ -322,9 +363,11 @@ def model_folder_problem(model_dir: str | None) -> str | None:
     if not model_dir:
         return "This run has no model recorded (it was imported without a model folder)."
     if not Path(model_dir).expanduser().is_dir():
-        return (f"The run's model folder {model_dir!r} does not exist on this machine (it is the folder "
-                "recorded when the run was imported). Import the run again with a model folder that exists "
-                "here.")
+        return (
+            f"The run's model folder {model_dir!r} does not exist on this machine (it is the folder "
+            "recorded when the run was imported). Import the run again with a model folder that exists "
+            "here."
+        )
     try:
         check_model_dir(model_dir)
     except InputError as exc:
@@ -335,8 +378,9 @@ def model_folder_problem(model_dir: str | None) -> str | None:
 # ---- the run explorer and trends (backend.explorer: the functions `creditlens rollouts/trends` call) ----
 
 
-@st.cache_data(show_spinner="Summarizing the run (first time per estimator: computes it at its scope)…",
-               max_entries=64)
+@st.cache_data(
+    show_spinner="Summarizing the run (first time per estimator: computes it at its scope)…", max_entries=64
+)
 def explorer_page(db: str, run: str, query) -> explorer.ExplorerPage:
     """One page of the Explorer's rollout table (`query`: a frozen `backend.explorer.ExplorerQuery`)."""
     return explorer.rollout_table(data.store_handle(db), run, query)

@@ -159,7 +159,13 @@ def credit_heatmap(
                 if cell_text is True or (cell_text == "last" and r == R - 1):
                     text[r, j] = visible_token(row_text[t], 2 * widths[t])
                 band_custom[r, j] = [
-                    offset + t, safe(repr(row_text[t])[1:-1]), label, _fmt(v), lp[t], ent[t], *share_values[t]
+                    offset + t,
+                    safe(repr(row_text[t])[1:-1]),
+                    label,
+                    _fmt(v),
+                    lp[t],
+                    ent[t],
+                    *share_values[t],
                 ]
                 xs.append(cells[t][1] + (widths[t] - 1) / 2)
                 ys.append(top + r)
@@ -234,15 +240,27 @@ def credit_heatmap(
     # rows keep their 22 px when the figure is taller than they need (a one-row figure), at the top
     bottom = max(0.0, 1.0 - 22 * height / plot_height)
     fig.update_yaxes(
-        tickvals=tickvals, ticktext=ticktext, autorange="reversed", showgrid=False, zeroline=False,
+        tickvals=tickvals,
+        ticktext=ticktext,
+        autorange="reversed",
+        showgrid=False,
+        zeroline=False,
         domain=[bottom, 1.0],
     )
     fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, range=[-0.5, band - 0.5])
     if own:
         fig.add_trace(_scale_strips(names, peaks, common, R))
-        fig.update_layout(xaxis={"domain": [0.0, 1.0 - STRIP - 0.02]},
-                          xaxis2={"domain": [1.0 - STRIP, 1.0], "range": [-0.5, 2.5], "showticklabels": False,
-                                  "showgrid": False, "zeroline": False, "fixedrange": True})
+        fig.update_layout(
+            xaxis={"domain": [0.0, 1.0 - STRIP - 0.02]},
+            xaxis2={
+                "domain": [1.0 - STRIP, 1.0],
+                "range": [-0.5, 2.5],
+                "showticklabels": False,
+                "showgrid": False,
+                "zeroline": False,
+                "fixedrange": True,
+            },
+        )
     fig.update_layout(
         height=fig_height,
         margin={"l": 10, "r": 10, "t": top_margin, "b": bottom_margin},
@@ -250,8 +268,10 @@ def credit_heatmap(
         clickmode="event+select",
         dragmode=False,
         plot_bgcolor="rgba(0,0,0,0)",
-        coloraxis={**colour_axis(common, fig_height, "A", _beyond(rows, names, common)),
-                   "showscale": not own},
+        coloraxis={
+            **colour_axis(common, fig_height, "A", _beyond(rows, names, common)),
+            "showscale": not own,
+        },
     )
     return fig
 
@@ -264,9 +284,19 @@ def _scale_strips(names: list[str], peaks: dict[str, float], common: float, R: i
     coloured on the common axis as the row's cells are rescaled onto it)."""
     ends = [[significant(-peaks[n], BAR_DIGITS), "0", significant(peaks[n], BAR_DIGITS)] for n in names]
     return go.Heatmap(
-        z=[[-common, 0.0, common]] * R, x=[-0.5, 0.5, 1.5, 2.5], y=[r - 0.5 for r in range(R + 1)],
-        text=ends, texttemplate="%{text}", textfont={"size": 9}, xaxis="x2", yaxis="y", coloraxis="coloraxis",
-        hoverinfo="skip", xgap=1, ygap=1, name="scale strip",
+        z=[[-common, 0.0, common]] * R,
+        x=[-0.5, 0.5, 1.5, 2.5],
+        y=[r - 0.5 for r in range(R + 1)],
+        text=ends,
+        texttemplate="%{text}",
+        textfont={"size": 9},
+        xaxis="x2",
+        yaxis="y",
+        coloraxis="coloraxis",
+        hoverinfo="skip",
+        xgap=1,
+        ygap=1,
+        name="scale strip",
     )
 
 
@@ -309,8 +339,10 @@ def credit_text_html(
         shown = shown.replace("\n", '<span class="nl">↵</span>\n')
         shown = shown.replace("\t", '<span class="nl">⇥</span>\t')
         title = f"pos {offset + t} · A {nice(v)}" + (f" · {facts[t]}" if facts is not None else "")
-        classes = "tok" + (" sel" if selected == offset + t else "") + (
-            " dim" if dimmed is not None and t < len(dimmed) and dimmed[t] else ""
+        classes = (
+            "tok"
+            + (" sel" if selected == offset + t else "")
+            + (" dim" if dimmed is not None and t < len(dimmed) and dimmed[t] else "")
         )
         parts.append(
             f'<span class="{classes}" data-pos="{offset + t}" style="background:{bg};color:{fg}" '
@@ -329,10 +361,17 @@ def _fmt(v: float) -> str:
     return nice(v)
 
 
-def small_multiples(advantages: dict[str, np.ndarray], tokens: Sequence[str], band: int = BAND, *,
-                    peaks: dict[str, float] | None = None, offset: int = 0) -> go.Figure:
+def small_multiples(
+    advantages: dict[str, np.ndarray],
+    tokens: Sequence[str],
+    band: int = BAND,
+    *,
+    peaks: dict[str, float] | None = None,
+    offset: int = 0,
+) -> go.Figure:
     """One row per estimator in every band (the rollout wrapped into bands, cells sized to their text), so
     the estimators' credit for a token sits one above the other; one colour axis (`peaks`: per-row or
     shared half-widths, default one shared max |A|). Labels are row ticks: they never overlap."""
-    return credit_heatmap(dict(advantages), tokens, band=band, peaks=peaks, offset=offset, clickable=False,
-                          cell_text="last")
+    return credit_heatmap(
+        dict(advantages), tokens, band=band, peaks=peaks, offset=offset, clickable=False, cell_text="last"
+    )

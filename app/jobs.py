@@ -62,7 +62,14 @@ class Job:
 
 
 def resample_job(
-    handle, run: str, rollout_id: int, engine, record: dict, verifier: str | None, positions, samples: int,
+    handle,
+    run: str,
+    rollout_id: int,
+    engine,
+    record: dict,
+    verifier: str | None,
+    positions,
+    samples: int,
     on_policy: bool | None = None,
 ) -> Job:
     """A (not yet started) job resampling `positions` of a rollout with a loaded engine, M = `samples`;
@@ -137,13 +144,23 @@ def start_resample(
     access.require_writable(current, "resample")
     access.check_job_size(current, len(positions), int(samples))
     _refuse_if_busy(running_job(db))  # checked again, atomically, in `start`; this spares loading the engine
-    job = resample_job(handle, run, rollout_id, load_engine(), record, verifier, positions, samples,
-                       on_policy)
+    job = resample_job(
+        handle, run, rollout_id, load_engine(), record, verifier, positions, samples, on_policy
+    )
     return start(current, db, "resample", job)
 
 
-def start_model_credit(current: access.Settings, db: str, handle, run: str, rollout_id: int,
-                       load_engine: Callable[[], Any], method: str, model_dir: str, engine_name: str) -> Job:
+def start_model_credit(
+    current: access.Settings,
+    db: str,
+    handle,
+    run: str,
+    rollout_id: int,
+    load_engine: Callable[[], Any],
+    method: str,
+    model_dir: str,
+    engine_name: str,
+) -> Job:
     """Check the request (read-only mode, the store's job slot), then load the engine and start scoring the
     rollout's group with `method` (one of MODEL_CREDIT_METHODS). The job stores its scores in one
     transaction when it finishes; a cancelled job stores nothing."""
@@ -153,7 +170,14 @@ def start_model_credit(current: access.Settings, db: str, handle, run: str, roll
     engine = load_engine()
 
     def work(job: Job):
-        return run_model_credit(handle, run, settings, rollout=rollout_id, engine=engine,
-                                progress=job.progress, cancel=job.cancel.is_set)
+        return run_model_credit(
+            handle,
+            run,
+            settings,
+            rollout=rollout_id,
+            engine=engine,
+            progress=job.progress,
+            cancel=job.cancel.is_set,
+        )
 
     return start(current, db, "model_credit", Job(work))

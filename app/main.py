@@ -33,9 +33,7 @@ if settings.read_only:
     st.sidebar.caption(":material/lock: Read-only server: browsing, estimators and explanations only.")
 navigation = st.navigation(
     [
-        st.Page(
-            str(PAGES / script), title=title, url_path=url_path, icon=icon, default=(i == 0)
-        )
+        st.Page(str(PAGES / script), title=title, url_path=url_path, icon=icon, default=(i == 0))
         for i, (script, title, url_path, icon) in enumerate(VIEWS)
     ]
 )

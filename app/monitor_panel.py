@@ -54,10 +54,16 @@ def mark_alerts(fig: go.Figure, alerts: list[monitor.Alert]) -> go.Figure:
         by_step.setdefault(a.step, []).append(a)
     for step, found in sorted(by_step.items()):
         worst = max(found, key=lambda a: monitor.SEVERITIES.index(a.severity)).severity
-        fig.add_vline(x=step, line_dash="dash", line_width=1, line_color=COLOURS[worst], opacity=0.8,
-                      annotation_text=worst, annotation_position="top",
-                      annotation_hovertext="<br>".join(f"{a.severity}: {a.detector} ({a.statistic})"
-                                                       for a in found))
+        fig.add_vline(
+            x=step,
+            line_dash="dash",
+            line_width=1,
+            line_color=COLOURS[worst],
+            opacity=0.8,
+            annotation_text=worst,
+            annotation_position="top",
+            annotation_hovertext="<br>".join(f"{a.severity}: {a.detector} ({a.statistic})" for a in found),
+        )
     return fig
 
 
@@ -111,15 +117,20 @@ def show_alerts(run: str, found: monitor.MonitorReport) -> None:
         st.success("Credit health: no detector departs from the run's own history.")
     for a in found.alerts:
         with st.container(border=True):
-            st.markdown(f"**{a.severity.upper()}** · step {a.step} · `{a.detector}` ({a.statistic})  \n"
-                        f"{a.message}")
+            st.markdown(
+                f"**{a.severity.upper()}** · step {a.step} · `{a.detector}` ({a.statistic})  \n{a.message}"
+            )
             links = st.columns(min(len(a.rollouts), 5) + 1)
             with links[0]:
-                st.page_link(str(EXPLORER_PAGE), label=f"Explorer at step {a.step}",
-                             query_params=explorer_link(run, a))
+                st.page_link(
+                    str(EXPLORER_PAGE), label=f"Explorer at step {a.step}", query_params=explorer_link(run, a)
+                )
             for box, rollout in zip(links[1:], a.rollouts, strict=False):
                 with box:
-                    st.page_link(str(ROLLOUT_PAGE), label=f"rollout {rollout}",
-                                 query_params={"run": run, "rollout": str(rollout)})
+                    st.page_link(
+                        str(ROLLOUT_PAGE),
+                        label=f"rollout {rollout}",
+                        query_params={"run": run, "rollout": str(rollout)},
+                    )
     for note in found.notes:
         st.caption(f"not watched: {note}")

@@ -102,8 +102,11 @@ def active_scale(rows: dict[str, np.ndarray], mode: str = "auto", locked: float 
         beyond = [(n, largest_abs(rows[n])) for n in names]
         beyond = [(n, m) for n, m in beyond if m > peak * (1 + 1e-9)]
         if beyond:
-            text += " Beyond it (drawn at the scale's end; the hover has the value): " + ", ".join(
-                f"{n} up to ±{significant(m, 2, signed=False)}" for n, m in beyond) + "."
+            text += (
+                " Beyond it (drawn at the scale's end; the hover has the value): "
+                + ", ".join(f"{n} up to ±{significant(m, 2, signed=False)}" for n, m in beyond)
+                + "."
+            )
         elif mode == "auto":
             text += " No spike washes out the rest."
     own = [n for n in rows if n in OWN_SCALE_ROWS]

@@ -211,8 +211,12 @@ def url_widget(
                 link_warning(url, raw, f"not a valid {getattr(cast, '__name__', 'value')}", default)
                 value = None
             if value is not None and not _in_bounds(value, options, kwargs):
-                link_warning(url, raw, "not one of the choices or out of range" if options is not None
-                             else "out of range", default)
+                link_warning(
+                    url,
+                    raw,
+                    "not one of the choices or out of range" if options is not None else "out of range",
+                    default,
+                )
                 value = None
         if value is None or (options is not None and value not in options):
             value = default

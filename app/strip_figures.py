@@ -13,8 +13,9 @@ from app.fmt import safe
 from app.scales import DIVERGING, symmetric_range
 
 
-def overview_strip(values: np.ndarray, start: int, stop: int, peak: float | None = None,
-                   bins: int = 256) -> go.Figure:
+def overview_strip(
+    values: np.ndarray, start: int, stop: int, peak: float | None = None, bins: int = 256
+) -> go.Figure:
     """The whole response as one thin row (long responses binned: each bin shows its largest |A|) with the
     window [start, stop) outlined, so a reader sees where the drawn tokens sit."""
     values = np.asarray(values, dtype=np.float64)
@@ -23,7 +24,7 @@ def overview_strip(values: np.ndarray, start: int, stop: int, peak: float | None
     edges = np.linspace(0, L, n + 1).round().astype(int)
     shown = []
     for a, b in zip(edges[:-1], edges[1:], strict=True):
-        part = values[a:max(b, a + 1)]
+        part = values[a : max(b, a + 1)]
         finite = part[np.isfinite(part)]
         shown.append(float(finite[np.argmax(np.abs(finite))]) if finite.size else np.nan)
     peak = peak if peak is not None else symmetric_range(values)
@@ -40,18 +41,38 @@ def overview_strip(values: np.ndarray, start: int, stop: int, peak: float | None
             hovertemplate="tokens %{x}<br>A %{z:+.3f}<extra></extra>",
         )
     )
-    fig.add_shape(type="rect", x0=start, x1=stop, y0=-0.5, y1=0.5, line={"color": "#111111", "width": 2},
-                  fillcolor="rgba(0,0,0,0)", name="window")
-    fig.update_xaxes(range=[0, max(L, 1)], showgrid=False, zeroline=False, tickformat="d",
-                     tickfont={"size": 9})
+    fig.add_shape(
+        type="rect",
+        x0=start,
+        x1=stop,
+        y0=-0.5,
+        y1=0.5,
+        line={"color": "#111111", "width": 2},
+        fillcolor="rgba(0,0,0,0)",
+        name="window",
+    )
+    fig.update_xaxes(
+        range=[0, max(L, 1)], showgrid=False, zeroline=False, tickformat="d", tickfont={"size": 9}
+    )
     fig.update_yaxes(visible=False)
-    fig.update_layout(height=60, margin={"l": 10, "r": 10, "t": 4, "b": 20}, dragmode=False,
-                      title=None, plot_bgcolor="rgba(0,0,0,0)")
+    fig.update_layout(
+        height=60,
+        margin={"l": 10, "r": 10, "t": 4, "b": 20},
+        dragmode=False,
+        title=None,
+        plot_bgcolor="rgba(0,0,0,0)",
+    )
     return fig
 
 
-def token_strips_figure(strips: dict[str, np.ndarray], tokens: Sequence[str], *, offset: int = 0,
-                        dimmed: np.ndarray | None = None, highlight: int | None = None) -> go.Figure:
+def token_strips_figure(
+    strips: dict[str, np.ndarray],
+    tokens: Sequence[str],
+    *,
+    offset: int = 0,
+    dimmed: np.ndarray | None = None,
+    highlight: int | None = None,
+) -> go.Figure:
     """Per-token strips (logprob, ref logprob, log-ratios, entropy, value, ratio) as bars over the same
     positions, one small panel each; loss-masked tokens (`dimmed`) drawn faded, never hidden."""
     names = list(strips)
@@ -76,11 +97,16 @@ def token_strips_figure(strips: dict[str, np.ndarray], tokens: Sequence[str], *,
             row=i + 1,
             col=1,
         )
-        fig.update_yaxes(title={"text": safe(name), "font": {"size": 10}}, row=i + 1, col=1,
-                         tickfont={"size": 9}, nticks=3)
+        fig.update_yaxes(
+            title={"text": safe(name), "font": {"size": 10}}, row=i + 1, col=1, tickfont={"size": 9}, nticks=3
+        )
         if highlight is not None and offset <= highlight < offset + L:
             fig.add_vline(x=highlight, line={"color": "#111111", "width": 1, "dash": "dot"}, row=i + 1, col=1)
     fig.update_xaxes(tickformat="d", showgrid=False)
-    fig.update_layout(height=60 + 70 * max(len(names), 1), bargap=0.05,
-                      margin={"l": 10, "r": 10, "t": 10, "b": 10}, dragmode=False)
+    fig.update_layout(
+        height=60 + 70 * max(len(names), 1),
+        bargap=0.05,
+        margin={"l": 10, "r": 10, "t": 10, "b": 10},
+        dragmode=False,
+    )
     return fig

@@ -95,8 +95,14 @@ def new_click(chart_key: str, n_rows: int) -> int | None:
     return clicked
 
 
-def why_this_credit(sel: Selection, view: compute.RolloutView, pos: int, estimator: str = "grpo",
-                    config: tuple = (), channel: str | None = None) -> None:
+def why_this_credit(
+    sel: Selection,
+    view: compute.RolloutView,
+    pos: int,
+    estimator: str = "grpo",
+    config: tuple = (),
+    channel: str | None = None,
+) -> None:
     """The estimator's derivation of the token's advantage on `channel` (its terms, with the numbers; None:
     the run's main channel), the waterfall of the final advantage into channel contributions, and the
     token's facts."""
@@ -157,8 +163,9 @@ SIDE_BAND = 32  # heatmap band width (units of about two characters) in a half-w
 WINDOW = 512  # tokens drawn at once in every view that draws tokens; longer responses a window at a time
 
 
-def token_window(L: int, key: str, overview: np.ndarray | None = None, peak: float | None = None
-                 ) -> tuple[int, int]:
+def token_window(
+    L: int, key: str, overview: np.ndarray | None = None, peak: float | None = None
+) -> tuple[int, int]:
     """The one windowing rule of every view that draws tokens: responses up to WINDOW tokens are drawn
     whole; longer ones a window of WINDOW tokens at a time, picked from a list of ranges (mirrored to the
     URL as `from`), with a whole-response overview strip (`overview`: (L,) values) marking the window."""
@@ -201,8 +208,9 @@ def heatmap_window(view: compute.RolloutView, key: str, peaks: dict[str, float] 
     }
 
 
-def credit_text(view: compute.RolloutView, window: dict, peak: float, selected: int | None, key: str
-                ) -> int | None:
+def credit_text(
+    view: compute.RolloutView, window: dict, peak: float, selected: int | None, key: str
+) -> int | None:
     """The window of the response as running text coloured by its final advantage (hover: the token's
     facts; click: select it). Returns a position clicked in this rerun."""
     start = window["offset"]
@@ -211,9 +219,16 @@ def credit_text(view: compute.RolloutView, window: dict, peak: float, selected: 
         f"logprob {fmt.nice(r.logprob)} · entropy {fmt.nice(r.entropy)} · class {r.token_class}"
         for r in info.itertuples(index=False)
     ]
-    dimmed = None if view.dimmed is None else view.dimmed[start:start + len(window["tokens"])]
-    text = heatmaps.credit_text_html(window["tokens"], window["rows"]["final"], peak, offset=start,
-                                    selected=selected, facts=facts, dimmed=dimmed)
+    dimmed = None if view.dimmed is None else view.dimmed[start : start + len(window["tokens"])]
+    text = heatmaps.credit_text_html(
+        window["tokens"],
+        window["rows"]["final"],
+        peak,
+        offset=start,
+        selected=selected,
+        facts=facts,
+        dimmed=dimmed,
+    )
 
     return widgets.credit_text(text, key=key)
 
@@ -222,13 +237,19 @@ def token_strips(view: compute.RolloutView, window: dict, pos: int | None, key: 
     """The per-token strips of the window (logprob, reference, log-ratios, entropy, value, ratio)."""
     start, stop = window["offset"], window["offset"] + len(window["tokens"])
     if not view.strips:
-        st.caption("This run stores no per-token logprobs, entropies or values (`creditlens score` fills "
-                   "them).")
+        st.caption(
+            "This run stores no per-token logprobs, entropies or values (`creditlens score` fills them)."
+        )
         return
     dimmed = None if view.dimmed is None else view.dimmed[start:stop]
     st.plotly_chart(
-        strip_figures.token_strips_figure({k: v[start:stop] for k, v in view.strips.items()},
-                                          window["tokens"], offset=start, dimmed=dimmed, highlight=pos),
+        strip_figures.token_strips_figure(
+            {k: v[start:stop] for k, v in view.strips.items()},
+            window["tokens"],
+            offset=start,
+            dimmed=dimmed,
+            highlight=pos,
+        ),
         key=key,
         width="stretch",
         config={"displayModeBar": False},

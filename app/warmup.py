@@ -59,8 +59,9 @@ async def warm(runtime: Runtime, pages: tuple[str, ...] = tuple(v[2] for v in VI
             try:
                 await asyncio.wait_for(client.finished.wait(), PAGE_TIMEOUT_S)
             except TimeoutError:
-                LOG.warning("warm-up: the %s view took over %d s; left to its first user", page,
-                            PAGE_TIMEOUT_S)
+                LOG.warning(
+                    "warm-up: the %s view took over %d s; left to its first user", page, PAGE_TIMEOUT_S
+                )
                 return
         LOG.info("warm-up: opened %d views in %.1f s", len(pages), time.perf_counter() - start)
     finally:

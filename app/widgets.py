@@ -85,19 +85,27 @@ def unavailable_note(unavailable: dict[str, str]) -> None:
         for name, reason in unavailable.items():
             st.markdown(f"**{plain(name)}**: {with_code(_in_the_app(reason))}")
         if any("resampl" in reason or "model-credit" in reason for reason in unavailable.values()):
-            st.page_link(str(RESAMPLE_PAGE), label="Open the Resample view: resampling (Monte Carlo values) "
-                         "and model-based scores (OAR, GCPO) for this rollout", icon=":material/casino:")
+            st.page_link(
+                str(RESAMPLE_PAGE),
+                label="Open the Resample view: resampling (Monte Carlo values) "
+                "and model-based scores (OAR, GCPO) for this rollout",
+                icon=":material/casino:",
+            )
 
 
 def _in_the_app(reason: str) -> str:
     """An estimator's unavailable reason as the app says it: where the app has a button for the fix (the
     Resample view resamples and computes model-based scores), that button first, the command second."""
     if "creditlens resample" in reason:
-        return (reason.split("; run `creditlens resample")[0] + "; resample this rollout on the Resample "
-                "view (the link below), or run `creditlens resample` first")
+        return (
+            reason.split("; run `creditlens resample")[0] + "; resample this rollout on the Resample "
+            "view (the link below), or run `creditlens resample` first"
+        )
     if "creditlens model-credit" in reason:
-        return (reason.split("; run `creditlens model-credit")[0] + "; compute them on the Resample view "
-                "(the link below: Compute for this group), or run `creditlens model-credit` first")
+        return (
+            reason.split("; run `creditlens model-credit")[0] + "; compute them on the Resample view "
+            "(the link below: Compute for this group), or run `creditlens model-credit` first"
+        )
     return reason
 
 
@@ -195,8 +203,9 @@ def channel_picker(sel, key: str) -> str:
             if linked in options:
                 chosen[run] = linked
             else:
-                state.link_warning("channel", linked, f"run {sel.run} has no such channel",
-                                   f"its main channel {main}")
+                state.link_warning(
+                    "channel", linked, f"run {sel.run} has no such channel", f"its main channel {main}"
+                )
     if chosen.get(run) not in options:
         chosen[run] = main if main in options else options[0]
     wkey = f"{key}_channel"
@@ -206,11 +215,14 @@ def channel_picker(sel, key: str) -> str:
         chosen[run] = st.session_state[wkey]
 
     channel = st.selectbox(
-        "Reward channel", options, key=wkey, on_change=remember,
+        "Reward channel",
+        options,
+        key=wkey,
+        on_change=remember,
         format_func=lambda c: _channel_label(c, main, summed=c == ALL_CHANNELS and c not in channels),
         help="The channel the estimator reads. (main): the run's main channel, set at import and on the Runs "
-             "page. all: every channel's score summed per rollout first (a missing one skipped), then the "
-             "estimator, as TRL does with several reward functions.",
+        "page. all: every channel's score summed per rollout first (a missing one skipped), then the "
+        "estimator, as TRL does with several reward functions.",
     )
     state.publish("channel", channel)
     return channel
@@ -253,21 +265,30 @@ def token_class_editor(sel) -> None:
     read_only = data.settings().read_only
     saved = data.token_classes(sel.db, sel.run)
     with st.expander("Token classes of this run", expanded=False):
-        st.caption("kind: regex (searched in each token's text), phrases (separated by |, matched in the "
-                   "response text, any tokenizer), marker (key, style span). The first class that matches a "
-                   "token wins (reorder with Move up / Move down); every other token is `other`.")
+        st.caption(
+            "kind: regex (searched in each token's text), phrases (separated by |, matched in the "
+            "response text, any tokenizer), marker (key, style span). The first class that matches a "
+            "token wins (reorder with Move up / Move down); every other token is `other`."
+        )
         if sel.classes != saved:
-            st.caption("Shown: this session's classes (from the link, a move or the Use button), not saved "
-                       "with the run.")
-        current = pd.DataFrame([
-            {"name": c.name, "kind": c.kind, "pattern": token_classes.shown_pattern(c)} for c in sel.classes
-        ])
+            st.caption(
+                "Shown: this session's classes (from the link, a move or the Use button), not saved "
+                "with the run."
+            )
+        current = pd.DataFrame(
+            [{"name": c.name, "kind": c.kind, "pattern": token_classes.shown_pattern(c)} for c in sel.classes]
+        )
         # a new order is a new table: the editor starts again from it (its edits were taken along)
         table_key = f"token_class_table_{zlib.crc32(token_classes.to_link(sel.classes).encode()):08x}"
         edited = st.data_editor(
-            current, num_rows="dynamic", key=table_key, width="stretch",
-            column_config={"kind": st.column_config.SelectboxColumn(options=["regex", "phrases", "marker"]),
-                           "pattern": st.column_config.TextColumn("pattern", width="large")},
+            current,
+            num_rows="dynamic",
+            key=table_key,
+            width="stretch",
+            column_config={
+                "kind": st.column_config.SelectboxColumn(options=["regex", "phrases", "marker"]),
+                "pattern": st.column_config.TextColumn("pattern", width="large"),
+            },
         )
         which, up, down = st.columns([2, 1, 1], vertical_alignment="bottom")
         names = [str(n) for n in edited["name"].dropna()]
@@ -282,9 +303,11 @@ def token_class_editor(sel) -> None:
                     state.use_classes(sel.run, None if moved == saved else moved)
                     st.rerun()
         use, save, reset = st.columns(3)
-        if use.button("Use in this session", key="token_class_use",
-                      help="Rollout and Compare use these classes, and the link carries them; the store is "
-                           "unchanged"):
+        if use.button(
+            "Use in this session",
+            key="token_class_use",
+            help="Rollout and Compare use these classes, and the link carries them; the store is unchanged",
+        ):
             try:
                 classes = token_classes.from_json(_class_rows(edited))
             except (ValueError, KeyError) as exc:
@@ -370,8 +393,14 @@ def scale_controls(
     mode_col, lock_col = st.columns([3, 2])
     with mode_col:
         mode = state.url_widget(
-            st.radio, "Colour scale", key=f"{key}_scale", url="scale", default="auto",
-            options=list(scales.SCALES), format_func=lambda m: scales.SCALE_LABELS[m], horizontal=True,
+            st.radio,
+            "Colour scale",
+            key=f"{key}_scale",
+            url="scale",
+            default="auto",
+            options=list(scales.SCALES),
+            format_func=lambda m: scales.SCALE_LABELS[m],
+            horizontal=True,
         )
     if not lockable:
         if rows is not None:
@@ -393,7 +422,9 @@ def scale_controls(
             st.session_state[lock_key] = None
     with lock_col:
         locked = st.toggle(
-            "Lock the scale", value=st.session_state[lock_key] is not None, key=f"{key}_lock_toggle",
+            "Lock the scale",
+            value=st.session_state[lock_key] is not None,
+            key=f"{key}_lock_toggle",
             help="Keep today's colour half-width while you move β, so colours compare across moves.",
             disabled=mode == "row",
         )
@@ -445,4 +476,3 @@ def follow_job(job, shown_key: str, verb: str, unit: str) -> bool:
     if job.error:
         st.error(job.error)
     return job.error is None and job.result is not None
-

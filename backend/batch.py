@@ -140,9 +140,11 @@ class RolloutBatch:
         if scorable:
             how.append(f"fill {', '.join(scorable)} with `creditlens score --model DIR` (the policy model)")
         if logged:
-            how.append("the trainer's own advantage cannot be recomputed: import a log that carries it "
-                       "(TRL's completions parquet has an `advantage` column; a native record a "
-                       "`logged_advantage`)")
+            how.append(
+                "the trainer's own advantage cannot be recomputed: import a log that carries it "
+                "(TRL's completions parquet has an `advantage` column; a native record a "
+                "`logged_advantage`)"
+            )
         if other:
             how.append(f"import {', '.join(other)} with the run")
         raise BatchError(f"this run has no {', '.join(missing)}; {'; '.join(how)}")
@@ -226,7 +228,8 @@ def batch_from_records(records: list[dict], device: str | torch.device = "cpu") 
         ref_logprobs=per_token("ref_logprobs"),
         entropies=per_token("entropies"),
         values=per_token("values"),
-        tokens=[list(r["tokens"]) for r in records] if records and all(r.get("tokens") for r in records)
+        tokens=[list(r["tokens"]) for r in records]
+        if records and all(r.get("tokens") for r in records)
         else None,
         extras={
             c: (

@@ -50,6 +50,9 @@ def default_main_channel(channels: list[str]) -> str:
 def missing_channel(channel: str, channels: list[str]) -> str:
     """The message for a channel a run lacks: the run's channels and the hint of the summed channel."""
     have = ", ".join(sorted(channels)) or "none"
-    hint = f"; --channel {ALL_CHANNELS} (in the app: the channel '{ALL_CHANNELS}') sums them per rollout" \
-        if channels and ALL_CHANNELS not in channels else ""
+    hint = (
+        f"; --channel {ALL_CHANNELS} (in the app: the channel '{ALL_CHANNELS}') sums them per rollout"
+        if channels and ALL_CHANNELS not in channels
+        else ""
+    )
     return f"this run has no scores for channel {channel!r}; its channels: {have}{hint}"

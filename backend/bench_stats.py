@@ -58,8 +58,9 @@ def bootstrap_se(stat: Callable[[np.ndarray], float], blocks: list[np.ndarray], 
     return float(np.std(draws, ddof=1)) if len(draws) > 1 else math.nan
 
 
-def group_mean_se(values: np.ndarray, rollouts: np.ndarray, group_of: Mapping[int, int],
-                  seed: int = SEED) -> float:
+def group_mean_se(
+    values: np.ndarray, rollouts: np.ndarray, group_of: Mapping[int, int], seed: int = SEED
+) -> float:
     """Stderr by a bootstrap over groups of the mean over rollouts of a per-rollout metric.
 
     values, rollouts: (R,) the metric (NaN: nothing judged) and the rollout id. The same draws as
@@ -75,8 +76,12 @@ def group_mean_se(values: np.ndarray, rollouts: np.ndarray, group_of: Mapping[in
     for g, block in enumerate(blocks):
         group_index[block] = g
     rng = np.random.default_rng(seed)
-    counts = np.stack([np.bincount(rng.integers(0, len(blocks), len(blocks)), minlength=len(blocks))
-                       for _ in range(BOOTSTRAP)])  # (BOOTSTRAP, G)
+    counts = np.stack(
+        [
+            np.bincount(rng.integers(0, len(blocks), len(blocks)), minlength=len(blocks))
+            for _ in range(BOOTSTRAP)
+        ]
+    )  # (BOOTSTRAP, G)
     weight = counts[:, group_index].astype(np.float64)  # (BOOTSTRAP, R judged)
     means = weight @ values[judged] / weight.sum(axis=1)  # (BOOTSTRAP,)
     return float(np.std(means, ddof=1))

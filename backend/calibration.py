@@ -22,8 +22,18 @@ import pandas as pd
 
 from backend.store.checkpoint_queries import empty_prefix_values
 
-COLUMNS = ("step", "v_empty", "v_empty_se", "accuracy", "accuracy_se", "n", "step_accuracy", "step_n",
-           "on_policy", "policy")
+COLUMNS = (
+    "step",
+    "v_empty",
+    "v_empty_se",
+    "accuracy",
+    "accuracy_se",
+    "n",
+    "step_accuracy",
+    "step_n",
+    "on_policy",
+    "policy",
+)
 
 
 def _mean_se(x: np.ndarray) -> tuple[float, float]:
@@ -40,15 +50,28 @@ def calibration(store, run: str, outcomes: dict[int, float]) -> pd.DataFrame:
     rows = []
     for step, part in values.groupby("step", sort=True):
         outcome = np.array([outcomes[int(r)] for r in part["rollout_id"]], dtype=np.float64)
-        everyone = np.array([outcomes[int(r)] for r in keys.loc[keys["step"] == step, "rollout_id"]
-                             if int(r) in outcomes], dtype=np.float64)
+        everyone = np.array(
+            [outcomes[int(r)] for r in keys.loc[keys["step"] == step, "rollout_id"] if int(r) in outcomes],
+            dtype=np.float64,
+        )
         v, v_se = _mean_se(part["value"].to_numpy(np.float64))
         acc, acc_se = _mean_se(outcome)
         flags = part["on_policy"]  # DuckDB's NULL arrives as NA or None: `notna` reads both
         on_policy = float(flags.astype(float).mean()) if flags.notna().all() else None
-        rows.append({"step": int(step), "v_empty": v, "v_empty_se": v_se, "accuracy": acc,
-                     "accuracy_se": acc_se, "n": len(part), "step_accuracy": float(everyone.mean()),
-                     "step_n": len(everyone), "on_policy": on_policy, "policy": policy_label(on_policy)})
+        rows.append(
+            {
+                "step": int(step),
+                "v_empty": v,
+                "v_empty_se": v_se,
+                "accuracy": acc,
+                "accuracy_se": acc_se,
+                "n": len(part),
+                "step_accuracy": float(everyone.mean()),
+                "step_n": len(everyone),
+                "on_policy": on_policy,
+                "policy": policy_label(on_policy),
+            }
+        )
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
@@ -73,6 +96,8 @@ def off_policy_note(table: pd.DataFrame) -> str | None:
     if not (off > 0).any():
         return None
     steps = ", ".join(map(str, table["step"][off > 0]))
-    return (f"off-policy teacher: {off.sum()} of {table['n'].sum()} valued rollouts were valued by another "
-            f"model than the checkpoint that sampled them (steps {steps}); their numbers rank estimators "
-            "against another policy's values: see the calibration table")
+    return (
+        f"off-policy teacher: {off.sum()} of {table['n'].sum()} valued rollouts were valued by another "
+        f"model than the checkpoint that sampled them (steps {steps}); their numbers rank estimators "
+        "against another policy's values: see the calibration table"
+    )

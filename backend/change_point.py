@@ -81,9 +81,10 @@ class Onset:
     pending: bool
 
 
-def _baseline(values: np.ndarray, i: int, rule: OnsetRule, counts: np.ndarray | None
-              ) -> tuple[float, float] | None:
-    earlier = values[max(0, i - rule.window):i]
+def _baseline(
+    values: np.ndarray, i: int, rule: OnsetRule, counts: np.ndarray | None
+) -> tuple[float, float] | None:
+    earlier = values[max(0, i - rule.window) : i]
     earlier = earlier[np.isfinite(earlier)]
     if len(earlier) < rule.min_baseline:
         return None
@@ -127,7 +128,7 @@ def find_onset(values, rule: OnsetRule, counts=None) -> Onset | None:
         if base is None or not _departs(x[i], *base, rule):
             continue
         median, noise = base
-        following = x[i + 1:i + rule.persistence]
+        following = x[i + 1 : i + rule.persistence]
         confirmed = all(_departs(v, median, noise, rule) for v in following)
         if not confirmed:
             continue

@@ -32,9 +32,14 @@ class ChannelCredit:
     """channel -> (B, T) the projection before normalization (an estimator channel: its advantages)."""
 
 
-def channel_specs(batch: RolloutBatch, estimator: str = "grpo", config: tuple = (),
-                  betas: dict[str, float] | None = None,
-                  normalizations: dict[str, str] | None = None, channel: str | None = None) -> dict:
+def channel_specs(
+    batch: RolloutBatch,
+    estimator: str = "grpo",
+    config: tuple = (),
+    betas: dict[str, float] | None = None,
+    normalizations: dict[str, str] | None = None,
+    channel: str | None = None,
+) -> dict:
     """The default channel specs of `batch` with `estimator` (overrides `config`) on `channel` (default:
     the batch's default main channel, `task` when it has one), `betas` overriding β_c and
     `normalizations` overriding a channel's normalization (group, batch, none).
@@ -54,8 +59,12 @@ def channel_specs(batch: RolloutBatch, estimator: str = "grpo", config: tuple = 
 
 
 def channel_credit(
-    batch: RolloutBatch, estimator: str = "grpo", config: tuple = (), betas: dict[str, float] | None = None,
-    projected: dict[str, torch.Tensor] | None = None, normalizations: dict[str, str] | None = None,
+    batch: RolloutBatch,
+    estimator: str = "grpo",
+    config: tuple = (),
+    betas: dict[str, float] | None = None,
+    projected: dict[str, torch.Tensor] | None = None,
+    normalizations: dict[str, str] | None = None,
     channel: str | None = None,
 ) -> ChannelCredit:
     """Split-channel credit with estimator `estimator` (overrides `config`) on `channel` (see
@@ -75,8 +84,14 @@ def _with_estimator_on(specs: dict, batch: RolloutBatch, channel: str, estimator
     """`specs` with `estimator` projecting `channel` (no extra normalization: its advantages are already
     relative, as GRPO's Z is)."""
     config.pop("channel", None)  # the spec's name is the channel the estimator reads
-    spec = channels.ChannelSpec(channel, "estimator", estimator, tuple(sorted(config.items())),
-                                normalization="none", beta=specs[channel].beta if channel in specs else 1.0)
+    spec = channels.ChannelSpec(
+        channel,
+        "estimator",
+        estimator,
+        tuple(sorted(config.items())),
+        normalization="none",
+        beta=specs[channel].beta if channel in specs else 1.0,
+    )
     if channel == ALL_CHANNELS and ALL_CHANNELS not in batch.scores:
         return {channel: spec, **{c: s for c, s in specs.items() if c not in batch.scores}}
     if channel not in specs:

@@ -129,8 +129,10 @@ def project_channel(batch: RolloutBatch, spec: ChannelSpec) -> torch.Tensor:
     local = batch.token_rewards.get(spec.name)
     if spec.projection == "span":
         if local is None:
-            raise BatchError(f"channel {spec.name!r} has no token_rewards, so it cannot be a span; import "
-                             "token_rewards for it or use the broadcast projection")
+            raise BatchError(
+                f"channel {spec.name!r} has no token_rewards, so it cannot be a span; import "
+                "token_rewards for it or use the broadcast projection"
+            )
         return torch.where(mask, local.to(torch.float32), zero)
     if spec.projection in ("length", "process") and local is not None:
         return torch.where(mask, local.to(torch.float32), zero)
@@ -201,8 +203,9 @@ class CombinedResult:
     estimator's advantages on that channel)."""
 
 
-def combine(batch: RolloutBatch, specs: dict[str, ChannelSpec],
-            projected: dict[str, torch.Tensor] | None = None) -> CombinedResult:
+def combine(
+    batch: RolloutBatch, specs: dict[str, ChannelSpec], projected: dict[str, torch.Tensor] | None = None
+) -> CombinedResult:
     """`A_final = sum_c beta_c * normalize(project_channel(c))`, summed in the order of `specs`.
 
     projected: channel -> (B, T) projections computed elsewhere, used instead of `project_channel`
@@ -215,8 +218,11 @@ def combine(batch: RolloutBatch, specs: dict[str, ChannelSpec],
     raw: dict[str, torch.Tensor] = {}
     for name, spec in specs.items():
         given = (projected or {}).get(name)
-        raw[name] = (project_channel(batch, spec) if given is None
-                     else given.to(device=batch.device, dtype=torch.float32))
+        raw[name] = (
+            project_channel(batch, spec)
+            if given is None
+            else given.to(device=batch.device, dtype=torch.float32)
+        )
         tilde = normalize(raw[name], batch, spec.normalization)
         per_channel[name] = tilde
         contributions[name] = spec.beta * tilde
@@ -224,8 +230,9 @@ def combine(batch: RolloutBatch, specs: dict[str, ChannelSpec],
     return CombinedResult(final=final, per_channel=per_channel, contributions=contributions, projected=raw)
 
 
-def mixed_baseline(batch: RolloutBatch, weights: dict[str, float], estimator: str = "grpo",
-                   estimator_config: tuple = ()) -> torch.Tensor:
+def mixed_baseline(
+    batch: RolloutBatch, weights: dict[str, float], estimator: str = "grpo", estimator_config: tuple = ()
+) -> torch.Tensor:
     """The mixed pipeline: `R_mix = sum_c w_c scores[c]` first, then one estimator on it: (B, T)."""
     missing = [c for c in weights if c not in batch.scores]
     if missing:
@@ -243,9 +250,14 @@ def mixed_baseline(batch: RolloutBatch, weights: dict[str, float], estimator: st
     return registry.estimate(estimator, mixed_batch, config).advantages
 
 
-def dual_ascent(rates: torch.Tensor, tau: torch.Tensor, eta: float, beta0: torch.Tensor,
-                mode: Literal["projected", "lexicographic"] = "projected",
-                priority: tuple[int, ...] = ()) -> torch.Tensor:
+def dual_ascent(
+    rates: torch.Tensor,
+    tau: torch.Tensor,
+    eta: float,
+    beta0: torch.Tensor,
+    mode: Literal["projected", "lexicographic"] = "projected",
+    priority: tuple[int, ...] = (),
+) -> torch.Tensor:
     """Replay constraint mode over S logged steps: the beta trajectory, (S + 1, C).
 
     projected: `beta_c <- max(0, beta_c + eta (rate_c - tau_c))` at every step for every channel.
@@ -259,8 +271,10 @@ def dual_ascent(rates: torch.Tensor, tau: torch.Tensor, eta: float, beta0: torch
     tau = torch.as_tensor(tau, dtype=torch.float64)
     beta = torch.as_tensor(beta0, dtype=torch.float64).clone()
     if rates.dim() != 2 or rates.shape[1] != tau.shape[0] or beta.shape != tau.shape:
-        raise ValueError(f"dual_ascent: rates (S, C), tau (C,), beta0 (C,) expected; got "
-                         f"{tuple(rates.shape)}, {tuple(tau.shape)}, {tuple(beta.shape)}")
+        raise ValueError(
+            f"dual_ascent: rates (S, C), tau (C,), beta0 (C,) expected; got "
+            f"{tuple(rates.shape)}, {tuple(tau.shape)}, {tuple(beta.shape)}"
+        )
     if mode not in ("projected", "lexicographic"):
         raise ValueError(f"dual_ascent: unknown mode {mode!r}")
     C = tau.shape[0]

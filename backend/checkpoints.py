@@ -43,9 +43,14 @@ def template_folder(template: str, step: int) -> str:
 def template_steps(template: str) -> dict[int, str]:
     """step -> absolute folder of every existing folder that matches the template."""
     text = str(Path(template).expanduser())
-    pattern = re.compile("".join(
-        r"(\d+)" if STEP_FIELD.fullmatch(part) else re.escape(part)
-        for part in re.split(r"(\{step(?::[^{}]*)?\})", text) if part) + "$")
+    pattern = re.compile(
+        "".join(
+            r"(\d+)" if STEP_FIELD.fullmatch(part) else re.escape(part)
+            for part in re.split(r"(\{step(?::[^{}]*)?\})", text)
+            if part
+        )
+        + "$"
+    )
     glob = STEP_FIELD.sub("*", text)
     root = Path("/") if Path(glob).is_absolute() else Path(".")
     relative = glob.lstrip("/") if Path(glob).is_absolute() else glob
@@ -65,12 +70,13 @@ def read_mapping(path: str | Path) -> dict[int, str]:
         text = path.read_text()
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not a readable JSON or TOML mapping of step -> folder "
-                         f"({str(exc).splitlines()[0]})") from None
+        raise InputError(
+            f"{path}: not a readable JSON or TOML mapping of step -> folder ({str(exc).splitlines()[0]})"
+        ) from None
     if isinstance(data, dict) and isinstance(data.get("checkpoints"), dict):
         data = data["checkpoints"]
     if not isinstance(data, dict) or not data:
-        raise InputError(f"{path}: expected a mapping of step -> folder, e.g. {{\"0\": \"ckpts/step_0\"}}")
+        raise InputError(f'{path}: expected a mapping of step -> folder, e.g. {{"0": "ckpts/step_0"}}')
     out = {}
     for key, folder in data.items():
         try:
@@ -121,8 +127,9 @@ def parse_model_spec(text: str | None) -> ModelSpec:
     if is_template(text):
         found = template_steps(text)
         if not found:
-            raise InputError(f"--model {text!r}: no folder matches the template (e.g. "
-                             f"{template_folder(text, 0)})")
+            raise InputError(
+                f"--model {text!r}: no folder matches the template (e.g. {template_folder(text, 0)})"
+            )
         return ModelSpec(found[min(found)], found, template=text)
     path = Path(text).expanduser()
     if path.is_file() and path.suffix in (".json", ".toml"):
@@ -158,8 +165,9 @@ class ModelChoice:
         return {True: "on-policy", False: "off-policy", None: "sampling policy unknown"}[self.on_policy]
 
 
-def choose_model(checkpoints: dict[int, str], run_model: str | None, step: int, named: str | None,
-                 run: str) -> ModelChoice:
+def choose_model(
+    checkpoints: dict[int, str], run_model: str | None, step: int, named: str | None, run: str
+) -> ModelChoice:
     """The model for a rollout of step `step` (see the module docstring); errors say what fixes them."""
     step = int(step)
     known = checkpoints.get(step)
@@ -176,13 +184,20 @@ def choose_model(checkpoints: dict[int, str], run_model: str | None, step: int, 
             f"run {run!r}: the checkpoint that sampled step {step} is unknown (the run records steps "
             f"{', '.join(map(str, sorted(checkpoints)))}); attach it with `creditlens checkpoints --run "
             f"{run} --set {step}=DIR`, or pass --model DIR to use another model on purpose (marked "
-            "off-policy)")
+            "off-policy)"
+        )
     if not run_model:
-        raise InputError(f"run {run!r} has no model recorded; pass --model DIR (a local Hugging Face "
-                         f"folder), or attach its step checkpoints with `creditlens checkpoints --run {run}`")
-    return ModelChoice(run_model, step, None,
-                       f"the run's model {run_model}, with no step checkpoints recorded (attach them with "
-                       "`creditlens checkpoints`)")  # the label says the sampling policy is unknown
+        raise InputError(
+            f"run {run!r} has no model recorded; pass --model DIR (a local Hugging Face "
+            f"folder), or attach its step checkpoints with `creditlens checkpoints --run {run}`"
+        )
+    return ModelChoice(
+        run_model,
+        step,
+        None,
+        f"the run's model {run_model}, with no step checkpoints recorded (attach them with "
+        "`creditlens checkpoints`)",
+    )  # the label says the sampling policy is unknown
 
 
 def choices_for(store, run: str, steps, named: str | None) -> dict[int, ModelChoice]:
@@ -205,8 +220,10 @@ def attach_from_spec(store, run: str, spec: ModelSpec) -> str | None:
     note = f"step checkpoints: {len(folders)} of {len(steps)} steps attached"
     if missing:
         shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
-        note += (f"; no checkpoint for step(s) {shown} (attach later with `creditlens checkpoints --run "
-                 f"{run} --set STEP=DIR`)")
+        note += (
+            f"; no checkpoint for step(s) {shown} (attach later with `creditlens checkpoints --run "
+            f"{run} --set STEP=DIR`)"
+        )
     return note
 
 
@@ -214,13 +231,25 @@ def checkpoint_table(store, run: str) -> list[dict]:
     """Per step of `run`: step, rollouts, checkpoint (absolute folder or None), exists (the folder is on this
     machine). What `creditlens checkpoints` prints."""
     known = step_checkpoints(store, run)
-    return [{"step": step, "rollouts": n, "checkpoint": known.get(step),
-             "exists": known.get(step) is not None and Path(known[step]).is_dir()}
-            for step, n in run_steps(store, run).items()]
+    return [
+        {
+            "step": step,
+            "rollouts": n,
+            "checkpoint": known.get(step),
+            "exists": known.get(step) is not None and Path(known[step]).is_dir(),
+        }
+        for step, n in run_steps(store, run).items()
+    ]
 
 
-def attach(store, run: str, *, assignments: list[str] | None = None, template: str | None = None,
-           mapping_file: str | None = None) -> dict[int, str]:
+def attach(
+    store,
+    run: str,
+    *,
+    assignments: list[str] | None = None,
+    template: str | None = None,
+    mapping_file: str | None = None,
+) -> dict[int, str]:
     """Attach checkpoints to `run` from `STEP=DIR` pairs, a `{step}` template (every step of the run with an
     existing folder) or a mapping file; folders must exist. Returns what was attached (step -> folder)."""
     folders: dict[int, str] = {}
@@ -230,16 +259,20 @@ def attach(store, run: str, *, assignments: list[str] | None = None, template: s
             raise InputError(f"--template {template!r}: expected a folder path with {{step}} in it")
         folders.update(folders_for_steps(ModelSpec(None, {}, template=template), steps))
         if not folders:
-            raise InputError(f"--template {template!r}: no folder for any step of run {run!r} "
-                             f"(e.g. {template_folder(template, min(steps, default=0))})")
+            raise InputError(
+                f"--template {template!r}: no folder for any step of run {run!r} "
+                f"(e.g. {template_folder(template, min(steps, default=0))})"
+            )
     if mapping_file:
         folders.update(read_mapping(mapping_file))
     folders.update(parse_assignments(assignments or []))
     check_folders(folders, f"run {run!r}")
     unknown = sorted(set(folders) - set(steps))
     if unknown:
-        raise InputError(f"run {run!r} has no step(s) {', '.join(map(str, unknown))}; its steps: "
-                         f"{', '.join(map(str, steps))}")
+        raise InputError(
+            f"run {run!r} has no step(s) {', '.join(map(str, unknown))}; its steps: "
+            f"{', '.join(map(str, steps))}"
+        )
     if folders:
         set_step_checkpoints(store, run, folders)
     return folders

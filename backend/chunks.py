@@ -77,6 +77,13 @@ def plan(index: pd.DataFrame, scope: str, chunk_rollouts: int | None = DEFAULT_C
         first, last, n = int(part["min"].min()), int(part["max"].max()), int(part["size"].sum())
         inside = int(np.searchsorted(ids, last, "right") - np.searchsorted(ids, first, "left"))
         members = None if inside == n else tuple(int(k) for k in part.index)
-        chunks.append(Chunk(first, last, n, group_ids=members if key == "group_id" else None,
-                            steps=members if key == "step" else None))
+        chunks.append(
+            Chunk(
+                first,
+                last,
+                n,
+                group_ids=members if key == "group_id" else None,
+                steps=members if key == "step" else None,
+            )
+        )
     return chunks

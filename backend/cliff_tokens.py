@@ -41,11 +41,28 @@ DELTA_0 = 0.1
 """The official minimum effect size: a drop must exceed it before the test is even made."""
 Z_ALPHA = 1.645
 """One-sided 95% (α = 0.05), the official default."""
-SOURCE = ("Cliff Tokens, Ko, Kang, Lee (arXiv 2606.25524); official code beaver-22/Cliff-token @ "
-          "1df7c3c401380fbe9c68e77af83173c72b10ab88 (src/analysis/cliff_threshold.py is_cliff, "
-          "src/analysis/detector.py find_all_cliff_tokens_statistical)")
-COLUMNS = ["rollout_id", "start", "pos", "token", "k_prev", "n_prev", "k", "n", "p_prev", "p", "drop", "se",
-           "threshold", "cliff", "first"]
+SOURCE = (
+    "Cliff Tokens, Ko, Kang, Lee (arXiv 2606.25524); official code beaver-22/Cliff-token @ "
+    "1df7c3c401380fbe9c68e77af83173c72b10ab88 (src/analysis/cliff_threshold.py is_cliff, "
+    "src/analysis/detector.py find_all_cliff_tokens_statistical)"
+)
+COLUMNS = [
+    "rollout_id",
+    "start",
+    "pos",
+    "token",
+    "k_prev",
+    "n_prev",
+    "k",
+    "n",
+    "p_prev",
+    "p",
+    "drop",
+    "se",
+    "threshold",
+    "cliff",
+    "first",
+]
 
 
 def _counts(values: pd.DataFrame, lengths: dict[int, int] | None) -> pd.DataFrame:
@@ -64,8 +81,12 @@ def _counts(values: pd.DataFrame, lengths: dict[int, int] | None) -> pd.DataFram
     return frame.reset_index(drop=True)
 
 
-def cliff_table(values: pd.DataFrame, lengths: dict[int, int] | None = None, delta_0: float = DELTA_0,
-                z_alpha: float = Z_ALPHA) -> pd.DataFrame:
+def cliff_table(
+    values: pd.DataFrame,
+    lengths: dict[int, int] | None = None,
+    delta_0: float = DELTA_0,
+    z_alpha: float = Z_ALPHA,
+) -> pd.DataFrame:
     """Every pair of consecutive valued prefixes of every rollout, with the official test.
 
     values: the teacher table (`Store.resample_values`: rollout_id, pos, value, n); lengths: rollout id ->
@@ -84,17 +105,32 @@ def cliff_table(values: pd.DataFrame, lengths: dict[int, int] | None = None, del
     se = np.sqrt(np.where(var > 0, var, 0.0))
     threshold = delta_0 + z_alpha * se
     cliff = (k_prev > 0) & (drop > delta_0) & (drop > threshold)
-    out = pd.DataFrame({"rollout_id": curr["rollout_id"].to_numpy(), "start": prev["pos"].to_numpy(),
-                        "pos": curr["pos"].to_numpy(), "token": curr["pos"].to_numpy() - 1,
-                        "k_prev": k_prev, "n_prev": n_prev, "k": k, "n": n, "p_prev": p_prev, "p": p,
-                        "drop": drop, "se": se, "threshold": threshold, "cliff": cliff})
+    out = pd.DataFrame(
+        {
+            "rollout_id": curr["rollout_id"].to_numpy(),
+            "start": prev["pos"].to_numpy(),
+            "pos": curr["pos"].to_numpy(),
+            "token": curr["pos"].to_numpy() - 1,
+            "k_prev": k_prev,
+            "n_prev": n_prev,
+            "k": k,
+            "n": n,
+            "p_prev": p_prev,
+            "p": p,
+            "drop": drop,
+            "se": se,
+            "threshold": threshold,
+            "cliff": cliff,
+        }
+    )
     ranked = out["cliff"].astype(np.int64).groupby(out["rollout_id"]).cumsum()
     out["first"] = out["cliff"] & (ranked == 1)
     return out.reindex(columns=COLUMNS)
 
 
-def is_cliff(k_prev: int, n_prev: int, k: int, n: int, delta_0: float = DELTA_0,
-             z_alpha: float = Z_ALPHA) -> bool:
+def is_cliff(
+    k_prev: int, n_prev: int, k: int, n: int, delta_0: float = DELTA_0, z_alpha: float = Z_ALPHA
+) -> bool:
     """The test for one pair, written as the official `is_cliff` (which has one N for both sides)."""
     if k_prev <= 0 or k < 0 or k_prev > n_prev or k > n:
         return False
@@ -107,13 +143,18 @@ def is_cliff(k_prev: int, n_prev: int, k: int, n: int, delta_0: float = DELTA_0,
     return drop > delta_0 + z_alpha * se
 
 
-def cliff_table_reference(values: pd.DataFrame, lengths: dict[int, int] | None = None,
-                          delta_0: float = DELTA_0, z_alpha: float = Z_ALPHA) -> list[dict]:
+def cliff_table_reference(
+    values: pd.DataFrame,
+    lengths: dict[int, int] | None = None,
+    delta_0: float = DELTA_0,
+    z_alpha: float = Z_ALPHA,
+) -> list[dict]:
     """The plain loop `cliff_table` is tested against: per rollout, per consecutive valued pair, `is_cliff`.
     Rows: rollout_id, start, pos, token, cliff, first."""
     by_rollout: dict[int, list[tuple[int, float, int]]] = {}
-    for rid, pos, value, n in zip(values["rollout_id"], values["pos"], values["value"], values["n"],
-                                  strict=True):
+    for rid, pos, value, n in zip(
+        values["rollout_id"], values["pos"], values["value"], values["n"], strict=True
+    ):
         rid, pos, n = int(rid), int(pos), int(n)
         if n <= 0 or (lengths is not None and (rid not in lengths or not 0 <= pos < lengths[rid])):
             continue
@@ -126,8 +167,16 @@ def cliff_table_reference(values: pd.DataFrame, lengths: dict[int, int] | None =
             k_prev = min(max(int(round(v_prev * n_prev)), 0), n_prev)
             k = min(max(int(round(v * n)), 0), n)
             hit = is_cliff(k_prev, n_prev, k, n, delta_0, z_alpha)
-            rows.append({"rollout_id": rid, "start": a, "pos": b, "token": b - 1, "cliff": hit,
-                         "first": hit and not seen})
+            rows.append(
+                {
+                    "rollout_id": rid,
+                    "start": a,
+                    "pos": b,
+                    "token": b - 1,
+                    "cliff": hit,
+                    "first": hit and not seen,
+                }
+            )
             seen = seen or hit
     return rows
 
@@ -135,12 +184,15 @@ def cliff_table_reference(values: pd.DataFrame, lengths: dict[int, int] | None =
 def first_cliffs(table: pd.DataFrame) -> dict[int, tuple[int, int]]:
     """rollout id -> the segment [start, pos) of its first cliff (the cliff token is pos − 1)."""
     first = table[table["first"]]
-    return {int(r): (int(a), int(b)) for r, a, b in zip(first["rollout_id"], first["start"], first["pos"],
-                                                        strict=True)}
+    return {
+        int(r): (int(a), int(b))
+        for r, a, b in zip(first["rollout_id"], first["start"], first["pos"], strict=True)
+    }
 
 
-def most_negative_hits(cliffs: dict[int, tuple[int, int]], advantages: dict[int, np.ndarray],
-                       judged_from: dict[int, int]) -> dict[int, float]:
+def most_negative_hits(
+    cliffs: dict[int, tuple[int, int]], advantages: dict[int, np.ndarray], judged_from: dict[int, int]
+) -> dict[int, float]:
     """rollout id -> does the estimator's most negative token sit in the first cliff's segment? Tokens
     from `judged_from[rid]` (the first valued position) to the end are judged; tokens tied at the minimum
     share the hit (1, 0 or the share of the tied tokens inside), so flat credit scores the chance value."""
@@ -153,13 +205,14 @@ def most_negative_hits(cliffs: dict[int, tuple[int, int]], advantages: dict[int,
         if not len(adv):
             continue
         lowest = np.isclose(adv, adv.min(), rtol=1e-6, atol=1e-9)
-        inside = lowest[max(a - start, 0): b - start]
+        inside = lowest[max(a - start, 0) : b - start]
         hits[rid] = float(inside.sum()) / float(lowest.sum())
     return hits
 
 
-def chance_hits(cliffs: dict[int, tuple[int, int]], lengths: dict[int, int],
-                judged_from: dict[int, int]) -> dict[int, float]:
+def chance_hits(
+    cliffs: dict[int, tuple[int, int]], lengths: dict[int, int], judged_from: dict[int, int]
+) -> dict[int, float]:
     """What a predictor with no information scores per rollout: the segment's share of the judged tokens."""
     out = {}
     for rid, (a, b) in cliffs.items():
@@ -181,8 +234,9 @@ class CliffTruth:
     lengths: dict[int, int]
 
 
-def cliff_truth(values: pd.DataFrame, lengths: dict[int, int], delta_0: float = DELTA_0,
-                z_alpha: float = Z_ALPHA) -> CliffTruth:
+def cliff_truth(
+    values: pd.DataFrame, lengths: dict[int, int], delta_0: float = DELTA_0, z_alpha: float = Z_ALPHA
+) -> CliffTruth:
     """First cliffs of the teacher table `values` (rollout_id, pos, value, n)."""
     table = cliff_table(values, lengths, delta_0, z_alpha)
     counts = _counts(values, lengths)
@@ -190,8 +244,9 @@ def cliff_truth(values: pd.DataFrame, lengths: dict[int, int], delta_0: float = 
     return CliffTruth(first_cliffs(table), {int(r): int(p) for r, p in judged_from.items()}, dict(lengths))
 
 
-def stored_cliffs(handle, run: str, rollout_id: int | None = None, delta_0: float = DELTA_0,
-                  z_alpha: float = Z_ALPHA) -> pd.DataFrame:
+def stored_cliffs(
+    handle, run: str, rollout_id: int | None = None, delta_0: float = DELTA_0, z_alpha: float = Z_ALPHA
+) -> pd.DataFrame:
     """`cliff_table` of the stored Monte Carlo values of `run` (one rollout, or every valued one): the
     numbers `creditlens cliff` prints and the Rollout view marks. With a rollout, `token_text` holds the
     blamed token's text. Empty (with the columns) when nothing is valued."""

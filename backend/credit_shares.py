@@ -20,7 +20,9 @@ CREDIT_CLASSES = token_classes.names()
 
 
 def credit_mass_by_class(
-    advantages: dict[str, torch.Tensor], classes: np.ndarray, response_mask: torch.Tensor,
+    advantages: dict[str, torch.Tensor],
+    classes: np.ndarray,
+    response_mask: torch.Tensor,
     class_names: tuple[str, ...] = CREDIT_CLASSES,
 ) -> pd.DataFrame:
     """Share of Σ|A| that lands on each token class, per estimator.
@@ -51,8 +53,9 @@ def credit_mass_by_class(
     return pd.DataFrame(rows, columns=["estimator", "token_class", "credit_share", "token_share"])
 
 
-def rank_agreement(advantages: dict[str, torch.Tensor | np.ndarray], response_mask: torch.Tensor
-                   ) -> pd.DataFrame:
+def rank_agreement(
+    advantages: dict[str, torch.Tensor | np.ndarray], response_mask: torch.Tensor
+) -> pd.DataFrame:
     """Spearman correlation of A between every pair of estimators, pooled over real tokens.
 
     advantages: name -> (B, T) tensor or array.

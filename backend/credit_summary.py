@@ -32,8 +32,9 @@ def credit_classes(store: Store, run: str) -> tuple[str, ...]:
 Definitions = tuple[token_classes.TokenClass, ...]
 
 
-def flat_class_ids(batch: RolloutBatch, classes: tuple[str, ...],
-                   definitions: Definitions = token_classes.DEFAULT_CLASSES) -> np.ndarray:
+def flat_class_ids(
+    batch: RolloutBatch, classes: tuple[str, ...], definitions: Definitions = token_classes.DEFAULT_CLASSES
+) -> np.ndarray:
     """(N,) int64 index into `classes` (names from `credit_classes`) of every real token, row-major; -1
     for a class `classes` lacks. `definitions`: the run's classes (`run_classes`)."""
     ids = token_classes.flat_class_ids(batch, definitions)
@@ -44,8 +45,9 @@ def flat_class_ids(batch: RolloutBatch, classes: tuple[str, ...],
     return remap[ids]
 
 
-def class_ids(batch: RolloutBatch, classes: tuple[str, ...],
-              definitions: Definitions = token_classes.DEFAULT_CLASSES) -> np.ndarray:
+def class_ids(
+    batch: RolloutBatch, classes: tuple[str, ...], definitions: Definitions = token_classes.DEFAULT_CLASSES
+) -> np.ndarray:
     """(B, T) int64 index into `classes` (names from `credit_classes`), -1 on padding; `definitions`: the
     run's classes (`run_classes`)."""
     mask = batch.response_mask.cpu().numpy().astype(bool)
@@ -54,8 +56,12 @@ def class_ids(batch: RolloutBatch, classes: tuple[str, ...],
     return out
 
 
-def credit_rows(batch: RolloutBatch, advantages: torch.Tensor | np.ndarray, classes: tuple[str, ...],
-                definitions: Definitions = token_classes.DEFAULT_CLASSES) -> pa.Table:
+def credit_rows(
+    batch: RolloutBatch,
+    advantages: torch.Tensor | np.ndarray,
+    classes: tuple[str, ...],
+    definitions: Definitions = token_classes.DEFAULT_CLASSES,
+) -> pa.Table:
     """One row per rollout of `batch`: rollout_id, abs_total (Σ|A|), max_abs, mean_adv (mean A over the
     response's tokens), class_abs (Σ|A| per class, in `classes` order), class_pos and class_neg (the
     positive credit Σ max(A, 0) and the negative credit Σ max(−A, 0) per class) and class_tokens (tokens per
@@ -98,16 +104,18 @@ def credit_rows(batch: RolloutBatch, advantages: torch.Tensor | np.ndarray, clas
             class_tokens[:, k] = per_rollout(hit.astype(np.int32))
     class_neg = np.maximum(class_abs - class_pos, 0.0)  # Σ max(−A, 0) per class (no rounding below 0)
     per_class = pa.array(np.arange(0, B * C + 1, C, dtype=np.int32))  # offsets of C numbers per rollout
-    return pa.table({
-        "rollout_id": pa.array(batch.rollout_ids.cpu().numpy().astype(np.int32)),
-        "abs_total": pa.array(abs_total),
-        "max_abs": pa.array(per_rollout(magnitude, np.maximum)),
-        "mean_adv": pa.array(per_rollout(adv) / np.maximum(lengths, 1)),
-        "class_abs": pa.ListArray.from_arrays(per_class, pa.array(class_abs.reshape(-1))),
-        "class_pos": pa.ListArray.from_arrays(per_class, pa.array(class_pos.reshape(-1))),
-        "class_neg": pa.ListArray.from_arrays(per_class, pa.array(class_neg.reshape(-1))),
-        "class_tokens": pa.ListArray.from_arrays(per_class, pa.array(class_tokens.reshape(-1))),
-    })
+    return pa.table(
+        {
+            "rollout_id": pa.array(batch.rollout_ids.cpu().numpy().astype(np.int32)),
+            "abs_total": pa.array(abs_total),
+            "max_abs": pa.array(per_rollout(magnitude, np.maximum)),
+            "mean_adv": pa.array(per_rollout(adv) / np.maximum(lengths, 1)),
+            "class_abs": pa.ListArray.from_arrays(per_class, pa.array(class_abs.reshape(-1))),
+            "class_pos": pa.ListArray.from_arrays(per_class, pa.array(class_pos.reshape(-1))),
+            "class_neg": pa.ListArray.from_arrays(per_class, pa.array(class_neg.reshape(-1))),
+            "class_tokens": pa.ListArray.from_arrays(per_class, pa.array(class_tokens.reshape(-1))),
+        }
+    )
 
 
 def save(store: Store, run: str, key: CreditKey, rows: list[pa.Table]) -> None:

@@ -93,7 +93,6 @@ def flat_rows(batch: RolloutBatch, advantages: torch.Tensor) -> EstimateRows:
     return EstimateRows(batch.rollout_ids.cpu().numpy(), mask.sum(axis=1), values)
 
 
-
 def _resolve(name: str, config):
     """The estimator's spec, its current name (a deprecated alias reads and writes the cache under the
     current name), its config (default: the estimator's defaults), scope, cache key and channel."""
@@ -101,6 +100,7 @@ def _resolve(name: str, config):
     name = spec.name
     config = registry.make_config(name) if config is None else config
     return spec, name, config, spec.scope_for(config), registry.config_hash(name, config), channel_key(config)
+
 
 def estimate_rollouts(
     handle: StoreHandle,
@@ -135,8 +135,16 @@ def estimate_rollouts(
 
     advantages: dict[int, np.ndarray] = {}
     if rollout_ids is None or scope == "run":
-        streamed = stream_run(handle, run, name, config, chunk_rollouts=chunk_rollouts, use_cache=False,
-                              save=save, progress=progress)
+        streamed = stream_run(
+            handle,
+            run,
+            name,
+            config,
+            chunk_rollouts=chunk_rollouts,
+            use_cache=False,
+            save=save,
+            progress=progress,
+        )
         keep = set(wanted_ids)
         for batch, adv in streamed:
             advantages.update((r, a) for r, a in _per_rollout(batch, adv).items() if r in keep)
@@ -166,15 +174,26 @@ def estimate_rollouts(
     if progress is not None:
         progress(len(chunks), len(chunks), "done")
     if saving:
-        _save(handle, run, name, key, config, channel, advantages, CreditKey(name, key, channel, classes),
-              credit)
-    return ScopedEstimate(name, config, scope, channel, {r: advantages[r] for r in wanted_ids}, "computed",
-                          notes)
+        _save(
+            handle,
+            run,
+            name,
+            key,
+            config,
+            channel,
+            advantages,
+            CreditKey(name, key, channel, classes),
+            credit,
+        )
+    return ScopedEstimate(
+        name, config, scope, channel, {r: advantages[r] for r in wanted_ids}, "computed", notes
+    )
 
 
 STREAM_MEMORY_LIMIT = os.environ.get("CREDITLENS_STREAM_MEMORY", "256MB")
 """DuckDB's buffer pool while a run streams: blocks already read are evicted beyond this, so the store's
 cache of the run's pages does not grow with the run."""
+
 
 @dataclass
 class RunEstimate:
@@ -238,8 +257,14 @@ def stream_run(
     return RunEstimate(name, config, scope, channel, "computed", chunks, notes, items)
 
 
-def _from_cache(handle: StoreHandle, run: str, cache_key: tuple[str, str, str], chunks: list[Chunk],
-                with_tokens: bool, progress: Progress | None) -> Iterator[tuple[RolloutBatch, torch.Tensor]]:
+def _from_cache(
+    handle: StoreHandle,
+    run: str,
+    cache_key: tuple[str, str, str],
+    chunks: list[Chunk],
+    with_tokens: bool,
+    progress: Progress | None,
+) -> Iterator[tuple[RolloutBatch, torch.Tensor]]:
     fields = frozenset(["token_text"] if with_tokens else [])
     with handle.read() as store:
         for i, chunk in enumerate(chunks):
@@ -253,10 +278,18 @@ def _from_cache(handle: StoreHandle, run: str, cache_key: tuple[str, str, str], 
         progress(len(chunks), len(chunks), "done")
 
 
-def _computed(handle: StoreHandle, run: str, name: str, config: Any, chunks: list[Chunk],
-              fields: frozenset[str] | None, save: bool, progress: Progress | None,
-              notes: list[str], run_fit: fitting.RunFit | None = None
-              ) -> Iterator[tuple[RolloutBatch, torch.Tensor]]:
+def _computed(
+    handle: StoreHandle,
+    run: str,
+    name: str,
+    config: Any,
+    chunks: list[Chunk],
+    fields: frozenset[str] | None,
+    save: bool,
+    progress: Progress | None,
+    notes: list[str],
+    run_fit: fitting.RunFit | None = None,
+) -> Iterator[tuple[RolloutBatch, torch.Tensor]]:
     """Each chunk's batch and advantages. With `run_fit` (a run-scoped estimator that fits a model on the
     run, streamed in groups) a first pass over the chunks collects the fits' statistics and solves them
     (`backend.estimators.fitting`); the chunks of the second pass apply the fitted models."""
@@ -268,8 +301,11 @@ def _computed(handle: StoreHandle, run: str, name: str, config: Any, chunks: lis
 
     def describe(i: int, chunk: Chunk, first_pass: bool) -> None:
         if progress is not None:
-            what = chunk.describe("group" if run_fit is not None else scope) if len(chunks) > 1 else \
-                f"the whole run {run!r}"
+            what = (
+                chunk.describe("group" if run_fit is not None else scope)
+                if len(chunks) > 1
+                else f"the whole run {run!r}"
+            )
             progress(i, total, f"fitting on {what}" if first_pass else what)
 
     def load(chunk: Chunk) -> RolloutBatch:
@@ -278,16 +314,24 @@ def _computed(handle: StoreHandle, run: str, name: str, config: Any, chunks: lis
 
     with ExitStack() as stack:
         stage = stack.enter_context(EstimateStage()) if save else None
-        with handle.read() as store, store.memory_limit(STREAM_MEMORY_LIMIT), \
-                ThreadPoolExecutor(1, thread_name_prefix="credit-lens-read") as reader:
+        with (
+            handle.read() as store,
+            store.memory_limit(STREAM_MEMORY_LIMIT),
+            ThreadPoolExecutor(1, thread_name_prefix="credit-lens-read") as reader,
+        ):
             if run_fit is not None:
-                _first_pass(run_fit, name, config,
-                            _read_ahead(reader, load, chunks, lambda i, c: describe(i, c, True)))
+                _first_pass(
+                    run_fit,
+                    name,
+                    config,
+                    _read_ahead(reader, load, chunks, lambda i, c: describe(i, c, True)),
+                )
             definitions = credit_summary.run_classes(store, run)
             classes = credit_summary.credit_classes(store, run)
             credit_key = CreditKey(name, key, channel, classes)
-            ahead = _read_ahead(reader, load, chunks,
-                                lambda i, c: describe(total - len(chunks) + i, c, False))
+            ahead = _read_ahead(
+                reader, load, chunks, lambda i, c: describe(total - len(chunks) + i, c, False)
+            )
             for batch in ahead:
                 result = registry.estimate(name, batch, config)
                 for diagnostic in ("fallback", "fit_sample", "value_fit_sample"):
@@ -307,8 +351,12 @@ def _computed(handle: StoreHandle, run: str, name: str, config: Any, chunks: lis
         progress(total, total, "done")
 
 
-def _read_ahead(reader: ThreadPoolExecutor, load: Callable[[Chunk], RolloutBatch], chunks: list[Chunk],
-                describe: Callable[[int, Chunk], None]) -> Iterator[RolloutBatch]:
+def _read_ahead(
+    reader: ThreadPoolExecutor,
+    load: Callable[[Chunk], RolloutBatch],
+    chunks: list[Chunk],
+    describe: Callable[[int, Chunk], None],
+) -> Iterator[RolloutBatch]:
     """The batch of each chunk, the next chunk read by `reader` (one thread) while the caller computes on
     this one: DuckDB and Arrow release the GIL, so reading and computing share the machine's cores. Only
     the reader thread touches the store while the caller holds a batch. `describe` (progress) runs on the
@@ -321,8 +369,9 @@ def _read_ahead(reader: ThreadPoolExecutor, load: Callable[[Chunk], RolloutBatch
         yield batch
 
 
-def fitted_run(handle: StoreHandle, run: str, name: str, config: Any,
-               chunk_rollouts: int = DEFAULT_CHUNK_ROLLOUTS) -> fitting.RunFit | None:
+def fitted_run(
+    handle: StoreHandle, run: str, name: str, config: Any, chunk_rollouts: int = DEFAULT_CHUNK_ROLLOUTS
+) -> fitting.RunFit | None:
     """The solved models of a run-scoped estimator that streams in two passes (None for any other): the
     first pass over the run's group chunks. A batch of some of the run's groups that carries it
     (`run_fit=`) gets the estimator's whole-run numbers (the Rollout view's terms of one rollout)."""
@@ -334,10 +383,13 @@ def fitted_run(handle: StoreHandle, run: str, name: str, config: Any,
     with handle.read() as store:
         run_fit = fitting.RunFit.of_layout(store.rollout_lengths(run))
         chunks = plan(store.rollout_keys(run), "group", chunk_rollouts)
-        batches = (with_channel(store.load_batch(run, fields=fields, **chunk.load_args()), channel)
-                   for chunk in chunks)
-        _first_pass(run_fit, spec.name, config,
-                    (dataclasses.replace(batch, run_fit=run_fit) for batch in batches))
+        batches = (
+            with_channel(store.load_batch(run, fields=fields, **chunk.load_args()), channel)
+            for chunk in chunks
+        )
+        _first_pass(
+            run_fit, spec.name, config, (dataclasses.replace(batch, run_fit=run_fit) for batch in batches)
+        )
     return run_fit
 
 
@@ -356,8 +408,17 @@ def _describe(scope: str, chunk: dict, run: str) -> str:
     return f"the whole run {run!r}"
 
 
-def _save(handle: StoreHandle, run: str, name: str, key: str, config: Any, channel: str,
-          advantages: dict[int, np.ndarray] | EstimateStage, credit_key: CreditKey, credit: list) -> bool:
+def _save(
+    handle: StoreHandle,
+    run: str,
+    name: str,
+    key: str,
+    config: Any,
+    channel: str,
+    advantages: dict[int, np.ndarray] | EstimateStage,
+    credit_key: CreditKey,
+    credit: list,
+) -> bool:
     """Save to the cache; False when the store cannot be written now."""
     try:
         with handle.write() as store, store.memory_limit(STREAM_MEMORY_LIMIT):

@@ -74,9 +74,16 @@ def tokens_of(batch: RolloutBatch, row: int) -> list[str]:
 
 
 def group_channel_credit(
-    handle: StoreHandle, run: str, group_id: int, estimator: str, config: tuple = (),
-    betas: dict[str, float] | None = None, progress: estimates.Progress | None = None,
-    normalizations: dict[str, str] | None = None, save: bool = True, channel: str | None = None,
+    handle: StoreHandle,
+    run: str,
+    group_id: int,
+    estimator: str,
+    config: tuple = (),
+    betas: dict[str, float] | None = None,
+    progress: estimates.Progress | None = None,
+    normalizations: dict[str, str] | None = None,
+    save: bool = True,
+    channel: str | None = None,
 ) -> tuple[RolloutBatch, channel_credit.ChannelCredit]:
     """The split-channel credit of one group with `estimator` on `channel` (a `channel` in `config`
     wins; default: the run's main channel), every estimator channel computed at its declared scope
@@ -90,16 +97,23 @@ def group_channel_credit(
     for name, spec in specs.items():
         if spec.projection == "estimator":
             cfg = channels.estimator_config(spec)
-            scoped = estimates.estimate_rollouts(handle, run, spec.estimator, cfg, ids, progress=progress,
-                                                 save=save)
+            scoped = estimates.estimate_rollouts(
+                handle, run, spec.estimator, cfg, ids, progress=progress, save=save
+            )
             projected[name] = scoped.padded(ids, batch.T)
-    return batch, channel_credit.channel_credit(batch, estimator, config, betas, projected, normalizations,
-                                                channel)
+    return batch, channel_credit.channel_credit(
+        batch, estimator, config, betas, projected, normalizations, channel
+    )
 
 
 def explain_rollout(
-    handle: StoreHandle, run: str, rollout_id: int, estimator: str, config: tuple = (),
-    channel: str | None = None, betas: dict[str, float] | None = None,
+    handle: StoreHandle,
+    run: str,
+    rollout_id: int,
+    estimator: str,
+    config: tuple = (),
+    channel: str | None = None,
+    betas: dict[str, float] | None = None,
     normalizations: dict[str, str] | None = None,
 ) -> Explanation:
     """Everything the Rollout view draws for `rollout_id` under `estimator` (overrides `config`, a tuple
@@ -111,8 +125,9 @@ def explain_rollout(
     if match.empty:
         raise InputError(f"run {run!r} has no rollout {rollout_id}")
     group_id = int(match["group_id"].iloc[0])
-    batch, credit = group_channel_credit(handle, run, group_id, estimator, config, betas,
-                                         normalizations=normalizations, channel=channel)
+    batch, credit = group_channel_credit(
+        handle, run, group_id, estimator, config, betas, normalizations=normalizations, channel=channel
+    )
     row = int((batch.rollout_ids == int(rollout_id)).nonzero()[0, 0])
     L = int(batch.lengths[row])
     parts = {
@@ -121,8 +136,20 @@ def explain_rollout(
     }
     built = registry.make_config(estimator, **dict(main_channel.on_channel(estimator, config, channel)))
     terms = scoped_terms(handle, run, int(rollout_id), estimator, built)
-    return Explanation(int(rollout_id), group_id, estimator, terms["scope"], tokens_of(batch, row), parts,
-                       credit.final[row, :L], credit.betas, terms, batch, row, channel)
+    return Explanation(
+        int(rollout_id),
+        group_id,
+        estimator,
+        terms["scope"],
+        tokens_of(batch, row),
+        parts,
+        credit.final[row, :L],
+        credit.betas,
+        terms,
+        batch,
+        row,
+        channel,
+    )
 
 
 def scoped_terms(handle: StoreHandle, run: str, rollout_id: int, estimator: str, config: Any) -> dict:
@@ -140,23 +167,32 @@ def scoped_terms(handle: StoreHandle, run: str, rollout_id: int, estimator: str,
         else:
             info = store.rollout_keys(run)
             info = info[info["rollout_id"] == int(rollout_id)].iloc[0]
-            batch = (store.load_batch(run, steps=[int(info["step"])]) if scope == "step"
-                     else store.load_batch(run, group_ids=[int(info["group_id"])]))
+            batch = (
+                store.load_batch(run, steps=[int(info["step"])])
+                if scope == "step"
+                else store.load_batch(run, group_ids=[int(info["group_id"])])
+            )
         mc = store.resample_values(run, int(rollout_id)) if registry.MC_NEEDS[0] in batch.extras else None
     batch = estimates.with_channel(batch, estimates.channel_key(config))
     result = registry.estimate(estimator, batch, config)
     row = int((batch.rollout_ids == int(rollout_id)).nonzero()[0, 0])
     terms = terms_of(batch, result, row, estimator, config)
-    if mc is not None and not mc.empty and ("mc_mask" in terms["tokens"] or
-                                             terms["notes"].get("value_source") == "mc"):
+    if (
+        mc is not None
+        and not mc.empty
+        and ("mc_mask" in terms["tokens"] or terms["notes"].get("value_source") == "mc")
+    ):
         # The Monte Carlo values that fed it: V̂(s_t) ± stderr over n sampled suffixes, reward units.
-        terms["mc"] = [{"pos": int(r.pos), "value": float(r.value), "stderr": float(r.stderr), "n": int(r.n)}
-                       for r in mc.itertuples()]
+        terms["mc"] = [
+            {"pos": int(r.pos), "value": float(r.value), "stderr": float(r.stderr), "n": int(r.n)}
+            for r in mc.itertuples()
+        ]
     return terms
 
 
-def terms_of(batch: RolloutBatch, result: registry.EstimatorResult, row: int, estimator: str,
-             config: Any) -> dict:
+def terms_of(
+    batch: RolloutBatch, result: registry.EstimatorResult, row: int, estimator: str, config: Any
+) -> dict:
     """The estimator's intermediate quantities for response `row`, in one documented form:
 
     - `sequence`: name -> float, per-response numbers (Z; for outcome-based estimators also R, the group
@@ -195,8 +231,10 @@ def terms_of(batch: RolloutBatch, result: registry.EstimatorResult, row: int, es
     return {
         "estimator": estimator,
         "scope": spec.scope_for(config),
-        "config": {k: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v))
-                   for k, v in vars(config).items()},
+        "config": {
+            k: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v))
+            for k, v in vars(config).items()
+        },
         "sequence": {k: _finite(v) for k, v in sequence.items()},
         "tokens": {k: [_finite(v) for v in vals] for k, vals in tokens.items()},
         "notes": notes,
@@ -212,8 +250,12 @@ def _outcome_terms(batch: RolloutBatch, row: int, channel: str, epsilon: float |
     scores = batch.scores[channel].to(torch.float64)
     same = (batch.group_ids == batch.group_ids[row]) & torch.isfinite(scores)
     R = scores[same]
-    out = {"R": float(scores[row]), "group_mean": float(R.mean()) if R.numel() else math.nan,
-           "group_std": float(R.std()) if R.numel() > 1 else 0.0, "group_n": float(R.numel())}
+    out = {
+        "R": float(scores[row]),
+        "group_mean": float(R.mean()) if R.numel() else math.nan,
+        "group_std": float(R.std()) if R.numel() > 1 else 0.0,
+        "group_n": float(R.numel()),
+    }
     if epsilon is not None:
         out["epsilon"] = float(epsilon)
     return out

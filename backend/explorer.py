@@ -74,8 +74,10 @@ def parse_where(text: str) -> Filter:
     """`length>=100`, `share_other>0.5`, `zero_variance=true` -> Filter (InputError names the problem)."""
     match = _WHERE.match(text or "")
     if not match:
-        raise InputError(f"--where {text!r}: expected COLUMN OP VALUE with OP one of {' '.join(OPERATORS)}, "
-                         "e.g. length>=100 or zero_variance=true")
+        raise InputError(
+            f"--where {text!r}: expected COLUMN OP VALUE with OP one of {' '.join(OPERATORS)}, "
+            "e.g. length>=100 or zero_variance=true"
+        )
     column, op, raw = match.groups()
     if raw.lower() in ("true", "false"):
         return Filter(column, op, raw.lower() == "true")
@@ -127,8 +129,12 @@ def _key(store: Store, run: str, name: str, config: tuple) -> tuple[CreditKey, A
         raise InputError(str(exc)) from None
     except ValueError as exc:
         raise InputError(f"estimator {name!r}: {exc}") from None
-    key = CreditKey(name, registry.config_hash(name, built), estimates.channel_key(built),
-                    credit_summary.credit_classes(store, run))
+    key = CreditKey(
+        name,
+        registry.config_hash(name, built),
+        estimates.channel_key(built),
+        credit_summary.credit_classes(store, run),
+    )
     return key, built
 
 
@@ -144,8 +150,9 @@ def logged_gap_available(store: Store, run: str) -> bool:
     return queries.has_logged_advantage(store, store.run_id(run))
 
 
-def _spec(store: Store, run: str, estimator: str | None, config: tuple, compare: str | None,
-          compare_config: tuple) -> TableSpec:
+def _spec(
+    store: Store, run: str, estimator: str | None, config: tuple, compare: str | None, compare_config: tuple
+) -> TableSpec:
     run_id = store.run_id(run)
     scores = _unique("score", queries.run_channels(store, run_id))
     metrics = _unique("metric", queries.run_metrics(store, run_id))
@@ -157,15 +164,32 @@ def _spec(store: Store, run: str, estimator: str | None, config: tuple, compare:
     other = _key(store, run, compare, compare_config)[0] if compare is not None else None
     if other is not None and other.channel != key.channel:
         raise InputError(f"--compare {compare}: its channel {other.channel!r} differs from {key.channel!r}")
-    signed = tuple((alias, sign, name) for sign in ("pos", "neg")
-                   for alias, name in _unique(f"{sign}_share", list(key.classes)))
-    return TableSpec(run_id, scores, key, _unique("share", list(key.classes)), other,
-                     logged_gap_available(store, run), metrics, signed)
+    signed = tuple(
+        (alias, sign, name)
+        for sign in ("pos", "neg")
+        for alias, name in _unique(f"{sign}_share", list(key.classes))
+    )
+    return TableSpec(
+        run_id,
+        scores,
+        key,
+        _unique("share", list(key.classes)),
+        other,
+        logged_gap_available(store, run),
+        metrics,
+        signed,
+    )
 
 
-def prepare(handle: StoreHandle, run: str, estimator: str | None = None, config: tuple = (),
-            compare: str | None = None, compare_config: tuple = (),
-            progress: Progress | None = None) -> list[str]:
+def prepare(
+    handle: StoreHandle,
+    run: str,
+    estimator: str | None = None,
+    config: tuple = (),
+    compare: str | None = None,
+    compare_config: tuple = (),
+    progress: Progress | None = None,
+) -> list[str]:
     """Fill the summaries a query needs that the store lacks (stores older than migration 003, estimator
     outputs not yet computed, a new pair of estimators); returns notes for the user. Opens one read
     connection when nothing is missing; writes to the store otherwise."""
@@ -191,6 +215,7 @@ def prepare(handle: StoreHandle, run: str, estimator: str | None = None, config:
             continue
         # The whole run at the estimator's scope; saving it also saves its credit summary.
         from backend import estimates  # noqa: PLC0415 - heavy (torch); only when an output is missing
+
         scoped = estimates.estimate_rollouts(handle, run, key.estimator, built, progress=progress)
         notes += scoped.notes
         with handle.read() as store:
@@ -206,19 +231,25 @@ def prepare(handle: StoreHandle, run: str, estimator: str | None = None, config:
     return notes
 
 
-def _fill_credit_from_cache(handle: StoreHandle, run: str, key: CreditKey,
-                            scoped: estimates.ScopedEstimate) -> None:
+def _fill_credit_from_cache(
+    handle: StoreHandle, run: str, key: CreditKey, scoped: estimates.ScopedEstimate
+) -> None:
     """Credit summaries from cached advantages, one step at a time (bounded memory)."""
     from backend import credit_summary  # noqa: PLC0415 - heavy (torch); only when summaries are missing
+
     rows = []
     with handle.read() as store:
-        steps = sorted(store.con.execute(
-            "SELECT DISTINCT step FROM rollout_summary WHERE run_id = ?", [store.run_id(run)]).fetchall())
+        steps = sorted(
+            store.con.execute(
+                "SELECT DISTINCT step FROM rollout_summary WHERE run_id = ?", [store.run_id(run)]
+            ).fetchall()
+        )
         for (step,) in steps:
             batch = store.load_batch(run, steps=[int(step)])
             padded = scoped.padded(batch.rollout_ids.tolist(), batch.T)
-            rows.append(credit_summary.credit_rows(batch, padded, key.classes,
-                                                   credit_summary.run_classes(store, run)))
+            rows.append(
+                credit_summary.credit_rows(batch, padded, key.classes, credit_summary.run_classes(store, run))
+            )
     try:
         with handle.write() as store, store.transaction():
             credit_summary.save(store, run, key, rows)
@@ -233,19 +264,26 @@ def _check_column(column: str, columns: list[str], what: str, query: ExplorerQue
     if column in columns:
         return
     hint = ""
-    if query is not None and query.estimator is None and (
-            column.startswith(CREDIT_PREFIXES) or column in ("max_abs", "logged_gap", "spearman")):
+    if (
+        query is not None
+        and query.estimator is None
+        and (column.startswith(CREDIT_PREFIXES) or column in ("max_abs", "logged_gap", "spearman"))
+    ):
         hint = " (credit columns come with an estimator: add --estimator NAME, e.g. --estimator grpo)"
     elif query is not None and query.compare is None and column == "spearman":
         hint = " (spearman compares two estimators: add --compare NAME)"
     raise InputError(f"{what} {column!r}: not a column of this table{hint}; columns: {', '.join(columns)}")
 
 
-def rollout_table(handle: StoreHandle, run: str, query: ExplorerQuery = ExplorerQuery(), *,
-                  prepare_missing: bool = True) -> ExplorerPage:
+def rollout_table(
+    handle: StoreHandle, run: str, query: ExplorerQuery = ExplorerQuery(), *, prepare_missing: bool = True
+) -> ExplorerPage:
     """One page of the Explorer's rollout table (see the module docstring for the columns)."""
-    notes = prepare(handle, run, query.estimator, query.config, query.compare, query.compare_config) \
-        if prepare_missing else []
+    notes = (
+        prepare(handle, run, query.estimator, query.config, query.compare, query.compare_config)
+        if prepare_missing
+        else []
+    )
     with handle.read() as store:
         spec = _spec(store, run, query.estimator, query.config, query.compare, query.compare_config)
         columns = queries.table_columns(store, spec)
@@ -257,8 +295,14 @@ def rollout_table(handle: StoreHandle, run: str, query: ExplorerQuery = Explorer
         if query.limit is not None and query.limit < 1 or query.offset < 0:
             raise InputError("page: limit must be at least 1 and offset at least 0")
         rows, total = queries.rollout_table(
-            store, spec, query.sort, query.descending, query.search.strip(),
-            tuple(f.as_tuple() for f in query.filters), query.limit, query.offset,
+            store,
+            spec,
+            query.sort,
+            query.descending,
+            query.search.strip(),
+            tuple(f.as_tuple() for f in query.filters),
+            query.limit,
+            query.offset,
         )
     return ExplorerPage(rows, total, columns + ["preview"], notes)
 
@@ -270,8 +314,15 @@ def column_ranges(handle: StoreHandle, run: str, query: ExplorerQuery, columns: 
         return queries.column_ranges(store, spec, columns)
 
 
-def step_trends(handle: StoreHandle, run: str, estimator: str | None = None, config: tuple = (), *,
-                prepare_missing: bool = True, quantiles: bool = True) -> pd.DataFrame:
+def step_trends(
+    handle: StoreHandle,
+    run: str,
+    estimator: str | None = None,
+    config: tuple = (),
+    *,
+    prepare_missing: bool = True,
+    quantiles: bool = True,
+) -> pd.DataFrame:
     """One row per step: rollouts, groups, reward, length, mean_entropy, kl (NULL without reference
     logprobs), zero_variance_share, truncated_share, repetition, score_<channel>...; with an estimator
     share_<class>..., max_abs and (unless not `quantiles`) the quantiles q05, q25, q50, q75, q95 of A over
@@ -282,8 +333,9 @@ def step_trends(handle: StoreHandle, run: str, estimator: str | None = None, con
         return step_trends_in(store, run, estimator, config, quantiles=quantiles)
 
 
-def step_trends_in(store: Store, run: str, estimator: str | None = None, config: tuple = (), *,
-                   quantiles: bool = True) -> pd.DataFrame:
+def step_trends_in(
+    store: Store, run: str, estimator: str | None = None, config: tuple = (), *, quantiles: bool = True
+) -> pd.DataFrame:
     """`step_trends` on an open store, summaries as they are (the monitors read it beside their other
     numbers on one connection: opening one costs 0.1-0.3 s on a 150 MB store)."""
     spec = _spec(store, run, estimator, config, None, ())

@@ -58,8 +58,14 @@ def sign_hits(d: np.ndarray, s: np.ndarray, se: np.ndarray) -> float:
     return float(hits[clear].mean())
 
 
-def segment_shuffle(rollout: np.ndarray, start: np.ndarray, end: np.ndarray, sums: np.ndarray,
-                    advantages: dict[int, np.ndarray], seed: int = 0) -> dict[int, np.ndarray]:
+def segment_shuffle(
+    rollout: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    sums: np.ndarray,
+    advantages: dict[int, np.ndarray],
+    seed: int = 0,
+) -> dict[int, np.ndarray]:
     """Token advantages whose segment sums are `sums` permuted within each rollout (segments: flat (S,)
     rollout, start, end as in `teacher_bench.Segments`); tokens outside every segment keep theirs."""
     rng = np.random.default_rng(seed)
@@ -71,5 +77,5 @@ def segment_shuffle(rollout: np.ndarray, start: np.ndarray, end: np.ndarray, sum
         moved = sums[idx][rng.permutation(len(idx))]
         tokens = out[int(rollout[idx[0]])]
         for k, total in zip(idx, moved, strict=True):
-            tokens[start[k]:end[k]] = total / max(1, end[k] - start[k])
+            tokens[start[k] : end[k]] = total / max(1, end[k] - start[k])
     return out

@@ -45,8 +45,10 @@ def resolve(handle: StoreHandle, run: str, channel: str | None) -> str:
 def channel_default(estimator: str) -> str | None:
     """The default of the estimator's channel field; None when it reads no reward channel."""
     from backend.estimators import registry  # noqa: PLC0415 - heavy (torch, every estimator); on use
-    return next((f["default"] for f in registry.config_schema(estimator)["fields"] if f["name"] == "channel"),
-                None)
+
+    return next(
+        (f["default"] for f in registry.config_schema(estimator)["fields"] if f["name"] == "channel"), None
+    )
 
 
 def on_channel(estimator: str, config: tuple, channel: str) -> tuple:
@@ -59,8 +61,9 @@ def on_channel(estimator: str, config: tuple, channel: str) -> tuple:
     return tuple(sorted(overrides.items()))
 
 
-def config_on_channel(handle: StoreHandle, run: str, estimator: str, overrides: dict,
-                      channel: str | None) -> tuple:
+def config_on_channel(
+    handle: StoreHandle, run: str, estimator: str, overrides: dict, channel: str | None
+) -> tuple:
     """The sorted (field, value) pairs an estimator is looked up by in the views and commands: `overrides`
     (`--set` pairs) reading `channel` (a `channel` override wins; None: the run's main channel), checked
     against the run's channels. An unknown estimator is an InputError listing the known ones."""

@@ -20,8 +20,9 @@ import torch
 METRICS = ("key_recall", "key_precision", "auroc", "filler_mass", "style_recall", "sign_accuracy", "spearman")
 
 
-def topk_hits(scores: torch.Tensor, target: torch.Tensor, response_mask: torch.Tensor,
-              k: torch.Tensor) -> torch.Tensor:
+def topk_hits(
+    scores: torch.Tensor, target: torch.Tensor, response_mask: torch.Tensor, k: torch.Tensor
+) -> torch.Tensor:
     """Expected number of `target` tokens among each row's top-k tokens by `scores`.
 
     scores: (B, T) float, compared as given (pass |A|)
@@ -32,8 +33,9 @@ def topk_hits(scores: torch.Tensor, target: torch.Tensor, response_mask: torch.T
     return _topk_hits_many(scores, target, response_mask, [k])[0]
 
 
-def _topk_hits_many(scores: torch.Tensor, target: torch.Tensor, response_mask: torch.Tensor,
-                    ks: list[torch.Tensor]) -> list[torch.Tensor]:
+def _topk_hits_many(
+    scores: torch.Tensor, target: torch.Tensor, response_mask: torch.Tensor, ks: list[torch.Tensor]
+) -> list[torch.Tensor]:
     """`topk_hits` for several k vectors from one `topk` call (key recall at K and precision at 2K)."""
     mask = response_mask.bool()
     target = target.bool() & mask
@@ -99,10 +101,15 @@ def spearman(x: torch.Tensor, y: torch.Tensor, y_ranks: np.ndarray | None = None
     return float(np.multiply(rx, ry).sum()) / denominator if denominator > 0 else math.nan
 
 
-def credit_metrics(advantages: torch.Tensor, key_mask: torch.Tensor, true_credit: torch.Tensor,
-                   response_mask: torch.Tensor, style_mask: torch.Tensor | None = None,
-                   style_delta: torch.Tensor | None = None,
-                   credit_ranks: np.ndarray | None = None) -> dict[str, float]:
+def credit_metrics(
+    advantages: torch.Tensor,
+    key_mask: torch.Tensor,
+    true_credit: torch.Tensor,
+    response_mask: torch.Tensor,
+    style_mask: torch.Tensor | None = None,
+    style_delta: torch.Tensor | None = None,
+    credit_ranks: np.ndarray | None = None,
+) -> dict[str, float]:
     """The section-9 metrics of one seed.
 
     advantages: (B, T) the pipeline's final A
@@ -156,12 +163,23 @@ def _mean(values: torch.Tensor) -> float:
     return float(values.mean()) if values.numel() else math.nan
 
 
-def batch_metrics(advantages: torch.Tensor, batch, style_delta: torch.Tensor | None = None,
-                  credit_ranks: np.ndarray | None = None) -> dict[str, float]:
+def batch_metrics(
+    advantages: torch.Tensor,
+    batch,
+    style_delta: torch.Tensor | None = None,
+    credit_ranks: np.ndarray | None = None,
+) -> dict[str, float]:
     """`credit_metrics` reading the oracle fields from a synthetic `RolloutBatch`."""
     ex = batch.extras
-    return credit_metrics(advantages, ex["key_mask"], ex["true_credit"], batch.response_mask,
-                          ex["style_mask"] if style_delta is not None else None, style_delta, credit_ranks)
+    return credit_metrics(
+        advantages,
+        ex["key_mask"],
+        ex["true_credit"],
+        batch.response_mask,
+        ex["style_mask"] if style_delta is not None else None,
+        style_delta,
+        credit_ranks,
+    )
 
 
 def summarize(per_seed: list[dict[str, float]]) -> dict[str, float]:

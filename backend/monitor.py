@@ -97,9 +97,15 @@ def _z_text(z: float) -> str:
     return f"{z:+.1f}" if abs(z) < 1000 else ("> +1000" if z > 0 else "< -1000")
 
 
-def run_monitors(handle: StoreHandle, run: str, estimator: str = "grpo", config: tuple = (),
-                 settings: MonitorSettings = MonitorSettings(), *, prepare_missing: bool = True
-                 ) -> MonitorReport:
+def run_monitors(
+    handle: StoreHandle,
+    run: str,
+    estimator: str = "grpo",
+    config: tuple = (),
+    settings: MonitorSettings = MonitorSettings(),
+    *,
+    prepare_missing: bool = True,
+) -> MonitorReport:
     """Every enabled detector over `run`'s steps, with `estimator` (`config`: its (key, value) pairs; a
     `channel` pair chooses the reward channel, default the run's main channel) for the credit statistics."""
     if prepare_missing:
@@ -122,7 +128,8 @@ def run_monitors(handle: StoreHandle, run: str, estimator: str = "grpo", config:
         key = explorer.credit_key(store, run, estimator, config)
         if takeover:
             stored = monitor_channels.read_step_shares(
-                store, run_id, monitor_channels.channel_key(estimator, config, channel, groups))
+                store, run_id, monitor_channels.channel_key(estimator, config, channel, groups)
+            )
 
         def add(spec: _Series, values) -> None:
             columns[spec.statistic] = np.asarray(values, dtype=np.float64)
@@ -136,67 +143,116 @@ def run_monitors(handle: StoreHandle, run: str, estimator: str = "grpo", config:
             for k, name in enumerate(key.classes):
                 for sign, word in (("pos", "positive"), ("neg", "negative")):
                     alias = explorer.column_name(f"{sign}_share", name)
-                    add(_Series("class_share", alias, f"class {name!r}'s share of the {word} credit", True,
-                                alias), by_step(signed, f"{sign}_{k}"))
+                    add(
+                        _Series(
+                            "class_share", alias, f"class {name!r}'s share of the {word} credit", True, alias
+                        ),
+                        by_step(signed, f"{sign}_{k}"),
+                    )
         if settings.enabled("entropy_collapse"):
             if trends["mean_entropy"].notna().any():
-                add(_Series("entropy_collapse", "mean_entropy", "mean token entropy", sort="mean_entropy"),
-                    trends["mean_entropy"])
+                add(
+                    _Series("entropy_collapse", "mean_entropy", "mean token entropy", sort="mean_entropy"),
+                    trends["mean_entropy"],
+                )
             else:
                 notes.append("entropy_collapse: the run has no entropies")
         if settings.enabled("kl_acceleration"):
             if trends["kl"].notna().any():
-                add(_Series("kl_acceleration", "kl_growth", "KL growth per step", sort="kl"),
-                    trends["kl"].astype(float).diff())
+                add(
+                    _Series("kl_acceleration", "kl_growth", "KL growth per step", sort="kl"),
+                    trends["kl"].astype(float).diff(),
+                )
             else:
                 notes.append("kl_acceleration: the run has no reference logprobs")
         if settings.enabled("length_drift"):
             add(_Series("length_drift", "length", "mean length", sort="length"), trends["length"])
         if settings.enabled("truncation"):
             if trends["truncated_share"].notna().any():
-                add(_Series("truncation", "truncated_share", "truncated share", True, "length",
-                            ("truncated=true",), "rollouts"), trends["truncated_share"])
+                add(
+                    _Series(
+                        "truncation",
+                        "truncated_share",
+                        "truncated share",
+                        True,
+                        "length",
+                        ("truncated=true",),
+                        "rollouts",
+                    ),
+                    trends["truncated_share"],
+                )
             else:
                 notes.append("truncation: the run does not record truncation (meta.truncated/finish_reason)")
         if settings.enabled("zero_variance"):
-            add(_Series("zero_variance", "zero_variance_share", "share of zero-variance groups", True,
-                        "group_id", ("zero_variance=true",), "groups"), trends["zero_variance_share"])
+            add(
+                _Series(
+                    "zero_variance",
+                    "zero_variance_share",
+                    "share of zero-variance groups",
+                    True,
+                    "group_id",
+                    ("zero_variance=true",),
+                    "groups",
+                ),
+                trends["zero_variance_share"],
+            )
         if settings.enabled("repetition"):
-            add(_Series("repetition", "repetition", "repeated 16-token windows", True, "repetition"),
-                trends["repetition"])
+            add(
+                _Series("repetition", "repetition", "repeated 16-token windows", True, "repetition"),
+                trends["repetition"],
+            )
         if settings.enabled("garbled"):
             garbled = queries.step_garbled(store, run_id)
             add(_Series("garbled", "garbled", "garbled text", True), by_step(garbled, "garbled"))
         if settings.enabled("logged_gap"):
             if explorer.logged_gap_available(store, run):
-                add(_Series("logged_gap", "abs_logged_gap", "mean |recomputed − logged advantage|"),
-                    by_step(queries.step_logged_gap(store, run_id, key), "abs_logged_gap"))
+                add(
+                    _Series("logged_gap", "abs_logged_gap", "mean |recomputed − logged advantage|"),
+                    by_step(queries.step_logged_gap(store, run_id, key), "abs_logged_gap"),
+                )
             else:
                 notes.append("logged_gap: the run has no logged advantage")
     if takeover:
-        shares, per_rollout = stored or monitor_channels.stored_step_shares(handle, run, estimator, config,
-                                                                            channel, groups)
+        shares, per_rollout = stored or monitor_channels.stored_step_shares(
+            handle, run, estimator, config, channel, groups
+        )
         if shares.shape[1] > 2:
             for name in [c for c in shares.columns if c != "step"]:
                 alias = explorer.column_name("channel_share", name)
-                add(_Series("channel_takeover", alias, f"channel {name!r}'s share of |β·Ã|", True),
-                    by_step(shares.rename(columns={name: alias}), alias))
+                add(
+                    _Series("channel_takeover", alias, f"channel {name!r}'s share of |β·Ã|", True),
+                    by_step(shares.rename(columns={name: alias}), alias),
+                )
                 extra[alias] = {s: frame[name] for s, frame in per_rollout.items()}
         else:
             notes.append("channel_takeover: one channel carries all the credit (nothing to take over)")
     needed = min((settings.rule(d).min_baseline for d in {w.detector for w in watched}), default=0)
     if watched and len(steps) <= needed:
-        notes.append(f"the run has {len(steps)} steps: an onset needs at least {needed} earlier steps "
-                     "(min_baseline), so nothing can be called yet")
-    found = (_alert(handle, run, estimator, config, settings, columns, spec, key, extra, counts)
-             for spec in watched)
+        notes.append(
+            f"the run has {len(steps)} steps: an onset needs at least {needed} earlier steps "
+            "(min_baseline), so nothing can be called yet"
+        )
+    found = (
+        _alert(handle, run, estimator, config, settings, columns, spec, key, extra, counts)
+        for spec in watched
+    )
     alerts = [a for a in found if a is not None]
     alerts.sort(key=lambda a: (a.step, a.detector, a.statistic))
     return MonitorReport(run, estimator, channel, alerts, pd.DataFrame(columns, index=steps.index), notes)
 
 
-def _alert(handle: StoreHandle, run: str, estimator: str, config: tuple, settings: MonitorSettings,
-           series: dict[str, np.ndarray], spec: _Series, key, extra: dict, counts: dict) -> Alert | None:
+def _alert(
+    handle: StoreHandle,
+    run: str,
+    estimator: str,
+    config: tuple,
+    settings: MonitorSettings,
+    series: dict[str, np.ndarray],
+    spec: _Series,
+    key,
+    extra: dict,
+    counts: dict,
+) -> Alert | None:
     rule = settings.rule(spec.detector)
     onset = find_onset(series[spec.statistic], rule, counts.get(spec.count))
     if onset is None:
@@ -204,18 +260,42 @@ def _alert(handle: StoreHandle, run: str, estimator: str, config: tuple, setting
     step = int(series["step"][onset.index])
     severity = "info" if onset.pending else ("alert" if onset.severe else "warn")
     up = onset.value > onset.baseline
-    rollouts, view = _rollouts(handle, run, estimator, config, spec, step, up, settings.top_rollouts, key,
-                               extra)
+    rollouts, view = _rollouts(
+        handle, run, estimator, config, spec, step, up, settings.top_rollouts, key, extra
+    )
     word = "rose" if up else "fell"
-    message = (f"from step {step}, {spec.label} {word} to {_fmt(onset.value, spec.percent)} from a baseline "
-               f"of {_fmt(onset.baseline, spec.percent)} (noise {_fmt(onset.noise, spec.percent)}, "
-               f"z {_z_text(onset.z)})" + (" — not yet persistent" if onset.pending else ""))
-    return Alert(spec.detector, spec.statistic, step, severity, onset.value, onset.baseline, onset.noise,
-                 onset.z, message, rollouts, view)
+    message = (
+        f"from step {step}, {spec.label} {word} to {_fmt(onset.value, spec.percent)} from a baseline "
+        f"of {_fmt(onset.baseline, spec.percent)} (noise {_fmt(onset.noise, spec.percent)}, "
+        f"z {_z_text(onset.z)})" + (" — not yet persistent" if onset.pending else "")
+    )
+    return Alert(
+        spec.detector,
+        spec.statistic,
+        step,
+        severity,
+        onset.value,
+        onset.baseline,
+        onset.noise,
+        onset.z,
+        message,
+        rollouts,
+        view,
+    )
 
 
-def _rollouts(handle: StoreHandle, run: str, estimator: str, config: tuple, spec: _Series, step: int,
-              up: bool, n: int, key, extra: dict) -> tuple[list[int], dict]:
+def _rollouts(
+    handle: StoreHandle,
+    run: str,
+    estimator: str,
+    config: tuple,
+    spec: _Series,
+    step: int,
+    up: bool,
+    n: int,
+    key,
+    extra: dict,
+) -> tuple[list[int], dict]:
     """The `n` rollouts of `step` that show the departure most, and the Explorer filter that lists them."""
     if spec.statistic in extra:
         values = extra[spec.statistic].get(step)
@@ -233,13 +313,21 @@ def _rollouts(handle: StoreHandle, run: str, estimator: str, config: tuple, spec
     per_group = spec.detector == "zero_variance"  # a whole group shows it: one rollout of each
     descending = up and not per_group
     filters = tuple(explorer.parse_where(w) for w in where)
-    query = ExplorerQuery(estimator=estimator, config=config, sort=spec.sort, descending=descending,
-                          filters=filters, limit=None if per_group else n)
+    query = ExplorerQuery(
+        estimator=estimator,
+        config=config,
+        sort=spec.sort,
+        descending=descending,
+        filters=filters,
+        limit=None if per_group else n,
+    )
     rows = explorer.rollout_table(handle, run, query, prepare_missing=False).rows
     if per_group:
         rows = rows.drop_duplicates("group_id")
-    return [int(i) for i in rows["rollout_id"][:n]], {"where": list(where),
-                                                       "sort": ("-" if descending else "") + spec.sort}
+    return [int(i) for i in rows["rollout_id"][:n]], {
+        "where": list(where),
+        "sort": ("-" if descending else "") + spec.sort,
+    }
 
 
 class LiveMonitor:
@@ -247,8 +335,14 @@ class LiveMonitor:
     and returns the alerts not returned before — a new onset, or a known one whose severity rose (a
     pending `info` confirmed as `warn` or `alert`)."""
 
-    def __init__(self, handle: StoreHandle, run: str, estimator: str = "grpo", config: tuple = (),
-                 settings: MonitorSettings = MonitorSettings()):
+    def __init__(
+        self,
+        handle: StoreHandle,
+        run: str,
+        estimator: str = "grpo",
+        config: tuple = (),
+        settings: MonitorSettings = MonitorSettings(),
+    ):
         self.handle, self.run, self.estimator = handle, run, estimator
         self.config, self.settings = config, settings
         self._seen: dict[tuple[str, str, int], int] = {}  # (detector, statistic, step) -> severity index

@@ -43,8 +43,9 @@ def _step_credits(store: Store, run: str, estimator: str, config: tuple, channel
         yield step, batch.rollout_ids.cpu().numpy(), credit.contributions
 
 
-def channel_step_shares(handle: StoreHandle, run: str, estimator: str, config: tuple, channel: str,
-                        groups_per_step: int = 0) -> tuple[pd.DataFrame, dict[int, pd.DataFrame]]:
+def channel_step_shares(
+    handle: StoreHandle, run: str, estimator: str, config: tuple, channel: str, groups_per_step: int = 0
+) -> tuple[pd.DataFrame, dict[int, pd.DataFrame]]:
     """The reference: per step, each channel's share of Σ|β_c·Ã_c| over the step's tokens
     (`credit_shares.abs_shares` of the split-channel contributions), and per step the rollouts' own shares
     (rows indexed by rollout id, a column per channel), all from the tokens. groups_per_step > 0 reads only
@@ -52,35 +53,44 @@ def channel_step_shares(handle: StoreHandle, run: str, estimator: str, config: t
     that grows with the run's tokens (docs/monitors.md has the figures)."""
     rows, per_rollout = [], {}
     with handle.read() as store:  # one connection: opening one per step cost more than the reads
-        for step, rollout_ids, contributions in _step_credits(store, run, estimator, config, channel,
-                                                              groups_per_step):
+        for step, rollout_ids, contributions in _step_credits(
+            store, run, estimator, config, channel, groups_per_step
+        ):
             rows.append({"step": step, **credit_shares.abs_shares(contributions)})
-            magnitude = pd.DataFrame({c: np.abs(v).sum(axis=1) for c, v in contributions.items()},
-                                     index=rollout_ids)  # (B, C)
+            magnitude = pd.DataFrame(
+                {c: np.abs(v).sum(axis=1) for c, v in contributions.items()}, index=rollout_ids
+            )  # (B, C)
             total = magnitude.sum(axis=1).replace(0.0, np.nan)
             per_rollout[step] = magnitude.div(total, axis=0)
     return pd.DataFrame(rows), per_rollout
 
 
-def rollout_magnitudes(store: Store, run: str, estimator: str, config: tuple, channel: str,
-                       groups_per_step: int) -> pa.Table:
+def rollout_magnitudes(
+    store: Store, run: str, estimator: str, config: tuple, channel: str, groups_per_step: int
+) -> pa.Table:
     """The rows of the channel summary: rollout_id, part_index, part, magnitude (Σ_t|β_c·Ã_c| in float64
     over the rollout's tokens, channel `part` the `part_index`-th of the split-channel credit)."""
     parts = []
-    for _, rollout_ids, contributions in _step_credits(store, run, estimator, config, channel,
-                                                       groups_per_step):
+    for _, rollout_ids, contributions in _step_credits(
+        store, run, estimator, config, channel, groups_per_step
+    ):
         for index, (name, values) in enumerate(contributions.items()):
-            parts.append(pa.table({
-                "rollout_id": pa.array(rollout_ids.astype(np.int32)),
-                "part_index": pa.array(np.full(len(rollout_ids), index, dtype=np.int32)),
-                "part": pa.array([name] * len(rollout_ids), pa.string()),
-                "magnitude": pa.array(np.abs(values.astype(np.float64)).sum(axis=1)),  # (B,)
-            }))
+            parts.append(
+                pa.table(
+                    {
+                        "rollout_id": pa.array(rollout_ids.astype(np.int32)),
+                        "part_index": pa.array(np.full(len(rollout_ids), index, dtype=np.int32)),
+                        "part": pa.array([name] * len(rollout_ids), pa.string()),
+                        "magnitude": pa.array(np.abs(values.astype(np.float64)).sum(axis=1)),  # (B,)
+                    }
+                )
+            )
     return pa.concat_tables(parts) if parts else pa.table({"rollout_id": pa.array([], pa.int32())})
 
 
-def read_step_shares(store: Store, run_id: int, key: ChannelKey
-                     ) -> tuple[pd.DataFrame, dict[int, pd.DataFrame]] | None:
+def read_step_shares(
+    store: Store, run_id: int, key: ChannelKey
+) -> tuple[pd.DataFrame, dict[int, pd.DataFrame]] | None:
     """`channel_step_shares`'s two results from the stored summary under `key`; None when it is not
     stored."""
     if not queries.has_channel_summary(store, run_id, key):
@@ -89,19 +99,24 @@ def read_step_shares(store: Store, run_id: int, key: ChannelKey
     parts = list(dict.fromkeys(long.sort_values("part_index", kind="stable")["part"]))
     shares = long.pivot(index="step", columns="part", values="share").reindex(columns=parts)
     shares = shares.astype(np.float64).rename_axis(columns=None).reset_index().astype({"step": np.int64})
-    magnitudes = queries.channel_magnitudes(store, run_id, key).pivot(
-        index=["step", "rollout_id"], columns="part", values="magnitude").reindex(columns=parts)  # (N, C)
+    magnitudes = (
+        queries.channel_magnitudes(store, run_id, key)
+        .pivot(index=["step", "rollout_id"], columns="part", values="magnitude")
+        .reindex(columns=parts)
+    )  # (N, C)
     rollout_shares = magnitudes.div(magnitudes.sum(axis=1).replace(0.0, np.nan), axis=0)
     rollout_shares = rollout_shares.rename_axis(columns=None)
     per_rollout = {}
     for step, frame in rollout_shares.groupby(level="step", sort=True):
-        per_rollout[int(step)] = frame.set_axis(frame.index.get_level_values("rollout_id").astype(np.int64)
-                                                .rename(None))
+        per_rollout[int(step)] = frame.set_axis(
+            frame.index.get_level_values("rollout_id").astype(np.int64).rename(None)
+        )
     return shares, per_rollout
 
 
-def stored_step_shares(handle: StoreHandle, run: str, estimator: str, config: tuple, channel: str,
-                       groups_per_step: int = 0) -> tuple[pd.DataFrame, dict[int, pd.DataFrame]]:
+def stored_step_shares(
+    handle: StoreHandle, run: str, estimator: str, config: tuple, channel: str, groups_per_step: int = 0
+) -> tuple[pd.DataFrame, dict[int, pd.DataFrame]]:
     """`channel_step_shares` from the store's channel summary, computed and saved first when the store lacks
     it; when the store cannot be written (another process writing, a read-only file) the reference's
     numbers, computed in memory."""

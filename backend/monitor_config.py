@@ -45,45 +45,91 @@ class Detector:
 
 
 DETECTORS: tuple[Detector, ...] = (
-    Detector("class_share", "per token class, its share of the step's positive credit Σmax(A,0) and of "
-             "its negative credit Σmax(−A,0) (the run's classes, under the chosen estimator and channel)",
-             "both", min_delta=0.05,
-             action="open the rollouts: a class gaining positive credit that carries no answer (filler, "
-                    "a phrase a judge pays for) is reward hacking in the making; fix the reward, or give "
-                    "the phrase its own penalised class or channel"),
-    Detector("channel_takeover", "per reward channel, its share of Σ|β·Ã| over the step's tokens "
-             "(split-channel credit, the Tune view's share of |A|)", "up", min_delta=0.10,
-             action="one channel is steering the update: check its scale and β (Tune), whether its scores "
-                    "saturate or its penalty fires on every response"),
-    Detector("entropy_collapse", "mean token entropy over the step (token-weighted)", "down", min_rel=0.25,
-             action="the policy is becoming deterministic fast: lower the learning rate, raise the "
-                    "entropy bonus or the KL coefficient, check for a reward that pays one template"),
-    Detector("kl_acceleration", "growth of the mean k1 KL to the reference from the previous step "
-             "(kl_t − kl_{t−1})", "up", min_delta=0.005,
-             action="the policy leaves the reference faster than before: check the KL coefficient and the "
-                    "reward of the rollouts with the largest KL"),
-    Detector("length_drift", "mean response length (tokens)", "both", min_rel=0.20,
-             action="read the longest (or shortest) rollouts: padding that a judge rewards, or answers "
-                    "cut short; consider a length channel"),
-    Detector("truncation", "share of responses cut at the length limit", "up", min_delta=0.05,
-             action="responses run into max length: raise the limit or penalise the overlong tail; "
-                    "truncated responses rarely carry a scored answer"),
-    Detector("zero_variance", "share of groups whose responses all score the same on the main channel",
-             "up", min_delta=0.15,
-             action="these groups give no gradient under group-relative estimators: the prompts became "
-                    "too easy or too hard, or the reward saturated; refresh the prompt mix"),
-    Detector("repetition", "mean over rollouts of the share of 16-token windows repeating an earlier one",
-             "up", min_delta=0.03,
-             action="looping output: read the rollouts; check the sampling temperature and whether a "
-                    "reward pays for length"),
-    Detector("garbled", "mean over rollouts of the share of characters that are control/replacement "
-             "characters or lie in a word mixing Latin with another script", "up", min_delta=0.005,
-             action="broken text usually means numerics (bf16/fp16 logits, a sampler or engine mismatch) "
-                    "or a tokenizer mismatch: compare the inference and training logprobs"),
-    Detector("logged_gap", "mean |recomputed mean A − the trainer's logged advantage| over the step's "
-             "rollouts (runs that log an advantage)", "up", min_delta=0.05,
-             action="the trainer's advantage stopped matching the recomputed one: check its normalization, "
-                    "reward aggregation and the group ids the trainer used"),
+    Detector(
+        "class_share",
+        "per token class, its share of the step's positive credit Σmax(A,0) and of "
+        "its negative credit Σmax(−A,0) (the run's classes, under the chosen estimator and channel)",
+        "both",
+        min_delta=0.05,
+        action="open the rollouts: a class gaining positive credit that carries no answer (filler, "
+        "a phrase a judge pays for) is reward hacking in the making; fix the reward, or give "
+        "the phrase its own penalised class or channel",
+    ),
+    Detector(
+        "channel_takeover",
+        "per reward channel, its share of Σ|β·Ã| over the step's tokens "
+        "(split-channel credit, the Tune view's share of |A|)",
+        "up",
+        min_delta=0.10,
+        action="one channel is steering the update: check its scale and β (Tune), whether its scores "
+        "saturate or its penalty fires on every response",
+    ),
+    Detector(
+        "entropy_collapse",
+        "mean token entropy over the step (token-weighted)",
+        "down",
+        min_rel=0.25,
+        action="the policy is becoming deterministic fast: lower the learning rate, raise the "
+        "entropy bonus or the KL coefficient, check for a reward that pays one template",
+    ),
+    Detector(
+        "kl_acceleration",
+        "growth of the mean k1 KL to the reference from the previous step (kl_t − kl_{t−1})",
+        "up",
+        min_delta=0.005,
+        action="the policy leaves the reference faster than before: check the KL coefficient and the "
+        "reward of the rollouts with the largest KL",
+    ),
+    Detector(
+        "length_drift",
+        "mean response length (tokens)",
+        "both",
+        min_rel=0.20,
+        action="read the longest (or shortest) rollouts: padding that a judge rewards, or answers "
+        "cut short; consider a length channel",
+    ),
+    Detector(
+        "truncation",
+        "share of responses cut at the length limit",
+        "up",
+        min_delta=0.05,
+        action="responses run into max length: raise the limit or penalise the overlong tail; "
+        "truncated responses rarely carry a scored answer",
+    ),
+    Detector(
+        "zero_variance",
+        "share of groups whose responses all score the same on the main channel",
+        "up",
+        min_delta=0.15,
+        action="these groups give no gradient under group-relative estimators: the prompts became "
+        "too easy or too hard, or the reward saturated; refresh the prompt mix",
+    ),
+    Detector(
+        "repetition",
+        "mean over rollouts of the share of 16-token windows repeating an earlier one",
+        "up",
+        min_delta=0.03,
+        action="looping output: read the rollouts; check the sampling temperature and whether a "
+        "reward pays for length",
+    ),
+    Detector(
+        "garbled",
+        "mean over rollouts of the share of characters that are control/replacement "
+        "characters or lie in a word mixing Latin with another script",
+        "up",
+        min_delta=0.005,
+        action="broken text usually means numerics (bf16/fp16 logits, a sampler or engine mismatch) "
+        "or a tokenizer mismatch: compare the inference and training logprobs",
+    ),
+    Detector(
+        "logged_gap",
+        "mean |recomputed mean A − the trainer's logged advantage| over the step's "
+        "rollouts (runs that log an advantage)",
+        "up",
+        min_delta=0.05,
+        action="the trainer's advantage stopped matching the recomputed one: check its normalization, "
+        "reward aggregation and the group ids the trainer used",
+    ),
 )
 NAMES = tuple(d.name for d in DETECTORS)
 _ONSET_KEYS = ("min_baseline", "window", "persistence", "z_warn", "z_alert")
@@ -118,8 +164,13 @@ class MonitorSettings:
     def rule(self, name: str) -> OnsetRule:
         """The onset rule of detector `name`: defaults, then [onset], then [detectors.<name>]."""
         d = detector(name)
-        fields = {"direction": d.direction, "min_delta": d.min_delta, "min_rel": d.min_rel,
-                  **dict(self.onset), **dict(dict(self.detectors).get(name, ()))}
+        fields = {
+            "direction": d.direction,
+            "min_delta": d.min_delta,
+            "min_rel": d.min_rel,
+            **dict(self.onset),
+            **dict(dict(self.detectors).get(name, ())),
+        }
         for key in ("enabled", *EXTRA_KEYS.get(name, {})):
             fields.pop(key, None)
         return OnsetRule(**fields)
@@ -153,8 +204,9 @@ def parse_settings(data: dict, source: str = "settings") -> MonitorSettings:
         for key in extra:
             value = table.get(key, 0)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise InputError(f"{source} [detectors.{name}] {key}: expected a whole number >= 0, "
-                                 f"got {value!r}")
+                raise InputError(
+                    f"{source} [detectors.{name}] {key}: expected a whole number >= 0, got {value!r}"
+                )
         overrides.append((name, tuple(sorted(table.items()))))
     settings = MonitorSettings(tuple(sorted(onset.items())), top, tuple(sorted(overrides)))
     for name in NAMES:  # every rule builds, or the error says which and why
@@ -187,8 +239,14 @@ def defaults_toml() -> str:
     lines += [f"{k} = {getattr(rule, k)!r}" for k in _ONSET_KEYS]
     lines.append(f"top_rollouts = {MonitorSettings().top_rollouts}")
     for d in DETECTORS:
-        lines += ["", f"[detectors.{d.name}]", "# " + d.statistic, "enabled = true",
-                  f'direction = "{d.direction}"', f"min_delta = {d.min_delta!r}", f"min_rel = {d.min_rel!r}"]
+        lines += [
+            "",
+            f"[detectors.{d.name}]",
+            "# " + d.statistic,
+            "enabled = true",
+            f'direction = "{d.direction}"',
+            f"min_delta = {d.min_delta!r}",
+            f"min_rel = {d.min_rel!r}",
+        ]
         lines += [f"{k} = {v!r}" for k, v in EXTRA_KEYS.get(d.name, {}).items()]
     return "\n".join(lines) + "\n"
-

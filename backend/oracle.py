@@ -68,12 +68,16 @@ def pipelines(label: str, styled: bool = True):
         return estimate(name, batch, **overrides).advantages
 
     def single(batch):
-        return channels.mixed_baseline(batch, {c: 1.0 for c in batch.scores}, estimator=name,
-                                       estimator_config=pairs)
+        return channels.mixed_baseline(
+            batch, {c: 1.0 for c in batch.scores}, estimator=name, estimator_config=pairs
+        )
 
     def split(batch):
-        specs = {"task": channels.ChannelSpec("task", "estimator", estimator=name, estimator_config=pairs,
-                                              normalization="group")}
+        specs = {
+            "task": channels.ChannelSpec(
+                "task", "estimator", estimator=name, estimator_config=pairs, normalization="group"
+            )
+        }
         if styled:
             specs["style"] = channels.ChannelSpec("style", "span", normalization="group")
         result = channels.combine(batch, specs)
@@ -113,8 +117,14 @@ def _bench_seed(seed: int, prompts: int, group: int, names: list[str], threads: 
     return out
 
 
-def oracle_bench(seeds: int = 20, prompts: int = 500, group: int = 8, estimators: list[str] | None = None,
-                 progress: Callable[[str], None] | None = None, workers: int = 1) -> list[dict]:
+def oracle_bench(
+    seeds: int = 20,
+    prompts: int = 500,
+    group: int = 8,
+    estimators: list[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+    workers: int = 1,
+) -> list[dict]:
     """Run every model-free estimator on `seeds` oracle seeds in the `task` and `mixed` settings.
 
     Rows: setting `task` (task reward only, pipeline `single`) and setting `mixed` (task + style) in
@@ -131,8 +141,10 @@ def oracle_bench(seeds: int = 20, prompts: int = 500, group: int = 8, estimators
     names = list(estimators) if estimators is not None else bench_estimators()
     say = progress or (lambda message: None)
     if estimators is None:
-        say("oracle-bench: not run (need a model or resampling; the synthetic oracle has no policy): "
-            + ", ".join(model_bound_estimators()))
+        say(
+            "oracle-bench: not run (need a model or resampling; the synthetic oracle has no policy): "
+            + ", ".join(model_bound_estimators())
+        )
     results: list[dict] = []
     if workers <= 1 or seeds == 1:
         for seed in range(seeds):
@@ -158,15 +170,30 @@ def oracle_bench(seeds: int = 20, prompts: int = 500, group: int = 8, estimators
             continue
         for key in (("task", "single", name), ("mixed", "single", name), ("mixed", "split", name)):
             per_seed = [r["metrics"][key] for r in results]
-            out.append({"setting": key[0], "pipeline": key[1], "estimator": name, **summarize(per_seed),
-                        "seeds": len(per_seed), "seconds": round(sum(r["seconds"][key] for r in results), 3)})
+            out.append(
+                {
+                    "setting": key[0],
+                    "pipeline": key[1],
+                    "estimator": name,
+                    **summarize(per_seed),
+                    "seeds": len(per_seed),
+                    "seconds": round(sum(r["seconds"][key] for r in results), 3),
+                }
+            )
     return out
 
 
 def format_table(rows: list[dict]) -> str:
     """A fixed-width text table: one line per (setting, pipeline, estimator), `mean ± std` cells."""
-    short = {"key_recall": "key_rec", "key_precision": "key_prec", "auroc": "auroc", "filler_mass": "filler",
-             "style_recall": "style_rec", "sign_accuracy": "sign_acc", "spearman": "spearman"}
+    short = {
+        "key_recall": "key_rec",
+        "key_precision": "key_prec",
+        "auroc": "auroc",
+        "filler_mass": "filler",
+        "style_recall": "style_rec",
+        "sign_accuracy": "sign_acc",
+        "spearman": "spearman",
+    }
     header = f"{'setting':<7} {'pipeline':<8} {'estimator':<18} "
     header += " ".join(f"{short[m]:>13}" for m in METRICS)
     lines = [header, "-" * len(header)]
@@ -186,6 +213,7 @@ def default_workers() -> int:
 
 def jsonable_rows(rows: list[dict]) -> list[dict]:
     """Metric rows with NaN as None (JSON has no NaN)."""
+
     def clean(v):
         return None if isinstance(v, float) and math.isnan(v) else v
 

@@ -35,15 +35,24 @@ class StepReport:
     first_wrong: dict[int, tuple[int, str]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {"run": self.run, "channel": self.channel, "step_verifier": self.step_verifier,
-                "rollouts": self.rollouts, "steps": self.steps, "wrong_steps": self.wrong_steps,
-                "with_wrong_step": self.with_wrong_step,
-                "first_wrong": [{"rollout_id": r, "step": k, "note": note}
-                                for r, (k, note) in sorted(self.first_wrong.items())]}
+        return {
+            "run": self.run,
+            "channel": self.channel,
+            "step_verifier": self.step_verifier,
+            "rollouts": self.rollouts,
+            "steps": self.steps,
+            "wrong_steps": self.wrong_steps,
+            "with_wrong_step": self.with_wrong_step,
+            "first_wrong": [
+                {"rollout_id": r, "step": k, "note": note}
+                for r, (k, note) in sorted(self.first_wrong.items())
+            ],
+        }
 
 
-def verify_steps(handle, run: str, step_verifier: str = "arithmetic_steps",
-                 channel: str = "process") -> StepReport:
+def verify_steps(
+    handle, run: str, step_verifier: str = "arithmetic_steps", channel: str = "process"
+) -> StepReport:
     """Judge every rollout of `run` with `step_verifier` and store the result as channel `channel`."""
     get_step_verifier(step_verifier)  # an unknown name fails before any work
     if channel in ("task", "kl"):
@@ -59,9 +68,13 @@ def verify_steps(handle, run: str, step_verifier: str = "arithmetic_steps",
         tokens = list(row.tokens) if isinstance(row.tokens, (list, np.ndarray)) else None
         truth = row.ground_truth if isinstance(row.ground_truth, str) else None
         try:
-            score, rewards, steps = process_channel(row.prompt if isinstance(row.prompt, str) else None,
-                                                    row.response if isinstance(row.response, str) else "",
-                                                    truth, tokens, step_verifier)
+            score, rewards, steps = process_channel(
+                row.prompt if isinstance(row.prompt, str) else None,
+                row.response if isinstance(row.response, str) else "",
+                truth,
+                tokens,
+                step_verifier,
+            )
         except InputError as exc:
             raise InputError(f"run {run!r}, rollout {rid}: {exc}") from None
         scores[rid] = score

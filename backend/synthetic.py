@@ -39,8 +39,33 @@ import torch
 from backend.batch import RolloutBatch
 
 FILLER_WORDS = (
-    "the", "so", "we", "then", "and", "it", "is", "a", "of", "to", "that", "this", "now", "let",
-    "us", "check", "value", "step", "term", "both", "sides", "gives", "next", "here", ",", ".", "\n",
+    "the",
+    "so",
+    "we",
+    "then",
+    "and",
+    "it",
+    "is",
+    "a",
+    "of",
+    "to",
+    "that",
+    "this",
+    "now",
+    "let",
+    "us",
+    "check",
+    "value",
+    "step",
+    "term",
+    "both",
+    "sides",
+    "gives",
+    "next",
+    "here",
+    ",",
+    ".",
+    "\n",
 )
 # One style-violation vocabulary per kind; a span of length n uses the first n words of its kind.
 STYLE_KINDS = ("over_excitement", "repeated_punctuation", "repetitive_filler")
@@ -88,7 +113,8 @@ class OracleConfig:
             raise ValueError(f"need 3 <= span_min <= span_max, got {self.span_min}, {self.span_max}")
         if self.keys < 1 or self.keys + self.span_max > self.length:
             raise ValueError(
-                f"keys={self.keys} and span_max={self.span_max} do not fit in {self.length} tokens")
+                f"keys={self.keys} and span_max={self.span_max} do not fit in {self.length} tokens"
+            )
         if not 0.0 <= self.violation_rate <= 1.0:
             raise ValueError(f"violation_rate must be in [0, 1], got {self.violation_rate}")
 
@@ -179,19 +205,31 @@ def generate(seed: int, config: OracleConfig | None = None) -> OracleSample:
 
     f32 = np.float32
     return OracleSample(
-        seed=int(seed), config=cfg, token_ids=token_ids.astype(np.int64),
+        seed=int(seed),
+        config=cfg,
+        token_ids=token_ids.astype(np.int64),
         group_ids=np.repeat(np.arange(P, dtype=np.int64), G),
-        entropies=entropies.astype(f32), logprobs=logprobs.astype(f32),
-        decision_signal=decision_signal.astype(f32), style_flags=style_mask.astype(f32),
-        task=task.astype(f32), style=style.astype(f32),
-        true_credit=true_credit.astype(f32), true_style_credit=true_style_credit.astype(f32),
-        key_mask=key_mask, style_mask=style_mask, style_kind=style_kind.astype(np.int64),
+        entropies=entropies.astype(f32),
+        logprobs=logprobs.astype(f32),
+        decision_signal=decision_signal.astype(f32),
+        style_flags=style_mask.astype(f32),
+        task=task.astype(f32),
+        style=style.astype(f32),
+        true_credit=true_credit.astype(f32),
+        true_style_credit=true_style_credit.astype(f32),
+        key_mask=key_mask,
+        style_mask=style_mask,
+        style_kind=style_kind.astype(np.int64),
         difficulty=difficulty.astype(f32),
     )
 
 
-def to_batch(sample: OracleSample, channels: tuple[str, ...] = ("task", "style"), tokens: bool = True,
-             device: str | torch.device = "cpu") -> RolloutBatch:
+def to_batch(
+    sample: OracleSample,
+    channels: tuple[str, ...] = ("task", "style"),
+    tokens: bool = True,
+    device: str | torch.device = "cpu",
+) -> RolloutBatch:
     """The sample as a `RolloutBatch`; `channels=("task",)` drops the style reward (the `task` setting)."""
     B, T = sample.token_ids.shape
 
@@ -222,16 +260,22 @@ def to_batch(sample: OracleSample, channels: tuple[str, ...] = ("task", "style")
     ).to(device)
 
 
-def oracle_batch(seed: int = 0, prompts: int = 500, group: int = 8,
-                 channels: tuple[str, ...] = ("task", "style"), tokens: bool = True,
-                 **overrides) -> RolloutBatch:
+def oracle_batch(
+    seed: int = 0,
+    prompts: int = 500,
+    group: int = 8,
+    channels: tuple[str, ...] = ("task", "style"),
+    tokens: bool = True,
+    **overrides,
+) -> RolloutBatch:
     """Shortcut: `to_batch(generate(seed, OracleConfig(prompts=..., group=..., **overrides)))`."""
     sample = generate(seed, OracleConfig(prompts=prompts, group=group, **overrides))
     return to_batch(sample, channels=channels, tokens=tokens)
 
 
-def native_records(seeds: int | list[int] = 1, prompts: int = 500, group: int = 8,
-                   **overrides) -> Iterator[dict]:
+def native_records(
+    seeds: int | list[int] = 1, prompts: int = 500, group: int = 8, **overrides
+) -> Iterator[dict]:
     """Native-format records (docs/importing.md) for seeds `range(seeds)` (or the listed seeds), one per
     response.
 
@@ -287,8 +331,9 @@ def _lists(values: np.ndarray, arrow_type=None) -> pa.ListArray:
     return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1), arrow_type))
 
 
-def native_batches(seeds: int | list[int] = 1, prompts: int = 500, group: int = 8,
-                   **overrides) -> Iterator[pa.RecordBatch]:
+def native_batches(
+    seeds: int | list[int] = 1, prompts: int = 500, group: int = 8, **overrides
+) -> Iterator[pa.RecordBatch]:
     """The records of `native_records`, one Arrow record batch per seed, built from the arrays (what
     `creditlens synth` imports: the same rows without a python object per token)."""
     seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
@@ -301,35 +346,56 @@ def native_batches(seeds: int | list[int] = 1, prompts: int = 500, group: int = 
         tokens = pa.ListArray.from_arrays(token_ids.offsets, pc.take(vocabulary, token_ids.flatten()))
         group_ids = sample.group_ids.tolist()
         extras = {
-            "true_credit": sample.true_credit, "true_style_credit": sample.true_style_credit,
+            "true_credit": sample.true_credit,
+            "true_style_credit": sample.true_style_credit,
             "key_mask": sample.key_mask.astype(np.float32),
             "style_mask": sample.style_mask.astype(np.float32),
-            "decision_signal": sample.decision_signal, "style_flags": sample.style_flags,
+            "decision_signal": sample.decision_signal,
+            "style_flags": sample.style_flags,
         }
         kinds, difficulty = sample.style_kind.tolist(), sample.difficulty.tolist()
-        meta = [json.dumps({"seed": seed, "prompt_difficulty": difficulty[i],
-                            "style_kind": STYLE_KINDS[kinds[i]] if kinds[i] >= 0 else None})
-                for i in range(B)]
-        yield pa.RecordBatch.from_pydict({
-            "prompt": [f"oracle seed {seed} prompt {g}: make {cfg.keys} decisions" for g in group_ids],
-            "response": pc.binary_join(tokens, " "),
-            "group": [f"{seed}-{g}" for g in group_ids],
-            "step": pa.array(np.full(B, seed, dtype=np.int64)),
-            "token_ids": token_ids,
-            "tokens": tokens,
-            "entropies": _lists(sample.entropies),
-            "logprobs": _lists(sample.logprobs),
-            "rewards": pa.StructArray.from_arrays(
-                [pa.array(sample.task.astype(np.float64)), pa.array(sample.style.astype(np.float64))],
-                names=["task", "style"]),
-            "token_rewards": pa.StructArray.from_arrays([_lists(0.0 - sample.style_flags)], names=["style"]),
-            "extras": pa.StructArray.from_arrays([_lists(v) for v in extras.values()], names=list(extras)),
-            "meta": pa.array(meta, pa.string()),
-        })
+        meta = [
+            json.dumps(
+                {
+                    "seed": seed,
+                    "prompt_difficulty": difficulty[i],
+                    "style_kind": STYLE_KINDS[kinds[i]] if kinds[i] >= 0 else None,
+                }
+            )
+            for i in range(B)
+        ]
+        yield pa.RecordBatch.from_pydict(
+            {
+                "prompt": [f"oracle seed {seed} prompt {g}: make {cfg.keys} decisions" for g in group_ids],
+                "response": pc.binary_join(tokens, " "),
+                "group": [f"{seed}-{g}" for g in group_ids],
+                "step": pa.array(np.full(B, seed, dtype=np.int64)),
+                "token_ids": token_ids,
+                "tokens": tokens,
+                "entropies": _lists(sample.entropies),
+                "logprobs": _lists(sample.logprobs),
+                "rewards": pa.StructArray.from_arrays(
+                    [pa.array(sample.task.astype(np.float64)), pa.array(sample.style.astype(np.float64))],
+                    names=["task", "style"],
+                ),
+                "token_rewards": pa.StructArray.from_arrays(
+                    [_lists(0.0 - sample.style_flags)], names=["style"]
+                ),
+                "extras": pa.StructArray.from_arrays(
+                    [_lists(v) for v in extras.values()], names=list(extras)
+                ),
+                "meta": pa.array(meta, pa.string()),
+            }
+        )
 
 
-SAMPLE_RUN = {"run": "oracle", "file": "oracle_run.jsonl", "source": "synthetic oracle", "model": None,
-              "verifier": None}
+SAMPLE_RUN = {
+    "run": "oracle",
+    "file": "oracle_run.jsonl",
+    "source": "synthetic oracle",
+    "model": None,
+    "verifier": None,
+}
 """Manifest of the bundled oracle run (`sample_runs/oracle_run.json`)."""
 SAMPLE_SIZE = {"seeds": 1, "prompts": 24, "group": 8}
 

@@ -58,42 +58,66 @@ from backend.estimators import functional as F
 from backend.estimators import registry
 from backend.metrics import spearman
 
-METRICS = ("spearman", "ranking_accuracy", "ranking_accuracy_per_token", "sign_accuracy",
-           "sign_accuracy_wilson", "critical_hit1", "critical_hit3", "cliff_hit1", "first_wrong_hit1",
-           "value_mse", "value_corr")
+METRICS = (
+    "spearman",
+    "ranking_accuracy",
+    "ranking_accuracy_per_token",
+    "sign_accuracy",
+    "sign_accuracy_wilson",
+    "critical_hit1",
+    "critical_hit3",
+    "cliff_hit1",
+    "first_wrong_hit1",
+    "value_mse",
+    "value_corr",
+)
 DEFINITIONS = {
     "spearman": "Spearman of the estimator's segment sums vs the MC segment advantages, pooled "
-                "(higher is better; chance 0)",
+    "(higher is better; chance 0)",
     "ranking_accuracy": "share of segment pairs in a rollout ordered as the teacher orders them "
-                        "(higher is better; chance 0.5)",
+    "(higher is better; chance 0.5)",
     "ranking_accuracy_per_token": "ranking_accuracy on per-token means (segment sum / length): segment "
-                                  "length cannot win it (higher is better; chance 0.5)",
+    "length cannot win it (higher is better; chance 0.5)",
     "sign_accuracy": "share of clearly non-zero MC segments (|Δ| > 2 se) whose sign the estimator gets "
-                     "(higher is better; chance 0.5)",
+    "(higher is better; chance 0.5)",
     "sign_accuracy_wilson": "sign_accuracy where a position whose M suffixes all agree has the Wilson "
-                            "stderr, not 0 (higher is better; chance 0.5)",
+    "stderr, not 0 (higher is better; chance 0.5)",
     "critical_hit1": "incorrect rollouts: the critical segment is the estimator's most negative "
-                     "(higher is better; chance 1/segments)",
+    "(higher is better; chance 1/segments)",
     "critical_hit3": "… among its 3 most negative (higher is better; chance 3/segments)",
     "cliff_hit1": "rollouts with a cliff token (Cliff Tokens' z-test on the teacher's success rates): the "
-                  "estimator's most negative token is in the first cliff's segment, ties shared (higher is "
-                  "better; chance segment / tokens)",
+    "estimator's most negative token is in the first cliff's segment, ties shared (higher is "
+    "better; chance segment / tokens)",
     "first_wrong_hit1": "failed rollouts with a wrong step (process channel): the first wrong line is the "
-                        "estimator's most negative line, ties shared (higher is better; chance 1/lines)",
+    "estimator's most negative line, ties shared (higher is better; chance 1/lines)",
     "value_mse": "value sources: mean squared error of V vs V̂ in Z units (lower is better)",
     "value_corr": "value sources: Pearson correlation of V vs V̂ (higher is better)",
 }
-SEGMENT_METRICS = ("spearman", "ranking_accuracy", "ranking_accuracy_per_token", "sign_accuracy",
-                   "sign_accuracy_wilson", "critical_hit1", "critical_hit3")
+SEGMENT_METRICS = (
+    "spearman",
+    "ranking_accuracy",
+    "ranking_accuracy_per_token",
+    "sign_accuracy",
+    "sign_accuracy_wilson",
+    "critical_hit1",
+    "critical_hit3",
+)
 CLIFF_METRICS = ("cliff_hit1",)
 """Judged on the first cliff token of each rollout that has one (tokens, not segment sums)."""
 STEP_METRICS = ("first_wrong_hit1",)
 """Judged on the process channel's wrong steps, not on the teacher's segments."""
 RANKED_METRICS = SEGMENT_METRICS + CLIFF_METRICS + STEP_METRICS
 VALUE_METRICS = ("value_mse", "value_corr")
-PER_ROLLOUT = ("ranking_accuracy", "ranking_accuracy_per_token", "sign_accuracy", "sign_accuracy_wilson",
-               "critical_hit1", "critical_hit3", "cliff_hit1",
-               "first_wrong_hit1")
+PER_ROLLOUT = (
+    "ranking_accuracy",
+    "ranking_accuracy_per_token",
+    "sign_accuracy",
+    "sign_accuracy_wilson",
+    "critical_hit1",
+    "critical_hit3",
+    "cliff_hit1",
+    "first_wrong_hit1",
+)
 """Metrics that have a value per rollout (the Oracle view lists the rollouts where they miss)."""
 VALUE_SOURCES = ("zero", "stored", "fitted", "prefix_tree")
 MIN_POSITIONS = 200
@@ -124,12 +148,17 @@ class Segments:
     """rollout id -> group id, for the `_se_group` stderrs (a rollout missing here is its own group)."""
 
 
-def teacher_segments(values: pd.DataFrame, lengths: dict[int, int], outcomes: dict[int, float],
-                     group_of: dict[int, int] | None = None) -> Segments:
+def teacher_segments(
+    values: pd.DataFrame,
+    lengths: dict[int, int],
+    outcomes: dict[int, float],
+    group_of: dict[int, int] | None = None,
+) -> Segments:
     """values: rows (rollout_id, pos, value, stderr) from `Store.resample_values`; lengths, outcomes and
     groups by rollout id. Positions at or past a response's end are ignored."""
-    cols: dict[str, list] = {k: [] for k in ("rollout", "start", "end", "delta", "delta_se", "index",
-                                             "delta_se_wilson")}
+    cols: dict[str, list] = {
+        k: [] for k in ("rollout", "start", "end", "delta", "delta_se", "index", "delta_se_wilson")
+    }
     critical: dict[int, int | None] = {}
     n_positions = 0
     for rid, part in values.groupby("rollout_id", sort=True):
@@ -183,17 +212,29 @@ def per_rollout_metrics(segments: Segments, sums: np.ndarray) -> pd.DataFrame:
         d, s, se = segments.delta[idx], sums[idx], segments.delta_se[idx]
         ranking, sign = fair.pair_ranking(d, s), fair.sign_hits(d, s, se)
         per_token = fair.pair_ranking(d, s / np.maximum(1, segments.end[idx] - segments.start[idx]))
-        sign_wilson = (fair.sign_hits(d, s, segments.delta_se_wilson[idx])
-                       if segments.delta_se_wilson is not None else math.nan)
+        sign_wilson = (
+            fair.sign_hits(d, s, segments.delta_se_wilson[idx])
+            if segments.delta_se_wilson is not None
+            else math.nan
+        )
         crit = segments.critical.get(rid)
         hit1 = hit3 = math.nan
         if crit is not None:
             order = np.argsort(s, kind="stable")  # most negative first
             hit1 = float(crit in order[:1])
             hit3 = float(crit in order[:3])
-        rows.append({"rollout_id": rid, "ranking_accuracy": ranking, "ranking_accuracy_per_token": per_token,
-                     "sign_accuracy": sign, "sign_accuracy_wilson": sign_wilson, "critical_hit1": hit1,
-                     "critical_hit3": hit3, "segments": len(idx)})
+        rows.append(
+            {
+                "rollout_id": rid,
+                "ranking_accuracy": ranking,
+                "ranking_accuracy_per_token": per_token,
+                "sign_accuracy": sign,
+                "sign_accuracy_wilson": sign_wilson,
+                "critical_hit1": hit1,
+                "critical_hit3": hit3,
+                "segments": len(idx),
+            }
+        )
     return pd.DataFrame(rows, columns=["rollout_id", *SEGMENT_METRICS[1:], "segments"])
 
 
@@ -215,33 +256,45 @@ def score_sums(segments: Segments, sums: np.ndarray) -> tuple[dict[str, float], 
     return out, per
 
 
-def score_advantages(segments: Segments, truth: fws.StepTruth, advantages: dict[int, np.ndarray],
-                     cliffs: cliff_tokens.CliffTruth | None = None) -> tuple[dict[str, float], pd.DataFrame]:
+def score_advantages(
+    segments: Segments,
+    truth: fws.StepTruth,
+    advantages: dict[int, np.ndarray],
+    cliffs: cliff_tokens.CliffTruth | None = None,
+) -> tuple[dict[str, float], pd.DataFrame]:
     """`score_sums` of the advantages' segment sums, plus first_wrong_hit1 and (given `cliffs`) cliff_hit1
     (each with its `_se`, and a column of the per-rollout frame)."""
     metrics, per = score_sums(segments, segment_sums(segments, advantages))
     if cliffs is not None:
         hits = cliff_tokens.most_negative_hits(cliffs.cliffs, advantages, cliffs.judged_from)
         metrics["cliff_hit1"], metrics["cliff_hit1_se"] = stats.mean_se(list(hits.values()))
-        metrics["cliff_hit1_se_group"] = stats.group_mean_se(list(hits.values()), list(hits),
-                                                             segments.group_of)
+        metrics["cliff_hit1_se_group"] = stats.group_mean_se(
+            list(hits.values()), list(hits), segments.group_of
+        )
         per["cliff_hit1"] = per["rollout_id"].map(hits).astype(float)
     hits = fws.step_hits(truth, advantages)
     metrics["first_wrong_hit1"], metrics["first_wrong_hit1_se"] = stats.mean_se(list(hits.values()))
-    metrics["first_wrong_hit1_se_group"] = stats.group_mean_se(list(hits.values()), list(hits),
-                                                               segments.group_of)
+    metrics["first_wrong_hit1_se_group"] = stats.group_mean_se(
+        list(hits.values()), list(hits), segments.group_of
+    )
     per["first_wrong_hit1"] = per["rollout_id"].map(hits).astype(float)
     return metrics, per
 
 
-def chance_row(segments: Segments, truth: fws.StepTruth | None = None,
-               cliffs: cliff_tokens.CliffTruth | None = None) -> dict[str, float]:
+def chance_row(
+    segments: Segments, truth: fws.StepTruth | None = None, cliffs: cliff_tokens.CliffTruth | None = None
+) -> dict[str, float]:
     """What a predictor with no information scores: 0, 1/2, 1/2, min(K, n)/n per judged rollout (n
     segments), the cliff segment's share of the judged tokens, and 1/n (n lines)."""
     counts = pd.Series(segments.index).groupby(segments.rollout).size()
     judged = [int(counts[r]) for r, c in segments.critical.items() if c is not None]
-    row = {"spearman": 0.0, "ranking_accuracy": 0.5, "ranking_accuracy_per_token": 0.5, "sign_accuracy": 0.5,
-           "sign_accuracy_wilson": 0.5}
+    row = {
+        "spearman": 0.0,
+        "ranking_accuracy": 0.5,
+        "ranking_accuracy_per_token": 0.5,
+        "sign_accuracy": 0.5,
+        "sign_accuracy_wilson": 0.5,
+    }
     for k in (1, 3):
         row[f"critical_hit{k}"], row[f"critical_hit{k}_se"] = stats.mean_se([min(k, n) / n for n in judged])
     if cliffs is not None:
@@ -276,7 +329,8 @@ def parse_estimator_specs(items: list[str] | None) -> list[tuple[str, str, dict]
 
 def uses_teacher(name: str, config: Any) -> bool:
     return any(n in registry.MC_NEEDS for n in registry.get(name).needs) or (
-        getattr(config, "value_source", None) == "mc")
+        getattr(config, "value_source", None) == "mc"
+    )
 
 
 @dataclass
@@ -299,13 +353,21 @@ class TeacherBench:
 
     def to_json(self) -> dict:
         def clean(records):
-            return [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
-                    for r in records]
+            return [
+                {k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()} for r in records
+            ]
 
-        return {"n_positions": self.n_positions, "n_rollouts": self.n_rollouts, "n_segments": self.n_segments,
-                "n_first_wrong": self.n_first_wrong, "n_cliffs": self.n_cliffs, "definitions": DEFINITIONS,
-                "rows": clean(self.table.to_dict("records")),
-                "calibration": clean(self.calibration.to_dict("records")), "skipped": self.skipped}
+        return {
+            "n_positions": self.n_positions,
+            "n_rollouts": self.n_rollouts,
+            "n_segments": self.n_segments,
+            "n_first_wrong": self.n_first_wrong,
+            "n_cliffs": self.n_cliffs,
+            "definitions": DEFINITIONS,
+            "rows": clean(self.table.to_dict("records")),
+            "calibration": clean(self.calibration.to_dict("records")),
+            "skipped": self.skipped,
+        }
 
     def off_policy_note(self) -> str | None:
         """The off-policy warning for this teacher (`backend.calibration.off_policy_note`), or None."""
@@ -318,8 +380,13 @@ class TeacherBench:
         return part.sort_values([metric, "rollout_id"])[["rollout_id", metric, "segments"]]
 
 
-def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = None,
-                  outcome_channel: str | None = None, steps: list[int] | None = None) -> TeacherBench:
+def teacher_bench(
+    handle,
+    run: str,
+    specs: list[tuple[str, str, dict]] | None = None,
+    outcome_channel: str | None = None,
+    steps: list[int] | None = None,
+) -> TeacherBench:
     """Rank estimators (default: every registered one) against the stored teacher values of `run`, the
     estimators and the last segment's outcome on `outcome_channel` (default: the run's main channel).
     `steps`: judge only the valued rollouts of these training steps (say, those whose teacher is on-policy);
@@ -335,8 +402,9 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
         values = values[values["rollout_id"].isin(keys.loc[keys["step"].isin(steps), "rollout_id"])]
     if values.empty:
         at = "" if steps is None else f" at steps {sorted(steps)}"
-        raise InputError(f"run {run!r} has no Monte Carlo values{at}; run `creditlens teacher --run {run}` "
-                         "first")
+        raise InputError(
+            f"run {run!r} has no Monte Carlo values{at}; run `creditlens teacher --run {run}` first"
+        )
     outcome_channel = main_channel.resolve(handle, run, outcome_channel)
     with handle.read() as store:
         batch = estimates.with_channel(store.load_batch(run), outcome_channel)
@@ -372,8 +440,13 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
         local = batch.token_rewards["process"].cpu().numpy()
         row_of = {int(r): i for i, r in enumerate(batch.rollout_ids.tolist())}
         own = {r: local[row_of[r], : lengths[r]] for r in valued}
-        rows.append({"estimator": "process channel", "kind": "uses verifier",
-                     **score_advantages(segments, truth, own, cliffs)[0]})
+        rows.append(
+            {
+                "estimator": "process channel",
+                "kind": "uses verifier",
+                **score_advantages(segments, truth, own, cliffs)[0],
+            }
+        )
     rows = [*rows, *value_source_rows(batch, values, outcome_channel, skipped)]
     chance = {"estimator": "chance", "kind": "sanity", **chance_row(segments, truth, cliffs)}
     rows.append(chance)
@@ -383,21 +456,45 @@ def teacher_bench(handle, run: str, specs: list[tuple[str, str, dict]] | None = 
         inverted, _ = score_advantages(segments, truth, {r: -a for r, a in adv.items()}, cliffs)
         sums = segment_sums(segments, adv)
         # one draw is noisy (a rollout of 3 segments has 6 orders): the row averages SHUFFLES of them
-        shuffled = pd.DataFrame([score_advantages(segments, truth, fair.segment_shuffle(
-            segments.rollout, segments.start, segments.end, sums, adv, seed), cliffs)[0]
-            for seed in range(SHUFFLES)]).mean().to_dict()
+        shuffled = (
+            pd.DataFrame(
+                [
+                    score_advantages(
+                        segments,
+                        truth,
+                        fair.segment_shuffle(segments.rollout, segments.start, segments.end, sums, adv, seed),
+                        cliffs,
+                    )[0]
+                    for seed in range(SHUFFLES)
+                ]
+            )
+            .mean()
+            .to_dict()
+        )
         for suffix, metrics in (("inverted", inverted), ("shuffled", shuffled)):
             rows.append({"estimator": f"{best['estimator']} ({suffix})", "kind": "sanity", **metrics})
     columns = ["estimator", "kind"] + [c for m in METRICS for c in (m, f"{m}_se", f"{m}_se_group")]
     out = pd.DataFrame(rows).reindex(columns=columns)
     out["n_positions"] = segments.n_positions
     out["n_rollouts"] = len(valued)
-    per_rollout = (pd.concat(per_frames, ignore_index=True) if per_frames
-                   else pd.DataFrame(columns=["estimator", "rollout_id"]))
+    per_rollout = (
+        pd.concat(per_frames, ignore_index=True)
+        if per_frames
+        else pd.DataFrame(columns=["estimator", "rollout_id"])
+    )
     judged = sum(r in truth.first_wrong for r in valued)
     n_cliffs = 0 if cliffs is None else sum(r in cliffs.cliffs for r in valued)
-    return TeacherBench(out, per_rollout, segments.n_positions, len(valued), len(segments.rollout), skipped,
-                        judged, n_cliffs, table_of_steps)
+    return TeacherBench(
+        out,
+        per_rollout,
+        segments.n_positions,
+        len(valued),
+        len(segments.rollout),
+        skipped,
+        judged,
+        n_cliffs,
+        table_of_steps,
+    )
 
 
 def value_source_rows(batch, values: pd.DataFrame, outcome_channel: str, skipped: list[str]) -> list[dict]:
@@ -407,14 +504,16 @@ def value_source_rows(batch, values: pd.DataFrame, outcome_channel: str, skipped
     center, scale = F.outcome_center_scale(R, batch.group_ids, "grpo", 1e-6)
     row_of = {int(r): i for i, r in enumerate(batch.rollout_ids.tolist())}
     lengths = batch.lengths.tolist()
-    keep = [(row_of[int(r)], int(p), float(v)) for r, p, v in
-            zip(values["rollout_id"], values["pos"], values["value"], strict=True)
-            if int(r) in row_of and 0 <= int(p) < lengths[row_of[int(r)]]]
+    keep = [
+        (row_of[int(r)], int(p), float(v))
+        for r, p, v in zip(values["rollout_id"], values["pos"], values["value"], strict=True)
+        if int(r) in row_of and 0 <= int(p) < lengths[row_of[int(r)]]
+    ]
     if not keep:
         return []
     rows_i = np.array([k[0] for k in keep])
     pos = np.array([k[1] for k in keep])
-    target = (scale[rows_i].numpy() * (np.array([k[2] for k in keep]) - center[rows_i].numpy()))
+    target = scale[rows_i].numpy() * (np.array([k[2] for k in keep]) - center[rows_i].numpy())
     blocks = stats.consecutive_blocks(rows_i)
     group_of_row = dict(enumerate(batch.group_ids.tolist()))
     groups = stats.group_blocks(rows_i, group_of_row)
@@ -435,10 +534,18 @@ def value_source_rows(batch, values: pd.DataFrame, outcome_channel: str, skipped
             return float(np.corrcoef(v[idx], target[idx])[0, 1])
 
         everything = np.arange(len(v))
-        out.append({"estimator": f"V: {source}", "kind": "value source", "value_mse": mse,
-                    "value_mse_se": mse_se,
-                    "value_mse_se_group": stats.group_mean_se(per_rollout, [rows_i[b[0]] for b in blocks],
-                                                              group_of_row),
-                    "value_corr": corr(everything), "value_corr_se": stats.bootstrap_se(corr, blocks),
-                    "value_corr_se_group": stats.bootstrap_se(corr, groups)})
+        out.append(
+            {
+                "estimator": f"V: {source}",
+                "kind": "value source",
+                "value_mse": mse,
+                "value_mse_se": mse_se,
+                "value_mse_se_group": stats.group_mean_se(
+                    per_rollout, [rows_i[b[0]] for b in blocks], group_of_row
+                ),
+                "value_corr": corr(everything),
+                "value_corr_se": stats.bootstrap_se(corr, blocks),
+                "value_corr_se_group": stats.bootstrap_se(corr, groups),
+            }
+        )
     return out

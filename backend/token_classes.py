@@ -52,8 +52,9 @@ class TokenClass:
             try:
                 re.compile(self.pattern)
             except re.error as exc:
-                raise InputError(f"token class {self.name!r}: {self.pattern!r} is not a regex "
-                                 f"({exc})") from None
+                raise InputError(
+                    f"token class {self.name!r}: {self.pattern!r} is not a regex ({exc})"
+                ) from None
         elif self.kind == "phrases":
             if not self.phrases:
                 raise InputError(f"token class {self.name!r}: give at least one phrase (one per line)")
@@ -61,8 +62,9 @@ class TokenClass:
             if self.pattern not in MARKERS:
                 raise InputError(f"token class {self.name!r}: marker must be one of {MARKERS}")
         else:
-            raise InputError(f"token class {self.name!r}: kind must be regex, phrases or marker, "
-                             f"got {self.kind!r}")
+            raise InputError(
+                f"token class {self.name!r}: kind must be regex, phrases or marker, got {self.kind!r}"
+            )
 
     @property
     def phrases(self) -> list[str]:
@@ -72,13 +74,42 @@ class TokenClass:
 # Phrases common in padded or sycophantic answers (matched case-insensitively in the response text, so a
 # phrase split over tokens is found); whole phrases, not single short words that occur inside other words.
 FILLER_PHRASES = (
-    "great question", "good question", "excellent question", "what a great", "i'm glad you asked",
-    "i hope this helps", "hope this helps", "let me know if", "feel free to", "happy to help",
-    "i'd be happy to", "i would be happy to", "certainly!", "absolutely!", "of course!", "sure thing",
-    "as an ai", "it's important to note", "it is important to note", "it's worth noting",
-    "it is worth noting", "needless to say", "to be honest", "basically", "essentially", "obviously",
-    "clearly", "simply put", "let me think", "you know", "i mean", "so yeah", "well well",
-    "in conclusion", "to summarize", "in summary",
+    "great question",
+    "good question",
+    "excellent question",
+    "what a great",
+    "i'm glad you asked",
+    "i hope this helps",
+    "hope this helps",
+    "let me know if",
+    "feel free to",
+    "happy to help",
+    "i'd be happy to",
+    "i would be happy to",
+    "certainly!",
+    "absolutely!",
+    "of course!",
+    "sure thing",
+    "as an ai",
+    "it's important to note",
+    "it is important to note",
+    "it's worth noting",
+    "it is worth noting",
+    "needless to say",
+    "to be honest",
+    "basically",
+    "essentially",
+    "obviously",
+    "clearly",
+    "simply put",
+    "let me think",
+    "you know",
+    "i mean",
+    "so yeah",
+    "well well",
+    "in conclusion",
+    "to summarize",
+    "in summary",
 )
 
 DEFAULT_CLASSES: tuple[TokenClass, ...] = (
@@ -210,7 +241,7 @@ def _hits_in_text(text: str, starts: np.ndarray, phrases: list[str]) -> np.ndarr
     for m in _phrase_pattern(tuple(phrases)).finditer(text):
         first = int(np.searchsorted(starts, m.start(1), side="right")) - 1
         last = int(np.searchsorted(starts, m.end(1), side="left")) - 1
-        hits[max(first, 0): last + 1] = True
+        hits[max(first, 0) : last + 1] = True
     return hits
 
 
@@ -278,7 +309,7 @@ def _flat_phrase_hits(text: pa.Array, lengths: np.ndarray, phrases: list[str]) -
     for row, response in enumerate(joined):
         first, last = int(offsets[row]), int(offsets[row + 1])
         if first < last:
-            starts = chars[first: last + 1] - chars[first]
+            starts = chars[first : last + 1] - chars[first]
             hits[first:last] = _hits_in_text(response.lower(), starts, phrases)
     return hits
 

@@ -26,12 +26,21 @@ from backend.store import StoreHandle
 
 DICTIONARY_COLUMNS = ["rollout_id", "group_id", "token"]
 """Columns whose values repeat (dictionary-encoded in Parquet); ids and advantages vary per token."""
-TOKEN_ROWS_SCHEMA = pa.schema([("rollout_id", pa.int64()), ("group_id", pa.int64()), ("pos", pa.int32()),
-                               ("token_id", pa.int64()), ("token", pa.string()), ("advantage", pa.float32())])
+TOKEN_ROWS_SCHEMA = pa.schema(
+    [
+        ("rollout_id", pa.int64()),
+        ("group_id", pa.int64()),
+        ("pos", pa.int32()),
+        ("token_id", pa.int64()),
+        ("token", pa.string()),
+        ("advantage", pa.float32()),
+    ]
+)
 
 
-def estimate_config(handle: StoreHandle, run: str, estimator: str, overrides: dict[str, Any],
-                    channel: str | None = None) -> tuple[str, Any]:
+def estimate_config(
+    handle: StoreHandle, run: str, estimator: str, overrides: dict[str, Any], channel: str | None = None
+) -> tuple[str, Any]:
     """(the estimator's current name, its config) from `--set` pairs and a channel (None: the run's main
     channel; a `channel` in `overrides` wins). Unknown names, channels and values are InputErrors."""
     try:
@@ -66,22 +75,31 @@ class TokenTables:
             yield token_rows(batch, advantages)
 
 
-def token_tables(handle: StoreHandle, run: str, name: str, config: Any, *,
-                 chunk_rollouts: int | None = DEFAULT_CHUNK_ROLLOUTS, use_cache: bool = True) -> TokenTables:
+def token_tables(
+    handle: StoreHandle,
+    run: str,
+    name: str,
+    config: Any,
+    *,
+    chunk_rollouts: int | None = DEFAULT_CHUNK_ROLLOUTS,
+    use_cache: bool = True,
+) -> TokenTables:
     """The run's token rows under `name`/`config`. `chunk_rollouts=None` computes the whole run in memory
     at once (the benchmarks' baseline); otherwise the run is streamed at the estimator's scope."""
     with handle.read() as store:
         store.run_id(run)  # a clear error for an unknown run before any work
     if chunk_rollouts is None:
-        scoped = estimates.estimate_rollouts(handle, run, name, config, use_cache=use_cache,
-                                             chunk_rollouts=None)
+        scoped = estimates.estimate_rollouts(
+            handle, run, name, config, use_cache=use_cache, chunk_rollouts=None
+        )
         with handle.read() as store:
             batch = store.load_batch(run)
         parts = iter([(batch, scoped.padded(batch.rollout_ids.tolist(), batch.T))])
         how, scope, notes = scoped.how, scoped.scope, scoped.notes
     else:
-        streamed = estimates.stream_run(handle, run, name, config, chunk_rollouts=chunk_rollouts,
-                                        use_cache=use_cache, with_tokens=True)
+        streamed = estimates.stream_run(
+            handle, run, name, config, chunk_rollouts=chunk_rollouts, use_cache=use_cache, with_tokens=True
+        )
         parts, how, scope, notes = iter(streamed), streamed.how, streamed.scope, streamed.notes
     return TokenTables(parts, how, scope, notes)
 
@@ -102,11 +120,14 @@ def token_rows(batch: RolloutBatch, advantages: torch.Tensor) -> pa.Table:
         tokens = pa.array(flat if len(flat) == n else [None] * n, type=pa.string())
     else:
         tokens = pa.nulls(n, type=pa.string())
-    return pa.table({
-        "rollout_id": pa.array(np.repeat(batch.rollout_ids.cpu().numpy(), lengths), type=pa.int64()),
-        "group_id": pa.array(np.repeat(batch.group_ids.cpu().numpy(), lengths), type=pa.int64()),
-        "pos": pa.array(pos.astype(np.int32)),
-        "token_id": pa.array(batch.token_ids.cpu().numpy()[mask], type=pa.int64()),
-        "token": tokens,
-        "advantage": pa.array(advantages.detach().to(torch.float32).cpu().numpy()[mask]),
-    }, schema=TOKEN_ROWS_SCHEMA)
+    return pa.table(
+        {
+            "rollout_id": pa.array(np.repeat(batch.rollout_ids.cpu().numpy(), lengths), type=pa.int64()),
+            "group_id": pa.array(np.repeat(batch.group_ids.cpu().numpy(), lengths), type=pa.int64()),
+            "pos": pa.array(pos.astype(np.int32)),
+            "token_id": pa.array(batch.token_ids.cpu().numpy()[mask], type=pa.int64()),
+            "token": tokens,
+            "advantage": pa.array(advantages.detach().to(torch.float32).cpu().numpy()[mask]),
+        },
+        schema=TOKEN_ROWS_SCHEMA,
+    )

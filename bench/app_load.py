@@ -23,8 +23,10 @@ from app.testing import launch
 TRIVIAL = 'import streamlit as st\n\nst.title("Trivial")\nst.write("A trivial page: the baseline.")\n'
 # Each view as a link opens it on the demo store (rollout 3: a group whose scores differ).
 QUERIES = {"explorer": "run=demo", "trends": "run=demo", "oracle": "run=oracle", "runs": ""}
-VIEWS = tuple((title, f"{path}?{QUERIES.get(path, 'run=demo&rollout=3')}".rstrip("?"))
-              for _, title, path, _ in view_list.VIEWS)
+VIEWS = tuple(
+    (title, f"{path}?{QUERIES.get(path, 'run=demo&rollout=3')}".rstrip("?"))
+    for _, title, path, _ in view_list.VIEWS
+)
 # The page shows a finished run: its title, every chart drawn, no running icon, nothing stale.
 SHOWN = (
     "() => document.querySelector('h1') !== null"
@@ -99,8 +101,9 @@ def measure(playwright, db: Path, tmp: Path, rounds: int = 3) -> tuple[list[tupl
             for name, path in VIEWS:
                 times[name].append(fresh_load(browser, f"{app.url}/{path}"))
         compare = f"{app.url}/compare?run=demo&rollout=3&ests=grpo,entropy"
-        added = [(f"Compare: add {name} to grpo, entropy", add_estimator(browser, compare, name))
-                 for name in ADDED]
+        added = [
+            (f"Compare: add {name} to grpo, entropy", add_estimator(browser, compare, name)) for name in ADDED
+        ]
         browser.close()
     base = statistics.median(t[1] for t in times["Trivial page"][1:])
     rows = []
@@ -111,12 +114,16 @@ def measure(playwright, db: Path, tmp: Path, rounds: int = 3) -> tuple[list[tupl
 
 
 def print_table(rows: list[tuple], added: list[tuple]) -> None:
-    print(f"{'fresh page load (demo store)':<30} {'first visit':>11} {'first content':>13} {'loaded':>8} "
-          f"{'ratio':>6}")
+    print(
+        f"{'fresh page load (demo store)':<30} {'first visit':>11} {'first content':>13} {'loaded':>8} "
+        f"{'ratio':>6}"
+    )
     for name, first_visit, content, loaded, ratio in rows:
         print(f"{name:<30} {first_visit:>11.2f} {content:>13.2f} {loaded:>8.2f} {ratio:>6.2f}")
-    print("seconds; medians of fresh loads after the first visit; ratio = loaded / the trivial page's "
-          "(target ≤ 1.5)")
+    print(
+        "seconds; medians of fresh loads after the first visit; ratio = loaded / the trivial page's "
+        "(target ≤ 1.5)"
+    )
     print(f"\n{'rerun':<46} {'seconds':>8} {'target':>7}")
     for what, seconds in added:
         print(f"{what:<46} {seconds:>8.2f} {1.0:>7.2f}")

@@ -48,15 +48,22 @@ def make_batch(B: int, T: int, seed: int = 0, group: int = 8, device: str = "cpu
     f = lambda x: torch.where(mask, x, 0.0)  # noqa: E731
     mc_mask = (torch.rand(B, T, generator=gen) < 0.01) & mask
     return RolloutBatch(
-        response_mask=mask, token_ids=tokens, group_ids=groups, rollout_ids=torch.arange(B),
+        response_mask=mask,
+        token_ids=tokens,
+        group_ids=groups,
+        rollout_ids=torch.arange(B),
         steps=torch.zeros(B, dtype=torch.long),
         scores={"task": (torch.rand(B, generator=gen) < 0.5).float()},
         logprobs=f(-torch.rand(B, T, generator=gen) * 3),
         ref_logprobs=f(-torch.rand(B, T, generator=gen) * 3),
-        entropies=f(torch.rand(B, T, generator=gen) * 2), values=f(torch.randn(B, T, generator=gen)),
+        entropies=f(torch.rand(B, T, generator=gen) * 2),
+        values=f(torch.randn(B, T, generator=gen)),
         tokens=text,
-        extras={"mc_values": f(torch.rand(B, T, generator=gen)), "mc_mask": mc_mask.float(),
-                "old_entropies": f(torch.rand(B, T, generator=gen) * 2)},  # entropy_drop_mask's old policy
+        extras={
+            "mc_values": f(torch.rand(B, T, generator=gen)),
+            "mc_mask": mc_mask.float(),
+            "old_entropies": f(torch.rand(B, T, generator=gen) * 2),
+        },  # entropy_drop_mask's old policy
     ).to(device)
 
 
@@ -79,18 +86,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated estimator names")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
-    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
-                        help="cpu: CPU seconds of this process (robust on a shared machine; counts every "
-                             "thread, so it over-states multi-threaded kernels); wall: elapsed time")
+    parser.add_argument(
+        "--clock",
+        choices=("cpu", "wall"),
+        default="cpu",
+        help="cpu: CPU seconds of this process (robust on a shared machine; counts every "
+        "thread, so it over-states multi-threaded kernels); wall: elapsed time",
+    )
     args = parser.parse_args(argv)
     global CLOCK
     if args.threads:
         torch.set_num_threads(args.threads)
     CLOCK = args.clock if args.device == "cpu" else "wall"
     names = [n for n in registry.names() if not args.only or n in args.only.split(",")]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}, "
-          f"clock {CLOCK} (best of {args.repeat}), "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}, "
+        f"clock {CLOCK} (best of {args.repeat}), "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
     try:
         from verl.trainer.ppo import core_algos  # type: ignore  # noqa: PLC0415 - optional: verl
     except Exception:
@@ -120,21 +133,29 @@ def main(argv: list[str] | None = None) -> int:
         label = "GAE, per-response lambda (VAPO)"
         print(f"{label:<34} {B:>4}x{T:<5} {fast_l * 1e3:>9.2f} {loop * 1e3:>9.1f} {loop / fast_l:>6.0f}x")
         if core_algos is not None:
-            tv = timeit(few, core_algos.compute_gae_advantage_return, r.cpu(), v.cpu(), mask.float().cpu(),
-                        1.0, 0.95)
-            print(f"{'  vs verl itself':<34} {B:>4}x{T:<5} {fast * 1e3:>9.2f} {tv * 1e3:>9.1f} "
-                  f"{tv / fast:>6.0f}x")
+            tv = timeit(
+                few, core_algos.compute_gae_advantage_return, r.cpu(), v.cpu(), mask.float().cpu(), 1.0, 0.95
+            )
+            print(
+                f"{'  vs verl itself':<34} {B:>4}x{T:<5} {fast * 1e3:>9.2f} {tv * 1e3:>9.1f} "
+                f"{tv / fast:>6.0f}x"
+            )
         scores = batch.scores["task"]
         tr = torch.zeros(B, T)
         tr[:, 0] = scores.cpu()
         index = batch.group_ids.cpu().tolist()
         g_loop = timeit(args.repeat, verl_grpo_loop, tr, mask.float().cpu(), index)
         g_fast = timeit(args.repeat, F.compute_grpo, scores, batch.group_ids, mask)
-        print(f"{'GRPO (index_add)':<34} {B:>4}x{T:<5} {g_fast * 1e3:>9.2f} {g_loop * 1e3:>9.1f} "
-              f"{g_loop / g_fast:>6.0f}x {'':>7}")
+        print(
+            f"{'GRPO (index_add)':<34} {B:>4}x{T:<5} {g_fast * 1e3:>9.2f} {g_loop * 1e3:>9.1f} "
+            f"{g_loop / g_fast:>6.0f}x {'':>7}"
+        )
 
-    print(f"\n{'estimator':<20} {'family':<12} " + " ".join(f"{f'{B}x{T} Mtok/s':>17}" for B, T in shapes)
-          + f" {'target':>8}")
+    print(
+        f"\n{'estimator':<20} {'family':<12} "
+        + " ".join(f"{f'{B}x{T} Mtok/s':>17}" for B, T in shapes)
+        + f" {'target':>8}"
+    )
     runs = [(name, registry.get(name), registry.get(name).config_cls(), name) for name in names]
     if "prefix_tree" in names:  # node tables (opt-in) are for drawing one group; the credit needs none
         spec = registry.get("prefix_tree")
@@ -165,7 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     t_tree = timeit(args.repeat, build_prefix_tree, *args_t)
     t_nodes = timeit(args.repeat, build_prefix_tree, *args_t, with_nodes=True)
     ok &= t_tree < 0.020
-    print(f"\nprefix tree 16x4096: {t_tree * 1e3:.1f} ms (target < 20 ms), with node tables "
-          f"{t_nodes * 1e3:.1f} ms")
+    print(
+        f"\nprefix tree 16x4096: {t_tree * 1e3:.1f} ms (target < 20 ms), with node tables "
+        f"{t_nodes * 1e3:.1f} ms"
+    )
     print("all targets met" if ok else "some targets NOT met (see rows above)")
     return 0

@@ -33,8 +33,36 @@ from backend.ingest import import_path
 from backend.store import Store, StoreHandle
 from backend.store.explorer_queries import fill_rollout_summary
 
-WORDS = np.array(["the", "so", "carry", "answer", "step", "obviously", "let", "me", "think", "sum", "is",
-                  "=", "+", "\n", "1", "2", "3", "4", "5", "6", "7", "8", "9", "0", "check", "again"])
+WORDS = np.array(
+    [
+        "the",
+        "so",
+        "carry",
+        "answer",
+        "step",
+        "obviously",
+        "let",
+        "me",
+        "think",
+        "sum",
+        "is",
+        "=",
+        "+",
+        "\n",
+        "1",
+        "2",
+        "3",
+        "4",
+        "5",
+        "6",
+        "7",
+        "8",
+        "9",
+        "0",
+        "check",
+        "again",
+    ]
+)
 
 
 def write_run(path: Path, total_tokens: int, seed: int = 0, mean_len: int = 1024, group: int = 8) -> int:
@@ -47,26 +75,33 @@ def write_run(path: Path, total_tokens: int, seed: int = 0, mean_len: int = 1024
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
         count = int(offsets[-1])
         ids = rng.integers(0, len(WORDS), size=count, dtype=np.int32)
-        text = [" ".join(WORDS[ids[offsets[i]:offsets[i + 1]]]) for i in range(n)]
+        text = [" ".join(WORDS[ids[offsets[i] : offsets[i + 1]]]) for i in range(n)]
 
         def lists(values, type_, offsets=offsets):
             return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type_))
 
         logprobs = -rng.exponential(1.0, size=count).astype(np.float32)
-        table = pa.table({
-            "prompt": [f"prompt {(rollout + i) // group}" for i in range(n)],
-            "response": text,
-            "step": pa.array(((rollout + np.arange(n)) // (group * 64)).astype(np.int64)),
-            "group": pa.array(((rollout + np.arange(n)) // group).astype(np.int64)),
-            "token_ids": lists(ids, pa.int32()),
-            "logprobs": lists(logprobs, pa.float32()),
-            "ref_logprobs": lists(logprobs - rng.normal(0.05, 0.1, size=count).astype(np.float32),
-                                  pa.float32()),
-            "entropies": lists(rng.exponential(1.0, size=count).astype(np.float32), pa.float32()),
-            "rewards": pa.StructArray.from_arrays(
-                [pa.array(rng.integers(0, 2, size=n).astype(np.float64)),
-                 pa.array(-rng.integers(0, 2, size=n).astype(np.float64))], names=["task", "style"]),
-        })
+        table = pa.table(
+            {
+                "prompt": [f"prompt {(rollout + i) // group}" for i in range(n)],
+                "response": text,
+                "step": pa.array(((rollout + np.arange(n)) // (group * 64)).astype(np.int64)),
+                "group": pa.array(((rollout + np.arange(n)) // group).astype(np.int64)),
+                "token_ids": lists(ids, pa.int32()),
+                "logprobs": lists(logprobs, pa.float32()),
+                "ref_logprobs": lists(
+                    logprobs - rng.normal(0.05, 0.1, size=count).astype(np.float32), pa.float32()
+                ),
+                "entropies": lists(rng.exponential(1.0, size=count).astype(np.float32), pa.float32()),
+                "rewards": pa.StructArray.from_arrays(
+                    [
+                        pa.array(rng.integers(0, 2, size=n).astype(np.float64)),
+                        pa.array(-rng.integers(0, 2, size=n).astype(np.float64)),
+                    ],
+                    names=["task", "style"],
+                ),
+            }
+        )
         if writer is None:
             writer = pq.ParquetWriter(path, table.schema)
         writer.write_table(table)
@@ -104,15 +139,21 @@ def phase_queries(db: str) -> dict:
         f"sort by {share}, descending": q(estimator="grpo", sort=share, descending=True),
         "search 'obviously let me' in prompt+response": q(estimator="grpo", search="obviously let me"),
         "filter length>=1500 and kl>0.05, sort by kl": q(
-            estimator="grpo", sort="kl", filters=(explorer.Filter("length", ">=", 1500),
-                                                  explorer.Filter("kl", ">", 0.05))),
+            estimator="grpo",
+            sort="kl",
+            filters=(explorer.Filter("length", ">=", 1500), explorer.Filter("kl", ">", 0.05)),
+        ),
     }
-    out = {name: timed(lambda query=query: explorer.rollout_table(handle, "big", query)) for name, query in
-           cases.items()}
+    out = {
+        name: timed(lambda query=query: explorer.rollout_table(handle, "big", query))
+        for name, query in cases.items()
+    }
     out["trends (one row per step, with quantiles)"] = timed(
-        lambda: explorer.step_trends(handle, "big", "grpo"))
+        lambda: explorer.step_trends(handle, "big", "grpo")
+    )
     out["trends without the advantage quantiles"] = timed(
-        lambda: explorer.step_trends(handle, "big", "grpo", quantiles=False))
+        lambda: explorer.step_trends(handle, "big", "grpo", quantiles=False)
+    )
     return {"times": out, "peak_mb": peak_mb()}
 
 
@@ -121,8 +162,9 @@ def phase_pandas(db: str) -> dict:
         with Store(db, read_only=True) as store:
             run_id = store.run_id("big")
             frame = store.con.execute("SELECT * FROM rollouts WHERE run_id = ?", [run_id]).df()
-            scores = store.con.execute("SELECT rollout_id, channel, score FROM scores WHERE run_id = ?",
-                                       [run_id]).df()
+            scores = store.con.execute(
+                "SELECT rollout_id, channel, score FROM scores WHERE run_id = ?", [run_id]
+            ).df()
         wide = scores.pivot(index="rollout_id", columns="channel", values="score").add_prefix("score_")
         frame = frame.join(wide, on="rollout_id")
         frame["length"] = frame["token_ids"].map(len)
@@ -132,13 +174,19 @@ def phase_pandas(db: str) -> dict:
     start = time.perf_counter()
     load_and_page()
     first = time.perf_counter() - start
-    return {"times": {"load the run into pandas + the first page": min(first, timed(load_and_page, 1))},
-            "peak_mb": peak_mb()}
+    return {
+        "times": {"load the run into pandas + the first page": min(first, timed(load_and_page, 1))},
+        "peak_mb": peak_mb(),
+    }
 
 
 def run_phase(phase: str, db: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "bench.explorer", "--phase", phase, "--db", db],
-                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.explorer", "--phase", phase, "--db", db],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-2000:])
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -167,16 +215,20 @@ def main(argv: list[str] | None = None) -> int:
         with Store(db) as store:
             start = time.perf_counter()
             report = import_path(store, source, "big")
-            print(f"import (fills rollout_summary): {report.records:,} rollouts in "
-                  f"{time.perf_counter() - start:.1f} s")
+            print(
+                f"import (fills rollout_summary): {report.records:,} rollouts in "
+                f"{time.perf_counter() - start:.1f} s"
+            )
             start = time.perf_counter()
             with store.transaction():
                 fill_rollout_summary(store, store.run_id("big"))
             print(f"  of which the summary SQL alone: {time.perf_counter() - start:.1f} s")
         start = time.perf_counter()
         estimates.estimate_rollouts(StoreHandle(db), "big", "grpo")
-        print(f"grpo over the whole run, saved with its credit summary: {time.perf_counter() - start:.1f} s; "
-              f"peak memory of this process so far {peak_mb():,.0f} MB")
+        print(
+            f"grpo over the whole run, saved with its credit summary: {time.perf_counter() - start:.1f} s; "
+            f"peak memory of this process so far {peak_mb():,.0f} MB"
+        )
     size = os.path.getsize(db) / 2**20
     queries = run_phase("queries", db)
     pandas = run_phase("pandas", db)
@@ -187,8 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name + ' (baseline)':<50} {seconds:>8.3f} {1.0:>8.1f}")
     for name, seconds in queries["times"].items():
         print(f"{name:<50} {seconds:>8.3f} {baseline / seconds:>8.1f}")
-    print(f"peak memory: explorer process {queries['peak_mb']:,.0f} MB, "
-          f"pandas process {pandas['peak_mb']:,.0f} MB")
+    print(
+        f"peak memory: explorer process {queries['peak_mb']:,.0f} MB, "
+        f"pandas process {pandas['peak_mb']:,.0f} MB"
+    )
     tmp.cleanup()
     return 0
 

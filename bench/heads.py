@@ -17,8 +17,13 @@ from backend.estimators.registry import estimate
 from backend.metrics import average_ranks, batch_metrics
 from backend.synthetic import OracleConfig, generate, to_batch
 
-ROWS = (("grpo", {}), ("entropy", {}), ("high_entropy_mask", {}), ("token_rm", {"head": "linear"}),
-        ("token_rm", {"head": "mlp"}))
+ROWS = (
+    ("grpo", {}),
+    ("entropy", {}),
+    ("high_entropy_mask", {}),
+    ("token_rm", {"head": "linear"}),
+    ("token_rm", {"head": "mlp"}),
+)
 SHOWN = ("key_recall", "filler_mass", "auroc", "sign_accuracy", "spearman")
 
 

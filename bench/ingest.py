@@ -45,17 +45,23 @@ def write_run(path: Path, total_tokens: int, seed: int = 0, mean_len: int = 1024
         def lists(values, type_, offsets=offsets):
             return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type_))
 
-        table = pa.table({
-            "prompt": [f"prompt {(rollout + i) // group}" for i in range(n)],
-            "response": ["..."] * n,
-            "step": pa.array(((rollout + np.arange(n)) // (group * 64)).astype(np.int64)),
-            "token_ids": lists(rng.integers(0, 50_000, size=count, dtype=np.int32), pa.int32()),
-            "logprobs": lists(-rng.exponential(1.0, size=count).astype(np.float32), pa.float32()),
-            "entropies": lists(rng.exponential(1.0, size=count).astype(np.float32), pa.float32()),
-            "rewards": pa.StructArray.from_arrays(
-                [pa.array(rng.integers(0, 2, size=n).astype(np.float64)),
-                 pa.array(-rng.integers(0, 2, size=n).astype(np.float64))], names=["task", "style"]),
-        })
+        table = pa.table(
+            {
+                "prompt": [f"prompt {(rollout + i) // group}" for i in range(n)],
+                "response": ["..."] * n,
+                "step": pa.array(((rollout + np.arange(n)) // (group * 64)).astype(np.int64)),
+                "token_ids": lists(rng.integers(0, 50_000, size=count, dtype=np.int32), pa.int32()),
+                "logprobs": lists(-rng.exponential(1.0, size=count).astype(np.float32), pa.float32()),
+                "entropies": lists(rng.exponential(1.0, size=count).astype(np.float32), pa.float32()),
+                "rewards": pa.StructArray.from_arrays(
+                    [
+                        pa.array(rng.integers(0, 2, size=n).astype(np.float64)),
+                        pa.array(-rng.integers(0, 2, size=n).astype(np.float64)),
+                    ],
+                    names=["task", "style"],
+                ),
+            }
+        )
         if writer is None:
             writer = pq.ParquetWriter(path, table.schema)
         writer.write_table(table)
@@ -80,28 +86,41 @@ def write_trl_logs(directory: Path, rollouts: int, seed: int = 0, group: int = 8
             n = min(TRL_PER_STEP, rollouts - start)
             picks = rng.integers(0, len(words), size=(n, 24))
             completions = [" ".join(row) for row in words[picks]]
-            prompts = [f"question {(start + i) // group}: what is {(start + i) // group} + 7?"
-                       for i in range(n)]
+            prompts = [
+                f"question {(start + i) // group}: what is {(start + i) // group} + 7?" for i in range(n)
+            ]
             missing_a = rng.random(n) < 0.1  # a reward function that returned None (NaN)
             a = np.where(missing_a, np.nan, rng.integers(0, 2, n).astype(np.float64))
             b = np.where(~missing_a & (rng.random(n) < 0.1), np.nan, rng.random(n))
-            table = pa.table({
-                "step": pa.array(np.full(n, step, dtype=np.int64)),
-                "prompt": prompts,
-                "completion": completions,
-                "accuracy_reward": a,
-                "format_reward": b,
-                "n_chars": pa.array([len(c) for c in completions], pa.int64()),
-                "source": ["synthetic"] * n,
-                "advantage": rng.normal(size=n),
-            })
+            table = pa.table(
+                {
+                    "step": pa.array(np.full(n, step, dtype=np.int64)),
+                    "prompt": prompts,
+                    "completion": completions,
+                    "accuracy_reward": a,
+                    "format_reward": b,
+                    "n_chars": pa.array([len(c) for c in completions], pa.int64()),
+                    "source": ["synthetic"] * n,
+                    "advantage": rng.normal(size=n),
+                }
+            )
             pq.write_table(table, directory / f"completions_{step:05d}.parquet")
             for i in range(n):
-                rewards = {k: float(v) for k, v in (("accuracy_reward", a[i]), ("format_reward", b[i]))
-                           if v == v}
-                out.write(json.dumps({"prompt": prompts[i], "response": completions[i], "step": step,
-                                      "group": (start + i) // group,
-                                      "rewards": rewards}) + "\n")
+                rewards = {
+                    k: float(v) for k, v in (("accuracy_reward", a[i]), ("format_reward", b[i])) if v == v
+                }
+                out.write(
+                    json.dumps(
+                        {
+                            "prompt": prompts[i],
+                            "response": completions[i],
+                            "step": step,
+                            "group": (start + i) // group,
+                            "rewards": rewards,
+                        }
+                    )
+                    + "\n"
+                )
     return native
 
 
@@ -126,28 +145,45 @@ def import_in_child(source: Path, db: Path, fmt: str) -> tuple[int, int, float, 
 
 def trl_comparison(tmp: Path, rollouts: int) -> None:
     native = write_trl_logs(tmp / "trl" / "completions", rollouts)
-    rows = [("native JSONL, per record (baseline)", *import_in_child(native, tmp / "n.duckdb", "native")),
-            ("TRL completions log", *import_in_child(tmp / "trl", tmp / "trl.duckdb", "trl"))]
+    rows = [
+        ("native JSONL, per record (baseline)", *import_in_child(native, tmp / "n.duckdb", "native")),
+        ("TRL completions log", *import_in_child(tmp / "trl", tmp / "trl.duckdb", "trl")),
+    ]
     base_rate = rows[0][2] / rows[0][3]
-    print(f"{'TRL import, simple tokenization':<40} {'rollouts':>10} {'tokens':>11} {'seconds':>8} "
-          f"{'tokens/s':>10} {'ratio':>6} {'peak RSS MB':>12}")
+    print(
+        f"{'TRL import, simple tokenization':<40} {'rollouts':>10} {'tokens':>11} {'seconds':>8} "
+        f"{'tokens/s':>10} {'ratio':>6} {'peak RSS MB':>12}"
+    )
     for name, records, tokens, seconds, rss in rows:
-        print(f"{name:<40} {records:>10,} {tokens:>11,} {seconds:>8.1f} {tokens / seconds:>10,.0f} "
-              f"{tokens / seconds / base_rate:>6.2f} {rss:>12,.0f}")
+        print(
+            f"{name:<40} {records:>10,} {tokens:>11,} {seconds:>8.1f} {tokens / seconds:>10,.0f} "
+            f"{tokens / seconds / base_rate:>6.2f} {rss:>12,.0f}"
+        )
 
 
 def naive_insert(db: Path, source: Path, max_tokens: int) -> tuple[int, float]:
     """One INSERT statement per rollout with python lists (what the importer avoids)."""
     con = duckdb.connect(str(db))
-    con.execute("CREATE TABLE r (rollout_id INTEGER, prompt VARCHAR, token_ids INTEGER[], logprobs FLOAT[], "
-                "entropies FLOAT[], task DOUBLE, style DOUBLE)")
+    con.execute(
+        "CREATE TABLE r (rollout_id INTEGER, prompt VARCHAR, token_ids INTEGER[], logprobs FLOAT[], "
+        "entropies FLOAT[], task DOUBLE, style DOUBLE)"
+    )
     rows = pq.ParquetFile(source).read_row_group(0).to_pylist()
     tokens = 0
     start = time.perf_counter()
     for i, row in enumerate(rows):
-        con.execute("INSERT INTO r VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [i, row["prompt"], row["token_ids"], row["logprobs"], row["entropies"],
-                     row["rewards"]["task"], row["rewards"]["style"]])
+        con.execute(
+            "INSERT INTO r VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                i,
+                row["prompt"],
+                row["token_ids"],
+                row["logprobs"],
+                row["entropies"],
+                row["rewards"]["task"],
+                row["rewards"]["style"],
+            ],
+        )
         tokens += len(row["token_ids"])
         if tokens >= max_tokens:
             break
@@ -165,12 +201,21 @@ def layout_comparison(
     offsets = pa.array(np.arange(0, count + 1, length, dtype=np.int32))
     ids = rng.integers(0, 50_000, size=count, dtype=np.int32)
     lp = rng.standard_normal(count).astype(np.float32)
-    lists = pa.table({"rollout_id": pa.array(np.arange(n_rollouts, dtype=np.int32)),
-                      "token_ids": pa.ListArray.from_arrays(offsets, pa.array(ids)),
-                      "logprobs": pa.ListArray.from_arrays(offsets, pa.array(lp))})
-    tokens = pa.table({"rollout_id": pa.array(np.repeat(np.arange(n_rollouts, dtype=np.int32), length)),
-                       "pos": pa.array(np.tile(np.arange(length, dtype=np.int32), n_rollouts)),
-                       "token_id": pa.array(ids), "logprob": pa.array(lp)})
+    lists = pa.table(
+        {
+            "rollout_id": pa.array(np.arange(n_rollouts, dtype=np.int32)),
+            "token_ids": pa.ListArray.from_arrays(offsets, pa.array(ids)),
+            "logprobs": pa.ListArray.from_arrays(offsets, pa.array(lp)),
+        }
+    )
+    tokens = pa.table(
+        {
+            "rollout_id": pa.array(np.repeat(np.arange(n_rollouts, dtype=np.int32), length)),
+            "pos": pa.array(np.tile(np.arange(length, dtype=np.int32), n_rollouts)),
+            "token_id": pa.array(ids),
+            "logprob": pa.array(lp),
+        }
+    )
     out = []
     for name, table, fetch in (
         ("list columns (store)", lists, "SELECT token_ids, logprobs FROM t WHERE rollout_id = ?"),
@@ -197,8 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench ingest")
     parser.add_argument("--tokens", type=int, default=10_000_000)
     parser.add_argument("--naive-tokens", type=int, default=50_000)
-    parser.add_argument("--trl-rollouts", type=int, default=1_000_000,
-                        help="rows of the synthetic TRL log (0: skip that table)")
+    parser.add_argument(
+        "--trl-rollouts",
+        type=int,
+        default=1_000_000,
+        help="rows of the synthetic TRL log (0: skip that table)",
+    )
     parser.add_argument("--only-trl", action="store_true", help="only the TRL table")
     args = parser.parse_args(argv)
     if args.only_trl:
@@ -218,12 +267,18 @@ def main(argv: list[str] | None = None) -> int:
         fast_rate, naive_rate = total / seconds, naive_tokens / naive_s
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"{'method':<40} {'tokens':>11} {'seconds':>8} {'tokens/s':>12} {'ratio':>7}")
-        print(f"{'naive INSERT per rollout (baseline)':<40} {naive_tokens:>11,} {naive_s:>8.2f} "
-              f"{naive_rate:>12,.0f} {1.0:>7.1f}")
-        print(f"{'import_path (Arrow, staged chunks)':<40} {total:>11,} {seconds:>8.2f} "
-              f"{fast_rate:>12,.0f} {fast_rate / naive_rate:>7.1f}")
-        print(f"target: >= 2,000,000 tokens/s -> {'met' if fast_rate >= 2e6 else 'NOT met'}; "
-              f"peak RSS of this process {peak_mb:,.0f} MB; {report.records:,} rollouts")
+        print(
+            f"{'naive INSERT per rollout (baseline)':<40} {naive_tokens:>11,} {naive_s:>8.2f} "
+            f"{naive_rate:>12,.0f} {1.0:>7.1f}"
+        )
+        print(
+            f"{'import_path (Arrow, staged chunks)':<40} {total:>11,} {seconds:>8.2f} "
+            f"{fast_rate:>12,.0f} {fast_rate / naive_rate:>7.1f}"
+        )
+        print(
+            f"target: >= 2,000,000 tokens/s -> {'met' if fast_rate >= 2e6 else 'NOT met'}; "
+            f"peak RSS of this process {peak_mb:,.0f} MB; {report.records:,} rollouts"
+        )
         print()
         print(f"{'layout (512 x 4096 tokens)':<24} {'insert s':>9} {'file MB':>8} {'fetch 1 rollout ms':>19}")
         for name, insert_s, size_mb, fetch_ms in layout_comparison(tmp):

@@ -28,8 +28,10 @@ def _rollouts(n: int) -> list[mc.RolloutTokens]:
     records = [json.loads(line) for line in RUN.read_text().splitlines() if line.strip()]
     last = [r for r in records if r["step"] == max(x["step"] for x in records)]
     picked = [r for r in last if mc.answer_span(r["tokens"]) is not None][:n]
-    return [mc.RolloutTokens(i, r["prompt"], r["prompt_ids"], r["token_ids"], r["tokens"])
-            for i, r in enumerate(picked)]
+    return [
+        mc.RolloutTokens(i, r["prompt"], r["prompt_ids"], r["token_ids"], r["tokens"])
+        for i, r in enumerate(picked)
+    ]
 
 
 def _timed(fn):
@@ -56,13 +58,21 @@ def main(argv: list[str] | None = None) -> int:
     tokens = sum(len(r.token_ids) for r in rollouts)
     methods = {
         # name: (batched, loop, model sequences each way)
-        "oar_p": (lambda: mc.oar_p_scores(engine, rollouts),
-                  lambda: {r.rollout_id: mc.oar_p_scores_loop(engine, r) for r in rollouts},
-                  reasoning + len(rollouts)),
-        "oar_g": (lambda: mc.oar_g_scores(engine, rollouts),
-                  lambda: {r.rollout_id: mc.oar_g_scores_loop(engine, r) for r in rollouts}, reasoning),
-        "gcpo": (lambda: mc.gcpo_deltas(engine, rollouts),
-                 lambda: {r.rollout_id: mc.gcpo_deltas_loop(engine, r) for r in rollouts}, 2 * tokens),
+        "oar_p": (
+            lambda: mc.oar_p_scores(engine, rollouts),
+            lambda: {r.rollout_id: mc.oar_p_scores_loop(engine, r) for r in rollouts},
+            reasoning + len(rollouts),
+        ),
+        "oar_g": (
+            lambda: mc.oar_g_scores(engine, rollouts),
+            lambda: {r.rollout_id: mc.oar_g_scores_loop(engine, r) for r in rollouts},
+            reasoning,
+        ),
+        "gcpo": (
+            lambda: mc.gcpo_deltas(engine, rollouts),
+            lambda: {r.rollout_id: mc.gcpo_deltas_loop(engine, r) for r in rollouts},
+            2 * tokens,
+        ),
     }
     rows = []
     print(f"{len(rollouts)} rollouts, {tokens} tokens ({reasoning} reasoning) on {engine.device}")
@@ -70,12 +80,19 @@ def main(argv: list[str] | None = None) -> int:
     for name, (batched, loop, sequences) in methods.items():
         fast, fast_s = _timed(batched)
         slow, slow_s = _timed(loop)
-        row = {"method": name, "sequences": sequences, "batched_s": round(fast_s, 3),
-               "loop_s": round(slow_s, 3), "ratio": round(slow_s / fast_s, 1),
-               "max_abs_diff": _max_gap(fast, slow)}
+        row = {
+            "method": name,
+            "sequences": sequences,
+            "batched_s": round(fast_s, 3),
+            "loop_s": round(slow_s, 3),
+            "ratio": round(slow_s / fast_s, 1),
+            "max_abs_diff": _max_gap(fast, slow),
+        }
         rows.append(row)
-        print(f"{name:<8} {sequences:>9} {fast_s:>10.2f} {slow_s:>8.2f} {row['ratio']:>6.1f}x "
-              f"{row['max_abs_diff']:>11.2e}")
+        print(
+            f"{name:<8} {sequences:>9} {fast_s:>10.2f} {slow_s:>8.2f} {row['ratio']:>6.1f}x "
+            f"{row['max_abs_diff']:>11.2e}"
+        )
     if args.json:
         args.json.write_text(json.dumps({"device": engine.device, "rows": rows}, indent=1))
     return 0

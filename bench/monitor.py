@@ -45,14 +45,17 @@ def phase_monitor(db: str) -> dict:
     start = time.perf_counter()  # the first call after the estimate: fills the channel summary
     steps = len(monitor.run_monitors(handle, "big", settings=every).series)
     first = time.perf_counter() - start
-    times = {name: timed(lambda s=s: monitor.run_monitors(handle, "big", settings=s)) for name, s in
-             cases.items()}
+    times = {
+        name: timed(lambda s=s: monitor.run_monitors(handle, "big", settings=s)) for name, s in cases.items()
+    }
     channel = main_channel.main_channel(handle, "big")
     config = main_channel.on_channel("grpo", (), channel)
     groups = int(every.option("channel_takeover", "groups_per_step"))
     reference = "channel_takeover's shares from the tokens (the in-memory reference, 1 warm call)"
-    times[reference] = timed(lambda: monitor_channels.channel_step_shares(handle, "big", "grpo", config,
-                                                                          channel, groups), repeats=1)
+    times[reference] = timed(
+        lambda: monitor_channels.channel_step_shares(handle, "big", "grpo", config, channel, groups),
+        repeats=1,
+    )
     return {"times": times, "first": first, "steps": steps, "peak_mb": peak_mb()}
 
 
@@ -77,22 +80,32 @@ def main(argv: list[str] | None = None) -> int:
         with Store(db) as store:
             report = import_path(store, source, "big")
         estimates.estimate_rollouts(StoreHandle(db), "big", "grpo")
-        print(f"built {tokens:,} tokens, {report.records:,} rollouts, grpo saved: "
-              f"{time.perf_counter() - start:.1f} s")
-    done = subprocess.run([sys.executable, "-m", "bench.monitor", "--phase", "--db", db],
-                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+        print(
+            f"built {tokens:,} tokens, {report.records:,} rollouts, grpo saved: "
+            f"{time.perf_counter() - start:.1f} s"
+        )
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.monitor", "--phase", "--db", db],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     if done.returncode != 0:
         print(done.stderr[-2000:], file=sys.stderr)
         return 1
     result = json.loads(done.stdout.strip().splitlines()[-1])
     print(f"\nmonitors over {result['steps']} steps; median of 3 warm calls, a fresh connection each")
     print(f"{'measurement':<84} {'seconds':>8}")
-    print(f"{'first call after the estimate (every detector; fills the channel summary)':<84} "
-          f"{result['first']:>8.3f}")
+    print(
+        f"{'first call after the estimate (every detector; fills the channel summary)':<84} "
+        f"{result['first']:>8.3f}"
+    )
     for name, seconds in result["times"].items():
         print(f"{name:<84} {seconds:>8.3f}")
-    print(f"peak memory of the monitor process {result['peak_mb']:,.0f} MB; "
-          f"load average now {os.getloadavg()[0]:.1f}")
+    print(
+        f"peak memory of the monitor process {result['peak_mb']:,.0f} MB; "
+        f"load average now {os.getloadavg()[0]:.1f}"
+    )
     tmp.cleanup()
     return 0
 

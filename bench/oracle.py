@@ -39,10 +39,14 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         per_estimator[row["estimator"]] = per_estimator.get(row["estimator"], 0.0) + row["seconds"]
     slowest = sorted(per_estimator.items(), key=lambda kv: -kv[1])[:5]
-    print("slowest estimators (seconds summed over seeds and pipelines): "
-          + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in slowest))
-    print(f"{args.seeds} seeds x {args.prompts} prompts x {args.group} responses: wall time {wall:.1f} s "
-          f"({'within' if wall < 120 else 'OVER'} the 120 s budget)")
+    print(
+        "slowest estimators (seconds summed over seeds and pipelines): "
+        + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in slowest)
+    )
+    print(
+        f"{args.seeds} seeds x {args.prompts} prompts x {args.group} responses: wall time {wall:.1f} s "
+        f"({'within' if wall < 120 else 'OVER'} the 120 s budget)"
+    )
     if args.json is not None:
         payload = {"wall_seconds": round(wall, 2), "rows": jsonable_rows(rows)}
         args.json.write_text(json.dumps(payload, indent=1))

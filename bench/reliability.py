@@ -73,16 +73,20 @@ def scale(tokens: int, keep: Path | None) -> int:
     rows.append(("import (native Parquet fast path)", _step("import", str(db), str(src))))
     rows.append(("rollout_index (all rollouts)", _step("index", str(db), "0")))
     rows.append(("load_batch(one group) + rollout()", _step("group", str(db), "17")))
-    print(f"source {src.stat().st_size / 2**20:.0f} MiB, store {db.stat().st_size / 2**20:.0f} MiB, "
-          f"{w['tokens']:,} tokens; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(
+        f"source {src.stat().st_size / 2**20:.0f} MiB, store {db.stat().st_size / 2**20:.0f} MiB, "
+        f"{w['tokens']:,} tokens; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
     print(f"{'step':<38} {'seconds':>8} {'peak RSS MiB':>13} {'added by step':>14}  result")
     for name, r in rows:
         extra = ", ".join(f"{k}={v:,}" for k, v in r.items() if k in ("tokens", "records", "rows", "T"))
         rss = f"{r['peak_rss_mb']:>13.0f} {r['added_rss_mb']:>14.0f}"
         print(f"{name:<38} {r['seconds']:>8.2f} {rss}  {extra}")
     imp = rows[1][1]
-    print(f"import: {imp['tokens'] / imp['seconds'] / 1e6:.1f} M tokens/s; peak RSS / source size = "
-          f"{imp['peak_rss_mb'] / (src.stat().st_size / 2**20):.2f}")
+    print(
+        f"import: {imp['tokens'] / imp['seconds'] / 1e6:.1f} M tokens/s; peak RSS / source size = "
+        f"{imp['peak_rss_mb'] / (src.stat().st_size / 2**20):.2f}"
+    )
     return 0
 
 
@@ -92,8 +96,17 @@ def loops() -> int:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
         env["CREDITLENS_RELIABILITY_COUNTS"] = tmp.name
     start = time.perf_counter()
-    cmd = [sys.executable, "-m", "pytest", "tests/reliability", "-q", "-p", "no:cacheprovider",
-           "-o", "timeout=3600"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "tests/reliability",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "timeout=3600",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env)
     counts = json.loads(Path(env["CREDITLENS_RELIABILITY_COUNTS"]).read_text() or "{}")
     print(f"\n{'cases tried (long mode)':<72} {'count':>7}")

@@ -42,14 +42,44 @@ ROWS = (
 )
 
 
-VOCABULARY = np.array([" the", " of", " and", " to", "\n", ".", ",", " 12", "7", " carry", " =", " +", "  ",
-                       " Let", " me", " think", "####", " 3", " answer", " is"], dtype=object)
+VOCABULARY = np.array(
+    [
+        " the",
+        " of",
+        " and",
+        " to",
+        "\n",
+        ".",
+        ",",
+        " 12",
+        "7",
+        " carry",
+        " =",
+        " +",
+        "  ",
+        " Let",
+        " me",
+        " think",
+        "####",
+        " 3",
+        " answer",
+        " is",
+    ],
+    dtype=object,
+)
 """Token text of a `--text` run: words, digits, punctuation, white space and line ends, so every default
 token class occurs."""
 
 
-def write_run(parquet: Path, jsonl: Path | None, total_tokens: int, seed: int = 0, mean_len: int = 512,
-              group: int = 8, text: bool = False) -> int:
+def write_run(
+    parquet: Path,
+    jsonl: Path | None,
+    total_tokens: int,
+    seed: int = 0,
+    mean_len: int = 512,
+    group: int = 8,
+    text: bool = False,
+) -> int:
     """One native run as Parquet (and, when `jsonl` is given, as JSONL with the same records); `text`:
     with token text (`tokens`), drawn from `VOCABULARY` by token id."""
     rng = np.random.default_rng(seed)
@@ -72,15 +102,20 @@ def write_run(parquet: Path, jsonl: Path | None, total_tokens: int, seed: int = 
             ids = rollout + np.arange(n)
             task = rng.integers(0, 2, size=n).astype(np.float64)
             style = -rng.integers(0, 2, size=n).astype(np.float64)
-            table = pa.table({
-                "prompt": [f"prompt {i // group}" for i in ids],
-                "response": ["..."] * n,
-                "step": pa.array((ids // (group * 64)).astype(np.int64)),
-                **{name: pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
-                   for name, values in columns.items()},
-                "rewards": pa.StructArray.from_arrays([pa.array(task), pa.array(style)],
-                                                      names=["task", "style"]),
-            })
+            table = pa.table(
+                {
+                    "prompt": [f"prompt {i // group}" for i in ids],
+                    "response": ["..."] * n,
+                    "step": pa.array((ids // (group * 64)).astype(np.int64)),
+                    **{
+                        name: pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+                        for name, values in columns.items()
+                    },
+                    "rewards": pa.StructArray.from_arrays(
+                        [pa.array(task), pa.array(style)], names=["task", "style"]
+                    ),
+                }
+            )
             if writer is None:
                 writer = pq.ParquetWriter(parquet, table.schema)
             writer.write_table(table)
@@ -97,8 +132,10 @@ def write_run(parquet: Path, jsonl: Path | None, total_tokens: int, seed: int = 
     return written
 
 
-RUNNER = ("import sys, time\nfrom backend.cli import main\nstart = time.perf_counter()\n"
-          "code = main(sys.argv[1:])\nprint(f'__seconds__ {time.perf_counter() - start}')\nsys.exit(code)")
+RUNNER = (
+    "import sys, time\nfrom backend.cli import main\nstart = time.perf_counter()\n"
+    "code = main(sys.argv[1:])\nprint(f'__seconds__ {time.perf_counter() - start}')\nsys.exit(code)"
+)
 
 
 def run_child(args: list[str]) -> tuple[float, float, float]:
@@ -106,8 +143,9 @@ def run_child(args: list[str]) -> tuple[float, float, float]:
     process (RSS from wait4: that process's own peak; it includes python and torch, ~0.4 GB)."""
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as errors:  # a file, not a pipe: stderr can outgrow a pipe's buffer
-        proc = subprocess.Popen([sys.executable, "-c", RUNNER, *args], stdout=subprocess.PIPE,
-                                stderr=errors, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", RUNNER, *args], stdout=subprocess.PIPE, stderr=errors, text=True
+        )
         out = proc.stdout.read()
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
@@ -123,34 +161,56 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench scale")
     parser.add_argument("--tokens", type=int, default=10_000_000)
     parser.add_argument("--chunk", type=int, default=DEFAULT_CHUNK_ROLLOUTS, help="rollouts per chunk")
-    parser.add_argument("--jsonl-tokens", type=int, default=1_000_000,
-                        help="tokens of the JSONL import row (0: skip; JSONL is written by python)")
-    parser.add_argument("--estimators", default=",".join(name for name, _ in ROWS),
-                        help="comma-separated row names to run (default: all)")
-    parser.add_argument("--text", action="store_true",
-                        help="the run has token text (token classes by regex, text in the output)")
-    parser.add_argument("--streamed-only", action="store_true",
-                        help="skip the in-memory rows (a 100M-token run does not fit in memory that way)")
-    parser.add_argument("--imports-only", action="store_true",
-                        help="only the import rows (Parquet and JSONL); --jsonl-tokens defaults to --tokens")
+    parser.add_argument(
+        "--jsonl-tokens",
+        type=int,
+        default=1_000_000,
+        help="tokens of the JSONL import row (0: skip; JSONL is written by python)",
+    )
+    parser.add_argument(
+        "--estimators",
+        default=",".join(name for name, _ in ROWS),
+        help="comma-separated row names to run (default: all)",
+    )
+    parser.add_argument(
+        "--text",
+        action="store_true",
+        help="the run has token text (token classes by regex, text in the output)",
+    )
+    parser.add_argument(
+        "--streamed-only",
+        action="store_true",
+        help="skip the in-memory rows (a 100M-token run does not fit in memory that way)",
+    )
+    parser.add_argument(
+        "--imports-only",
+        action="store_true",
+        help="only the import rows (Parquet and JSONL); --jsonl-tokens defaults to --tokens",
+    )
     args = parser.parse_args(argv)
     if args.imports_only and "--jsonl-tokens" not in (argv if argv is not None else sys.argv[1:]):
         args.jsonl_tokens = args.tokens
     wanted = set(args.estimators.split(","))
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"load average {load} on {os.cpu_count()} CPUs; tokens/s and ratios use the time after process "
-          "start (the wall column includes it)")
+    print(
+        f"load average {load} on {os.cpu_count()} CPUs; tokens/s and ratios use the time after process "
+        "start (the wall column includes it)"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         source, text = tmp / "run.parquet", tmp / "run.jsonl"
         total = write_run(source, None, args.tokens, text=args.text)
         jsonl_total = write_run(tmp / "j.parquet", text, args.jsonl_tokens, 2) if args.jsonl_tokens else 0
         small = tmp / "small.parquet"
-        small_total = 0 if args.imports_only else write_run(small, None, max(args.tokens // 10, 1), seed=1,
-                                                             text=args.text)
+        small_total = (
+            0
+            if args.imports_only
+            else write_run(small, None, max(args.tokens // 10, 1), seed=1, text=args.text)
+        )
         db, db_small = tmp / "store.duckdb", tmp / "small.duckdb"
-        print(f"{'row':<46} {'tokens':>11} {'wall s':>7} {'s':>7} {'tokens/s':>11} {'ratio':>6} "
-              f"{'peak MB':>8}")
+        print(
+            f"{'row':<46} {'tokens':>11} {'wall s':>7} {'s':>7} {'tokens/s':>11} {'ratio':>6} {'peak MB':>8}"
+        )
 
         def line(label: str, tokens: int, wall: float, inner: float, rss: float, base: float | None) -> None:
             rate = tokens / inner
@@ -172,8 +232,19 @@ def main(argv: list[str] | None = None) -> int:
         for name, extra in ROWS:
             if name not in wanted:
                 continue
-            command = ["estimate", "--db", str(db), "--run", "big", "--estimator", name.split()[0], *extra,
-                       "--no-cache", "--out", str(out)]
+            command = [
+                "estimate",
+                "--db",
+                str(db),
+                "--run",
+                "big",
+                "--estimator",
+                name.split()[0],
+                *extra,
+                "--no-cache",
+                "--out",
+                str(out),
+            ]
             base = None
             if not args.streamed_only:
                 wall, inner, rss = run_child([*command, "--chunk", "none"])
@@ -185,8 +256,9 @@ def main(argv: list[str] | None = None) -> int:
             line(f"estimate {name}, streamed", total, wall, inner, rss, base or grpo_rate)
         if "grpo" in wanted:
             small_run = ["--db", str(db_small), "--run", "small", "--estimator", "grpo"]
-            wall, inner, rss = run_child(["estimate", *small_run, "--no-cache", "--out", str(out),
-                                          "--chunk", str(args.chunk)])
+            wall, inner, rss = run_child(
+                ["estimate", *small_run, "--no-cache", "--out", str(out), "--chunk", str(args.chunk)]
+            )
             line("estimate grpo, streamed, a run a tenth the size", small_total, wall, inner, rss, None)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     return 0

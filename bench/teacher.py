@@ -36,17 +36,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
-    settings = TeacherSettings(model_dir=str(MODEL), samples=args.samples, engine="transformers",
-                               device="cpu")
+    settings = TeacherSettings(
+        model_dir=str(MODEL), samples=args.samples, engine="transformers", device="cpu"
+    )
     rows, values = [], []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        plans = [("single process (baseline)", None, 1), ("ray, 1 worker", "local:1", 1),
-                 (f"ray, {args.workers} workers", f"local:{args.workers}", args.workers)]
+        plans = [
+            ("single process (baseline)", None, 1),
+            ("ray, 1 worker", "local:1", 1),
+            (f"ray, {args.workers} workers", f"local:{args.workers}", args.workers),
+        ]
         for label, address, workers in plans:
             db = fresh_store(folder, label.split()[0] + str(workers))
-            report = run_teacher(StoreHandle(db), "demo", settings, rollouts=args.rollouts, seed=0,
-                                 ray_address=address, workers=workers if address else None)
+            report = run_teacher(
+                StoreHandle(db),
+                "demo",
+                settings,
+                rollouts=args.rollouts,
+                seed=0,
+                ray_address=address,
+                workers=workers if address else None,
+            )
             if address is not None:
                 import ray  # noqa: PLC0415 - optional: Ray
 
@@ -56,15 +67,21 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((label, workers, report))
     base = rows[0][2].seconds
     load = os.getloadavg()[0]
-    print(f"teacher job: {args.rollouts} rollouts, M = {args.samples}, step-end positions "
-          f"({rows[0][2].positions} positions, {rows[0][2].suffixes} suffixes); load average {load:.1f}, "
-          f"{os.cpu_count()} CPUs")
-    print(f"{'how':<28}{'workers':>8}{'seconds':>9}{'rollouts/s':>12}{'tokens/s':>10}"
-          f"{'tokens/s/worker':>17}{'speed-up':>10}")
+    print(
+        f"teacher job: {args.rollouts} rollouts, M = {args.samples}, step-end positions "
+        f"({rows[0][2].positions} positions, {rows[0][2].suffixes} suffixes); load average {load:.1f}, "
+        f"{os.cpu_count()} CPUs"
+    )
+    print(
+        f"{'how':<28}{'workers':>8}{'seconds':>9}{'rollouts/s':>12}{'tokens/s':>10}"
+        f"{'tokens/s/worker':>17}{'speed-up':>10}"
+    )
     for label, workers, r in rows:
-        print(f"{label:<28}{workers:>8}{r.seconds:>9.1f}{r.valued / r.seconds:>12.2f}"
-              f"{r.tokens / r.seconds:>10.0f}{r.tokens / r.seconds / workers:>17.0f}"
-              f"{base / r.seconds:>9.2f}x")
+        print(
+            f"{label:<28}{workers:>8}{r.seconds:>9.1f}{r.valued / r.seconds:>12.2f}"
+            f"{r.tokens / r.seconds:>10.0f}{r.tokens / r.seconds / workers:>17.0f}"
+            f"{base / r.seconds:>9.2f}x"
+        )
     same = all(v.equals(values[0]) for v in values[1:])
     print(f"same values in all three: {same}")
     return 0 if same else 1

@@ -60,18 +60,39 @@ def _trainer(out: Path, args) -> GRPOTrainer:
         model = AutoModelForCausalLM.from_pretrained(DEMO_POLICY, local_files_only=True)
     else:
         base = GPT2Config.from_pretrained(DEMO_POLICY)
-        config = GPT2Config(**{**base.to_dict(), "n_layer": args.layers, "n_embd": args.width,
-                               "n_head": max(1, args.width // 64), "n_positions": 1024})
+        config = GPT2Config(
+            **{
+                **base.to_dict(),
+                "n_layer": args.layers,
+                "n_embd": args.width,
+                "n_head": max(1, args.width // 64),
+                "n_positions": 1024,
+            }
+        )
         model = AutoModelForCausalLM.from_config(config)
     config = GRPOConfig(
-        output_dir=str(out), max_steps=args.steps,
-        per_device_train_batch_size=args.prompts * args.generations, num_generations=args.generations,
-        max_completion_length=args.completion, learning_rate=1e-4,
-        beta=args.beta, logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, seed=0,
-        disable_dropout=True, bf16=False)
-    return GRPOTrainer(model=model, reward_funcs=[_digits, _newline], args=config,
-                       train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]),
-                       processing_class=tokenizer)
+        output_dir=str(out),
+        max_steps=args.steps,
+        per_device_train_batch_size=args.prompts * args.generations,
+        num_generations=args.generations,
+        max_completion_length=args.completion,
+        learning_rate=1e-4,
+        beta=args.beta,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        seed=0,
+        disable_dropout=True,
+        bf16=False,
+    )
+    return GRPOTrainer(
+        model=model,
+        reward_funcs=[_digits, _newline],
+        args=config,
+        train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]),
+        processing_class=tokenizer,
+    )
 
 
 def run_mode(mode: str, args, base: Path) -> dict:
@@ -83,10 +104,13 @@ def run_mode(mode: str, args, base: Path) -> dict:
         recorder = lens_trl.record(trainer, base / mode / "run", entropies=mode == "entropies")
     trainer.train()
     steps = len(recorder.files) if recorder is not None else 1
-    return {"mode": mode, "wall": statistics.median(timer.wall[args.warmup:]),
-            "cpu": statistics.median(timer.cpu[args.warmup:]),
-            "recorder_wall": recorder.seconds / steps if recorder is not None else 0.0,
-            "recorder_cpu": recorder.cpu_seconds / steps if recorder is not None else 0.0}
+    return {
+        "mode": mode,
+        "wall": statistics.median(timer.wall[args.warmup :]),
+        "cpu": statistics.median(timer.cpu[args.warmup :]),
+        "recorder_wall": recorder.seconds / steps if recorder is not None else 0.0,
+        "recorder_cpu": recorder.cpu_seconds / steps if recorder is not None else 0.0,
+    }
 
 
 def entropy_cost(rows: int, tokens: int, vocab: int, repeats: int = 3) -> tuple[float, float]:
@@ -124,17 +148,24 @@ def main(argv: list[str] | None = None) -> int:
         for mode in ("off", "record", "entropies"):
             rows.append(run_mode(mode, args, Path(tmp)))
     off = rows[0]["cpu"]
-    print(f"GRPOTrainer on CPU, {args.layers} layers x {args.width}, {args.prompts} prompts x "
-          f"{args.generations} generations, {args.completion} completion tokens, beta={args.beta}; "
-          f"median of steps {args.warmup + 1}..{args.steps}; load average {os.getloadavg()[0]:.1f} "
-          f"on {os.cpu_count()} CPUs")
-    print("seconds per step (median); CPU = the process's CPU time, all threads: the figure to compare when "
-          "the machine is shared")
-    print(f"{'mode':<10} {'CPU s':>8} {'ratio':>6} {'wall s':>8} {'recorder CPU s':>15} "
-          f"{'recorder wall s':>16}")
+    print(
+        f"GRPOTrainer on CPU, {args.layers} layers x {args.width}, {args.prompts} prompts x "
+        f"{args.generations} generations, {args.completion} completion tokens, beta={args.beta}; "
+        f"median of steps {args.warmup + 1}..{args.steps}; load average {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} CPUs"
+    )
+    print(
+        "seconds per step (median); CPU = the process's CPU time, all threads: the figure to compare when "
+        "the machine is shared"
+    )
+    print(
+        f"{'mode':<10} {'CPU s':>8} {'ratio':>6} {'wall s':>8} {'recorder CPU s':>15} {'recorder wall s':>16}"
+    )
     for r in rows:
-        print(f"{r['mode']:<10} {r['cpu']:>8.3f} {r['cpu'] / off:>6.2f} {r['wall']:>8.3f} "
-              f"{r['recorder_cpu']:>15.3f} {r['recorder_wall']:>16.3f}")
+        print(
+            f"{r['mode']:<10} {r['cpu']:>8.3f} {r['cpu'] / off:>6.2f} {r['wall']:>8.3f} "
+            f"{r['recorder_cpu']:>15.3f} {r['recorder_wall']:>16.3f}"
+        )
     print("\nafter the forward pass, CPU ms per 1000 completion tokens (random logits, best of 3)")
     print(f"{'vocabulary':>10} {'logprobs':>9} {'+entropies':>11}")
     for vocab in (99, 32_000, 151_936):

@@ -69,10 +69,19 @@ class Run:
             raise InputError(f"{estimator}: {exc}") from None
         return main_channel.config_on_channel(self.handle, self.name, estimator, params, channel)
 
-    def rollouts(self, estimator: str | None = None, *, channel: str | None = None,
-                 compare: str | None = None, sort: str = "rollout_id", search: str = "",
-                 where: list[str] | tuple[str, ...] = (),
-                 limit: int | None = None, offset: int = 0, **params) -> pd.DataFrame:
+    def rollouts(
+        self,
+        estimator: str | None = None,
+        *,
+        channel: str | None = None,
+        compare: str | None = None,
+        sort: str = "rollout_id",
+        search: str = "",
+        where: list[str] | tuple[str, ...] = (),
+        limit: int | None = None,
+        offset: int = 0,
+        **params,
+    ) -> pd.DataFrame:
         """The Explorer's table (`creditlens rollouts`): one row per rollout. `sort="-col"` sorts
         descending; `where` holds filters as the command line writes them (`"length>=100"`); with an
         estimator, its credit shares by token class; with `compare`, the Spearman column."""
@@ -97,8 +106,9 @@ class Run:
         config = self._explorer_config(estimator, params, channel)
         return explorer.step_trends(self.handle, self.name, estimator, config)
 
-    def estimate(self, estimator: str, *, channel: str | None = None, use_cache: bool = True,
-                 **params) -> pd.DataFrame:
+    def estimate(
+        self, estimator: str, *, channel: str | None = None, use_cache: bool = True, **params
+    ) -> pd.DataFrame:
         """One row per real token (`creditlens estimate`): rollout_id, group_id, pos, token_id, token,
         advantage. `channel="all"` sums the channel scores per rollout (TRL's combined reward)."""
         name, config = estimate_config(self.handle, self.name, estimator, params, channel)
@@ -106,8 +116,9 @@ class Run:
         tables = list(rows.tables())
         return pa.concat_tables(tables or [TOKEN_ROWS_SCHEMA.empty_table()]).to_pandas()
 
-    def explain(self, rollout: int, estimator: str, pos: int | None = None, *, channel: str | None = None,
-                **params) -> dict:
+    def explain(
+        self, rollout: int, estimator: str, pos: int | None = None, *, channel: str | None = None, **params
+    ) -> dict:
         """Why `rollout`'s tokens got their credit, as `creditlens explain --json` prints it: tokens, each
         channel's advantage and contribution, the final advantage, the estimator's terms; with `pos`, the
         derivation of A at that token."""
@@ -120,12 +131,19 @@ class Run:
             out["derivation"] = {"pos": pos, "lines": explain.derivation(result.terms, pos)}
         return out
 
-    def monitor(self, estimator: str = "grpo", *, channel: str | None = None,
-                config: str | Path | None = None, **params) -> pd.DataFrame:
+    def monitor(
+        self,
+        estimator: str = "grpo",
+        *,
+        channel: str | None = None,
+        config: str | Path | None = None,
+        **params,
+    ) -> pd.DataFrame:
         """The credit-health alerts (`creditlens monitor --json`), one row per alert: detector, statistic,
         step (the onset), severity, value, baseline, message, rollouts, ... `config`: a TOML file of
         thresholds (docs/monitors.md). An empty frame when the run is healthy."""
         settings = monitor_config.load_settings(config)
-        report = monitor.run_monitors(self.handle, self.name, estimator,
-                                      self._explorer_config(estimator, params, channel), settings)
+        report = monitor.run_monitors(
+            self.handle, self.name, estimator, self._explorer_config(estimator, params, channel), settings
+        )
         return pd.DataFrame([a.as_dict() for a in report.alerts])

@@ -35,8 +35,11 @@ README_VIEWS = (
     ("rollout-subword", "rollout?run=subword&rollout=9&pos=4", ".st-key-rollout_heatmap .js-plotly-plot"),
     ("group", "group?run=oracle&rollout=0", ".st-key-group_heatmap .js-plotly-plot"),
     ("compare", "compare?run=oracle&rollout=0", ".st-key-compare_multiples .js-plotly-plot"),
-    ("tune", "tune?run=oracle&rollout=0&beta_style=2.0&base=difference",
-     ".st-key-tune_heatmap .js-plotly-plot"),
+    (
+        "tune",
+        "tune?run=oracle&rollout=0&beta_style=2.0&base=difference",
+        ".st-key-tune_heatmap .js-plotly-plot",
+    ),
     ("resample", "resample?run=demo&rollout=1", ".st-key-resample_heatmap .js-plotly-plot"),
     ("oracle", "oracle?run=oracle", ".js-plotly-plot"),
     ("runs", "runs", "[data-testid=stDataFrame]"),
@@ -44,14 +47,25 @@ README_VIEWS = (
 MORE_VIEWS = tuple(
     (f"{view}-{run}-{rollout}", f"{path}?run={run}&rollout={rollout}", ".js-plotly-plot")
     for run, rollout in (("subword", 0), ("subword", 9), ("simple", 2))
-    for view, path in (("rollout", "rollout"), ("group", "group"), ("compare", "compare"), ("tune", "tune"),
-                       ("resample", "resample"))
+    for view, path in (
+        ("rollout", "rollout"),
+        ("group", "group"),
+        ("compare", "compare"),
+        ("tune", "tune"),
+        ("resample", "resample"),
+    )
 ) + (
-    ("tune-summed", "tune?run=demo&rollout=3&beta_style=2.0&base=side+by+side&against=summed",
-     ".st-key-tune_baseline_heatmap .js-plotly-plot"),
-    ("compare-classes", "compare?run=demo&rollout=3&classes="
-     + quote(json.dumps([["carry word", "phrases", "carry"], ["digits", "regex", r"^\d$"]])),
-     ".st-key-compare_mass .js-plotly-plot"),
+    (
+        "tune-summed",
+        "tune?run=demo&rollout=3&beta_style=2.0&base=side+by+side&against=summed",
+        ".st-key-tune_baseline_heatmap .js-plotly-plot",
+    ),
+    (
+        "compare-classes",
+        "compare?run=demo&rollout=3&classes="
+        + quote(json.dumps([["carry word", "phrases", "carry"], ["digits", "regex", r"^\d$"]])),
+        ".st-key-compare_mass .js-plotly-plot",
+    ),
 )
 
 
@@ -59,8 +73,10 @@ def build_store(db: Path) -> None:
     with Store(db) as store:
         import_bundled(store, quiet=True)
         import_records(store, "subword", subword_records(groups=4, long_response=700), content_key="subword")
-        simple = [{k: v for k, v in r.items() if k not in ("token_ids", "tokens")}
-                  for r in subword_records(groups=2)]
+        simple = [
+            {k: v for k, v in r.items() if k not in ("token_ids", "tokens")}
+            for r in subword_records(groups=2)
+        ]
         import_records(store, "simple", simple, content_key="simple-tokens")
 
 

@@ -33,11 +33,13 @@ with st.expander("Parameters", expanded=False):
     for column, name in zip(st.columns(len(chosen)), chosen, strict=True):
         with column:
             st.markdown(f"**{views.plain(name)}**")
-            configs.append((name, widgets.with_channel(name, widgets.estimator_form(name, key="compare_cfg"),
-                                                       channel)))
+            configs.append(
+                (name, widgets.with_channel(name, widgets.estimator_form(name, key="compare_cfg"), channel))
+            )
 
-result = views.compute_or_explain(compute.compare, sel.db, sel.run, sel.group, sel.rollout, tuple(configs),
-                                  sel.classes)
+result = views.compute_or_explain(
+    compute.compare, sel.db, sel.run, sel.group, sel.rollout, tuple(configs), sel.classes
+)
 for label, message in result["errors"].items():
     st.error(f"{views.plain(label)} cannot run on this run: {views.plain(message)}")
 if len(result["rollout"]) < 1:
@@ -46,15 +48,20 @@ if len(result["rollout"]) < 1:
 st.subheader("Small multiples")
 summed = channel == compute.ALL_CHANNELS
 shown = "all channels (scores summed first)" if summed else f"the {channel} channel"
-st.caption(f"Each estimator's advantage on {views.plain(shown)} for this rollout, one row each, aligned by "
-           "token.")
+st.caption(
+    f"Each estimator's advantage on {views.plain(shown)} for this rollout, one row each, aligned by token."
+)
 mode, _ = widgets.scale_controls("compare", rows=result["rollout"])
 peaks = scales.scale_peaks(result["rollout"], mode)
 L = len(result["tokens"])
 start, stop = views.token_window(L, "compare_window", result["rollout"][next(iter(result["rollout"]))])
 st.plotly_chart(
-    heatmaps.small_multiples({k: v[start:stop] for k, v in result["rollout"].items()},
-                            result["tokens"][start:stop], peaks=peaks, offset=start),
+    heatmaps.small_multiples(
+        {k: v[start:stop] for k, v in result["rollout"].items()},
+        result["tokens"][start:stop],
+        peaks=peaks,
+        offset=start,
+    ),
     key="compare_multiples",
     width="stretch",
     config={"displayModeBar": False},
@@ -67,30 +74,41 @@ if "compare_diff_a" not in st.session_state and pair:
     if len(pair) == 2 and all(n in names for n in pair):
         st.session_state["compare_diff_a"], st.session_state["compare_diff_b"] = pair
     else:
-        state.link_warning("diff", ",".join(pair), "it must name two of the compared estimators",
-                           "the first two")
+        state.link_warning(
+            "diff", ",".join(pair), "it must name two of the compared estimators", "the first two"
+        )
 a_col, b_col = st.columns(2)
 first = a_col.selectbox("A", names, index=0, key="compare_diff_a")
 second = b_col.selectbox("B", names, index=min(1, len(names) - 1), key="compare_diff_b")
 state.publish("diff", f"{first},{second}")
 difference = compute.credit_difference(result["rollout"][first], result["rollout"][second])
 gap = scales.largest_abs(difference)  # the colour bar's ends: the largest difference, however small
-st.caption(f"{views.plain(second)} − {views.plain(first)} per token, on a scale centred at 0 whose ends are "
-           f"the largest difference, ±{fmt.significant(gap, 2, signed=False)}." if gap > 0 else
-           f"{views.plain(second)} and {views.plain(first)} give every token the same credit.")
+st.caption(
+    f"{views.plain(second)} − {views.plain(first)} per token, on a scale centred at 0 whose ends are "
+    f"the largest difference, ±{fmt.significant(gap, 2, signed=False)}."
+    if gap > 0
+    else f"{views.plain(second)} and {views.plain(first)} give every token the same credit."
+)
 st.plotly_chart(
-    heatmaps.credit_heatmap({f"{second} − {first}": difference[start:stop]}, result["tokens"][start:stop],
-                           offset=start, clickable=False, zmax=gap or 1.0),
+    heatmaps.credit_heatmap(
+        {f"{second} − {first}": difference[start:stop]},
+        result["tokens"][start:stop],
+        offset=start,
+        clickable=False,
+        zmax=gap or 1.0,
+    ),
     key="compare_difference",
     width="stretch",
     config={"displayModeBar": False},
 )
 
 if result["mass"]["credit_share"].isna().all():  # every estimator gives the group no credit at all
-    st.info(f"None of these estimators gives this group any credit on {views.plain(shown)} (every token's "
-            "A is 0; e.g. a zero-variance group, whose responses all have the same score). Rank agreement "
-            "and credit mass by class are undefined here: pick a rollout of a group whose scores differ (the "
-            "Explorer's zero-variance filter finds them).")
+    st.info(
+        f"None of these estimators gives this group any credit on {views.plain(shown)} (every token's "
+        "A is 0; e.g. a zero-variance group, whose responses all have the same score). Rank agreement "
+        "and credit mass by class are undefined here: pick a rollout of a group whose scores differ (the "
+        "Explorer's zero-variance filter finds them)."
+    )
 left, right = st.columns(2)
 with left:
     st.subheader("Rank agreement")
@@ -107,7 +125,8 @@ with right:
     st.plotly_chart(charts.class_mass_figure(result["mass"]), key="compare_mass", width="stretch")
 shares = result["mass"].pivot(index="token_class", columns="estimator", values="credit_share")
 st.dataframe(
-    shares, width="stretch",
+    shares,
+    width="stretch",
     column_config={c: st.column_config.NumberColumn(c, format="percent") for c in shares.columns},
 )
 widgets.token_class_editor(sel)

@@ -22,8 +22,12 @@ with channel_box:
     channel = widgets.channel_picker(sel, "explorer")
 with versus:
     compare = state.url_widget(
-        st.selectbox, "Compare with (Spearman per rollout)", key="explorer_compare", url="vs",
-        default="none", options=["none", *widgets.estimator_names()],
+        st.selectbox,
+        "Compare with (Spearman per rollout)",
+        key="explorer_compare",
+        url="vs",
+        default="none",
+        options=["none", *widgets.estimator_names()],
         format_func=lambda n: n if n == "none" else widgets.described(n),
     )
 with params, st.expander("Estimator parameters"):
@@ -33,22 +37,38 @@ compare_config = () if compare is None else widgets.with_channel(compare, (), ch
 
 search_box, sort_box, order_box, size_box = st.columns([3, 2, 1, 1])
 with search_box:
-    search = state.url_widget(st.text_input, "Search prompt and response", key="explorer_search", url="q",
-                              default="", placeholder="text in the prompt or the response")
-base = compute.ExplorerQuery(estimator=estimator, config=config, compare=compare,
-                             compare_config=compare_config)
+    search = state.url_widget(
+        st.text_input,
+        "Search prompt and response",
+        key="explorer_search",
+        url="q",
+        default="",
+        placeholder="text in the prompt or the response",
+    )
+base = compute.ExplorerQuery(
+    estimator=estimator, config=config, compare=compare, compare_config=compare_config
+)
 columns = views.compute_or_explain(compute.explorer_columns, sel.db, sel.run, base)
 sortable = [c for c in columns if c != "preview"]
 monitor_panel.follow_alert_link(st.query_params.to_dict(), st.session_state, sortable)  # an alert's sort
 with sort_box:
-    sort = state.url_widget(st.selectbox, "Sort by", key="explorer_sort", url="sort", default="rollout_id",
-                            options=sortable)
+    sort = state.url_widget(
+        st.selectbox, "Sort by", key="explorer_sort", url="sort", default="rollout_id", options=sortable
+    )
 with order_box:
-    descending = state.url_widget(st.toggle, "Descending", key="explorer_desc", url="desc", default=False,
-                                  cast=lambda v: v == "True")
+    descending = state.url_widget(
+        st.toggle, "Descending", key="explorer_desc", url="desc", default=False, cast=lambda v: v == "True"
+    )
 with size_box:
-    size = state.url_widget(st.selectbox, "Rows per page", key="explorer_size", url="size", default=50,
-                            cast=int, options=[25, 50, 100, 200])
+    size = state.url_widget(
+        st.selectbox,
+        "Rows per page",
+        key="explorer_size",
+        url="size",
+        default=50,
+        cast=int,
+        options=[25, 50, 100, 200],
+    )
 
 numeric = [c for c in sortable if c not in compute.FLAG_COLUMNS and c not in ("rollout_id", "group_id")]
 # A Trends alert links here with its step and filter (`where=step=12,truncated=true`): its rollouts first.
@@ -62,8 +82,9 @@ with st.expander("Filters: flags and ranges"):
     flag_cols = st.columns(len(compute.FLAG_COLUMNS))
     for box, flag in zip(flag_cols, compute.FLAG_COLUMNS, strict=True):
         with box:
-            choice = st.radio(flag.replace("_", " "), ["any", "yes", "no"], key=f"explorer_flag_{flag}",
-                              horizontal=True)
+            choice = st.radio(
+                flag.replace("_", " "), ["any", "yes", "no"], key=f"explorer_flag_{flag}", horizontal=True
+            )
         if choice != "any":
             filters.append(compute.Filter(flag, "=", choice == "yes"))
     ranged = st.multiselect("Range filters on", numeric, key="explorer_ranged")
@@ -88,10 +109,18 @@ if st.session_state.get("_explorer_signature") != signature:
     st.session_state["explorer_page_no"] = 1
 page_no = int(st.session_state.get("explorer_page_no", 1))
 
-query = compute.ExplorerQuery(estimator=estimator, config=config, compare=compare,
-                              compare_config=compare_config, sort=sort,
-                              descending=descending, search=search, filters=tuple(filters), limit=size,
-                              offset=(page_no - 1) * size)
+query = compute.ExplorerQuery(
+    estimator=estimator,
+    config=config,
+    compare=compare,
+    compare_config=compare_config,
+    sort=sort,
+    descending=descending,
+    search=search,
+    filters=tuple(filters),
+    limit=size,
+    offset=(page_no - 1) * size,
+)
 page = views.compute_or_explain(compute.explorer_page, sel.db, sel.run, query)
 for note in page.notes:
     st.caption(f"note: {views.plain(note)}")
@@ -120,12 +149,18 @@ def _open_selected() -> None:
         state.request_rollout(ids[rows[0]])
 
 
-percent = {c: st.column_config.NumberColumn(c, format="percent") for c in page.columns
-           if c.startswith(("share_", "pos_share_", "neg_share_")) or c == "repetition"}
+percent = {
+    c: st.column_config.NumberColumn(c, format="percent")
+    for c in page.columns
+    if c.startswith(("share_", "pos_share_", "neg_share_")) or c == "repetition"
+}
 # The response and the credit first: the columns of the query, reordered for reading (the data is the CLI's).
 first = ["rollout_id", "preview", "step", "group_id", "length"]
-credit = [c for c in page.columns if c.startswith(("share_", "pos_share_", "neg_share_"))
-          or c in ("max_abs", "logged_gap", "spearman")]
+credit = [
+    c
+    for c in page.columns
+    if c.startswith(("share_", "pos_share_", "neg_share_")) or c in ("max_abs", "logged_gap", "spearman")
+]
 shown_order = first + credit + [c for c in page.columns if c not in first and c not in credit]
 st.dataframe(
     page.rows,

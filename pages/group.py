@@ -15,8 +15,9 @@ with pick:
 with channel_box:
     channel = widgets.channel_picker(sel, "group")
 config = widgets.with_channel(estimator, (), channel)
-values, tokens, ids = views.compute_or_explain(compute.group_rows, sel.db, sel.run, sel.group, estimator,
-                                               config, (), channel)
+values, tokens, ids = views.compute_or_explain(
+    compute.group_rows, sel.db, sel.run, sel.group, estimator, config, (), channel
+)
 
 st.subheader("Responses aligned by position")
 st.caption(
@@ -31,8 +32,12 @@ widest = max(values, key=lambda k: len(values[k]), default=None)  # its row is t
 start, stop = views.token_window(longest, "group_window", values.get(widest), peaks.get(widest))
 st.plotly_chart(
     heatmaps.credit_heatmap(
-        {k: v[start:stop] for k, v in values.items()}, [],
-        row_tokens={k: v[start:stop] for k, v in tokens.items()}, peaks=peaks, offset=start, clickable=False,
+        {k: v[start:stop] for k, v in values.items()},
+        [],
+        row_tokens={k: v[start:stop] for k, v in tokens.items()},
+        peaks=peaks,
+        offset=start,
+        clickable=False,
     ),
     key="group_heatmap",
     width="stretch",
@@ -47,8 +52,13 @@ def _open_response() -> None:
         state.request_rollout(picked)
 
 
-st.pills("Open a response in the Rollout view", ids, format_func=lambda rid: f"#{rid}", key="group_open",
-         on_change=_open_response)
+st.pills(
+    "Open a response in the Rollout view",
+    ids,
+    format_func=lambda rid: f"#{rid}",
+    key="group_open",
+    on_change=_open_response,
+)
 
 st.subheader("Prefix tree")
 st.caption(

@@ -15,8 +15,9 @@ st.title(f"Credit quality · {views.plain(sel.run)}")
 
 options = widgets.estimator_names(model_free=True)
 default = [n for n in ("grpo", "entropy", "entropy_mix", "prefix_tree", "token_rm") if n in options]
-chosen = widgets.url_multiselect("Estimators", options, key="oracle_estimators", url="ests", default=default,
-                                 format_func=widgets.described)
+chosen = widgets.url_multiselect(
+    "Estimators", options, key="oracle_estimators", url="ests", default=default, format_func=widgets.described
+)
 if not chosen:
     st.stop()
 
@@ -28,8 +29,9 @@ if compute.has_oracle(batch):
         "separately, then combined. style_recall uses ΔA = A(task+style) − A(task only)."
     )
     needs_model = [n for n in widgets.estimator_names() if n not in options]
-    st.caption("Not offered on synthetic runs, which have no policy (needs a model): "
-               + ", ".join(needs_model))
+    st.caption(
+        "Not offered on synthetic runs, which have no policy (needs a model): " + ", ".join(needs_model)
+    )
     table, errors = compute.oracle(sel.db, sel.run, tuple(chosen))
     for line in errors:
         st.warning(line)
@@ -49,8 +51,7 @@ if compute.has_oracle(batch):
         width="stretch",
         column_config={m: st.column_config.NumberColumn(m, format="%.3f") for m in compute.METRICS},
     )
-    st.plotly_chart(charts.oracle_metrics_figure(shown, compute.METRICS), key="oracle_chart",
-                    width="stretch")
+    st.plotly_chart(charts.oracle_metrics_figure(shown, compute.METRICS), key="oracle_chart", width="stretch")
 else:
     st.caption(
         "Real run: estimators are scored against the Monte Carlo teacher — V̂(s_t) from suffix resampling "
@@ -62,8 +63,10 @@ else:
     channel = widgets.channel_picker(sel, "oracle")
     bench = compute.teacher(sel.db, sel.run, tuple(chosen), channel)
     if bench is None:
-        st.info("No resampled values in this run yet: run `creditlens teacher` or resample some positions "
-                "on the Resample page first.")
+        st.info(
+            "No resampled values in this run yet: run `creditlens teacher` or resample some positions "
+            "on the Resample page first."
+        )
         st.stop()
     if bench.n_positions < compute.teacher_bench.MIN_POSITIONS:
         st.warning(
@@ -72,54 +75,87 @@ else:
             "`creditlens teacher --run RUN` values many rollouts)."
         )
     else:
-        st.caption(f"{bench.n_positions} valued positions in {bench.n_rollouts} rollouts, "
-                   f"{bench.n_segments} segments.")
+        st.caption(
+            f"{bench.n_positions} valued positions in {bench.n_rollouts} rollouts, "
+            f"{bench.n_segments} segments."
+        )
     off_policy = bench.off_policy_note()
     if off_policy:
         st.warning(off_policy)
     shown_metrics = [m for m in compute.teacher_bench.METRICS if bench.table[m].notna().any()]
-    config = {m: st.column_config.NumberColumn(m, format="%.3f", help=compute.teacher_bench.DEFINITIONS[m])
-              for m in shown_metrics}
+    config = {
+        m: st.column_config.NumberColumn(m, format="%.3f", help=compute.teacher_bench.DEFINITIONS[m])
+        for m in shown_metrics
+    }
     config.update({f"{m}_se": st.column_config.NumberColumn("± se", format="%.3f") for m in shown_metrics})
-    config.update({f"{m}_se_group": st.column_config.NumberColumn(
-        "± se (groups)", format="%.3f", help="stderr by a bootstrap over groups: rollouts of a group share a "
-        "baseline") for m in shown_metrics})
+    config.update(
+        {
+            f"{m}_se_group": st.column_config.NumberColumn(
+                "± se (groups)",
+                format="%.3f",
+                help="stderr by a bootstrap over groups: rollouts of a group share a baseline",
+            )
+            for m in shown_metrics
+        }
+    )
     is_value = bench.table["kind"] == "value source"
-    tables = ((bench.table[~is_value], compute.teacher_bench.RANKED_METRICS, "oracle_teacher_table"),
-              (bench.table[is_value], compute.teacher_bench.VALUE_METRICS, "oracle_teacher_values"))
+    tables = (
+        (bench.table[~is_value], compute.teacher_bench.RANKED_METRICS, "oracle_teacher_table"),
+        (bench.table[is_value], compute.teacher_bench.VALUE_METRICS, "oracle_teacher_values"),
+    )
     for rows, metrics, key in tables:
         metrics = [m for m in metrics if m in shown_metrics]
         if len(rows) and metrics:
             columns = ["estimator", "kind"] + [c for m in metrics for c in (m, f"{m}_se", f"{m}_se_group")]
-            st.dataframe(rows[columns], hide_index=True, width="stretch", column_config=config, key=key,
-                         height=35 * (len(rows) + 1) + 3)
+            st.dataframe(
+                rows[columns],
+                hide_index=True,
+                width="stretch",
+                column_config=config,
+                key=key,
+                height=35 * (len(rows) + 1) + 3,
+            )
     st.subheader("Calibration: is the teacher the policy that sampled?")
-    st.caption("Per step, the teacher's mean V̂(∅) against the observed accuracy of the same rollouts (mean ± "
-               "stderr over rollouts): a teacher that resampled with the step's own checkpoint agrees within "
-               "the stderrs; an off-policy one values another policy. The table `creditlens teacher-bench` "
-               "prints.")
-    st.dataframe(bench.calibration, hide_index=True, width="stretch", key="oracle_calibration",
-                 column_config={"v_empty": st.column_config.NumberColumn("V̂(∅)", format="%.3f"),
-                                "v_empty_se": st.column_config.NumberColumn("± se", format="%.3f"),
-                                "accuracy": st.column_config.NumberColumn("accuracy", format="%.3f"),
-                                "accuracy_se": st.column_config.NumberColumn("± se", format="%.3f"),
-                                "step_accuracy": st.column_config.NumberColumn("step accuracy (all)",
-                                                                               format="%.3f"),
-                                "step_n": st.column_config.NumberColumn("step n"),
-                                "on_policy": st.column_config.NumberColumn("on-policy share", format="%.2f"),
-                                "policy": st.column_config.TextColumn("teacher")})
+    st.caption(
+        "Per step, the teacher's mean V̂(∅) against the observed accuracy of the same rollouts (mean ± "
+        "stderr over rollouts): a teacher that resampled with the step's own checkpoint agrees within "
+        "the stderrs; an off-policy one values another policy. The table `creditlens teacher-bench` "
+        "prints."
+    )
+    st.dataframe(
+        bench.calibration,
+        hide_index=True,
+        width="stretch",
+        key="oracle_calibration",
+        column_config={
+            "v_empty": st.column_config.NumberColumn("V̂(∅)", format="%.3f"),
+            "v_empty_se": st.column_config.NumberColumn("± se", format="%.3f"),
+            "accuracy": st.column_config.NumberColumn("accuracy", format="%.3f"),
+            "accuracy_se": st.column_config.NumberColumn("± se", format="%.3f"),
+            "step_accuracy": st.column_config.NumberColumn("step accuracy (all)", format="%.3f"),
+            "step_n": st.column_config.NumberColumn("step n"),
+            "on_policy": st.column_config.NumberColumn("on-policy share", format="%.2f"),
+            "policy": st.column_config.TextColumn("teacher"),
+        },
+    )
     with st.expander("Definitions", expanded=True):
         for m in shown_metrics:
             st.markdown(f"- **{m}**: {compute.teacher_bench.DEFINITIONS[m]}")
-        st.markdown("- **sanity rows**: `chance` is what a predictor with no information scores; the best "
-                    "estimator inverted must fall below it, shuffled within each rollout must fall to it.")
+        st.markdown(
+            "- **sanity rows**: `chance` is what a predictor with no information scores; the best "
+            "estimator inverted must fall below it, shuffled within each rollout must fall to it."
+        )
         for line in bench.skipped:
             st.text(f"not scored: {line}")  # plain text: no markdown, no HTML
-    bars = [m for m in ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1", "first_wrong_hit1")
-            if m in shown_metrics]
+    bars = [
+        m
+        for m in ("spearman", "ranking_accuracy", "sign_accuracy", "critical_hit1", "first_wrong_hit1")
+        if m in shown_metrics
+    ]
     ranked = bench.table[bench.table["kind"].isin(["estimator", "uses teacher", "uses verifier", "sanity"])]
-    st.plotly_chart(charts.oracle_metrics_figure(ranked, bars, error="_se"), key="oracle_teacher_chart",
-                    width="stretch")
+    st.plotly_chart(
+        charts.oracle_metrics_figure(ranked, bars, error="_se"), key="oracle_teacher_chart", width="stretch"
+    )
 
     st.subheader("Where an estimator misses")
     scored = bench.table["kind"].isin(["estimator", "uses teacher"])
@@ -133,6 +169,13 @@ else:
     else:
         run = urllib.parse.quote(sel.run)
         misses = misses.assign(open=[f"rollout?run={run}&rollout={r}" for r in misses["rollout_id"]])
-        st.dataframe(misses, hide_index=True, width="stretch", key="oracle_misses",
-                     column_config={"open": st.column_config.LinkColumn("open", display_text="open rollout"),
-                                    metric: st.column_config.NumberColumn(metric, format="%.2f")})
+        st.dataframe(
+            misses,
+            hide_index=True,
+            width="stretch",
+            key="oracle_misses",
+            column_config={
+                "open": st.column_config.LinkColumn("open", display_text="open rollout"),
+                metric: st.column_config.NumberColumn(metric, format="%.2f"),
+            },
+        )

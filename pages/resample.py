@@ -2,7 +2,6 @@
 suggestion, M suffixes each, a progress bar and a cancel; results stored for the `suffix_mc` estimator.
 Below, the model-based scores (OAR-P, OAR-G, GCPO) of the rollout's group, computed on demand and stored."""
 
-
 import streamlit as st
 
 from app import access, charts, compute, data, heatmaps, jobs, state, views, widgets
@@ -32,8 +31,11 @@ if "resample_positions" not in st.session_state:
     from_url = [int(p) for p in (state.url_value("positions") or "").split(",") if p.strip().isdigit()]
     stored = [int(p) for p in values["pos"] if p < L]
     entropies = view.token_info["entropy"].dropna().tolist() or None
-    st.session_state["resample_positions"] = [p for p in from_url if p < L] or stored or \
-        compute.suggested_positions("entropy", view.tokens, entropies, 3)
+    st.session_state["resample_positions"] = (
+        [p for p in from_url if p < L]
+        or stored
+        or compute.suggested_positions("entropy", view.tokens, entropies, 3)
+    )
 if clicked is not None:
     st.session_state["resample_positions"] = sorted({*st.session_state["resample_positions"], clicked})
 start, stop = views.token_window(L, "resample_window", view.final)
@@ -133,34 +135,43 @@ else:
 if widgets.follow_job(job, "_resample_shown", "resampling", "suffixes"):
     r = job.result
     note = " (cancelled; finished samples kept)" if r.cancelled else ""
-    st.success(f"{len(r.samples)} new suffixes, {r.tokens} tokens in {r.seconds:.2f} s with {r.engine}"
-               f"{note}; stored. V̂ below pools them with any stored before at the same positions (its n "
-               "counts all).")
+    st.success(
+        f"{len(r.samples)} new suffixes, {r.tokens} tokens in {r.seconds:.2f} s with {r.engine}"
+        f"{note}; stored. V̂ below pools them with any stored before at the same positions (its n "
+        "counts all)."
+    )
 
 values = data.resample_values(sel.db, sel.run, sel.rollout)  # again: a finished job added samples
 st.subheader("V̂(s_t) along the rollout")
 if values.empty:
     st.info("No resampled positions for this rollout yet.")
 else:
-    st.caption("Each V̂(s_t) pools every sample stored at its position (this view's runs, `creditlens "
-               "resample`, the teacher): n counts them, and the suffixes table below names each one's "
-               "engine, model and the time it was drawn.")
-    outcome = compute.score_on(record["rewards"], data.main_channel(sel.db, sel.run))  # the run's main score
-    st.plotly_chart(
-        charts.value_estimates_figure(values, L, outcome), key="resample_values", width="stretch"
+    st.caption(
+        "Each V̂(s_t) pools every sample stored at its position (this view's runs, `creditlens "
+        "resample`, the teacher): n counts them, and the suffixes table below names each one's "
+        "engine, model and the time it was drawn."
     )
-    st.dataframe(values, hide_index=True, width="stretch", column_config={
-        "value": st.column_config.NumberColumn("V̂(s_t)", format="%.3f"),
-        "stderr": st.column_config.NumberColumn("s.e.", format="%.3f"),
-    })
+    outcome = compute.score_on(record["rewards"], data.main_channel(sel.db, sel.run))  # the run's main score
+    st.plotly_chart(charts.value_estimates_figure(values, L, outcome), key="resample_values", width="stretch")
+    st.dataframe(
+        values,
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "value": st.column_config.NumberColumn("V̂(s_t)", format="%.3f"),
+            "stderr": st.column_config.NumberColumn("s.e.", format="%.3f"),
+        },
+    )
     st.subheader("Suffixes and their rewards")
     samples_frame = data.resample_samples(sel.db, sel.run, sel.rollout)
     st.dataframe(
         samples_frame[["pos", "sample_idx", "suffix_text", "reward", "engine", "model", "created"]],
         hide_index=True,
         width="stretch",
-        column_config={"suffix_text": st.column_config.TextColumn("suffix"),
-                       "created": st.column_config.DatetimeColumn("sampled")},
+        column_config={
+            "suffix_text": st.column_config.TextColumn("suffix"),
+            "created": st.column_config.DatetimeColumn("sampled"),
+        },
     )
 
 st.subheader("Model-based credit: OAR-P, OAR-G, GCPO")
@@ -181,9 +192,15 @@ elif not settings.read_only:
         chosen = "transformers" if method == "oar_g" else st.session_state.get("resample_engine", "auto")
         try:
             credit_job = jobs.start_model_credit(
-                settings, sel.db, data.handle_for(sel.db), sel.run, sel.rollout,
+                settings,
+                sel.db,
+                data.handle_for(sel.db),
+                sel.run,
+                sel.rollout,
                 lambda: compute.engine(model_dir, chosen),
-                method, model_dir, chosen,
+                method,
+                model_dir,
+                chosen,
             )
             st.session_state["model_credit_job"] = credit_job
         except access.Refused as exc:
@@ -192,9 +209,12 @@ elif not settings.read_only:
             st.error(f"Scoring did not start: {exc}")
 if widgets.follow_job(credit_job, "_mc_shown", "scoring", "sequences"):
     r = credit_job.result
-    st.success(f"{r.method}: nothing stored (cancelled)" if r.cancelled else
-               f"{r.method}: {r.stored} rollouts scored, {r.model_rows} model sequences in "
-               f"{r.seconds:.1f} s with {r.engine}; stored")
+    st.success(
+        f"{r.method}: nothing stored (cancelled)"
+        if r.cancelled
+        else f"{r.method}: {r.stored} rollouts scored, {r.model_rows} model sequences in "
+        f"{r.seconds:.1f} s with {r.engine}; stored"
+    )
 cached = data.model_credit(sel.db, sel.run, sel.rollout)
 if cached.empty:
     st.info("No model-based scores for this rollout yet.")

@@ -19,7 +19,14 @@ with params, st.expander("Estimator parameters"):
 widgets.unavailable_note(compute.unavailable(sel.db, sel.run, sel.group))
 
 view = views.compute_or_explain(
-    compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, config, classes=sel.classes,
+    compute.rollout_view,
+    sel.db,
+    sel.run,
+    sel.group,
+    sel.rollout,
+    estimator,
+    config,
+    classes=sel.classes,
     channel=channel,
 )
 # A click (on the text or on a heatmap cell) reruns the page: it selects that token (and the URL's `pos`),
@@ -58,8 +65,9 @@ with text_col:
         "Hover a token for its facts; click it to see why it got its credit."
     )
     text_click = views.credit_text(view, window, peaks["final"], pos, key="rollout_text")
-    cliff_marker.show(sel.db, sel.run, sel.rollout, select_key="rollout_text_clicked",
-                      button_key="rollout_cliff")
+    cliff_marker.show(
+        sel.db, sel.run, sel.rollout, select_key="rollout_text_clicked", button_key="rollout_cliff"
+    )
 if text_click is not None and text_click != pos:
     st.session_state["rollout_text_clicked"] = text_click
     st.rerun()

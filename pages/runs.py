@@ -16,14 +16,31 @@ if "runs_flash" in st.session_state:
 runs = data.list_runs(sel.db)
 if runs:
     table = pd.DataFrame(runs)[
-        ["name", "source", "rollouts", "groups", "steps", "tokens", "main_channel", "channels", "model",
-         "created"]
+        [
+            "name",
+            "source",
+            "rollouts",
+            "groups",
+            "steps",
+            "tokens",
+            "main_channel",
+            "channels",
+            "model",
+            "created",
+        ]
     ]
     table["channels"] = table["channels"].map(", ".join)
     table["model"] = table["model"].fillna("").replace("", "–")  # pandas 3 keeps NA through map()
-    st.dataframe(table, hide_index=True, width="stretch",
-                 column_config={"main_channel": st.column_config.TextColumn(
-                     "main channel", help="What every view and command reads when no channel is chosen")})
+    st.dataframe(
+        table,
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "main_channel": st.column_config.TextColumn(
+                "main channel", help="What every view and command reads when no channel is chosen"
+            )
+        },
+    )
 else:
     st.info("No runs yet.")
 
@@ -45,10 +62,12 @@ if sel.run is not None:
     current = data.main_channel(sel.db, sel.run)
     pick, button = st.columns([3, 1], vertical_alignment="bottom")
     wanted = pick.selectbox(
-        "The channel every view and command reads by default", choices,
-        index=choices.index(current) if current in choices else 0, key=f"runs_main_channel_{sel.run}",
+        "The channel every view and command reads by default",
+        choices,
+        index=choices.index(current) if current in choices else 0,
+        key=f"runs_main_channel_{sel.run}",
         help="all: the channel scores summed per rollout first (TRL's combined reward). Each view can still "
-             "pick another channel.",
+        "pick another channel.",
     )
     if button.button("Set main channel", key="runs_main_channel_button", disabled=wanted == current):
         try:
@@ -79,28 +98,35 @@ else:
     )
     st.caption(f"Path imports read only inside: {views.plain(roots)}")
 model = st.text_input(
-    "Model folder (optional)", key="runs_import_model", placeholder="/path/to/hf-model",
+    "Model folder (optional)",
+    key="runs_import_model",
+    placeholder="/path/to/hf-model",
     help=f"A local Hugging Face folder inside the folders this server imports from ({roots}): its "
-         "tokenizer cuts responses that have no token ids. Without one, the simple tokenization is used.",
+    "tokenizer cuts responses that have no token ids. Without one, the simple tokenization is used.",
 )
 
 channel_box, main_box = st.columns(2)
 channel_names = channel_box.text_input(
-    "Reward channels (optional; trl and verl)", key="runs_import_channels", placeholder="correctness,format",
+    "Reward channels (optional; trl and verl)",
+    key="runs_import_channels",
+    placeholder="correctness,format",
     help="The columns (TRL) or keys (verl) that become reward channels, separated by commas; other numbers "
-         "become per-rollout metrics, the rest is kept as metadata. Default: TRL's float columns; verl's "
-         "score.",
+    "become per-rollout metrics, the rest is kept as metadata. Default: TRL's float columns; verl's "
+    "score.",
 )
 main_name = main_box.text_input(
-    "Main channel (optional)", key="runs_import_main_channel", placeholder="task, a channel name, or all",
+    "Main channel (optional)",
+    key="runs_import_main_channel",
+    placeholder="task, a channel name, or all",
     help="What every view and command reads by default. Default: task when the run has it, else its one "
-         "channel, else all (the channel scores summed per rollout, as TRL trains).",
+    "channel, else all (the channel scores summed per rollout, as TRL trains).",
 )
 
 append = st.checkbox(
-    "Append to an existing run", key="runs_import_append",
+    "Append to an existing run",
+    key="runs_import_append",
     help="Add the rollouts to the run of this name on purpose (its model and channels must match). Without "
-         "it, importing other content into an existing run is refused; the same content again adds nothing.",
+    "it, importing other content into an existing run is refused; the same content again adds nothing.",
 )
 
 if st.button("Import", key="runs_import_button", type="primary"):
@@ -117,14 +143,27 @@ if st.button("Import", key="runs_import_button", type="primary"):
             bar.progress(min(max(float(fraction), 0.0), 1.0), text=f"importing… {fraction:.0%}")
 
         kind = None if fmt == "detect" else fmt
-        options = {"channels": [c.strip() for c in channel_names.split(",") if c.strip()] or None,
-                   "main_channel": main_name.strip() or None, "append": append}
+        options = {
+            "channels": [c.strip() for c in channel_names.split(",") if c.strip()] or None,
+            "main_channel": main_name.strip() or None,
+            "append": append,
+        }
         if source == "upload":
-            report = actions.import_upload(settings, data.handle(), upload.name, upload.getvalue(), name,
-                                           kind, progress, model, **options)
+            report = actions.import_upload(
+                settings,
+                data.handle(),
+                upload.name,
+                upload.getvalue(),
+                name,
+                kind,
+                progress,
+                model,
+                **options,
+            )
         else:
-            report = actions.import_from_path(settings, data.handle(), path.strip(), name, kind, progress,
-                                              model, **options)
+            report = actions.import_from_path(
+                settings, data.handle(), path.strip(), name, kind, progress, model, **options
+            )
         bar.progress(1.0, text="done")
         data.invalidate()
         st.session_state["runs_flash"] = report.message()

@@ -32,21 +32,37 @@ scores = {c: c.removeprefix("score_") for c in frame.columns if c.startswith("sc
 shares = {c: c.removeprefix("share_").replace("_", " ") for c in frame.columns if c.startswith("share_")}
 metrics = {c: c.removeprefix("metric_") for c in frame.columns if c.startswith("metric_")}
 panels = [
-    ("trends_scores",
-     charts.trend_lines(frame, {**scores, "reward": "reward (sum)"}, "mean score per channel")),
-    ("trends_metrics", charts.trend_lines(frame, metrics, "logged metrics (mean; not rewards)")
-     if metrics else None),
+    (
+        "trends_scores",
+        charts.trend_lines(frame, {**scores, "reward": "reward (sum)"}, "mean score per channel"),
+    ),
+    (
+        "trends_metrics",
+        charts.trend_lines(frame, metrics, "logged metrics (mean; not rewards)") if metrics else None,
+    ),
     ("trends_classes", charts.class_share_trend(frame, shares) if shares else None),
     ("trends_quantiles", charts.quantile_band(frame) if "q50" in frame.columns else None),
     ("trends_length", charts.trend_lines(frame, {"length": "mean length (tokens)"}, "response length")),
     ("trends_entropy", charts.trend_lines(frame, {"mean_entropy": "mean entropy"}, "entropy (token mean)")),
-    ("trends_kl", charts.trend_lines(frame, {"kl": "mean logprob − ref logprob"}, "KL to the reference (k1)")
-     if frame["kl"].notna().any() else None),
-    ("trends_groups", charts.trend_lines(frame, {"zero_variance_share": "zero-variance groups",
-                                                  "truncated_share": "truncated responses"},
-                                          f"share of groups with zero {main} variance", percent=True)),
-    ("trends_repetition", charts.trend_lines(frame, {"repetition": "repeated 16-token windows"},
-                                              "repetition", percent=True)),
+    (
+        "trends_kl",
+        charts.trend_lines(frame, {"kl": "mean logprob − ref logprob"}, "KL to the reference (k1)")
+        if frame["kl"].notna().any()
+        else None,
+    ),
+    (
+        "trends_groups",
+        charts.trend_lines(
+            frame,
+            {"zero_variance_share": "zero-variance groups", "truncated_share": "truncated responses"},
+            f"share of groups with zero {main} variance",
+            percent=True,
+        ),
+    ),
+    (
+        "trends_repetition",
+        charts.trend_lines(frame, {"repetition": "repeated 16-token windows"}, "repetition", percent=True),
+    ),
 ]
 shown = [(key, fig) for key, fig in panels if fig is not None]
 # The charts come first: the monitors' first run on a big run takes seconds, and the alert marks are
@@ -54,25 +70,32 @@ shown = [(key, fig) for key, fig in panels if fig is not None]
 ready = monitor_panel.report_ready(sel.db, sel.run, estimator, config)
 slots = {}
 for start in range(0, len(shown), 2):
-    for box, (key, fig) in zip(st.columns(2), shown[start:start + 2], strict=False):
+    for box, (key, fig) in zip(st.columns(2), shown[start : start + 2], strict=False):
         slots[key] = box.empty()
         if not ready:
             slots[key].plotly_chart(fig, key=monitor_panel.unmarked_key(key), width="stretch", config=TOOLBAR)
 health = views.compute_or_explain(monitor_panel.report_for_session, sel.db, sel.run, estimator, config)
 for key, fig in shown:
-    slots[key].plotly_chart(monitor_panel.mark_alerts(fig, health.alerts), key=key, width="stretch",
-                            config=TOOLBAR)
+    slots[key].plotly_chart(
+        monitor_panel.mark_alerts(fig, health.alerts), key=key, width="stretch", config=TOOLBAR
+    )
 if frame["kl"].isna().all():
     st.caption("No KL chart: this run has no reference logprobs.")
 
 st.subheader("Credit health")
-st.caption("Each detector's onset: the first step departing from the run's own earlier steps by more than "
-           "their noise (docs/monitors.md); dashed lines on the charts. Same alerts: "
-           f"`creditlens monitor --db {sel.db} --run {sel.run} --estimator {estimator} --channel {channel}`")
+st.caption(
+    "Each detector's onset: the first step departing from the run's own earlier steps by more than "
+    "their noise (docs/monitors.md); dashed lines on the charts. Same alerts: "
+    f"`creditlens monitor --db {sel.db} --run {sel.run} --estimator {estimator} --channel {channel}`"
+)
 monitor_panel.show_alerts(sel.run, health)
 
 with st.expander("The numbers (one row per step)"):
     st.dataframe(frame, hide_index=True, width="stretch")
-    st.code(f"creditlens trends --db {sel.db} --run {sel.run} --estimator {estimator} --channel {channel}"
-            + "".join(f" --set {k}={v}" for k, v in config if k != "channel") + " --json", language=None,
-            wrap_lines=True)
+    st.code(
+        f"creditlens trends --db {sel.db} --run {sel.run} --estimator {estimator} --channel {channel}"
+        + "".join(f" --set {k}={v}" for k, v in config if k != "channel")
+        + " --json",
+        language=None,
+        wrap_lines=True,
+    )

@@ -17,8 +17,10 @@ st.title(f"Tune channel weights · rollout #{sel.rollout}")
 estimator = widgets.estimator_picker("tune_estimator", compute.unavailable(sel.db, sel.run, sel.group))
 estimator_channel = widgets.channel_picker(sel, "tune")  # the estimator projects it; the others keep theirs
 if estimator_channel == compute.ALL_CHANNELS:
-    st.caption("On all, the channel scores are summed before the estimator, so they share one β; pick one "
-               "channel to weigh the others separately.")
+    st.caption(
+        "On all, the channel scores are summed before the estimator, so they share one β; pick one "
+        "channel to weigh the others separately."
+    )
 defaults = compute.default_betas(sel.db, sel.run, sel.group, estimator_channel)
 BASELINES = {"default": "the default β", "summed": "the summed reward (mixed)"}
 default_norms = compute.default_normalizations(sel.db, sel.run, sel.group, estimator_channel)
@@ -34,13 +36,22 @@ def channel_weights() -> None:
     for column, (c, b0) in zip(st.columns(max(len(defaults), 3)), defaults.items(), strict=False):
         with column:
             betas[c] = widgets.url_slider(
-                f"β {c}", key=f"tune_beta_{c}", url=f"beta_{c}", default=b0, low=BETA_LOW, high=BETA_HIGH,
+                f"β {c}",
+                key=f"tune_beta_{c}",
+                url=f"beta_{c}",
+                default=b0,
+                low=BETA_LOW,
+                high=BETA_HIGH,
                 step=0.05,
             )
     clamped = st.session_state.pop(_APPLIED, None)
     if clamped:
-        st.warning("The replayed β was outside the sliders' range [0, 3] and was clamped: " + ", ".join(
-            f"{views.plain(c)} {b:.2f} → {min(max(b, BETA_LOW), BETA_HIGH):g}" for c, b in clamped.items()))
+        st.warning(
+            "The replayed β was outside the sliders' range [0, 3] and was clamped: "
+            + ", ".join(
+                f"{views.plain(c)} {b:.2f} → {min(max(b, BETA_LOW), BETA_HIGH):g}" for c, b in clamped.items()
+            )
+        )
     elif clamped is not None:
         st.success("Applied the replayed β to the sliders.")
     controls, options = st.columns([1, 1])
@@ -49,7 +60,11 @@ def channel_weights() -> None:
         with st.expander("Normalization per channel"):
             norms = {
                 c: state.url_widget(
-                    st.selectbox, f"{c}", key=f"tune_norm_{c}", url=f"norm_{c}", default=n0,
+                    st.selectbox,
+                    f"{c}",
+                    key=f"tune_norm_{c}",
+                    url=f"norm_{c}",
+                    default=n0,
                     options=["group", "batch", "none"],
                     help="group: z-score over the group's tokens; batch: over the batch's; none: unchanged",
                 )
@@ -58,18 +73,38 @@ def channel_weights() -> None:
     beta_items = tuple(sorted(betas.items()))
     norm_items = tuple(sorted((c, m) for c, m in norms.items() if m != default_norms[c]))
     view = views.compute_or_explain(
-        compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, (), beta_items, norm_items,
+        compute.rollout_view,
+        sel.db,
+        sel.run,
+        sel.group,
+        sel.rollout,
+        estimator,
+        (),
+        beta_items,
+        norm_items,
         channel=estimator_channel,
     )
     with controls:
         baseline = state.url_widget(
-            st.radio, "Baseline", key="tune_baseline", url="base", default="none",
-            options=["none", "side by side", "difference"], horizontal=True,
+            st.radio,
+            "Baseline",
+            key="tune_baseline",
+            url="base",
+            default="none",
+            options=["none", "side by side", "difference"],
+            horizontal=True,
             help="The same rollout under a baseline, beside the tuned one or subtracted from it.",
         )
         against = state.url_widget(
-            st.radio, "Against", key="tune_against", url="against", default="default",
-            options=list(BASELINES), format_func=BASELINES.get, horizontal=True, disabled=baseline == "none",
+            st.radio,
+            "Against",
+            key="tune_against",
+            url="against",
+            default="default",
+            options=list(BASELINES),
+            format_func=BASELINES.get,
+            horizontal=True,
+            disabled=baseline == "none",
         )
     with chart:
         mode, locked = widgets.scale_controls(
@@ -85,8 +120,9 @@ def channel_weights() -> None:
         )
         if baseline != "none":
             baseline_chart(view, window, peaks, mode, baseline, against)
-        shares = compute.group_shares(sel.db, sel.run, sel.group, estimator, (), beta_items, norm_items,
-                                      estimator_channel)
+        shares = compute.group_shares(
+            sel.db, sel.run, sel.group, estimator, (), beta_items, norm_items, estimator_channel
+        )
         st.plotly_chart(
             charts.shares_figure(shares, "share of |A| per channel (this group)"),
             key="tune_shares",
@@ -101,8 +137,15 @@ def baseline_chart(view, window: dict, peaks: dict, mode: str, how: str, against
     start, stop = window["offset"], window["offset"] + len(window["tokens"])
     if against == "default":
         base = views.compute_or_explain(
-            compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, estimator, (),
-            tuple(sorted(defaults.items())), channel=estimator_channel,
+            compute.rollout_view,
+            sel.db,
+            sel.run,
+            sel.group,
+            sel.rollout,
+            estimator,
+            (),
+            tuple(sorted(defaults.items())),
+            channel=estimator_channel,
         ).rows
         name = "default"
     else:
@@ -123,8 +166,9 @@ def baseline_chart(view, window: dict, peaks: dict, mode: str, how: str, against
         base_peaks = scales.scale_peaks(rows, mode)
         title = f"tuned β − {BASELINES[against]}"
     st.plotly_chart(
-        heatmaps.credit_heatmap(rows, window["tokens"], offset=start, peaks=base_peaks, clickable=False,
-                                title=title),
+        heatmaps.credit_heatmap(
+            rows, window["tokens"], offset=start, peaks=base_peaks, clickable=False, title=title
+        ),
         key="tune_baseline_heatmap",
         width="stretch",
         config={"displayModeBar": False},
@@ -202,7 +246,9 @@ def dual_ascent_replay() -> None:
         st.button(
             "Apply the replayed β (last step): "
             + ", ".join(f"{views.plain(c)} {b:.2f}" for c, b in replayed.items()),
-            key="tune_apply_replayed", on_click=apply_betas, args=(replayed,),
+            key="tune_apply_replayed",
+            on_click=apply_betas,
+            args=(replayed,),
         )
     if _APPLIED in st.session_state:  # set by the Apply callback: draw the whole page with the new β
         st.rerun(scope="app")

@@ -28,8 +28,14 @@ from tests.reliability.cases import WORKER_OUTPUT_KEY, write_summary
 # red again on the rerun, and no example database written into the checkout by parallel workers. `dev`
 # (HYPOTHESIS_PROFILE=dev): fresh random examples each run, failures remembered in .hypothesis/.
 # Tests that set max_examples keep their own budget under both.
-settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.register_profile("dev", deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
@@ -122,18 +128,20 @@ def make_records(n_groups: int = 3, group_size: int = 4, seed: int = 0, steps: i
             for _ in range(group_size):
                 n = rng.randint(1, 12)
                 ids = [rng.randint(0, 50) for _ in range(n)]
-                records.append({
-                    "prompt": prompt,
-                    "response": " ".join(map(str, ids)),
-                    "step": step,
-                    "token_ids": ids,
-                    "tokens": [f"t{i}" for i in ids],
-                    "logprobs": [-rng.random() for _ in ids],
-                    "entropies": [rng.random() * 2 for _ in ids],
-                    "rewards": {"task": float(rng.random() < 0.5), "style": -float(rng.random() < 0.3)},
-                    "token_rewards": {"style": [0.0] * (n - 1) + [-1.0]},
-                    "meta": {"ground_truth": str(2 * g)},
-                })
+                records.append(
+                    {
+                        "prompt": prompt,
+                        "response": " ".join(map(str, ids)),
+                        "step": step,
+                        "token_ids": ids,
+                        "tokens": [f"t{i}" for i in ids],
+                        "logprobs": [-rng.random() for _ in ids],
+                        "entropies": [rng.random() * 2 for _ in ids],
+                        "rewards": {"task": float(rng.random() < 0.5), "style": -float(rng.random() < 0.3)},
+                        "token_rewards": {"style": [0.0] * (n - 1) + [-1.0]},
+                        "meta": {"ground_truth": str(2 * g)},
+                    }
+                )
     return records
 
 
@@ -158,8 +166,12 @@ def store(db_path: Path):
 
 def snapshot(store: Store) -> dict:
     """Row counts of every table: 'the store is exactly as before' in a comparable form."""
-    tables = [r[0] for r in store.con.execute(
-        "SELECT table_name FROM information_schema.tables ORDER BY table_name").fetchall()]
+    tables = [
+        r[0]
+        for r in store.con.execute(
+            "SELECT table_name FROM information_schema.tables ORDER BY table_name"
+        ).fetchall()
+    ]
     return {t: store.con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in tables}
 
 

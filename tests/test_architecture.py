@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("backend", "app", "pages", "bench", "creditlens")
 MAX_LINES = 450
 
+
 def _modules() -> dict[str, Path]:
     """Dotted module name -> file, for every source file of the packages."""
     out = {}
@@ -51,7 +52,7 @@ def _resolve(name: str) -> str | None:
 
 def _imported_names(module: str, path: Path) -> set[str]:
     """Every dotted name the module imports. Importing `a.b` also runs `a/__init__.py`, as every
-submodule import does; that implicit step is not an edge of the design, so it is not counted."""
+    submodule import does; that implicit step is not an edge of the design, so it is not counted."""
     tree = ast.parse(path.read_text(), filename=str(path))
     is_package = path.name == "__init__.py"
     names = set()
@@ -180,8 +181,10 @@ def test_every_registered_estimator_explains_itself():
     """The Rollout view's "why this credit" and `creditlens explain --pos` read the derivation registered
     with the estimator (`register(..., explain=fn)`), not a list kept elsewhere."""
     missing = sorted(n for n in registry.names() if registry.get(n).explain is None)
-    assert not missing, (f"no derivation for {', '.join(missing)}: pass explain=fn to its @register, fn "
-                         "written beside it from the steps in backend/estimators/explaining.py")
+    assert not missing, (
+        f"no derivation for {', '.join(missing)}: pass explain=fn to its @register, fn "
+        "written beside it from the steps in backend/estimators/explaining.py"
+    )
 
 
 def test_pages_reach_the_backend_only_through_app():
@@ -201,12 +204,33 @@ LIGHT_COMMANDS = {
     "help": ["--help"],
     "runs": ["runs", "--db", "{db}"],
     "runs --json": ["runs", "--db", "{db}", "--json"],
-    "rollouts": ["rollouts", "--db", "{db}", "--run", "demo", "--json", "--sort=-length", "--where",
-                 "length>=10", "--search", "the"],
+    "rollouts": [
+        "rollouts",
+        "--db",
+        "{db}",
+        "--run",
+        "demo",
+        "--json",
+        "--sort=-length",
+        "--where",
+        "length>=10",
+        "--search",
+        "the",
+    ],
     "trends": ["trends", "--db", "{db}", "--run", "demo", "--json"],
     "token-classes": ["token-classes", "--db", "{db}", "--run", "demo"],
-    "token-classes --add": ["token-classes", "--db", "{db}", "--run", "demo", "--add", "numbers", "regex",
-                            "[0-9]", "--json"],
+    "token-classes --add": [
+        "token-classes",
+        "--db",
+        "{db}",
+        "--run",
+        "demo",
+        "--add",
+        "numbers",
+        "regex",
+        "[0-9]",
+        "--json",
+    ],
     "main-channel": ["main-channel", "--db", "{db}", "--run", "demo"],
     "delete": ["delete", "--db", "{db}", "--run", "oracle"],
     "estimators": ["estimators"],
@@ -230,8 +254,13 @@ sys.exit(code)
 def _imported_by(args: list[str], tmp_path: Path) -> list[str]:
     """Every module `creditlens ARGS` imports, run in a fresh interpreter (asserts it succeeds)."""
     modules_file = tmp_path / "modules.json"
-    done = subprocess.run([sys.executable, "-c", PROBE, str(modules_file), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(modules_file), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(modules_file.read_text())
 
@@ -244,17 +273,28 @@ def _within(modules: list[str], packages: tuple[str, ...]) -> list[str]:
 def test_commands_that_only_read_never_import_torch(name, bundled_db, tmp_path):
     args = [a.format(db=bundled_db) for a in LIGHT_COMMANDS[name]]
     heavy = _within(_imported_by(args, tmp_path), HEAVY_MODULES)
-    assert not heavy, (f"`creditlens {' '.join(args)}` imported {', '.join(heavy[:8])}"
-                       f"{' ...' if len(heavy) > 8 else ''}; find the chain with `python -X importtime -m "
-                       "backend.cli ...` and import the heavy module inside the function that computes "
-                       "(backend/cli/__init__.py)")
+    assert not heavy, (
+        f"`creditlens {' '.join(args)}` imported {', '.join(heavy[:8])}"
+        f"{' ...' if len(heavy) > 8 else ''}; find the chain with `python -X importtime -m "
+        "backend.cli ...` and import the heavy module inside the function that computes "
+        "(backend/cli/__init__.py)"
+    )
 
 
 def test_estimate_imports_no_model_engine(bundled_db, tmp_path):
     """`estimate` needs torch and the estimators; no estimator runs a model (the model-based ones read
     scores cached by `creditlens model-credit`), so transformers and the engines stay out."""
-    args = ["estimate", "--db", str(bundled_db), "--run", "demo", "--estimator", "grpo", "--out",
-            str(tmp_path / "grpo.parquet")]
+    args = [
+        "estimate",
+        "--db",
+        str(bundled_db),
+        "--run",
+        "demo",
+        "--estimator",
+        "grpo",
+        "--out",
+        str(tmp_path / "grpo.parquet"),
+    ]
     modules = _imported_by(args, tmp_path)
     assert "backend.estimators.registry" in modules  # the probe sees what the command computes with
     heavy = _within(modules, ("transformers", "vllm", "backend.models", "backend.explain", "backend.monitor"))

@@ -52,8 +52,21 @@ def test_runs_equal_the_command(demo_db):
 
 def test_estimate_equals_the_command(demo_db, tmp_path):
     out = tmp_path / "grpo.parquet"
-    command_json("estimate", "--db", str(demo_db), "--run", "demo", "--estimator", "grpo",
-                 "--channel", "all", "--set", "epsilon=1e-4", "--out", str(out))
+    command_json(
+        "estimate",
+        "--db",
+        str(demo_db),
+        "--run",
+        "demo",
+        "--estimator",
+        "grpo",
+        "--channel",
+        "all",
+        "--set",
+        "epsilon=1e-4",
+        "--out",
+        str(out),
+    )
     written = pd.read_parquet(out)
     frame = creditlens.open(demo_db).run("demo").estimate("grpo", channel="all", epsilon=1e-4)
     assert list(frame.columns) == list(written.columns)
@@ -67,23 +80,55 @@ def test_estimate_equals_the_command(demo_db, tmp_path):
 def test_rollouts_and_trends_equal_the_commands(demo_db):
     run = creditlens.open(demo_db).run("demo")
     table = run.rollouts(estimator="grpo", sort="-max_abs", limit=7)
-    printed = pd.read_json(io.StringIO(command_json(
-        "rollouts", "--db", str(demo_db), "--run", "demo", "--estimator", "grpo", "--sort=-max_abs",
-        "--limit", "7", "--json")))
+    printed = pd.read_json(
+        io.StringIO(
+            command_json(
+                "rollouts",
+                "--db",
+                str(demo_db),
+                "--run",
+                "demo",
+                "--estimator",
+                "grpo",
+                "--sort=-max_abs",
+                "--limit",
+                "7",
+                "--json",
+            )
+        )
+    )
     assert table["rollout_id"].tolist() == printed["rollout_id"].tolist()
     np.testing.assert_allclose(table["max_abs"].astype(float), printed["max_abs"].astype(float))
     steps = run.trends(estimator="grpo")
-    printed = pd.read_json(io.StringIO(command_json(
-        "trends", "--db", str(demo_db), "--run", "demo", "--estimator", "grpo", "--json")))
+    printed = pd.read_json(
+        io.StringIO(
+            command_json("trends", "--db", str(demo_db), "--run", "demo", "--estimator", "grpo", "--json")
+        )
+    )
     assert steps["step"].tolist() == printed["step"].tolist()
     np.testing.assert_allclose(steps["reward"].astype(float), printed["reward"].astype(float))
 
 
 def test_explain_equals_the_command(demo_db):
     why = creditlens.open(demo_db).run("demo").explain(352, "terminal_gae", pos=4, lam=0.9)
-    printed = json.loads(command_json(
-        "explain", "--db", str(demo_db), "--run", "demo", "--rollout", "352", "--estimator", "terminal_gae",
-        "--set", "lam=0.9", "--pos", "4", "--json"))
+    printed = json.loads(
+        command_json(
+            "explain",
+            "--db",
+            str(demo_db),
+            "--run",
+            "demo",
+            "--rollout",
+            "352",
+            "--estimator",
+            "terminal_gae",
+            "--set",
+            "lam=0.9",
+            "--pos",
+            "4",
+            "--json",
+        )
+    )
     assert why["tokens"] == printed["tokens"] and why["channel"] == printed["channel"]
     np.testing.assert_allclose(why["final"], printed["final"])
     assert why["derivation"] == printed["derivation"]

@@ -10,13 +10,20 @@ from backend.store import open_store
 
 
 def add_commands(sub) -> None:
-    p = sub.add_parser("checkpoints", help="list or attach the checkpoint that sampled each step of a run "
-                                           "(the model jobs use it by default)")
+    p = sub.add_parser(
+        "checkpoints",
+        help="list or attach the checkpoint that sampled each step of a run "
+        "(the model jobs use it by default)",
+    )
     add_db_arg(p)
     p.add_argument("--run", required=True)
     p.add_argument("--set", action="append", default=[], metavar="STEP=DIR", help="attach one (repeatable)")
-    p.add_argument("--template", default=None, metavar="T",
-                   help="attach every step whose folder exists under a template such as ckpts/step_{step}")
+    p.add_argument(
+        "--template",
+        default=None,
+        metavar="T",
+        help="attach every step whose folder exists under a template such as ckpts/step_{step}",
+    )
     p.add_argument("--file", default=None, metavar="F", help="attach a JSON or TOML file of step -> folder")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     p.set_defaults(func=cmd_checkpoints)
@@ -25,8 +32,13 @@ def add_commands(sub) -> None:
 def cmd_checkpoints(args) -> int:
     changes = bool(args.set or args.template or args.file)
     with open_store(args.db, read_only=not changes) as store:
-        attached = checkpoints.attach(store, args.run, assignments=args.set, template=args.template,
-                                      mapping_file=args.file) if changes else {}
+        attached = (
+            checkpoints.attach(
+                store, args.run, assignments=args.set, template=args.template, mapping_file=args.file
+            )
+            if changes
+            else {}
+        )
         table = checkpoints.checkpoint_table(store, args.run)
         run_model = store.run_info(args.run).get("model_dir")
     if args.json:

@@ -14,10 +14,11 @@ def add_db_arg(parser) -> None:
 
 def add_model_args(parser, engines: bool = True) -> None:
     parser.add_argument(
-        "--model", default=None,
+        "--model",
+        default=None,
         help="local Hugging Face folder, used for every rollout on purpose (marked off-policy unless it is "
-             "the checkpoint that sampled the rollout's step); default: each rollout's step checkpoint "
-             "(`creditlens checkpoints`), else the model recorded with the run",
+        "the checkpoint that sampled the rollout's step); default: each rollout's step checkpoint "
+        "(`creditlens checkpoints`), else the model recorded with the run",
     )
     if engines:
         parser.add_argument("--engine", choices=("auto", "transformers", "vllm"), default="auto")

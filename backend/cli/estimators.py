@@ -28,18 +28,35 @@ def add_commands(sub) -> None:
     p.add_argument("--db", type=Path, default=None, help="store file")
     p.add_argument("--run", required=True, help="run name")
     p.add_argument("--estimator", required=True, help="estimator name (see `creditlens estimators`)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="estimator parameter, repeatable")
-    p.add_argument("--channel", default=None,
-                   help="reward channel (default: the run's main channel, see `creditlens runs`); 'all': the "
-                        "channel scores summed per rollout (missing ones skipped; TRL's combined reward)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="estimator parameter, repeatable",
+    )
+    p.add_argument(
+        "--channel",
+        default=None,
+        help="reward channel (default: the run's main channel, see `creditlens runs`); 'all': the "
+        "channel scores summed per rollout (missing ones skipped; TRL's combined reward)",
+    )
     p.add_argument("--out", required=True, type=Path, help="output .parquet file")
-    p.add_argument("--no-cache", action="store_true",
-                   help="recompute even when the store holds this estimator's output for this config")
-    p.add_argument("--chunk", type=_chunk_arg, default=DEFAULT_CHUNK_ROLLOUTS, metavar="N|none",
-                   help=f"rollouts per streamed chunk of a group-scoped estimator (default "
-                        f"{DEFAULT_CHUNK_ROLLOUTS}; step scope: one step, run scope: the run); 'none': "
-                        "the whole run in memory at once")
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="recompute even when the store holds this estimator's output for this config",
+    )
+    p.add_argument(
+        "--chunk",
+        type=_chunk_arg,
+        default=DEFAULT_CHUNK_ROLLOUTS,
+        metavar="N|none",
+        help=f"rollouts per streamed chunk of a group-scoped estimator (default "
+        f"{DEFAULT_CHUNK_ROLLOUTS}; step scope: one step, run scope: the run); 'none': "
+        "the whole run in memory at once",
+    )
     p.set_defaults(func=cmd_estimate)
 
     p = sub.add_parser("explain", help="why one rollout's tokens got their credit (the Rollout view)")
@@ -47,29 +64,61 @@ def add_commands(sub) -> None:
     p.add_argument("--run", required=True, help="run name")
     p.add_argument("--rollout", required=True, type=int, help="rollout id")
     p.add_argument("--estimator", required=True, help="estimator on the channel (--channel)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="estimator parameter, repeatable")
-    p.add_argument("--channel", default=None,
-                   help="the channel the estimator reads, whose terms are shown (default: the run's main "
-                        "channel); 'all': the channel scores summed per rollout")
-    p.add_argument("--beta", action="append", default=[], metavar="CHANNEL=VALUE",
-                   help="β of a channel in A_final, repeatable (default: the run's defaults)")
-    p.add_argument("--norm", action="append", default=[], metavar="CHANNEL=MODE",
-                   help="a channel's normalization (group, batch, none), repeatable (default: the run's)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="estimator parameter, repeatable",
+    )
+    p.add_argument(
+        "--channel",
+        default=None,
+        help="the channel the estimator reads, whose terms are shown (default: the run's main "
+        "channel); 'all': the channel scores summed per rollout",
+    )
+    p.add_argument(
+        "--beta",
+        action="append",
+        default=[],
+        metavar="CHANNEL=VALUE",
+        help="β of a channel in A_final, repeatable (default: the run's defaults)",
+    )
+    p.add_argument(
+        "--norm",
+        action="append",
+        default=[],
+        metavar="CHANNEL=MODE",
+        help="a channel's normalization (group, batch, none), repeatable (default: the run's)",
+    )
     p.add_argument("--pos", type=int, default=None, help="also print the derivation of A at this token")
-    p.add_argument("--json", action="store_true",
-                   help="tokens, channels{name: {advantage, contribution}}, final, terms as JSON")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="tokens, channels{name: {advantage, contribution}}, final, terms as JSON",
+    )
     p.set_defaults(func=cmd_explain)
 
-    p = sub.add_parser("logged-gap", help="per rollout: the trainer's logged advantage, a recomputed one, "
-                                          "and their gap")
+    p = sub.add_parser(
+        "logged-gap", help="per rollout: the trainer's logged advantage, a recomputed one, and their gap"
+    )
     p.add_argument("--db", type=Path, default=None, help="store file")
     p.add_argument("--run", required=True, help="run name")
     p.add_argument("--estimator", default="grpo", help="the recomputing estimator (default grpo)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="estimator parameter, repeatable (TRL's default: --set epsilon=1e-4)")
-    p.add_argument("--channel", default=None,
-                   help="reward channel, or 'all' (summed, as TRL does); default: the run's main channel")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="estimator parameter, repeatable (TRL's default: --set epsilon=1e-4)",
+    )
+    p.add_argument(
+        "--channel",
+        default=None,
+        help="reward channel, or 'all' (summed, as TRL does); default: the run's main channel",
+    )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="one JSON object per rollout")
     out.add_argument("--out", type=Path, default=None, help="write a .parquet file")
@@ -122,8 +171,9 @@ def cmd_logged_gap(args) -> int:
     from backend.estimators.logged import logged_gap  # noqa: PLC0415 - idem
     from backend.token_rows import estimate_config  # noqa: PLC0415 - idem
 
-    _, config = estimate_config(store_handle(args.db), args.run, args.estimator,
-                                parse_overrides(args.overrides), args.channel)
+    _, config = estimate_config(
+        store_handle(args.db), args.run, args.estimator, parse_overrides(args.overrides), args.channel
+    )
     with open_store(args.db, read_only=True) as store:
         batch = with_channel(store.load_batch(args.run), str(getattr(config, "channel", "-")))
     frame = logged_gap(batch, args.estimator, config)
@@ -138,13 +188,17 @@ def cmd_logged_gap(args) -> int:
     else:
         have = frame["gap"].notna()
         gap = frame.loc[have, "gap"].abs()
-        print(f"{args.run}: {int(have.sum())} of {len(frame)} rollouts have a logged advantage; "
-              f"|{args.estimator} - logged|: max {gap.max() if len(gap) else float('nan'):.3g}, "
-              f"mean {gap.mean() if len(gap) else float('nan'):.3g}")
+        print(
+            f"{args.run}: {int(have.sum())} of {len(frame)} rollouts have a logged advantage; "
+            f"|{args.estimator} - logged|: max {gap.max() if len(gap) else float('nan'):.3g}, "
+            f"mean {gap.mean() if len(gap) else float('nan'):.3g}"
+        )
         print(f"{'rollout':>8} {'group':>6} {'step':>5} {'logged':>10} {'recomputed':>11} {'gap':>10}")
         for r in frame.head(50).itertuples():
-            print(f"{r.rollout_id:>8} {r.group_id:>6} {r.step:>5} {r.logged:>10.4f} {r.recomputed:>11.4f} "
-                  f"{r.gap:>10.2e}")
+            print(
+                f"{r.rollout_id:>8} {r.group_id:>6} {r.step:>5} {r.logged:>10.4f} {r.recomputed:>11.4f} "
+                f"{r.gap:>10.2e}"
+            )
         if len(frame) > 50:
             print(f"... {len(frame) - 50} more (--json or --out for all)")
     return 0
@@ -164,10 +218,12 @@ def cmd_estimate(args) -> int:
     )
 
     handle = store_handle(args.db)
-    name, config = estimate_config(handle, args.run, args.estimator, parse_overrides(args.overrides),
-                                   args.channel)
-    rows = token_tables(handle, args.run, name, config, chunk_rollouts=args.chunk,
-                        use_cache=not args.no_cache)
+    name, config = estimate_config(
+        handle, args.run, args.estimator, parse_overrides(args.overrides), args.channel
+    )
+    rows = token_tables(
+        handle, args.run, name, config, chunk_rollouts=args.chunk, use_cache=not args.no_cache
+    )
     # Write next to the target and rename, so a failure never leaves a half-written file.
     fd, tmp = tempfile.mkstemp(suffix=".parquet.tmp", dir=args.out.parent)
     os.close(fd)
@@ -175,8 +231,11 @@ def cmd_estimate(args) -> int:
     try:
         # A writer thread builds and writes chunk k's rows while chunk k + 1 is computed (numpy and Arrow
         # release the GIL).
-        with pq.ParquetWriter(tmp, TOKEN_ROWS_SCHEMA, use_dictionary=DICTIONARY_COLUMNS) as writer, \
-                ThreadPoolExecutor(1) as writing:
+        with (
+            pq.ParquetWriter(tmp, TOKEN_ROWS_SCHEMA, use_dictionary=DICTIONARY_COLUMNS) as writer,
+            ThreadPoolExecutor(1) as writing,
+        ):
+
             def write(batch, advantages) -> int:
                 table = token_rows(batch, advantages)
                 writer.write_table(table)
@@ -223,16 +282,26 @@ def cmd_explain(args) -> int:
     norms = parse_overrides(args.norm)
     bad = {c: m for c, m in norms.items() if m not in ("group", "batch", "none")}
     if bad:
-        raise InputError("--norm " + ", ".join(f"{c}={m}" for c, m in bad.items())
-                         + ": a normalization is group, batch or none")
+        raise InputError(
+            "--norm "
+            + ", ".join(f"{c}={m}" for c, m in bad.items())
+            + ": a normalization is group, batch or none"
+        )
     handle = store_handle(args.db)
     with handle.read() as store:
         store.run_id(args.run)
     channel = main_channel.resolve(handle, args.run, overrides.get("channel", args.channel))
     try:
-        result = explain.explain_rollout(handle, args.run, args.rollout, args.estimator,
-                                         tuple(sorted(overrides.items())), channel, betas or None,
-                                         norms or None)
+        result = explain.explain_rollout(
+            handle,
+            args.run,
+            args.rollout,
+            args.estimator,
+            tuple(sorted(overrides.items())),
+            channel,
+            betas or None,
+            norms or None,
+        )
     except ValueError as exc:
         if not norms or "normalization" not in str(exc):
             raise
@@ -248,8 +317,10 @@ def cmd_explain(args) -> int:
         print()
         return 0
     names = list(result.channels)
-    print(f"rollout {result.rollout_id} (group {result.group_id}), {args.estimator} on {result.channel} at "
-          f"{result.scope} scope; columns: β_c·Ã_c per channel, then A_final")
+    print(
+        f"rollout {result.rollout_id} (group {result.group_id}), {args.estimator} on {result.channel} at "
+        f"{result.scope} scope; columns: β_c·Ã_c per channel, then A_final"
+    )
     print(f"{'pos':>4}  {'token':<14}" + "".join(f"{n[:10]:>11}" for n in names) + f"{'final':>11}")
     for t, token in enumerate(result.tokens):
         cells = "".join(f"{float(result.channels[n]['contribution'][t]):>11.4f}" for n in names)

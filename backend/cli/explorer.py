@@ -21,20 +21,38 @@ from backend.store import store_handle
 
 
 def add_commands(sub) -> None:
-    p = sub.add_parser("rollouts",
-                       help="the Explorer's table: one row per rollout, sorted, filtered, searched")
+    p = sub.add_parser(
+        "rollouts", help="the Explorer's table: one row per rollout, sorted, filtered, searched"
+    )
     _common(p)
-    p.add_argument("--compare", default=None, metavar="E2",
-                   help="second estimator: adds `spearman`, the rank correlation of the two on each rollout")
-    p.add_argument("--compare-set", action="append", default=[], metavar="KEY=VALUE",
-                   dest="compare_overrides",
-                   help="parameter of the second estimator, repeatable")
-    p.add_argument("--sort", default="rollout_id",
-                   help="column to sort by (NULLs last); --sort=-COL or --descending sorts descending")
+    p.add_argument(
+        "--compare",
+        default=None,
+        metavar="E2",
+        help="second estimator: adds `spearman`, the rank correlation of the two on each rollout",
+    )
+    p.add_argument(
+        "--compare-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="compare_overrides",
+        help="parameter of the second estimator, repeatable",
+    )
+    p.add_argument(
+        "--sort",
+        default="rollout_id",
+        help="column to sort by (NULLs last); --sort=-COL or --descending sorts descending",
+    )
     p.add_argument("--descending", action="store_true")
     p.add_argument("--search", default="", help="case-insensitive text in the prompt or the response")
-    p.add_argument("--where", action="append", default=[], metavar="COL OP VALUE",
-                   help="filter, repeatable: e.g. 'length>=100', 'share_filler>0.5', 'zero_variance=true'")
+    p.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="COL OP VALUE",
+        help="filter, repeatable: e.g. 'length>=100', 'share_filler>0.5', 'zero_variance=true'",
+    )
     p.add_argument("--limit", type=int, default=None, help="at most this many rows (default: all)")
     p.add_argument("--offset", type=int, default=0, help="skip this many rows first")
     p.set_defaults(func=cmd_rollouts)
@@ -47,13 +65,25 @@ def add_commands(sub) -> None:
 def _common(p) -> None:
     p.add_argument("--db", type=Path, default=None, help="store file")
     p.add_argument("--run", required=True, help="run name")
-    p.add_argument("--estimator", default=None,
-                   help="estimator whose credit is summarized (share_<class>, max_abs); default: none")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="estimator parameter, repeatable")
-    p.add_argument("--channel", default=None,
-                   help="reward channel the estimators read (default: the run's main channel); 'all': the "
-                        "channel scores summed per rollout")
+    p.add_argument(
+        "--estimator",
+        default=None,
+        help="estimator whose credit is summarized (share_<class>, max_abs); default: none",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="estimator parameter, repeatable",
+    )
+    p.add_argument(
+        "--channel",
+        default=None,
+        help="reward channel the estimators read (default: the run's main channel); 'all': the "
+        "channel scores summed per rollout",
+    )
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--json", action="store_true", help="print the rows as a JSON list of objects")
     out.add_argument("--out", type=Path, default=None, help="write the rows to this .parquet file")
@@ -108,15 +138,18 @@ def cmd_rollouts(args) -> int:
     for note in page.notes:
         print(f"note: {note}", file=sys.stderr)
     _emit(page.rows, args)
-    print(f"{len(page.rows)} of {page.total} rollouts"
-          + (f" written to {args.out}" if args.out else ""), file=sys.stderr)
+    print(
+        f"{len(page.rows)} of {page.total} rollouts" + (f" written to {args.out}" if args.out else ""),
+        file=sys.stderr,
+    )
     return 0
 
 
 def cmd_trends(args) -> int:
     handle = store_handle(args.db)
-    frame = explorer.step_trends(handle, args.run, args.estimator,
-                                 _config(handle, args, args.estimator, args.overrides))
+    frame = explorer.step_trends(
+        handle, args.run, args.estimator, _config(handle, args, args.estimator, args.overrides)
+    )
     _emit(frame, args)
     print(f"{len(frame)} steps" + (f" written to {args.out}" if args.out else ""), file=sys.stderr)
     return 0

@@ -25,8 +25,19 @@ from backend.cli import (
 from backend.errors import InputError, StoreError
 
 # Areas that contribute subcommands, in the order `creditlens --help` lists them.
-COMMAND_MODULES = (store, checkpoints, estimators, models, model_credit, teacher, steps, synthetic, explorer,
-                   monitor, app_server)
+COMMAND_MODULES = (
+    store,
+    checkpoints,
+    estimators,
+    models,
+    model_credit,
+    teacher,
+    steps,
+    synthetic,
+    explorer,
+    monitor,
+    app_server,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,22 +17,34 @@ from backend.store import store_handle
 
 
 def add_commands(sub) -> None:
-    p = sub.add_parser("model-credit", help="per-token scores of the model-based estimators (OAR-P, OAR-G, "
-                                            "GCPO), computed with the policy and cached")
+    p = sub.add_parser(
+        "model-credit",
+        help="per-token scores of the model-based estimators (OAR-P, OAR-G, "
+        "GCPO), computed with the policy and cached",
+    )
     add_db_arg(p)
     p.add_argument("--run", required=True)
     p.add_argument("--method", required=True, choices=MODEL_SCORED)
     where = p.add_mutually_exclusive_group()
     where.add_argument("--rollout", type=int, default=None, help="this rollout's group")
-    where.add_argument("--rollouts", default="all",
-                       help="the first N rollouts by id, completed to whole groups, or all (default)")
+    where.add_argument(
+        "--rollouts",
+        default="all",
+        help="the first N rollouts by id, completed to whole groups, or all (default)",
+    )
     add_model_args(p)
     # The two defaults live with the model code (torch): None here stands for them (backend/cli/__init__.py).
-    p.add_argument("--answer-regex", default=None,
-                   help="OAR: the final answer is group 1 of the last match in the response "
-                        "(tokens before the match are the reasoning that gets scored)")
-    p.add_argument("--negative-prompt", default=None,
-                   help="GCPO: the negative prompt, with {prompt} standing for the rollout's prompt")
+    p.add_argument(
+        "--answer-regex",
+        default=None,
+        help="OAR: the final answer is group 1 of the last match in the response "
+        "(tokens before the match are the reasoning that gets scored)",
+    )
+    p.add_argument(
+        "--negative-prompt",
+        default=None,
+        help="GCPO: the negative prompt, with {prompt} standing for the rollout's prompt",
+    )
     p.add_argument("--noise-std", type=float, default=1e-3, help="OAR-G: noise on the reasoning embeddings")
     p.add_argument("--seed", type=int, default=0, help="OAR-G: noise seed (rollout id added)")
     p.add_argument("--chunk-size", type=int, default=64, help="sequences per forward pass")
@@ -52,11 +64,15 @@ def cmd_model_credit(args) -> int:
 
     handle = store_handle(args.db)
     settings = ModelCreditSettings(
-        method=args.method, model_dir=args.model, engine=args.engine, device=args.device,
+        method=args.method,
+        model_dir=args.model,
+        engine=args.engine,
+        device=args.device,
         allow_pickle=args.allow_pickle,
         answer_regex=ANSWER_REGEX if args.answer_regex is None else args.answer_regex,
         negative_template=NEGATIVE_TEMPLATE if args.negative_prompt is None else args.negative_prompt,
-        noise_std=args.noise_std, seed=args.seed,
+        noise_std=args.noise_std,
+        seed=args.seed,
         chunk_size=args.chunk_size,
     )
     stop = threading.Event()
@@ -70,8 +86,15 @@ def cmd_model_credit(args) -> int:
 
     try:
         rollouts = None if args.rollout is not None else parse_rollouts(args.rollouts)
-        report = run_model_credit(handle, args.run, settings, rollout=args.rollout, rollouts=rollouts,
-                                  progress=progress, cancel=stop.is_set)
+        report = run_model_credit(
+            handle,
+            args.run,
+            settings,
+            rollout=args.rollout,
+            rollouts=rollouts,
+            progress=progress,
+            cancel=stop.is_set,
+        )
     finally:
         bar.close()
         signal.signal(signal.SIGINT, previous)
@@ -81,8 +104,10 @@ def cmd_model_credit(args) -> int:
         print(f"model-credit {args.method} for {args.run!r}: cancelled; nothing was stored", file=sys.stderr)
     else:
         note = f"; no answer in {len(report.no_answer)} (weights 1)" if report.no_answer else ""
-        print(f"model-credit {args.method} for {args.run!r}: {report.stored} rollouts scored, "
-              f"{report.model_rows} model sequences in {report.seconds:.1f}s ({report.engine}){note}; stored")
+        print(
+            f"model-credit {args.method} for {args.run!r}: {report.stored} rollouts scored, "
+            f"{report.model_rows} model sequences in {report.seconds:.1f}s ({report.engine}){note}; stored"
+        )
         for step, used in report.models.items():
             print(f"  step {step}: {used['why']}")
     return 130 if report.cancelled else 0

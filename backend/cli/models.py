@@ -33,8 +33,10 @@ def add_commands(subparsers) -> None:
     p.add_argument("--rollout", type=int, required=True, help="rollout id")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--positions", help="comma-separated response positions, e.g. 3,17")
-    where.add_argument("--suggest", help="entropy:K (top-K entropy) or steps (after each line end): "
-                       "the Resample view's suggestions")
+    where.add_argument(
+        "--suggest",
+        help="entropy:K (top-K entropy) or steps (after each line end): the Resample view's suggestions",
+    )
     p.add_argument("--samples", type=int, default=8, help="suffixes per position (M)")
     add_model_args(p)
     p.add_argument("--verifier", default=None, help="verifier name or module:function (default: the run's)")
@@ -73,8 +75,9 @@ def cmd_score(args) -> int:
     todo = todo.assign(model=[choices[steps[int(r)]].model_dir for r in todo["rollout_id"]])
     arrays, tokens = {}, 0
     for folder, rows in todo.groupby("model", sort=False):
-        engine = load_engine(folder, engine="transformers", device=args.device,
-                             allow_pickle=args.allow_pickle)
+        engine = load_engine(
+            folder, engine="transformers", device=args.device, allow_pickle=args.allow_pickle
+        )
         scored, n = _score_rows(engine, rows, args)
         arrays.update(scored)
         tokens += n
@@ -98,8 +101,9 @@ def _score_rows(engine, todo, args) -> tuple[dict, int]:
         _check_ids(token_ids, vocab, f"run {args.run!r} rollout {row.rollout_id} token_ids")
         prompts.append(prompt_ids)
         responses.append(token_ids)
-    with tqdm(total=len(todo), desc=f"scoring ({Path(engine.model_dir).name})", unit="rollout",
-              file=sys.stderr) as bar:
+    with tqdm(
+        total=len(todo), desc=f"scoring ({Path(engine.model_dir).name})", unit="rollout", file=sys.stderr
+    ) as bar:
         last = [0]
 
         def progress(done: int, total: int) -> None:
@@ -150,8 +154,9 @@ def cmd_resample(args) -> int:
     token_ids = list(rollout["token_ids"])
     if args.positions is not None:
         positions = check_positions(parse_positions(args.positions), len(token_ids))
-    engine = load_engine(choice.model_dir, engine=args.engine, device=args.device,
-                         allow_pickle=args.allow_pickle)
+    engine = load_engine(
+        choice.model_dir, engine=args.engine, device=args.device, allow_pickle=args.allow_pickle
+    )
     prompt_ids = (
         list(rollout["prompt_ids"])
         if rollout.get("prompt_ids") is not None

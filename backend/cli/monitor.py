@@ -19,18 +19,35 @@ if TYPE_CHECKING:
 
 
 def add_commands(sub) -> None:
-    p = sub.add_parser("monitor", help="credit-health detectors: the step where reward hacking, collapse or "
-                                       "drift starts, and the rollouts that show it (exit 1 on a warning)")
+    p = sub.add_parser(
+        "monitor",
+        help="credit-health detectors: the step where reward hacking, collapse or "
+        "drift starts, and the rollouts that show it (exit 1 on a warning)",
+    )
     p.add_argument("--db", type=Path, default=None, help="store file")
     p.add_argument("--run", default=None, help="run name")
     p.add_argument("--estimator", default="grpo", help="estimator whose credit is watched (default grpo)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="estimator parameter, repeatable")
-    p.add_argument("--channel", default=None,
-                   help="reward channel the estimator reads (default: the run's main channel); 'all': the "
-                        "channel scores summed per rollout")
-    p.add_argument("--config", type=Path, default=None, metavar="FILE",
-                   help="TOML file of thresholds (docs/monitors.md; --defaults prints every key)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="estimator parameter, repeatable",
+    )
+    p.add_argument(
+        "--channel",
+        default=None,
+        help="reward channel the estimator reads (default: the run's main channel); 'all': the "
+        "channel scores summed per rollout",
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="TOML file of thresholds (docs/monitors.md; --defaults prints every key)",
+    )
     p.add_argument("--defaults", action="store_true", help="print the default settings as TOML and exit")
     p.add_argument("--json", action="store_true", help="print the alerts as a JSON list of objects")
     p.set_defaults(func=cmd_monitor)
@@ -70,8 +87,11 @@ def cmd_monitor(args) -> int:
     else:
         print_alerts(report.alerts)
     counts = {s: sum(a.severity == s for a in report.alerts) for s in monitor.SEVERITIES}
-    print(f"{len(report.series)} steps of {args.run!r} ({report.estimator} on {report.channel}): "
-          + ", ".join(f"{n} {s}" for s, n in counts.items()), file=sys.stderr)
+    print(
+        f"{len(report.series)} steps of {args.run!r} ({report.estimator} on {report.channel}): "
+        + ", ".join(f"{n} {s}" for s, n in counts.items()),
+        file=sys.stderr,
+    )
     return report.exit_code()
 
 
@@ -90,4 +110,5 @@ def live_monitor(args):
             watchers[run] = monitor.LiveMonitor(handle, run, settings=settings)
         print_alerts(watchers[run].update())
         sys.stdout.flush()
+
     return watch

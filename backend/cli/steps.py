@@ -12,16 +12,23 @@ from backend.store import store_handle
 
 def add_commands(sub) -> None:
     known = ", ".join(d["name"] for d in describe_step_verifiers())
-    p = sub.add_parser("verify-steps", help="score each step (line) of every rollout with a step verifier "
-                                            "and store the scores as the run's process channel")
+    p = sub.add_parser(
+        "verify-steps",
+        help="score each step (line) of every rollout with a step verifier "
+        "and store the scores as the run's process channel",
+    )
     add_db_arg(p)
     p.add_argument("--run", required=True)
-    p.add_argument("--step-verifier", default="arithmetic_steps",
-                   help=f"a registered step verifier ({known}) or module:function "
-                        "fn(prompt, response, ground_truth) -> list[Step]")
+    p.add_argument(
+        "--step-verifier",
+        default="arithmetic_steps",
+        help=f"a registered step verifier ({known}) or module:function "
+        "fn(prompt, response, ground_truth) -> list[Step]",
+    )
     p.add_argument("--channel", default="process", help="the channel to (re)write (default process)")
-    p.add_argument("--json", action="store_true",
-                   help="print the report, with each first wrong step, as JSON")
+    p.add_argument(
+        "--json", action="store_true", help="print the report, with each first wrong step, as JSON"
+    )
     p.set_defaults(func=cmd_verify_steps)
 
 
@@ -30,7 +37,9 @@ def cmd_verify_steps(args) -> int:
     if args.json:
         print(json.dumps(report.to_json()))
         return 0
-    print(f"run {args.run!r}: channel {report.channel!r} from {report.step_verifier}: {report.rollouts} "
-          f"rollouts, {report.steps} steps, {report.wrong_steps} wrong; {report.with_wrong_step} rollouts "
-          "have a wrong step")
+    print(
+        f"run {args.run!r}: channel {report.channel!r} from {report.step_verifier}: {report.rollouts} "
+        f"rollouts, {report.steps} steps, {report.wrong_steps} wrong; {report.with_wrong_step} rollouts "
+        "have a wrong step"
+    )
     return 0

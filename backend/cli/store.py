@@ -39,8 +39,14 @@ def _channel_names(text: str | None) -> list[str] | None:
 
 
 def cmd_import(args) -> int:
-    options = {"model_dir": args.model, "verifier": args.verifier, "channels": _channel_names(args.channels),
-               "group_size": args.group_size, "main_channel": args.main_channel, "append": args.append}
+    options = {
+        "model_dir": args.model,
+        "verifier": args.verifier,
+        "channels": _channel_names(args.channels),
+        "group_size": args.group_size,
+        "main_channel": args.main_channel,
+        "append": args.append,
+    }
     if args.follow:
         return _follow(args, options)
     with kept_only_on_success(args.db), open_store(args.db) as store:
@@ -71,12 +77,21 @@ def _follow(args, options: dict) -> int:
 
     print(f"following {args.path} into run {args.run!r}; Ctrl-C stops", file=sys.stderr, flush=True)
     try:
-        follow(lambda: open_store(args.db), args.path, args.run, fmt=args.format, on_report=report,
-               poll_seconds=args.poll, **options)
+        follow(
+            lambda: open_store(args.db),
+            args.path,
+            args.run,
+            fmt=args.format,
+            on_report=report,
+            poll_seconds=args.poll,
+            **options,
+        )
     except KeyboardInterrupt:
         pass  # the file in progress was imported whole or not at all
-    print(f"stopped following {args.path}: {totals['rollouts']} rollouts from {totals['files']} files",
-          flush=True)
+    print(
+        f"stopped following {args.path}: {totals['rollouts']} rollouts from {totals['files']} files",
+        flush=True,
+    )
     return 0
 
 
@@ -130,31 +145,64 @@ def add_commands(sub) -> None:
     p = sub.add_parser("import", help="import a run (native JSONL/Parquet, verl dump, TRL completions)")
     p.add_argument("path", type=Path)
     add_db_arg(p)
-    p.add_argument("--run", required=True,
-                   help="run name (created if new; re-importing a file adds nothing; other content into an "
-                        "existing run is refused without --append)")
-    p.add_argument("--append", action="store_true",
-                   help="add to the existing run of this name on purpose (its model and channels must match)")
+    p.add_argument(
+        "--run",
+        required=True,
+        help="run name (created if new; re-importing a file adds nothing; other content into an "
+        "existing run is refused without --append)",
+    )
+    p.add_argument(
+        "--append",
+        action="store_true",
+        help="add to the existing run of this name on purpose (its model and channels must match)",
+    )
     p.add_argument("--format", choices=FORMATS, default=None, help="default: detect")
-    p.add_argument("--model", default=None,
-                   help="local HF folder whose tokenizer re-tokenizes text; or the checkpoint of each "
-                        "step: a template such as ckpts/step_{step}, or a JSON/TOML file of step -> folder")
-    p.add_argument("--channels", default=None, metavar="A,B",
-                   help="columns (trl) or keys (verl) that become reward channels; other numbers become "
-                        "per-rollout metrics, the rest meta (default: trl float columns; verl score)")
-    p.add_argument("--main-channel", default=None, metavar="C|all",
-                   help="the run's main channel, what views and commands read by default (default: task, "
-                        "else the run's one channel, else all: the channel scores summed per rollout)")
-    p.add_argument("--group-size", type=int, default=None, metavar="N",
-                   help="trl: groups are consecutive blocks of N rows (TRL's num_generations)")
-    p.add_argument("--follow", action="store_true",
-                   help="keep watching the directory and import each new step file as it appears (Ctrl-C)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="local HF folder whose tokenizer re-tokenizes text; or the checkpoint of each "
+        "step: a template such as ckpts/step_{step}, or a JSON/TOML file of step -> folder",
+    )
+    p.add_argument(
+        "--channels",
+        default=None,
+        metavar="A,B",
+        help="columns (trl) or keys (verl) that become reward channels; other numbers become "
+        "per-rollout metrics, the rest meta (default: trl float columns; verl score)",
+    )
+    p.add_argument(
+        "--main-channel",
+        default=None,
+        metavar="C|all",
+        help="the run's main channel, what views and commands read by default (default: task, "
+        "else the run's one channel, else all: the channel scores summed per rollout)",
+    )
+    p.add_argument(
+        "--group-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="trl: groups are consecutive blocks of N rows (TRL's num_generations)",
+    )
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep watching the directory and import each new step file as it appears (Ctrl-C)",
+    )
     p.add_argument("--poll", type=float, default=1.0, help="--follow: seconds between looks at the directory")
-    p.add_argument("--monitor", action="store_true",
-                   help="--follow: run the credit-health monitors (creditlens monitor) after each step file "
-                        "and print the alerts as they appear")
-    p.add_argument("--monitor-config", type=Path, default=None, metavar="FILE",
-                   help="--follow: the monitors' TOML settings (implies --monitor; docs/monitors.md)")
+    p.add_argument(
+        "--monitor",
+        action="store_true",
+        help="--follow: run the credit-health monitors (creditlens monitor) after each step file "
+        "and print the alerts as they appear",
+    )
+    p.add_argument(
+        "--monitor-config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="--follow: the monitors' TOML settings (implies --monitor; docs/monitors.md)",
+    )
     p.add_argument("--verifier", default=None, help="verifier name or module:function recorded with the run")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_import)
@@ -164,12 +212,19 @@ def add_commands(sub) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_runs)
 
-    p = sub.add_parser("main-channel", help="show or set a run's main channel (what views and commands read "
-                                            "when no --channel is given)")
+    p = sub.add_parser(
+        "main-channel",
+        help="show or set a run's main channel (what views and commands read when no --channel is given)",
+    )
     add_db_arg(p)
     p.add_argument("--run", required=True)
-    p.add_argument("channel", nargs="?", default=None, metavar="C|all",
-                   help="a channel of the run, or all (the channel scores summed per rollout); omit to show")
+    p.add_argument(
+        "channel",
+        nargs="?",
+        default=None,
+        metavar="C|all",
+        help="a channel of the run, or all (the channel scores summed per rollout); omit to show",
+    )
     p.set_defaults(func=cmd_main_channel)
 
     p = sub.add_parser("delete", help="delete a run and everything stored for it")
@@ -180,12 +235,24 @@ def add_commands(sub) -> None:
     p = sub.add_parser("token-classes", help="show or set a run's token classes (credit by class)")
     add_db_arg(p)
     p.add_argument("--run", required=True)
-    p.add_argument("--add", nargs=3, action="append", default=[], metavar=("NAME", "KIND", "PATTERN"),
-                   help="append a class: KIND regex (matched in each token), phrases ('|'-separated, "
-                        "matched in the response text) or marker (key, style span); repeatable")
-    p.add_argument("--move", nargs=2, action="append", default=[], metavar=("NAME", "WHERE"),
-                   help="move a class up, down, first or last (the first class that matches a token wins); "
-                        "repeatable, applied after --add")
+    p.add_argument(
+        "--add",
+        nargs=3,
+        action="append",
+        default=[],
+        metavar=("NAME", "KIND", "PATTERN"),
+        help="append a class: KIND regex (matched in each token), phrases ('|'-separated, "
+        "matched in the response text) or marker (key, style span); repeatable",
+    )
+    p.add_argument(
+        "--move",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("NAME", "WHERE"),
+        help="move a class up, down, first or last (the first class that matches a token wins); "
+        "repeatable, applied after --add",
+    )
     p.add_argument("--reset", action="store_true", help="back to the default classes")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_token_classes)
@@ -214,4 +281,3 @@ def cmd_token_classes(args) -> int:
         print(f"{c.name:<16} {c.kind:<8} {token_classes.shown_pattern(c)}")
     print(f"{token_classes.OTHER:<16} (every other token)")
     return 0
-

@@ -32,8 +32,9 @@ def cmd_synth(args) -> int:
     batches = native_batches(seeds=args.seeds, prompts=args.prompts, group=args.group)
     key = f"synthetic-oracle:seeds={args.seeds}:prompts={args.prompts}:group={args.group}"
     with open_store(args.db) as store:  # Arrow batches straight from the arrays: no JSON, no python rows
-        report = import_batches(store, args.run, batches, source="synthetic", origin="synthetic oracle",
-                                content_key=key)
+        report = import_batches(
+            store, args.run, batches, source="synthetic", origin="synthetic oracle", content_key=key
+        )
     print(report.message())
     return 0
 
@@ -67,6 +68,7 @@ def cmd_oracle_bench(args) -> int:
     if args.json is not None and not args.json.parent.exists():
         raise InputError(f"--json {args.json}: directory {args.json.parent} does not exist")
     start = time.perf_counter()
+
     def progress(message: str) -> None:
         if not args.quiet or "skipped" in message:  # a skipped estimator is always worth a line
             print(message, file=sys.stderr, flush=True)
@@ -76,14 +78,20 @@ def cmd_oracle_bench(args) -> int:
     if workers < 1:
         raise InputError(f"--workers: must be at least 1, got {workers}")
     torch.set_num_threads(1)  # seeds run in parallel processes instead; see oracle_bench
-    rows = oracle_bench(args.seeds, args.prompts, args.group, estimators=estimators, progress=progress,
-                        workers=workers)
+    rows = oracle_bench(
+        args.seeds, args.prompts, args.group, estimators=estimators, progress=progress, workers=workers
+    )
     wall = time.perf_counter() - start
     print(format_table(rows))
     print(f"\n{args.seeds} seeds x {args.prompts} prompts x {args.group} responses; wall time {wall:.1f} s")
     if args.json is not None:
-        payload = {"seeds": args.seeds, "prompts": args.prompts, "group": args.group,
-                   "wall_seconds": round(wall, 2), "rows": jsonable_rows(rows)}
+        payload = {
+            "seeds": args.seeds,
+            "prompts": args.prompts,
+            "group": args.group,
+            "wall_seconds": round(wall, 2),
+            "rows": jsonable_rows(rows),
+        }
         args.json.write_text(json.dumps(payload, indent=1) + "\n")
     return 0
 
@@ -95,15 +103,24 @@ def add_commands(sub) -> None:
     _add_size_args(p)
     p.set_defaults(func=cmd_synth)
 
-    p = sub.add_parser("oracle-bench",
-                       help="credit-quality metrics of every model-free estimator on the oracle")
+    p = sub.add_parser(
+        "oracle-bench", help="credit-quality metrics of every model-free estimator on the oracle"
+    )
     _add_size_args(p)
     p.add_argument("--json", type=Path, default=None, help="also write the rows as JSON to FILE")
     p.add_argument("--estimators", default=None, help="comma-separated subset (default: all model-free)")
-    p.add_argument("--variant", action="append", default=None,
-                   help="an extra row with options, name:key=value,key=value (repeatable), e.g. "
-                        "gae:lam_mode=length_adaptive")
-    p.add_argument("--workers", type=int, default=None,
-                   help="processes running seeds in parallel (default: min(2, CPUs))")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=None,
+        help="an extra row with options, name:key=value,key=value (repeatable), e.g. "
+        "gae:lam_mode=length_adaptive",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes running seeds in parallel (default: min(2, CPUs))",
+    )
     p.add_argument("--quiet", action="store_true", help="no per-seed progress on stderr")
     p.set_defaults(func=cmd_oracle_bench)

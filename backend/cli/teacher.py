@@ -19,8 +19,11 @@ from backend.store import store_handle
 
 
 def add_commands(sub) -> None:
-    p = sub.add_parser("teacher", help="Monte Carlo teacher values V(s_t) at positions of many rollouts "
-                                       "(resumable: a rerun continues where it stopped)")
+    p = sub.add_parser(
+        "teacher",
+        help="Monte Carlo teacher values V(s_t) at positions of many rollouts "
+        "(resumable: a rerun continues where it stopped)",
+    )
     add_db_arg(p)
     p.add_argument("--run", required=True)
     p.add_argument("--rollouts", default="all", help="N (spread evenly over the run) or all")
@@ -30,31 +33,55 @@ def add_commands(sub) -> None:
     add_model_args(p)
     p.add_argument("--verifier", default=None, help="verifier name or module:function (default: the run's)")
     p.add_argument("--max-new-tokens", type=int, default=None)
-    p.add_argument("--ray", default=None, metavar="auto|ADDRESS|local:N",
-                   help="run on a Ray cluster: auto (the running cluster), an address such as "
-                        "ray://head:10001, or local:N (start one here with N CPUs)")
+    p.add_argument(
+        "--ray",
+        default=None,
+        metavar="auto|ADDRESS|local:N",
+        help="run on a Ray cluster: auto (the running cluster), an address such as "
+        "ray://head:10001, or local:N (start one here with N CPUs)",
+    )
     p.add_argument("--workers", type=int, default=None, help="Ray workers (default: one per CPU or GPU)")
-    p.add_argument("--export", type=Path, default=None,
-                   help="afterwards, write every teacher suffix of the run to this Parquet file")
+    p.add_argument(
+        "--export",
+        type=Path,
+        default=None,
+        help="afterwards, write every teacher suffix of the run to this Parquet file",
+    )
     p.add_argument("--json", action="store_true", help="print the job's report as JSON")
     p.set_defaults(func=cmd_teacher)
 
     p = sub.add_parser("teacher-bench", help="rank every estimator against the run's Monte Carlo teacher")
     add_db_arg(p)
     p.add_argument("--run", required=True)
-    p.add_argument("--estimators", nargs="*", default=None,
-                   help="names, or name:key=value,key=value for a setting (default: every registered one)")
-    p.add_argument("--channel", default=None,
-                   help="the channel the estimators read and the last segment ends on (default: the run's "
-                        "main channel); 'all': the channel scores summed per rollout")
-    p.add_argument("--steps", type=int, nargs="+", default=None, metavar="STEP",
-                   help="judge only the valued rollouts of these training steps (say, those whose teacher "
-                        "is on-policy in the calibration table); the estimates are the same")
+    p.add_argument(
+        "--estimators",
+        nargs="*",
+        default=None,
+        help="names, or name:key=value,key=value for a setting (default: every registered one)",
+    )
+    p.add_argument(
+        "--channel",
+        default=None,
+        help="the channel the estimators read and the last segment ends on (default: the run's "
+        "main channel); 'all': the channel scores summed per rollout",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="STEP",
+        help="judge only the valued rollouts of these training steps (say, those whose teacher "
+        "is on-policy in the calibration table); the estimates are the same",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the table and its definitions here")
     p.set_defaults(func=cmd_teacher_bench)
 
-    p = sub.add_parser("cliff", help="cliff tokens: where a rollout's Monte Carlo success rate drops by the "
-                                     "official one-sided z-test (Cliff Tokens, arXiv 2606.25524)")
+    p = sub.add_parser(
+        "cliff",
+        help="cliff tokens: where a rollout's Monte Carlo success rate drops by the "
+        "official one-sided z-test (Cliff Tokens, arXiv 2606.25524)",
+    )
     add_db_arg(p)
     p.add_argument("--run", required=True)
     p.add_argument("--rollout", type=int, default=None, help="one rollout (default: every valued one)")
@@ -103,9 +130,18 @@ def cmd_teacher(args) -> int:
         bar.refresh()
 
     try:
-        report = run_teacher(handle, args.run, settings, rollouts=parse_rollouts(args.rollouts),
-                             positions=args.positions, seed=args.seed, ray_address=args.ray,
-                             workers=args.workers, progress=progress, cancel=stop)
+        report = run_teacher(
+            handle,
+            args.run,
+            settings,
+            rollouts=parse_rollouts(args.rollouts),
+            positions=args.positions,
+            seed=args.seed,
+            ray_address=args.ray,
+            workers=args.workers,
+            progress=progress,
+            cancel=stop,
+        )
     finally:
         bar.close()
         signal.signal(signal.SIGINT, previous)
@@ -117,10 +153,12 @@ def cmd_teacher(args) -> int:
         print(json.dumps(report.to_json()))
     else:
         state = "cancelled; rerun to continue" if report.cancelled else "done"
-        print(f"teacher for {args.run!r} ({state}): {report.valued} rollouts valued now, {report.already} "
-              f"earlier, of {report.chosen}; {report.positions} positions, {report.suffixes} suffixes, "
-              f"{report.tokens} tokens in {report.seconds:.1f}s ({report.engine}, "
-              f"{report.workers} worker(s))")
+        print(
+            f"teacher for {args.run!r} ({state}): {report.valued} rollouts valued now, {report.already} "
+            f"earlier, of {report.chosen}; {report.positions} positions, {report.suffixes} suffixes, "
+            f"{report.tokens} tokens in {report.seconds:.1f}s ({report.engine}, "
+            f"{report.workers} worker(s))"
+        )
         for step, used in report.models.items():
             print(f"  step {step}: {used['why']}")
     return 130 if report.cancelled and stop.is_set() else 0
@@ -141,10 +179,12 @@ def cmd_teacher_bench(args) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps({**result.to_json(), "steps": args.steps}, indent=1, default=float))
     at = "" if args.steps is None else f" at steps {', '.join(map(str, args.steps))}"
-    print(f"run {args.run!r}{at}: {result.n_positions} valued positions in {result.n_rollouts} rollouts "
-          f"({result.n_segments} segments; {result.n_first_wrong} failed with a wrong step; "
-          f"{result.n_cliffs} with a cliff token); mean ± stderr over rollouts / stderr by a bootstrap over "
-          "groups (rollouts of a group share a baseline)")
+    print(
+        f"run {args.run!r}{at}: {result.n_positions} valued positions in {result.n_rollouts} rollouts "
+        f"({result.n_segments} segments; {result.n_first_wrong} failed with a wrong step; "
+        f"{result.n_cliffs} with a cliff token); mean ± stderr over rollouts / stderr by a bootstrap over "
+        "groups (rollouts of a group share a baseline)"
+    )
     note = result.off_policy_note()
     if note:
         print(note)
@@ -171,8 +211,10 @@ def _print_calibration(table) -> None:
     print(f"{'step':>6}{'V̂(∅)':>18}{'accuracy':>18}{'n':>6}{'step acc (all)':>16}{'on-policy':>11}")
     for r in table.itertuples():
         policy = "unknown" if r.on_policy is None or r.on_policy != r.on_policy else f"{r.on_policy:.0%}"
-        print(f"{r.step:>6}{_cell(r.v_empty, r.v_empty_se):>18}{_cell(r.accuracy, r.accuracy_se):>18}{r.n:>6}"
-              f"{f'{r.step_accuracy:.3f} ({r.step_n})':>16}{policy:>11}")
+        print(
+            f"{r.step:>6}{_cell(r.v_empty, r.v_empty_se):>18}{_cell(r.accuracy, r.accuracy_se):>18}{r.n:>6}"
+            f"{f'{r.step_accuracy:.3f} ({r.step_n})':>16}{policy:>11}"
+        )
 
 
 def _cell(value: float, se: float, se_group: float = float("nan")) -> str:
@@ -186,21 +228,38 @@ def cmd_cliff(args) -> int:
     table = cliff_tokens.stored_cliffs(store_handle(args.db), args.run, args.rollout, args.delta0, args.z)
     if table.empty:
         where = f"run {args.run!r}" + (f" rollout {args.rollout}" if args.rollout is not None else "")
-        raise InputError(f"{where}: no rollout with two valued positions; value it with `creditlens teacher` "
-                         "or `creditlens resample` first")
+        raise InputError(
+            f"{where}: no rollout with two valued positions; value it with `creditlens teacher` "
+            "or `creditlens resample` first"
+        )
     shown = table if args.all_pairs else table[table["cliff"]]
     if args.json:
-        print(json.dumps({"run": args.run, "delta_0": args.delta0, "z_alpha": args.z,
-                          "pairs": int(len(table)), "rollouts": int(table["rollout_id"].nunique()),
-                          "rows": json.loads(shown.to_json(orient="records"))}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "run": args.run,
+                    "delta_0": args.delta0,
+                    "z_alpha": args.z,
+                    "pairs": int(len(table)),
+                    "rollouts": int(table["rollout_id"].nunique()),
+                    "rows": json.loads(shown.to_json(orient="records")),
+                },
+                indent=1,
+            )
+        )
         return 0
-    print(f"run {args.run!r}: {len(table)} valued pairs in {table['rollout_id'].nunique()} rollouts, "
-          f"{int(table['cliff'].sum())} cliffs in {int(table['first'].sum())} rollouts "
-          f"(drop > {args.delta0:g} + {args.z:g} se)")
-    print(f"{'rollout':>8}{'token':>7}{'segment':>12}{'p_prev':>8}{'p':>8}{'drop':>8}{'threshold':>10}"
-          "  first")
+    print(
+        f"run {args.run!r}: {len(table)} valued pairs in {table['rollout_id'].nunique()} rollouts, "
+        f"{int(table['cliff'].sum())} cliffs in {int(table['first'].sum())} rollouts "
+        f"(drop > {args.delta0:g} + {args.z:g} se)"
+    )
+    print(
+        f"{'rollout':>8}{'token':>7}{'segment':>12}{'p_prev':>8}{'p':>8}{'drop':>8}{'threshold':>10}  first"
+    )
     for r in shown.itertuples():
         text = f"  {getattr(r, 'token_text', '')!r}" if "token_text" in shown.columns else ""
-        print(f"{r.rollout_id:>8}{r.token:>7}{f'[{r.start}, {r.pos})':>12}{r.p_prev:>8.3f}{r.p:>8.3f}"
-              f"{r.drop:>8.3f}{r.threshold:>10.3f}  {'yes' if r.first else ''}{text}")
+        print(
+            f"{r.rollout_id:>8}{r.token:>7}{f'[{r.start}, {r.pos})':>12}{r.p_prev:>8.3f}{r.p:>8.3f}"
+            f"{r.drop:>8.3f}{r.threshold:>10.3f}  {'yes' if r.first else ''}{text}"
+        )
     return 0

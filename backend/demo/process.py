@@ -26,8 +26,13 @@ RUN = Path(__file__).resolve().parents[2] / "sample_runs" / "demo_run.jsonl"
 
 def with_process(record: dict, step_verifier: str = STEP_VERIFIER) -> dict:
     """The record with its process channel (re)computed; its other fields untouched."""
-    score, local, _ = process_channel(record["prompt"], record["response"], record["meta"]["ground_truth"],
-                                      record.get("tokens"), step_verifier)
+    score, local, _ = process_channel(
+        record["prompt"],
+        record["response"],
+        record["meta"]["ground_truth"],
+        record.get("tokens"),
+        step_verifier,
+    )
     out = dict(record)
     out["rewards"] = {**record["rewards"], "process": score}
     if local is not None:
@@ -50,8 +55,10 @@ def main(argv: list[str] | None = None) -> None:
     if manifest_path.exists():
         manifest = json.loads(manifest_path.read_text())
         manifest["step_verifier"] = STEP_VERIFIER
-        manifest["process"] = ("channel `process`: the step verifier's score per line at the line's end "
-                               "(`python -m backend.demo.process`)")
+        manifest["process"] = (
+            "channel `process`: the step verifier's score per line at the line's end "
+            "(`python -m backend.demo.process`)"
+        )
         manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
     wrong = sum(r["rewards"]["process"] < 0 for r in records)
     print(f"{args.run}: process channel for {len(records)} responses ({wrong} with a wrong step)")

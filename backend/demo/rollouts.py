@@ -65,8 +65,9 @@ def sample_step(
         a, b = problems[i]
         tokens = engine.token_texts(sample.token_ids)
         response = engine.decode(sample.token_ids)
-        verdict = evaluate(response, a + b, tokens, verifier=VERIFIER, prompt=prompts[i],
-                           step_verifier=STEP_VERIFIER)
+        verdict = evaluate(
+            response, a + b, tokens, verifier=VERIFIER, prompt=prompts[i], step_verifier=STEP_VERIFIER
+        )
         records.append(
             {
                 "prompt": prompts[i],

@@ -29,8 +29,9 @@ def train_byte_bpe(texts: list[str], vocab_size: int = 320) -> Tokenizer:
     return tok
 
 
-def subword_records(path: Path = DEMO_RUN, groups: int | None = None, long_response: int = 0,
-                    vocab_size: int = 320) -> list[dict]:
+def subword_records(
+    path: Path = DEMO_RUN, groups: int | None = None, long_response: int = 0, vocab_size: int = 320
+) -> list[dict]:
     """The demo run's records re-tokenized with a byte-level BPE trained on its responses.
 
     groups: keep only the first N groups; long_response: if > 0, the first response of group 0 is the
@@ -48,14 +49,16 @@ def subword_records(path: Path = DEMO_RUN, groups: int | None = None, long_respo
     out = []
     for r in records:
         ids = tok.encode(r["response"]).ids
-        out.append({
-            "prompt": r["prompt"],
-            "response": r["response"],
-            "group": r["group"],
-            "step": r.get("step", 0),
-            "token_ids": ids,
-            "tokens": [tok.decode([i]) for i in ids],
-            "rewards": r["rewards"],
-            "meta": r.get("meta", {}),
-        })
+        out.append(
+            {
+                "prompt": r["prompt"],
+                "response": r["response"],
+                "group": r["group"],
+                "step": r.get("step", 0),
+                "token_ids": ids,
+                "tokens": [tok.decode([i]) for i in ids],
+                "rewards": r["rewards"],
+                "meta": r.get("meta", {}),
+            }
+        )
     return out

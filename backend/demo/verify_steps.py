@@ -40,13 +40,20 @@ def records_by_step(path: Path = DEMO_RUN) -> dict[int, list[dict]]:
 def rescore_gap(folder: Path, records: list[dict]) -> dict:
     """Max and mean |stored - rescored| logprob over the records' tokens under the checkpoint in `folder`."""
     engine = TransformersEngine(folder, device="cpu")
-    scored = engine.score([r["prompt_ids"] for r in records], [r["token_ids"] for r in records],
-                          chunk_size=64)
-    gaps = np.concatenate([np.abs(np.asarray(r["logprobs"]) - s.logprobs)
-                           for r, s in zip(records, scored, strict=True)])
+    scored = engine.score(
+        [r["prompt_ids"] for r in records], [r["token_ids"] for r in records], chunk_size=64
+    )
+    gaps = np.concatenate(
+        [np.abs(np.asarray(r["logprobs"]) - s.logprobs) for r, s in zip(records, scored, strict=True)]
+    )
     checkpoints = sorted({(r.get("meta") or {}).get("checkpoint") for r in records})
-    return {"folder": str(folder), "tokens": int(gaps.size), "max_abs_diff": float(gaps.max()),
-            "mean_abs_diff": float(gaps.mean()), "meta_checkpoint": checkpoints}
+    return {
+        "folder": str(folder),
+        "tokens": int(gaps.size),
+        "max_abs_diff": float(gaps.max()),
+        "mean_abs_diff": float(gaps.mean()),
+        "meta_checkpoint": checkpoints,
+    }
 
 
 def same_tensors(a: Path, b: Path) -> dict:
@@ -70,10 +77,14 @@ def verify(steps_dir: Path, final: Path | None) -> dict:
         gap["match"] = gap["max_abs_diff"] <= TOLERANCE
         report["steps"][step] = gap
     if final is not None:
-        report["final"] = same_tensors(final, DEMO_POLICY) if (final / "model.safetensors").exists() else {
-            "equal": False, "missing": True}
+        report["final"] = (
+            same_tensors(final, DEMO_POLICY)
+            if (final / "model.safetensors").exists()
+            else {"equal": False, "missing": True}
+        )
     report["match"] = all(s["match"] for s in report["steps"].values()) and (
-        final is None or bool(report["final"].get("equal")))
+        final is None or bool(report["final"].get("equal"))
+    )
     return report
 
 

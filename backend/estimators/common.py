@@ -69,20 +69,24 @@ def values_for(batch: RolloutBatch, config: Any, z: torch.Tensor) -> tuple[torch
     return values_from_source(batch, config, z)
 
 
-def finish_credit(batch: RolloutBatch, config: Any, z: torch.Tensor, weights: torch.Tensor,
-                  extra: dict | None = None) -> EstimatorResult:
+def finish_credit(
+    batch: RolloutBatch, config: Any, z: torch.Tensor, weights: torch.Tensor, extra: dict | None = None
+) -> EstimatorResult:
     """Redistribute Z by `weights` (section 2), optionally run GAE over r, and collect diagnostics."""
     mask = batch.response_mask
     _, r, fallback = F.redistribute(z, weights, mask)
-    diagnostics: dict[str, Any] = {"weights": torch.where(mask, weights.to(torch.float32), 0.0),
-                                   "fallback": fallback_message(batch, fallback),
-                                   "fallback_rollouts": rollout_list(batch, fallback)}
+    diagnostics: dict[str, Any] = {
+        "weights": torch.where(mask, weights.to(torch.float32), 0.0),
+        "fallback": fallback_message(batch, fallback),
+        "fallback_rollouts": rollout_list(batch, fallback),
+    }
     diagnostics.update(extra or {})
     return finish_rewards(batch, config, z, r, diagnostics)
 
 
-def finish_rewards(batch: RolloutBatch, config: Any, z: torch.Tensor, r: torch.Tensor,
-                   diagnostics: dict | None = None) -> EstimatorResult:
+def finish_rewards(
+    batch: RolloutBatch, config: Any, z: torch.Tensor, r: torch.Tensor, diagnostics: dict | None = None
+) -> EstimatorResult:
     """From token rewards r (summing to Z) to advantages: `A = L r`, or GAE over r when `then_gae`."""
     mask = batch.response_mask
     r = torch.where(mask, r, 0.0)
@@ -98,8 +102,6 @@ def finish_rewards(batch: RolloutBatch, config: Any, z: torch.Tensor, r: torch.T
     return EstimatorResult(advantages=torch.where(mask, adv, 0.0), diagnostics=diagnostics)
 
 
-
-
 def gae_steps(v: Terms) -> list[str]:
     """GAE over the token rewards r with values V (`then_gae`; gae itself, with VAPO's options)."""
     V, r, cfg = v.at("values"), v.at("r"), v.cfg
@@ -111,16 +113,22 @@ def gae_steps(v: Terms) -> list[str]:
     lam = float(cfg.get("lam", 1.0)) if lam is None else lam
     delta = r + gamma * V_next - V
     A_next = v.at("advantage", v.t + 1) or 0.0
-    lines = [f"V(s_t) from {v.notes.get('value_source', '?')}: V(s_t) = {V:.4g}, V(s_t+1) = {V_next:.4g}",
-             f"δ_t = r_t + γ V(s_t+1) − V(s_t) = {r:.4g} + {gamma:g} × {V_next:.4g} − {V:.4g} = {delta:.4g}",
-             f"A_t = δ_t + γλ A_t+1 = {delta:.4g} + {gamma * lam:.3g} × {A_next:.4g} = {v.A:.4g}"]
+    lines = [
+        f"V(s_t) from {v.notes.get('value_source', '?')}: V(s_t) = {V:.4g}, V(s_t+1) = {V_next:.4g}",
+        f"δ_t = r_t + γ V(s_t+1) − V(s_t) = {r:.4g} + {gamma:g} × {V_next:.4g} − {V:.4g} = {delta:.4g}",
+        f"A_t = δ_t + γλ A_t+1 = {delta:.4g} + {gamma * lam:.3g} × {A_next:.4g} = {v.A:.4g}",
+    ]
     if cfg.get("lam_mode") == "length_adaptive":
-        lines.append(f"λ = 1 − 1/(α L) = 1 − 1/({float(cfg.get('alpha', 0)):g} × {len(v.tok['advantage'])})"
-                     f" = {lam:.4g} (VAPO, at least 0)")
+        lines.append(
+            f"λ = 1 − 1/(α L) = 1 − 1/({float(cfg.get('alpha', 0)):g} × {len(v.tok['advantage'])})"
+            f" = {lam:.4g} (VAPO, at least 0)"
+        )
     critic_lam, G = v.notes.get("lam_critic"), v.at("returns")
     if critic_lam is not None and G is not None:
-        lines.append(f"value target (decoupled, λ_critic = {critic_lam:g}): returns_t = {G:.4g}; "
-                     "A_t keeps the actor's λ")
+        lines.append(
+            f"value target (decoupled, λ_critic = {critic_lam:g}): returns_t = {G:.4g}; "
+            "A_t keeps the actor's λ"
+        )
     return lines
 
 
@@ -148,13 +156,18 @@ def token_rewards(v: Terms) -> list[str]:
             extra = f"   ({name}_t = {v.at(name):.4g})"
     if v.at("phi") is not None:
         phi_sum = sum(x for x in v.tok["phi"] if x is not None)
-        lines.append(f"r_t = φ_t + (Z − Σφ) / L = {v.at('phi'):.4g} + ({v.seq['Z']:.4g} − {phi_sum:.4g})"
-                     f" / {L} = {r:.4g}")
-        parts = sorted(((k[8:], v.at(k)) for k in v.tok if k.startswith("feature:") and v.at(k) is not None),
-                       key=lambda kv: -abs(kv[1]))[:3]
+        lines.append(
+            f"r_t = φ_t + (Z − Σφ) / L = {v.at('phi'):.4g} + ({v.seq['Z']:.4g} − {phi_sum:.4g})"
+            f" / {L} = {r:.4g}"
+        )
+        parts = sorted(
+            ((k[8:], v.at(k)) for k in v.tok if k.startswith("feature:") and v.at(k) is not None),
+            key=lambda kv: -abs(kv[1]),
+        )[:3]
         if parts:
-            lines.append("largest feature contributions to φ_t: "
-                         + ", ".join(f"{n} {x:+.3g}" for n, x in parts))
+            lines.append(
+                "largest feature contributions to φ_t: " + ", ".join(f"{n} {x:+.3g}" for n, x in parts)
+            )
     return [*lines, f"A_t = L · r_t = {L} × {r:.4g} = {v.A:.4g}{extra}"]
 
 

@@ -45,9 +45,13 @@ class TerminalGAEConfig(CreditConfig):
     then_gae: bool = param(True, help="Run GAE over the token rewards r with the value source, gamma, lam")
 
 
-@register("terminal_gae", TerminalGAEConfig,
-          "Terminal reward Z on the last token, then GAE with a value source", family="value",
-          explain=explain_credit)
+@register(
+    "terminal_gae",
+    TerminalGAEConfig,
+    "Terminal reward Z on the last token, then GAE with a value source",
+    family="value",
+    explain=explain_credit,
+)
 def terminal_gae(batch: RolloutBatch, config: TerminalGAEConfig) -> EstimatorResult:
     mask = batch.response_mask
     t, L = token_positions(batch)
@@ -61,8 +65,12 @@ class RecencyConfig(CreditConfig):
     kappa: float = param(0.97, low=1e-6, high=1.0, help="Decay per token away from the end")
 
 
-@register("recency", RecencyConfig, "Credit decays with distance from the end: w = kappa^(L - t)",
-          explain=explain_credit)
+@register(
+    "recency",
+    RecencyConfig,
+    "Credit decays with distance from the end: w = kappa^(L - t)",
+    explain=explain_credit,
+)
 def recency(batch: RolloutBatch, config: RecencyConfig) -> EstimatorResult:
     t, L = token_positions(batch)
     return finish_credit(batch, config, outcome_z(batch, config), torch.pow(config.kappa, L - t))
@@ -75,8 +83,12 @@ class EarlyLateConfig(CreditConfig):
     kappa: float = param(0.97, low=1e-6, high=1.0, help="Decay per token away from either end")
 
 
-@register("early_late", EarlyLateConfig, "Credit at both ends: w = kappa^(t-1) + kappa^(L-t)",
-          explain=explain_credit)
+@register(
+    "early_late",
+    EarlyLateConfig,
+    "Credit at both ends: w = kappa^(t-1) + kappa^(L-t)",
+    explain=explain_credit,
+)
 def early_late(batch: RolloutBatch, config: EarlyLateConfig) -> EstimatorResult:
     t, L = token_positions(batch)
     w = torch.pow(config.kappa, t - 1) + torch.pow(config.kappa, L - t)
@@ -93,15 +105,22 @@ class EntropyConfig(CreditConfig):
         return ("entropies",)
 
 
-@register("entropy", EntropyConfig, "Credit follows the policy entropy: w = H^p", needs=("entropies",),
-          explain=explain_credit)
+@register(
+    "entropy",
+    EntropyConfig,
+    "Credit follows the policy entropy: w = H^p",
+    needs=("entropies",),
+    explain=explain_credit,
+)
 def entropy(batch: RolloutBatch, config: EntropyConfig) -> EstimatorResult:
     w = torch.pow(masked_entropies(batch), config.p)
     return finish_credit(batch, config, outcome_z(batch, config), w)
 
 
-BEYOND_8020 = ("Wang et al. 2025, 'Beyond the 80/20 Rule' (arXiv 2506.01939); checked against TRL "
-               "GRPOTrainer.get_high_entropy_mask (trl 1.16.0, huggingface/trl v1.16.0, called in the tests)")
+BEYOND_8020 = (
+    "Wang et al. 2025, 'Beyond the 80/20 Rule' (arXiv 2506.01939); checked against TRL "
+    "GRPOTrainer.get_high_entropy_mask (trl 1.16.0, huggingface/trl v1.16.0, called in the tests)"
+)
 
 
 @dataclass(frozen=True)
@@ -110,8 +129,10 @@ class HighEntropyConfig(OutcomeConfig):
 
     q: float = param(0.8, low=0.0, high=1.0, help="Entropy quantile threshold: 0.8 keeps the top 20%")
     quantile_over: Literal["batch", "response"] = param(
-        "batch", help="batch: one threshold over every real token of the batch (the paper, TRL); "
-                      "response: one per response (our option, not the paper's)")
+        "batch",
+        help="batch: one threshold over every real token of the batch (the paper, TRL); "
+        "response: one per response (our option, not the paper's)",
+    )
 
     def scope(self) -> str:
         return "step" if self.quantile_over == "batch" else "group"  # the batch is the training step
@@ -127,8 +148,9 @@ def quantile_of(values: torch.Tensor, q: float) -> torch.Tensor:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-def batch_high_entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, q: float
-                            ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def batch_high_entropy_mask(
+    entropies: torch.Tensor, mask: torch.Tensor, q: float
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(B, T) bool tokens with `H >= quantile_q(H over every real token of the batch)`, and that threshold
     (None when the batch has no real token). Same as TRL's `get_high_entropy_mask(entropies, mask, q)`."""
     local = entropies[mask].float()
@@ -144,11 +166,16 @@ def response_high_entropy_mask(batch: RolloutBatch, q: float) -> torch.Tensor:
     return (H >= masked.row_quantile(H, batch.response_mask, q)) & batch.response_mask
 
 
-@register("high_entropy_mask", HighEntropyConfig,
-          "Beyond the 80/20 rule: the policy gradient only on the top-20% entropy tokens of the batch (one "
-          "quantile over all real tokens, as TRL's get_high_entropy_mask); A = Z there, unchanged (no "
-          "rescaling), 0 elsewhere. quantile_over=response is our per-response variant, not the paper's",
-          needs=("entropies",), source=BEYOND_8020, explain=explain_high_entropy)
+@register(
+    "high_entropy_mask",
+    HighEntropyConfig,
+    "Beyond the 80/20 rule: the policy gradient only on the top-20% entropy tokens of the batch (one "
+    "quantile over all real tokens, as TRL's get_high_entropy_mask); A = Z there, unchanged (no "
+    "rescaling), 0 elsewhere. quantile_over=response is our per-response variant, not the paper's",
+    needs=("entropies",),
+    source=BEYOND_8020,
+    explain=explain_high_entropy,
+)
 def high_entropy(batch: RolloutBatch, config: HighEntropyConfig) -> EstimatorResult:
     """A: (B, T) = Z on kept tokens, 0 elsewhere. Diagnostics: Z (B,), base (B, T) broadcast Z,
     kept (B, T) bool, entropy_threshold (a float for the batch, or (B,) per response)."""
@@ -163,25 +190,40 @@ def high_entropy(batch: RolloutBatch, config: HighEntropyConfig) -> EstimatorRes
         kept = (H >= threshold[:, None]) & mask
     base = torch.where(mask, z[:, None].expand_as(H), 0.0)
     adv = torch.where(kept, base, 0.0)
-    return EstimatorResult(adv, {"Z": z, "base": base, "kept": kept, "weights": kept.to(torch.float32),
-                                 "entropy_threshold": threshold, "quantile": config.q,
-                                 "quantile_over": config.quantile_over})
+    return EstimatorResult(
+        adv,
+        {
+            "Z": z,
+            "base": base,
+            "kept": kept,
+            "weights": kept.to(torch.float32),
+            "entropy_threshold": threshold,
+            "quantile": config.q,
+            "quantile_over": config.quantile_over,
+        },
+    )
 
 
 @dataclass(frozen=True)
 class StepBoundaryConfig(CreditConfig):
     """Step boundaries: equal weight on the last token of each reasoning step."""
 
-    pattern: str = param(r"\n", kind="regex",
-                         help="Regex ending a step; the token with the match's last char ends it")
+    pattern: str = param(
+        r"\n", kind="regex", help="Regex ending a step; the token with the match's last char ends it"
+    )
 
 
-@register("step_boundary", StepBoundaryConfig, "Equal credit on the last token of each reasoning step",
-          explain=explain_credit)
+@register(
+    "step_boundary",
+    StepBoundaryConfig,
+    "Equal credit on the last token of each reasoning step",
+    explain=explain_credit,
+)
 def step_boundary(batch: RolloutBatch, config: StepBoundaryConfig) -> EstimatorResult:
     ends, note = step_ends(batch, config.pattern)
-    return finish_credit(batch, config, outcome_z(batch, config), ends.to(torch.float32),
-                         {"step_ends": ends, "note": note})
+    return finish_credit(
+        batch, config, outcome_z(batch, config), ends.to(torch.float32), {"step_ends": ends, "note": note}
+    )
 
 
 @dataclass(frozen=True)
@@ -203,10 +245,14 @@ def trace_weights(batch: RolloutBatch, config) -> torch.Tensor:
     return w
 
 
-@register("decaying_trace", TraceConfig,
-          "Our construction: credit decays away from the end, w = (gamma lam)^(L-t) (or both ends), "
-          "redistributed with mean one. Not GRPO-lambda, which traces log-prob gradients", aliases=("trace",),
-          explain=explain_credit)
+@register(
+    "decaying_trace",
+    TraceConfig,
+    "Our construction: credit decays away from the end, w = (gamma lam)^(L-t) (or both ends), "
+    "redistributed with mean one. Not GRPO-lambda, which traces log-prob gradients",
+    aliases=("trace",),
+    explain=explain_credit,
+)
 def decaying_trace(batch: RolloutBatch, config: TraceConfig) -> EstimatorResult:
     return finish_credit(batch, config, outcome_z(batch, config), trace_weights(batch, config))
 
@@ -216,15 +262,24 @@ class MaskedTraceConfig(TraceConfig):
     """Entropy-masked trace (our construction): the decaying trace on high-entropy tokens, A/Z capped."""
 
     q: float = param(0.8, low=0.0, high=1.0, help="Entropy quantile of the per-response high-entropy mask")
-    cap: float = param(5.0, low=1.0, high=1000.0,
-                       help="Largest A/Z on one token; the mean-one weights above it are cut (the total push "
-                            "then falls below broadcast's)")
+    cap: float = param(
+        5.0,
+        low=1.0,
+        high=1000.0,
+        help="Largest A/Z on one token; the mean-one weights above it are cut (the total push "
+        "then falls below broadcast's)",
+    )
 
 
-@register("entropy_masked_trace", MaskedTraceConfig,
-          "Our construction: the decaying trace restricted to each response's high-entropy tokens, mean-one "
-          "weights with A/Z capped at `cap`. Not S-trace (arXiv 2605.05965), which traces importance weights",
-          needs=("entropies",), aliases=("s_trace",), explain=explain_credit)
+@register(
+    "entropy_masked_trace",
+    MaskedTraceConfig,
+    "Our construction: the decaying trace restricted to each response's high-entropy tokens, mean-one "
+    "weights with A/Z capped at `cap`. Not S-trace (arXiv 2605.05965), which traces importance weights",
+    needs=("entropies",),
+    aliases=("s_trace",),
+    explain=explain_credit,
+)
 def entropy_masked_trace(batch: RolloutBatch, config: MaskedTraceConfig) -> EstimatorResult:
     """ratio_t = L w_t / sum_k w_k (mean one; uniform where w vanishes on the whole response), then
     A = Z min(ratio, cap) and r = A / L. Diagnostics: weights, ratio (uncapped A/Z), capped (B, T) bool."""
@@ -238,9 +293,19 @@ def entropy_masked_trace(batch: RolloutBatch, config: MaskedTraceConfig) -> Esti
     ratio = w * L / w.sum(dim=1, keepdim=True).clamp(min=torch.finfo(w.dtype).tiny)  # (B, T) mean one
     capped_ratio = ratio.clamp(max=config.cap)
     r = z[:, None] * capped_ratio / L.clamp(min=1)
-    return finish_rewards(batch, config, z, r, {
-        "weights": w, "ratio": torch.where(mask, ratio, 0.0), "capped": (ratio > config.cap) & mask,
-        "fallback": fallback_message(batch, fallback), "fallback_rollouts": rollout_list(batch, fallback)})
+    return finish_rewards(
+        batch,
+        config,
+        z,
+        r,
+        {
+            "weights": w,
+            "ratio": torch.where(mask, ratio, 0.0),
+            "capped": (ratio > config.cap) & mask,
+            "fallback": fallback_message(batch, fallback),
+            "fallback_rollouts": rollout_list(batch, fallback),
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -250,11 +315,16 @@ class EntropyMixConfig(CreditConfig):
     alpha: float = param(0.5, low=0.0, high=1.0, help="0 = broadcast, 1 = entropy weighting")
 
 
-@register("entropy_mix", EntropyMixConfig,
-          "Our construction: sign-preserving mix of broadcast and entropy weighting, "
-          "w = 1 - a + a H / mean H. "
-          "Not HAPO (two different papers use that name)", needs=("entropies",), aliases=("hapo",),
-          explain=explain_credit)
+@register(
+    "entropy_mix",
+    EntropyMixConfig,
+    "Our construction: sign-preserving mix of broadcast and entropy weighting, "
+    "w = 1 - a + a H / mean H. "
+    "Not HAPO (two different papers use that name)",
+    needs=("entropies",),
+    aliases=("hapo",),
+    explain=explain_credit,
+)
 def entropy_mix(batch: RolloutBatch, config: EntropyMixConfig) -> EstimatorResult:
     mask = batch.response_mask
     H = masked_entropies(batch)

@@ -57,14 +57,20 @@ def z_from_outcome(v: Terms, outcome: str | None = None) -> list[str]:
     if outcome == "maxrl":
         eps = seq.get("epsilon", 0.0) or 0.0
         if mean <= 0 and cfg.get("nonpositive_mean") == "zero":
-            return [f"pass rate mean_G = {mean:.4g} ≤ 0: no success in the group, Z = 0"
-                    f"   (G = {seq['group_n']:.0f})"]
-        return [f"Z = (R − mean_G) / (mean_G + ε) = ({R:.4g} − {mean:.4g}) / ({mean:.4g} + "
-                f"{eps:.0e}) = {Z:.4g}   (MaxRL: divided by the pass rate, G = {seq['group_n']:.0f})"]
+            return [
+                f"pass rate mean_G = {mean:.4g} ≤ 0: no success in the group, Z = 0"
+                f"   (G = {seq['group_n']:.0f})"
+            ]
+        return [
+            f"Z = (R − mean_G) / (mean_G + ε) = ({R:.4g} − {mean:.4g}) / ({mean:.4g} + "
+            f"{eps:.0e}) = {Z:.4g}   (MaxRL: divided by the pass rate, G = {seq['group_n']:.0f})"
+        ]
     if outcome == "grpo":
         eps = seq.get("epsilon", 0.0) or 0.0
-        return [f"Z = (R − mean_G) / (std_G + ε) = ({R:.4g} − {mean:.4g}) / ({std:.4g} + {eps:.0e})"
-                f" = {Z:.4g}   (G = {seq['group_n']:.0f})"]
+        return [
+            f"Z = (R − mean_G) / (std_G + ε) = ({R:.4g} − {mean:.4g}) / ({std:.4g} + {eps:.0e})"
+            f" = {Z:.4g}   (G = {seq['group_n']:.0f})"
+        ]
     return [f"Z ({outcome}) from R = {R:.4g}, group mean {mean:.4g} (G = {seq['group_n']:.0f}) = {Z:.4g}"]
 
 

@@ -102,8 +102,9 @@ def group_folds(batch: RolloutBatch, folds: int) -> tuple[torch.Tensor, int]:
     return (perm[index] % max(k, 1)), k
 
 
-def ridge_folds(X: torch.Tensor, y: torch.Tensor, fold: torch.Tensor, k: int,
-                alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+def ridge_folds(
+    X: torch.Tensor, y: torch.Tensor, fold: torch.Tensor, k: int, alpha: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Leave-one-fold-out ridge fits on rows X (N, F), y (N,), fold (N,) in [0, k): `RidgeStats.solve`."""
     return RidgeStats.of(X, y, fold, k).solve(alpha)
 
@@ -124,16 +125,25 @@ class RidgeStats:
     sy: torch.Tensor
 
     @classmethod
-    def of(cls, X: torch.Tensor, y: torch.Tensor, fold: torch.Tensor, k: int,
-           names: tuple[str, ...] = ()) -> RidgeStats:
+    def of(
+        cls, X: torch.Tensor, y: torch.Tensor, fold: torch.Tensor, k: int, names: tuple[str, ...] = ()
+    ) -> RidgeStats:
         X64, y64 = X.to(torch.float64), y.to(torch.float64)
-        shift = X64.mean(dim=0) if X.shape[0] else torch.zeros(X.shape[1], dtype=torch.float64,
-                                                               device=X.device)
+        shift = (
+            X64.mean(dim=0) if X.shape[0] else torch.zeros(X.shape[1], dtype=torch.float64, device=X.device)
+        )
         d = X64 - shift  # (N, F)
         onehot = torch.nn.functional.one_hot(fold, k).to(torch.float64)  # (N, k)
         gram = torch.einsum("nk,nf,ng->kfg", onehot, d, d)  # (k, F, F)
-        return cls(tuple(names), shift, onehot.sum(0), onehot.T @ d, gram,
-                   torch.einsum("nk,nf,n->kf", onehot, d, y64), onehot.T @ y64)
+        return cls(
+            tuple(names),
+            shift,
+            onehot.sum(0),
+            onehot.T @ d,
+            gram,
+            torch.einsum("nk,nf,n->kf", onehot, d, y64),
+            onehot.T @ y64,
+        )
 
     def merge(self, other: RidgeStats) -> RidgeStats:
         """The statistics of both sets of rows, about this one's shift."""
@@ -142,11 +152,16 @@ class RidgeStats:
             return other
         delta = other.shift - self.shift  # (F,) other's rows about this shift: d + delta
         s = other.s + other.n[:, None] * delta
-        G = (other.G + other.s[:, :, None] * delta[None, None, :] + delta[None, :, None] * other.s[:, None, :]
-             + other.n[:, None, None] * torch.outer(delta, delta))
+        G = (
+            other.G
+            + other.s[:, :, None] * delta[None, None, :]
+            + delta[None, :, None] * other.s[:, None, :]
+            + other.n[:, None, None] * torch.outer(delta, delta)
+        )
         t = other.t + delta[None, :] * other.sy[:, None]
-        return RidgeStats(self.names, self.shift, self.n + other.n, self.s + s, self.G + G, self.t + t,
-                          self.sy + other.sy)
+        return RidgeStats(
+            self.names, self.shift, self.n + other.n, self.s + s, self.G + G, self.t + t, self.sy + other.sy
+        )
 
     def solve(self, alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
         """Leave-one-fold-out ridge fits: weights W (k, F) and intercepts b (k,) in the raw feature units.
@@ -168,8 +183,12 @@ class RidgeStats:
         sd = torch.where(sd > 1e-12, sd, torch.ones_like(sd))
         # sums about the mean: x - mu = d - c
         s_mu = s - n[:, None] * c  # (k, F)
-        G_mu = (G - s[:, :, None] * c[None, None, :] - c[None, :, None] * s[:, None, :]
-                + n[:, None, None] * torch.outer(c, c))
+        G_mu = (
+            G
+            - s[:, :, None] * c[None, None, :]
+            - c[None, :, None] * s[:, None, :]
+            + n[:, None, None] * torch.outer(c, c)
+        )
         t_mu = t - c[None, :] * sy[:, None]
         gram = torch.zeros((k, F + 1, F + 1), dtype=torch.float64, device=s.device)  # rows [(x - mu) / sd, 1]
         gram[:, :F, :F] = G_mu / (sd[:, None] * sd[None, :])

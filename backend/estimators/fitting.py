@@ -120,8 +120,9 @@ class RunFit:
         return self.models[key]
 
 
-def fitted(batch: RolloutBatch, key: Hashable, collect: Callable[[], Any],
-           solve: Callable[[Any], Any]) -> Any | None:
+def fitted(
+    batch: RolloutBatch, key: Hashable, collect: Callable[[], Any], solve: Callable[[Any], Any]
+) -> Any | None:
     """The model of fit site `key` (a name plus every parameter the fit depends on): solved from
     `collect()` on this batch in memory; None while a streamed run collects (pass one); the run's model in
     pass two. `collect()` returns statistics with `merge(other)`; `solve(stats)` returns the model."""
@@ -159,13 +160,17 @@ def sample_note(batch: RolloutBatch, what: str, max_tokens: int, rows: bool = Fa
     if n <= max_tokens:
         return None
     sample = f"whole responses holding about {max_tokens:,}" if rows else f"{max_tokens:,}"
-    return (f"{what} fitted on an evenly strided sample of {sample} of the run's {n:,} tokens "
-            "(the same sample in memory and streamed)")
+    return (
+        f"{what} fitted on an evenly strided sample of {sample} of the run's {n:,} tokens "
+        "(the same sample in memory and streamed)"
+    )
 
 
 def same_columns(names: tuple[str, ...], other: tuple[str, ...]) -> None:
     """Statistics of two chunks add up only over the same feature columns."""
     if names != other:
-        raise BatchError(f"the run's chunks have different feature columns ({', '.join(names)} vs "
-                         f"{', '.join(other)}): some rollouts lack a field the others have; "
-                         "estimate it in memory (--chunk none)")
+        raise BatchError(
+            f"the run's chunks have different feature columns ({', '.join(names)} vs "
+            f"{', '.join(other)}): some rollouts lack a field the others have; "
+            "estimate it in memory (--chunk none)"
+        )

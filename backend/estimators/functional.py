@@ -19,8 +19,10 @@ Outcome = Literal["grpo", "dr_grpo", "rloo"]
 
 # ---- 1. group-relative outcome scores ---------------------------------------------------------------
 
-def outcome_center_scale(scores: torch.Tensor, group_ids: torch.Tensor, outcome: Outcome = "grpo",
-                         epsilon: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+
+def outcome_center_scale(
+    scores: torch.Tensor, group_ids: torch.Tensor, outcome: Outcome = "grpo", epsilon: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per response the affine map of the outcome: `Z_i = scale_i * (R_i - center_i)`.
 
     Returns `center: (B,)`, `scale: (B,)`. The same map turns reward-scale values (Monte Carlo
@@ -71,16 +73,22 @@ def outcome_center_scale(scores: torch.Tensor, group_ids: torch.Tensor, outcome:
     return center, scale
 
 
-def outcome_scores(scores: torch.Tensor, group_ids: torch.Tensor, outcome: Outcome = "grpo",
-                   epsilon: float = 1e-6) -> torch.Tensor:
+def outcome_scores(
+    scores: torch.Tensor, group_ids: torch.Tensor, outcome: Outcome = "grpo", epsilon: float = 1e-6
+) -> torch.Tensor:
     """Z: (B,) float32 group-relative outcome (section 1); exactly 0 where the score is missing (NaN)."""
     center, scale = outcome_center_scale(scores, group_ids, outcome, epsilon)
     scores = scores.to(torch.float32)
     return torch.where(torch.isnan(scores), 0.0, (scores - center) * scale)
 
 
-def compute_grpo(scores: torch.Tensor, group_ids: torch.Tensor, response_mask: torch.Tensor,
-                 epsilon: float = 1e-6, norm_by_std: bool = True) -> torch.Tensor:
+def compute_grpo(
+    scores: torch.Tensor,
+    group_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    epsilon: float = 1e-6,
+    norm_by_std: bool = True,
+) -> torch.Tensor:
     """GRPO advantages (B, T): `Z_i` broadcast over real tokens (verl `compute_grpo_outcome_advantage`).
 
     `norm_by_std=False` is Dr. GRPO (`R_i - mean_G R`).
@@ -89,8 +97,9 @@ def compute_grpo(scores: torch.Tensor, group_ids: torch.Tensor, response_mask: t
     return masked.broadcast(z, response_mask.bool())
 
 
-def compute_dr_grpo(scores: torch.Tensor, group_ids: torch.Tensor,
-                    response_mask: torch.Tensor) -> torch.Tensor:
+def compute_dr_grpo(
+    scores: torch.Tensor, group_ids: torch.Tensor, response_mask: torch.Tensor
+) -> torch.Tensor:
     """Dr. GRPO advantages (B, T): `R_i - mean_G R` broadcast."""
     return compute_grpo(scores, group_ids, response_mask, norm_by_std=False)
 
@@ -100,8 +109,12 @@ def compute_rloo(scores: torch.Tensor, group_ids: torch.Tensor, response_mask: t
     return masked.broadcast(outcome_scores(scores, group_ids, "rloo"), response_mask.bool())
 
 
-def maxrl_scores(scores: torch.Tensor, group_ids: torch.Tensor, epsilon: float = 1e-6,
-                 nonpositive_mean: Literal["divide", "zero"] = "divide") -> tuple[torch.Tensor, torch.Tensor]:
+def maxrl_scores(
+    scores: torch.Tensor,
+    group_ids: torch.Tensor,
+    epsilon: float = 1e-6,
+    nonpositive_mean: Literal["divide", "zero"] = "divide",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """MaxRL's outcome (docs/estimators.md section 1): `Z_i = (R_i - mean_G R) / (mean_G R + eps)`.
 
     Returns `Z: (B,)` float32 and the group mean `mean: (B,)` (reward units). The mean is over the
@@ -180,8 +193,9 @@ def _tail_powers(discount: float, n: int, dtype: torch.dtype, device: str) -> to
     return torch.pow(torch.tensor(discount, dtype=torch.float64), power).to(dtype=dtype, device=device)
 
 
-def reverse_discounted_cumsum_rows(x: torch.Tensor, discount: torch.Tensor,
-                                   block: int = _BLOCK) -> torch.Tensor:
+def reverse_discounted_cumsum_rows(
+    x: torch.Tensor, discount: torch.Tensor, block: int = _BLOCK
+) -> torch.Tensor:
     """`reverse_discounted_cumsum` with one discount per row: `discount: (B,)` in [0, 1]; (B, T) -> (B, T).
 
     The same blocked scan with a (B, block, block) stack of power matrices (one batched matmul per
@@ -202,7 +216,7 @@ def reverse_discounted_cumsum_rows(x: torch.Tensor, discount: torch.Tensor,
     pad = n_blocks * block - T
     xp = torch.nn.functional.pad(x, (0, pad)) if pad else x
     local = torch.bmm(xp.view(B, n_blocks, block), u)  # (B, n_blocks, block)
-    starts = reverse_discounted_cumsum_rows(local[:, :, 0].contiguous(), d ** block, block)
+    starts = reverse_discounted_cumsum_rows(local[:, :, 0].contiguous(), d**block, block)
     carry = torch.cat([starts[:, 1:], torch.zeros_like(starts[:, :1])], dim=1)  # (B, n_blocks)
     tail = (d[:, None] ** torch.arange(block, 0, -1, dtype=torch.float64, device=x.device)).to(x.dtype)
     local.add_(carry[:, :, None] * tail[:, None, :])  # (B, n_blocks, block)
@@ -210,15 +224,21 @@ def reverse_discounted_cumsum_rows(x: torch.Tensor, discount: torch.Tensor,
     return y[:, :T] if pad else y
 
 
-def discounted_returns(rewards: torch.Tensor, response_mask: torch.Tensor,
-                       gamma: float = 1.0) -> torch.Tensor:
+def discounted_returns(
+    rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float = 1.0
+) -> torch.Tensor:
     """Rewards-to-go `G_t = sum_{k >= t} gamma^(k - t) r_k` over real tokens (masked tokens skipped)."""
     zero = torch.zeros_like(rewards)
     return compute_gae(rewards, zero, response_mask, gamma, 1.0)[0]
 
 
-def compute_gae(token_level_rewards: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor,
-                gamma: float, lam: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_gae(
+    token_level_rewards: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float,
+    lam: float | torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE with verl semantics, before whitening: `(advantages (B, T), returns (B, T))`.
 
     `delta_t = r_t + gamma V_next - V_t`, `A_t = delta_t + gamma lam A_next`, `V_{L+1} = 0`,
@@ -259,8 +279,10 @@ def compute_gae(token_level_rewards: torch.Tensor, values: torch.Tensor, respons
 
 # ---- 2. weighted redistribution ---------------------------------------------------------------------
 
-def redistribute(z: torch.Tensor, weights: torch.Tensor,
-                 response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+
+def redistribute(
+    z: torch.Tensor, weights: torch.Tensor, response_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Credit operator: `r_t = Z w_t / sum_k w_k` and `A_t = L r_t = Z w_t / mean_k w_k`.
 
     Returns `advantages (B, T)`, `token_rewards r (B, T)`, `fallback (B,) bool`: rows whose weights
@@ -278,8 +300,9 @@ def redistribute(z: torch.Tensor, weights: torch.Tensor,
     return r * L[:, None], r, fallback
 
 
-def segment_values(values: torch.Tensor, valued: torch.Tensor, start: torch.Tensor | None,
-                   end: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def segment_values(
+    values: torch.Tensor, valued: torch.Tensor, start: torch.Tensor | None, end: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The value at both ends of each token's Monte Carlo segment (VinePPO: A_t = V(t_{k+1}) - V(t_k)).
 
     values: (B, T) V̂ at the valued positions (ignored elsewhere); valued: (B, T) bool

@@ -27,8 +27,11 @@ class TokenRMConfig(CreditConfig):
 
     ridge: float = param(1.0, low=0.0, high=1e6, help="Ridge penalty (linear: L2 on w; mlp: weight decay)")
     folds: int = param(5, low=2, high=20, help="Cross-fitting folds (by group)")
-    head: str = param("linear", choices=("linear", "mlp"),
-                      help="linear: ridge on the features; mlp: one hidden tanh layer, trained with Adam")
+    head: str = param(
+        "linear",
+        choices=("linear", "mlp"),
+        help="linear: ridge on the features; mlp: one hidden tanh layer, trained with Adam",
+    )
     hidden: int = param(8, low=1, high=256, help="Hidden units of the MLP head")
     steps: int = param(150, low=1, high=5000, help="Full-batch Adam steps of the MLP head")
 
@@ -37,9 +40,13 @@ class TokenRMConfig(CreditConfig):
         return fitting.fit_scope()
 
 
-@register("token_rm", TokenRMConfig,
-          "Token reward model (linear or MLP head) on token features, projected to sum to Z",
-          family="learned", explain=explain_rewards)
+@register(
+    "token_rm",
+    TokenRMConfig,
+    "Token reward model (linear or MLP head) on token features, projected to sum to Z",
+    family="learned",
+    explain=explain_rewards,
+)
 def token_rm(batch: RolloutBatch, config: TokenRMConfig) -> EstimatorResult:
     """Features: entropy, surprisal, position, token class, and extras decision_signal / style_flags when
     present, plus a constant (its sum is L). Ridge of Z on the per-response feature sums, cross-fitted by
@@ -55,17 +62,26 @@ def token_rm(batch: RolloutBatch, config: TokenRMConfig) -> EstimatorResult:
         phi = torch.zeros(mask.shape, dtype=torch.float32, device=batch.device)
         note = "token_rm needs at least two groups to cross-fit; used phi = 0 (uniform r = Z / L)"
     elif config.head == "mlp":
-        model = fitting.fitted(batch, ("token_rm_mlp", k, config.ridge, config.hidden, config.steps),
-                               lambda: MLPSample.of(batch, X, z, fold, tuple(names)),
-                               lambda sample: mlp_fit(sample, k, config.ridge, config.hidden, config.steps))
-        phi = (torch.zeros(mask.shape, dtype=torch.float32, device=batch.device) if model is None
-               else mlp_apply(model, X, mask, fold))
+        model = fitting.fitted(
+            batch,
+            ("token_rm_mlp", k, config.ridge, config.hidden, config.steps),
+            lambda: MLPSample.of(batch, X, z, fold, tuple(names)),
+            lambda sample: mlp_fit(sample, k, config.ridge, config.hidden, config.steps),
+        )
+        phi = (
+            torch.zeros(mask.shape, dtype=torch.float32, device=batch.device)
+            if model is None
+            else mlp_apply(model, X, mask, fold)
+        )
         model_note = fitting.sample_note(batch, "token_rm's MLP head", MLP_FIT_TOKENS, rows=True)
     else:
         S = X.sum(dim=1)  # (B, F) per-response feature sums: the ridge's statistics add up over chunks
-        model = fitting.fitted(batch, ("token_rm", k, config.ridge),
-                               lambda: features.RidgeStats.of(S, z, fold, k, tuple(names)),
-                               lambda stats: stats.solve(config.ridge))
+        model = fitting.fitted(
+            batch,
+            ("token_rm", k, config.ridge),
+            lambda: features.RidgeStats.of(S, z, fold, k, tuple(names)),
+            lambda stats: stats.solve(config.ridge),
+        )
         if model is None:  # the first pass of a streamed run: statistics only
             phi = torch.zeros(mask.shape, dtype=torch.float32, device=batch.device)
         else:
@@ -87,18 +103,23 @@ MLP_LEARNING_RATE = 0.01
 def mlp_fit_rows(mask: torch.Tensor, max_tokens: int | None = None) -> torch.Tensor:
     """Rows (whole responses) the MLP head trains on: all of them, or evenly strided ones holding about
     `max_tokens` tokens (training cost is per token and step; prediction still covers every row)."""
-    return features.subsample_rows(mask.shape[0], mlp_keep(mask.shape[0], int(mask.sum()), max_tokens),
-                                   mask.device)
+    return features.subsample_rows(
+        mask.shape[0], mlp_keep(mask.shape[0], int(mask.sum()), max_tokens), mask.device
+    )
 
 
 def mlp_init(k: int, F: int, H: int, seed: int = 0) -> dict[str, torch.Tensor]:
     """Initial weights of the k fold models, float64: W1 (k, F, H) ~ N(0, 1/F), w2 (k, H) ~ N(0, 1/H)
     scaled by 0.1, biases 0; drawn on the CPU from one seeded generator (the same on any device)."""
     gen = torch.Generator().manual_seed(seed)
-    W1 = torch.randn((k, F, H), generator=gen, dtype=torch.float64) / F ** 0.5
-    w2 = torch.randn((k, H), generator=gen, dtype=torch.float64) * 0.1 / H ** 0.5
-    return {"W1": W1, "b1": torch.zeros((k, H), dtype=torch.float64), "w2": w2,
-            "b2": torch.zeros(k, dtype=torch.float64)}
+    W1 = torch.randn((k, F, H), generator=gen, dtype=torch.float64) / F**0.5
+    w2 = torch.randn((k, H), generator=gen, dtype=torch.float64) * 0.1 / H**0.5
+    return {
+        "W1": W1,
+        "b1": torch.zeros((k, H), dtype=torch.float64),
+        "w2": w2,
+        "b2": torch.zeros(k, dtype=torch.float64),
+    }
 
 
 @dataclass(frozen=True)
@@ -118,12 +139,14 @@ class MLPSample:
     fold: torch.Tensor  # (n,)
 
     @classmethod
-    def of(cls, batch: RolloutBatch, X: torch.Tensor, z: torch.Tensor, fold: torch.Tensor,
-           names: tuple[str, ...]) -> MLPSample:
+    def of(
+        cls, batch: RolloutBatch, X: torch.Tensor, z: torch.Tensor, fold: torch.Tensor, names: tuple[str, ...]
+    ) -> MLPSample:
         mask = batch.response_mask
         real = X[mask].to(torch.float64)  # (N, F)
-        shift = real.mean(0) if real.shape[0] else torch.zeros(X.shape[-1], dtype=torch.float64,
-                                                               device=X.device)
+        shift = (
+            real.mean(0) if real.shape[0] else torch.zeros(X.shape[-1], dtype=torch.float64, device=X.device)
+        )
         run_fit = batch.run_fit
         if run_fit is None:
             numbers, picked = torch.arange(batch.B, device=batch.device), mlp_fit_rows(mask)
@@ -133,19 +156,36 @@ class MLPSample:
             picked = torch.isin(numbers, features.subsample_rows(run_fit.n_rows, keep, batch.device))
             picked = picked.nonzero(as_tuple=True)[0]
         sub = mask[picked]
-        return cls(names, torch.tensor(float(real.shape[0]), dtype=torch.float64), shift,
-                   (real - shift).sum(0), ((real - shift) ** 2).sum(0), numbers[picked], sub.sum(1),
-                   X[picked][sub].to(torch.float64), z[picked].to(torch.float64), fold[picked])
+        return cls(
+            names,
+            torch.tensor(float(real.shape[0]), dtype=torch.float64),
+            shift,
+            (real - shift).sum(0),
+            ((real - shift) ** 2).sum(0),
+            numbers[picked],
+            sub.sum(1),
+            X[picked][sub].to(torch.float64),
+            z[picked].to(torch.float64),
+            fold[picked],
+        )
 
     def merge(self, other: MLPSample) -> MLPSample:
         fitting.same_columns(self.names, other.names)
         delta = other.shift - self.shift  # other's tokens about this shift
         total = other.total + other.count * delta
-        squares = other.squares + 2 * delta * other.total + other.count * delta ** 2
-        return MLPSample(self.names, self.count + other.count, self.shift, self.total + total,
-                         self.squares + squares, torch.cat([self.rows, other.rows]),
-                         torch.cat([self.lengths, other.lengths]), torch.cat([self.X, other.X]),
-                         torch.cat([self.z, other.z]), torch.cat([self.fold, other.fold]))
+        squares = other.squares + 2 * delta * other.total + other.count * delta**2
+        return MLPSample(
+            self.names,
+            self.count + other.count,
+            self.shift,
+            self.total + total,
+            self.squares + squares,
+            torch.cat([self.rows, other.rows]),
+            torch.cat([self.lengths, other.lengths]),
+            torch.cat([self.X, other.X]),
+            torch.cat([self.z, other.z]),
+            torch.cat([self.fold, other.fold]),
+        )
 
 
 def mlp_keep(rows: int, tokens: int, max_tokens: int | None = None) -> int:
@@ -167,9 +207,13 @@ def mlp_fit(sample: MLPSample, k: int, ridge: float, hidden: int, steps: int) ->
     order = torch.argsort(sample.rows)  # the in-memory row order, whatever order the chunks came in
     lengths = sample.lengths[order]
     starts = torch.cumsum(sample.lengths, 0) - sample.lengths
-    tokens = torch.cat([torch.arange(int(starts[i]), int(starts[i] + sample.lengths[i]),
-                                     device=sample.X.device) for i in order.tolist()] or
-                       [torch.zeros(0, dtype=torch.long, device=sample.X.device)])
+    tokens = torch.cat(
+        [
+            torch.arange(int(starts[i]), int(starts[i] + sample.lengths[i]), device=sample.X.device)
+            for i in order.tolist()
+        ]
+        or [torch.zeros(0, dtype=torch.long, device=sample.X.device)]
+    )
     Xf = (sample.X[tokens] - mu) / sd  # (N, F)
     n = len(order)
     tok_row = torch.repeat_interleave(torch.arange(n, device=Xf.device), lengths)  # (N,)
@@ -192,8 +236,9 @@ def mlp_fit(sample: MLPSample, k: int, ridge: float, hidden: int, steps: int) ->
     return {**{name: p.detach() for name, p in params.items()}, "mu": mu, "sd": sd}
 
 
-def mlp_apply(model: dict[str, torch.Tensor], X: torch.Tensor, mask: torch.Tensor,
-              fold: torch.Tensor) -> torch.Tensor:
+def mlp_apply(
+    model: dict[str, torch.Tensor], X: torch.Tensor, mask: torch.Tensor, fold: torch.Tensor
+) -> torch.Tensor:
     """phi: (B, T) float32, response i scored by model fold(i), 0 on padding. X: (B, T, F) features."""
     Xs = torch.where(mask[..., None], (X.to(torch.float64) - model["mu"]) / model["sd"], 0.0)  # (B, T, F)
     with torch.no_grad():
@@ -214,8 +259,13 @@ class RudderConfig(CreditConfig):
         return fitting.fit_scope()  # the model is cross-fitted over the groups of the whole run
 
 
-@register("rudder", RudderConfig, "Return decomposition: r_t = g(y<=t) - g(y<t), residual on the last token",
-          family="learned", explain=explain_rewards)
+@register(
+    "rudder",
+    RudderConfig,
+    "Return decomposition: r_t = g(y<=t) - g(y<t), residual on the last token",
+    family="learned",
+    explain=explain_rewards,
+)
 def rudder(batch: RolloutBatch, config: RudderConfig) -> EstimatorResult:
     """g(y_{<=t}) is a ridge on the running mean of the token features up to t and the relative position,
     fitted on every prefix to predict Z (cross-fitted by group). g(empty prefix) = 0, the group baseline
@@ -236,10 +286,12 @@ def rudder(batch: RolloutBatch, config: RudderConfig) -> EstimatorResult:
         P = prefix[rows]
         f_tok = fold[rows[0]]
         fit = fitting.token_sample(batch, MAX_FIT_TOKENS)
-        model = fitting.fitted(batch, ("rudder", k, config.ridge),
-                               lambda: features.RidgeStats.of(P[fit], z[rows[0]][fit], f_tok[fit], k,
-                                                              (*names, "position")),
-                               lambda stats: stats.solve(config.ridge))
+        model = fitting.fitted(
+            batch,
+            ("rudder", k, config.ridge),
+            lambda: features.RidgeStats.of(P[fit], z[rows[0]][fit], f_tok[fit], k, (*names, "position")),
+            lambda stats: stats.solve(config.ridge),
+        )
         if model is not None:  # None: the first pass of a streamed run
             W, b = model
             g[rows] = (P * W[f_tok]).sum(-1) + b[f_tok]
@@ -253,14 +305,21 @@ def rudder(batch: RolloutBatch, config: RudderConfig) -> EstimatorResult:
     g_last = g.gather(1, last.clamp(min=0)[:, None])[:, 0]
     residual = torch.where(has, z - g_last, 0.0)
     r = r.scatter_add(1, last.clamp(min=0)[:, None], residual[:, None])
-    return finish_rewards(batch, config, z, r, {"g": torch.where(mask, g, 0.0), "features": names,
-                                                "fallback": note, "fit_sample": sample})
+    return finish_rewards(
+        batch,
+        config,
+        z,
+        r,
+        {"g": torch.where(mask, g, 0.0), "features": names, "fallback": note, "fit_sample": sample},
+    )
 
 
-KTAE_SOURCE = ("Sun et al., 'KTAE: A Model-Free Algorithm to Key-Tokens Advantage Estimation in Mathematical "
-               "Reasoning' (arXiv 2505.16826); official code xiaolizh1/KTAE @ "
-               "ea9fb77f366216d754e2368653911724e73a7376 (verl/workers/actor/compute_key_tokens.py, "
-               "verl/trainer/ppo/core_algos.py compute_ktae_outcome_advantage_and_keytokens)")
+KTAE_SOURCE = (
+    "Sun et al., 'KTAE: A Model-Free Algorithm to Key-Tokens Advantage Estimation in Mathematical "
+    "Reasoning' (arXiv 2505.16826); official code xiaolizh1/KTAE @ "
+    "ea9fb77f366216d754e2368653911724e73a7376 (verl/workers/actor/compute_key_tokens.py, "
+    "verl/trainer/ppo/core_algos.py compute_ktae_outcome_advantage_and_keytokens)"
+)
 BM25_K1, BM25_B = 2.0, 0.5  # the official compute_tf constants
 
 
@@ -272,8 +331,12 @@ class KTAEConfig(CreditConfig):
     alpha: float = param(1.0, low=0.0, high=10.0, help="Weight of the Fisher strength exp(-2p)")
     beta_ig: float = param(1.0, low=0.0, high=10.0, help="Weight of the information gain (bits)")
     use_tf: bool = param(True, help="Add the term-frequency term tf_c/tf_w - tf_w/tf_c to Cohen's h")
-    eos_token_id: int = param(151643, low=-1, high=10_000_000,
-                              help="Token id scored 0 (official: 151643, Qwen2.5's <|endoftext|>); -1: none")
+    eos_token_id: int = param(
+        151643,
+        low=-1,
+        high=10_000_000,
+        help="Token id scored 0 (official: 151643, Qwen2.5's <|endoftext|>); -1: none",
+    )
 
 
 def _log_comb(n: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -288,8 +351,9 @@ def _log_comb(n: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 FISHER_TIE_TOLERANCE = 1e-7
 
 
-def fisher_p_values(t_a: torch.Tensor, t_b: torch.Tensor, t_c: torch.Tensor,
-                    t_d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def fisher_p_values(
+    t_a: torch.Tensor, t_b: torch.Tensor, t_c: torch.Tensor, t_d: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Two-sided Fisher exact p of each table [[a, b], [c, d]] (a: correct rollouts containing the id, b:
     incorrect containing, c, d: not containing): the sum of the hypergeometric probabilities of the tables
     with the same margins that do not exceed the observed one (ties within `FISHER_TIE_TOLERANCE`).
@@ -329,8 +393,13 @@ def information_gain(t_a, t_b, t_c, t_d) -> torch.Tensor:
     return torch.where(t_n == 0, 0.0, ig)
 
 
-def key_scores(token_ids: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, rewards: torch.Tensor,
-               config: KTAEConfig) -> dict[str, torch.Tensor]:
+def key_scores(
+    token_ids: torch.Tensor,
+    mask: torch.Tensor,
+    group_ids: torch.Tensor,
+    rewards: torch.Tensor,
+    config: KTAEConfig,
+) -> dict[str, torch.Tensor]:
     """The official KTAE key-token score of every real token, per group, vectorized over (group, id) pairs.
 
     Per group: correct = R > 0; a/b = correct/incorrect rollouts containing the id, c/d = not containing.
@@ -373,8 +442,9 @@ def key_scores(token_ids: torch.Tensor, mask: torch.Tensor, group_ids: torch.Ten
         p, p_is_one = fisher_p_values(t_a, t_b, t_c, t_d)
         fisher = torch.where(p_is_one, 0.0, torch.exp(-2 * p))
     ig = information_gain(t_a, t_b, t_c, t_d) if config.beta_ig else torch.zeros_like(t_a)
-    h = (torch.asin(torch.sqrt(torch.clamp(t_a / (t_a + t_c + 1e-10), 0, 1)))
-         - torch.asin(torch.sqrt(torch.clamp(t_b / (t_b + t_d + 1e-10), 0, 1))))
+    h = torch.asin(torch.sqrt(torch.clamp(t_a / (t_a + t_c + 1e-10), 0, 1))) - torch.asin(
+        torch.sqrt(torch.clamp(t_b / (t_b + t_d + 1e-10), 0, 1))
+    )
     tf_term = torch.zeros_like(t_a)
     if config.use_tf:
         tc, tw = total_c[g_of], total_w[g_of]
@@ -393,20 +463,30 @@ def key_scores(token_ids: torch.Tensor, mask: torch.Tensor, group_ids: torch.Ten
     mixed = (n1[g_of] > 0) & (n0[g_of] > 0)
     key = torch.where(mixed & ((keys % vocab) != config.eos_token_id), key, 0.0)
     out = {}
-    for name, per_key in (("key_score", key), ("fisher_strength", fisher), ("information_gain", ig),
-                          ("cohen_h", h), ("tf_term", tf_term)):
+    for name, per_key in (
+        ("key_score", key),
+        ("fisher_strength", fisher),
+        ("information_gain", ig),
+        ("cohen_h", h),
+        ("tf_term", tf_term),
+    ):
         full = torch.zeros((B, T), dtype=torch.float32, device=device)
         full[rows, cols] = torch.where(mixed, per_key, 0.0)[inverse]
         out[name] = full
     return out
 
 
-@register("ktae", KTAEConfig,
-          "KTAE (Sun et al., arXiv 2505.16826, official xiaolizh1/KTAE): A = Z + K(token id), K in (-1, 1) "
-          "from "
-          "the group's correct (R > 0) vs incorrect rollouts: Fisher strength exp(-2p), information gain in "
-          "bits, Cohen's h plus a term-frequency term, tanh squash, EOS 0", family="learned",
-          source=KTAE_SOURCE, explain=explain_rewards)
+@register(
+    "ktae",
+    KTAEConfig,
+    "KTAE (Sun et al., arXiv 2505.16826, official xiaolizh1/KTAE): A = Z + K(token id), K in (-1, 1) "
+    "from "
+    "the group's correct (R > 0) vs incorrect rollouts: Fisher strength exp(-2p), information gain in "
+    "bits, Cohen's h plus a term-frequency term, tanh squash, EOS 0",
+    family="learned",
+    source=KTAE_SOURCE,
+    explain=explain_rewards,
+)
 def ktae(batch: RolloutBatch, config: KTAEConfig) -> EstimatorResult:
     """A: (B, T) = Z + K on real tokens (Z: the config's outcome; the official code uses grpo). Diagnostics:
     Z, R, correct (B,) bool, key_score, fisher_strength, information_gain, cohen_h, tf_term (B, T)."""

@@ -27,9 +27,14 @@ class LoggedConfig(Config):
     """No parameters: the advantage the trainer logged, as it logged it."""
 
 
-@register("logged", LoggedConfig,
-          "The trainer's logged advantage (TRL `advantage`), broadcast to every token",
-          needs=("logged_advantage",), family="outcome", explain=broadcast)
+@register(
+    "logged",
+    LoggedConfig,
+    "The trainer's logged advantage (TRL `advantage`), broadcast to every token",
+    needs=("logged_advantage",),
+    family="outcome",
+    explain=broadcast,
+)
 def logged(batch: RolloutBatch, config: LoggedConfig) -> EstimatorResult:
     """A_{i,t} = logged_i on every real token: (B, T); 0 for a rollout without a logged advantage."""
     value = batch.extras["logged_advantage"].to(torch.float32)  # (B,)
@@ -53,11 +58,13 @@ def logged_gap(batch: RolloutBatch, name: str, config: Any = None) -> pd.DataFra
         mean_adv = torch.where(L > 0, mean_adv, z.to(torch.float32))
     logged_value = batch.extras["logged_advantage"].to(torch.float64)
     recomputed = mean_adv.to(torch.float64)
-    return pd.DataFrame({
-        "rollout_id": batch.rollout_ids.cpu().numpy(),
-        "group_id": batch.group_ids.cpu().numpy(),
-        "step": batch.steps.cpu().numpy(),
-        "logged": logged_value.cpu().numpy(),
-        "recomputed": recomputed.cpu().numpy(),
-        "gap": (recomputed - logged_value).cpu().numpy(),
-    })
+    return pd.DataFrame(
+        {
+            "rollout_id": batch.rollout_ids.cpu().numpy(),
+            "group_id": batch.group_ids.cpu().numpy(),
+            "step": batch.steps.cpu().numpy(),
+            "logged": logged_value.cpu().numpy(),
+            "recomputed": recomputed.cpu().numpy(),
+            "gap": (recomputed - logged_value).cpu().numpy(),
+        }
+    )

@@ -83,6 +83,7 @@ def backward_fill_index(valid: torch.Tensor, strict: bool = False) -> torch.Tens
 
 # ---- groups -------------------------------------------------------------------------------------------
 
+
 def group_index(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Dense group index (B,) int64 in [0, n_groups) and n_groups."""
     if group_ids.numel() == 0:
@@ -122,8 +123,9 @@ def group_min(x: torch.Tensor, index: torch.Tensor, n_groups: int) -> torch.Tens
     return out.scatter_reduce(0, index, x, reduce="amin")[index]
 
 
-def group_mean_std(x: torch.Tensor, index: torch.Tensor, n_groups: int,
-                   unbiased: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def group_mean_std(
+    x: torch.Tensor, index: torch.Tensor, n_groups: int, unbiased: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per response: group mean (B,), group std (B,) (N-1 when `unbiased`; 0 for singletons), count (B,)."""
     count = group_count(index, n_groups)
     n = count.clamp(min=1).to(x.dtype)
@@ -143,8 +145,9 @@ def group_range_is_zero(x: torch.Tensor, index: torch.Tensor, n_groups: int) -> 
     return (hi == lo)[index]
 
 
-def group_token_mean_std(x: torch.Tensor, mask: torch.Tensor, index: torch.Tensor,
-                         n_groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+def group_token_mean_std(
+    x: torch.Tensor, mask: torch.Tensor, index: torch.Tensor, n_groups: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and unbiased std (B, 1) over all real tokens of each response's group."""
     xs = masked_sum(x, mask, dim=1)  # (B,)
     count = group_sum(mask.sum(dim=1).to(x.dtype), index, n_groups)  # (G,)

@@ -38,28 +38,37 @@ from backend.estimators.common import OutcomeConfig, fallback_message, outcome_z
 from backend.estimators.explaining import Terms, broadcast, first_of, z_from_outcome
 from backend.estimators.registry import EstimatorResult, param, register
 
-OAR_SOURCE = ("Li et al. 2026, arXiv 2601.07408 (OAR); official code Valsure/Outcome-Grounded-Advantage-"
-              "Reshaping OAR-main.py @8dbc47862b5c3636b6070be16c9a181b17ca6346 (pfinal_mode answer_joint)")
-GCPO_SOURCE = ("Li et al. 2026, arXiv 2605.29198 (GCPO); official code jacklishufan/gcpo "
-               "verl/workers/actor/dp_actor.py @e0f183de1ddad5714587be3eaed5b01be44724ee "
-               "(importance_weighting_type kl, importance_normalization hist)")
+OAR_SOURCE = (
+    "Li et al. 2026, arXiv 2601.07408 (OAR); official code Valsure/Outcome-Grounded-Advantage-"
+    "Reshaping OAR-main.py @8dbc47862b5c3636b6070be16c9a181b17ca6346 (pfinal_mode answer_joint)"
+)
+GCPO_SOURCE = (
+    "Li et al. 2026, arXiv 2605.29198 (GCPO); official code jacklishufan/gcpo "
+    "verl/workers/actor/dp_actor.py @e0f183de1ddad5714587be3eaed5b01be44724ee "
+    "(importance_weighting_type kl, importance_normalization hist)"
+)
 
 
 @dataclass(frozen=True)
 class OARConfig(OutcomeConfig):
     """OAR's bi-level reshaping of Z by the cached influence scores."""
 
-    threshold: float = param(0.5, low=0.0, high=1.0,
-                             help="Quantile of a response's normalized influence that splits suppression "
-                                  "from boosting")
-    beta: float = param(1.0, low=0.0, high=10.0,
-                        help="Boost: weights above the threshold rise from 1 to 1 + beta")
+    threshold: float = param(
+        0.5,
+        low=0.0,
+        high=1.0,
+        help="Quantile of a response's normalized influence that splits suppression from boosting",
+    )
+    beta: float = param(
+        1.0, low=0.0, high=10.0, help="Boost: weights above the threshold rise from 1 to 1 + beta"
+    )
     floor: float = param(0.1, low=0.0, high=1.0, help="Least weight of a suppressed token (0.1 in the code)")
     sum_to_length: bool = param(True, help="Rescale the scored tokens' weights to mean one (sum_to_L)")
 
 
-def oar_weights(scores: torch.Tensor, scored: torch.Tensor,
-                config: OARConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def oar_weights(
+    scores: torch.Tensor, scored: torch.Tensor, config: OARConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
     """w: (B, T) float32 OAR weights, 1 off the scored tokens; and (B,) bool rows with no scored token.
 
     scores: (B, T) influence (a negative OAR-P drop counts as 0, where log1p would be NaN below -1);
@@ -72,8 +81,11 @@ def oar_weights(scores: torch.Tensor, scored: torch.Tensor,
     norm = torch.where(scored, (s - torch.where(scored.any(1, keepdim=True), low, 0.0)) / spread, 0.0)
     tau = masked.row_quantile(norm, scored, config.threshold)  # (B, 1)
     suppressed = norm < tau
-    w = torch.where(suppressed, (norm / (tau + 1e-8)).clamp(min=config.floor),
-                    1.0 + config.beta * (norm - tau) / (1.0 - tau + 1e-8))
+    w = torch.where(
+        suppressed,
+        (norm / (tau + 1e-8)).clamp(min=config.floor),
+        1.0 + config.beta * (norm - tau) / (1.0 - tau + 1e-8),
+    )
     w = torch.where(scored, w, 0.0)
     if config.sum_to_length:
         n = scored.sum(dim=1, keepdim=True).to(torch.float64)
@@ -83,16 +95,27 @@ def oar_weights(scores: torch.Tensor, scored: torch.Tensor,
     return torch.where(scored, w, 1.0).to(torch.float32), empty
 
 
-def _reshape(batch: RolloutBatch, config, name: str, weights: torch.Tensor, empty: torch.Tensor,
-             scores: torch.Tensor, scored: torch.Tensor) -> EstimatorResult:
+def _reshape(
+    batch: RolloutBatch,
+    config,
+    name: str,
+    weights: torch.Tensor,
+    empty: torch.Tensor,
+    scores: torch.Tensor,
+    scored: torch.Tensor,
+) -> EstimatorResult:
     mask = batch.response_mask
     z = outcome_z(batch, config)
     w = torch.where(mask, weights, 0.0)
     adv = z[:, None] * w  # (B, T)
-    diagnostics = {"Z": z, "weights": w, f"{name}_score": torch.where(mask & scored, scores, 0.0),
-                   "scored": (mask & scored).to(torch.float32),
-                   "fallback": fallback_message(batch, empty & mask.any(1), "no scored token (w = 1)"),
-                   "fallback_rollouts": rollout_list(batch, empty & mask.any(1))}
+    diagnostics = {
+        "Z": z,
+        "weights": w,
+        f"{name}_score": torch.where(mask & scored, scores, 0.0),
+        "scored": (mask & scored).to(torch.float32),
+        "fallback": fallback_message(batch, empty & mask.any(1), "no scored token (w = 1)"),
+        "fallback_rollouts": rollout_list(batch, empty & mask.any(1)),
+    }
     return EstimatorResult(advantages=torch.where(mask, adv, 0.0), diagnostics=diagnostics)
 
 
@@ -104,8 +127,10 @@ def scored_lines(v: Terms) -> list[str]:
     score = next((f"{k} = {v.at(k):.4g}" for k in v.tok if k.endswith("_score") and v.at(k) is not None), "")
     if v.at("scored"):
         divergence = v.at("divergence")
-        lines = [f"cached model score at t: {score}"
-                 + (f", divergence d_t = {divergence:.4g}" if divergence is not None else "")]
+        lines = [
+            f"cached model score at t: {score}"
+            + (f", divergence d_t = {divergence:.4g}" if divergence is not None else "")
+        ]
     else:
         lines = ["t is not scored (conclude text, answer, or no answer found): w_t = 1"]
     return [*lines, f"A_t = Z · w_t = {v.seq['Z']:.4g} × {w:.4g} = {v.A:.4g}"]
@@ -130,32 +155,48 @@ def _oar(name: str):
     return fn
 
 
-register("oar_p", OARConfig,
-         "OAR-P: Z reshaped by each reasoning token's influence on the final answer, measured by padding the "
-         "token out (bi-level: suppress low, boost high); needs `creditlens model-credit --method oar_p`",
-         needs=model_score_needs("oar_p"), source=OAR_SOURCE, explain=explain_scored)(_oar("oar_p"))
-register("oar_g", OARConfig,
-         "OAR-G: OAR's reshaping with the influence from one backward pass (|gradient x embedding| of the "
-         "answer log-prob); needs `creditlens model-credit --method oar_g`",
-         needs=model_score_needs("oar_g"), source=OAR_SOURCE, explain=explain_scored)(_oar("oar_g"))
+register(
+    "oar_p",
+    OARConfig,
+    "OAR-P: Z reshaped by each reasoning token's influence on the final answer, measured by padding the "
+    "token out (bi-level: suppress low, boost high); needs `creditlens model-credit --method oar_p`",
+    needs=model_score_needs("oar_p"),
+    source=OAR_SOURCE,
+    explain=explain_scored,
+)(_oar("oar_p"))
+register(
+    "oar_g",
+    OARConfig,
+    "OAR-G: OAR's reshaping with the influence from one backward pass (|gradient x embedding| of the "
+    "answer log-prob); needs `creditlens model-credit --method oar_g`",
+    needs=model_score_needs("oar_g"),
+    source=OAR_SOURCE,
+    explain=explain_scored,
+)(_oar("oar_g"))
 
 
 @dataclass(frozen=True)
 class GCPOConfig(OutcomeConfig):
     """GCPO's contrastive weights: rank-percentile power law of the pointwise KL."""
 
-    top: float = param(0.4, low=0.01, high=0.99,
-                       help="Top fraction of a response's tokens by divergence (0.4 in the code)")
-    mass: float = param(0.8, low=0.01, high=0.99,
-                        help="Share of the response's weight those top tokens carry (0.8 in the code)")
+    top: float = param(
+        0.4, low=0.01, high=0.99, help="Top fraction of a response's tokens by divergence (0.4 in the code)"
+    )
+    mass: float = param(
+        0.8,
+        low=0.01,
+        high=0.99,
+        help="Share of the response's weight those top tokens carry (0.8 in the code)",
+    )
 
 
 def gcpo_alpha(config: GCPOConfig) -> float:
     return math.log(1.0 - config.mass) / math.log(1.0 - config.top) - 1.0
 
 
-def gcpo_weights(delta: torch.Tensor, scored: torch.Tensor,
-                 config: GCPOConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def gcpo_weights(
+    delta: torch.Tensor, scored: torch.Tensor, config: GCPOConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
     """w: (B, T) float32 mean-one weights over the scored tokens (1 elsewhere) and d: (B, T) the pointwise
     KL estimate; delta: (B, T) log p_neg - log p_pos. Ties in d rank by position (a stable sort)."""
     diff = delta.to(torch.float32).clamp(-20.0, 20.0)
@@ -169,10 +210,15 @@ def gcpo_weights(delta: torch.Tensor, scored: torch.Tensor,
     return torch.where(scored, w, 1.0), d
 
 
-@register("gcpo", GCPOConfig,
-          "GCPO: Z weighted by how much a negative prompt ('..., but generate the wrong answer') changes "
-          "each token's log-prob (rank power law, mean one); needs `creditlens model-credit --method gcpo`",
-          needs=model_score_needs("gcpo"), source=GCPO_SOURCE, explain=explain_scored)
+@register(
+    "gcpo",
+    GCPOConfig,
+    "GCPO: Z weighted by how much a negative prompt ('..., but generate the wrong answer') changes "
+    "each token's log-prob (rank power law, mean one); needs `creditlens model-credit --method gcpo`",
+    needs=model_score_needs("gcpo"),
+    source=GCPO_SOURCE,
+    explain=explain_scored,
+)
 def gcpo(batch: RolloutBatch, config: GCPOConfig) -> EstimatorResult:
     delta, scored = _cached(batch, "gcpo")
     weights, d = gcpo_weights(delta, scored, config)

@@ -38,6 +38,8 @@ MC_NEEDS = MC_EXTRAS
 def widest(*scopes: str) -> str:
     """The widest of some scopes (group < step < run): a batch that serves all of them."""
     return max(scopes, key=SCOPES.index)
+
+
 """The one spelling of the suffix-resampling need: the batch extras `creditlens resample` writes.
 Estimators needing them (or `MODEL`) are not model-free: see `EstimatorSpec.model_free`."""
 
@@ -93,6 +95,7 @@ class EstimatorSpec:
     def model_free(self) -> bool:
         """True when neither the model nor Monte Carlo resampling results are required (in `needs`, or
         in every alternative of `needs_one_of`): the estimators the oracle bench can run on any run."""
+
         def heavy(names: tuple[str, ...]) -> bool:
             return any(n == MODEL or n in MC_NEEDS or n in MODEL_SCORE_EXTRAS for n in names)
 
@@ -134,13 +137,16 @@ class Config:
                 try:
                     re.compile(value)
                 except (re.error, TypeError) as exc:
-                    raise ValueError(f"{type(self).__name__}.{f.name}: {value!r} is not a regular expression "
-                                     f"({exc})") from None
+                    raise ValueError(
+                        f"{type(self).__name__}.{f.name}: {value!r} is not a regular expression ({exc})"
+                    ) from None
             elif kind == "base_estimator":
                 bases = [n for n in names() if get(n).family not in ("modifier", "aggregation")]
                 if value not in bases:
-                    raise ValueError(f"{type(self).__name__}.{f.name} must be a registered estimator that is "
-                                     f"not a modifier ({', '.join(bases)}), got {value!r}")
+                    raise ValueError(
+                        f"{type(self).__name__}.{f.name} must be a registered estimator that is "
+                        f"not a modifier ({', '.join(bases)}), got {value!r}"
+                    )
 
     def scope(self) -> str:
         """The batch this estimator needs for its true number (registry.SCOPES): its group by default;
@@ -166,8 +172,15 @@ keep working for one release) with a deprecation line on stderr; `names()` lists
 _WARNED: set[str] = set()
 
 
-def param(default: Any, *, help: str, low: float | None = None, high: float | None = None,
-          choices: tuple | None = None, kind: str | None = None) -> Any:
+def param(
+    default: Any,
+    *,
+    help: str,
+    low: float | None = None,
+    high: float | None = None,
+    choices: tuple | None = None,
+    kind: str | None = None,
+) -> Any:
     """A config field with its default, range (inclusive) or choices, and one line of help.
 
     kind: "regex" (must compile) or "base_estimator" (a registered estimator that is not a modifier):
@@ -176,26 +189,50 @@ def param(default: Any, *, help: str, low: float | None = None, high: float | No
     return field(default=default, metadata=meta)
 
 
-def register(name: str, config_cls: type, description: str, needs: tuple[str, ...] = (),
-             family: str = "credit", needs_one_of: tuple[tuple[str, ...], ...] = (), source: str = "",
-             aliases: tuple[str, ...] = (), explain: Callable[[Any], list[str]] | None = None) -> Callable:
+def register(
+    name: str,
+    config_cls: type,
+    description: str,
+    needs: tuple[str, ...] = (),
+    family: str = "credit",
+    needs_one_of: tuple[tuple[str, ...], ...] = (),
+    source: str = "",
+    aliases: tuple[str, ...] = (),
+    explain: Callable[[Any], list[str]] | None = None,
+) -> Callable:
     """Decorator: `@register("grpo", GRPOConfig, "one line", explain=fn)`. Registering a name twice raises."""
 
     def wrap(fn: Callable) -> Callable:
         if name in _REGISTRY:
             raise ValueError(f"estimator {name!r} is already registered")
-        if not (isinstance(config_cls, type) and issubclass(config_cls, Config)
-                and dataclasses.is_dataclass(config_cls) and config_cls.__dataclass_params__.frozen):
+        if not (
+            isinstance(config_cls, type)
+            and issubclass(config_cls, Config)
+            and dataclasses.is_dataclass(config_cls)
+            and config_cls.__dataclass_params__.frozen
+        ):
             raise TypeError(f"config of {name!r} must be a frozen dataclass subclassing registry.Config")
         if isinstance(needs, str) or not all(isinstance(n, str) for n in needs):
             raise TypeError(f"needs of {name!r} must be a tuple of field names, got {needs!r}")
         alternatives = tuple(tuple(alt) for alt in needs_one_of)
-        if any(not alt or isinstance(alt, str) or not all(isinstance(n, str) for n in alt)
-               for alt in needs_one_of):
-            raise TypeError(f"needs_one_of of {name!r} must be non-empty tuples of field names, "
-                            f"got {needs_one_of!r}")
-        _REGISTRY[name] = EstimatorSpec(name, fn, config_cls, description, tuple(needs), family, alternatives,
-                                        source=source, explain=explain)
+        if any(
+            not alt or isinstance(alt, str) or not all(isinstance(n, str) for n in alt)
+            for alt in needs_one_of
+        ):
+            raise TypeError(
+                f"needs_one_of of {name!r} must be non-empty tuples of field names, got {needs_one_of!r}"
+            )
+        _REGISTRY[name] = EstimatorSpec(
+            name,
+            fn,
+            config_cls,
+            description,
+            tuple(needs),
+            family,
+            alternatives,
+            source=source,
+            explain=explain,
+        )
         for old in aliases:
             if old in _REGISTRY or old in _ALIASES:
                 raise ValueError(f"alias {old!r} of {name!r} is already a name or an alias")
@@ -238,8 +275,10 @@ def get_twin(name: str) -> Callable:
     """The loop twin of estimator `name` (an alias resolves to its current name), or MissingTwin."""
     current = canonical(name)
     if current not in _TWINS:
-        raise MissingTwin(f"no twin for {current!r}: write its loop version with @twin({current!r}) in "
-                          "backend/estimators/twins/ beside its family (see backend/estimators/__init__.py)")
+        raise MissingTwin(
+            f"no twin for {current!r}: write its loop version with @twin({current!r}) in "
+            "backend/estimators/twins/ beside its family (see backend/estimators/__init__.py)"
+        )
     return _TWINS[current]
 
 
@@ -266,9 +305,11 @@ def canonical(name: str) -> str:
         return name
     if name not in _WARNED:
         _WARNED.add(name)
-        message = (f"creditlens: estimator name {name!r} is deprecated and will be removed in the next "
-                   "release; "
-                   f"use {new!r} (same results)")
+        message = (
+            f"creditlens: estimator name {name!r} is deprecated and will be removed in the next "
+            "release; "
+            f"use {new!r} (same results)"
+        )
         print(message, file=sys.stderr)
     return new
 
@@ -300,19 +341,25 @@ def check_needs(name: str, batch: RolloutBatch) -> None:
     if spec.unmet(available) is None:
         return
     if any(n in MC_NEEDS and n not in available for n in spec.needs):
-        raise BatchError(f"{name} needs resampling results (extras {', '.join(MC_NEEDS)}) and this run has "
-                         "none; run `creditlens resample --run RUN --rollout ID --suggest entropy:5` first")
+        raise BatchError(
+            f"{name} needs resampling results (extras {', '.join(MC_NEEDS)}) and this run has "
+            "none; run `creditlens resample --run RUN --rollout ID --suggest entropy:5` first"
+        )
     scored = [MODEL_SCORE_EXTRAS[n] for n in spec.needs if n in MODEL_SCORE_EXTRAS and n not in available]
     if scored:
         extras = ", ".join(n for n, m in MODEL_SCORE_EXTRAS.items() if m == scored[0])
-        raise BatchError(f"{name} needs {scored[0]} scores of the policy model (extras {extras}) for every "
-                         "rollout of the batch (its group), and some have none; run `creditlens "
-                         f"model-credit --run RUN --method {scored[0]} --rollout ID` (or --rollouts all) "
-                         "first")
+        raise BatchError(
+            f"{name} needs {scored[0]} scores of the policy model (extras {extras}) for every "
+            "rollout of the batch (its group), and some have none; run `creditlens "
+            f"model-credit --run RUN --method {scored[0]} --rollout ID` (or --rollouts all) "
+            "first"
+        )
     batch.require(*spec.needs)  # names the missing fields and how to fill them
     options = " or ".join(" + ".join(alt) for alt in spec.needs_one_of)  # `needs` are met: no alternative is
-    raise BatchError(f"{name} needs {options}; this run has none of these in full (import the missing "
-                     f"fields, or fill model fields with `creditlens score --model DIR`)")
+    raise BatchError(
+        f"{name} needs {options}; this run has none of these in full (import the missing "
+        f"fields, or fill model fields with `creditlens score --model DIR`)"
+    )
 
 
 def unavailable(batch: RolloutBatch) -> dict[str, str]:
@@ -414,19 +461,29 @@ def config_schema(name: str) -> dict:
         type_name = (
             "choice" if choices else getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
         )
-        out_fields.append({
-            "name": f.name,
-            "type": type_name,
-            "default": f.default,
-            "low": f.metadata.get("low"),
-            "high": f.metadata.get("high"),
-            "choices": list(choices) if choices else None,
-            "help": f.metadata.get("help", ""),
-        })
-    return {"name": spec.name, "description": spec.description, "family": spec.family, "source": spec.source,
-            "aliases": sorted(old for old, new in _ALIASES.items() if new == spec.name),
-            "needs": list(spec.needs), "needs_one_of": [list(alt) for alt in spec.needs_one_of],
-            "model_free": spec.model_free, "scope": spec.scope_for(spec.config_cls()), "fields": out_fields}
+        out_fields.append(
+            {
+                "name": f.name,
+                "type": type_name,
+                "default": f.default,
+                "low": f.metadata.get("low"),
+                "high": f.metadata.get("high"),
+                "choices": list(choices) if choices else None,
+                "help": f.metadata.get("help", ""),
+            }
+        )
+    return {
+        "name": spec.name,
+        "description": spec.description,
+        "family": spec.family,
+        "source": spec.source,
+        "aliases": sorted(old for old, new in _ALIASES.items() if new == spec.name),
+        "needs": list(spec.needs),
+        "needs_one_of": [list(alt) for alt in spec.needs_one_of],
+        "model_free": spec.model_free,
+        "scope": spec.scope_for(spec.config_cls()),
+        "fields": out_fields,
+    }
 
 
 @functools.lru_cache(maxsize=1)

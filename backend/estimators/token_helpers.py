@@ -70,8 +70,9 @@ def step_ends(batch: RolloutBatch, pattern: str) -> tuple[torch.Tensor, str | No
     for row in batch.tokens:
         if row:
             cum = np.cumsum(np.fromiter(map(len, row), dtype=np.int64, count=len(row)))
-            chars = np.fromiter((m.end() - 1 for m in regex.finditer("".join(row)) if m.end() > m.start()),
-                                dtype=np.int64)
+            chars = np.fromiter(
+                (m.end() - 1 for m in regex.finditer("".join(row)) if m.end() > m.start()), dtype=np.int64
+            )
             if chars.size:
                 flat_ends[offset + np.searchsorted(cum, chars, side="right")] = True
         offset += len(row)

@@ -49,7 +49,8 @@ TRACE_SOURCE = (
     "here and no official code was found: the equations come from public reimplementations that quote Eq. 2 "
     "(unstoppable-learner/RLVR-for-Mathematical-Reasoning-on-Qwen2.5-Math-1.5B-Reproducing-and-Comparing-"
     "GRPO-Variants@4adb0992f9de47d634904a83b62b0c22056144ee GRPO/GRPO_lambda_epsilon_trace_no_adv_clip.py, "
-    "and two others, docs/estimators.md §2c), which agree. Shown: the per-token gradient weight at π = π_old")
+    "and two others, docs/estimators.md §2c), which agree. Shown: the per-token gradient weight at π = π_old"
+)
 
 
 @dataclass(frozen=True)
@@ -60,9 +61,13 @@ class LogRatioTraceConfig(OutcomeConfig):
     trace_gamma: float = param(1.0, low=0.0, high=1.0, help="Discount γ of the trace (decay per token is γλ)")
     trace_lam: float = param(0.99, low=0.0, high=1.0, help="Trace λ (decay per token is γλ)")
     weighting: Literal["recent", "both"] = param(
-        "recent", help="recent: tr = (γλ)^l; both: tr = max((γλ)^l, (γλ)^(t−l)), early tokens keep weight")
-    clamp_negative: bool = param(True, help="Clamp negative advantages at `floor` (the paper: with traced "
-                                            "log-probabilities, negative advantages destabilize training)")
+        "recent", help="recent: tr = (γλ)^l; both: tr = max((γλ)^l, (γλ)^(t−l)), early tokens keep weight"
+    )
+    clamp_negative: bool = param(
+        True,
+        help="Clamp negative advantages at `floor` (the paper: with traced "
+        "log-probabilities, negative advantages destabilize training)",
+    )
     floor: float = param(-0.1, low=-10.0, high=0.0, help="The clamp of negative advantages (the paper: −0.1)")
 
 
@@ -108,8 +113,10 @@ def trace_lines(v: Terms) -> list[str]:
     if cfg.get("clamp_negative"):
         floor, Z = float(cfg.get("floor", 0.0)), v.seq.get("Z") or 0.0
         lines.append(f"Z' = max(Z, floor) = max({Z:.4g}, {floor:g}) = {v.seq['Z_used']:.4g}")
-    lines.append(f"W_t = Σ_(u ≥ t) tr(u, u − t) = {W:.4g}   ({cfg.get('weighting')} trace, "
-                 f"γλ = {decay:.4g}, over the {len(v.tok['advantage']) - v.t} tokens from t on)")
+    lines.append(
+        f"W_t = Σ_(u ≥ t) tr(u, u − t) = {W:.4g}   ({cfg.get('weighting')} trace, "
+        f"γλ = {decay:.4g}, over the {len(v.tok['advantage']) - v.t} tokens from t on)"
+    )
     lines.append(f"A_t = Z' · W_t = {v.seq['Z_used']:.4g} × {W:.4g} = {v.A:.4g}")
     return lines
 
@@ -118,13 +125,18 @@ def explain_trace(v: Terms) -> list[str]:
     return [*z_from_outcome(v), *first_of(v, trace_lines, broadcast)]
 
 
-@register("log_ratio_trace", LogRatioTraceConfig,
-          "A λ-decayed trace of log-ratios (after GRPO-λ's ε-trace, arXiv 2510.00194 Eq. 2 as "
-          "reimplementations quote it; the paper was not read) as the advantage each token's gradient gets "
-          "at "
-          "π = π_old: A_j = Z' Σ_{t≥j} tr(t, t−j), tr = (γλ)^l (recent) or max((γλ)^l, (γλ)^(t−l)) (both); "
-          "credit grows toward the start; negative Z clamped at −0.1",
-          family="trace", source=TRACE_SOURCE, explain=explain_trace)
+@register(
+    "log_ratio_trace",
+    LogRatioTraceConfig,
+    "A λ-decayed trace of log-ratios (after GRPO-λ's ε-trace, arXiv 2510.00194 Eq. 2 as "
+    "reimplementations quote it; the paper was not read) as the advantage each token's gradient gets "
+    "at "
+    "π = π_old: A_j = Z' Σ_{t≥j} tr(t, t−j), tr = (γλ)^l (recent) or max((γλ)^l, (γλ)^(t−l)) (both); "
+    "credit grows toward the start; negative Z clamped at −0.1",
+    family="trace",
+    source=TRACE_SOURCE,
+    explain=explain_trace,
+)
 def log_ratio_trace(batch: RolloutBatch, config: LogRatioTraceConfig) -> EstimatorResult:
     """A: (B, T) = Z' W. Diagnostics: Z (B,) the group-normalized advantage, Z_used (B,) after the clamp,
     trace_sum (B, T) W, clamped (B,) bool where the clamp changed Z."""
@@ -133,5 +145,7 @@ def log_ratio_trace(batch: RolloutBatch, config: LogRatioTraceConfig) -> Estimat
     z_used = clamped_z(z, config)
     w = trace_sums(batch, config)  # (B, T) float64
     adv = (z_used.to(torch.float64)[:, None] * w).to(torch.float32)
-    return EstimatorResult(torch.where(mask, adv, 0.0), {
-        "Z": z, "Z_used": z_used, "trace_sum": w.to(torch.float32), "clamped": z_used != z})
+    return EstimatorResult(
+        torch.where(mask, adv, 0.0),
+        {"Z": z, "Z_used": z_used, "trace_sum": w.to(torch.float32), "clamped": z_used != z},
+    )

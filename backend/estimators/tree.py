@@ -59,8 +59,13 @@ def pair_lcp(tokens: torch.Tensor, extent: torch.Tensor, valid: torch.Tensor) ->
     return torch.where(pair_ok, lcp, torch.full_like(lcp, -1))
 
 
-def build_prefix_tree(token_ids: torch.Tensor, response_mask: torch.Tensor, group_ids: torch.Tensor,
-                      z: torch.Tensor, with_nodes: bool = False) -> PrefixTree:
+def build_prefix_tree(
+    token_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_ids: torch.Tensor,
+    z: torch.Tensor,
+    with_nodes: bool = False,
+) -> PrefixTree:
     """The prefix tree of every group of the batch, with V = mean Z over each node's responses."""
     mask = response_mask.bool()
     B, T = mask.shape
@@ -79,7 +84,7 @@ def build_prefix_tree(token_ids: torch.Tensor, response_mask: torch.Tensor, grou
     per_chunk = max(1, _MAX_PAIR_ELEMENTS // max(1, g_max * g_max * max(T, 1)))
     zf = z.to(torch.float64)
     for start in range(0, n_groups, per_chunk):  # loops over chunks of groups, never over tokens
-        tab = table[start:start + per_chunk]  # (n, G)
+        tab = table[start : start + per_chunk]  # (n, G)
         valid = tab >= 0
         rows = tab.clamp(min=0)
         lcp = pair_lcp(token_ids[rows], extent[rows] & valid[..., None], valid)  # (n, G, G)
@@ -93,11 +98,11 @@ def build_prefix_tree(token_ids: torch.Tensor, response_mask: torch.Tensor, grou
         count = hist_n.flip(2).cumsum(2).flip(2)  # (n, G, T+2): |D(s_{i,d})| for d = 0..T+1
         total = hist_z.flip(2).cumsum(2).flip(2)
         value = (total / count.clamp(min=1)).to(torch.float32)  # V(s_{i,d})
-        b = count[:, :, 1:T + 1] < count[:, :, :T]  # (n, G, T) token d changes the set
+        b = count[:, :, 1 : T + 1] < count[:, :, :T]  # (n, G, T) token d changes the set
         sel = valid.reshape(-1)
         dest = tab.reshape(-1)[sel]
         v_before[dest] = value[:, :, :T].reshape(n * G, T)[sel]
-        v_after[dest] = value[:, :, 1:T + 1].reshape(n * G, T)[sel]
+        v_after[dest] = value[:, :, 1 : T + 1].reshape(n * G, T)[sel]
         count_before[dest] = count[:, :, :T].reshape(n * G, T)[sel].long()
         branch[dest] = b.reshape(n * G, T)[sel]
         if with_nodes:
@@ -106,8 +111,12 @@ def build_prefix_tree(token_ids: torch.Tensor, response_mask: torch.Tensor, grou
             token_node[dest] = part[-1].reshape(n * G, T)[sel]
     within = mask
     branch = branch & within
-    out = dict(v_before=torch.where(within, v_before, 0.0), v_after=torch.where(within, v_after, 0.0),
-               branch=branch, count_before=torch.where(within, count_before, 0))
+    out = dict(
+        v_before=torch.where(within, v_before, 0.0),
+        v_after=torch.where(within, v_after, 0.0),
+        branch=branch,
+        count_before=torch.where(within, count_before, 0),
+    )
     if with_nodes:
         cols = list(zip(*node_parts, strict=True)) if node_parts else [[] for _ in range(6)]
         names = ("node_group", "node_parent", "node_depth", "node_value", "node_count", "node_branch")
@@ -134,7 +143,7 @@ def _nodes(lcp, valid, rows, ends, value, count, token_branch, offset, group_sta
     length = torch.where(valid, ends[rows], torch.full_like(rows, -1))  # (n, G)
     depth = torch.arange(T + 1, device=device)
     inside = depth[None, None, :] <= length[:, :, None]  # (n, G, T+1) node s_{i,d} exists
-    rep = rep[:, :, :T + 1]
+    rep = rep[:, :, : T + 1]
     owned = inside & (rep == slot[None, :, None])
     ids = torch.full((n, G, T + 1), -1, dtype=torch.long, device=device)
     n_nodes = int(owned.sum())
@@ -147,6 +156,13 @@ def _nodes(lcp, valid, rows, ends, value, count, token_branch, offset, group_sta
     branch = torch.zeros(n_nodes, dtype=torch.long, device=device)
     branch = branch.scatter_reduce(0, node_of[inside] - offset, (tb & inside)[inside].long(), reduce="amax")
     group_of = (group_start + torch.arange(n, device=device))[:, None, None].expand(n, G, T + 1)
-    part = (group_of[owned], parent_all[owned], di[owned], value[:, :, :T + 1][owned],
-            count[:, :, :T + 1][owned].long(), branch.bool(), node_of[:, :, 1:])
+    part = (
+        group_of[owned],
+        parent_all[owned],
+        di[owned],
+        value[:, :, : T + 1][owned],
+        count[:, :, : T + 1][owned].long(),
+        branch.bool(),
+        node_of[:, :, 1:],
+    )
     return part, offset + n_nodes

@@ -27,8 +27,10 @@ def values_from_source(batch: RolloutBatch, config: Any, z: torch.Tensor) -> tup
         return torch.zeros(mask.shape, dtype=torch.float32, device=batch.device), {"value_source": "zero"}
     if source == "stored":
         if batch.values is None:
-            raise BatchError("value_source 'stored' needs critic values; this run has none "
-                             "(import `values` per token, or pick fitted, prefix_tree or mc)")
+            raise BatchError(
+                "value_source 'stored' needs critic values; this run has none "
+                "(import `values` per token, or pick fitted, prefix_tree or mc)"
+            )
         return torch.where(mask, batch.values.to(torch.float32), 0.0), {"value_source": "stored"}
     if source == "fitted":
         return fitted_values(batch, z, folds=config.folds, ridge=config.ridge)
@@ -40,8 +42,9 @@ def values_from_source(batch: RolloutBatch, config: Any, z: torch.Tensor) -> tup
     raise ValueError(f"unknown value source {source!r}")
 
 
-def fitted_values(batch: RolloutBatch, z: torch.Tensor, folds: int = 5,
-                  ridge: float = 1.0) -> tuple[torch.Tensor, dict]:
+def fitted_values(
+    batch: RolloutBatch, z: torch.Tensor, folds: int = 5, ridge: float = 1.0
+) -> tuple[torch.Tensor, dict]:
     """A ridge probe from hidden states (extras `hidden` (B, T, H)) or cheap token features to Z.
 
     Cross-fitted by group: the probe that values a response was fitted on other groups only. With
@@ -58,23 +61,32 @@ def fitted_values(batch: RolloutBatch, z: torch.Tensor, folds: int = 5,
     fold, k = features.group_folds(batch, folds)
     zeros = torch.zeros(mask.shape, dtype=torch.float32, device=batch.device)
     if k < 2:
-        return zeros, {"value_source": "fitted", "fallback": "fitted values need at least two groups to "
-                       "cross-fit; used V = 0", "value_features": names}
+        return zeros, {
+            "value_source": "fitted",
+            "fallback": "fitted values need at least two groups to cross-fit; used V = 0",
+            "value_features": names,
+        }
     rows = mask.nonzero(as_tuple=True)
     X_tok = X[rows]  # (N, F)
     y_tok = z.to(torch.float32)[rows[0]]
     f_tok = fold[rows[0]]
     fit = fitting.token_sample(batch, MAX_FIT_TOKENS)
-    model = fitting.fitted(batch, ("fitted_values", k, ridge),
-                           lambda: features.RidgeStats.of(X_tok[fit], y_tok[fit], f_tok[fit], k,
-                                                          tuple(names)),
-                           lambda stats: stats.solve(ridge))
+    model = fitting.fitted(
+        batch,
+        ("fitted_values", k, ridge),
+        lambda: features.RidgeStats.of(X_tok[fit], y_tok[fit], f_tok[fit], k, tuple(names)),
+        lambda stats: stats.solve(ridge),
+    )
     values = zeros.clone()
     if model is not None:  # None: the first pass of a streamed run (statistics only)
         W, b = model
         values[rows] = (X_tok * W[f_tok]).sum(-1) + b[f_tok]
-    return values, {"value_source": "fitted", "value_features": names, "value_folds": k,
-                    "fit_sample": fitting.sample_note(batch, "the fitted value probe", MAX_FIT_TOKENS)}
+    return values, {
+        "value_source": "fitted",
+        "value_features": names,
+        "value_folds": k,
+        "fit_sample": fitting.sample_note(batch, "the fitted value probe", MAX_FIT_TOKENS),
+    }
 
 
 def mc_values(batch: RolloutBatch, config: Any, z: torch.Tensor) -> tuple[torch.Tensor, dict]:
@@ -89,12 +101,16 @@ def mc_values(batch: RolloutBatch, config: Any, z: torch.Tensor) -> tuple[torch.
     mc, mc_mask = batch.extras.get("mc_values"), batch.extras.get("mc_mask")
     zeros = torch.zeros(mask.shape, dtype=torch.float32, device=batch.device)
     if mc is None or mc_mask is None or mc.dim() != 2:
-        return zeros, {"value_source": "mc", "fallback": "no resampling results in this run; used V = 0 "
-                       "everywhere (run `creditlens resample` first)",
-                       "fallback_rollouts": rollout_list(batch, mask.any(1))}
+        return zeros, {
+            "value_source": "mc",
+            "fallback": "no resampling results in this run; used V = 0 "
+            "everywhere (run `creditlens resample` first)",
+            "fallback_rollouts": rollout_list(batch, mask.any(1)),
+        }
     valued = (mc_mask > 0.5) & mask
-    center, scale = F.outcome_center_scale(scores_of(batch, config.channel), batch.group_ids,
-                                           config.outcome, config.epsilon)
+    center, scale = F.outcome_center_scale(
+        scores_of(batch, config.channel), batch.group_ids, config.outcome, config.epsilon
+    )
     index, n_groups = masked.group_index(batch.group_ids)
     mean_r = masked.group_mean(scores_of(batch, config.channel), index, n_groups)
     root = (mean_r - center) * scale  # (B,)

@@ -74,7 +74,7 @@ class ImportReport:
         how = {
             "ids": "token ids from the file",
             "simple": "no token ids and no --model: simple tokenization (words and punctuation, see "
-                      "docs/importing.md)",
+            "docs/importing.md)",
         }.get(self.tokenization, f"re-tokenized with {self.tokenization}")
         lines = [
             f"{self.run}: imported {self.records} rollouts, {self.tokens} tokens ({self.format} format; "
@@ -83,8 +83,10 @@ class ImportReport:
         if self.skipped:
             lines.append(f"  skipped {self.skipped} records already in the run")
         if self.unscorable:
-            lines.append(f"  {self.unscorable} rollouts have no score on any channel (unscorable: left out "
-                         "of group statistics, advantage 0)")
+            lines.append(
+                f"  {self.unscorable} rollouts have no score on any channel (unscorable: left out "
+                "of group statistics, advantage 0)"
+            )
         lines += [f"  {note}" for note in self.notes]
         return "\n".join(lines)
 
@@ -136,7 +138,12 @@ class _Bar:
         self.bar = None
         if show:
             self.bar = tqdm(
-                total=total, unit=unit, unit_scale=True, file=sys.stderr, leave=False, desc="import",
+                total=total,
+                unit=unit,
+                unit_scale=True,
+                file=sys.stderr,
+                leave=False,
+                desc="import",
                 disable=None,  # a bar on terminals only: logs and pipes get just the result line
             )
 
@@ -266,13 +273,32 @@ class ArrowBatches:
     origin: str
 
 
-def import_batches(store: Store, run: str, batches: Iterable[pa.RecordBatch], source: str = "records",
-                   origin: str = "<records>", content_key: str | None = None,
-                   append: bool = False) -> ImportReport:
+def import_batches(
+    store: Store,
+    run: str,
+    batches: Iterable[pa.RecordBatch],
+    source: str = "records",
+    origin: str = "<records>",
+    content_key: str | None = None,
+    append: bool = False,
+) -> ImportReport:
     """Import native-format Arrow record batches with token ids (`creditlens synth`): the vectorized
     path of native Parquet files, staged and atomic like every import. `content_key` makes it idempotent."""
-    return _import(store, run, "native", ArrowBatches(batches, origin), None, Tokenizer(None), content_key,
-                   origin, source, None, None, None, append=append)
+    return _import(
+        store,
+        run,
+        "native",
+        ArrowBatches(batches, origin),
+        None,
+        Tokenizer(None),
+        content_key,
+        origin,
+        source,
+        None,
+        None,
+        None,
+        append=append,
+    )
 
 
 def _import(
@@ -313,15 +339,33 @@ def _import(
         buffer = ChunkBuffer(staging_id, first_id, known_groups)
         with store.memory_limit(IMPORT_MEMORY_LIMIT):
             n_records, n_tokens, tokenization, skipped = _stage(
-                store, buffer, records, native_paths, tokenizer, bar, seen, file_hash,
-                formats.get(fmt).unscorable_ok
+                store,
+                buffer,
+                records,
+                native_paths,
+                tokenizer,
+                bar,
+                seen,
+                file_hash,
+                formats.get(fmt).unscorable_ok,
             )
         if n_records == 0 and skipped == 0:
             raise InputError(f"{origin}: no records to import (empty file)")
         if target_id is not None and n_records:  # never a merge by accident (backend/ingest/append.py)
-            append_rules.check_addition(store, run, target_id, staging_id, origin, n_records, skipped,
-                                        source_path, append, tokenizer.name, model_dir,
-                                        notes.channels if notes is not None else ())
+            append_rules.check_addition(
+                store,
+                run,
+                target_id,
+                staging_id,
+                origin,
+                n_records,
+                skipped,
+                source_path,
+                append,
+                tokenizer.name,
+                model_dir,
+                notes.channels if notes is not None else (),
+            )
         with store.memory_limit(IMPORT_MEMORY_LIMIT), store.transaction():  # DuckDB spills beyond it
             run_id = target_id  # every record already in the run: nothing to publish
             if n_records:
@@ -330,7 +374,8 @@ def _import(
                     chosen = store.set_main_channel_of(run_id, main_channel)
                     (notes := notes or ReadNotes()).add(
                         f"main channel: {chosen} (what views and commands read by default; change it with "
-                        "`creditlens main-channel` or on the Runs page)")
+                        "`creditlens main-channel` or on the Runs page)"
+                    )
                 fill_rollout_summary(store, run_id)  # the Explorer's per-rollout numbers, whole run
             if file_hash is not None and run_id is not None:
                 recorded = str(source_path.resolve()) if source_path is not None else origin
@@ -344,12 +389,30 @@ def _import(
             pass
         raise
     notes = notes or ReadNotes()
-    return ImportReport(run, fmt, n_records, n_tokens, time.perf_counter() - start, tokenization=tokenization,
-                        skipped=skipped, unscorable=notes.unscorable, notes=list(notes.lines))
+    return ImportReport(
+        run,
+        fmt,
+        n_records,
+        n_tokens,
+        time.perf_counter() - start,
+        tokenization=tokenization,
+        skipped=skipped,
+        unscorable=notes.unscorable,
+        notes=list(notes.lines),
+    )
 
 
-def _stage(store: Store, buffer: ChunkBuffer, records, native_paths: list[Path] | None, tokenizer: Tokenizer,
-           bar, seen: set[int], file_hash: str | None, unscorable_ok: bool) -> tuple[int, int, str, int]:
+def _stage(
+    store: Store,
+    buffer: ChunkBuffer,
+    records,
+    native_paths: list[Path] | None,
+    tokenizer: Tokenizer,
+    bar,
+    seen: set[int],
+    file_hash: str | None,
+    unscorable_ok: bool,
+) -> tuple[int, int, str, int]:
     """Validate and insert every record into the staging run, one committed transaction per chunk.
     Records whose key is in `seen` (the run's) are skipped; returns (records, tokens, tokenization,
     skipped). `native_paths`: native files (one, or a folder's step files, each keyed by its own hash so
@@ -357,8 +420,14 @@ def _stage(store: Store, buffer: ChunkBuffer, records, native_paths: list[Path] 
 
     def insert(tables):
         with store.transaction():
-            for table in ("groups", "rollouts", "scores", "token_rewards", "token_features",
-                          "rollout_metrics"):
+            for table in (
+                "groups",
+                "rollouts",
+                "scores",
+                "token_rewards",
+                "token_features",
+                "rollout_metrics",
+            ):
                 if table in tables:
                     store.insert_arrow(table, tables[table])
 
@@ -367,18 +436,25 @@ def _stage(store: Store, buffer: ChunkBuffer, records, native_paths: list[Path] 
     if native_paths is not None and len(native_paths) > 1:
         totals = [0, 0, "ids", 0]
         for path in native_paths:
-            n, tokens, how, skipped = _stage(store, buffer, None, [path], tokenizer, bar, seen,
-                                             content_hash([path], path), unscorable_ok)
-            totals = [totals[0] + n, totals[1] + tokens, how if how != "ids" else totals[2],
-                      totals[3] + skipped]
+            n, tokens, how, skipped = _stage(
+                store, buffer, None, [path], tokenizer, bar, seen, content_hash([path], path), unscorable_ok
+            )
+            totals = [
+                totals[0] + n,
+                totals[1] + tokens,
+                how if how != "ids" else totals[2],
+                totals[3] + skipped,
+            ]
         return tuple(totals)
     native_path = native_paths[0] if native_paths else None
     if native_path is not None and native_path.suffix == ".parquet":
-        return native.stage_parquet(native_path, buffer, tokenizer, insert, bar, seen, file_hash,
-                                    CHUNK_RECORDS)
+        return native.stage_parquet(
+            native_path, buffer, tokenizer, insert, bar, seen, file_hash, CHUNK_RECORDS
+        )
     if native_path is not None:
-        return native.stage_jsonl(native_path, buffer, tokenizer, insert, bar, seen, CHUNK_RECORDS,
-                                  CHUNK_TOKENS)
+        return native.stage_jsonl(
+            native_path, buffer, tokenizer, insert, bar, seen, CHUNK_RECORDS, CHUNK_TOKENS
+        )
     first_id = buffer.next_rollout_id
     n_tokens = skipped = 0
     tokenization = "ids"

@@ -70,9 +70,20 @@ def _same_model(a: str | None, b: str | None) -> bool:
     return Path(a).resolve() == Path(b).resolve()
 
 
-def check_addition(store: Store, run: str, run_id: int, staging_id: int, origin: str, added: int,
-                   skipped: int, source_path: Path | None, append: bool, tokenizer: str,
-                   model_dir: str | None, declared_channels: Collection[str]) -> None:
+def check_addition(
+    store: Store,
+    run: str,
+    run_id: int,
+    staging_id: int,
+    origin: str,
+    added: int,
+    skipped: int,
+    source_path: Path | None,
+    append: bool,
+    tokenizer: str,
+    model_dir: str | None,
+    declared_channels: Collection[str],
+) -> None:
     """Refuse (`ImportRefused`) adding the `added` staged rollouts of `origin` to run `run` unless the
     import continues the run's source or `append` asks for it, and unless the tokenizer and the channels
     match the run's. `declared_channels`: the channels the reader named (a column that is all NaN in this
@@ -86,7 +97,7 @@ def check_addition(store: Store, run: str, run_id: int, staging_id: int, origin:
             "would merge the two",
             "choose another --run name, or pass --append to add them to this run on purpose (the model and "
             "the channels must match)",
-            "choose another run name, or tick \"Append to an existing run\" to add them to this run on "
+            'choose another run name, or tick "Append to an existing run" to add them to this run on '
             "purpose (the model and the channels must match)",
         )
     if not _same_model(info["model_dir"], model_dir) or (not model_dir and info["tokenizer"] != tokenizer):
@@ -107,5 +118,5 @@ def check_addition(store: Store, run: str, run_id: int, staging_id: int, origin:
             f"{', '.join(sorted(ours)) or 'none'}; rollouts scored on other channels cannot share its groups "
             "and statistics",
             "choose another --run name (or name the same channels with --channels)",
-            "choose another run name (or name the same channels under \"Reward channels\")",
+            'choose another run name (or name the same channels under "Reward channels")',
         )

@@ -83,8 +83,9 @@ def parse_line(raw: bytes, where: str, name: str, index: int) -> tuple[object, i
     return obj, (record_key(name, index, obj) if isinstance(obj, dict) else None)
 
 
-def iter_chunks(path: Path, progress: Callable[[int], None] | None, max_records: int,
-                max_tokens: int) -> Iterator[list[Line]]:
+def iter_chunks(
+    path: Path, progress: Callable[[int], None] | None, max_records: int, max_tokens: int
+) -> Iterator[list[Line]]:
     """The file's non-blank lines, parsed and keyed, in chunks of at most `max_records` records or
     about `max_tokens` tokens. A line that does not parse ends the iteration with its error only after
     the lines before it were yielded (the per-record reader names the first bad line of the file)."""
@@ -180,8 +181,9 @@ def to_batch(lines: list[Line], tokenizer: Tokenizer) -> tuple[pa.RecordBatch, p
             raise fast_parquet.Unsupported
     present = {name for r in records for name in r}
     try:
-        columns = {name: pa.array([r.get(name) for r in records], pa.string())
-                   for name in ("prompt", "response")}
+        columns = {
+            name: pa.array([r.get(name) for r in records], pa.string()) for name in ("prompt", "response")
+        }
         columns["step"] = pa.array([r.get("step", 0) for r in records])
         for name in _OPTIONAL:
             if name in present:
@@ -200,14 +202,21 @@ def to_batch(lines: list[Line], tokenizer: Tokenizer) -> tuple[pa.RecordBatch, p
         metas, truths = zip(*(_meta(r) for r in records), strict=True)
         columns["ground_truth"] = pa.array(truths, pa.string())
         meta = pa.array(metas, pa.string())
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError,
-            UnicodeEncodeError):
+    except (
+        pa.ArrowInvalid,
+        pa.ArrowTypeError,
+        pa.ArrowNotImplementedError,
+        OverflowError,
+        TypeError,
+        UnicodeEncodeError,
+    ):
         raise fast_parquet.Unsupported from None
     return pa.RecordBatch.from_pydict(columns), meta
 
 
-def convert_chunk(lines: list[Line], buffer: ChunkBuffer, path: Path, tokenizer: Tokenizer
-                  ) -> tuple[dict[str, pa.Table], str]:
+def convert_chunk(
+    lines: list[Line], buffer: ChunkBuffer, path: Path, tokenizer: Tokenizer
+) -> tuple[dict[str, pa.Table], str]:
     """The store tables of a chunk of lines and its tokenization: vectorized when the chunk allows it,
     else record by record (see the module docstring). `buffer` is left as the chosen path leaves it."""
     next_id, n_groups = buffer.next_rollout_id, len(buffer.new_groups)

@@ -79,8 +79,9 @@ def _ground_truths(batch: pa.RecordBatch, names: set[str], n: int) -> list:
     return [None] * n
 
 
-def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int,
-                  keys: np.ndarray | None = None) -> dict[str, pa.Table]:
+def convert_batch(
+    batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int, keys: np.ndarray | None = None
+) -> dict[str, pa.Table]:
     """Validate one native Parquet record batch against the field rules (`native_rules`) and return the
     store tables for it (`keys`: the rows' record keys, int64)."""
 
@@ -121,8 +122,9 @@ def convert_batch(batch: pa.RecordBatch, buffer: ChunkBuffer, path, offset: int,
         ("extras", "token_features", "name", "vals"),
     ):
         if column in names:
-            parts = _per_token_map(batch.column(column), column, n_tokens, where, rollout_ids, buffer.run_id,
-                                   name_col, value_col)
+            parts = _per_token_map(
+                batch.column(column), column, n_tokens, where, rollout_ids, buffer.run_id, name_col, value_col
+            )
             if parts:
                 tables[table] = pa.concat_tables(parts)
     tables["groups"] = buffer.flush_groups()
@@ -157,8 +159,12 @@ def _token_ids_type(token_ids: pa.Array, where) -> pa.Array:
 
 
 def _check_group_type(group_type: pa.DataType, where) -> None:
-    if not (pa.types.is_string(group_type) or pa.types.is_large_string(group_type)
-            or pa.types.is_integer(group_type) or pa.types.is_null(group_type)):
+    if not (
+        pa.types.is_string(group_type)
+        or pa.types.is_large_string(group_type)
+        or pa.types.is_integer(group_type)
+        or pa.types.is_null(group_type)
+    ):
         raise rules.must_be(where(0), "group", f", column type {group_type}")
 
 
@@ -202,8 +208,9 @@ def _scores(rewards: pa.Array, n: int, where) -> list[tuple[str, pa.Array, pa.Ar
     return score_tables
 
 
-def _ids(batch: pa.RecordBatch, names: set[str], steps: np.ndarray, buffer: ChunkBuffer
-         ) -> tuple[np.ndarray, np.ndarray]:
+def _ids(
+    batch: pa.RecordBatch, names: set[str], steps: np.ndarray, buffer: ChunkBuffer
+) -> tuple[np.ndarray, np.ndarray]:
     """(rollout ids, group ids) of the batch's rows; new groups join the buffer's."""
     n = batch.num_rows
     group_col = batch.column("group").to_pylist() if "group" in names else [None] * n
@@ -273,8 +280,9 @@ def _meta(meta: pa.Array, where) -> pa.Array:
 
 
 def _logged_advantage(logged: pa.Array, where) -> pa.Array:
-    if not (pa.types.is_floating(logged.type) or pa.types.is_integer(logged.type)
-            or pa.types.is_null(logged.type)):
+    if not (
+        pa.types.is_floating(logged.type) or pa.types.is_integer(logged.type) or pa.types.is_null(logged.type)
+    ):
         raise InputError(f"{where(0)}: field 'logged_advantage' must be a number, column type {logged.type}")
     logged = logged.cast(pa.float64())
     bad = pc.invert(pc.is_finite(logged).fill_null(True))
@@ -301,8 +309,16 @@ def _score_table(score_tables: list, rollout_ids: np.ndarray, run: int) -> pa.Ta
     )
 
 
-def _per_token_map(struct: pa.Array, column: str, n_tokens: np.ndarray, where, rollout_ids: np.ndarray,
-                   run: int, name_col: str, value_col: str) -> list[pa.Table]:
+def _per_token_map(
+    struct: pa.Array,
+    column: str,
+    n_tokens: np.ndarray,
+    where,
+    rollout_ids: np.ndarray,
+    run: int,
+    name_col: str,
+    value_col: str,
+) -> list[pa.Table]:
     """One long table per channel of a `token_rewards` or `extras` struct column."""
     parts = []
     for field, raw_child in zip(struct.type, struct.flatten(), strict=True):

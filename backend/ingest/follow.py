@@ -67,11 +67,14 @@ def follow(
     `append=True`, which still checks the run's model and channels)."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise InputError(f"{directory}: --follow needs a directory (a verl rollout_data_dir, a TRL "
-                         "output/completions directory or a folder of native step files)")
+        raise InputError(
+            f"{directory}: --follow needs a directory (a verl rollout_data_dir, a TRL "
+            "output/completions directory or a folder of native step files)"
+        )
     if fmt not in (None, *formats.followed()):
-        raise InputError(f"{directory}: --follow reads verl, trl or native step-file directories, "
-                         f"not {fmt!r}")
+        raise InputError(
+            f"{directory}: --follow reads verl, trl or native step-file directories, not {fmt!r}"
+        )
     with open_store() as store:
         check_follow(store, run, directory, bool(import_options.pop("append", False)))
     imported: dict[Path, tuple[int, int]] = {}  # file -> (size, mtime_ns) at its import

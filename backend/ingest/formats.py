@@ -107,8 +107,9 @@ def register(spec: FormatSpec) -> FormatSpec:
         raise ValueError(f"import format {spec.name!r} is registered twice")
     unknown = spec.options - OPTIONS.keys()
     if unknown:
-        raise ValueError(f"import format {spec.name!r}: unknown options {sorted(unknown)}; "
-                         f"known: {list(OPTIONS)}")
+        raise ValueError(
+            f"import format {spec.name!r}: unknown options {sorted(unknown)}; known: {list(OPTIONS)}"
+        )
     _REGISTRY[spec.name] = spec
     return spec
 
@@ -163,6 +164,7 @@ def check_options(path: Path, spec: FormatSpec, **given) -> None:
 
 
 # --- the tests the specs are built from ----------------------------------------------------------------
+
 
 def parquet_columns(path: Path) -> list[str]:
     try:
@@ -223,47 +225,94 @@ def _trl_reader(files: list[Path], ctx: ReadContext) -> Iterator[tuple[str, dict
 
 # --- the formats ---------------------------------------------------------------------------------------
 
-register(FormatSpec(
-    "native", "native Credit Lens run",
-    "one JSONL or Parquet file of native records (prompt, response, rewards), or a folder of native "
-    "Parquet step files",
-    rank=4, files=native_files, folder=lambda path: bool(native_files(path)), file=_native_file,
-    record=_native_record, columns=lambda names: "response" in names, containers=("JSONL", "Parquet"),
-    follow=True,
-))
-register(FormatSpec(
-    "verl", "verl rollout dump", "JSONL verl rollout dumps (<step>.jsonl with input, output, score)",
-    rank=5, files=verl_files, folder=_verl_folder,
-    file=lambda path: path.suffix != ".parquet" and _verl_record(first_record(path)),
-    record=_verl_record, reader=_verl_reader, options=frozenset({"channels"}), follow=True,
-    unscorable_ok=True,
-))
-register(FormatSpec(
-    "trl", "TRL completions log", "Parquet TRL completion logs (completions_*.parquet)",
-    rank=3, files=trl_files, folder=lambda path: bool(trl_files(path)),
-    file=_parquet_file(lambda names: "completion" in names), columns=lambda names: "completion" in names,
-    reader=_trl_reader, containers=("Parquet",), options=frozenset({"channels", "group_size"}), follow=True,
-    unscorable_ok=True,
-))
-register(FormatSpec(
-    "nemo-rl", "NeMo-RL train_data dump", "JSONL NeMo-RL dumps (train_data_step<N>.jsonl)",
-    rank=0, files=token_dumps.nemo_rl_files, folder=lambda path: bool(token_dumps.nemo_rl_files(path)),
-    file=_jsonl_file(_dump_record("nemo-rl")), record=_dump_record("nemo-rl"),
-    reader=_dump_reader(token_dumps.nemo_rl_records),
-))
-register(FormatSpec(
-    "prime-rl", "prime-rl token export",
-    "JSONL prime-rl token exports (token_exports/step_<N>/rank_<R>.jsonl)",
-    rank=1, files=token_dumps.prime_rl_files, folder=token_dumps.holds_prime_rl_steps,
-    file=_jsonl_file(_dump_record("prime-rl")), record=_dump_record("prime-rl"),
-    reader=_dump_reader(token_dumps.prime_rl_records),
-))
-register(FormatSpec(
-    "rl-logging-board", "RL Logging Board log",
-    "JSONL RL Logging Board files (prompt, response, response_tokens, reward, step)",
-    rank=2, files=token_dumps.rl_logging_board_files,
-    folder=lambda path: any(_dump_record("rl-logging-board")(first_record(f))
-                            for f in token_dumps.rl_logging_board_files(path)[:1]),
-    file=_jsonl_file(_dump_record("rl-logging-board")), record=_dump_record("rl-logging-board"),
-    reader=_dump_reader(token_dumps.rl_logging_board_records),
-))
+register(
+    FormatSpec(
+        "native",
+        "native Credit Lens run",
+        "one JSONL or Parquet file of native records (prompt, response, rewards), or a folder of native "
+        "Parquet step files",
+        rank=4,
+        files=native_files,
+        folder=lambda path: bool(native_files(path)),
+        file=_native_file,
+        record=_native_record,
+        columns=lambda names: "response" in names,
+        containers=("JSONL", "Parquet"),
+        follow=True,
+    )
+)
+register(
+    FormatSpec(
+        "verl",
+        "verl rollout dump",
+        "JSONL verl rollout dumps (<step>.jsonl with input, output, score)",
+        rank=5,
+        files=verl_files,
+        folder=_verl_folder,
+        file=lambda path: path.suffix != ".parquet" and _verl_record(first_record(path)),
+        record=_verl_record,
+        reader=_verl_reader,
+        options=frozenset({"channels"}),
+        follow=True,
+        unscorable_ok=True,
+    )
+)
+register(
+    FormatSpec(
+        "trl",
+        "TRL completions log",
+        "Parquet TRL completion logs (completions_*.parquet)",
+        rank=3,
+        files=trl_files,
+        folder=lambda path: bool(trl_files(path)),
+        file=_parquet_file(lambda names: "completion" in names),
+        columns=lambda names: "completion" in names,
+        reader=_trl_reader,
+        containers=("Parquet",),
+        options=frozenset({"channels", "group_size"}),
+        follow=True,
+        unscorable_ok=True,
+    )
+)
+register(
+    FormatSpec(
+        "nemo-rl",
+        "NeMo-RL train_data dump",
+        "JSONL NeMo-RL dumps (train_data_step<N>.jsonl)",
+        rank=0,
+        files=token_dumps.nemo_rl_files,
+        folder=lambda path: bool(token_dumps.nemo_rl_files(path)),
+        file=_jsonl_file(_dump_record("nemo-rl")),
+        record=_dump_record("nemo-rl"),
+        reader=_dump_reader(token_dumps.nemo_rl_records),
+    )
+)
+register(
+    FormatSpec(
+        "prime-rl",
+        "prime-rl token export",
+        "JSONL prime-rl token exports (token_exports/step_<N>/rank_<R>.jsonl)",
+        rank=1,
+        files=token_dumps.prime_rl_files,
+        folder=token_dumps.holds_prime_rl_steps,
+        file=_jsonl_file(_dump_record("prime-rl")),
+        record=_dump_record("prime-rl"),
+        reader=_dump_reader(token_dumps.prime_rl_records),
+    )
+)
+register(
+    FormatSpec(
+        "rl-logging-board",
+        "RL Logging Board log",
+        "JSONL RL Logging Board files (prompt, response, response_tokens, reward, step)",
+        rank=2,
+        files=token_dumps.rl_logging_board_files,
+        folder=lambda path: any(
+            _dump_record("rl-logging-board")(first_record(f))
+            for f in token_dumps.rl_logging_board_files(path)[:1]
+        ),
+        file=_jsonl_file(_dump_record("rl-logging-board")),
+        record=_dump_record("rl-logging-board"),
+        reader=_dump_reader(token_dumps.rl_logging_board_records),
+    )
+)

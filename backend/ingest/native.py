@@ -24,8 +24,9 @@ def _tokens(tables: dict[str, pa.Table]) -> int:
     return int(pc.sum(pc.list_value_length(tables["rollouts"].column("token_ids"))).as_py() or 0)
 
 
-def stage_batches(batches: Iterable[pa.RecordBatch], buffer: ChunkBuffer, insert: Callable, origin: str,
-                  chunk_records: int) -> tuple[int, int, str, int]:
+def stage_batches(
+    batches: Iterable[pa.RecordBatch], buffer: ChunkBuffer, insert: Callable, origin: str, chunk_records: int
+) -> tuple[int, int, str, int]:
     """Native-format record batches (no record keys: in-memory records have no file position)."""
     first_id = buffer.next_rollout_id
     offset = n_tokens = 0
@@ -35,8 +36,10 @@ def stage_batches(batches: Iterable[pa.RecordBatch], buffer: ChunkBuffer, insert
             try:
                 tables = fast_parquet.convert_batch(part, buffer, origin, offset)
             except fast_parquet.Unsupported:
-                raise InputError(f"{origin}: record {offset + 1} onwards: these columns need the per-record "
-                                 "path (token ids, and rewards as a struct, are required)") from None
+                raise InputError(
+                    f"{origin}: record {offset + 1} onwards: these columns need the per-record "
+                    "path (token ids, and rewards as a struct, are required)"
+                ) from None
             n_tokens += _tokens(tables)
             insert(tables)
             offset += part.num_rows
@@ -44,8 +47,14 @@ def stage_batches(batches: Iterable[pa.RecordBatch], buffer: ChunkBuffer, insert
 
 
 def stage_jsonl(
-    path: Path, buffer: ChunkBuffer, tokenizer: Tokenizer, insert, bar, seen: set[int], chunk_records: int,
-    chunk_tokens: int
+    path: Path,
+    buffer: ChunkBuffer,
+    tokenizer: Tokenizer,
+    insert,
+    bar,
+    seen: set[int],
+    chunk_records: int,
+    chunk_tokens: int,
 ) -> tuple[int, int, str, int]:
     """Native JSONL, a chunk of lines at a time (`fast_jsonl`); records already in the run are skipped."""
     first_id = buffer.next_rollout_id
@@ -77,8 +86,14 @@ def _parquet_keys(file_hash: str | None, path: Path, offset: int, n: int) -> np.
 
 
 def stage_parquet(
-    path: Path, buffer: ChunkBuffer, tokenizer: Tokenizer, insert, bar, seen: set[int], file_hash: str | None,
-    chunk_records: int
+    path: Path,
+    buffer: ChunkBuffer,
+    tokenizer: Tokenizer,
+    insert,
+    bar,
+    seen: set[int],
+    file_hash: str | None,
+    chunk_records: int,
 ) -> tuple[int, int, str, int]:
     try:
         reader = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering keeps every batch read

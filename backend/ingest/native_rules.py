@@ -21,8 +21,19 @@ STEP_LIMIT = 2**31
 """Steps are stored as 32-bit integers: 0 <= step < STEP_LIMIT."""
 
 TEXT, GROUP, STEP, IDS, LABELS, PER_TOKEN, SCORES, PER_TOKEN_MAP, METRICS, META, NUMBER, OTHER = (
-    "text", "group", "step", "ids", "labels", "per-token", "scores", "per-token map", "metrics", "meta",
-    "number", "other")
+    "text",
+    "group",
+    "step",
+    "ids",
+    "labels",
+    "per-token",
+    "scores",
+    "per-token map",
+    "metrics",
+    "meta",
+    "number",
+    "other",
+)
 
 
 @dataclass(frozen=True)
@@ -40,8 +51,13 @@ class FieldRule:
 RULES: tuple[FieldRule, ...] = (
     FieldRule("prompt", TEXT, "a string", required=True),
     FieldRule("response", TEXT, "a string", required=True),
-    FieldRule("rewards", SCORES, "a non-empty dict channel -> number", required=True,
-              hint='a dict channel -> score, e.g. {"task": 1}'),
+    FieldRule(
+        "rewards",
+        SCORES,
+        "a non-empty dict channel -> number",
+        required=True,
+        hint='a dict channel -> score, e.g. {"task": 1}',
+    ),
     FieldRule("group", GROUP, "a string or an integer"),
     FieldRule("step", STEP, "a non-negative integer"),
     FieldRule("prompt_ids", IDS, "a list of integers"),

@@ -75,8 +75,13 @@ class StepRecords:
             raise ValueError(f"{where}: step must be a non-negative integer, got {self.step!r}")
         if not self.rewards:
             raise ValueError(f"{where}: no reward channels")
-        columns = {"prompts": self.prompts, "responses": self.responses, "prompt_ids": self.prompt_ids,
-                   "groups": self.groups, **{f"rewards.{c}": v for c, v in self.rewards.items()}}
+        columns = {
+            "prompts": self.prompts,
+            "responses": self.responses,
+            "prompt_ids": self.prompt_ids,
+            "groups": self.groups,
+            **{f"rewards.{c}": v for c, v in self.rewards.items()},
+        }
         if self.tokens is not None:
             columns["tokens"] = self.tokens
         if self.logged_advantage is not None:
@@ -97,8 +102,10 @@ class StepRecords:
                 raise ValueError(f"{where}: {name} has {len(rows)} rows, token_ids has {n}")
             for i, row in enumerate(rows):
                 if len(row) != lengths[i]:
-                    raise ValueError(f"{where}: {name}[{i}] has {len(row)} entries, token_ids[{i}] has "
-                                     f"{lengths[i]}; per-token lists need one entry per response token")
+                    raise ValueError(
+                        f"{where}: {name}[{i}] has {len(row)} entries, token_ids[{i}] has "
+                        f"{lengths[i]}; per-token lists need one entry per response token"
+                    )
                 if name != "tokens" and not np.all(np.abs(np.asarray(row, np.float64)) <= FLOAT32_MAX):
                     raise ValueError(f"{where}: {name}[{i}] has a NaN or infinite value")
         scores = np.stack([np.asarray(v, np.float64) for v in self.rewards.values()])  # (C, N)
@@ -119,7 +126,8 @@ class StepRecords:
             "token_ids": _list_array(pick(self.token_ids), pa.int32()),
             "rewards": pa.StructArray.from_arrays(
                 [pa.array(s[rows], pa.float64(), mask=np.isnan(s[rows])) for s in scores],
-                names=list(self.rewards)),
+                names=list(self.rewards),
+            ),
         }
         if self.tokens is not None:
             table["tokens"] = pa.array(pick(self.tokens), pa.list_(pa.string()))
@@ -127,7 +135,8 @@ class StepRecords:
             table[name] = _list_array(pick(values), pa.float32())
         if self.extras:
             table["extras"] = pa.StructArray.from_arrays(
-                [_list_array(pick(v), pa.float32()) for v in self.extras.values()], names=list(self.extras))
+                [_list_array(pick(v), pa.float32()) for v in self.extras.values()], names=list(self.extras)
+            )
         if self.logged_advantage is not None:
             table["logged_advantage"] = pa.array(np.asarray(self.logged_advantage, np.float64)[rows])
         if self.meta is not None:

@@ -189,8 +189,9 @@ def _token_ids(rec: dict, where: str, tokenizer: Tokenizer) -> tuple[list[int], 
     return token_ids, tokens, f"the re-tokenized response ({tokenizer.name})", tokenizer.name
 
 
-def _labels(rec: dict, tokens: list | None, token_ids: list[int], where: str, tokenizer: Tokenizer,
-            origin: str) -> list[str]:
+def _labels(
+    rec: dict, tokens: list | None, token_ids: list[int], where: str, tokenizer: Tokenizer, origin: str
+) -> list[str]:
     """The record's own `tokens` (checked), else the tokenizer's."""
     if rec.get("tokens") is not None:
         tokens = rec["tokens"]
@@ -265,8 +266,13 @@ class ChunkBuffer:
         if gid is None:
             gid = self.group_keys[key] = len(self.group_keys)
             self.new_groups.append(
-                {"group_id": gid, "group_key": key, "step": step, "prompt": prompt,
-                 "ground_truth": ground_truth}
+                {
+                    "group_id": gid,
+                    "group_key": key,
+                    "step": step,
+                    "prompt": prompt,
+                    "ground_truth": ground_truth,
+                }
             )
         return gid
 

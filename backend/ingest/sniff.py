@@ -77,7 +77,8 @@ def check_format(path: Path, fmt: str) -> None:
     kind = file_kind(path)
     holds = content_format(path, kind)
     what = {"empty": "an empty file", "JSON": "a JSON file (one document, not one record per line)"}.get(
-        kind, f"a {kind} file") + (f" ({formats.get(holds).title})" if holds else "")
+        kind, f"a {kind} file"
+    ) + (f" ({formats.get(holds).title})" if holds else "")
     readable = kind in spec.containers or (kind in ("empty", "text") and "JSONL" in spec.containers)
     if not readable:
         raise InputError(f"{path}: this is {what}; --format {fmt} reads {spec.reads}")
@@ -95,6 +96,7 @@ def _first_file(path: Path, spec: formats.FormatSpec) -> Path:
     if spec.name == "native" and not files:
         raise InputError(f"{path}: this is a directory; --format native reads {spec.reads}{hint}")
     if not files:
-        raise InputError(f"{path}: this directory has no files that --format {spec.name} reads "
-                         f"({spec.reads}){hint}")
+        raise InputError(
+            f"{path}: this directory has no files that --format {spec.name} reads ({spec.reads}){hint}"
+        )
     return files[0]

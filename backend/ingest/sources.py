@@ -124,8 +124,11 @@ def record_key(name: str, index: int, content: object) -> int:
     """A record's identity for idempotent imports: (file name, position in the file, content) as a
     signed 64-bit hash. The file name, not its path: the same file reached through a directory, a
     subdirectory or directly gives the same key; a grown file keeps its earlier records' keys."""
-    text = content if isinstance(content, str) else json.dumps(content, sort_keys=True, ensure_ascii=False,
-                                                               default=str)
+    text = (
+        content
+        if isinstance(content, str)
+        else json.dumps(content, sort_keys=True, ensure_ascii=False, default=str)
+    )
     return record_key_of_text(name, index, text)
 
 
@@ -158,8 +161,9 @@ def _channel_list(channels: list[str] | None, have: list[str], where: str) -> li
         return None
     missing = [c for c in channels if c not in have]
     if missing:
-        raise InputError(f"{where}: --channels names {', '.join(missing)}, not in the file; it has "
-                         f"{', '.join(have)}")
+        raise InputError(
+            f"{where}: --channels names {', '.join(missing)}, not in the file; it has {', '.join(have)}"
+        )
     return channels
 
 
@@ -176,8 +180,12 @@ def verl_group(uid: object) -> object:
     return uid if isinstance(uid, int) and not isinstance(uid, bool) else None
 
 
-def verl_records(files: list[Path], progress: Progress | None = None, notes: ReadNotes | None = None,
-                 channels: list[str] | None = None) -> Iterator[tuple[str, dict]]:
+def verl_records(
+    files: list[Path],
+    progress: Progress | None = None,
+    notes: ReadNotes | None = None,
+    channels: list[str] | None = None,
+) -> Iterator[tuple[str, dict]]:
     """verl dump lines -> native records.
 
     `score` is the reward verl trains on (the legacy trainer dumps `token_level_scores.sum(-1)`) and becomes
@@ -212,8 +220,9 @@ def verl_records(files: list[Path], progress: Progress | None = None, notes: Rea
                     if value is None:
                         continue  # no score on this channel: never a silent 0
                     if not is_number:
-                        raise InputError(f"{where}: field {key!r} must be a number to be a channel, got "
-                                         f"{value!r:.40}")
+                        raise InputError(
+                            f"{where}: field {key!r} must be a number to be a channel, got {value!r:.40}"
+                        )
                     # huge ints stay ints so the validator reports them (float() would overflow here)
                     rewards["task" if key == "score" else key] = value if type(value) is int else float(value)
                     as_channels.append(key)
@@ -228,13 +237,17 @@ def verl_records(files: list[Path], progress: Progress | None = None, notes: Rea
                 notes.unscorable += 1
             declared = chosen if chosen is not None else ["score"]  # a null score still names its channel
             notes.channels.update(dict.fromkeys("task" if c == "score" else c for c in declared))
-            notes.add(f"channels: {', '.join(('score -> task' if c == 'score' else c) for c in as_channels)}"
-                      + (f"; metrics (per rollout, not rewards): {', '.join(as_metrics)}"
-                         if as_metrics else "")
-                      + (f"; kept in meta: {', '.join(as_meta)}" if as_meta else ""))
+            notes.add(
+                f"channels: {', '.join(('score -> task' if c == 'score' else c) for c in as_channels)}"
+                + (f"; metrics (per rollout, not rewards): {', '.join(as_metrics)}" if as_metrics else "")
+                + (f"; kept in meta: {', '.join(as_meta)}" if as_meta else "")
+            )
             group = verl_group(obj["uid"]) if "uid" in obj else None
-            notes.add("groups: by uid (verl v1 trainer)" if group is not None
-                      else "groups: by prompt text and step (no uid in the dump)")
+            notes.add(
+                "groups: by uid (verl v1 trainer)"
+                if group is not None
+                else "groups: by prompt text and step (no uid in the dump)"
+            )
             gts = obj.get("gts")
             yield (
                 where,
@@ -264,7 +277,8 @@ def refuse_native_records_as_verl(folder: Path, first: Path) -> None:
                     f"{folder}: a folder of JSONL files is read as verl dumps (<step>.jsonl with input and "
                     f"output), but {first.name} holds native records (a `response` field); import the native "
                     "files one at a time (the first with --run NAME, the next with --append), or write them "
-                    "as one file or as native step_<N>.parquet files")
+                    "as one file or as native step_<N>.parquet files"
+                )
             break
     except InputError as exc:
         if "native records" in str(exc):

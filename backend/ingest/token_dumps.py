@@ -68,17 +68,35 @@ from backend.ingest.tokenize import Tokenizer
 NEMO_RL_PATTERN = "train_data_step*.jsonl"
 NEMO_RL_TOKEN_FIELDS = ("token_ids", "token_loss_mask", "advantages", "generation_logprobs", "prev_logprobs")
 NEMO_RL_KNOWN = {*NEMO_RL_TOKEN_FIELDS, "input_lengths", "rewards", "sample_loss_mask", "content", "idx"}
-PRIME_RL_SCALARS = ("schema_version", "step", "rank", "micro_step", "micro_sequence_idx",
-                    "export_sequence_idx", "env_name")
+PRIME_RL_SCALARS = (
+    "schema_version",
+    "step",
+    "rank",
+    "micro_step",
+    "micro_sequence_idx",
+    "export_sequence_idx",
+    "env_name",
+)
 # prime-rl per-token columns stored as extras under their own names (bools as 0/1)
-PRIME_RL_EXTRAS = ("inference_logprobs", "mismatch_kl", "log_importance_ratio", "importance_ratio",
-                   "prob_delta", "is_masked", "is_masked_high", "is_masked_low", "rl_weights", "ce_weights",
-                   "ref_kl_weights")
+PRIME_RL_EXTRAS = (
+    "inference_logprobs",
+    "mismatch_kl",
+    "log_importance_ratio",
+    "importance_ratio",
+    "prob_delta",
+    "is_masked",
+    "is_masked_high",
+    "is_masked_low",
+    "rl_weights",
+    "ce_weights",
+    "ref_kl_weights",
+)
 BOARD_PER_TOKEN = ("logprobs", "ref_logprobs", "values", "token_rewards")
 BOARD_KNOWN = {"prompt", "response", "response_tokens", *BOARD_PER_TOKEN, "reward", "step", "ground_truth"}
 
 
 # --- files of each layout ---------------------------------------------------------------------------
+
 
 def _step_number(path: Path, pattern: str) -> int:
     found = re.search(pattern, path.name)
@@ -99,8 +117,10 @@ def _rank_files(step_dir: Path) -> list[Path]:
 
 def _prime_rl_steps(root: Path) -> tuple[list[Path], list[Path]]:
     """Step folders under `root` with rank files: (those with prime-rl's `STABLE` marker, the others)."""
-    steps = sorted((p for p in root.glob("step_*") if p.is_dir() and _rank_files(p)),
-                   key=lambda p: _step_number(p, r"step_(\d+)"))
+    steps = sorted(
+        (p for p in root.glob("step_*") if p.is_dir() and _rank_files(p)),
+        key=lambda p: _step_number(p, r"step_(\d+)"),
+    )
     stable = [p for p in steps if (p / "STABLE").exists()]
     return stable, [p for p in steps if p not in stable]
 
@@ -129,8 +149,11 @@ def _note_unstable_steps(files: list[Path]) -> None:
     for root in sorted({f.parent.parent for f in files if f.parent.name.startswith("step_")}):
         skipped = [p.name for p in _prime_rl_steps(root)[1] if p not in read]
         if skipped:
-            print(f"note: {root}: skipped {', '.join(skipped)} (no STABLE marker yet: prime-rl is still "
-                  "writing them)", file=sys.stderr)
+            print(
+                f"note: {root}: skipped {', '.join(skipped)} (no STABLE marker yet: prime-rl is still "
+                "writing them)",
+                file=sys.stderr,
+            )
 
 
 def rl_logging_board_files(path: Path) -> list[Path]:
@@ -140,6 +163,7 @@ def rl_logging_board_files(path: Path) -> list[Path]:
 
 
 # --- recognising a record ---------------------------------------------------------------------------
+
 
 def record_format(obj: object) -> str | None:
     """Which token-dump format a parsed first record is written in, if any."""
@@ -156,6 +180,7 @@ def record_format(obj: object) -> str | None:
 
 
 # --- shared helpers ---------------------------------------------------------------------------------
+
 
 def _object(obj: object, where: str, fmt: str) -> dict:
     if not isinstance(obj, dict):
@@ -212,17 +237,21 @@ def _response_start(mask: list) -> int:
 
 # --- NeMo-RL ----------------------------------------------------------------------------------------
 
+
 def _unbatch(obj: dict, name: str, where: str):
     """NeMo-RL writes each sample as a batch of one: the sample's value is the only list element."""
     value = obj[name]
     if not isinstance(value, list) or len(value) != 1:
-        raise InputError(f"{where}: field {name!r} must be a one-element list (NeMo-RL writes each "
-                         f"sample as a batch of one), got {str(value)[:40]}")
+        raise InputError(
+            f"{where}: field {name!r} must be a one-element list (NeMo-RL writes each "
+            f"sample as a batch of one), got {str(value)[:40]}"
+        )
     return value[0]
 
 
-def nemo_rl_records(files: list[Path], progress: Progress | None, tokenizer: Tokenizer
-                    ) -> Iterator[tuple[str, dict]]:
+def nemo_rl_records(
+    files: list[Path], progress: Progress | None, tokenizer: Tokenizer
+) -> Iterator[tuple[str, dict]]:
     for path in files:
         step = _step_number(path, r"train_data_step(\d+)")
         step = max(step, 0)
@@ -231,8 +260,14 @@ def nemo_rl_records(files: list[Path], progress: Progress | None, tokenizer: Tok
             for name in ("token_ids", "token_loss_mask", "input_lengths", "rewards"):
                 if name not in obj:
                     text_only = name == "token_ids" and "content" in obj
-                    hint = (" (a text-only dump, as older NeMo-RL versions wrote them; this reader needs the "
-                            "token ids current NeMo-RL logs)") if text_only else ""
+                    hint = (
+                        (
+                            " (a text-only dump, as older NeMo-RL versions wrote them; this reader needs the "
+                            "token ids current NeMo-RL logs)"
+                        )
+                        if text_only
+                        else ""
+                    )
                     raise InputError(f"{where}: missing NeMo-RL field {name!r}{hint}")
             length = _unbatch(obj, "input_lengths", where)
             if isinstance(length, bool) or not isinstance(length, int) or length < 0:
@@ -243,8 +278,10 @@ def nemo_rl_records(files: list[Path], progress: Progress | None, tokenizer: Tok
                     row = _unbatch(obj, name, where)
                     if not isinstance(row, list) or len(row) < length:
                         got = len(row) if isinstance(row, list) else repr(row)[:40]
-                        raise InputError(f"{where}: field {name!r} must list at least input_lengths = "
-                                         f"{length} values, got {got}")
+                        raise InputError(
+                            f"{where}: field {name!r} must list at least input_lengths = "
+                            f"{length} values, got {got}"
+                        )
                     rows[name] = row[:length]
             ids = rows["token_ids"]
             sample_mask = _unbatch(obj, "sample_loss_mask", where) if "sample_loss_mask" in obj else 1.0
@@ -256,13 +293,19 @@ def nemo_rl_records(files: list[Path], progress: Progress | None, tokenizer: Tok
                 raise InputError(f"{where}: field 'token_ids' must hold integers")
             loss_mask = [m * sample_mask for m in token_mask[start:]]
             extras = {"loss_mask": loss_mask}
-            rec: dict = {"step": step, "group": _prompt_group(prompt_ids), "prompt_ids": prompt_ids,
-                         "token_ids": response_ids, "rewards": {"task": _unbatch(obj, "rewards", where)}}
+            rec: dict = {
+                "step": step,
+                "group": _prompt_group(prompt_ids),
+                "prompt_ids": prompt_ids,
+                "token_ids": response_ids,
+                "rewards": {"task": _unbatch(obj, "rewards", where)},
+            }
             if "prev_logprobs" in rows:
                 rec["logprobs"] = _numbers(rows["prev_logprobs"], "prev_logprobs", where)[start:]
             if "generation_logprobs" in rows:
                 extras["generation_logprobs"] = _numbers(
-                    rows["generation_logprobs"], "generation_logprobs", where)[start:]
+                    rows["generation_logprobs"], "generation_logprobs", where
+                )[start:]
             if "advantages" in rows:
                 advantages = _numbers(rows["advantages"], "advantages", where)[start:]
                 extras["logged_advantage"] = advantages
@@ -291,8 +334,10 @@ def nemo_rl_records(files: list[Path], progress: Progress | None, tokenizer: Tok
 
 # --- prime-rl ---------------------------------------------------------------------------------------
 
-def prime_rl_records(files: list[Path], progress: Progress | None, tokenizer: Tokenizer
-                     ) -> Iterator[tuple[str, dict]]:
+
+def prime_rl_records(
+    files: list[Path], progress: Progress | None, tokenizer: Tokenizer
+) -> Iterator[tuple[str, dict]]:
     _note_unstable_steps(files)
     for path in files:
         for where, obj in iter_jsonl(path, progress):
@@ -309,10 +354,14 @@ def prime_rl_records(files: list[Path], progress: Progress | None, tokenizer: To
             advantages = _numbers(_per_token(obj, "advantages", where, n)[:n], "advantages", where)[start:]
             trained = [a for a, m in zip(advantages, loss_mask, strict=True) if m] or [0.0]
             step = obj["step"]
-            rec: dict = {"step": step, "prompt_ids": prompt_ids, "token_ids": response_ids,
-                         "group": _prompt_group(prompt_ids),
-                         "rewards": {"advantage": math.fsum(trained) / len(trained)},
-                         "logged_advantage": _one_advantage(advantages, loss_mask)}
+            rec: dict = {
+                "step": step,
+                "prompt_ids": prompt_ids,
+                "token_ids": response_ids,
+                "group": _prompt_group(prompt_ids),
+                "rewards": {"advantage": math.fsum(trained) / len(trained)},
+                "logged_advantage": _one_advantage(advantages, loss_mask),
+            }
             extras = {"loss_mask": loss_mask, "logged_advantage": advantages}
             dropped = []
             for name, target in (("trainer_logprobs", "logprobs"), ("entropy", "entropies")):
@@ -345,6 +394,7 @@ def prime_rl_records(files: list[Path], progress: Progress | None, tokenizer: To
 
 # --- RL Logging Board -------------------------------------------------------------------------------
 
+
 def _board_step(value: object, where: str) -> int:
     """The board reads `int(data['step'])`: integers, integral floats and digit strings."""
     if isinstance(value, bool):
@@ -368,27 +418,39 @@ def _board_ids(tokens: list[str], tokenizer: Tokenizer, where: str) -> list[int]
     unk = tokenizer.hf.unk_token_id
     for k, (token, token_id) in enumerate(zip(tokens, ids, strict=True)):
         if token_id is None or (token_id == unk and token != tokenizer.hf.unk_token):
-            raise InputError(f"{where}: field 'response_tokens'[{k}] = {token!r:.40} is not in the "
-                             f"vocabulary of {tokenizer.model_dir}; pass the run's own model folder, or none")
+            raise InputError(
+                f"{where}: field 'response_tokens'[{k}] = {token!r:.40} is not in the "
+                f"vocabulary of {tokenizer.model_dir}; pass the run's own model folder, or none"
+            )
     return ids
 
 
-def rl_logging_board_records(files: list[Path], progress: Progress | None, tokenizer: Tokenizer
-                             ) -> Iterator[tuple[str, dict]]:
+def rl_logging_board_records(
+    files: list[Path], progress: Progress | None, tokenizer: Tokenizer
+) -> Iterator[tuple[str, dict]]:
     for path in files:
         for where, obj in iter_jsonl(path, progress):
             obj = _object(obj, where, "RL Logging Board")
             for name in ("prompt", "response", "reward", "step"):
                 if name not in obj:
                     raise InputError(f"{where}: missing RL Logging Board field {name!r}")
-            lengths = {name: len(_per_token(obj, name, where)) for name in BOARD_PER_TOKEN
-                       if obj.get(name) is not None}
+            lengths = {
+                name: len(_per_token(obj, name, where))
+                for name in BOARD_PER_TOKEN
+                if obj.get(name) is not None
+            }
             if len(set(lengths.values())) > 1:
-                raise InputError(f"{where}: per-token fields disagree in length "
-                                 f"({', '.join(f'{k} {v}' for k, v in lengths.items())})")
-            rec: dict = {"prompt": obj["prompt"], "response": obj["response"],
-                         "step": _board_step(obj["step"], where), "rewards": {"task": obj["reward"]},
-                         "ground_truth": obj.get("ground_truth")}
+                raise InputError(
+                    f"{where}: per-token fields disagree in length "
+                    f"({', '.join(f'{k} {v}' for k, v in lengths.items())})"
+                )
+            rec: dict = {
+                "prompt": obj["prompt"],
+                "response": obj["response"],
+                "step": _board_step(obj["step"], where),
+                "rewards": {"task": obj["reward"]},
+                "ground_truth": obj.get("ground_truth"),
+            }
             meta: dict = {key: value for key, value in obj.items() if key not in BOARD_KNOWN}
             tokens = obj.get("response_tokens")
             if tokens is not None:
@@ -398,8 +460,10 @@ def rl_logging_board_records(files: list[Path], progress: Progress | None, token
                     check_text(token, where, "response_tokens")
                 n = next(iter(lengths.values()), len(tokens))
                 if len(tokens) < n:
-                    raise InputError(f"{where}: field 'response_tokens' has {len(tokens)} entries but the "
-                                     f"per-token fields have {n}")
+                    raise InputError(
+                        f"{where}: field 'response_tokens' has {len(tokens)} entries but the "
+                        f"per-token fields have {n}"
+                    )
                 if len(tokens) > n:  # the board cuts these too (padding, clipped tokens)
                     meta["response_tokens_cut"] = tokens[n:]
                 tokens = tokens[:n]

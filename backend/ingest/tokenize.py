@@ -79,8 +79,11 @@ def _byte_level_alphabet() -> dict[str, int]:
 
     Bytes that are printable Latin-1 stand for themselves; the others (controls, space, a few
     Latin-1 gaps) are shifted to code points 256, 257, ... in byte order."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-                 *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     table = {chr(b): b for b in printable}
     shifted = 0
     for b in range(256):
@@ -145,8 +148,13 @@ def token_labels(hf, ids: Sequence[int], skip_special_tokens: bool = False) -> l
         raw = token_bytes(int(token_id))
         if raw is None:
             give_up_pending()
-            labels.append(hf.decode([int(token_id)], skip_special_tokens=skip_special_tokens,
-                                    clean_up_tokenization_spaces=False))
+            labels.append(
+                hf.decode(
+                    [int(token_id)],
+                    skip_special_tokens=skip_special_tokens,
+                    clean_up_tokenization_spaces=False,
+                )
+            )
             continue
         labels.append("")
         stream = pending + [(b, k) for b in raw]
@@ -157,7 +165,7 @@ def token_labels(hf, ids: Sequence[int], skip_special_tokens: bool = False) -> l
             try:
                 text = data[start:].decode("utf-8")
             except UnicodeDecodeError as exc:
-                text = data[start:start + exc.start].decode("utf-8")
+                text = data[start : start + exc.start].decode("utf-8")
                 labels[k] += text
                 bad_from, bad_to = start + exc.start, start + exc.end
                 if exc.reason == "unexpected end of data":  # an unfinished character: wait for more bytes

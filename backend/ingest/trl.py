@@ -55,8 +55,9 @@ def _runs(prompt_keys: np.ndarray, steps: np.ndarray) -> np.ndarray:
     return np.flatnonzero(change)
 
 
-def trl_blocks(prompt_keys: np.ndarray, steps: np.ndarray, size: int | None, path: Path,
-               stated: bool) -> np.ndarray:
+def trl_blocks(
+    prompt_keys: np.ndarray, steps: np.ndarray, size: int | None, path: Path, stated: bool
+) -> np.ndarray:
     """Group index per row of one TRL completions table: (N,) int64.
 
     TRL logs each prompt's `num_generations` completions as one consecutive block, so two dataset rows
@@ -72,14 +73,18 @@ def trl_blocks(prompt_keys: np.ndarray, steps: np.ndarray, size: int | None, pat
             step_starts = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]]) if n else np.zeros(0, int)
             for a, b in zip(step_starts, [*step_starts[1:], n], strict=True):
                 if (b - a) % size:
-                    raise InputError(f"{path}: record {a + 1}: its step has {b - a} rows, not a multiple of "
-                                     f"--group-size {size}")
+                    raise InputError(
+                        f"{path}: record {a + 1}: its step has {b - a} rows, not a multiple of "
+                        f"--group-size {size}"
+                    )
             starts = step_starts
         else:
             starts = _runs(prompt_keys, steps)
         bounds = np.r_[starts, n]
-        starts = np.concatenate([np.arange(a, b, size) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-                                or [np.zeros(0, np.int64)])
+        starts = np.concatenate(
+            [np.arange(a, b, size) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+            or [np.zeros(0, np.int64)]
+        )
     group = np.zeros(n, dtype=bool)
     group[starts] = True
     return np.cumsum(group) - 1
@@ -92,20 +97,32 @@ def _prompt_keys(path: Path, has_step: bool) -> tuple[np.ndarray, np.ndarray]:
     except (pa.ArrowException, OSError) as exc:
         raise InputError(f"{path}: damaged Parquet data ({str(exc).splitlines()[0]})") from None
     keys = np.fromiter(
-        (hash(p if isinstance(p, str) else json.dumps(p, sort_keys=True, default=str))
-         for p in head.column("prompt").to_pylist()),
-        dtype=np.int64, count=head.num_rows,
+        (
+            hash(p if isinstance(p, str) else json.dumps(p, sort_keys=True, default=str))
+            for p in head.column("prompt").to_pylist()
+        ),
+        dtype=np.int64,
+        count=head.num_rows,
     )
     # Steps only need comparing here; the record validator names a step that is not an integer.
-    steps = (np.fromiter((hash(repr(s)) for s in head.column("step").to_pylist()), dtype=np.int64,
-                         count=head.num_rows)
-             if has_step else np.zeros(head.num_rows, dtype=np.int64))
+    steps = (
+        np.fromiter(
+            (hash(repr(s)) for s in head.column("step").to_pylist()), dtype=np.int64, count=head.num_rows
+        )
+        if has_step
+        else np.zeros(head.num_rows, dtype=np.int64)
+    )
     return keys, steps
 
 
-def trl_records(files: list[Path], progress: Progress | None = None, notes: ReadNotes | None = None,
-                channels: list[str] | None = None, group_size: int | None = None,
-                tokenizer=None) -> Iterator[tuple[str, dict]]:
+def trl_records(
+    files: list[Path],
+    progress: Progress | None = None,
+    notes: ReadNotes | None = None,
+    channels: list[str] | None = None,
+    group_size: int | None = None,
+    tokenizer=None,
+) -> Iterator[tuple[str, dict]]:
     """TRL completion logs -> native records.
 
     Channels: the float columns (TRL's reward functions), or `channels`; one channel is named `task`.
@@ -126,22 +143,29 @@ def trl_records(files: list[Path], progress: Progress | None = None, notes: Read
             if name not in schemas[path].names:
                 raise InputError(f"{path}: missing required TRL column {name!r}")
         prompt_keys[path] = _prompt_keys(path, "step" in schemas[path].names)
-    sizes = np.concatenate([np.diff(np.r_[_runs(*k), len(k[0])]) for k in prompt_keys.values()]
-                           or [np.zeros(0, np.int64)])
+    sizes = np.concatenate(
+        [np.diff(np.r_[_runs(*k), len(k[0])]) for k in prompt_keys.values()] or [np.zeros(0, np.int64)]
+    )
     common = group_size or (int(sizes.min()) if len(sizes) else 1)
     split = group_size is None and bool(len(sizes)) and bool((sizes % common == 0).all())
     n_split = int((sizes > common).sum()) if split else 0
     if group_size is not None:
         notes.add(f"groups: blocks of {group_size} consecutive rows (--group-size)")
     elif n_split:
-        notes.add(f"groups: {n_split} prompt-text group(s) of a multiple of {common} rows split into blocks "
-                  f"of {common} (TRL's num_generations; state it with --group-size)")
+        notes.add(
+            f"groups: {n_split} prompt-text group(s) of a multiple of {common} rows split into blocks "
+            f"of {common} (TRL's num_generations; state it with --group-size)"
+        )
     else:
         notes.add("groups: consecutive rows with the same prompt text")
     for path in files:
         schema = schemas[path]
-        blocks = trl_blocks(*prompt_keys.pop(path), common if (split or group_size) else None, path,
-                            stated=group_size is not None)
+        blocks = trl_blocks(
+            *prompt_keys.pop(path),
+            common if (split or group_size) else None,
+            path,
+            stated=group_size is not None,
+        )
         candidates = [f.name for f in schema if f.name not in TRL_RESERVED]
         if channels is not None:
             reward_cols = _channel_list(channels, candidates, str(path))
@@ -152,16 +176,20 @@ def trl_records(files: list[Path], progress: Progress | None = None, notes: Read
         else:
             reward_cols = [c for c in candidates if pa.types.is_floating(schema.field(c).type)]
         if not reward_cols:
-            raise InputError(f"{path}: no reward columns (float columns besides advantage); name them "
-                             "with --channels")
+            raise InputError(
+                f"{path}: no reward columns (float columns besides advantage); name them with --channels"
+            )
         others = [c for c in candidates if c not in reward_cols]
         metric_cols = [c for c in others if _is_numeric(schema.field(c).type)]
         meta_cols = [c for c in others if c not in metric_cols]
         names = {reward_cols[0]: "task"} if len(reward_cols) == 1 else {c: c for c in reward_cols}
         notes.channels.update(dict.fromkeys(names.values()))
-        notes.add("channels: " + ", ".join(f"{c} -> {ch}" if c != ch else c for c, ch in names.items())
-                  + (f"; metrics (per rollout, not rewards): {', '.join(metric_cols)}" if metric_cols else "")
-                  + (f"; kept in meta: {', '.join(meta_cols)}" if meta_cols else ""))
+        notes.add(
+            "channels: "
+            + ", ".join(f"{c} -> {ch}" if c != ch else c for c, ch in names.items())
+            + (f"; metrics (per rollout, not rewards): {', '.join(metric_cols)}" if metric_cols else "")
+            + (f"; kept in meta: {', '.join(meta_cols)}" if meta_cols else "")
+        )
         for index, (where, row) in enumerate(iter_parquet_rows(path, progress)):
             rewards = {}
             for col, channel in names.items():
@@ -179,15 +207,20 @@ def trl_records(files: list[Path], progress: Progress | None = None, notes: Read
                 meta["prompt_messages"] = _plain(prompt)
                 prompt = render_messages(prompt, tokenizer)
             elif not isinstance(prompt, str):
-                raise InputError(f"{where}: field 'prompt' must be text or a list of {{role, content}} "
-                                 f"messages, got {type(prompt).__name__}")
+                raise InputError(
+                    f"{where}: field 'prompt' must be text or a list of {{role, content}} "
+                    f"messages, got {type(prompt).__name__}"
+                )
             if _is_messages(completion):
                 meta["completion_messages"] = _plain(completion)
-                completion = "".join(_content_text(m.get("content")) for m in completion
-                                     if m.get("role") == "assistant")
+                completion = "".join(
+                    _content_text(m.get("content")) for m in completion if m.get("role") == "assistant"
+                )
             elif not isinstance(completion, str):
-                raise InputError(f"{where}: field 'completion' must be text or a list of {{role, content}} "
-                                 f"messages, got {type(completion).__name__}")
+                raise InputError(
+                    f"{where}: field 'completion' must be text or a list of {{role, content}} "
+                    f"messages, got {type(completion).__name__}"
+                )
             adv = row.get("advantage")
             if isinstance(adv, float) and math.isnan(adv):
                 adv = None

@@ -7,5 +7,13 @@ rules of `backend.models.loading`; `backend.models.resample` values positions of
 from backend.models.engine import Engine, EngineUnavailable, Sample, Scored
 from backend.models.factory import engine_note, load_engine, resolve_engine, vllm_usable
 
-__all__ = ["Engine", "EngineUnavailable", "Sample", "Scored", "engine_note", "load_engine", "resolve_engine",
-           "vllm_usable"]
+__all__ = [
+    "Engine",
+    "EngineUnavailable",
+    "Sample",
+    "Scored",
+    "engine_note",
+    "load_engine",
+    "resolve_engine",
+    "vllm_usable",
+]

@@ -89,9 +89,14 @@ def _nan_scores(n: int) -> np.ndarray:
     return np.full(n, np.nan, dtype=np.float32)
 
 
-def oar_p_scores(engine: Engine, rollouts: Sequence[RolloutTokens], regex: str = ANSWER_REGEX,
-                 chunk_size: int = 64, progress: Progress | None = None,
-                 cancel: Cancel | None = None) -> dict[int, np.ndarray] | None:
+def oar_p_scores(
+    engine: Engine,
+    rollouts: Sequence[RolloutTokens],
+    regex: str = ANSWER_REGEX,
+    chunk_size: int = 64,
+    progress: Progress | None = None,
+    cancel: Cancel | None = None,
+) -> dict[int, np.ndarray] | None:
     """OAR-P scores (L,) per rollout id, NaN outside the reasoning. Every perturbed response of every
     rollout is one row of batched `engine.score` calls. None when cancelled."""
     prompts, responses, owners = [], [], []
@@ -126,8 +131,9 @@ def oar_p_scores(engine: Engine, rollouts: Sequence[RolloutTokens], regex: str =
     return out
 
 
-def oar_p_scores_loop(engine: Engine, rollout: RolloutTokens, regex: str = ANSWER_REGEX,
-                      positions: Sequence[int] | None = None) -> np.ndarray:
+def oar_p_scores_loop(
+    engine: Engine, rollout: RolloutTokens, regex: str = ANSWER_REGEX, positions: Sequence[int] | None = None
+) -> np.ndarray:
     """The slow twin of `oar_p_scores` for one rollout: one model call per perturbation (and `positions`,
     default every reasoning token)."""
     out = _nan_scores(len(rollout.token_ids))
@@ -147,8 +153,10 @@ def oar_p_scores_loop(engine: Engine, rollout: RolloutTokens, regex: str = ANSWE
 def _torch_model(engine: Engine):
     model = getattr(engine, "model", None)
     if not isinstance(model, torch.nn.Module):
-        raise InputError(f"OAR-G needs gradients through the model; the {engine.name} engine gives none: "
-                         "use --engine transformers")
+        raise InputError(
+            f"OAR-G needs gradients through the model; the {engine.name} engine gives none: "
+            "use --engine transformers"
+        )
     return model
 
 
@@ -164,10 +172,16 @@ def _answer_phi(logits: torch.Tensor, ids: torch.Tensor, start: int, a0: int, a1
     return logp.gather(-1, ids[start + a0 : start + a1, None])[:, 0].mean()
 
 
-def oar_g_scores(engine: Engine, rollouts: Sequence[RolloutTokens], regex: str = ANSWER_REGEX,
-                 noise_std: float = 1e-3, seed: int = 0, chunk_size: int = 16,
-                 progress: Progress | None = None,
-                 cancel: Cancel | None = None) -> dict[int, np.ndarray] | None:
+def oar_g_scores(
+    engine: Engine,
+    rollouts: Sequence[RolloutTokens],
+    regex: str = ANSWER_REGEX,
+    noise_std: float = 1e-3,
+    seed: int = 0,
+    chunk_size: int = 16,
+    progress: Progress | None = None,
+    cancel: Cancel | None = None,
+) -> dict[int, np.ndarray] | None:
     """OAR-G scores (L,) per rollout id, NaN outside the reasoning: `chunk_size` rollouts per forward and
     backward pass (right-padded; rows do not interact, so the summed objective gives each row its own
     gradient). None when cancelled."""
@@ -214,9 +228,14 @@ def oar_g_scores(engine: Engine, rollouts: Sequence[RolloutTokens], regex: str =
     return out
 
 
-def oar_g_scores_loop(engine: Engine, rollout: RolloutTokens, regex: str = ANSWER_REGEX,
-                      noise_std: float = 1e-3, seed: int = 0,
-                      positions: Sequence[int] | None = None) -> np.ndarray:
+def oar_g_scores_loop(
+    engine: Engine,
+    rollout: RolloutTokens,
+    regex: str = ANSWER_REGEX,
+    noise_std: float = 1e-3,
+    seed: int = 0,
+    positions: Sequence[int] | None = None,
+) -> np.ndarray:
     """The slow twin of `oar_g_scores` for one rollout, unpadded: one forward and backward pass per token,
     each with the gradient taken at that token's embedding alone."""
     model = _torch_model(engine)
@@ -232,8 +251,9 @@ def oar_g_scores_loop(engine: Engine, rollout: RolloutTokens, regex: str = ANSWE
     with torch.enable_grad():
         clean = embed(ids[None]).detach()[0]  # (T, H)
         noise = torch.zeros_like(clean)
-        noise[s : s + reasoning_end] = _noise(rollout.rollout_id, reasoning_end, clean.shape[-1], noise_std,
-                                              seed).to(clean.device, clean.dtype)
+        noise[s : s + reasoning_end] = _noise(
+            rollout.rollout_id, reasoning_end, clean.shape[-1], noise_std, seed
+        ).to(clean.device, clean.dtype)
         with torch.no_grad():
             phi0 = _answer_phi(model(inputs_embeds=clean[None]).logits[0], ids, s, a0, a1)
         for j in positions if positions is not None else range(reasoning_end):
@@ -249,12 +269,17 @@ def negative_prompt(prompt: str, template: str = NEGATIVE_TEMPLATE) -> str:
     """`template` with `{prompt}` replaced by the prompt without its trailing whitespace, which is put back
     after (the demo's prompt ends in the newline its responses follow)."""
     core = prompt.rstrip()
-    return template.replace("{prompt}", core) + prompt[len(core):]
+    return template.replace("{prompt}", core) + prompt[len(core) :]
 
 
-def gcpo_deltas(engine: Engine, rollouts: Sequence[RolloutTokens], template: str = NEGATIVE_TEMPLATE,
-                chunk_size: int = 64, progress: Progress | None = None,
-                cancel: Cancel | None = None) -> dict[int, np.ndarray] | None:
+def gcpo_deltas(
+    engine: Engine,
+    rollouts: Sequence[RolloutTokens],
+    template: str = NEGATIVE_TEMPLATE,
+    chunk_size: int = 64,
+    progress: Progress | None = None,
+    cancel: Cancel | None = None,
+) -> dict[int, np.ndarray] | None:
     """GCPO's delta_t = log p(y_t | negative prompt, y_<t) - log p(y_t | prompt, y_<t), (L,) per rollout id:
     two batched `engine.score` passes. None when cancelled."""
     n = len(rollouts)
@@ -263,20 +288,27 @@ def gcpo_deltas(engine: Engine, rollouts: Sequence[RolloutTokens], template: str
     def part(offset: int):
         return None if progress is None else (lambda done, total: progress(offset + done, 2 * n))
 
-    positive = engine.score([r.prompt_ids for r in rollouts], responses, chunk_size=chunk_size,
-                            progress=part(0), cancel=cancel)
+    positive = engine.score(
+        [r.prompt_ids for r in rollouts], responses, chunk_size=chunk_size, progress=part(0), cancel=cancel
+    )
     if any(s is None for s in positive):
         return None
     negative_ids = [engine.encode(negative_prompt(r.prompt, template)) for r in rollouts]
     negative = engine.score(negative_ids, responses, chunk_size=chunk_size, progress=part(n), cancel=cancel)
     if any(s is None for s in negative):
         return None
-    return {r.rollout_id: (neg.logprobs - pos.logprobs).astype(np.float32)
-            for r, pos, neg in zip(rollouts, positive, negative, strict=True)}
+    return {
+        r.rollout_id: (neg.logprobs - pos.logprobs).astype(np.float32)
+        for r, pos, neg in zip(rollouts, positive, negative, strict=True)
+    }
 
 
-def gcpo_deltas_loop(engine: Engine, rollout: RolloutTokens, template: str = NEGATIVE_TEMPLATE,
-                     positions: Sequence[int] | None = None) -> np.ndarray:
+def gcpo_deltas_loop(
+    engine: Engine,
+    rollout: RolloutTokens,
+    template: str = NEGATIVE_TEMPLATE,
+    positions: Sequence[int] | None = None,
+) -> np.ndarray:
     """The slow twin of `gcpo_deltas` for one rollout: token t scored alone, as the last token of the
     prefix y_<=t, under each prompt (NaN at positions not asked)."""
     out = _nan_scores(len(rollout.token_ids))

@@ -101,8 +101,11 @@ def rollout_inputs(frame, engine: Engine) -> list[mc.RolloutTokens]:
     out = []
     for row in frame.itertuples():
         prompt_ids = row.prompt_ids
-        prompt_ids = (engine.encode(row.prompt or "") if prompt_ids is None or not isinstance(prompt_ids, (
-            list, np.ndarray)) else [int(t) for t in prompt_ids])
+        prompt_ids = (
+            engine.encode(row.prompt or "")
+            if prompt_ids is None or not isinstance(prompt_ids, (list, np.ndarray))
+            else [int(t) for t in prompt_ids]
+        )
         token_ids = [int(t) for t in row.token_ids]
         tokens = row.tokens
         tokens = list(tokens) if isinstance(tokens, (list, np.ndarray)) else engine.token_texts(token_ids)
@@ -110,14 +113,27 @@ def rollout_inputs(frame, engine: Engine) -> list[mc.RolloutTokens]:
     return out
 
 
-def compute_scores(engine: Engine, rollouts: Sequence[mc.RolloutTokens], settings: ModelCreditSettings,
-                   progress: Progress | None = None, cancel: Cancel | None = None) -> dict | None:
+def compute_scores(
+    engine: Engine,
+    rollouts: Sequence[mc.RolloutTokens],
+    settings: ModelCreditSettings,
+    progress: Progress | None = None,
+    cancel: Cancel | None = None,
+) -> dict | None:
     """The method's scores per rollout id (None when cancelled)."""
     if settings.method == "oar_p":
         return mc.oar_p_scores(engine, rollouts, settings.answer_regex, settings.chunk_size, progress, cancel)
     if settings.method == "oar_g":
-        return mc.oar_g_scores(engine, rollouts, settings.answer_regex, settings.noise_std, settings.seed,
-                               max(1, settings.chunk_size // 4), progress, cancel)
+        return mc.oar_g_scores(
+            engine,
+            rollouts,
+            settings.answer_regex,
+            settings.noise_std,
+            settings.seed,
+            max(1, settings.chunk_size // 4),
+            progress,
+            cancel,
+        )
     return mc.gcpo_deltas(engine, rollouts, settings.negative_template, settings.chunk_size, progress, cancel)
 
 
@@ -135,13 +151,24 @@ def model_rows(rollouts: Sequence[mc.RolloutTokens], settings: ModelCreditSettin
 def open_engine(settings: ModelCreditSettings, model_dir: str | None = None) -> Engine:
     # OAR-G differentiates through the model: only the transformers engine has one to differentiate.
     engine = "transformers" if settings.method == "oar_g" else settings.engine
-    return load_engine(model_dir or settings.model_dir, engine=engine, device=settings.device,
-                       allow_pickle=settings.allow_pickle)
+    return load_engine(
+        model_dir or settings.model_dir,
+        engine=engine,
+        device=settings.device,
+        allow_pickle=settings.allow_pickle,
+    )
 
 
-def run_model_credit(handle, run: str, settings: ModelCreditSettings, rollout: int | None = None,
-                     rollouts: int | None = None, engine: Engine | None = None,
-                     progress: Progress | None = None, cancel: Cancel | None = None) -> ModelCreditReport:
+def run_model_credit(
+    handle,
+    run: str,
+    settings: ModelCreditSettings,
+    rollout: int | None = None,
+    rollouts: int | None = None,
+    engine: Engine | None = None,
+    progress: Progress | None = None,
+    cancel: Cancel | None = None,
+) -> ModelCreditReport:
     """Score the chosen rollouts (see `select_rollouts`) with `settings.method` and store the scores in
     one transaction; nothing is stored when cancelled or on any error."""
     with handle.read() as store:
@@ -172,7 +199,14 @@ def run_model_credit(handle, run: str, settings: ModelCreditSettings, rollout: i
     report.seconds = round(time.perf_counter() - start, 3)
     used = {int(r): choices[step_of[int(r)]] for r in scores}
     with handle.write() as store:
-        report.stored = save_model_credit(store, run, settings.method, scores, settings.recorded(),
-                                          {r: c.model_dir for r, c in used.items()}, report.engine,
-                                          on_policy={r: c.on_policy for r, c in used.items()})
+        report.stored = save_model_credit(
+            store,
+            run,
+            settings.method,
+            scores,
+            settings.recorded(),
+            {r: c.model_dir for r, c in used.items()},
+            report.engine,
+            on_policy={r: c.on_policy for r, c in used.items()},
+        )
     return report

@@ -45,8 +45,9 @@ Progress = Callable[[int, int], None]
 
 
 # ---- plan -----------------------------------------------------------------------------------------------
-def teacher_positions(spec: str, tokens: Sequence[str], entropies: Sequence[float] | None,
-                      length: int) -> list[int]:
+def teacher_positions(
+    spec: str, tokens: Sequence[str], entropies: Sequence[float] | None, length: int
+) -> list[int]:
     """Positions t (0 <= t < L) of one response to value: `steps` (position 0 and each line start),
     `entropy:K` (position 0 and the K highest-entropy tokens) or `every:K` (0, K, 2K, ...)."""
     kind, _, arg = spec.partition(":")
@@ -63,8 +64,10 @@ def teacher_positions(spec: str, tokens: Sequence[str], entropies: Sequence[floa
             out = list(range(0, length, k))
         else:
             if entropies is None or not len(entropies):
-                raise InputError("--positions entropy:K needs entropies; fill them with "
-                                 "`creditlens score --run RUN --model DIR` first")
+                raise InputError(
+                    "--positions entropy:K needs entropies; fill them with "
+                    "`creditlens score --run RUN --model DIR` first"
+                )
             out = [0, *suggest_entropy(list(entropies)[:length], k)]
     else:
         raise InputError(f"--positions {spec!r}: choose steps, entropy:K or every:K")
@@ -115,8 +118,9 @@ def pick_rollouts(rollout_ids: Sequence[int], count: int | None) -> list[int]:
     return [ids[i] for i in picks]
 
 
-def plan_teacher(store, run: str, *, rollouts: int | None, positions: str, seed: int,
-                 verifier: str) -> tuple[list[TeacherTask], int]:
+def plan_teacher(
+    store, run: str, *, rollouts: int | None, positions: str, seed: int, verifier: str
+) -> tuple[list[TeacherTask], int]:
     """Tasks for the chosen rollouts that have no teacher rows yet; also the number chosen in all."""
     chosen = pick_rollouts(store.rollout_index(run)["rollout_id"].tolist(), rollouts)
     done = store.job_rollouts(run, JOB)
@@ -130,25 +134,29 @@ def plan_teacher(store, run: str, *, rollouts: int | None, positions: str, seed:
         if truth is None:
             truth = (row.get("meta") or {}).get("ground_truth")
         if truth is None and ":" not in verifier:
-            raise InputError(f"run {run!r} rollout {rid}: no ground truth (meta.ground_truth) for verifier "
-                             f"{verifier!r}")
+            raise InputError(
+                f"run {run!r} rollout {rid}: no ground truth (meta.ground_truth) for verifier {verifier!r}"
+            )
         tokens = list(row["tokens"]) if row.get("tokens") is not None else [""] * len(token_ids)
         entropies = row.get("entropies")
-        where = teacher_positions(positions, tokens, None if entropies is None else list(entropies),
-                                  len(token_ids))
+        where = teacher_positions(
+            positions, tokens, None if entropies is None else list(entropies), len(token_ids)
+        )
         if not where:
             continue  # an empty response has nothing to value
         prompt_ids = row.get("prompt_ids")
-        tasks.append(TeacherTask(
-            rollout_id=rid,
-            prompt_ids=None if prompt_ids is None else tuple(int(t) for t in prompt_ids),
-            prompt=row.get("prompt") or "",
-            token_ids=tuple(token_ids),
-            positions=tuple(where),
-            ground_truth=truth,
-            seed=int(seed) + rid * SEED_STRIDE,
-            step=int(row.get("step") or 0),
-        ))
+        tasks.append(
+            TeacherTask(
+                rollout_id=rid,
+                prompt_ids=None if prompt_ids is None else tuple(int(t) for t in prompt_ids),
+                prompt=row.get("prompt") or "",
+                token_ids=tuple(token_ids),
+                positions=tuple(where),
+                ground_truth=truth,
+                seed=int(seed) + rid * SEED_STRIDE,
+                step=int(row.get("step") or 0),
+            )
+        )
     return tasks, len(chosen)
 
 
@@ -168,8 +176,9 @@ def chunk_tasks(tasks: Sequence[TeacherTask], samples: int, rows: int) -> list[l
     return chunks
 
 
-def value_rollouts(engine, tasks: Sequence[TeacherTask], settings: TeacherSettings,
-                   cancel=None) -> list[ResampleResult]:
+def value_rollouts(
+    engine, tasks: Sequence[TeacherTask], settings: TeacherSettings, cancel=None
+) -> list[ResampleResult]:
     """Every position of every rollout in `tasks` in one batched engine call.
 
     Position k of a rollout samples with seeds `task.seed + k * M + j`, which is what
@@ -185,9 +194,15 @@ def value_rollouts(engine, tasks: Sequence[TeacherTask], settings: TeacherSettin
             seeds.append(task.seed + k * M)
             owner.append((i, pos))
     start = time.perf_counter()
-    drawn = engine.generate(prefixes, n=M, max_new_tokens=settings.max_new_tokens or 64,
-                            temperature=settings.temperature, top_p=settings.top_p, prefix_seeds=seeds,
-                            cancel=cancel)
+    drawn = engine.generate(
+        prefixes,
+        n=M,
+        max_new_tokens=settings.max_new_tokens or 64,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        prefix_seeds=seeds,
+        cancel=cancel,
+    )
     verify = get_verifier(settings.verifier)
     per_task: list[list[SuffixSample]] = [[] for _ in tasks]
     for s in drawn:
@@ -195,24 +210,38 @@ def value_rollouts(engine, tasks: Sequence[TeacherTask], settings: TeacherSettin
         task = tasks[i]
         text = engine.decode(list(task.token_ids[:pos]) + s.token_ids)
         reward = run_verifier(verify, text, task.ground_truth, settings.verifier)
-        per_task[i].append(SuffixSample(pos, s.sample_index, s.seed, list(s.token_ids),
-                                        engine.decode(s.token_ids), reward))
+        per_task[i].append(
+            SuffixSample(pos, s.sample_index, s.seed, list(s.token_ids), engine.decode(s.token_ids), reward)
+        )
     seconds = (time.perf_counter() - start) / max(len(tasks), 1)
     return [
-        ResampleResult(position_values(samples), samples, sum(len(x.suffix_ids) for x in samples), seconds,
-                       engine.name, str(engine.model_dir),
-                       cancelled=len(samples) < len(task.positions) * M, requested=list(task.positions))
+        ResampleResult(
+            position_values(samples),
+            samples,
+            sum(len(x.suffix_ids) for x in samples),
+            seconds,
+            engine.name,
+            str(engine.model_dir),
+            cancelled=len(samples) < len(task.positions) * M,
+            requested=list(task.positions),
+        )
         for task, samples in zip(tasks, per_task, strict=True)
     ]
 
 
 def load_settings_engine(settings: TeacherSettings, cpu_threads: int | str | None = "auto"):
     # cpu_threads is a transformers setting; "auto" on a GPU machine with vLLM loads vLLM instead.
-    transformers = settings.engine == "transformers" or (settings.engine == "auto" and not (
-        settings.device in (None, "cuda") and vllm_usable()))
+    transformers = settings.engine == "transformers" or (
+        settings.engine == "auto" and not (settings.device in (None, "cuda") and vllm_usable())
+    )
     extra = {"cpu_threads": cpu_threads} if transformers else {}
-    return load_engine(settings.model_dir, engine=settings.engine, device=settings.device,
-                       allow_pickle=settings.allow_pickle, **extra)
+    return load_engine(
+        settings.model_dir,
+        engine=settings.engine,
+        device=settings.device,
+        allow_pickle=settings.allow_pickle,
+        **extra,
+    )
 
 
 @dataclass
@@ -268,8 +297,9 @@ def run_teacher(
     if settings.samples < 1:
         raise InputError(f"--samples must be >= 1, got {settings.samples}")
     with handle.read() as store:
-        tasks, chosen = plan_teacher(store, run, rollouts=rollouts, positions=positions, seed=seed,
-                                     verifier=settings.verifier)
+        tasks, chosen = plan_teacher(
+            store, run, rollouts=rollouts, positions=positions, seed=seed, verifier=settings.verifier
+        )
         if settings.max_new_tokens is None:
             # One budget for the whole run (twice its longest response, plus 16), whatever --rollouts
             # picks, so a suffix never depends on which rollouts share its job.
@@ -317,9 +347,16 @@ def run_teacher(
     return report
 
 
-def _results_by_model(tasks: list[TeacherTask], choices: dict, settings: TeacherSettings, engine,
-                      ray_address: str | None, workers: int | None, should_stop,
-                      report: TeacherReport) -> Iterator[tuple[TeacherTask, ResampleResult]]:
+def _results_by_model(
+    tasks: list[TeacherTask],
+    choices: dict,
+    settings: TeacherSettings,
+    engine,
+    ray_address: str | None,
+    workers: int | None,
+    should_stop,
+    report: TeacherReport,
+) -> Iterator[tuple[TeacherTask, ResampleResult]]:
     """The results of every task, one model at a time (each rollout's choice in `choices`, by step), in
     rollout order within a model; one engine (or one Ray pool) per model."""
     by_model: dict[str, list[TeacherTask]] = {}
@@ -342,8 +379,9 @@ def _results_by_model(tasks: list[TeacherTask], choices: dict, settings: Teacher
             return
 
 
-def _local_results(engine, tasks: list[TeacherTask], settings: TeacherSettings,
-                   should_stop) -> Iterator[tuple[TeacherTask, ResampleResult]]:
+def _local_results(
+    engine, tasks: list[TeacherTask], settings: TeacherSettings, should_stop
+) -> Iterator[tuple[TeacherTask, ResampleResult]]:
     for chunk in chunk_tasks(tasks, settings.samples, settings.chunk_rows):
         if should_stop():
             return
@@ -373,8 +411,9 @@ def connect_ray(address: str):
     import ray  # noqa: PLC0415 - optional dependency (requirements.txt pins it); only for --ray
 
     root = str(Path(__file__).resolve().parents[2])
-    runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
-        p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}}
+    runtime_env = {
+        "env_vars": {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+    }
     if ray.is_initialized():
         return ray
     kind, _, arg = address.partition(":")
@@ -388,21 +427,26 @@ def connect_ray(address: str):
         try:
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
         except (ConnectionError, ValueError, RuntimeError) as exc:
-            raise InputError(f"--ray {address!r}: cannot connect to a Ray cluster "
-                             f"({str(exc).splitlines()[0]})") from None
+            raise InputError(
+                f"--ray {address!r}: cannot connect to a Ray cluster ({str(exc).splitlines()[0]})"
+            ) from None
     return ray
 
 
-def _ray_results(address: str, tasks: list[TeacherTask], settings: TeacherSettings, workers: int | None,
-                 should_stop) -> tuple[Iterator[tuple[TeacherTask, ResampleResult]], int]:
+def _ray_results(
+    address: str, tasks: list[TeacherTask], settings: TeacherSettings, workers: int | None, should_stop
+) -> tuple[Iterator[tuple[TeacherTask, ResampleResult]], int]:
     ray = connect_ray(address)
     resources = ray.cluster_resources()
     gpus = int(resources.get("GPU", 0))
     use_gpu = gpus > 0 and settings.engine in ("auto", "vllm") and settings.device in (None, "cuda")
     count = workers or (gpus if use_gpu else max(1, int(resources.get("CPU", 1))))
     options = {"num_gpus": 1, "num_cpus": 1} if use_gpu else {"num_cpus": 1}
-    worker_settings = settings if use_gpu else TeacherSettings(
-        **{**asdict(settings), "engine": "transformers", "device": "cpu"})
+    worker_settings = (
+        settings
+        if use_gpu
+        else TeacherSettings(**{**asdict(settings), "engine": "transformers", "device": "cpu"})
+    )
     actor = ray.remote(**options)(TeacherWorker)
     actors = [actor.remote(worker_settings) for _ in range(count)]
 

@@ -10,8 +10,17 @@ import pyarrow.parquet as pq
 
 from backend.errors import InputError
 
-TEACHER_COLUMNS = ("rollout_id", "pos", "sample_idx", "seed", "suffix_ids", "suffix_text", "reward",
-                   "engine", "model")
+TEACHER_COLUMNS = (
+    "rollout_id",
+    "pos",
+    "sample_idx",
+    "seed",
+    "suffix_ids",
+    "suffix_text",
+    "reward",
+    "engine",
+    "model",
+)
 
 
 def read_teacher_file(path: str | os.PathLike, lengths: dict[int, int]):
@@ -33,8 +42,9 @@ def read_teacher_file(path: str | os.PathLike, lengths: dict[int, int]):
         if rid not in lengths:
             raise InputError(f"{path}: row {row}: field rollout_id: the run has no rollout {rid}")
         if pos is None or not 0 <= pos <= lengths[rid]:
-            raise InputError(f"{path}: row {row}: field pos: {pos} is outside rollout {rid} "
-                             f"(0..{lengths[rid]})")
+            raise InputError(
+                f"{path}: row {row}: field pos: {pos} is outside rollout {rid} (0..{lengths[rid]})"
+            )
         if reward is None or not np.isfinite(reward):
             raise InputError(f"{path}: row {row}: field reward: {reward!r} is not a finite number")
     return table

@@ -77,8 +77,9 @@ def evaluate(
     return Evaluation(scores, token_rewards, spans)
 
 
-def process_channel(prompt: str | None, response: str, ground_truth, tokens: Sequence[str] | None,
-                    step_verifier: str) -> tuple[float, list[float] | None, list[steps.Step]]:
+def process_channel(
+    prompt: str | None, response: str, ground_truth, tokens: Sequence[str] | None, step_verifier: str
+) -> tuple[float, list[float] | None, list[steps.Step]]:
     """(sequence score, token rewards or None without tokens, steps) of the process channel.
 
     The steps are judged on `"".join(tokens)` when tokens are given (what the token rewards align

@@ -143,8 +143,9 @@ def arithmetic_steps(prompt: str, response: str, ground_truth) -> list[steps.Ste
     return steps.arithmetic_steps(prompt, response, ground_truth)
 
 
-def run_step_verifier(verifier: steps.StepVerifier, prompt: str, response: str, ground_truth,
-                      name: str = "step verifier") -> list[steps.Step]:
+def run_step_verifier(
+    verifier: steps.StepVerifier, prompt: str, response: str, ground_truth, name: str = "step verifier"
+) -> list[steps.Step]:
     """Call a step verifier and check its steps: `Step`s in order, inside the response, finite scores."""
     found = verifier(prompt, response, ground_truth)
     if not isinstance(found, (list, tuple)):
@@ -154,10 +155,13 @@ def run_step_verifier(verifier: steps.StepVerifier, prompt: str, response: str, 
         if not isinstance(step, steps.Step):
             raise InputError(f"step verifier {name!r}: step {i} is {step!r}, expected a Step")
         if not end <= step.start <= step.end <= len(response):
-            raise InputError(f"step verifier {name!r}: step {i} spans characters [{step.start}, {step.end}), "
-                             f"not in order inside the {len(response)}-character response")
+            raise InputError(
+                f"step verifier {name!r}: step {i} spans characters [{step.start}, {step.end}), "
+                f"not in order inside the {len(response)}-character response"
+            )
         if step.score != step.score or step.score in (float("inf"), float("-inf")):
-            raise InputError(f"step verifier {name!r}: step {i} has score {step.score}, expected a finite "
-                             "number")
+            raise InputError(
+                f"step verifier {name!r}: step {i} has score {step.score}, expected a finite number"
+            )
         end = step.end
     return list(found)

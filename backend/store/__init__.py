@@ -3,5 +3,12 @@
 from backend.store.db import Store, default_db_path, pad_list_array
 from backend.store.handle import StoreBusy, StoreHandle, open_store, store_handle
 
-__all__ = ["Store", "StoreBusy", "StoreHandle", "default_db_path", "open_store", "pad_list_array",
-           "store_handle"]
+__all__ = [
+    "Store",
+    "StoreBusy",
+    "StoreHandle",
+    "default_db_path",
+    "open_store",
+    "pad_list_array",
+    "store_handle",
+]

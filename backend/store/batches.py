@@ -18,8 +18,12 @@ if TYPE_CHECKING:
     from backend.batch import RolloutBatch
 
 
-def pad_list_array(array: pa.Array | pa.ChunkedArray, T: int, dtype: np.dtype,
-                   layout: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+def pad_list_array(
+    array: pa.Array | pa.ChunkedArray,
+    T: int,
+    dtype: np.dtype,
+    layout: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
     """A list<number> Arrow array -> (B, T) numpy array, zero padded; nulls become empty rows.
 
     layout: (lengths (B,), mask (B, T)) of the batch, when the caller has them: when the rows' lengths are
@@ -121,8 +125,9 @@ class Batches(Runs):
             id_range = (int(ids.min()), int(ids.max()))
         span = [int(id_range[0]), int(id_range[1])] if len(ids) else [0, -1]
 
-        def channel_arrays(sql: str, is_list: bool, only: Collection[str] | None = None
-                           ) -> dict[str, torch.Tensor]:
+        def channel_arrays(
+            sql: str, is_list: bool, only: Collection[str] | None = None
+        ) -> dict[str, torch.Tensor]:
             data = self.con.sql(sql, params=[run_id, *span]).to_arrow_table()
             keep = np.isin(data.column(0).to_numpy(), ids) if data.num_rows else np.zeros(0, dtype=bool)
             if only is not None and data.num_rows:
@@ -148,17 +153,25 @@ class Batches(Runs):
 
         cond = "run_id = ? AND rollout_id BETWEEN ? AND ?"  # the other tables: the batch's id span
         scores = channel_arrays(f"SELECT rollout_id, channel, score FROM scores WHERE {cond}", False)
-        token_rewards = channel_arrays(
-            f"SELECT rollout_id, channel, rewards FROM token_rewards WHERE {cond}", True
-        ) if loads("token_rewards") else {}
-        extras = channel_arrays(
-            f"SELECT rollout_id, name, vals FROM token_features WHERE {cond}", True, only=wanted,
+        token_rewards = (
+            channel_arrays(f"SELECT rollout_id, channel, rewards FROM token_rewards WHERE {cond}", True)
+            if loads("token_rewards")
+            else {}
         )
-        mc = self.con.execute(
-            f"SELECT rollout_id, pos, avg(reward) FROM resample_samples WHERE {cond} "
-            "GROUP BY rollout_id, pos",
-            [run_id, *span],
-        ).fetchall() if any(loads(n) for n in MC_EXTRAS) else []
+        extras = channel_arrays(
+            f"SELECT rollout_id, name, vals FROM token_features WHERE {cond}",
+            True,
+            only=wanted,
+        )
+        mc = (
+            self.con.execute(
+                f"SELECT rollout_id, pos, avg(reward) FROM resample_samples WHERE {cond} "
+                "GROUP BY rollout_id, pos",
+                [run_id, *span],
+            ).fetchall()
+            if any(loads(n) for n in MC_EXTRAS)
+            else []
+        )
         mc = [row for row in mc if int(row[0]) in row_of]
         if mc:
             mc_values = torch.zeros((len(ids), T))
@@ -186,7 +199,8 @@ class Batches(Runs):
         batch = RolloutBatch(
             response_mask=torch.from_numpy(mask),
             token_ids=torch.from_numpy(
-                pad_list_array(table.column("token_ids"), T, np.int64, (lengths, mask))),
+                pad_list_array(table.column("token_ids"), T, np.int64, (lengths, mask))
+            ),
             group_ids=torch.from_numpy(table.column("group_id").to_numpy().astype(np.int64)),
             rollout_ids=torch.from_numpy(ids.astype(np.int64)),
             steps=torch.from_numpy(table.column("step").to_numpy().astype(np.int64)),

@@ -25,8 +25,13 @@ def step_inputs(store: Store, run: str) -> pd.DataFrame:
     ).df()
 
 
-def replace_channel(store: Store, run: str, channel: str, scores: dict[int, float],
-                    token_rewards: dict[int, list[float]] | None = None) -> int:
+def replace_channel(
+    store: Store,
+    run: str,
+    channel: str,
+    scores: dict[int, float],
+    token_rewards: dict[int, list[float]] | None = None,
+) -> int:
     """Set channel `channel` of `run` to these sequence scores (and token rewards), in one transaction.
 
     Rows of that channel the run had before are replaced; rollouts not in `scores` get none. The
@@ -35,19 +40,23 @@ def replace_channel(store: Store, run: str, channel: str, scores: dict[int, floa
     """
     run_id = store.run_id(run)
     ids = sorted(int(r) for r in scores)
-    score_rows = pa.table({
-        "run_id": pa.array([run_id] * len(ids), pa.int32()),
-        "rollout_id": pa.array(ids, pa.int32()),
-        "channel": pa.array([channel] * len(ids), pa.string()),
-        "score": pa.array([float(scores[r]) for r in ids], pa.float64()),
-    })
+    score_rows = pa.table(
+        {
+            "run_id": pa.array([run_id] * len(ids), pa.int32()),
+            "rollout_id": pa.array(ids, pa.int32()),
+            "channel": pa.array([channel] * len(ids), pa.string()),
+            "score": pa.array([float(scores[r]) for r in ids], pa.float64()),
+        }
+    )
     local = sorted(int(r) for r in (token_rewards or {}))
-    reward_rows = pa.table({
-        "run_id": pa.array([run_id] * len(local), pa.int32()),
-        "rollout_id": pa.array(local, pa.int32()),
-        "channel": pa.array([channel] * len(local), pa.string()),
-        "rewards": pa.array([list(map(float, token_rewards[r])) for r in local], pa.list_(pa.float32())),
-    })
+    reward_rows = pa.table(
+        {
+            "run_id": pa.array([run_id] * len(local), pa.int32()),
+            "rollout_id": pa.array(local, pa.int32()),
+            "channel": pa.array([channel] * len(local), pa.string()),
+            "rewards": pa.array([list(map(float, token_rewards[r])) for r in local], pa.list_(pa.float32())),
+        }
+    )
     with store.transaction() as con:
         for table in ("scores", "token_rewards"):
             con.execute(f"DELETE FROM {table} WHERE run_id = ? AND channel = ?", [run_id, channel])

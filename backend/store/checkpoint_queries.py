@@ -24,8 +24,10 @@ def set_step_checkpoints(store: Store, run: str, folders: dict[int, str]) -> Non
     with store.transaction() as con:
         for step, folder in sorted(folders.items()):
             con.execute("DELETE FROM step_checkpoints WHERE run_id = ? AND step = ?", [run_id, int(step)])
-            con.execute("INSERT INTO step_checkpoints (run_id, step, model_dir) VALUES (?, ?, ?)",
-                        [run_id, int(step), str(folder)])
+            con.execute(
+                "INSERT INTO step_checkpoints (run_id, step, model_dir) VALUES (?, ?, ?)",
+                [run_id, int(step), str(folder)],
+            )
 
 
 def run_steps(store: Store, run: str) -> dict[int, int]:

@@ -24,12 +24,21 @@ IMPORTED_TABLES = ("rollouts", "scores", "token_rewards", "token_features", "rol
 """Rows an import writes per rollout (a staged import moves them to their run when it publishes)."""
 ESTIMATE_TABLES = ("estimates", "credit_summary", "credit_agreement", "channel_summary")
 """Estimator outputs and their summaries: dropped whenever a run's inputs change."""
-RUN_TABLES = (*IMPORTED_TABLES, "rollout_summary", *ESTIMATE_TABLES, "imports", "resample_samples",
-              "model_credit", "step_checkpoints", "runs")
+RUN_TABLES = (
+    *IMPORTED_TABLES,
+    "rollout_summary",
+    *ESTIMATE_TABLES,
+    "imports",
+    "resample_samples",
+    "model_credit",
+    "step_checkpoints",
+    "runs",
+)
 """Every table with a `run_id` column, `runs` last: what deleting a run deletes (a test checks this list
 against the schema)."""
-INSERTABLE = frozenset({*IMPORTED_TABLES, "estimates", "resample_samples", "model_credit", "credit_summary",
-                        "channel_summary"})
+INSERTABLE = frozenset(
+    {*IMPORTED_TABLES, "estimates", "resample_samples", "model_credit", "credit_summary", "channel_summary"}
+)
 
 
 def default_db_path() -> Path:
@@ -44,7 +53,6 @@ def _migrations() -> list[tuple[int, str, str]]:
         if match:
             out.append((int(match.group(1)), match.group(2), entry.read_text()))
     return sorted(out)
-
 
 
 class Connection:

@@ -28,9 +28,11 @@ class EstimateRows:
     @classmethod
     def from_dict(cls, advantages: dict[int, np.ndarray]) -> EstimateRows:
         arrays = [np.asarray(a, dtype=np.float32).reshape(-1) for a in advantages.values()]
-        return cls(np.fromiter(advantages, dtype=np.int64, count=len(advantages)),
-                   np.array([len(a) for a in arrays], dtype=np.int64),
-                   np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.float32))
+        return cls(
+            np.fromiter(advantages, dtype=np.int64, count=len(advantages)),
+            np.array([len(a) for a in arrays], dtype=np.int64),
+            np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.float32),
+        )
 
     @property
     def tokens(self) -> int:
@@ -47,9 +49,13 @@ class EstimateRows:
         offsets = np.zeros(len(self.rollout_ids) + 1, dtype=np.int32)  # a batch has far fewer than 2**31
         np.cumsum(self.lengths, out=offsets[1:])
         values = pa.array(np.asarray(self.values, dtype=np.float32))
-        return pa.table({"rollout_id": pa.array(np.asarray(self.rollout_ids).astype(np.int32)),
-                         "advantages": pa.ListArray.from_arrays(pa.array(offsets), values)},
-                        schema=ROWS_SCHEMA)
+        return pa.table(
+            {
+                "rollout_id": pa.array(np.asarray(self.rollout_ids).astype(np.int32)),
+                "advantages": pa.ListArray.from_arrays(pa.array(offsets), values),
+            },
+            schema=ROWS_SCHEMA,
+        )
 
 
 class EstimateStage:
@@ -63,8 +69,9 @@ class EstimateStage:
         self.path = Path(self._dir.name) / "estimates.parquet"
         # lz4 without dictionaries: the fastest to write here for both constant-per-rollout and varying
         # advantages (measured on 2M-token chunks); the file lives for one estimate
-        self._writer: pq.ParquetWriter | None = pq.ParquetWriter(self.path, ROWS_SCHEMA, compression="lz4",
-                                                                 use_dictionary=False)
+        self._writer: pq.ParquetWriter | None = pq.ParquetWriter(
+            self.path, ROWS_SCHEMA, compression="lz4", use_dictionary=False
+        )
         self.rollouts = 0
         self.tokens = 0
 

@@ -114,15 +114,20 @@ def _fill_repetition(store: Store, run_id: int, chunk_tokens: int = 4_000_000) -
         stop = start + max(1, int(np.searchsorted(np.cumsum(lengths[start:]), chunk_tokens)))
         table = store.con.sql(
             "SELECT rollout_id, token_ids FROM rollouts WHERE run_id = ? AND rollout_id BETWEEN ? AND ? "
-            "ORDER BY rollout_id", params=[run_id, int(ids[start]), int(ids[stop - 1])]).to_arrow_table()
-        values = pa.table({"rollout_id": table.column("rollout_id"),
-                           "repetition": _repetition(table.column("token_ids"))})
+            "ORDER BY rollout_id",
+            params=[run_id, int(ids[start]), int(ids[stop - 1])],
+        ).to_arrow_table()
+        values = pa.table(
+            {"rollout_id": table.column("rollout_id"), "repetition": _repetition(table.column("token_ids"))}
+        )
         view = f"_repetition_{threading.get_ident()}"
         store.con.register(view, values)
         try:
             store.con.execute(
                 f"UPDATE rollout_summary SET repetition = r.repetition FROM {view} r "
-                "WHERE rollout_summary.run_id = ? AND rollout_summary.rollout_id = r.rollout_id", [run_id])
+                "WHERE rollout_summary.run_id = ? AND rollout_summary.rollout_id = r.rollout_id",
+                [run_id],
+            )
         finally:
             store.con.unregister(view)
         start = stop
@@ -137,8 +142,9 @@ def _repetition(token_ids: pa.ChunkedArray) -> pa.Array:
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     if n_windows.sum() == 0:
         return pa.array([None] * len(lengths), pa.float64())
-    first = np.repeat(starts, n_windows) + (np.arange(n_windows.sum()) - np.repeat(
-        np.cumsum(n_windows) - n_windows, n_windows))  # (W,) start of each window in `flat`
+    first = np.repeat(starts, n_windows) + (
+        np.arange(n_windows.sum()) - np.repeat(np.cumsum(n_windows) - n_windows, n_windows)
+    )  # (W,) start of each window in `flat`
     with np.errstate(over="ignore"):
         digest = np.zeros(len(first), dtype=np.uint64)
         for j in range(WINDOW):
@@ -151,10 +157,10 @@ def _repetition(token_ids: pa.ChunkedArray) -> pa.Array:
     return pa.array(share, pa.float64(), mask=n_windows == 0)
 
 
-
 def summary_rows(store: Store, run_id: int) -> int:
-    return int(store.con.execute("SELECT count(*) FROM rollout_summary WHERE run_id = ?", [run_id])
-               .fetchall()[0][0])
+    return int(
+        store.con.execute("SELECT count(*) FROM rollout_summary WHERE run_id = ?", [run_id]).fetchall()[0][0]
+    )
 
 
 def rollout_count(store: Store, run_id: int) -> int:
@@ -176,33 +182,46 @@ def save_credit_summary(store: Store, run_id: int, key: CreditKey, rows: pa.Tabl
     class_abs, class_pos, class_neg, class_tokens. Call inside a transaction."""
     n = rows.num_rows
     data = rows.append_column("run_id", pa.array([run_id] * n, pa.int32()))
-    for name, value in (("estimator", key.estimator), ("config_hash", key.config_hash),
-                        ("channel", key.channel)):
+    for name, value in (
+        ("estimator", key.estimator),
+        ("config_hash", key.config_hash),
+        ("channel", key.channel),
+    ):
         data = data.append_column(name, pa.array([value] * n, pa.string()))
     data = data.append_column("classes", pa.array([list(key.classes)] * n, pa.list_(pa.string())))
     store.con.execute(
         "DELETE FROM credit_summary WHERE run_id = ? AND estimator = ? AND config_hash = ? AND channel = ? "
         "AND classes = ? AND list_contains(?, rollout_id)",
-        [run_id, key.estimator, key.config_hash, key.channel, list(key.classes),
-         rows.column("rollout_id").to_pylist()],
+        [
+            run_id,
+            key.estimator,
+            key.config_hash,
+            key.channel,
+            list(key.classes),
+            rows.column("rollout_id").to_pylist(),
+        ],
     )
     store.insert_arrow("credit_summary", data)
 
 
 def credit_summary_rows(store: Store, run_id: int, key: CreditKey) -> int:
-    return int(store.con.execute(
-        "SELECT count(*) FROM credit_summary WHERE run_id = ? AND estimator = ? AND config_hash = ? "
-        "AND channel = ? AND classes = ?",
-        [run_id, key.estimator, key.config_hash, key.channel, list(key.classes)],
-    ).fetchall()[0][0])
+    return int(
+        store.con.execute(
+            "SELECT count(*) FROM credit_summary WHERE run_id = ? AND estimator = ? AND config_hash = ? "
+            "AND channel = ? AND classes = ?",
+            [run_id, key.estimator, key.config_hash, key.channel, list(key.classes)],
+        ).fetchall()[0][0]
+    )
 
 
 def estimate_rows(store: Store, run_id: int, estimator: str, config_hash: str, channel: str) -> int:
-    return int(store.con.execute(
-        "SELECT count(*) FROM estimates WHERE run_id = ? AND estimator = ? AND config_hash = ? "
-        "AND channel = ?",
-        [run_id, estimator, config_hash, channel],
-    ).fetchall()[0][0])
+    return int(
+        store.con.execute(
+            "SELECT count(*) FROM estimates WHERE run_id = ? AND estimator = ? AND config_hash = ? "
+            "AND channel = ?",
+            [run_id, estimator, config_hash, channel],
+        ).fetchall()[0][0]
+    )
 
 
 def fill_agreement(store: Store, run_id: int, a: CreditKey, b: CreditKey) -> None:
@@ -234,38 +253,67 @@ def fill_agreement(store: Store, run_id: int, a: CreditKey, b: CreditKey) -> Non
                CASE WHEN var_pop(rx) > 0 AND var_pop(ry) > 0 THEN corr(rx, ry) END
         FROM ranked GROUP BY rollout_id
         """,
-        [b.estimator, b.config_hash, b.channel, run_id, a.estimator, a.config_hash, a.channel,
-         run_id, a.estimator, a.config_hash, b.estimator, b.config_hash, a.channel],
+        [
+            b.estimator,
+            b.config_hash,
+            b.channel,
+            run_id,
+            a.estimator,
+            a.config_hash,
+            a.channel,
+            run_id,
+            a.estimator,
+            a.config_hash,
+            b.estimator,
+            b.config_hash,
+            a.channel,
+        ],
     )
 
 
 def agreement_rows(store: Store, run_id: int, a: CreditKey, b: CreditKey) -> int:
-    return int(store.con.execute(
-        "SELECT count(*) FROM credit_agreement WHERE run_id = ? AND estimator_a = ? AND hash_a = ? "
-        "AND estimator_b = ? AND hash_b = ? AND channel = ?",
-        [run_id, a.estimator, a.config_hash, b.estimator, b.config_hash, a.channel],
-    ).fetchall()[0][0])
+    return int(
+        store.con.execute(
+            "SELECT count(*) FROM credit_agreement WHERE run_id = ? AND estimator_a = ? AND hash_a = ? "
+            "AND estimator_b = ? AND hash_b = ? AND channel = ?",
+            [run_id, a.estimator, a.config_hash, b.estimator, b.config_hash, a.channel],
+        ).fetchall()[0][0]
+    )
 
 
 def run_metrics(store: Store, run_id: int) -> list[str]:
     """Names of the run's per-rollout metrics (migration 008), sorted."""
-    return [r[0] for r in store.con.execute(
-        "SELECT DISTINCT name FROM rollout_metrics WHERE run_id = ? ORDER BY name", [run_id]).fetchall()]
+    return [
+        r[0]
+        for r in store.con.execute(
+            "SELECT DISTINCT name FROM rollout_metrics WHERE run_id = ? ORDER BY name", [run_id]
+        ).fetchall()
+    ]
 
 
 def run_channels(store: Store, run_id: int) -> list[str]:
-    return [r[0] for r in store.con.execute(
-        "SELECT DISTINCT channel FROM scores WHERE run_id = ? ORDER BY channel", [run_id]).fetchall()]
+    return [
+        r[0]
+        for r in store.con.execute(
+            "SELECT DISTINCT channel FROM scores WHERE run_id = ? ORDER BY channel", [run_id]
+        ).fetchall()
+    ]
 
 
 def has_logged_advantage(store: Store, run_id: int) -> bool:
-    return bool(store.con.execute(
-        "SELECT count(logged_advantage) > 0 FROM rollouts WHERE run_id = ?", [run_id]).fetchall()[0][0])
+    return bool(
+        store.con.execute(
+            "SELECT count(logged_advantage) > 0 FROM rollouts WHERE run_id = ?", [run_id]
+        ).fetchall()[0][0]
+    )
 
 
 def has_ref_logprobs(store: Store, run_id: int) -> bool:
-    return bool(store.con.execute(
-        "SELECT count(kl) > 0 FROM rollout_summary WHERE run_id = ?", [run_id]).fetchall()[0][0])
+    return bool(
+        store.con.execute("SELECT count(kl) > 0 FROM rollout_summary WHERE run_id = ?", [run_id]).fetchall()[
+            0
+        ][0]
+    )
 
 
 # --- the rollout table -------------------------------------------------------------------------------
@@ -291,8 +339,9 @@ class TableSpec:
 
 def metrics_select(spec: TableSpec, aggregate: str) -> tuple[str, list]:
     """`aggregate(value) FILTER (WHERE name = ?) AS <alias>` per metric column, and its parameters."""
-    select = ", ".join(f"{aggregate}(m.value) FILTER (WHERE m.name = ?) AS {_alias(a)}"
-                       for a, _ in spec.metric_columns)
+    select = ", ".join(
+        f"{aggregate}(m.value) FILTER (WHERE m.name = ?) AS {_alias(a)}" for a, _ in spec.metric_columns
+    )
     return select, [name for _, name in spec.metric_columns]
 
 
@@ -302,8 +351,10 @@ _SIGNED = {"pos": "class_pos", "neg": "class_neg"}  # the credit summary's list 
 def _table_sql(spec: TableSpec) -> tuple[str, list]:
     """The full (unpaged) rollout table as a SQL query with its parameters."""
     params: list = []
-    score_select = ", ".join(f"max(score) FILTER (WHERE channel = ?) AS {_alias(a)}"
-                             for a, _ in spec.score_columns) or "NULL AS _none"
+    score_select = (
+        ", ".join(f"max(score) FILTER (WHERE channel = ?) AS {_alias(a)}" for a, _ in spec.score_columns)
+        or "NULL AS _none"
+    )
     params += [c for _, c in spec.score_columns]
     params.append(spec.run_id)
     cols = ["s.rollout_id", "s.step", "s.group_id", "s.length"]
@@ -314,8 +365,10 @@ def _table_sql(spec: TableSpec) -> tuple[str, list]:
     join_params: list = []
     if spec.metric_columns:
         select, names = metrics_select(spec, "max")
-        joins += (f" LEFT JOIN (SELECT m.rollout_id, {select} FROM rollout_metrics m WHERE m.run_id = ? "
-                  "GROUP BY m.rollout_id) m ON m.rollout_id = s.rollout_id")
+        joins += (
+            f" LEFT JOIN (SELECT m.rollout_id, {select} FROM rollout_metrics m WHERE m.run_id = ? "
+            "GROUP BY m.rollout_id) m ON m.rollout_id = s.rollout_id"
+        )
         join_params += [*names, spec.run_id]
     if spec.credit is not None:
         for alias, name in spec.class_columns:
@@ -327,15 +380,19 @@ def _table_sql(spec: TableSpec) -> tuple[str, list]:
         cols.append("c.max_abs")
         if spec.logged_gap:
             cols.append("c.mean_adv - s.logged_advantage AS logged_gap")
-        joins += (" LEFT JOIN credit_summary c ON c.run_id = s.run_id AND c.rollout_id = s.rollout_id "
-                  "AND c.estimator = ? AND c.config_hash = ? AND c.channel = ? AND c.classes = ?")
+        joins += (
+            " LEFT JOIN credit_summary c ON c.run_id = s.run_id AND c.rollout_id = s.rollout_id "
+            "AND c.estimator = ? AND c.config_hash = ? AND c.channel = ? AND c.classes = ?"
+        )
         k = spec.credit
         join_params += [k.estimator, k.config_hash, k.channel, list(k.classes)]
         if spec.compare is not None:
             cols.append("a.spearman")
-            joins += (" LEFT JOIN credit_agreement a ON a.run_id = s.run_id AND a.rollout_id = s.rollout_id "
-                      "AND a.estimator_a = ? AND a.hash_a = ? AND a.estimator_b = ? AND a.hash_b = ? "
-                      "AND a.channel = ?")
+            joins += (
+                " LEFT JOIN credit_agreement a ON a.run_id = s.run_id AND a.rollout_id = s.rollout_id "
+                "AND a.estimator_a = ? AND a.hash_a = ? AND a.estimator_b = ? AND a.hash_b = ? "
+                "AND a.channel = ?"
+            )
             b = spec.compare
             join_params += [k.estimator, k.config_hash, b.estimator, b.config_hash, k.channel]
     sql = (
@@ -376,10 +433,13 @@ def rollout_table(
         where.append(f"t.{_alias(column)} {op} ?")
         where_params.append(value)
     if search:
-        where.append("t.rollout_id IN (SELECT rollout_id FROM rollouts WHERE run_id = ? AND "
-                     "(contains(lower(prompt), ?) OR contains(lower(response), ?)))")
+        where.append(
+            "t.rollout_id IN (SELECT rollout_id FROM rollouts WHERE run_id = ? AND "
+            "(contains(lower(prompt), ?) OR contains(lower(response), ?)))"
+        )
         where_params += [spec.run_id, search.lower(), search.lower()]
     cond = f"WHERE {' AND '.join(where)}" if where else ""
+
     def order(table: str) -> str:
         return f"{table}.{_alias(sort)} {'DESC' if descending else 'ASC'} NULLS LAST, {table}.rollout_id"
 
@@ -393,8 +453,11 @@ def rollout_table(
     if len(frame):
         total = int(frame["_total"].iloc[0])
     else:
-        total = int(store.con.execute(f"WITH t AS ({sql}) SELECT count(*) FROM t {cond}",
-                                      params + where_params).fetchall()[0][0])
+        total = int(
+            store.con.execute(
+                f"WITH t AS ({sql}) SELECT count(*) FROM t {cond}", params + where_params
+            ).fetchall()[0][0]
+        )
     return frame.drop(columns=["_total"]), total
 
 

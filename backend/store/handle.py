@@ -46,9 +46,11 @@ class StoreHandle:
                 if not here and "another process" not in str(exc) and "lock" not in str(exc).lower():
                     raise
                 if time.monotonic() >= deadline:
-                    who = ("another thread of this process has the store open the other way (reading or "
-                           "writing)" if here else "another process is writing to the store (an import or a "
-                           "resample)")
+                    who = (
+                        "another thread of this process has the store open the other way (reading or writing)"
+                        if here
+                        else "another process is writing to the store (an import or a resample)"
+                    )
                     raise StoreBusy(
                         f"{self.path}: {who}; waited {self.wait_seconds:.0f} s — try again when it finishes"
                     ) from None

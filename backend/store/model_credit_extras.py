@@ -10,8 +10,13 @@ import numpy as np
 from backend.batch_fields import MODEL_SCORED, model_score_needs
 
 
-def model_credit_extras(con: duckdb.DuckDBPyConnection, run_id: int, ids: list[int], T: int,
-                        methods: tuple[str, ...] | list[str] = MODEL_SCORED) -> dict[str, np.ndarray]:
+def model_credit_extras(
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    ids: list[int],
+    T: int,
+    methods: tuple[str, ...] | list[str] = MODEL_SCORED,
+) -> dict[str, np.ndarray]:
     """For each of `methods` whose cache covers every rollout of `ids` (in this order): scores (B, T) with 0
     where unscored, and mask (B, T) 1.0 on scored tokens. A method covering only some rollouts gives
     nothing, so its estimator is unavailable on the batch (with the command that fills it)."""

@@ -29,9 +29,12 @@ class ChannelKey:
     def params(self) -> list:
         return [self.estimator, self.config_hash, self.channel, int(self.groups_per_step)]
 
+
 def _credit_where(key: CreditKey) -> tuple[str, list]:
-    return ("c.estimator = ? AND c.config_hash = ? AND c.channel = ? AND c.classes = ?",
-            [key.estimator, key.config_hash, key.channel, list(key.classes)])
+    return (
+        "c.estimator = ? AND c.config_hash = ? AND c.channel = ? AND c.classes = ?",
+        [key.estimator, key.config_hash, key.channel, list(key.classes)],
+    )
 
 
 def step_signed_shares(store: Store, run_id: int, key: CreditKey) -> pd.DataFrame:
@@ -46,7 +49,9 @@ def step_signed_shares(store: Store, run_id: int, key: CreditKey) -> pd.DataFram
     return store.con.execute(
         f"SELECT s.step, {', '.join(parts)} FROM credit_summary c JOIN rollout_summary s "
         f"ON s.run_id = c.run_id AND s.rollout_id = c.rollout_id WHERE c.run_id = ? AND {where} "
-        "GROUP BY s.step ORDER BY s.step", [run_id, *params]).df()
+        "GROUP BY s.step ORDER BY s.step",
+        [run_id, *params],
+    ).df()
 
 
 def step_logged_gap(store: Store, run_id: int, key: CreditKey) -> pd.DataFrame:
@@ -57,7 +62,8 @@ def step_logged_gap(store: Store, run_id: int, key: CreditKey) -> pd.DataFrame:
         "SELECT s.step, avg(abs(c.mean_adv - s.logged_advantage)) AS abs_logged_gap FROM credit_summary c "
         "JOIN rollout_summary s ON s.run_id = c.run_id AND s.rollout_id = c.rollout_id "
         f"WHERE c.run_id = ? AND {where} AND s.logged_advantage IS NOT NULL GROUP BY s.step ORDER BY s.step",
-        [run_id, *params]).df()
+        [run_id, *params],
+    ).df()
 
 
 def top_logged_gap(store: Store, run_id: int, key: CreditKey, step: int, n: int) -> list[int]:
@@ -67,7 +73,9 @@ def top_logged_gap(store: Store, run_id: int, key: CreditKey, step: int, n: int)
         "SELECT s.rollout_id FROM credit_summary c JOIN rollout_summary s ON s.run_id = c.run_id "
         f"AND s.rollout_id = c.rollout_id WHERE c.run_id = ? AND {where} AND s.step = ? "
         "AND s.logged_advantage IS NOT NULL ORDER BY abs(c.mean_adv - s.logged_advantage) DESC, "
-        "s.rollout_id LIMIT ?", [run_id, *params, int(step), int(n)]).fetchall()
+        "s.rollout_id LIMIT ?",
+        [run_id, *params, int(step), int(n)],
+    ).fetchall()
     return [int(r[0]) for r in rows]
 
 
@@ -77,14 +85,18 @@ def step_garbled(store: Store, run_id: int) -> pd.DataFrame:
     `garbled`, explorer_queries.GARBLED_SQL)."""
     return store.con.execute(
         "SELECT step, avg(garbled) AS garbled FROM rollout_summary WHERE run_id = ? GROUP BY step "
-        "ORDER BY step", [run_id]).df()
+        "ORDER BY step",
+        [run_id],
+    ).df()
 
 
 def top_garbled(store: Store, run_id: int, step: int, n: int) -> list[int]:
     """The `n` rollouts of `step` with the most garbled text (ties by rollout id), none that is clean."""
     rows = store.con.execute(
         "SELECT rollout_id FROM rollout_summary WHERE run_id = ? AND step = ? AND garbled > 0 "
-        "ORDER BY garbled DESC, rollout_id LIMIT ?", [run_id, int(step), int(n)]).fetchall()
+        "ORDER BY garbled DESC, rollout_id LIMIT ?",
+        [run_id, int(step), int(n)],
+    ).fetchall()
     return [int(r[0]) for r in rows]
 
 
@@ -92,25 +104,30 @@ def step_groups(store: Store, run_id: int, per_step: int = 0) -> dict[int, list[
     """step -> its group ids in order (the first `per_step` of them when per_step > 0), steps in order."""
     rows = store.con.execute(
         "SELECT step, list(DISTINCT group_id ORDER BY group_id) FROM rollout_summary WHERE run_id = ? "
-        "GROUP BY step ORDER BY step", [run_id]).fetchall()
+        "GROUP BY step ORDER BY step",
+        [run_id],
+    ).fetchall()
     return {int(step): [int(g) for g in (ids[:per_step] if per_step > 0 else ids)] for step, ids in rows}
 
 
 # --- channel_takeover's per-rollout summary (migration 011) -------------------------------------------
 
-_CHANNEL_KEY = ("c.run_id = ? AND c.estimator = ? AND c.config_hash = ? AND c.channel = ? "
-                "AND c.groups_per_step = ?")
+_CHANNEL_KEY = (
+    "c.run_id = ? AND c.estimator = ? AND c.config_hash = ? AND c.channel = ? AND c.groups_per_step = ?"
+)
 
 
 def save_channel_summary(store: Store, run_id: int, key: ChannelKey, rows: pa.Table) -> None:
     """Replace the run's channel summary under `key`. rows: rollout_id, part_index, part, magnitude (Σ_t
     |β_c·Ã_c| of channel `part` over the rollout). Call inside a transaction."""
-    store.con.execute(
-        "DELETE FROM channel_summary c WHERE " + _CHANNEL_KEY, [run_id, *key.params()])
+    store.con.execute("DELETE FROM channel_summary c WHERE " + _CHANNEL_KEY, [run_id, *key.params()])
     n = rows.num_rows
     data = rows
-    for name, value in (("estimator", key.estimator), ("config_hash", key.config_hash),
-                        ("channel", key.channel)):
+    for name, value in (
+        ("estimator", key.estimator),
+        ("config_hash", key.config_hash),
+        ("channel", key.channel),
+    ):
         data = data.append_column(name, pa.array([value] * n, pa.string()))
     data = data.append_column("run_id", pa.array([run_id] * n, pa.int32()))
     data = data.append_column("groups_per_step", pa.array([key.groups_per_step] * n, pa.int32()))
@@ -118,9 +135,11 @@ def save_channel_summary(store: Store, run_id: int, key: ChannelKey, rows: pa.Ta
 
 
 def has_channel_summary(store: Store, run_id: int, key: ChannelKey) -> bool:
-    return bool(store.con.execute(
-        "SELECT count(*) > 0 FROM channel_summary c WHERE " + _CHANNEL_KEY, [run_id, *key.params()]
-    ).fetchall()[0][0])
+    return bool(
+        store.con.execute(
+            "SELECT count(*) > 0 FROM channel_summary c WHERE " + _CHANNEL_KEY, [run_id, *key.params()]
+        ).fetchall()[0][0]
+    )
 
 
 def channel_magnitudes(store: Store, run_id: int, key: ChannelKey) -> pd.DataFrame:
@@ -129,7 +148,9 @@ def channel_magnitudes(store: Store, run_id: int, key: ChannelKey) -> pd.DataFra
     return store.con.execute(
         "SELECT s.step, c.rollout_id, c.part_index, c.part, c.magnitude FROM channel_summary c "
         "JOIN rollout_summary s ON s.run_id = c.run_id AND s.rollout_id = c.rollout_id "
-        f"WHERE {_CHANNEL_KEY} ORDER BY s.step, c.rollout_id, c.part_index", [run_id, *key.params()]).df()
+        f"WHERE {_CHANNEL_KEY} ORDER BY s.step, c.rollout_id, c.part_index",
+        [run_id, *key.params()],
+    ).df()
 
 
 def step_channel_shares(store: Store, run_id: int, key: ChannelKey) -> pd.DataFrame:
@@ -140,4 +161,5 @@ def step_channel_shares(store: Store, run_id: int, key: ChannelKey) -> pd.DataFr
         "FROM (SELECT s.step, c.part_index, c.part, sum(c.magnitude) AS total FROM channel_summary c "
         "JOIN rollout_summary s ON s.run_id = c.run_id AND s.rollout_id = c.rollout_id "
         f"WHERE {_CHANNEL_KEY} GROUP BY s.step, c.part_index, c.part) ORDER BY step, part_index",
-        [run_id, *key.params()]).df()
+        [run_id, *key.params()],
+    ).df()

@@ -24,9 +24,12 @@ class Results(Runs):
         """The run's credit-by-class summaries (after its token classes change)."""
         self.con.execute("DELETE FROM credit_summary WHERE run_id = ?", [self.run_id(run)])
 
-
     def cached_estimate(
-        self, run: str, estimator: str, config_hash: str, channel: str,
+        self,
+        run: str,
+        estimator: str,
+        config_hash: str,
+        channel: str,
         id_range: tuple[int, int] | None = None,
     ) -> dict[int, np.ndarray]:
         """Cached advantages per rollout id (of rollouts `id_range`, inclusive, when given)."""
@@ -40,15 +43,21 @@ class Results(Runs):
         if table.num_rows == 0:
             return {}
         lists = table.column("advantages").combine_chunks()
-        return EstimateRows(table.column("rollout_id").to_numpy(),
-                            lists.value_lengths().fill_null(0).to_numpy(zero_copy_only=False),
-                            lists.flatten().to_numpy(zero_copy_only=False).astype(np.float32)).as_dict()
+        return EstimateRows(
+            table.column("rollout_id").to_numpy(),
+            lists.value_lengths().fill_null(0).to_numpy(zero_copy_only=False),
+            lists.flatten().to_numpy(zero_copy_only=False).astype(np.float32),
+        ).as_dict()
 
     def cached_rollouts(self, run: str, estimator: str, config_hash: str, channel: str) -> int:
         """How many rollouts of `run` have a cached output under this key."""
-        return int(self._first(
-            "SELECT count(*) FROM estimates WHERE run_id = ? AND estimator = ? AND config_hash = ? "
-            "AND channel = ?", [self.run_id(run), estimator, config_hash, channel])[0])
+        return int(
+            self._first(
+                "SELECT count(*) FROM estimates WHERE run_id = ? AND estimator = ? AND config_hash = ? "
+                "AND channel = ?",
+                [self.run_id(run), estimator, config_hash, channel],
+            )[0]
+        )
 
     def save_estimate(
         self,
@@ -97,15 +106,17 @@ class Results(Runs):
             )
 
     # --- resampling results --------------------------------------------------------------------
-    def save_resample(self, run: str, rollout_id: int, samples: pa.Table | pd.DataFrame,
-                      job: str | None = None) -> int:
+    def save_resample(
+        self, run: str, rollout_id: int, samples: pa.Table | pd.DataFrame, job: str | None = None
+    ) -> int:
         """Append resampled suffixes: columns pos, sample_idx, seed, suffix_ids, suffix_text, reward,
         engine, model; `job` marks the rows (the teacher job writes 'teacher'). Atomic; returns the
         number of rows stored."""
         return self.save_resamples(run, {int(rollout_id): samples}, job=job)
 
-    def save_resamples(self, run: str, tables: dict[int, pa.Table | pd.DataFrame],
-                       job: str | None = None) -> int:
+    def save_resamples(
+        self, run: str, tables: dict[int, pa.Table | pd.DataFrame], job: str | None = None
+    ) -> int:
         """`save_resample` for several rollouts: one transaction per rollout, so a failure keeps every
         rollout before it whole and leaves no part of the failing one. Returns the rows stored."""
         run_id = self.run_id(run)
@@ -183,4 +194,3 @@ class Results(Runs):
             "GROUP BY o.step, s.channel ORDER BY o.step, s.channel",
             [self.run_id(run)],
         ).df()
-

@@ -27,8 +27,12 @@ class Runs(Connection):
     def run_id(self, name: str) -> int:
         row = self._first("SELECT run_id FROM runs WHERE name = ? AND status = 'ready'", [name])
         if row is None:
-            known = [r[0] for r in self.con.execute(
-                "SELECT name FROM runs WHERE status = 'ready' ORDER BY name").fetchall()]
+            known = [
+                r[0]
+                for r in self.con.execute(
+                    "SELECT name FROM runs WHERE status = 'ready' ORDER BY name"
+                ).fetchall()
+            ]
             raise StoreError(f"no run named {name!r} in {self.path}; runs: {', '.join(known) or '(none)'}")
         return int(row[0])
 
@@ -62,14 +66,17 @@ class Runs(Connection):
     # discarded the next time a process opens the store for writing.
     STAGING_PREFIX = "__importing__/"
 
-    def create_staging_run(self, source: str, model_dir: str | None, tokenizer: str | None,
-                           verifier: str | None) -> int:
+    def create_staging_run(
+        self, source: str, model_dir: str | None, tokenizer: str | None, verifier: str | None
+    ) -> int:
         name = f"{self.STAGING_PREFIX}{os.getpid()}/{uuid.uuid4().hex}"
-        return self.create_run(name, source, model_dir=model_dir, tokenizer=tokenizer, verifier=verifier,
-                               status="importing")
+        return self.create_run(
+            name, source, model_dir=model_dir, tokenizer=tokenizer, verifier=verifier, status="importing"
+        )
 
-    def publish_staging_run(self, staging_id: int, name: str, target_id: int | None,
-                            first_rollout_id: int) -> int:
+    def publish_staging_run(
+        self, staging_id: int, name: str, target_id: int | None, first_rollout_id: int
+    ) -> int:
         """Make a staging run visible: as the new run `name`, or appended to run `target_id`. Call in a
         transaction. Fails if another import changed the target meanwhile."""
         if target_id is None:
@@ -86,7 +93,6 @@ class Runs(Connection):
         self.con.execute("DELETE FROM runs WHERE run_id = ?", [staging_id])
         self._drop_cached_estimates(target_id)  # new rollouts join groups: cached outputs are stale
         return target_id
-
 
     def discard_run_rows(self, run_id: int) -> None:
         """Delete a run id's rows from every table (one transaction)."""
@@ -107,8 +113,12 @@ class Runs(Connection):
     # --- the main channel (migration 007) ---------------------------------------------------------
     def channels_of(self, run_id: int) -> list[str]:
         """The run's scored channels, sorted."""
-        return [r[0] for r in self.con.execute(
-            "SELECT DISTINCT channel FROM scores WHERE run_id = ? ORDER BY channel", [run_id]).fetchall()]
+        return [
+            r[0]
+            for r in self.con.execute(
+                "SELECT DISTINCT channel FROM scores WHERE run_id = ? ORDER BY channel", [run_id]
+            ).fetchall()
+        ]
 
     def main_channel_of(self, run_id: int) -> str:
         """The channel chosen for the run, else the default rule (`backend.batch.default_main_channel`)."""
@@ -125,8 +135,10 @@ class Runs(Connection):
         chosen = default_main_channel(channels) if channel is None else str(channel)
         if chosen not in channels and chosen != ALL_CHANNELS:
             name = self._first("SELECT name FROM runs WHERE run_id = ?", [run_id])[0]
-            raise InputError(f"main channel {chosen!r}: run {name!r} has no such channel; its channels: "
-                             f"{', '.join(channels) or 'none'}, or {ALL_CHANNELS} (their sum per rollout)")
+            raise InputError(
+                f"main channel {chosen!r}: run {name!r} has no such channel; its channels: "
+                f"{', '.join(channels) or 'none'}, or {ALL_CHANNELS} (their sum per rollout)"
+            )
         self.con.execute("UPDATE runs SET main_channel = ? WHERE run_id = ?", [chosen, run_id])
         self.con.execute(  # the Explorer's flag: the group's scores on the main channel are all equal
             f"""
@@ -217,8 +229,12 @@ class Runs(Connection):
 
     def import_sources(self, run_id: int) -> list[str]:
         """The paths imported into the run (absolute since imports record them resolved)."""
-        return [r[0] for r in self.con.execute(
-            "SELECT DISTINCT path FROM imports WHERE run_id = ? AND path IS NOT NULL", [run_id]).fetchall()]
+        return [
+            r[0]
+            for r in self.con.execute(
+                "SELECT DISTINCT path FROM imports WHERE run_id = ? AND path IS NOT NULL", [run_id]
+            ).fetchall()
+        ]
 
     def record_keys(self, run_id: int) -> set[int]:
         """The content keys of the run's imported records (see migration 003)."""
@@ -237,7 +253,6 @@ class Runs(Connection):
             "SELECT group_key, group_id FROM groups WHERE run_id = ?", [run_id]
         ).fetchall()
         return {k: int(g) for k, g in rows}
-
 
     def record_import(
         self, run_id: int, file_hash: str, path: str, fmt: str, records: int, tokens: int
@@ -324,7 +339,6 @@ class Runs(Connection):
         )
         return out
 
-
     # --- per-token updates (score command) -------------------------------------------------------
     def update_token_arrays(self, run: str, arrays: dict[int, dict[str, list[float]]]) -> int:
         """Set per-token arrays (logprobs, ref_logprobs, entropies, values) of rollouts, atomically."""
@@ -359,8 +373,6 @@ class Runs(Connection):
             self._drop_cached_estimates(run_id)
         return len(rows)
 
-
     def _drop_cached_estimates(self, run_id: int) -> None:
         for table in ESTIMATE_TABLES:
             self.con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
-

@@ -18,8 +18,9 @@ def step_trends(store: Store, spec: TableSpec, quantiles: bool = True) -> pd.Dat
     with a credit key also share_<class> (Σ|A| on the class / Σ|A| over the step) and advantage quantiles
     q05..q95 over the step's tokens."""
     params: list = []
-    score_select = "".join(f", avg(sc.score) FILTER (WHERE sc.channel = ?) AS {_alias(a)}"
-                           for a, _ in spec.score_columns)
+    score_select = "".join(
+        f", avg(sc.score) FILTER (WHERE sc.channel = ?) AS {_alias(a)}" for a, _ in spec.score_columns
+    )
     params += [c for _, c in spec.score_columns]
     params.append(spec.run_id)
     base = (
@@ -32,16 +33,20 @@ def step_trends(store: Store, spec: TableSpec, quantiles: bool = True) -> pd.Dat
         "avg(s.repetition) AS repetition "
         "FROM rollout_summary s WHERE s.run_id = ? GROUP BY s.step"
     )
-    scores = (f"SELECT s.step{score_select} FROM scores sc JOIN rollout_summary s ON s.run_id = sc.run_id "
-              "AND s.rollout_id = sc.rollout_id WHERE sc.run_id = ? GROUP BY s.step")
+    scores = (
+        f"SELECT s.step{score_select} FROM scores sc JOIN rollout_summary s ON s.run_id = sc.run_id "
+        "AND s.rollout_id = sc.rollout_id WHERE sc.run_id = ? GROUP BY s.step"
+    )
     parts = [f"({base}) b", f"LEFT JOIN ({scores}) sc USING (step)"]
     all_params = [spec.run_id] + params
     select = ["b.*"] + [f"sc.{_alias(a)}" for a, _ in spec.score_columns]
     if spec.metric_columns:  # the mean of each metric over the step's rollouts that have it
         metrics, names = metrics_select(spec, "avg")
-        parts.append(f"LEFT JOIN (SELECT s.step, {metrics} FROM rollout_metrics m JOIN rollout_summary s "
-                     "ON s.run_id = m.run_id AND s.rollout_id = m.rollout_id WHERE m.run_id = ? "
-                     "GROUP BY s.step) mt USING (step)")
+        parts.append(
+            f"LEFT JOIN (SELECT s.step, {metrics} FROM rollout_metrics m JOIN rollout_summary s "
+            "ON s.run_id = m.run_id AND s.rollout_id = m.rollout_id WHERE m.run_id = ? "
+            "GROUP BY s.step) mt USING (step)"
+        )
         all_params += [*names, spec.run_id]
         select += [f"mt.{_alias(a)}" for a, _ in spec.metric_columns]
     if spec.credit is not None:
@@ -50,10 +55,12 @@ def step_trends(store: Store, spec: TableSpec, quantiles: bool = True) -> pd.Dat
             f"sum(c.class_abs[{k.classes.index(name) + 1}]) / nullif(sum(c.abs_total), 0) AS {_alias(alias)}"
             for alias, name in spec.class_columns
         )
-        credit = (f"SELECT s.step, {shares}, max(c.max_abs) AS max_abs FROM credit_summary c "
-                  "JOIN rollout_summary s ON s.run_id = c.run_id AND s.rollout_id = c.rollout_id "
-                  "WHERE c.run_id = ? AND c.estimator = ? AND c.config_hash = ? AND c.channel = ? "
-                  "AND c.classes = ? GROUP BY s.step")
+        credit = (
+            f"SELECT s.step, {shares}, max(c.max_abs) AS max_abs FROM credit_summary c "
+            "JOIN rollout_summary s ON s.run_id = c.run_id AND s.rollout_id = c.rollout_id "
+            "WHERE c.run_id = ? AND c.estimator = ? AND c.config_hash = ? AND c.channel = ? "
+            "AND c.classes = ? GROUP BY s.step"
+        )
         parts.append(f"LEFT JOIN ({credit}) cr USING (step)")
         all_params += [spec.run_id, k.estimator, k.config_hash, k.channel, list(k.classes)]
         select += [f"cr.{_alias(a)}" for a, _ in spec.class_columns] + ["cr.max_abs"]

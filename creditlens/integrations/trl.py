@@ -46,8 +46,10 @@ try:
     from trl import GRPOTrainer
     from trl.models.utils import disable_gradient_checkpointing
 except ImportError as exc:  # say what to install, not only which module is missing
-    raise ImportError(f"creditlens.integrations.trl records TRL trainers and needs TRL 1.16 "
-                      f"(pip install trl==1.16.0): {exc}") from exc
+    raise ImportError(
+        f"creditlens.integrations.trl records TRL trainers and needs TRL 1.16 "
+        f"(pip install trl==1.16.0): {exc}"
+    ) from exc
 
 from backend.ingest.native_writer import StepRecords, write_atomic
 from backend.ingest.step_files import step_file_name
@@ -60,8 +62,18 @@ LOGITS_PER_CHUNK = 1 << 28
 their log-softmax): the batch size, or fewer rows for long completions over large vocabularies (one row of
 1024 tokens over a 151,936-token vocabulary is 156 M logits)."""
 # Multimodal inputs of TRL's output dict that its logprob function takes as keyword arguments.
-FORWARD_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
-                "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
+FORWARD_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
 
 
 @dataclass
@@ -114,8 +126,9 @@ class Recorder:
         write_atomic(table, path)
         self.files.append(path)
 
-    def _score(self, model, output: dict, ids: torch.Tensor, mask: torch.Tensor, width: int,
-               entropies: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _score(
+        self, model, output: dict, ids: torch.Tensor, mask: torch.Tensor, width: int, entropies: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logprobs (B, width) of the last `width` tokens of `ids` (B, P + width) under `model`, and their
         entropies (B, width) when asked: the distribution the tokens were sampled from. Position ids count
         real tokens only, as `generate` counts them for left-padded prompts; TRL's own logprob forward passes
@@ -129,7 +142,8 @@ class Recorder:
             checkpointing = trainer.args.gradient_checkpointing_kwargs
             with torch.no_grad(), disable_gradient_checkpointing(model, checkpointing):
                 logps, ent, _ = trainer._get_per_token_logps_and_entropies(
-                    model, ids, mask, width, batch_size=chunk, compute_entropy=entropies, **kwargs)
+                    model, ids, mask, width, batch_size=chunk, compute_entropy=entropies, **kwargs
+                )
             return logps, ent
         positions = (mask.cumsum(1) - 1).clamp(min=0)  # (B, P + width)
         unwrapped = trainer.accelerator.unwrap_model(model)
@@ -141,8 +155,13 @@ class Recorder:
         with torch.no_grad():
             for start in range(0, ids.size(0), chunk):
                 rows = slice(start, start + chunk)
-                logits = model(input_ids=ids[rows], attention_mask=mask[rows], position_ids=positions[rows],
-                               use_cache=False, **keep).logits[:, -width - 1:-1]  # (b, width, V)
+                logits = model(
+                    input_ids=ids[rows],
+                    attention_mask=mask[rows],
+                    position_ids=positions[rows],
+                    use_cache=False,
+                    **keep,
+                ).logits[:, -width - 1 : -1]  # (b, width, V)
                 logp = torch.log_softmax(logits.float() / temperature, dim=-1)  # (b, width, V)
                 all_logps.append(logp.gather(-1, ids[rows, -width:, None])[..., 0])  # (b, width)
                 if entropies:
@@ -198,9 +217,13 @@ class Recorder:
         for name in trainer.reward_func_names:
             logged = list(trainer._logs["rewards"][name])
             if len(logged) < world * B:
-                raise RuntimeError(f"TRL logged {len(logged)} rewards of {name!r} for a batch of {world * B} "
-                                   "rows (the recorder reads TRL 1.16's GRPOTrainer._logs)")
-            rewards[name] = np.asarray(logged[len(logged) - world * B:], np.float64)[rank * B:(rank + 1) * B]
+                raise RuntimeError(
+                    f"TRL logged {len(logged)} rewards of {name!r} for a batch of {world * B} "
+                    "rows (the recorder reads TRL 1.16's GRPOTrainer._logs)"
+                )
+            rewards[name] = np.asarray(logged[len(logged) - world * B :], np.float64)[
+                rank * B : (rank + 1) * B
+            ]
         G = trainer.num_generations
         tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
         meta_common = self._meta()
@@ -231,9 +254,13 @@ class Recorder:
         else:
             saved = Path(trainer.args.output_dir) / f"checkpoint-{policy_step}"
             checkpoint = str(saved.resolve()) if saved.is_dir() else None
-        return {"policy_step": policy_step, "checkpoint": checkpoint,
-                "reward_weights": [float(w) for w in trainer.reward_weights.tolist()],
-                "scale_rewards": trainer.scale_rewards, "temperature": float(trainer.temperature)}
+        return {
+            "policy_step": policy_step,
+            "checkpoint": checkpoint,
+            "reward_weights": [float(w) for w in trainer.reward_weights.tolist()],
+            "scale_rewards": trainer.scale_rewards,
+            "temperature": float(trainer.temperature),
+        }
 
 
 def record(trainer: GRPOTrainer, path: str | Path, entropies: bool = False) -> Recorder:
@@ -254,12 +281,16 @@ def record(trainer: GRPOTrainer, path: str | Path, entropies: bool = False) -> R
     if directory.exists() and not directory.is_dir():
         raise ValueError(f"{directory}: not a folder; record() writes a Parquet file per step into a folder")
     if directory.resolve() == Path(trainer.args.output_dir).expanduser().resolve():
-        raise ValueError(f"{directory}: this is the trainer's output_dir (checkpoints, TRL's completions/); "
-                         "record into a folder of its own, e.g. runs/<name>")
+        raise ValueError(
+            f"{directory}: this is the trainer's output_dir (checkpoints, TRL's completions/); "
+            "record into a folder of its own, e.g. runs/<name>"
+        )
     if directory.is_dir() and any(directory.glob("*step_*.parquet")):
-        raise ValueError(f"{directory}: already holds step files of a recording; record into a new folder "
-                         "(a resumed run can go to a new folder and be imported into the same run with "
-                         "`creditlens import --append`)")
+        raise ValueError(
+            f"{directory}: already holds step files of a recording; record into a new folder "
+            "(a resumed run can go to a new folder and be imported into the same run with "
+            "`creditlens import --append`)"
+        )
     directory.mkdir(parents=True, exist_ok=True)
     recorder = Recorder(trainer, directory, entropies)
     recorder._original = trainer._generate_and_score_completions

@@ -21,8 +21,10 @@ import numpy as np
 
 REPOSITORY = "beaver-22/Cliff-token"
 COMMIT = "1df7c3c401380fbe9c68e77af83173c72b10ab88"
-FUNCTION = ("src/analysis/cliff_threshold.py build_cliff_matrix (is_cliff); src/analysis/detector.py "
-            "find_all_cliff_tokens_statistical, find_first_cliff_token_statistical")
+FUNCTION = (
+    "src/analysis/cliff_threshold.py build_cliff_matrix (is_cliff); src/analysis/detector.py "
+    "find_all_cliff_tokens_statistical, find_first_cliff_token_statistical"
+)
 OUT = common.ROOT / "tests" / "backend" / "fixtures" / "official" / "cliff_tokens.json"
 MATRICES = [(64, 0.1, 1.645), (16, 0.1, 1.645), (8, 0.1, 1.645), (16, 0.2, 1.96)]
 
@@ -55,17 +57,21 @@ def main() -> None:
     fixture["matrices"] = []
     for N, delta_0, z_alpha in MATRICES:
         M = cliff_threshold.build_cliff_matrix(N, delta_0, z_alpha)
-        fixture["matrices"].append({"N": N, "delta_0": delta_0, "z_alpha": z_alpha,
-                                    "cliffs": np.argwhere(M).tolist()})
+        fixture["matrices"].append(
+            {"N": N, "delta_0": delta_0, "z_alpha": z_alpha, "cliffs": np.argwhere(M).tolist()}
+        )
     fixture["detections"] = []
     for scores in score_arrays():
         found = detector.find_all_cliff_tokens_statistical(scores)
         first = detector.find_first_cliff_token_statistical(scores)
-        fixture["detections"].append({
-            "scores": scores,
-            "cliff_positions": [c.position for c in found],
-            "cliff_drops": [c.drop_magnitude for c in found],
-            "first_position": None if first is None else first.position})
+        fixture["detections"].append(
+            {
+                "scores": scores,
+                "cliff_positions": [c.position for c in found],
+                "cliff_drops": [c.drop_magnitude for c in found],
+                "first_position": None if first is None else first.position,
+            }
+        )
     common.write("cliff_tokens", fixture, args.out or OUT)
 
 

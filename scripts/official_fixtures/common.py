@@ -25,19 +25,25 @@ FIXTURES = ROOT / "tests" / "backend" / "estimators" / "fixtures" / "official"
 
 def parse_args(doc: str, repository: str, commit: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkout", type=Path,
-                        help=f"a git work tree of {repository} at {commit} (outside this repository)")
+    parser.add_argument(
+        "checkout", type=Path, help=f"a git work tree of {repository} at {commit} (outside this repository)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="where to write (default: the test fixture)")
-    parser.add_argument("--any-commit", action="store_true",
-                        help="run at whatever commit the checkout has; the fixture records that commit")
+    parser.add_argument(
+        "--any-commit",
+        action="store_true",
+        help="run at whatever commit the checkout has; the fixture records that commit",
+    )
     return parser.parse_args()
 
 
 def checkout_commit(checkout: Path, cited: str, any_commit: bool) -> str:
     """The checkout's HEAD, after checking it is the cited commit with no local changes to tracked files."""
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(checkout), *args], check=True, capture_output=True,
-                              text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(checkout), *args], check=True, capture_output=True, text=True
+        ).stdout.strip()
 
     if not checkout.is_dir():
         raise SystemExit(f"{checkout}: not a directory; give a git work tree of the official repository")
@@ -45,14 +51,20 @@ def checkout_commit(checkout: Path, cited: str, any_commit: bool) -> str:
         head = git("rev-parse", "HEAD")
         changed = git("status", "--porcelain", "--untracked-files=no")
     except subprocess.CalledProcessError as err:
-        raise SystemExit(f"{checkout}: not a git work tree ({err.stderr.strip()}); the commit must be "
-                         "read from the checkout, so clone the repository and check out the commit") from err
+        raise SystemExit(
+            f"{checkout}: not a git work tree ({err.stderr.strip()}); the commit must be "
+            "read from the checkout, so clone the repository and check out the commit"
+        ) from err
     if changed:
-        raise SystemExit(f"{checkout}: tracked files differ from {head}:\n{changed}\n"
-                         "the fixture must come from the commit itself")
+        raise SystemExit(
+            f"{checkout}: tracked files differ from {head}:\n{changed}\n"
+            "the fixture must come from the commit itself"
+        )
     if head != cited and not any_commit:
-        raise SystemExit(f"{checkout}: HEAD is {head}, the cited commit is {cited}; check out {cited} "
-                         "or pass --any-commit (the fixture then records the commit that ran)")
+        raise SystemExit(
+            f"{checkout}: HEAD is {head}, the cited commit is {cited}; check out {cited} "
+            "or pass --any-commit (the fixture then records the commit that ran)"
+        )
     return head
 
 
@@ -88,8 +100,9 @@ def cpu() -> str:
     return platform.processor() or platform.machine()
 
 
-def provenance(script: str, repository: str, cited: str, commit: str, function: str,
-               libraries: tuple[str, ...]) -> dict:
+def provenance(
+    script: str, repository: str, cited: str, commit: str, function: str, libraries: tuple[str, ...]
+) -> dict:
     versions = {}
     for name in libraries:
         try:
@@ -97,9 +110,17 @@ def provenance(script: str, repository: str, cited: str, commit: str, function: 
         except metadata.PackageNotFoundError:
             versions[name] = None
     note = None if commit == cited else f"the cited commit {cited} was not the checkout's; this ran {commit}"
-    return {"made_by": f"scripts/official_fixtures/{script}", "repository": repository, "commit": commit,
-            "cited_commit": cited, "commit_note": note, "function": function,
-            "python": platform.python_version(), "cpu": cpu(), "libraries": versions}
+    return {
+        "made_by": f"scripts/official_fixtures/{script}",
+        "repository": repository,
+        "commit": commit,
+        "cited_commit": cited,
+        "commit_note": note,
+        "function": function,
+        "python": platform.python_version(),
+        "cpu": cpu(),
+        "libraries": versions,
+    }
 
 
 def _dump(value, indent: int) -> str:
@@ -108,7 +129,7 @@ def _dump(value, indent: int) -> str:
     if isinstance(value, dict):
         if not value:
             return "{}"
-        items = [f'{pad} {json.dumps(k)}: {_dump(v, indent + 1)}' for k, v in value.items()]
+        items = [f"{pad} {json.dumps(k)}: {_dump(v, indent + 1)}" for k, v in value.items()]
         return "{\n" + ",\n".join(items) + "\n" + pad + "}"
     if isinstance(value, list) and any(isinstance(v, dict | list) for v in value):
         items = [f"{pad} {_dump(v, indent + 1)}" for v in value]

@@ -55,7 +55,8 @@ def load_algorithm(checkout) -> type:
         "verifiers": types.ModuleType("verifiers"),
         "verifiers.v1": types.ModuleType("verifiers.v1"),
         "prime_rl.orchestrator.algo.base": types.SimpleNamespace(
-            Algorithm=Algorithm, iter_trainable_traces=iter_trainable_traces),
+            Algorithm=Algorithm, iter_trainable_traces=iter_trainable_traces
+        ),
         "prime_rl.orchestrator.algo.routing": types.SimpleNamespace(assign_advantages=assign_advantages),
     }
     stubs["verifiers.v1"].Episode = object
@@ -63,8 +64,9 @@ def load_algorithm(checkout) -> type:
     for name in ("prime_rl", "prime_rl.orchestrator", "prime_rl.orchestrator.algo"):
         stubs[name] = types.ModuleType(name)
     sys.modules.update(stubs)
-    namespace = common.load_file(checkout / "src" / "prime_rl" / "orchestrator" / "algo" / "max_rl.py",
-                                 {"__name__": "max_rl"})
+    namespace = common.load_file(
+        checkout / "src" / "prime_rl" / "orchestrator" / "algo" / "max_rl.py", {"__name__": "max_rl"}
+    )
     return namespace["MaxRLAlgorithm"], given
 
 
@@ -75,11 +77,13 @@ def main() -> None:
     fixture = common.provenance("maxrl_prime_rl.py", REPOSITORY, COMMIT, commit, FUNCTION, ("torch",))
     fixture["cases"] = []
     for g, rewards in enumerate(GROUPS):
-        episodes = [SimpleNamespace(traces=[SimpleNamespace(id=f"{g}-{i}", reward=r)])
-                    for i, r in enumerate(rewards)]
+        episodes = [
+            SimpleNamespace(traces=[SimpleNamespace(id=f"{g}-{i}", reward=r)]) for i, r in enumerate(rewards)
+        ]
         asyncio.run(algorithm_cls(None, policy_pool=None).score_group(episodes))
-        fixture["cases"].append({"rewards": rewards,
-                                 "advantages": [given[f"{g}-{i}"] for i in range(len(rewards))]})
+        fixture["cases"].append(
+            {"rewards": rewards, "advantages": [given[f"{g}-{i}"] for i in range(len(rewards))]}
+        )
     common.write("maxrl_prime_rl", fixture, args.out)
 
 

@@ -23,8 +23,15 @@ L_BUDGET = 16
 MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 # (token_ids, group_id, score); the last response is empty (every token masked).
-RECORDS = [([1, 4, 5, 3], 0, 1), ([2, 2, 2], 0, 0), ([2, 1, 1, 5], 0, 0.5), ([4], 1, 0), ([1], 1, 1),
-           ([2, 5, 2, 4, 5, 2], 1, 0.2), ([], 1, 0.7)]
+RECORDS = [
+    ([1, 4, 5, 3], 0, 1),
+    ([2, 2, 2], 0, 0),
+    ([2, 1, 1, 5], 0, 0.5),
+    ([4], 1, 0),
+    ([1], 1, 1),
+    ([2, 5, 2, 4, 5, 2], 1, 0.2),
+    ([], 1, 0.7),
+]
 
 
 def weights(core_algos, mode: str) -> torch.Tensor:
@@ -33,8 +40,9 @@ def weights(core_algos, mode: str) -> torch.Tensor:
     mask = torch.tensor([[1.0] * len(ids) + [0.0] * (T - len(ids)) for ids, _, _ in RECORDS])  # (B, T)
     loss_mat = torch.ones_like(mask, requires_grad=True)
     scale = L_BUDGET if mode == "seq-mean-token-sum-norm" else None
-    core_algos.agg_loss(loss_mat=loss_mat, loss_mask=mask, loss_agg_mode=mode,
-                        loss_scale_factor=scale).backward()
+    core_algos.agg_loss(
+        loss_mat=loss_mat, loss_mask=mask, loss_agg_mode=mode, loss_scale_factor=scale
+    ).backward()
     return loss_mat.grad * mask
 
 
@@ -44,12 +52,20 @@ def main() -> None:
     common.use_checkout(args.checkout)
     from verl.trainer.ppo import core_algos  # noqa: PLC0415 - from the checkout, after use_checkout
 
-    fixture = common.provenance("verl_agg_loss.py", REPOSITORY, COMMIT, commit, FUNCTION,
-                                ("torch", "numpy", "omegaconf", "tensordict", "transformers"))
+    fixture = common.provenance(
+        "verl_agg_loss.py",
+        REPOSITORY,
+        COMMIT,
+        commit,
+        FUNCTION,
+        ("torch", "numpy", "omegaconf", "tensordict", "transformers"),
+    )
     fixture["l_budget"] = L_BUDGET
     fixture["loss_scale_factor"] = {"seq-mean-token-sum-norm": L_BUDGET}
-    fixture["records"] = [{"token_ids": ids, "group_id": group, "rollout_id": 99 if not ids else i,
-                           "scores": {"task": score}} for i, (ids, group, score) in enumerate(RECORDS)]
+    fixture["records"] = [
+        {"token_ids": ids, "group_id": group, "rollout_id": 99 if not ids else i, "scores": {"task": score}}
+        for i, (ids, group, score) in enumerate(RECORDS)
+    ]
     fixture["c"] = {mode: weights(core_algos, mode).tolist() for mode in MODES}
     common.write("verl_agg_loss", fixture, args.out)
 

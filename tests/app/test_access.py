@@ -134,7 +134,11 @@ def test_a_missing_default_root_is_skipped_with_a_line(tmp_path, monkeypatch, ca
     with StoreHandle(db).write():
         pass
     assert commands.app_arguments(db, False, None, None) == [
-        "--import-root", str(db.parent.resolve()), "--import-root", str(tmp_path.resolve())]
+        "--import-root",
+        str(db.parent.resolve()),
+        "--import-root",
+        str(tmp_path.resolve()),
+    ]
 
 
 def test_a_missing_import_root_is_a_clear_error(tmp_path):

@@ -68,5 +68,9 @@ def test_the_oracle_run_lists_divergence_progress_as_unavailable_and_offers_the_
 def test_compare_opens_from_a_link_with_estimators_of_three_families(app_db):
     query = {"run": "demo", "rollout": "352", "ests": "grpo,log_ratio_trace,block_mean,value_anchored"}
     at = open_app(app_db, "compare", query)
-    assert at.multiselect(key="compare_estimators").value == ["grpo", "log_ratio_trace", "block_mean",
-                                                               "value_anchored"]
+    assert at.multiselect(key="compare_estimators").value == [
+        "grpo",
+        "log_ratio_trace",
+        "block_mean",
+        "value_anchored",
+    ]

@@ -37,15 +37,17 @@ def test_sort_search_and_compare_change_the_table(app_db):
     frame = table(at)
     lengths = frame["length"].tolist()
     assert lengths == sorted(lengths, reverse=True)
-    want = explorer.rollout_table(StoreHandle(app_db), "demo",
-                                  explorer.ExplorerQuery(estimator="grpo", sort="length", descending=True))
+    want = explorer.rollout_table(
+        StoreHandle(app_db), "demo", explorer.ExplorerQuery(estimator="grpo", sort="length", descending=True)
+    )
     assert frame["rollout_id"].tolist() == want.rows["rollout_id"].tolist()
     assert at.query_params["sort"] in ("length", ["length"])
 
     at.text_input(key="explorer_search").set_value("Obviously").run()
     found = table(at)
-    hits = explorer.rollout_table(StoreHandle(app_db), "demo",
-                                  explorer.ExplorerQuery(search="obviously", limit=None))
+    hits = explorer.rollout_table(
+        StoreHandle(app_db), "demo", explorer.ExplorerQuery(search="obviously", limit=None)
+    )
     assert 0 < hits.total < 448 and any(f"{hits.total} rollouts match" in c.value for c in at.caption)
     assert len(found) == min(hits.total, 50) and set(found["rollout_id"]) <= set(hits.rows["rollout_id"])
 

@@ -100,8 +100,15 @@ def test_one_row_figure_has_a_readable_colour_bar():
 def test_credit_text_is_running_escaped_coloured_text():
     tokens = ["Hello", " world", "\n", SCRIPT, " a&b", "\t"]
     values = np.array([1.0, -1.0, 0.0, 0.5, np.nan, -0.2])
-    out = heatmaps.credit_text_html(tokens, values, 1.0, offset=10, selected=11,
-                                   facts=["f"] * 5 + [IMG], dimmed=np.array([0, 0, 0, 0, 1, 0], bool))
+    out = heatmaps.credit_text_html(
+        tokens,
+        values,
+        1.0,
+        offset=10,
+        selected=11,
+        facts=["f"] * 5 + [IMG],
+        dimmed=np.array([0, 0, 0, 0, 1, 0], bool),
+    )
     assert "<script" not in out and "<img" not in out  # token text and facts are escaped
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in out and " a&amp;b" in out
     assert out.count('class="tok') == 6 and 'data-pos="10"' in out and 'data-pos="15"' in out
@@ -140,8 +147,15 @@ def test_token_strips_dim_loss_masked_tokens():
 
 
 def test_beta_replay_has_integer_step_ticks():
-    frame = pd.DataFrame({"step": [0, 1, 2], "channel": ["style"] * 3, "beta": [1.0, 1.1, 1.2],
-                          "rate": [0.3, 0.2, 0.1], "tau": [0.1] * 3})
+    frame = pd.DataFrame(
+        {
+            "step": [0, 1, 2],
+            "channel": ["style"] * 3,
+            "beta": [1.0, 1.1, 1.2],
+            "rate": [0.3, 0.2, 0.1],
+            "tau": [0.1] * 3,
+        }
+    )
     fig = charts.beta_trajectories(frame)
     assert fig.layout.xaxis.tickformat == "d" and fig.layout.xaxis.dtick == 1
 

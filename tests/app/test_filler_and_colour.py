@@ -20,15 +20,21 @@ def colour_bars(spec: dict) -> dict[str, dict]:
 
 
 def shown_values(spec: dict) -> np.ndarray:
-    bands = [np.asarray(decode(t["z"]), dtype=np.float64).ravel() for t in spec["data"]
-             if t["type"] == "heatmap" and t.get("name") != "scale strip"]
+    bands = [
+        np.asarray(decode(t["z"]), dtype=np.float64).ravel()
+        for t in spec["data"]
+        if t["type"] == "heatmap" and t.get("name") != "scale strip"
+    ]
     values = np.concatenate(bands)
     return values[np.isfinite(values)]
 
 
 def test_the_difference_colour_bar_shows_its_real_range_with_significant_digits(app_db):
-    at = open_app(app_db, "compare", {"run": "demo", "rollout": "0", "ests": "grpo,aggregation",
-                                      "diff": "grpo,aggregation"})
+    at = open_app(
+        app_db,
+        "compare",
+        {"run": "demo", "rollout": "0", "ests": "grpo,aggregation", "diff": "grpo,aggregation"},
+    )
     spec = chart(at, "compare_difference")
     gap = float(np.abs(shown_values(spec)).max())
     bar = spec["layout"]["coloraxis"]
@@ -85,7 +91,8 @@ def test_explorer_shows_the_response_first_and_the_shares_of_positive_and_negati
     rows = table.value
     credited = rows[(rows["pos_share_other"].notna())]
     np.testing.assert_allclose(
-        credited[[c for c in columns if c.startswith("pos_share_")]].sum(axis=1), 1.0, rtol=1e-6)
+        credited[[c for c in columns if c.startswith("pos_share_")]].sum(axis=1), 1.0, rtol=1e-6
+    )
 
 
 def test_class_order_is_editable_in_the_view(app_db):

@@ -68,8 +68,12 @@ def test_import_chooses_the_sum_when_several_rewards_and_no_task(trl_db, capsys)
 
 def test_import_takes_a_main_channel_and_refuses_an_unknown_one(trl_completions, tmp_path, capsys):
     db = tmp_path / "s.duckdb"
-    assert _cli("import", trl_completions, "--db", db, "--run", "r", "--main-channel", "newline_reward",
-                "--quiet") == 0
+    assert (
+        _cli(
+            "import", trl_completions, "--db", db, "--run", "r", "--main-channel", "newline_reward", "--quiet"
+        )
+        == 0
+    )
     assert "main channel: newline_reward" in capsys.readouterr().out
     assert _runs(db, capsys)["r"]["main_channel"] == "newline_reward"
     assert _cli("import", trl_completions, "--db", db, "--run", "x", "--main-channel", "task", "--quiet") == 2
@@ -81,8 +85,22 @@ def test_import_takes_a_main_channel_and_refuses_an_unknown_one(trl_completions,
 def test_every_command_works_without_channel_and_reads_the_main_channel(trl_db, tmp_path, capsys):
     out, summed = tmp_path / "default.parquet", tmp_path / "all.parquet"
     assert _cli("estimate", "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--out", out) == 0
-    assert _cli("estimate", "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--channel", "all",
-                "--out", summed) == 0
+    assert (
+        _cli(
+            "estimate",
+            "--db",
+            trl_db,
+            "--run",
+            RUN,
+            "--estimator",
+            "grpo",
+            "--channel",
+            "all",
+            "--out",
+            summed,
+        )
+        == 0
+    )
     default, total = pd.read_parquet(out), pd.read_parquet(summed)
     assert default["advantage"].abs().sum() > 0
     np.testing.assert_array_equal(default["advantage"], total["advantage"])
@@ -93,8 +111,23 @@ def test_every_command_works_without_channel_and_reads_the_main_channel(trl_db, 
     assert _cli("trends", "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--json") == 0
     steps = json.loads(capsys.readouterr().out)
     assert [s["step"] for s in steps] == [1, 2] and all(s["q50"] is not None for s in steps)
-    assert _cli("explain", "--db", trl_db, "--run", RUN, "--rollout", 3, "--estimator", "grpo", "--pos", 0,
-                "--json") == 0
+    assert (
+        _cli(
+            "explain",
+            "--db",
+            trl_db,
+            "--run",
+            RUN,
+            "--rollout",
+            3,
+            "--estimator",
+            "grpo",
+            "--pos",
+            0,
+            "--json",
+        )
+        == 0
+    )
     explained = json.loads(capsys.readouterr().out)
     assert explained["channel"] == "all" and list(explained["channels"]) == ["all"]
     assert explained["terms"]["config"]["channel"] == "all" and explained["derivation"]["lines"]
@@ -104,22 +137,71 @@ def test_every_command_works_without_channel_and_reads_the_main_channel(trl_db, 
 
 
 def test_a_missing_channel_lists_the_runs_channels_and_hints_all(trl_db, tmp_path, capsys):
-    for command in (["estimate", "--out", tmp_path / "x.parquet"], ["logged-gap"], ["rollouts", "--json"],
-                    ["trends", "--json"], ["explain", "--rollout", 0]):
-        assert _cli(*command[:1], "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--channel", "task",
-                    *command[1:]) == 2, command
+    for command in (
+        ["estimate", "--out", tmp_path / "x.parquet"],
+        ["logged-gap"],
+        ["rollouts", "--json"],
+        ["trends", "--json"],
+        ["explain", "--rollout", 0],
+    ):
+        assert (
+            _cli(
+                *command[:1],
+                "--db",
+                trl_db,
+                "--run",
+                RUN,
+                "--estimator",
+                "grpo",
+                "--channel",
+                "task",
+                *command[1:],
+            )
+            == 2
+        ), command
         err = capsys.readouterr().err
         assert "no scores for channel 'task'" in err and "digits_reward, newline_reward" in err, err
         assert "--channel all" in err, err
 
 
 def test_teacher_bench_reads_the_main_channel(trl_db, tmp_path, capsys):
-    assert _cli("resample", "--db", trl_db, "--run", RUN, "--rollout", 2, "--positions", "1,3",
-                "--samples", 2, "--verifier", "tests.backend.ingest.trl_logs:has_newline",
-                "--model", DEMO_POLICY, "--json") == 0
+    assert (
+        _cli(
+            "resample",
+            "--db",
+            trl_db,
+            "--run",
+            RUN,
+            "--rollout",
+            2,
+            "--positions",
+            "1,3",
+            "--samples",
+            2,
+            "--verifier",
+            "tests.backend.ingest.trl_logs:has_newline",
+            "--model",
+            DEMO_POLICY,
+            "--json",
+        )
+        == 0
+    )
     out = tmp_path / "bench.json"
-    assert _cli("teacher-bench", "--db", trl_db, "--run", RUN, "--estimators", "grpo", "prefix_tree",
-                "--json", out) == 0
+    assert (
+        _cli(
+            "teacher-bench",
+            "--db",
+            trl_db,
+            "--run",
+            RUN,
+            "--estimators",
+            "grpo",
+            "prefix_tree",
+            "--json",
+            out,
+        )
+        == 0
+    )
     bench = json.loads(out.read_text())
     assert {r["estimator"] for r in bench["rows"]} >= {"grpo", "prefix_tree", "V: zero", "V: prefix_tree"}
     assert not [s for s in bench["skipped"] if "channel" in s], bench["skipped"]  # only: no critic values
@@ -132,8 +214,22 @@ def test_changing_the_main_channel_changes_every_default(trl_db, tmp_path, capsy
     assert _runs(trl_db, capsys)[RUN]["main_channel"] == "digits_reward"
     out, chosen = tmp_path / "default.parquet", tmp_path / "digits.parquet"
     assert _cli("estimate", "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--out", out) == 0
-    assert _cli("estimate", "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--channel", "digits_reward",
-                "--out", chosen) == 0
+    assert (
+        _cli(
+            "estimate",
+            "--db",
+            trl_db,
+            "--run",
+            RUN,
+            "--estimator",
+            "grpo",
+            "--channel",
+            "digits_reward",
+            "--out",
+            chosen,
+        )
+        == 0
+    )
     np.testing.assert_array_equal(pd.read_parquet(out)["advantage"], pd.read_parquet(chosen)["advantage"])
     capsys.readouterr()
     assert _cli("explain", "--db", trl_db, "--run", RUN, "--rollout", 3, "--estimator", "grpo", "--json") == 0
@@ -144,8 +240,10 @@ def test_changing_the_main_channel_changes_every_default(trl_db, tmp_path, capsy
     # completions of every group, so a group is flat when its last two agree
     with Store(trl_db, read_only=True) as store:
         index = store.rollout_index(RUN)
-        flags = store.con.execute("SELECT rollout_id, zero_variance FROM rollout_summary WHERE run_id = ? "
-                                  "ORDER BY 1", [store.run_id(RUN)]).df()
+        flags = store.con.execute(
+            "SELECT rollout_id, zero_variance FROM rollout_summary WHERE run_id = ? ORDER BY 1",
+            [store.run_id(RUN)],
+        ).df()
     flat = index.groupby("group_id")["digits_reward"].agg(lambda s: s.dropna().nunique() <= 1)
     assert flags["zero_variance"].tolist() == index["group_id"].map(flat).tolist()
     assert _cli("main-channel", "--db", trl_db, "--run", RUN, "nope") == 2
@@ -161,12 +259,16 @@ def _open(db: Path, page: str, **query):
 
 def _texts(at) -> str:
     """Every text element of the page, markdown escapes removed."""
-    return " ".join(str(e.value) for kind in ("markdown", "caption", "text", "info", "error", "warning")
-                    for e in at.get(kind)).replace("\\", "")
+    return " ".join(
+        str(e.value)
+        for kind in ("markdown", "caption", "text", "info", "error", "warning")
+        for e in at.get(kind)
+    ).replace("\\", "")
 
 
-@pytest.mark.parametrize("page", ["explorer", "trends", "rollout", "group", "compare", "tune", "resample",
-                                  "oracle", "runs"])
+@pytest.mark.parametrize(
+    "page", ["explorer", "trends", "rollout", "group", "compare", "tune", "resample", "oracle", "runs"]
+)
 def test_every_view_renders_the_multi_reward_run(trl_db, page):
     at = _open(trl_db, page)
     assert not at.exception, [e.message for e in at.exception]

@@ -32,4 +32,3 @@ def test_compute_button_stores_scores_and_the_estimator_becomes_available(app_db
     row = int((group.rollout_ids == 2).nonzero()[0, 0])
     L = int(group.response_mask[row].sum())
     assert abs(scoped.advantages[2] - direct[row, :L].numpy()).max() < 1e-6
-

@@ -40,6 +40,7 @@ def test_the_charts_are_drawn_before_the_monitors_run(app_db, monkeypatch):
 
     def failing(*args, **kwargs):
         raise RuntimeError("the monitors are still running")
+
     monkeypatch.setattr(monitor, "run_monitors", failing)
     at = open_app(app_db, "trends", {"run": "slow"})
     assert any("still running" in e.value for e in at.error)
@@ -63,7 +64,7 @@ def test_the_explorer_link_lists_the_alert_rollouts_first(app_db):
     at = open_app(app_db, "explorer", monitor_panel.explorer_link("sick", alert))
     assert not at.exception, at.exception
     (frame,) = [d.value for d in at.dataframe if "rollout_id" in d.value.columns]
-    assert frame["rollout_id"].tolist()[:len(alert.rollouts)] == alert.rollouts
+    assert frame["rollout_id"].tolist()[: len(alert.rollouts)] == alert.rollouts
     assert set(frame["step"]) == {ONSET} and frame["truncated"].all()
     at.button(key="explorer_clear_where").click().run()
     (frame,) = [d.value for d in at.dataframe if "rollout_id" in d.value.columns]

@@ -92,8 +92,24 @@ def test_compare_on_all_channels_equals_estimate_channel_all(app_db, tmp_path):
     at = open_app(app_db, page="compare", query=query)
     assert not at.exception, at.exception
     out = tmp_path / "all.parquet"
-    assert main(["estimate", "--db", str(app_db), "--run", "demo", "--estimator", "grpo", "--channel", "all",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "estimate",
+                "--db",
+                str(app_db),
+                "--run",
+                "demo",
+                "--estimator",
+                "grpo",
+                "--channel",
+                "all",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     frame = pq.read_table(out).to_pandas()
     expected = frame[frame["rollout_id"] == ROLLOUT].sort_values("pos")["advantage"].to_numpy()
     np.testing.assert_allclose(heatmap_row(chart(at, "compare_multiples"), "grpo"), expected, atol=1e-5)
@@ -104,29 +120,86 @@ def test_compare_on_all_channels_equals_estimate_channel_all(app_db, tmp_path):
 def test_tune_summed_reward_baseline_equals_estimate_and_explain(app_db, tmp_path, capsys):
     """Tune against the summed reward: side by side it is `estimate --channel all`; as a difference it is
     `explain --beta ... --json`'s final minus that."""
-    query = {"run": "demo", "rollout": str(ROLLOUT), "est": "entropy", "beta_style": "2.0",
-             "base": "side by side", "against": "summed"}
+    query = {
+        "run": "demo",
+        "rollout": str(ROLLOUT),
+        "est": "entropy",
+        "beta_style": "2.0",
+        "base": "side by side",
+        "against": "summed",
+    }
     at = open_app(app_db, page="tune", query=query)
     assert not at.exception, at.exception
     out = tmp_path / "all.parquet"
-    assert main(["estimate", "--db", str(app_db), "--run", "demo", "--estimator", "entropy",
-                 "--channel", "all", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "estimate",
+                "--db",
+                str(app_db),
+                "--run",
+                "demo",
+                "--estimator",
+                "entropy",
+                "--channel",
+                "all",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     frame = pq.read_table(out).to_pandas()
     summed = frame[frame["rollout_id"] == ROLLOUT].sort_values("pos")["advantage"].to_numpy()
-    np.testing.assert_allclose(heatmap_row(chart(at, "tune_baseline_heatmap"), "summed reward"), summed,
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        heatmap_row(chart(at, "tune_baseline_heatmap"), "summed reward"), summed, atol=1e-5
+    )
     assert any("--channel all" in c.value for c in at.caption)
 
     at.radio(key="tune_baseline").set_value("difference").run()
     assert not at.exception, at.exception
     capsys.readouterr()
-    assert main(["explain", "--db", str(app_db), "--run", "demo", "--rollout", str(ROLLOUT), "--estimator",
-                 "entropy", "--channel", "all", "--json"]) == 0
+    assert (
+        main(
+            [
+                "explain",
+                "--db",
+                str(app_db),
+                "--run",
+                "demo",
+                "--rollout",
+                str(ROLLOUT),
+                "--estimator",
+                "entropy",
+                "--channel",
+                "all",
+                "--json",
+            ]
+        )
+        == 0
+    )
     explained = json.loads(capsys.readouterr().out)
     np.testing.assert_allclose(explained["terms"]["tokens"]["advantage"], summed, atol=1e-5)  # same baseline
     # the tuned split: the estimator on the run's main channel (task), the other channels at their β
-    assert main(["explain", "--db", str(app_db), "--run", "demo", "--rollout", str(ROLLOUT), "--estimator",
-                 "entropy", "--beta", "style=2", "--json"]) == 0
+    assert (
+        main(
+            [
+                "explain",
+                "--db",
+                str(app_db),
+                "--run",
+                "demo",
+                "--rollout",
+                str(ROLLOUT),
+                "--estimator",
+                "entropy",
+                "--beta",
+                "style=2",
+                "--json",
+            ]
+        )
+        == 0
+    )
     tuned = np.asarray(json.loads(capsys.readouterr().out)["final"], dtype=np.float64)
     shown = heatmap_row(chart(at, "tune_baseline_heatmap"), "final: tuned − summed")
     np.testing.assert_allclose(shown, tuned - summed, atol=1e-5)

@@ -32,7 +32,7 @@ def test_explorer_shows_and_filters_a_metric(app_db, tmp_path):
     frame = _table(at)
     want = explorer.rollout_table(StoreHandle(db), "verl", explorer.ExplorerQuery(limit=None))
     assert "metric_acc" in frame.columns and "score_acc" not in frame.columns
-    shown = want.rows["metric_acc"].to_numpy()[:len(frame)]
+    shown = want.rows["metric_acc"].to_numpy()[: len(frame)]
     np.testing.assert_array_equal(frame["metric_acc"].to_numpy(), shown)
     at.multiselect(key="explorer_ranged").set_value(["metric_acc"]).run()
     at.slider(key="explorer_range_metric_acc").set_value((0.5, 1.0)).run()

@@ -51,13 +51,15 @@ def test_resample_says_in_place_that_the_model_folder_is_missing(writable, app_d
     """Before: a model recorded as a relative path (or moved since) stopped the page at `model folder ...
     does not exist`; now the page renders whole and says so where the buttons are."""
     with Store(app_db) as store:
-        store.con.execute("UPDATE runs SET model_dir = ? WHERE name = 'demo'",
-                          ["repo/sample_runs/demo-policy"])
+        store.con.execute(
+            "UPDATE runs SET model_dir = ? WHERE name = 'demo'", ["repo/sample_runs/demo-policy"]
+        )
     at = open_app(app_db, "resample", {"run": "demo", "rollout": "2"})
     assert not at.exception, [e.message for e in at.exception]
     warnings = [w.value for w in at.warning]
-    assert any("model folder 'repo/sample_runs/demo-policy' does not exist on this machine" in w
-               for w in warnings), warnings
+    assert any(
+        "model folder 'repo/sample_runs/demo-policy' does not exist on this machine" in w for w in warnings
+    ), warnings
     assert at.button(key="resample_run").disabled
     subheaders = [s.value for s in at.subheader]
     assert "V̂(s_t) along the rollout" in subheaders and "Model-based credit: OAR-P, OAR-G, GCPO" in subheaders

@@ -44,8 +44,10 @@ def test_trends_percent_axes_read_small_shares_and_an_unknown_share_says_so(app_
     groups = chart(at, "trends_groups")
     names = [t["name"] for t in groups["data"]]
     assert "truncated responses" not in names  # the demo's log says nothing about truncation
-    assert any("no data in this run: truncated responses" in a["text"]
-               for a in groups["layout"].get("annotations", []))
+    assert any(
+        "no data in this run: truncated responses" in a["text"]
+        for a in groups["layout"].get("annotations", [])
+    )
 
 
 def test_sorting_by_a_credit_column_without_an_estimator_says_to_add_one(app_db):
@@ -54,8 +56,19 @@ def test_sorting_by_a_credit_column_without_an_estimator_says_to_add_one(app_db)
     done = run_cli_here("rollouts", "--db", app_db, "--run", "demo", "--sort=-share_style_span", "--json")
     assert done.returncode == 2
     assert "add --estimator NAME" in done.stderr, done.stderr
-    ok = run_cli_here("rollouts", "--db", app_db, "--run", "demo", "--estimator", "grpo",
-                      "--sort=-share_filler", "--limit", "3", "--json")
+    ok = run_cli_here(
+        "rollouts",
+        "--db",
+        app_db,
+        "--run",
+        "demo",
+        "--estimator",
+        "grpo",
+        "--sort=-share_filler",
+        "--limit",
+        "3",
+        "--json",
+    )
     assert ok.returncode == 0, ok.stderr
 
 

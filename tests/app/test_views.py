@@ -286,8 +286,9 @@ def test_oracle_view_teacher_table_on_the_shipped_teacher(app_db):
     # enough valued positions; the one warning is the off-policy note `creditlens teacher-bench` prints
     with Store(app_db, read_only=True) as store:
         keys = store.rollout_index("demo")
-        cal = calibration(store, "demo", dict(zip(keys["rollout_id"].astype(int), keys["task"].astype(float),
-                                                  strict=True)))
+        cal = calibration(
+            store, "demo", dict(zip(keys["rollout_id"].astype(int), keys["task"].astype(float), strict=True))
+        )
     assert [w.value for w in at.warning] == [off_policy_note(cal)]
     shown = at.dataframe[2].value  # the calibration table, the same function's
     pd.testing.assert_frame_equal(shown.reset_index(drop=True), cal, check_dtype=False)
@@ -299,17 +300,31 @@ def test_oracle_view_teacher_table_on_the_shipped_teacher(app_db):
 
 def test_oracle_view_warns_when_few_positions_are_valued(app_db):
     with Store(app_db) as store:
-        store.save_resample("small", 0, pd.DataFrame({
-            "pos": [0, 0, 2, 2], "sample_idx": [0, 1, 0, 1], "seed": [0, 1, 2, 3], "suffix_ids": [[1]] * 4,
-            "suffix_text": ["a"] * 4, "reward": [1.0, 0.0, 0.0, 0.0], "engine": ["t"] * 4,
-            "model": ["m"] * 4}))
+        store.save_resample(
+            "small",
+            0,
+            pd.DataFrame(
+                {
+                    "pos": [0, 0, 2, 2],
+                    "sample_idx": [0, 1, 0, 1],
+                    "seed": [0, 1, 2, 3],
+                    "suffix_ids": [[1]] * 4,
+                    "suffix_text": ["a"] * 4,
+                    "reward": [1.0, 0.0, 0.0, 0.0],
+                    "engine": ["t"] * 4,
+                    "model": ["m"] * 4,
+                }
+            ),
+        )
     at = open_app(app_db, "oracle", {"run": "small", "rollout": "0", "ests": "grpo"})
     assert any("Only 2 valued positions" in w.value for w in at.warning)
 
 
 def test_token_classes_in_a_link_are_used_and_stay_in_the_url(app_db):
-    classes = (token_classes.TokenClass("answer digits", "regex", r"^\d$"),
-               token_classes.TokenClass("carry word", "phrases", "carry"))
+    classes = (
+        token_classes.TokenClass("answer digits", "regex", r"^\d$"),
+        token_classes.TokenClass("carry word", "phrases", "carry"),
+    )
     link = token_classes.to_link(classes)
     at = open_app(app_db, "compare", {"run": "demo", "rollout": "352", "classes": link})
     assert set(at.dataframe[0].value.index) == {"answer digits", "carry word", "other"}
@@ -325,8 +340,11 @@ def test_token_classes_in_a_link_are_used_and_stay_in_the_url(app_db):
 
 
 def test_a_link_with_a_bad_token_class_warns_and_uses_the_runs_classes(app_db):
-    at = open_app(app_db, None, {"run": "demo", "rollout": "352",
-                                 "classes": '[["fine","regex","a"],["broken","regex","("]]'})
+    at = open_app(
+        app_db,
+        None,
+        {"run": "demo", "rollout": "352", "classes": '[["fine","regex","a"],["broken","regex","("]]'},
+    )
     (warning,) = [w.value for w in at.warning]  # on the first view the link opens
     assert "classes=" in warning and "broken" in warning and "not a regex" in warning
     at.switch_page("../pages/compare.py").run()

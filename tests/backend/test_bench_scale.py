@@ -15,14 +15,33 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_bench_scale_runs_streamed_rows_with_text():
     out = subprocess.run(
-        [sys.executable, "-m", "bench", "scale", "--tokens", "20000", "--jsonl-tokens", "0", "--text",
-         "--streamed-only", "--estimators", "grpo", "--chunk", "8"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "scale",
+            "--tokens",
+            "20000",
+            "--jsonl-tokens",
+            "0",
+            "--text",
+            "--streamed-only",
+            "--estimators",
+            "grpo",
+            "--chunk",
+            "8",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     rows = {line[:46].strip(): line.split() for line in out.stdout.splitlines()}
     assert "import native Parquet" in rows
     streamed = rows["estimate grpo, streamed"]
     assert int(streamed[-6].replace(",", "")) >= 20_000  # tokens of the run
     assert float(streamed[-2]) == pytest.approx(1.0)  # its own baseline under --streamed-only
-    assert any(line.startswith("estimate grpo, streamed, a run a tenth the size")
-               for line in out.stdout.splitlines())
+    assert any(
+        line.startswith("estimate grpo, streamed, a run a tenth the size") for line in out.stdout.splitlines()
+    )

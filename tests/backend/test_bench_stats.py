@@ -30,8 +30,10 @@ def test_singleton_groups_are_the_bootstrap_over_rollouts():
     values[::7] = np.nan  # nothing judged there: left out, not counted as zero
     rollouts = np.arange(200) + 1000
     alone = stats.group_mean_se(values, rollouts, {})
-    same_draws = stats.bootstrap_se(lambda idx: float(np.mean(values[~np.isnan(values)][idx])),
-                                    [np.array([i]) for i in range(int((~np.isnan(values)).sum()))])
+    same_draws = stats.bootstrap_se(
+        lambda idx: float(np.mean(values[~np.isnan(values)][idx])),
+        [np.array([i]) for i in range(int((~np.isnan(values)).sum()))],
+    )
     assert alone == pytest.approx(same_draws, rel=1e-9)  # the vectorized draws are the looped ones
     assert alone == pytest.approx(stats.mean_se(values)[1], rel=0.2)
     assert math.isnan(stats.group_mean_se(values[:2], rollouts[:2], {}))  # fewer than 3 groups

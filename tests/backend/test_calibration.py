@@ -49,8 +49,9 @@ def test_calibration_equals_the_shipped_files_and_shows_the_off_policy_gap(bundl
 
 def test_teacher_bench_json_and_text_carry_the_calibration(bundled_db, tmp_path):
     out = tmp_path / "bench.json"
-    done = run_cli_here("teacher-bench", "--db", bundled_db, "--run", "demo", "--estimators", "grpo",
-                        "--json", out)
+    done = run_cli_here(
+        "teacher-bench", "--db", bundled_db, "--run", "demo", "--estimators", "grpo", "--json", out
+    )
     assert done.returncode == 0, done.stderr
     rows = json.loads(out.read_text())["calibration"]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
@@ -66,8 +67,19 @@ def test_teacher_bench_json_and_text_carry_the_calibration(bundled_db, tmp_path)
 
 def test_teacher_bench_on_the_on_policy_step_only(bundled_db, tmp_path):
     out = tmp_path / "bench.json"
-    done = run_cli_here("teacher-bench", "--db", bundled_db, "--run", "demo", "--estimators", "grpo",
-                        "--steps", "3", "--json", out)
+    done = run_cli_here(
+        "teacher-bench",
+        "--db",
+        bundled_db,
+        "--run",
+        "demo",
+        "--estimators",
+        "grpo",
+        "--steps",
+        "3",
+        "--json",
+        out,
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert result["steps"] == [3] and result["n_rollouts"] == 75  # step 3's valued rollouts, nothing else

@@ -31,8 +31,19 @@ def ckpts(tmp_path_factory) -> Path:
 @pytest.fixture
 def imported(ckpts, tmp_path) -> Path:
     db = tmp_path / "runs.duckdb"
-    done = run_cli_here("import", DEMO_RUN, "--db", db, "--run", "demo", "--model", f"{ckpts}/step_{{step}}",
-                        "--verifier", "answer_match", "--quiet")
+    done = run_cli_here(
+        "import",
+        DEMO_RUN,
+        "--db",
+        db,
+        "--run",
+        "demo",
+        "--model",
+        f"{ckpts}/step_{{step}}",
+        "--verifier",
+        "answer_match",
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr
     assert "step checkpoints: 3 of 4 steps attached; no checkpoint for step(s) 2" in done.stdout
     return db
@@ -47,8 +58,11 @@ def test_a_template_attaches_each_existing_step_absolute_and_the_command_lists_a
     listed = json.loads(run_cli_here("checkpoints", "--db", imported, "--run", "demo", "--json").stdout)
     assert listed["model"] == str(ckpts / "step_0")  # the tokenizer of the run: the lowest step's folder
     assert [(s["step"], s["checkpoint"], s["rollouts"]) for s in listed["steps"]] == [
-        (0, str(ckpts / "step_0"), 112), (1, str(ckpts / "step_1"), 112), (2, None, 112),
-        (3, str(ckpts / "step_3"), 112)]
+        (0, str(ckpts / "step_0"), 112),
+        (1, str(ckpts / "step_1"), 112),
+        (2, None, 112),
+        (3, str(ckpts / "step_3"), 112),
+    ]
     bad = run_cli_here("checkpoints", "--db", imported, "--run", "demo", "--set", f"2={ckpts}/step_2")
     assert bad.returncode == 2 and "no such model folder" in bad.stderr
     bad = run_cli_here("checkpoints", "--db", imported, "--run", "demo", "--set", f"7={ckpts}/step_3")
@@ -71,10 +85,16 @@ def test_mapping_files_json_and_toml_are_relative_to_the_file(ckpts, tmp_path):
     with pytest.raises(InputError, match="no such model folder"):
         parse_model_spec(str(tmp_path / "gone.json"))
     db = tmp_path / "runs.duckdb"
-    assert run_cli_here("import", DEMO_RUN, "--db", db, "--run", "d", "--model", ckpts / "map.json",
-                        "--quiet").returncode == 0
+    assert (
+        run_cli_here(
+            "import", DEMO_RUN, "--db", db, "--run", "d", "--model", ckpts / "map.json", "--quiet"
+        ).returncode
+        == 0
+    )
     assert rows(db, "SELECT step, model_dir FROM step_checkpoints ORDER BY step") == [
-        (0, str(ckpts / "step_0")), (3, str(ckpts / "step_3"))]
+        (0, str(ckpts / "step_0")),
+        (3, str(ckpts / "step_3")),
+    ]
 
 
 def test_choose_model_on_policy_named_off_policy_unknown_and_legacy():
@@ -97,30 +117,59 @@ def test_teacher_uses_each_steps_checkpoint_refuses_an_unknown_one_and_marks_a_n
     refused = run_cli_here("teacher", "--db", imported, "--run", "demo", "--rollouts", "3", "--samples", "2")
     assert refused.returncode == 2 and "sampled step 2 is unknown" in refused.stderr
     assert rows(imported, "SELECT count(*) FROM resample_samples") == [(0,)]
-    named = run_cli_here("teacher", "--db", imported, "--run", "demo", "--rollouts", "3", "--samples", "2",
-                         "--model", ckpts / "step_3", "--json")
+    named = run_cli_here(
+        "teacher",
+        "--db",
+        imported,
+        "--run",
+        "demo",
+        "--rollouts",
+        "3",
+        "--samples",
+        "2",
+        "--model",
+        ckpts / "step_3",
+        "--json",
+    )
     assert named.returncode == 0, named.stderr
     models = json.loads(named.stdout)["models"]
     assert {int(s): m["on_policy"] for s, m in models.items()} == {0: False, 2: False, 3: True}
-    stored = rows(imported, "SELECT o.step, s.model, bool_and(s.on_policy), count(*) FROM resample_samples s "
-                            "JOIN rollouts o USING (run_id, rollout_id) GROUP BY ALL ORDER BY 1")
+    stored = rows(
+        imported,
+        "SELECT o.step, s.model, bool_and(s.on_policy), count(*) FROM resample_samples s "
+        "JOIN rollouts o USING (run_id, rollout_id) GROUP BY ALL ORDER BY 1",
+    )
     step_3 = str(ckpts / "step_3")
     assert [(s, m, p) for s, m, p, _ in stored] == [(0, step_3, False), (2, step_3, False), (3, step_3, True)]
 
 
 def test_resample_and_model_credit_default_to_the_steps_checkpoint(imported, ckpts):
-    done = run_cli_here("resample", "--db", imported, "--run", "demo", "--rollout", "130",
-                        "--positions", "0,4", "--samples", "2")
+    done = run_cli_here(
+        "resample",
+        "--db",
+        imported,
+        "--run",
+        "demo",
+        "--rollout",
+        "130",
+        "--positions",
+        "0,4",
+        "--samples",
+        "2",
+    )
     assert done.returncode == 0, done.stderr
     assert f"model: step 1's checkpoint {ckpts}/step_1 [on-policy]" in done.stdout
     assert rows(imported, "SELECT DISTINCT model, on_policy FROM resample_samples") == [
-        (str(ckpts / "step_1"), True)]
-    done = run_cli_here("model-credit", "--db", imported, "--run", "demo", "--method", "gcpo",
-                        "--rollout", "0")
+        (str(ckpts / "step_1"), True)
+    ]
+    done = run_cli_here(
+        "model-credit", "--db", imported, "--run", "demo", "--method", "gcpo", "--rollout", "0"
+    )
     assert done.returncode == 0, done.stderr
     assert f"step 0: step 0's checkpoint {ckpts}/step_0" in done.stdout
     assert rows(imported, "SELECT DISTINCT model, on_policy FROM model_credit") == [
-        (str(ckpts / "step_0"), True)]
+        (str(ckpts / "step_0"), True)
+    ]
 
 
 def test_score_uses_each_steps_checkpoint_and_reproduces_the_sampling_logprobs(imported, ckpts):
@@ -140,8 +189,22 @@ def test_score_uses_each_steps_checkpoint_and_reproduces_the_sampling_logprobs(i
 
 def test_calibration_reads_the_stored_on_policy_flags(imported, ckpts):
     """Teacher rows from the final checkpoint named on purpose: on-policy only where it sampled the step."""
-    assert run_cli_here("teacher", "--db", imported, "--run", "demo", "--rollouts", "3", "--samples", "2",
-                        "--model", ckpts / "step_3").returncode == 0
+    assert (
+        run_cli_here(
+            "teacher",
+            "--db",
+            imported,
+            "--run",
+            "demo",
+            "--rollouts",
+            "3",
+            "--samples",
+            "2",
+            "--model",
+            ckpts / "step_3",
+        ).returncode
+        == 0
+    )
     with Store(imported, read_only=True) as store:
         keys = store.rollout_index("demo")
         table = calibration(store, "demo", dict(zip(keys["rollout_id"], keys["task"], strict=True)))

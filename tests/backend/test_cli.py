@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "backend.cli", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "backend.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_import_runs_delete_round_trip(tmp_path):

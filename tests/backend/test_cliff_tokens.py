@@ -24,8 +24,14 @@ def _pairs_frame(N: int) -> pd.DataFrame:
     """Every (k_prev, k) of one N as a two-position rollout: prefix 1 valued k_prev / N, prefix 2 k / N."""
     k_prev, k = np.meshgrid(np.arange(N + 1), np.arange(N + 1), indexing="ij")
     rid = np.arange((N + 1) ** 2)
-    return pd.DataFrame({"rollout_id": np.repeat(rid, 2), "pos": np.tile([1, 2], len(rid)),
-                         "value": np.stack([k_prev.ravel(), k.ravel()], 1).ravel() / N, "n": N})
+    return pd.DataFrame(
+        {
+            "rollout_id": np.repeat(rid, 2),
+            "pos": np.tile([1, 2], len(rid)),
+            "value": np.stack([k_prev.ravel(), k.ravel()], 1).ravel() / N,
+            "n": N,
+        }
+    )
 
 
 @pytest.mark.parametrize("case", range(len(OFFICIAL["matrices"])))
@@ -34,8 +40,9 @@ def test_the_test_equals_official_is_cliff_on_every_count(case):
     N = entry["N"]
     table = ct.cliff_table(_pairs_frame(N), delta_0=entry["delta_0"], z_alpha=entry["z_alpha"])
     assert len(table) == (N + 1) ** 2
-    ours = {(int(a), int(b)) for a, b, hit in zip(table["k_prev"], table["k"], table["cliff"], strict=True)
-            if hit}
+    ours = {
+        (int(a), int(b)) for a, b, hit in zip(table["k_prev"], table["k"], table["cliff"], strict=True) if hit
+    }
     assert ours == {tuple(p) for p in entry["cliffs"]}
     assert all(ct.is_cliff(a, N, b, N, entry["delta_0"], entry["z_alpha"]) for a, b in entry["cliffs"])
     assert len(ours) > 10  # the table is not trivially empty
@@ -90,9 +97,11 @@ def test_non_binary_values_round_to_counts_as_the_official_score_to_k():
 
 def test_most_negative_token_hits_share_ties():
     cliffs = {0: (2, 4), 1: (0, 1), 2: (5, 6)}
-    adv = {0: np.array([0.0, 0.1, -0.5, 0.2, 0.3]),  # the minimum inside [2, 4): a hit
-           1: np.array([-1.0, -1.0, 0.0, -1.0]),  # three tied minima, one inside
-           2: np.array([0.0, -2.0, 0.0, 0.0, 0.0, -1.0])}  # the minimum outside
+    adv = {
+        0: np.array([0.0, 0.1, -0.5, 0.2, 0.3]),  # the minimum inside [2, 4): a hit
+        1: np.array([-1.0, -1.0, 0.0, -1.0]),  # three tied minima, one inside
+        2: np.array([0.0, -2.0, 0.0, 0.0, 0.0, -1.0]),
+    }  # the minimum outside
     hits = ct.most_negative_hits(cliffs, adv, {0: 0, 1: 0, 2: 0})
     assert hits == {0: 1.0, 1: pytest.approx(1 / 3), 2: 0.0}
     # tokens before the first valued position are not judged
@@ -102,8 +111,15 @@ def test_most_negative_token_hits_share_ties():
 
 # rollout 1: L = 10, success rates 15/16 at 0, 14/16 at 4, 1/16 at 7 -> the first cliff is [4, 7), token 6;
 # rollout 2: L = 6, 8/16 at 0, 9/16 at 3 -> no cliff
-VALUES = pd.DataFrame({"rollout_id": [1, 1, 1, 2, 2], "pos": [0, 4, 7, 0, 3],
-                       "value": [15 / 16, 14 / 16, 1 / 16, 0.5, 9 / 16], "stderr": 0.1, "n": 16})
+VALUES = pd.DataFrame(
+    {
+        "rollout_id": [1, 1, 1, 2, 2],
+        "pos": [0, 4, 7, 0, 3],
+        "value": [15 / 16, 14 / 16, 1 / 16, 0.5, 9 / 16],
+        "stderr": 0.1,
+        "n": 16,
+    }
+)
 LENGTHS, OUTCOMES = {1: 10, 2: 6}, {1: 0.0, 2: 1.0}
 
 

@@ -16,7 +16,8 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 def test_the_command_reference_is_generated_from_the_parser():
     written = (DOCS / "commands.md").read_text(encoding="utf-8")
     assert written == reference.reference(), (
-        "docs/commands.md is stale: run `python -m backend.cli.reference > docs/commands.md`")
+        "docs/commands.md is stale: run `python -m backend.cli.reference > docs/commands.md`"
+    )
 
 
 def test_the_reference_names_every_command_and_option():

@@ -19,11 +19,15 @@ from backend.ingest import import_records
 from backend.store import Store, StoreHandle
 from tests.conftest import copy_store, make_records
 
-FITTED = [("token_rm", {}), ("token_rm", {"head": "mlp", "steps": 40}), ("rudder", {}),
-          ("gae", {"value_source": "fitted"}),
-          ("entropy", {"then_gae": True, "value_source": "fitted"}),
-          ("token_rm", {"then_gae": True, "value_source": "fitted"}),
-          ("entropy_gate", {"base": "token_rm"})]
+FITTED = [
+    ("token_rm", {}),
+    ("token_rm", {"head": "mlp", "steps": 40}),
+    ("rudder", {}),
+    ("gae", {"value_source": "fitted"}),
+    ("entropy", {"then_gae": True, "value_source": "fitted"}),
+    ("token_rm", {"then_gae": True, "value_source": "fitted"}),
+    ("entropy_gate", {"base": "token_rm"}),
+]
 
 
 @pytest.fixture(scope="module")
@@ -41,16 +45,19 @@ def _group_max(db: Path, run: str) -> int:
         return int(store.rollout_keys(run).groupby("group_id").size().max())
 
 
-def _check_equal(handle: StoreHandle, run: str, name: str, overrides: dict, sizes: tuple[int, ...],
-                 group_max: int) -> list[str]:
+def _check_equal(
+    handle: StoreHandle, run: str, name: str, overrides: dict, sizes: tuple[int, ...], group_max: int
+) -> list[str]:
     config = registry.make_config(name, **overrides)
-    whole = estimates.estimate_rollouts(handle, run, name, config, use_cache=False, save=False,
-                                        chunk_rollouts=None)
+    whole = estimates.estimate_rollouts(
+        handle, run, name, config, use_cache=False, save=False, chunk_rollouts=None
+    )
     assert whole.scope == "run"
     notes = []
     for size in sizes:
-        streamed = estimates.stream_run(handle, run, name, config, chunk_rollouts=size, use_cache=False,
-                                        save=False)
+        streamed = estimates.stream_run(
+            handle, run, name, config, chunk_rollouts=size, use_cache=False, save=False
+        )
         assert len(streamed.chunks) > 1, (name, overrides, size)
         got, largest = {}, 0
         for batch, adv in streamed:
@@ -58,8 +65,13 @@ def _check_equal(handle: StoreHandle, run: str, name: str, overrides: dict, size
             largest = max(largest, batch.B)
         assert got.keys() == whole.advantages.keys()
         for rid, expected in whole.advantages.items():
-            np.testing.assert_allclose(got[rid], expected, rtol=1e-5, atol=1e-6,
-                                       err_msg=f"{run} {name} {overrides} chunk {size} rollout {rid}")
+            np.testing.assert_allclose(
+                got[rid],
+                expected,
+                rtol=1e-5,
+                atol=1e-6,
+                err_msg=f"{run} {name} {overrides} chunk {size} rollout {rid}",
+            )
         # bounded memory: a chunk holds whole groups up to `size` rollouts, for the fitted estimators too
         assert largest <= size + group_max - 1, (name, largest, size)
         assert streamed.notes == whole.notes
@@ -89,8 +101,9 @@ def test_sampled_fits_stream_to_the_in_memory_numbers_and_say_so(db, monkeypatch
     assert any("fitted value probe fitted on an evenly strided sample of 301" in n for n in notes), notes
     monkeypatch.setattr(learned, "MLP_FIT_TOKENS", 700)
     notes = _check_equal(handle, "demo", "token_rm", {"head": "mlp", "steps": 30}, (23,), group_max)
-    assert any("MLP head fitted on an evenly strided sample of whole responses holding about 700" in n
-               for n in notes), notes
+    assert any(
+        "MLP head fitted on an evenly strided sample of whole responses holding about 700" in n for n in notes
+    ), notes
 
 
 def test_token_sample_over_chunks_is_the_in_memory_sample_and_bounded(db):
@@ -161,8 +174,9 @@ def test_rollout_terms_of_a_fitted_estimator_come_from_its_group_with_the_run_mo
             expected = explain.terms_of(whole, result, row, name, config)["tokens"]
             assert expected.keys() == terms["tokens"].keys()
             for key, values_ in expected.items():
-                np.testing.assert_allclose(terms["tokens"][key], values_, rtol=1e-5, atol=1e-6,
-                                           err_msg=f"{name} {key}")
+                np.testing.assert_allclose(
+                    terms["tokens"][key], values_, rtol=1e-5, atol=1e-6, err_msg=f"{name} {key}"
+                )
 
 
 def test_mlp_head_sample_over_chunks_is_the_in_memory_rows_and_bounded(db, monkeypatch):

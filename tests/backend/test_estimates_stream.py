@@ -62,8 +62,9 @@ def test_every_estimator_streams_to_the_in_memory_numbers(db, run):
     for name in names:
         if run != "mixed" and registry.get(name).scope_for(registry.make_config(name)) == "run":
             continue  # one chunk, the in-memory code path: checked on the small run alone (fitting is slow)
-        whole = estimates.estimate_rollouts(handle, run, name, use_cache=False, save=False,
-                                            chunk_rollouts=None)
+        whole = estimates.estimate_rollouts(
+            handle, run, name, use_cache=False, save=False, chunk_rollouts=None
+        )
         scope = whole.scope
         # no size divides a group (8 in demo, 3 in mixed); one size for run scope (fitting is slow)
         sizes = (5, 13) if run == "mixed" else (37,)  # a few chunks per run keep the test short

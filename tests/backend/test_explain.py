@@ -96,8 +96,19 @@ def test_views_read_what_the_command_line_cached(bundled_db):
 
 
 def test_explain_command_json_and_table(demo_db):
-    run = ["explain", "--db", str(demo_db), "--run", "demo", "--rollout", str(ROLLOUT), "--estimator",
-           "recency", "--pos", "3"]
+    run = [
+        "explain",
+        "--db",
+        str(demo_db),
+        "--run",
+        "demo",
+        "--rollout",
+        str(ROLLOUT),
+        "--estimator",
+        "recency",
+        "--pos",
+        "3",
+    ]
     out = run_cli_here(*run, "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
@@ -117,17 +128,35 @@ def test_explain_command_json_and_table(demo_db):
 
 
 def test_explain_bad_input_is_one_line_exit_2(demo_db):
-    for extra, needle in ((["--rollout", "99999", "--estimator", "grpo"], "no rollout 99999"),
-                          (["--rollout", "0", "--estimator", "nope"], "unknown estimator"),
-                          (["--rollout", "0", "--estimator", "grpo", "--pos", "5000"], "--pos 5000")):
+    for extra, needle in (
+        (["--rollout", "99999", "--estimator", "grpo"], "no rollout 99999"),
+        (["--rollout", "0", "--estimator", "nope"], "unknown estimator"),
+        (["--rollout", "0", "--estimator", "grpo", "--pos", "5000"], "--pos 5000"),
+    ):
         out = run_cli_here("explain", "--db", demo_db, "--run", "demo", *extra)
         assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
 def test_suffix_mc_explains_with_the_monte_carlo_values_that_fed_it(bundled_db):
     db = bundled_db
-    assert main(["resample", "--db", str(db), "--run", "demo", "--rollout", str(ROLLOUT),
-                 "--positions", "3,17", "--samples", "4"]) == 0
+    assert (
+        main(
+            [
+                "resample",
+                "--db",
+                str(db),
+                "--run",
+                "demo",
+                "--rollout",
+                str(ROLLOUT),
+                "--positions",
+                "3,17",
+                "--samples",
+                "4",
+            ]
+        )
+        == 0
+    )
     result = explain.explain_rollout(StoreHandle(db), "demo", ROLLOUT, "suffix_mc")
     assert [(m["pos"], m["n"]) for m in result.terms["mc"]] == [(3, 4), (17, 4)]
     lines = explain.derivation(result.terms, 5)
@@ -140,8 +169,18 @@ def test_suffix_mc_explains_with_the_monte_carlo_values_that_fed_it(bundled_db):
 
 
 def test_explain_json_carries_the_strips_and_a_channel_normalization(demo_db, capsys):
-    args = ["explain", "--db", str(demo_db), "--run", "demo", "--rollout", str(ROLLOUT),
-            "--estimator", "grpo", "--json"]
+    args = [
+        "explain",
+        "--db",
+        str(demo_db),
+        "--run",
+        "demo",
+        "--rollout",
+        str(ROLLOUT),
+        "--estimator",
+        "grpo",
+        "--json",
+    ]
     assert main(args) == 0
     plain = json.loads(capsys.readouterr().out)
     L = len(plain["tokens"])

@@ -81,12 +81,14 @@ def expected_summary(store: Store) -> pd.DataFrame:
     """The per-rollout summary computed in pandas/numpy from the stored rows (the SQL's reference)."""
     rows = store.con.execute(
         "SELECT rollout_id, group_id, step, token_ids, entropies, logprobs, ref_logprobs, meta "
-        "FROM rollouts WHERE run_id = ? ORDER BY rollout_id", [store.run_id("run")]).fetchall()
+        "FROM rollouts WHERE run_id = ? ORDER BY rollout_id",
+        [store.run_id("run")],
+    ).fetchall()
     scores = store.rollout_index("run").set_index("rollout_id")
     out = []
     for rid, group, step, ids, ent, lp, ref, meta in rows:
         meta = json.loads(meta)
-        windows = [tuple(ids[i:i + 16]) for i in range(len(ids) - 15)]
+        windows = [tuple(ids[i : i + 16]) for i in range(len(ids) - 15)]
         seen, repeats = set(), 0
         for w in windows:
             repeats += w in seen
@@ -94,15 +96,20 @@ def expected_summary(store: Store) -> pd.DataFrame:
         truncated = meta.get("truncated")
         if truncated is None and "finish_reason" in meta:
             truncated = meta["finish_reason"] == "length"
-        out.append({
-            "rollout_id": rid, "group_id": group, "step": step, "length": len(ids),
-            "reward": scores.loc[rid, "task"] + scores.loc[rid, "style"],
-            "truncated": truncated,
-            "repetition": repeats / len(windows) if windows else math.nan,
-            "mean_entropy": float(np.mean(ent)),
-            "kl": float(np.mean(np.subtract(lp, ref))) if ref is not None else math.nan,
-            "task": scores.loc[rid, "task"],
-        })
+        out.append(
+            {
+                "rollout_id": rid,
+                "group_id": group,
+                "step": step,
+                "length": len(ids),
+                "reward": scores.loc[rid, "task"] + scores.loc[rid, "style"],
+                "truncated": truncated,
+                "repetition": repeats / len(windows) if windows else math.nan,
+                "mean_entropy": float(np.mean(ent)),
+                "kl": float(np.mean(np.subtract(lp, ref))) if ref is not None else math.nan,
+                "task": scores.loc[rid, "task"],
+            }
+        )
     frame = pd.DataFrame(out)
     task = frame.groupby("group_id")["task"]
     frame["zero_variance"] = (task.transform("size") >= 2) & (task.transform("nunique") == 1)
@@ -118,10 +125,17 @@ def test_summary_filled_at_import_matches_pandas(handle):
     for column in ("group_id", "step", "length", "zero_variance"):
         assert got[column].tolist() == want[column].tolist(), column
     for column in ("reward", "repetition", "mean_entropy", "kl"):
-        np.testing.assert_allclose(got[column].astype(float), want[column].astype(float), rtol=1e-5,
-                                   atol=1e-6, equal_nan=True, err_msg=column)
-    assert [None if pd.isna(v) else bool(v) for v in got["truncated"]] == \
-        [None if v is None else bool(v) for v in want["truncated"]]
+        np.testing.assert_allclose(
+            got[column].astype(float),
+            want[column].astype(float),
+            rtol=1e-5,
+            atol=1e-6,
+            equal_nan=True,
+            err_msg=column,
+        )
+    assert [None if pd.isna(v) else bool(v) for v in got["truncated"]] == [
+        None if v is None else bool(v) for v in want["truncated"]
+    ]
     assert want["truncated"].notna().sum() == 18  # 9 from meta.truncated, 9 from meta.finish_reason
     assert (want["repetition"] > 0).sum() >= 1
     assert want["zero_variance"].any() and not want["zero_variance"].all()
@@ -148,7 +162,8 @@ def shares_in_numpy(handle: StoreHandle, name: str) -> pd.DataFrame:
             row[explorer.column_name("share", label)] = share
             for sign, part in (("pos", positive), ("neg", negative)):
                 row[explorer.column_name(f"{sign}_share", label)] = (
-                    part[classes[i] == c].sum() / part.sum() if part.sum() else np.nan)
+                    part[classes[i] == c].sum() / part.sum() if part.sum() else np.nan
+                )
         rows.append(row)
     return pd.DataFrame(rows).set_index("rollout_id")
 
@@ -159,12 +174,21 @@ def test_credit_shares_match_the_estimate(handle, name):
     want = shares_in_numpy(handle, name)
     share_columns = [explorer.column_name("share", c) for c in credit_shares.CREDIT_CLASSES]
     assert [c for c in got.columns if c.startswith("share_")] == share_columns
-    signed = [explorer.column_name(f"{sign}_share", c) for sign in ("pos", "neg")
-              for c in credit_shares.CREDIT_CLASSES]
+    signed = [
+        explorer.column_name(f"{sign}_share", c)
+        for sign in ("pos", "neg")
+        for c in credit_shares.CREDIT_CLASSES
+    ]
     assert [c for c in got.columns if c.startswith(("pos_share_", "neg_share_"))] == signed
     for column in [*share_columns, *signed, "max_abs"]:
-        np.testing.assert_allclose(got.loc[want.index, column].astype(float), want[column], rtol=1e-5,
-                                   atol=1e-7, equal_nan=True, err_msg=column)
+        np.testing.assert_allclose(
+            got.loc[want.index, column].astype(float),
+            want[column],
+            rtol=1e-5,
+            atol=1e-7,
+            equal_nan=True,
+            err_msg=column,
+        )
     shares = got[share_columns].astype(float)
     full = shares.sum(axis=1)[got["max_abs"] > 0]
     np.testing.assert_allclose(full, 1.0, rtol=1e-9)
@@ -173,8 +197,17 @@ def test_credit_shares_match_the_estimate(handle, name):
 
 @pytest.mark.slow
 def test_creditlens_estimate_fills_the_credit_summary(handle, tmp_path):
-    done = run_cli_here("estimate", "--db", str(handle.path), "--run", "run", "--estimator", "entropy",
-                   "--out", str(tmp_path / "a.parquet"))
+    done = run_cli_here(
+        "estimate",
+        "--db",
+        str(handle.path),
+        "--run",
+        "run",
+        "--estimator",
+        "entropy",
+        "--out",
+        str(tmp_path / "a.parquet"),
+    )
     assert done.returncode == 0, done.stderr
     with handle.read() as store:
         rows = store.con.execute("SELECT count(*) FROM credit_summary WHERE estimator = 'entropy'").fetchall()
@@ -204,7 +237,8 @@ def test_sort_filter_search_and_pages(handle):
 
     long_ones = everything(handle, filters=(parse_where("length>=20"), Filter("zero_variance", "=", False)))
     assert sorted(long_ones["rollout_id"]) == sorted(
-        full.loc[(full["length"] >= 20) & ~full["zero_variance"].astype(bool), "rollout_id"])
+        full.loc[(full["length"] >= 20) & ~full["zero_variance"].astype(bool), "rollout_id"]
+    )
 
     found = everything(handle, search="needle")
     assert found["step"].tolist() == [1] and found["group_id"].nunique() == 1
@@ -236,8 +270,9 @@ def test_trends_match_pandas(handle):
     np.testing.assert_allclose(trends["length"], by_step["length"].mean())
     np.testing.assert_allclose(trends["score_task"], by_step["task"].mean())
     weighted = want.assign(e=want["mean_entropy"] * want["length"]).groupby("step")
-    np.testing.assert_allclose(trends["mean_entropy"], weighted["e"].sum() / by_step["length"].sum(),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        trends["mean_entropy"], weighted["e"].sum() / by_step["length"].sum(), rtol=1e-6
+    )
     zero = want.groupby(["step", "group_id"])["zero_variance"].first().groupby("step").mean()
     np.testing.assert_allclose(trends["zero_variance_share"], zero)
     assert math.isnan(trends["kl"].iloc[0]) and np.isfinite(trends["kl"].iloc[1:]).all()
@@ -246,8 +281,12 @@ def test_trends_match_pandas(handle):
     with handle.read() as store:
         batch = store.load_batch("run", steps=[2])
     classes = token_classes.class_ids(batch)
-    adv = np.abs(estimates.ScopedEstimate("entropy", None, "group", "task", scoped, "cache")
-                 .padded(batch.rollout_ids.tolist(), batch.T).numpy().astype(np.float64))
+    adv = np.abs(
+        estimates.ScopedEstimate("entropy", None, "group", "task", scoped, "cache")
+        .padded(batch.rollout_ids.tolist(), batch.T)
+        .numpy()
+        .astype(np.float64)
+    )
     digits = credit_shares.CREDIT_CLASSES.index("digits")
     want_share = adv[classes == digits].sum() / adv.sum()
     assert trends["share_digits"].iloc[2] == pytest.approx(want_share, rel=1e-6)
@@ -278,14 +317,18 @@ def test_summaries_follow_the_store(handle):
     assert len(everything(handle)) == 36  # rebuilt on demand
     with handle.write() as store:
         import_records(store, "run", explorer_records(seed=1, steps=1), content_key="more", append=True)
-        counts = {t: store.con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
-                  for t in ("rollout_summary", "credit_summary", "credit_agreement")}
+        counts = {
+            t: store.con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
+            for t in ("rollout_summary", "credit_summary", "credit_agreement")
+        }
     assert counts == {"rollout_summary": 48, "credit_summary": 0, "credit_agreement": 0}
     assert len(everything(handle, estimator="entropy")) == 48
     with handle.write() as store:
         store.delete_run("run")
-        left = sum(store.con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
-                   for t in ("rollout_summary", "credit_summary", "credit_agreement"))
+        left = sum(
+            store.con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
+            for t in ("rollout_summary", "credit_summary", "credit_agreement")
+        )
     assert left == 0
 
 
@@ -308,22 +351,51 @@ def same_frames(cli: pd.DataFrame, view: pd.DataFrame) -> None:
     for column in view.columns:
         a, b = cli[column], view[column]
         if pd.api.types.is_numeric_dtype(b) and not pd.api.types.is_bool_dtype(b):
-            np.testing.assert_allclose(a.astype(float), b.astype(float), rtol=1e-12, equal_nan=True,
-                                       err_msg=column)
+            np.testing.assert_allclose(
+                a.astype(float), b.astype(float), rtol=1e-12, equal_nan=True, err_msg=column
+            )
         else:
             assert [None if pd.isna(x) else x for x in a] == [None if pd.isna(x) else x for x in b], column
 
 
 @pytest.mark.slow
 def test_cli_rollouts_json_and_parquet_equal_the_view_function(handle, tmp_path):
-    args = ["--db", str(handle.path), "--run", "run", "--estimator", "entropy", "--compare", "recency",
-            "--sort=-share_other", "--where", "length>=8", "--search", "1", "--limit", "7", "--offset", "2"]
+    args = [
+        "--db",
+        str(handle.path),
+        "--run",
+        "run",
+        "--estimator",
+        "entropy",
+        "--compare",
+        "recency",
+        "--sort=-share_other",
+        "--where",
+        "length>=8",
+        "--search",
+        "1",
+        "--limit",
+        "7",
+        "--offset",
+        "2",
+    ]
     done = run_cli_here("rollouts", *args, "--json")
     assert done.returncode == 0, done.stderr
     cli = pd.DataFrame(json.loads(done.stdout))
-    view = explorer.rollout_table(handle, "run", ExplorerQuery(
-        estimator="entropy", compare="recency", sort="share_other", descending=True,
-        filters=(Filter("length", ">=", 8.0),), search="1", limit=7, offset=2)).rows
+    view = explorer.rollout_table(
+        handle,
+        "run",
+        ExplorerQuery(
+            estimator="entropy",
+            compare="recency",
+            sort="share_other",
+            descending=True,
+            filters=(Filter("length", ">=", 8.0),),
+            search="1",
+            limit=7,
+            offset=2,
+        ),
+    ).rows
     assert len(view) == 7
     same_frames(cli, view)
     out = tmp_path / "t.parquet"

@@ -16,10 +16,17 @@ from backend.teacher_bench import Segments, per_rollout_metrics, segment_sums, t
 def one_rollout(delta, lengths, se=None) -> Segments:
     ends = np.cumsum(lengths)
     n = len(delta)
-    return Segments(rollout=np.zeros(n, int), start=ends - np.asarray(lengths), end=ends,
-                    delta=np.asarray(delta, float), delta_se=np.asarray(se if se is not None else [0.0] * n),
-                    index=np.arange(n), critical={0: None}, n_positions=n,
-                    delta_se_wilson=np.full(n, 0.2))
+    return Segments(
+        rollout=np.zeros(n, int),
+        start=ends - np.asarray(lengths),
+        end=ends,
+        delta=np.asarray(delta, float),
+        delta_se=np.asarray(se if se is not None else [0.0] * n),
+        index=np.arange(n),
+        critical={0: None},
+        n_positions=n,
+        delta_se_wilson=np.full(n, 0.2),
+    )
 
 
 def test_broadcast_credit_wins_by_length_on_sums_and_is_at_chance_on_means():
@@ -53,8 +60,9 @@ def test_segment_shuffle_keeps_the_layout_and_is_at_chance_on_rankings():
     sums = segment_sums(segments, advantages)
     ranks = []
     for seed in range(400):
-        shuffled = fair.segment_shuffle(segments.rollout, segments.start, segments.end, sums, advantages,
-                                        seed)
+        shuffled = fair.segment_shuffle(
+            segments.rollout, segments.start, segments.end, sums, advantages, seed
+        )
         moved = segment_sums(segments, shuffled)
         assert sorted(np.round(moved, 9)) == sorted(np.round(sums, 9))  # the same sums, other segments
         for a, b in zip(segments.start, segments.end, strict=True):
@@ -76,9 +84,16 @@ def test_on_the_demo_teacher_grpo_loses_its_length_edge_and_the_shuffled_row_ran
     segments = bench_segments(bundled_db)
     advantages = grpo_advantages(bundled_db, segments)
     sums = segment_sums(segments, advantages)
-    draws = [per_rollout_metrics(segments, segment_sums(segments, fair.segment_shuffle(
-        segments.rollout, segments.start, segments.end, sums, advantages, seed)))["ranking_accuracy"].mean()
-        for seed in range(12)]
+    draws = [
+        per_rollout_metrics(
+            segments,
+            segment_sums(
+                segments,
+                fair.segment_shuffle(segments.rollout, segments.start, segments.end, sums, advantages, seed),
+            ),
+        )["ranking_accuracy"].mean()
+        for seed in range(12)
+    ]
     assert abs(np.mean(draws) - 0.5) < 0.015
 
 
@@ -87,11 +102,15 @@ def bench_segments(db) -> Segments:
         values = store.resample_values("demo")
         batch = store.load_batch("demo")
     ids = batch.rollout_ids.tolist()
-    return teacher_segments(values, dict(zip(ids, batch.lengths.tolist(), strict=True)),
-                            dict(zip(ids, batch.scores["task"].double().tolist(), strict=True)))
+    return teacher_segments(
+        values,
+        dict(zip(ids, batch.lengths.tolist(), strict=True)),
+        dict(zip(ids, batch.scores["task"].double().tolist(), strict=True)),
+    )
 
 
 def grpo_advantages(db, segments: Segments) -> dict[int, np.ndarray]:
     valued = sorted({int(r) for r in segments.rollout})
-    return estimates.estimate_rollouts(StoreHandle(db), "demo", "grpo", registry.make_config("grpo"),
-                                       valued).advantages
+    return estimates.estimate_rollouts(
+        StoreHandle(db), "demo", "grpo", registry.make_config("grpo"), valued
+    ).advantages

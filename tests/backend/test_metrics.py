@@ -104,7 +104,8 @@ def test_style_recall_uses_the_counterfactual_delta():
     assert credit_metrics(advantages, keys, credit, mask, style, local)["style_recall"] == pytest.approx(1.0)
     # row 0: top-2 = {0, 2} -> 1/2; row 1: all tied, 3 slots of 4, 3 targets -> 9/4 hits of 3 = 3/4
     assert credit_metrics(advantages, keys, credit, mask, style, spread)["style_recall"] == pytest.approx(
-        (0.5 + 0.75) / 2)
+        (0.5 + 0.75) / 2
+    )
 
 
 def test_summarize_mean_and_sample_std():
@@ -146,23 +147,44 @@ def test_bench_reproduces_the_write_up_ordering(small_bench):
     split = small_bench[("mixed", "split", "entropy")]
     assert single["style_recall"] < 0.2 < 0.95 < split["style_recall"]
     assert split["key_recall"] > 0.5
-    assert small_bench[("mixed", "split", "grpo")]["style_recall"] > small_bench[("mixed", "single", "grpo")][
-        "style_recall"]
+    assert (
+        small_bench[("mixed", "split", "grpo")]["style_recall"]
+        > small_bench[("mixed", "single", "grpo")]["style_recall"]
+    )
     # the learned token RM reads the noisy decision signal: better rank agreement than broadcast
     assert small_bench[("task", "single", "token_rm")]["spearman"] > grpo["spearman"]
 
 
 def test_oracle_bench_command_writes_json(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    args = ["oracle-bench", "--seeds", "1", "--prompts", "12", "--group", "4", "--estimators", "grpo,entropy",
-            "--workers", "1", "--quiet", "--json", str(out)]
+    args = [
+        "oracle-bench",
+        "--seeds",
+        "1",
+        "--prompts",
+        "12",
+        "--group",
+        "4",
+        "--estimators",
+        "grpo,entropy",
+        "--workers",
+        "1",
+        "--quiet",
+        "--json",
+        str(out),
+    ]
     assert main(args) == 0
     table = capsys.readouterr().out
     assert "entropy" in table and "wall time" in table
     payload = json.loads(out.read_text())
     assert [(r["setting"], r["pipeline"], r["estimator"]) for r in payload["rows"]] == [
-        ("task", "single", "grpo"), ("mixed", "single", "grpo"), ("mixed", "split", "grpo"),
-        ("task", "single", "entropy"), ("mixed", "single", "entropy"), ("mixed", "split", "entropy")]
+        ("task", "single", "grpo"),
+        ("mixed", "single", "grpo"),
+        ("mixed", "split", "grpo"),
+        ("task", "single", "entropy"),
+        ("mixed", "single", "entropy"),
+        ("mixed", "split", "entropy"),
+    ]
     assert payload["rows"][0]["style_recall"] is None
     assert main(["oracle-bench", "--seeds", "1", "--estimators", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
@@ -188,9 +210,26 @@ def test_model_bound_estimators_are_named_not_benched():
 def test_oracle_bench_variant_rows_use_the_options(tmp_path, capsys):
     """`--variant name:key=value,...` adds rows computed with those options; a bad one is one line, exit 2."""
     out = tmp_path / "bench.json"
-    args = ["oracle-bench", "--seeds", "1", "--prompts", "12", "--group", "4", "--estimators", "entropy",
-            "--variant", "block_mean:base=entropy,k=1", "--variant", "block_mean:base=entropy,k=48",
-            "--workers", "1", "--quiet", "--json", str(out)]
+    args = [
+        "oracle-bench",
+        "--seeds",
+        "1",
+        "--prompts",
+        "12",
+        "--group",
+        "4",
+        "--estimators",
+        "entropy",
+        "--variant",
+        "block_mean:base=entropy,k=1",
+        "--variant",
+        "block_mean:base=entropy,k=48",
+        "--workers",
+        "1",
+        "--quiet",
+        "--json",
+        str(out),
+    ]
     assert main(args) == 0
     rows = {(r["setting"], r["pipeline"], r["estimator"]): r for r in json.loads(out.read_text())["rows"]}
     same = rows[("task", "single", "block_mean:base=entropy,k=1")]  # one token per block: the base itself

@@ -24,10 +24,28 @@ from backend.store import Store, StoreHandle
 from tests.conftest import run_cli_here
 
 STEPS, ONSET, PROMPTS, GROUP = 14, 9, 5, 8
-FILLER = ["i hope ", "this helps", "basically", "clearly", "obviously", "essentially", "to be honest",
-          "in summary"]
-PLANTS = ("class_share", "channel_takeover", "entropy_collapse", "kl_acceleration", "length_drift",
-          "truncation", "zero_variance", "repetition", "garbled", "logged_gap")
+FILLER = [
+    "i hope ",
+    "this helps",
+    "basically",
+    "clearly",
+    "obviously",
+    "essentially",
+    "to be honest",
+    "in summary",
+]
+PLANTS = (
+    "class_share",
+    "channel_takeover",
+    "entropy_collapse",
+    "kl_acceleration",
+    "length_drift",
+    "truncation",
+    "zero_variance",
+    "repetition",
+    "garbled",
+    "logged_gap",
+)
 
 
 def _grpo_z(task: list[float]) -> list[float]:
@@ -66,8 +84,8 @@ def monitor_records(plant: str | None = None, seed: int = 0, onset: int = ONSET)
             if rng.random() < 0.01 * step:  # healthy: accuracy improves slowly
                 task = 1.0
             if rng.random() < 0.2:  # filler nobody pays for, unless the plant is on
-                rec["tokens"][-len(FILLER):] = FILLER
-                rec["token_ids"][-len(FILLER):] = range(900, 900 + len(FILLER))
+                rec["tokens"][-len(FILLER) :] = FILLER
+                rec["token_ids"][-len(FILLER) :] = range(900, 900 + len(FILLER))
                 if on and plant == "class_share":  # a judge starts paying for it
                     task += 1.0
             if on and plant == "repetition" and rng.random() < 0.4:
@@ -120,6 +138,7 @@ def report(runs):
         if name not in cache:
             cache[name] = monitor.run_monitors(runs, name)
         return cache[name]
+
     return get
 
 
@@ -172,8 +191,18 @@ def test_a_healthy_run_raises_nothing(report, seed):
     assert report.alerts == [], [a.message for a in report.alerts]
     assert report.exit_code() == 0
     watched = set(report.series.columns)
-    assert {"mean_entropy", "kl_growth", "length", "truncated_share", "zero_variance_share", "repetition",
-            "garbled", "abs_logged_gap", "pos_share_filler", "channel_share_style"} <= watched
+    assert {
+        "mean_entropy",
+        "kl_growth",
+        "length",
+        "truncated_share",
+        "zero_variance_share",
+        "repetition",
+        "garbled",
+        "abs_logged_gap",
+        "pos_share_filler",
+        "channel_share_style",
+    } <= watched
     assert report.series["mean_entropy"].iloc[-1] < report.series["mean_entropy"].iloc[0]  # it does drift
 
 
@@ -187,8 +216,11 @@ def test_each_planted_pathology_is_found_at_its_onset(runs, report, plant):
     assert report.exit_code() == 1
     assert all(len(a.rollouts) == 5 for a in mine)
     with runs.read() as store:
-        steps = dict(store.con.execute(
-            "SELECT rollout_id, step FROM rollouts WHERE run_id = ?", [store.run_id(plant)]).fetchall())
+        steps = dict(
+            store.con.execute(
+                "SELECT rollout_id, step FROM rollouts WHERE run_id = ?", [store.run_id(plant)]
+            ).fetchall()
+        )
     assert {steps[r] for a in mine for r in a.rollouts} == {ONSET}
     others = [a for a in report.alerts if a.detector != plant and a.step < ONSET]
     assert others == [], [a.message for a in others]  # nothing fires before the plant
@@ -200,28 +232,31 @@ def test_the_alerts_name_what_departed_and_the_rollouts_show_it(runs, report):
     up = next(a for a in filler if a.statistic == "pos_share_filler")
     assert up.value > up.baseline + 0.05 and "rose" in up.message
     with runs.read() as store:
-        rows = store.con.execute("SELECT rollout_id, tokens FROM rollouts WHERE run_id = ? AND "
-                                 "list_contains(?, rollout_id)",
-                                 [store.run_id("class_share"), up.rollouts]).fetchall()
-    assert all(tokens[-len(FILLER):] == FILLER for _, tokens in rows)  # the rewarded filler is in each
+        rows = store.con.execute(
+            "SELECT rollout_id, tokens FROM rollouts WHERE run_id = ? AND list_contains(?, rollout_id)",
+            [store.run_id("class_share"), up.rollouts],
+        ).fetchall()
+    assert all(tokens[-len(FILLER) :] == FILLER for _, tokens in rows)  # the rewarded filler is in each
     assert up.explorer == {"where": [f"step={ONSET}"], "sort": "-pos_share_filler"}
 
     loops = next(a for a in report("repetition").alerts if a.detector == "repetition")
     with runs.read() as store:
-        reps = store.con.execute("SELECT repetition FROM rollout_summary WHERE run_id = ? AND "
-                                 "list_contains(?, rollout_id)",
-                                 [store.run_id("repetition"), loops.rollouts]).fetchall()
+        reps = store.con.execute(
+            "SELECT repetition FROM rollout_summary WHERE run_id = ? AND list_contains(?, rollout_id)",
+            [store.run_id("repetition"), loops.rollouts],
+        ).fetchall()
     assert min(r[0] for r in reps) > 0.5
 
     empty = next(a for a in report("zero_variance").alerts if a.detector == "zero_variance")
     with runs.read() as store:
-        groups = store.con.execute("SELECT DISTINCT group_id FROM rollout_summary WHERE run_id = ? AND "
-                                   "list_contains(?, rollout_id) AND zero_variance",
-                                   [store.run_id("zero_variance"), empty.rollouts]).fetchall()
+        groups = store.con.execute(
+            "SELECT DISTINCT group_id FROM rollout_summary WHERE run_id = ? AND "
+            "list_contains(?, rollout_id) AND zero_variance",
+            [store.run_id("zero_variance"), empty.rollouts],
+        ).fetchall()
     assert len(groups) == len(empty.rollouts) == 5  # one rollout of each of five flat groups
 
-    takeover = [a for a in report("channel_takeover").alerts
-                if a.detector == "channel_takeover"]
+    takeover = [a for a in report("channel_takeover").alerts if a.detector == "channel_takeover"]
     assert [a.statistic for a in takeover] == ["channel_share_style"]
 
 
@@ -233,19 +268,23 @@ def test_settings_change_the_thresholds_and_switch_detectors_off(runs):
     off = monitor_config.parse_settings({"detectors": {n: {"enabled": False} for n in monitor_config.NAMES}})
     report = monitor.run_monitors(runs, "truncation", settings=off)
     assert report.alerts == [] and list(report.series.columns) == ["step"]
-    late = monitor_config.parse_settings({"onset": {"min_baseline": STEPS, "window": 30},
-                                          "detectors": quick})  # no step has enough history before it
+    late = monitor_config.parse_settings(
+        {"onset": {"min_baseline": STEPS, "window": 30}, "detectors": quick}
+    )  # no step has enough history before it
     assert not monitor.run_monitors(runs, "truncation", settings=late).alerts
 
 
-@pytest.mark.parametrize("doc, match", [
-    ({"onset": {"z_wrn": 3}}, "unknown key 'z_wrn'"),
-    ({"detectors": {"entropy": {}}}, r"\[detectors.entropy\]: no such detector"),
-    ({"detectors": {"garbled": {"direction": "sideways"}}}, "direction must be"),
-    ({"onset": {"persistence": 0}}, r"\[onset\]: persistence"),
-    ({"onset": {"top_rollouts": 0}}, "top_rollouts"),
-    ({"alerts": {}}, "unknown key 'alerts'"),
-])
+@pytest.mark.parametrize(
+    "doc, match",
+    [
+        ({"onset": {"z_wrn": 3}}, "unknown key 'z_wrn'"),
+        ({"detectors": {"entropy": {}}}, r"\[detectors.entropy\]: no such detector"),
+        ({"detectors": {"garbled": {"direction": "sideways"}}}, "direction must be"),
+        ({"onset": {"persistence": 0}}, r"\[onset\]: persistence"),
+        ({"onset": {"top_rollouts": 0}}, "top_rollouts"),
+        ({"alerts": {}}, "unknown key 'alerts'"),
+    ],
+)
 def test_bad_settings_name_the_key(doc, match):
     with pytest.raises(InputError, match=match):
         monitor_config.parse_settings(doc, "m.toml")
@@ -285,9 +324,12 @@ def test_command_exit_codes_json_and_config(runs, report, tmp_path):
     config.write_text("[detectors.truncation]\nmin_delta = 'x'\n")
     bad = run_cli_here("monitor", "--db", db, "--run", "truncation", "--config", config)
     assert bad.returncode == 2 and "m.toml" in bad.stderr and bad.stdout == ""
-    for args in (("--run", "nope"), ("--run", "truncation", "--channel", "nope"),
-                 ("--run", "truncation", "--estimator", "nope"),
-                 ("--run", "truncation", "--config", tmp_path / "missing.toml")):
+    for args in (
+        ("--run", "nope"),
+        ("--run", "truncation", "--channel", "nope"),
+        ("--run", "truncation", "--estimator", "nope"),
+        ("--run", "truncation", "--config", tmp_path / "missing.toml"),
+    ):
         assert run_cli_here("monitor", "--db", db, *args).returncode == 2, args
     defaults = run_cli_here("monitor", "--defaults")
     assert defaults.returncode == 0 and "[detectors.logged_gap]" in defaults.stdout
@@ -298,8 +340,11 @@ def test_every_detector_and_setting_is_documented():
     text = (Path(__file__).resolve().parents[2] / "docs" / "monitors.md").read_text()
     for d in monitor_config.DETECTORS:
         assert f"### `{d.name}`" in text, d.name
-        assert f"[{'both directions' if d.direction == 'both' else d.direction}" in text.split(
-            f"### `{d.name}`")[1].split("###")[0] or d.direction in text, d.name
+        assert (
+            f"[{'both directions' if d.direction == 'both' else d.direction}"
+            in text.split(f"### `{d.name}`")[1].split("###")[0]
+            or d.direction in text
+        ), d.name
     for key in tomllib.loads(monitor_config.defaults_toml())["onset"]:
         assert key in text, key
 
@@ -333,8 +378,13 @@ def test_live_monitoring_prints_each_alert_once_as_the_run_grows(tmp_path, capsy
 
     def grow(steps: range) -> None:
         with Store(db) as store:
-            import_records(store, "live", [r for r in records if r["step"] in steps],
-                           content_key=f"live{steps.start}", append=steps.start > 0)
+            import_records(
+                store,
+                "live",
+                [r for r in records if r["step"] in steps],
+                content_key=f"live{steps.start}",
+                append=steps.start > 0,
+            )
 
     grow(range(0, ONSET))
     watch = cli_monitor.live_monitor(args)
@@ -358,8 +408,17 @@ def test_follow_with_bad_monitor_settings_stops_before_importing(tmp_path):
     config = tmp_path / "m.toml"
     config.write_text("[onset]\nz_warn = -1\n")
     (tmp_path / "dir").mkdir()
-    done = run_cli_here("import", tmp_path / "dir", "--db", tmp_path / "s.duckdb", "--run", "r", "--follow",
-                        "--monitor-config", config)
+    done = run_cli_here(
+        "import",
+        tmp_path / "dir",
+        "--db",
+        tmp_path / "s.duckdb",
+        "--run",
+        "r",
+        "--follow",
+        "--monitor-config",
+        config,
+    )
     assert done.returncode == 2 and "m.toml [onset]" in done.stderr and "z_warn" in done.stderr
 
 
@@ -374,14 +433,17 @@ def test_the_watched_series_are_the_trends_numbers(runs, report):
         positive = store.con.execute(
             "SELECT s.step, sum(c.class_pos[2]) / sum(list_sum(c.class_pos)) FROM credit_summary c JOIN "
             "rollout_summary s USING (run_id, rollout_id) WHERE c.run_id = ? AND c.estimator = 'grpo' "
-            "GROUP BY s.step ORDER BY s.step", [store.run_id("healthy0")]).fetchall()
+            "GROUP BY s.step ORDER BY s.step",
+            [store.run_id("healthy0")],
+        ).fetchall()
     np.testing.assert_allclose(series["pos_share_filler"].to_numpy(float), [p for _, p in positive])
 
 
 def test_a_run_too_short_for_a_baseline_says_so(tmp_path):
     with Store(tmp_path / "s.duckdb") as store:
-        import_records(store, "short", [r for r in monitor_records("truncation") if r["step"] < 5],
-                       content_key="short")
+        import_records(
+            store, "short", [r for r in monitor_records("truncation") if r["step"] < 5], content_key="short"
+        )
     settings = monitor_config.parse_settings({"detectors": {"channel_takeover": {"enabled": False}}})
     found = monitor.run_monitors(StoreHandle(tmp_path / "s.duckdb"), "short", settings=settings)
     assert found.alerts == [] and any("5 steps" in n and "min_baseline" in n for n in found.notes)

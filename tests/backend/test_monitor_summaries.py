@@ -29,8 +29,11 @@ def planted(tmp_path_factory) -> StoreHandle:
 
 def _summary_rows(handle: StoreHandle, run: str) -> int:
     with handle.read() as store:
-        return int(store.con.execute("SELECT count(*) FROM channel_summary WHERE run_id = ?",
-                                     [store.run_id(run)]).fetchall()[0][0])
+        return int(
+            store.con.execute(
+                "SELECT count(*) FROM channel_summary WHERE run_id = ?", [store.run_id(run)]
+            ).fetchall()[0][0]
+        )
 
 
 def _reference_report(handle: StoreHandle, run: str, monkeypatch) -> monitor.MonitorReport:
@@ -43,15 +46,18 @@ def _reference_report(handle: StoreHandle, run: str, monkeypatch) -> monitor.Mon
 
 @pytest.mark.parametrize("groups", [0, 2])
 def test_stored_channel_shares_are_the_reference(planted, groups):
-    want, want_rollouts = monitor_channels.channel_step_shares(planted, "channel_takeover", "grpo", TASK,
-                                                               "task", groups)
-    got, got_rollouts = monitor_channels.stored_step_shares(planted, "channel_takeover", "grpo", TASK,
-                                                            "task", groups)
+    want, want_rollouts = monitor_channels.channel_step_shares(
+        planted, "channel_takeover", "grpo", TASK, "task", groups
+    )
+    got, got_rollouts = monitor_channels.stored_step_shares(
+        planted, "channel_takeover", "grpo", TASK, "task", groups
+    )
     again = monitor_channels.stored_step_shares(planted, "channel_takeover", "grpo", TASK, "task", groups)
     assert list(got.columns) == list(want.columns) and set(want.columns) == {"step", "task", "style", "kl"}
     assert got["step"].tolist() == want["step"].tolist()
-    np.testing.assert_allclose(got.drop(columns="step").to_numpy(), want.drop(columns="step").to_numpy(),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        got.drop(columns="step").to_numpy(), want.drop(columns="step").to_numpy(), rtol=1e-12
+    )
     assert sorted(got_rollouts) == sorted(want_rollouts)
     for step, frame in want_rollouts.items():  # the reference sums each rollout in float32
         assert list(got_rollouts[step].index) == list(frame.index)
@@ -63,15 +69,22 @@ def test_the_alerts_from_the_summaries_are_the_reference_alerts(planted, monkeyp
     for run in ("channel_takeover", "garbled"):
         fast = monitor.run_monitors(planted, run)
         slow = _reference_report(planted, run, monkeypatch)
-        assert [a.as_dict() | {k: None for k in ("value", "baseline", "noise", "z", "message")}
-                for a in fast.alerts] == [a.as_dict() | {k: None for k in ("value", "baseline", "noise", "z",
-                                                                          "message")} for a in slow.alerts]
+        assert [
+            a.as_dict() | {k: None for k in ("value", "baseline", "noise", "z", "message")}
+            for a in fast.alerts
+        ] == [
+            a.as_dict() | {k: None for k in ("value", "baseline", "noise", "z", "message")}
+            for a in slow.alerts
+        ]
         for a, b in zip(fast.alerts, slow.alerts, strict=True):
             assert a.value == pytest.approx(b.value, rel=1e-12) and a.z == pytest.approx(b.z, rel=1e-9)
         pd.testing.assert_frame_equal(fast.series, slow.series, rtol=1e-12)
         assert fast.notes == slow.notes
-    takeover = [a for a in monitor.run_monitors(planted, "channel_takeover").alerts
-                if a.detector == "channel_takeover"]
+    takeover = [
+        a
+        for a in monitor.run_monitors(planted, "channel_takeover").alerts
+        if a.detector == "channel_takeover"
+    ]
     assert [(a.statistic, a.step) for a in takeover] == [("channel_share_style", ONSET)]
 
 
@@ -81,7 +94,8 @@ def test_the_stored_garbled_share_is_the_scan_of_the_text(planted):
         stored, scanned = store.con.execute(
             f"SELECT list(s.garbled ORDER BY s.rollout_id), list({GARBLED_SQL} ORDER BY o.rollout_id) "
             "FROM rollouts o JOIN rollout_summary s USING (run_id, rollout_id) WHERE o.run_id = ?",
-            [store.run_id("garbled")]).fetchall()[0]
+            [store.run_id("garbled")],
+        ).fetchall()[0]
     assert stored == scanned and sum(v > 0 for v in stored) > 10
 
 

@@ -49,8 +49,24 @@ def test_verify_steps_writes_the_process_channel_of_a_users_run(fresh_db, tmp_pa
     db = tmp_path / "runs.duckdb"
     assert main(["import", str(path), "--db", str(db), "--run", "mine", "--quiet"]) == 0
     out = tmp_path / "a.parquet"
-    assert main(["estimate", "--db", str(db), "--run", "mine", "--estimator", "grpo", "--channel", "all",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "estimate",
+                "--db",
+                str(db),
+                "--run",
+                "mine",
+                "--estimator",
+                "grpo",
+                "--channel",
+                "all",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     with Store(db, read_only=True) as store:
         before = store.con.execute("SELECT sum(reward) FROM rollout_summary").fetchone()[0]
         assert store.con.execute("SELECT count(*) FROM estimates").fetchone()[0] > 0
@@ -79,8 +95,17 @@ def test_a_bad_step_verifier_is_one_line_and_writes_nothing(fresh_db, capsys):
     assert main(["verify-steps", "--db", str(fresh_db), "--run", "demo", "--step-verifier", "nope"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("creditlens verify-steps: error: unknown step verifier 'nope'") and "\n" not in err
-    code = main(["verify-steps", "--db", str(fresh_db), "--run", "demo", "--step-verifier",
-                 "tests.backend.rewards.test_steps:user_bad"])
+    code = main(
+        [
+            "verify-steps",
+            "--db",
+            str(fresh_db),
+            "--run",
+            "demo",
+            "--step-verifier",
+            "tests.backend.rewards.test_steps:user_bad",
+        ]
+    )
     assert code == 2 and "run 'demo', rollout 0: step verifier" in capsys.readouterr().err
     with Store(fresh_db, read_only=True) as store:
         assert snapshot(store) == before

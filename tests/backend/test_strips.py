@@ -11,11 +11,18 @@ from backend.batch import batch_from_records
 
 def test_k1_k3_and_the_old_new_ratio_from_stored_logprobs():
     logprob, ref, old = [-0.5, -1.0, -2.0], [-0.7, -1.0, -1.0], [-0.5, -1.5, -2.0]
-    batch = batch_from_records([{
-        "token_ids": [1, 2, 3], "group_id": 0, "logprobs": logprob, "ref_logprobs": ref,
-        "scores": {"task": 1.0},
-        "extras": {"old_logprobs": old, "loss_mask": [1, 0, 1]},
-    }])
+    batch = batch_from_records(
+        [
+            {
+                "token_ids": [1, 2, 3],
+                "group_id": 0,
+                "logprobs": logprob,
+                "ref_logprobs": ref,
+                "scores": {"task": 1.0},
+                "extras": {"old_logprobs": old, "loss_mask": [1, 0, 1]},
+            }
+        ]
+    )
     out = strips.token_strips(batch, 0)
     d = np.array(logprob) - np.array(ref)
     assert np.allclose(out["log-ratio k1"], d, atol=1e-6)

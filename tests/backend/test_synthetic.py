@@ -85,8 +85,14 @@ def test_batch_fields():
     assert (batch.B, batch.T) == (24, 48)
     assert set(batch.scores) == {"task", "style"} and set(batch.token_rewards) == {"style"}
     assert torch.equal(batch.token_rewards["style"], -batch.extras["style_flags"])
-    assert set(batch.extras) >= {"true_credit", "true_style_credit", "key_mask", "style_mask",
-                                 "decision_signal", "style_flags"}
+    assert set(batch.extras) >= {
+        "true_credit",
+        "true_style_credit",
+        "key_mask",
+        "style_mask",
+        "decision_signal",
+        "style_flags",
+    }
     assert batch.entropies is not None and len(batch.tokens[0]) == 48
     assert batch.group_ids.tolist() == [g for g in range(6) for _ in range(4)]
     batch.validate()
@@ -98,8 +104,19 @@ def test_native_records_are_json_and_match_the_batch():
     records = list(native_records(seeds=2, prompts=3, group=2))
     assert len(records) == 12
     first = json.loads(json.dumps(records[0]))
-    for field in ("prompt", "response", "group", "step", "token_ids", "tokens", "entropies", "rewards",
-                  "token_rewards", "extras", "meta"):
+    for field in (
+        "prompt",
+        "response",
+        "group",
+        "step",
+        "token_ids",
+        "tokens",
+        "entropies",
+        "rewards",
+        "token_rewards",
+        "extras",
+        "meta",
+    ):
         assert field in first
     assert len(first["tokens"]) == len(first["token_ids"]) == len(first["extras"]["true_credit"]) == 48
     assert {r["step"] for r in records} == {0, 1}
@@ -185,10 +202,14 @@ def test_synth_through_arrow_stores_what_the_records_path_stored(tmp_path):
         import_batches(store, "arrow", native_batches(seeds=2, prompts=5, group=4))
         runs = {name: store.run_id(name) for name in ("records", "arrow")}
         for table in ("rollouts", "groups", "scores", "token_rewards", "token_features"):
-            rows = {name: store.con.execute(f"SELECT * EXCLUDE (run_id) FROM {table} WHERE run_id = ? "
-                                            "ORDER BY ALL", [run_id]).fetchall()
-                    for name, run_id in runs.items()}
+            rows = {
+                name: store.con.execute(
+                    f"SELECT * EXCLUDE (run_id) FROM {table} WHERE run_id = ? ORDER BY ALL", [run_id]
+                ).fetchall()
+                for name, run_id in runs.items()
+            }
             assert rows["records"] == rows["arrow"] and rows["arrow"], table
-        keys = store.con.execute("SELECT count(*), count(record_key) FROM rollouts WHERE run_id = ?",
-                                 [runs["arrow"]]).fetchone()
+        keys = store.con.execute(
+            "SELECT count(*), count(record_key) FROM rollouts WHERE run_id = ?", [runs["arrow"]]
+        ).fetchone()
         assert keys == (40, 0)  # in-memory records have no file position, so no record key, as before

@@ -31,11 +31,19 @@ ROOT = Path(__file__).resolve().parents[2]
 # rollout 1: L = 10, failed (R = 0); V̂ 0.5 at 0, 0.75 at 4, 0 at 7 -> segments Δ = +0.25, -0.75, 0,
 #   the critical one is segment 1 (after it every continuation fails).
 # rollout 2: L = 6, correct (R = 1); V̂ 0.5 at 0, 1.0 at 3 -> segments Δ = +0.5, 0.
-VALUES = pd.DataFrame({"rollout_id": [1, 1, 1, 2, 2], "pos": [0, 4, 7, 0, 3],
-                       "value": [0.5, 0.75, 0.0, 0.5, 1.0], "stderr": [0.1, 0.1, 0.0, 0.2, 0.0]})
+VALUES = pd.DataFrame(
+    {
+        "rollout_id": [1, 1, 1, 2, 2],
+        "pos": [0, 4, 7, 0, 3],
+        "value": [0.5, 0.75, 0.0, 0.5, 1.0],
+        "stderr": [0.1, 0.1, 0.0, 0.2, 0.0],
+    }
+)
 LENGTHS, OUTCOMES = {1: 10, 2: 6}, {1: 0.0, 2: 1.0}
-ADVANTAGES = {1: np.array([1, 1, 1, 1, -1, -1, -1, 0, 0, 0], dtype=np.float32),  # S = 4, -3, 0
-              2: np.array([1, 1, 1, 2, 2, 2], dtype=np.float32)}  # S = 3, 6
+ADVANTAGES = {
+    1: np.array([1, 1, 1, 1, -1, -1, -1, 0, 0, 0], dtype=np.float32),  # S = 4, -3, 0
+    2: np.array([1, 1, 1, 2, 2, 2], dtype=np.float32),
+}  # S = 3, 6
 
 
 def test_metrics_by_hand():
@@ -75,7 +83,8 @@ def test_inverted_and_tied_predictions():
 def test_estimator_list_comes_from_the_registry():
     assert [name for _, name, _ in parse_estimator_specs(None)] == registry.names()
     assert parse_estimator_specs(["token_rm:head=mlp,steps=5"]) == [
-        ("token_rm:head=mlp,steps=5", "token_rm", {"head": "mlp", "steps": "5"})]
+        ("token_rm:head=mlp,steps=5", "token_rm", {"head": "mlp", "steps": "5"})
+    ]
 
 
 @pytest.mark.slow
@@ -112,16 +121,25 @@ def test_init_imports_the_shipped_teacher_and_the_bench_ranks_on_it(tmp_path):
 
 
 def test_first_wrong_step_by_hand(tmp_path):
-    responses = [("4+8=12 carry 1\n8+4+1=14 carry 1\n#### 142", 0.0),  # failed, first wrong is line 1
-                 ("4+8=12 carry 1\n8+4+1=13 carry 1\n#### 132", 1.0),  # right: not judged
-                 ("4+8=13 carry 1\n8+4+1=13 carry 1\n#### 132", 1.0),  # wrong step, right answer: not judged
-                 ("4+8=12 carry 1\n8+4+1=13 carry 1", 0.0)]  # failed without a wrong step: not judged
+    responses = [
+        ("4+8=12 carry 1\n8+4+1=14 carry 1\n#### 142", 0.0),  # failed, first wrong is line 1
+        ("4+8=12 carry 1\n8+4+1=13 carry 1\n#### 132", 1.0),  # right: not judged
+        ("4+8=13 carry 1\n8+4+1=13 carry 1\n#### 132", 1.0),  # wrong step, right answer: not judged
+        ("4+8=12 carry 1\n8+4+1=13 carry 1", 0.0),
+    ]  # failed without a wrong step: not judged
     records = []
     for text, task in responses:
         verdict = evaluate(text, 132, list(text), prompt="84+48=?\n", step_verifier="arithmetic_steps")
-        records.append({"prompt": "84+48=?\n", "response": text, "tokens": list(text),
-                        "token_ids": [ord(c) for c in text], "rewards": {"task": task, **verdict.scores},
-                        "token_rewards": {"process": verdict.token_rewards["process"]}})
+        records.append(
+            {
+                "prompt": "84+48=?\n",
+                "response": text,
+                "tokens": list(text),
+                "token_ids": [ord(c) for c in text],
+                "rewards": {"task": task, **verdict.scores},
+                "token_rewards": {"process": verdict.token_rewards["process"]},
+            }
+        )
     with Store(tmp_path / "runs.duckdb") as store:
         import_records(store, "steps", records)
         batch = store.load_batch("steps")

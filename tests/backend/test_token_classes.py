@@ -38,14 +38,26 @@ def test_phrases_match_across_tokens_and_user_regex_wins_by_order():
     assert token_classes.labels(batch, 0, classes) == ["greeting", "greeting", "digits", "step end"]
     assert token_classes.labels(batch, 1, classes) == ["greeting", "greeting", "letters"]
     mass = credit_shares.credit_mass_by_class(
-        {"a": batch.response_mask.float()}, token_classes.class_ids(batch, classes), batch.response_mask,
-        token_classes.names(classes))
+        {"a": batch.response_mask.float()},
+        token_classes.class_ids(batch, classes),
+        batch.response_mask,
+        token_classes.names(classes),
+    )
     assert set(mass["token_class"]) == {"greeting", "digits", "step end", "letters"}
     assert mass["credit_share"].sum() == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("bad", [("", "regex", "x"), ("other", "regex", "x"), ("a", "regex", "("),
-                                 ("a", "phrases", "  \n "), ("a", "marker", "nope"), ("a", "glob", "*")])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ("", "regex", "x"),
+        ("other", "regex", "x"),
+        ("a", "regex", "("),
+        ("a", "phrases", "  \n "),
+        ("a", "marker", "nope"),
+        ("a", "glob", "*"),
+    ],
+)
 def test_bad_classes_are_input_errors(bad):
     with pytest.raises(InputError):
         token_classes.TokenClass(*bad)
@@ -70,9 +82,11 @@ def test_classes_are_saved_with_the_run_and_the_cli_edits_them(tmp_path):
 
 
 def test_classes_travel_in_a_link_and_a_bad_one_is_named():
-    classes = (token_classes.TokenClass("hedges", "phrases", "obviously\nlet me"),
-               token_classes.TokenClass("numbers; ok", "regex", r"^\s*\d+[,:]?$"),
-               token_classes.TokenClass("key", "marker", "key"))
+    classes = (
+        token_classes.TokenClass("hedges", "phrases", "obviously\nlet me"),
+        token_classes.TokenClass("numbers; ok", "regex", r"^\s*\d+[,:]?$"),
+        token_classes.TokenClass("key", "marker", "key"),
+    )
     text = token_classes.to_link(classes)
     assert token_classes.from_link(text) == classes
     assert token_classes.to_link(token_classes.DEFAULT_CLASSES) == "default"
@@ -123,9 +137,11 @@ def test_class_ids_from_arrow_text_equal_the_per_token_definition(tmp_path):
         as_lists = store.load_batch("subword", fields={"tokens"})
         as_arrow = store.load_batch("subword", fields={"token_text"})
     assert as_arrow.tokens is None and as_lists.token_text is None
-    classes = (token_classes.TokenClass("carries", "phrases", "rry 1\n=1"),
-               *[c for c in token_classes.DEFAULT_CLASSES if c.kind == "regex"],
-               token_classes.TokenClass("capital", "regex", r"^\s?[A-Z]"))
+    classes = (
+        token_classes.TokenClass("carries", "phrases", "rry 1\n=1"),
+        *[c for c in token_classes.DEFAULT_CLASSES if c.kind == "regex"],
+        token_classes.TokenClass("capital", "regex", r"^\s?[A-Z]"),
+    )
     lengths = as_lists.lengths.tolist()
     expected = _reference_class_ids(as_lists.tokens, lengths, classes)
     for batch in (as_lists, as_arrow):
@@ -140,10 +156,17 @@ def test_style_span_leaves_format_penalties_and_filler_is_found_by_its_words():
     from backend.batch import batch_from_records  # noqa: PLC0415 - only this test builds its own batch
 
     tokens = ["Great", " question", "!", " 4", "\n", "#", "##", " x"]
-    batch = batch_from_records([{
-        "token_ids": list(range(len(tokens))), "group_id": 0, "tokens": tokens, "scores": {"task": 1.0},
-        "token_rewards": {"format": [0.0] * 5 + [-1.0] * 3, "style": [0.0] * 8},
-    }])
+    batch = batch_from_records(
+        [
+            {
+                "token_ids": list(range(len(tokens))),
+                "group_id": 0,
+                "tokens": tokens,
+                "scores": {"task": 1.0},
+                "token_rewards": {"format": [0.0] * 5 + [-1.0] * 3, "style": [0.0] * 8},
+            }
+        ]
+    )
     labels = token_classes.labels(batch, 0)
     assert labels[:2] == ["filler", "filler"]  # "great question" spans two tokens
     assert "style span" not in labels  # a format penalty is not a style span

@@ -71,8 +71,10 @@ def server(bundled_template, tmp_path_factory):
         # word/subword tokens: a byte-level BPE trained in-repo (one 870-token response for windowing),
         # and the importer's simple tokenization (records without token ids, no model)
         import_records(store, "subword", subword_records(groups=2, long_response=700), content_key="subword")
-        simple = [{k: v for k, v in r.items() if k not in ("token_ids", "tokens")}
-                  for r in subword_records(groups=1)]
+        simple = [
+            {k: v for k, v in r.items() if k not in ("token_ids", "tokens")}
+            for r in subword_records(groups=1)
+        ]
         import_records(store, "simple", simple, content_key="simple-tokens")
     with serving(db, warm=True, log=root / "streamlit.log") as srv:
         yield srv
@@ -186,16 +188,19 @@ def wait_until(page, condition, what: str, timeout: float = 60.0) -> None:
 
 
 # The page shows no run in progress: no running icon, no element left stale by a run.
-DRAWN_IDLE = ("() => document.querySelector('[data-testid=stApp]') !== null"
-              " && !document.querySelector('[data-testid=stStatusWidgetRunningIcon]')"
-              " && document.querySelectorAll('[data-stale=true]').length === 0")
+DRAWN_IDLE = (
+    "() => document.querySelector('[data-testid=stApp]') !== null"
+    " && !document.querySelector('[data-testid=stStatusWidgetRunningIcon]')"
+    " && document.querySelectorAll('[data-stale=true]').length === 0"
+)
 
 
 def settle(page, timeout: float = 60.0) -> None:
     """Wait until no rerun the page asked for is waiting or running, and the page shows the last run."""
     watch = runs(page)
-    wait_until(page, lambda: not watch.pending and not watch.running, "Streamlit's script run to finish",
-               timeout)
+    wait_until(
+        page, lambda: not watch.pending and not watch.running, "Streamlit's script run to finish", timeout
+    )
     page.wait_for_function(DRAWN_IDLE, timeout=timeout * 1000)
 
 
@@ -234,8 +239,11 @@ def set_by_keys(page, key: str, presses: int, direction: str = "ArrowRight") -> 
         thumb.press(direction)
     value = float(thumb.input_value())
     watch = runs(page)
-    wait_until(page, lambda: watch.sent(key) is not None and _close(watch.sent(key), value),
-               f"slider {key} to send {value}")
+    wait_until(
+        page,
+        lambda: watch.sent(key) is not None and _close(watch.sent(key), value),
+        f"slider {key} to send {value}",
+    )
     settle(page)
     return value
 
@@ -263,8 +271,9 @@ def shown(page, key: str, path: str):
     want = runs(page).figure(key)
     for part in path.split("."):
         want = want[int(part)] if isinstance(want, list) else want.get(part)
-    page.wait_for_function(f"([key, path, want]) => ({DRAWN})([key, path]) === JSON.stringify(want)",
-                           arg=[key, path, want])
+    page.wait_for_function(
+        f"([key, path, want]) => ({DRAWN})([key, path]) === JSON.stringify(want)", arg=[key, path, want]
+    )
     return want
 
 
@@ -329,12 +338,14 @@ def token_point(pg, key: str, pos: int, row: int = 0) -> tuple[float, float]:
 
 # The z values of every band of the Plotly figure in the element with key `key`, as JSON; null while
 # Streamlit is replacing the figure (a rerun), so a wait on "changed" never reads a half-drawn page.
-HEATMAP_Z = ("(key) => { const el = document.querySelector(`.st-key-${key} .js-plotly-plot`);"
-             " return el && el.data ? JSON.stringify(el.data.map(t => t.z)) : null; }")
+HEATMAP_Z = (
+    "(key) => { const el = document.querySelector(`.st-key-${key} .js-plotly-plot`);"
+    " return el && el.data ? JSON.stringify(el.data.map(t => t.z)) : null; }"
+)
 
 
 def wait_heatmap_change(page, key: str, before: str) -> None:
     """Wait until the heatmap `key` is drawn again with other values than `before`."""
-    page.wait_for_function(f"(b) => {{ const z = ({HEATMAP_Z})('{key}'); return z !== null && z !== b; }}",
-                           arg=before)
-
+    page.wait_for_function(
+        f"(b) => {{ const z = ({HEATMAP_Z})('{key}'); return z !== null && z !== b; }}", arg=before
+    )

@@ -20,7 +20,6 @@ from tests.conftest import make_records
 pytestmark = pytest.mark.browser
 
 
-
 @pytest.mark.parametrize(
     "path, heading",
     [

@@ -50,9 +50,22 @@ def test_two_sessions_keep_working_while_the_cli_imports(browser, own_server, tm
         sessions.append((context, page))
 
     importer = subprocess.Popen(
-        [sys.executable, "-m", "backend.cli", "import", str(source), "--db", str(own_server.db),
-         "--run", "concurrent", "--quiet"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "backend.cli",
+            "import",
+            str(source),
+            "--db",
+            str(own_server.db),
+            "--run",
+            "concurrent",
+            "--quiet",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env=dict(os.environ, CREDITLENS_LOCK_WAIT="60"),
     )
     rendered = 0

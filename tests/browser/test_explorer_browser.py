@@ -67,15 +67,25 @@ def test_search_sort_filter_then_click_opens_the_rollout(page, server):
     after(page, no_zero_variance.click)
     assert "sort=length" in page.url and "desc=True" in page.url and "q=Obviously" in page.url
 
-    want = rollout_table(StoreHandle(server.db), "demo", ExplorerQuery(
-        estimator="grpo", sort="length", descending=True, search="Obviously",
-        filters=(Filter("zero_variance", "=", False),), limit=50), prepare_missing=False)
+    want = rollout_table(
+        StoreHandle(server.db),
+        "demo",
+        ExplorerQuery(
+            estimator="grpo",
+            sort="length",
+            descending=True,
+            search="Obviously",
+            filters=(Filter("zero_variance", "=", False),),
+            limit=50,
+        ),
+        prepare_missing=False,
+    )
     assert 0 < want.total < 448
     assert caption_count(page) == want.total
     expected = want.rows["rollout_id"].tolist()[:5]
     page.wait_for_function(GRID_IDS, arg=[TABLE, expected])
     rows = grid_rows(page, 5)
-    assert [int(r[0]) for r in rows] == expected[:len(rows)]
+    assert [int(r[0]) for r in rows] == expected[: len(rows)]
     lengths = [int(r[4]) for r in rows]  # rollout_id, response, step, group_id, length
     assert lengths == sorted(lengths, reverse=True)
 
@@ -101,9 +111,11 @@ def test_explorer_keeps_model_text_inert_and_searchable(page):
 def test_trends_charts_have_the_toolbar(page):
     open_view(page, "trends?run=demo")
     # eight charts: under load the browser takes a while to draw them all
-    page.wait_for_function("() => { const plots = document.querySelectorAll('.js-plotly-plot'); return"
-                           " plots.length >= 6 && [...plots].every(p => p.querySelector('.modebar')); }",
-                           timeout=120_000)
+    page.wait_for_function(
+        "() => { const plots = document.querySelectorAll('.js-plotly-plot'); return"
+        " plots.length >= 6 && [...plots].every(p => p.querySelector('.modebar')); }",
+        timeout=120_000,
+    )
     plots = page.locator(".js-plotly-plot").count()
     assert page.locator(".js-plotly-plot .modebar").count() == plots  # each chart can be saved
     assert page.get_by_text("credit share by token class").count() == 1

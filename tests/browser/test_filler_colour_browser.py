@@ -31,7 +31,8 @@ def test_per_row_colour_bars_are_drawn_each_labelled(page):
     open_view(page, "rollout?run=demo&rollout=0&scale=row")
     page.wait_for_selector(".st-key-rollout_heatmap .nsewdrag", state="attached")
     labels = page.evaluate(  # the text drawn in the strip's cells, as the browser shows it
-        "() => [...document.querySelectorAll('.st-key-rollout_heatmap .hm text')].map(t => t.textContent)")
+        "() => [...document.querySelectorAll('.st-key-rollout_heatmap .hm text')].map(t => t.textContent)"
+    )
     for end in ("-4.69", "+4.69", "-0.354", "+0.354", "-5.04", "+5.04"):  # process, task, final
         assert end in labels, (end, labels[-30:])
 

@@ -105,8 +105,10 @@ def _second_estimator() -> tuple[str, str, float]:
 
 def test_shared_link_restores_a_configured_compare_view(page):
     other, field, value = _second_estimator()
-    link = (f"compare?run=oracle&rollout=3&ests=grpo,{other}&{other}.{field}={value}"
-            f"&grpo.norm_by_std=false&diff={other},grpo&scale=row")
+    link = (
+        f"compare?run=oracle&rollout=3&ests=grpo,{other}&{other}.{field}={value}"
+        f"&grpo.norm_by_std=false&diff={other},grpo&scale=row"
+    )
     open_view(page, link)
     page.wait_for_selector(".st-key-compare_difference .js-plotly-plot")
     assert "rollout #3" in page.locator("h1").first.inner_text()
@@ -148,8 +150,10 @@ def test_a_link_with_token_classes_restores_them(page):
     link = quote(json.dumps(CLASSES))
     open_view(page, f"compare?run=demo&rollout=3&classes={link}")
     page.wait_for_selector(".st-key-compare_mass .js-plotly-plot")
-    bars = page.evaluate("() => document.querySelector('.st-key-compare_mass .js-plotly-plot').data"
-                         ".filter(t => t.type === 'bar').flatMap(t => [...t.x])")
+    bars = page.evaluate(
+        "() => document.querySelector('.st-key-compare_mass .js-plotly-plot').data"
+        ".filter(t => t.type === 'bar').flatMap(t => [...t.x])"
+    )
     assert set(bars) == {"carry word", "answer digits", "other"}
     assert page.locator("[data-testid=stAlert]").filter(has_text="cannot be honoured").count() == 0
     assert json.loads(parse_qs(urlsplit(page.url).query)["classes"][0]) == CLASSES  # still in the link
@@ -162,17 +166,22 @@ def test_a_link_with_a_class_that_cannot_be_used_warns_and_falls_back(page):
     bad = quote(json.dumps([["fine", "regex", "a"], ["broken", "regex", "("]]))
     open_view(page, f"compare?run=demo&rollout=3&classes={bad}")
     page.wait_for_selector(".st-key-compare_mass .js-plotly-plot")
-    text = "\n".join(page.locator("[data-testid=stAlert]").filter(has_text="cannot be honoured")
-                     .all_inner_texts())
+    text = "\n".join(
+        page.locator("[data-testid=stAlert]").filter(has_text="cannot be honoured").all_inner_texts()
+    )
     assert "classes=" in text and "broken" in text and "not a regex" in text, text
-    bars = page.evaluate("() => document.querySelector('.st-key-compare_mass .js-plotly-plot').data"
-                         ".filter(t => t.type === 'bar').flatMap(t => [...t.x])")
+    bars = page.evaluate(
+        "() => document.querySelector('.st-key-compare_mass .js-plotly-plot').data"
+        ".filter(t => t.type === 'bar').flatMap(t => [...t.x])"
+    )
     assert "digits" in bars and "broken" not in bars  # the run's own (default) classes
     assert "classes=" not in page.url
 
 
-BASELINE_Z = ("() => document.querySelector('.st-key-tune_baseline_heatmap .js-plotly-plot').data"
-              ".filter(t => t.type === 'heatmap').map(t => t.z)")  # typed arrays as sent ({dtype, bdata})
+BASELINE_Z = (
+    "() => document.querySelector('.st-key-tune_baseline_heatmap .js-plotly-plot').data"
+    ".filter(t => t.type === 'heatmap').map(t => t.z)"
+)  # typed arrays as sent ({dtype, bdata})
 
 
 def test_tune_against_the_summed_reward_shows_what_estimate_channel_all_prints(page, server, tmp_path):
@@ -183,8 +192,24 @@ def test_tune_against_the_summed_reward_shows_what_estimate_channel_all_prints(p
     shown = np.concatenate(bands)
     shown = shown[np.isfinite(shown)]  # one row; a band's unused cells are NaN
     out = tmp_path / "all.parquet"
-    assert main(["estimate", "--db", str(server.db), "--run", "demo", "--estimator", "entropy",
-                 "--channel", "all", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "estimate",
+                "--db",
+                str(server.db),
+                "--run",
+                "demo",
+                "--estimator",
+                "entropy",
+                "--channel",
+                "all",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     frame = pq.read_table(out).to_pandas()
     expected = frame[frame["rollout_id"] == rollout].sort_values("pos")["advantage"].to_numpy()
     np.testing.assert_allclose(shown, expected, atol=1e-5)

@@ -43,4 +43,4 @@ def test_apply_sets_the_sliders_the_url_and_the_heatmap_clamped(page):
     # the replay now starts from what the sliders show, and says so
     start = page.get_by_text("Starts from β").first.inner_text()
     for channel, beta in offer.items():
-        assert f"{channel} {min(max(beta, 0.0), 3.0):g}"[:len(channel) + 3] in start
+        assert f"{channel} {min(max(beta, 0.0), 3.0):g}"[: len(channel) + 3] in start

@@ -40,17 +40,31 @@ def _trainer(output_dir: Path, steps: int = STEPS, save: bool = True):
     tokenizer = AutoTokenizer.from_pretrained(DEMO_POLICY, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(DEMO_POLICY, local_files_only=True)
     config = GRPOConfig(
-        output_dir=str(output_dir), max_steps=steps,
-        per_device_train_batch_size=PROMPTS_PER_STEP * NUM_GENERATIONS, num_generations=NUM_GENERATIONS,
-        max_completion_length=16, learning_rate=1e-3, beta=0.04,
-        logging_steps=1, report_to=[], save_strategy="steps" if save else "no", save_steps=1, use_cpu=True,
-        seed=0, temperature=1.0, shuffle_dataset=False,
+        output_dir=str(output_dir),
+        max_steps=steps,
+        per_device_train_batch_size=PROMPTS_PER_STEP * NUM_GENERATIONS,
+        num_generations=NUM_GENERATIONS,
+        max_completion_length=16,
+        learning_rate=1e-3,
+        beta=0.04,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="steps" if save else "no",
+        save_steps=1,
+        use_cpu=True,
+        seed=0,
+        temperature=1.0,
+        shuffle_dataset=False,
         bf16=False,  # TRL's default autocasts the model to bf16, even on CPU: ~0.04 from a float32 rescoring
         disable_dropout=True,  # the demo policy has dropout 0.1: without this no two passes agree
     )
-    return GRPOTrainer(model=model, reward_funcs=[digits_reward, newline_reward], args=config,
-                       train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]),
-                       processing_class=tokenizer)
+    return GRPOTrainer(
+        model=model,
+        reward_funcs=[digits_reward, newline_reward],
+        args=config,
+        train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]),
+        processing_class=tokenizer,
+    )
 
 
 def _followed_rollouts(db: Path) -> int:
@@ -75,10 +89,28 @@ def recorded(tmp_path_factory) -> dict:
     trainer = _trainer(base / "trainer")
     recorder = lens_trl.record(trainer, folder, entropies=True)
     follower = subprocess.Popen(
-        [sys.executable, "-m", "backend.cli", "import", str(folder), "--db", str(db), "--run", "live",
-         "--follow", "--poll", "0.1", "--quiet"],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        [
+            sys.executable,
+            "-m",
+            "backend.cli",
+            "import",
+            str(folder),
+            "--db",
+            str(db),
+            "--run",
+            "live",
+            "--follow",
+            "--poll",
+            "0.1",
+            "--quiet",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     seen_during_training = []
 
     class WaitForFollower(TrainerCallback):
@@ -99,8 +131,16 @@ def recorded(tmp_path_factory) -> dict:
         stdout, stderr = follower.communicate(timeout=60)
     assert follower.returncode == 0, stderr
     frames = [pq.read_table(f).to_pandas() for f in recorder.files]
-    return {"trainer": trainer, "recorder": recorder, "folder": folder, "db": db, "stdout": stdout,
-            "seen": seen_during_training, "table": pd.concat(frames, ignore_index=True), "base": base}
+    return {
+        "trainer": trainer,
+        "recorder": recorder,
+        "folder": folder,
+        "db": db,
+        "stdout": stdout,
+        "seen": seen_during_training,
+        "table": pd.concat(frames, ignore_index=True),
+        "base": base,
+    }
 
 
 def test_each_step_is_written_and_followed_as_it_lands(recorded):
@@ -114,8 +154,19 @@ def test_each_step_is_written_and_followed_as_it_lands(recorded):
     assert [s for s, _ in recorded["seen"]] == list(range(1, STEPS + 1))
     assert [n for _, n in recorded["seen"]] == [len(table) // STEPS * k for k in range(1, STEPS + 1)]
     assert f"{STEPS * (per_step - PROMPTS_PER_STEP)} rollouts from {STEPS} files" in recorded["stdout"]
-    assert {"prompt_ids", "token_ids", "tokens", "logprobs", "ref_logprobs", "entropies", "logged_advantage",
-            "rewards", "group", "step", "meta"} <= set(table.columns)
+    assert {
+        "prompt_ids",
+        "token_ids",
+        "tokens",
+        "logprobs",
+        "ref_logprobs",
+        "entropies",
+        "logged_advantage",
+        "rewards",
+        "group",
+        "step",
+        "meta",
+    } <= set(table.columns)
     meta = [json.loads(m) for m in table["meta"]]
     assert [m["policy_step"] for m in meta] == (table["step"] - 1).tolist()
     checkpoints = {m["policy_step"]: m["checkpoint"] for m in meta}
@@ -132,8 +183,21 @@ def test_each_step_is_written_and_followed_as_it_lands(recorded):
 def test_grpo_on_all_channels_equals_the_recorded_trainer_advantage(recorded, tmp_path):
     out = tmp_path / "grpo.parquet"
     db = recorded["db"]
-    done = run_cli_here("estimate", "--db", db, "--run", "live", "--estimator", "grpo", "--channel", "all",
-                        "--set", "epsilon=1e-4", "--out", out)
+    done = run_cli_here(
+        "estimate",
+        "--db",
+        db,
+        "--run",
+        "live",
+        "--estimator",
+        "grpo",
+        "--channel",
+        "all",
+        "--set",
+        "epsilon=1e-4",
+        "--out",
+        out,
+    )
     assert done.returncode == 0, done.stderr
     per_rollout = pd.read_parquet(out).groupby("rollout_id")["advantage"].first().sort_index()
     logged = recorded["table"]["logged_advantage"].to_numpy()  # rollout ids follow the files' rows
@@ -141,8 +205,9 @@ def test_grpo_on_all_channels_equals_the_recorded_trainer_advantage(recorded, tm
     np.testing.assert_allclose(per_rollout.to_numpy(), logged, atol=1e-5)
     done = run_cli_here("estimate", "--db", db, "--run", "live", "--estimator", "logged", "--out", out)
     assert done.returncode == 0, done.stderr
-    np.testing.assert_allclose(pd.read_parquet(out).groupby("rollout_id")["advantage"].first().sort_index(),
-                               logged, atol=1e-6)
+    np.testing.assert_allclose(
+        pd.read_parquet(out).groupby("rollout_id")["advantage"].first().sort_index(), logged, atol=1e-6
+    )
 
 
 def test_recorded_logprobs_equal_a_rescoring_with_the_recorded_weights(recorded):
@@ -175,8 +240,9 @@ def test_importing_the_folder_adds_what_the_follower_added(recorded, tmp_path):
     assert f"imported {len(recorded['table'])} rollouts" in done.stdout and "native format" in done.stdout
     again = run_cli_here("import", recorded["folder"], "--db", db, "--run", "whole", "--quiet")
     assert again.returncode == 0 and "nothing added" in again.stdout
-    one = run_cli_here("import", recorded["folder"] / "step_000002.parquet", "--db", db, "--run", "whole",
-                       "--quiet")
+    one = run_cli_here(
+        "import", recorded["folder"] / "step_000002.parquet", "--db", db, "--run", "whole", "--quiet"
+    )
     assert one.returncode == 0 and "nothing added" in one.stdout, one.stdout + one.stderr
 
 
@@ -202,9 +268,16 @@ def test_bad_input_is_refused_clearly(recorded, tmp_path):
     finally:
         assert "_generate_and_score_completions" not in trainer.__dict__
     ids = [np.array([1, 2, 3])]
-    records = StepRecords(step=1, prompts=["p"], responses=["r"], prompt_ids=ids, token_ids=ids,
-                          rewards={"task": np.array([1.0])}, groups=np.array([0]),
-                          per_token={"logprobs": [np.array([0.0, -1.0])]})
+    records = StepRecords(
+        step=1,
+        prompts=["p"],
+        responses=["r"],
+        prompt_ids=ids,
+        token_ids=ids,
+        rewards={"task": np.array([1.0])},
+        groups=np.array([0]),
+        per_token={"logprobs": [np.array([0.0, -1.0])]},
+    )
     with pytest.raises(ValueError, match=r"logprobs\[0\] has 2 entries, token_ids\[0\] has 3"):
         records.table("here")
     records.per_token = {"logprobs": [np.array([0.0, np.nan, -1.0])]}

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 LONG = os.environ.get("CREDITLENS_FUZZ_LONG") == "1"
 
+
 def pytest_sessionfinish(session):
     """A pytest-xdist worker hands its cases to the controller, which prints them (tests/conftest.py)."""
     workeroutput = getattr(session.config, "workeroutput", None)

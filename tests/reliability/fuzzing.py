@@ -33,8 +33,9 @@ scalars = st.one_of(
 )
 garbage = st.recursive(
     scalars,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=4), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=4), children, max_size=3)
+    ),
     max_leaves=8,
 )
 good_float = st.floats(min_value=-50, max_value=50, allow_nan=False)
@@ -225,8 +226,14 @@ def try_write_parquet(path: Path, records: list[dict]) -> Path | None:
 _digests: dict[Path, dict] = {}  # the store's digest after the last case (it must not move)
 
 
-def check_import(db: Path, path: Path, kind: str, fmt: str | None = None, expect: str | None = None,
-                 records: int | None = None) -> str:
+def check_import(
+    db: Path,
+    path: Path,
+    kind: str,
+    fmt: str | None = None,
+    expect: str | None = None,
+    records: int | None = None,
+) -> str:
     """Import `path` as run 'fuzz'; assert the contract; leave the store as it was. Returns the outcome."""
     before = _digests.get(db) or store_digest(db)
     args = ["import", path, "--db", db, "--run", "fuzz", "--quiet"] + (["--format", fmt] if fmt else [])
@@ -272,14 +279,14 @@ def mutate_bytes(data: bytes, rng: random.Random) -> tuple[str, bytes]:
     lines = data.split(b"\n")
     k = rng.randrange(len(lines))
     if op == "drop_line":
-        return op, b"\n".join(lines[:k] + lines[k + 1:])
+        return op, b"\n".join(lines[:k] + lines[k + 1 :])
     if op == "dup_line":
-        return op, b"\n".join(lines[: k + 1] + [lines[k]] + lines[k + 1:])
+        return op, b"\n".join(lines[: k + 1] + [lines[k]] + lines[k + 1 :])
     if op == "insert_garbage":
         junk = rng.choice([b"{", b"]]]", b"null", b'{"prompt": ', b"[" * 5000, b"\x00", b"NaN", b"1e9999"])
         return op, data[:i] + junk + data[i:]
     j = rng.randrange(len(data))  # splice: a piece of the file pasted elsewhere
-    return op, data[:i] + data[min(i, j): max(i, j)][:200] + data[i:]
+    return op, data[:i] + data[min(i, j) : max(i, j)][:200] + data[i:]
 
 
 def _paths(obj, prefix=()):
@@ -314,7 +321,22 @@ def mutate_record(rec: dict, rng: random.Random) -> tuple[str, dict]:
     else:
         op = "replace"
         parent[key] = rng.choice(
-            [None, True, "x", 10**400, float("nan"), float("inf"), -1, 2**40, 1e300, [], {}, [[1]],
-             {"a": [1]}, "\ud800", 0.5]
+            [
+                None,
+                True,
+                "x",
+                10**400,
+                float("nan"),
+                float("inf"),
+                -1,
+                2**40,
+                1e300,
+                [],
+                {},
+                [[1]],
+                {"a": [1]},
+                "\ud800",
+                0.5,
+            ]
         )
     return f"{op} {'.'.join(map(str, path))}", rec

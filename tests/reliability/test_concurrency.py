@@ -38,8 +38,13 @@ def db(tmp_path) -> Path:
 
 
 def _import_proc(db: Path, src: Path, run: str) -> subprocess.Popen:
-    return subprocess.Popen([PYTHON, "-m", "backend.cli", "import", str(src), "--db", str(db), "--run", run,
-                             "--quiet"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [PYTHON, "-m", "backend.cli", "import", str(src), "--db", str(db), "--run", run, "--quiet"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_app_readers_during_a_cli_import_see_the_run_absent_or_complete(db, tmp_path):

@@ -79,8 +79,13 @@ def test_sigkill_at_random_points_of_an_import_leaves_the_run_absent_or_complete
     for k in range(KILLS):
         before = store_digest(db)
         target = rng.uniform(0.05, 1.0) if k < KILLS - 1 else 1.0  # the last one: during COMMIT
-        child = subprocess.Popen([PYTHON, "-c", IMPORT_CHILD, str(db), str(big)], cwd=ROOT,
-                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        child = subprocess.Popen(
+            [PYTHON, "-c", IMPORT_CHILD, str(db), str(big)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         for line in child.stdout:
             if line.strip() not in ("open", "done") and float(line) >= target:
                 break
@@ -106,8 +111,21 @@ def test_sigkill_during_a_resample_keeps_samples_all_or_nothing(tmp_path):
     db = tmp_path / "runs.duckdb"
     src = ROOT / "sample_runs" / spec["file"]
     assert run_cli(["import", src, "--db", db, "--run", "demo", "--model", model, "--quiet"]).rc == 0
-    args = ["resample", "--db", str(db), "--run", "demo", "--rollout", "0", "--positions", "1,2",
-            "--samples", "4", "--engine", "transformers"]
+    args = [
+        "resample",
+        "--db",
+        str(db),
+        "--run",
+        "demo",
+        "--rollout",
+        "0",
+        "--positions",
+        "1,2",
+        "--samples",
+        "4",
+        "--engine",
+        "transformers",
+    ]
     cmd = [PYTHON, "-m", "backend.cli", *args]
     rng = random.Random(3)
     for _ in range(2 if LONG else 1):
@@ -150,8 +168,25 @@ def test_full_disk_gives_one_line_and_keeps_the_store(db_with_base, tmp_path):
     big = _big_jsonl(tmp_path / "big.jsonl", n_records=4000)
     before = store_digest(db)
     limit = db.stat().st_size + 256 * 1024  # the WAL or the checkpoint outgrows this
-    proc = subprocess.run([PYTHON, "-c", FSIZE_CHILD, str(limit), "import", str(big), "--db", str(db),
-                           "--run", "big", "--quiet"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            PYTHON,
+            "-c",
+            FSIZE_CHILD,
+            str(limit),
+            "import",
+            str(big),
+            "--db",
+            str(db),
+            "--run",
+            "big",
+            "--quiet",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     msg = _one_line(proc.stderr)
     assert "nothing was written" in msg or "disk" in msg, msg
@@ -219,8 +254,9 @@ HOLDER = textwrap.dedent(
 
 
 def _hold(db: Path, seconds: float) -> subprocess.Popen:
-    child = subprocess.Popen([PYTHON, "-c", HOLDER, str(db), str(seconds)], cwd=ROOT, stdout=subprocess.PIPE,
-                             text=True)
+    child = subprocess.Popen(
+        [PYTHON, "-c", HOLDER, str(db), str(seconds)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
     assert child.stdout.readline().strip() == "holding"
     return child
 
@@ -267,8 +303,13 @@ def test_ctrl_c_during_import_commits_nothing(db_with_base, tmp_path):
     db = db_with_base
     big = _big_jsonl(tmp_path / "big.jsonl", n_records=4000)
     before = store_digest(db)
-    child = subprocess.Popen([PYTHON, "-c", CLI_CHILD, "import", str(big), "--db", str(db), "--run", "big"],
-                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [PYTHON, "-c", CLI_CHILD, "import", str(big), "--db", str(db), "--run", "big"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert child.stdout.readline().strip() == "ready"
     time.sleep(0.3)  # inside the import by now: it runs for seconds
     child.send_signal(signal.SIGINT)
@@ -279,4 +320,3 @@ def test_ctrl_c_during_import_commits_nothing(db_with_base, tmp_path):
         assert child.returncode == 130 and "nothing was committed" in err, err[-2000:]
         assert store_digest(db) == before
     tally("Ctrl-C during import", "nothing committed" if child.returncode else "completed")
-

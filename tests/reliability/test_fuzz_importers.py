@@ -48,8 +48,11 @@ FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
     derandomize=not LONG,  # CI runs the same cases every time; the long mode explores
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                           HealthCheck.data_too_large],
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
 )
 
 
@@ -100,8 +103,17 @@ def _valid_files(d):
     native = write_jsonl(d / "native.jsonl", records)
     verl = write_jsonl(
         d / "5.jsonl",
-        [{"input": r["prompt"], "output": r["response"], "score": r["rewards"]["task"], "acc": True,
-          "gts": "4", "step": 5} for r in records],
+        [
+            {
+                "input": r["prompt"],
+                "output": r["response"],
+                "score": r["rewards"]["task"],
+                "acc": True,
+                "gts": "4",
+                "step": 5,
+            }
+            for r in records
+        ],
     )
     return records, native, verl
 
@@ -139,9 +151,17 @@ def test_byte_mutations_of_parquet_files(base_store, tmp_path):
     pq.write_table(pa.Table.from_pylist(records), src, row_group_size=5, compression="none")
     trl_src = tmp_path / "trl.parquet"
     pq.write_table(
-        pa.table({"step": [1] * 16, "prompt": [r["prompt"] for r in records],
-                  "completion": [r["response"] for r in records], "accuracy": [1.0] * 16}),
-        trl_src, row_group_size=5, compression="none",
+        pa.table(
+            {
+                "step": [1] * 16,
+                "prompt": [r["prompt"] for r in records],
+                "completion": [r["response"] for r in records],
+                "accuracy": [1.0] * 16,
+            }
+        ),
+        trl_src,
+        row_group_size=5,
+        compression="none",
     )
     for k in range(MUTATIONS // 2):
         for source, fmt in ((src, "native"), (trl_src, "trl")):
@@ -151,7 +171,7 @@ def test_byte_mutations_of_parquet_files(base_store, tmp_path):
                 data = data[: rng.randrange(len(data))]
             elif op == "zero a run":
                 i = rng.randrange(4, len(data) - 300)
-                data[i: i + rng.randint(1, 64)] = bytes(rng.randint(1, 64))[: len(data[i: i + 64])]
+                data[i : i + rng.randint(1, 64)] = bytes(rng.randint(1, 64))[: len(data[i : i + 64])]
             else:  # damage data pages but keep the footer, so the failure comes mid-read
                 for _ in range(rng.randint(1, 6)):
                     data[rng.randrange(4, len(data) - 300)] = rng.randrange(256)
@@ -210,8 +230,9 @@ def test_edge_cases_fail_cleanly(base_store, tmp_path, name):
 def test_nul_characters_and_crlf_import_correctly(base_store, tmp_path):
     rec = dict(GOOD, prompt="a\u0000b", response="x\r\ny")
     raw = (json.dumps(rec) + "\r\n" + json.dumps(rec) + "\r\n").encode()
-    check_import(base_store, _lines(tmp_path, "ok.jsonl", raw), "native jsonl edge case", expect="imported",
-                 records=2)
+    check_import(
+        base_store, _lines(tmp_path, "ok.jsonl", raw), "native jsonl edge case", expect="imported", records=2
+    )
 
 
 def test_duplicate_records_and_duplicate_file(base_store, tmp_path):
@@ -234,21 +255,41 @@ def test_empty_and_zero_row_parquet(base_store, tmp_path):
     check_import(base_store, zero, "native parquet edge case", expect="clean error")
     trl = tmp_path / "trl0"
     (trl / "completions").mkdir(parents=True)
-    pq.write_table(pa.table({"prompt": pa.array([], pa.string()), "completion": pa.array([], pa.string()),
-                             "r": pa.array([], pa.float64())}), trl / "completions" / "completions_1.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "prompt": pa.array([], pa.string()),
+                "completion": pa.array([], pa.string()),
+                "r": pa.array([], pa.float64()),
+            }
+        ),
+        trl / "completions" / "completions_1.parquet",
+    )
     check_import(base_store, trl, "trl edge case", fmt="trl", expect="clean error")
 
 
 def test_a_100k_token_response_imports_in_both_formats(base_store, tmp_path):
     n = 100_000
-    rec = {"prompt": "long", "response": "x " * n, "token_ids": [i % 50000 for i in range(n)],
-           "logprobs": [-0.5] * n, "entropies": [1.0] * n, "rewards": {"task": 1.0},
-           "token_rewards": {"style": [0.0] * n}}
-    check_import(base_store, write_jsonl(tmp_path / "long.jsonl", [rec, GOOD]), "native jsonl edge case",
-                 expect="imported", records=2)
+    rec = {
+        "prompt": "long",
+        "response": "x " * n,
+        "token_ids": [i % 50000 for i in range(n)],
+        "logprobs": [-0.5] * n,
+        "entropies": [1.0] * n,
+        "rewards": {"task": 1.0},
+        "token_rewards": {"style": [0.0] * n},
+    }
+    check_import(
+        base_store,
+        write_jsonl(tmp_path / "long.jsonl", [rec, GOOD]),
+        "native jsonl edge case",
+        expect="imported",
+        records=2,
+    )
     pq.write_table(pa.Table.from_pylist([rec, GOOD]), tmp_path / "long.parquet")
-    check_import(base_store, tmp_path / "long.parquet", "native parquet edge case", expect="imported",
-                 records=2)
+    check_import(
+        base_store, tmp_path / "long.parquet", "native parquet edge case", expect="imported", records=2
+    )
     # the same length with one entry missing is an error naming the record
     bad = dict(rec, logprobs=[-0.5] * (n - 1))
     for rows, record in (([GOOD, bad], "record 2"), ([bad, GOOD], "record 1")):
@@ -276,7 +317,10 @@ def test_subprocess_cli_prints_one_line_and_no_traceback(base_store, tmp_path, n
     before = store_digest(base_store)
     proc = subprocess.run(
         [PYTHON, "-m", "backend.cli", "import", str(path), "--db", str(base_store), "--run", "sub"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr

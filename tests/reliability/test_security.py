@@ -32,7 +32,7 @@ HOSTILE_NAMES = [
     'say "hi"',
     "a; b",
     "'; DROP TABLE runs; --",
-    "\"); DELETE FROM rollouts; --",
+    '"); DELETE FROM rollouts; --',
     "run\\with\\backslashes",
     "名前 with ünïcode",
     "%s %d {} ?",
@@ -50,7 +50,7 @@ def test_hostile_run_names_import_list_and_delete_exactly(tmp_path):
     for k, name in enumerate(HOSTILE_NAMES):
         assert run_cli(["delete", "--db", db, "--run", name]).rc == 0, name
         left = [r["name"] for r in json.loads(run_cli(["runs", "--db", db, "--json"]).out)]
-        assert left == HOSTILE_NAMES[k + 1:]
+        assert left == HOSTILE_NAMES[k + 1 :]
         tally("security: hostile run names", "imported, listed, deleted exactly")
     missing = run_cli(["delete", "--db", db, "--run", "'; DROP TABLE runs; --"])
     assert missing.rc == 2 and "no run named" in missing.err
@@ -86,11 +86,32 @@ ALLOWED_INTERPOLATIONS = {"table", "columns", "view", "cond", "column", "sets"}
 # `?` parameter (test_explorer_sql_keeps_hostile_names_as_data checks it end to end).
 # The monitors' queries compose the same way: `where` is `_credit_where`'s constant text (values are `?`),
 # `parts` are constant expressions over integer list indexes.
-FRAGMENT_BUILDERS = {"backend/store/explorer_queries.py", "backend/store/trend_queries.py",
-                     "backend/store/monitor_queries.py"}
-FRAGMENTS = {"sql", "parts", "', '.join(cols)", "', '.join(select)", "' '.join(parts)", "score_select",
-             "shares", "qsel", "joins", "cond", "order('t')", "order('hits')", "page", "list(QUANTILES)",
-             "_alias(n)", "select", "metrics", "where", "', '.join(parts)"}
+FRAGMENT_BUILDERS = {
+    "backend/store/explorer_queries.py",
+    "backend/store/trend_queries.py",
+    "backend/store/monitor_queries.py",
+}
+FRAGMENTS = {
+    "sql",
+    "parts",
+    "', '.join(cols)",
+    "', '.join(select)",
+    "' '.join(parts)",
+    "score_select",
+    "shares",
+    "qsel",
+    "joins",
+    "cond",
+    "order('t')",
+    "order('hits')",
+    "page",
+    "list(QUANTILES)",
+    "_alias(n)",
+    "select",
+    "metrics",
+    "where",
+    "', '.join(parts)",
+}
 
 
 def _module_constants(tree: ast.Module) -> set[str]:
@@ -106,9 +127,13 @@ def _module_constants(tree: ast.Module) -> set[str]:
             text = isinstance(value, ast.Constant) and isinstance(value.value, str)
             composed = isinstance(value, ast.JoinedStr) and all(
                 isinstance(v, ast.Constant)
-                or (isinstance(v, ast.FormattedValue) and isinstance(v.value, ast.Name)
-                    and v.value.id in constant)
-                for v in value.values)
+                or (
+                    isinstance(v, ast.FormattedValue)
+                    and isinstance(v.value, ast.Name)
+                    and v.value.id in constant
+                )
+                for v in value.values
+            )
             if name.lstrip("_").isupper() and (text or composed):
                 constant.add(name)
     return {name for name in constant if bound[name] == 1}
@@ -233,8 +258,9 @@ def test_explorer_sql_keeps_hostile_names_as_data(tmp_path):
     with Store(tmp_path / "s.duckdb") as store:
         import_records(store, hostile, records, content_key="hostile-sql")
     handle = StoreHandle(tmp_path / "s.duckdb")
-    page = explorer.rollout_table(handle, hostile, explorer.ExplorerQuery(estimator="grpo", search=hostile,
-                                                                          limit=None))
+    page = explorer.rollout_table(
+        handle, hostile, explorer.ExplorerQuery(estimator="grpo", search=hostile, limit=None)
+    )
     assert page.total == 6 and "score_x_drop_table_runs" in page.columns
     assert explorer.step_trends(handle, hostile, "grpo")["score_x_drop_table_runs"].tolist() == [1.0]
     with handle.read() as store:

@@ -11,8 +11,9 @@ from backend.estimators.twins.loops import gae_rows, outcome_of, real_columns, t
 from backend.estimators.twins.values import value_rows
 
 
-def finish_rewards_loop(batch: RolloutBatch, config, z: list[float], rows: list[list[int]],
-                        r_rows: list[list[float]]) -> torch.Tensor:
+def finish_rewards_loop(
+    batch: RolloutBatch, config, z: list[float], rows: list[list[int]], r_rows: list[list[float]]
+) -> torch.Tensor:
     """A = L r per response, or GAE over r with the config's value source when `then_gae`."""
     if getattr(config, "then_gae", False):
         v_rows = value_rows(batch, config, z, rows)

@@ -33,15 +33,16 @@ def recency_twin(batch: RolloutBatch, config) -> torch.Tensor:
 
 @twin("early_late")
 def early_late_twin(batch: RolloutBatch, config) -> torch.Tensor:
-    weights = [[config.kappa ** (t - 1) + config.kappa ** (L - t) for t in range(1, L + 1)]
-               for L in _lengths(batch)]
+    weights = [
+        [config.kappa ** (t - 1) + config.kappa ** (L - t) for t in range(1, L + 1)] for L in _lengths(batch)
+    ]
     return redistribute_loop(batch, config, weights)
 
 
 @twin("entropy")
 def entropy_twin(batch: RolloutBatch, config) -> torch.Tensor:
     H = entropy_rows(batch, real_columns(batch))
-    return redistribute_loop(batch, config, [[h ** config.p for h in row] for row in H])
+    return redistribute_loop(batch, config, [[h**config.p for h in row] for row in H])
 
 
 @twin("step_boundary")
@@ -113,5 +114,6 @@ def high_entropy_mask_twin(batch: RolloutBatch, config) -> torch.Tensor:
         thresholds = [quantile(every, config.q) if every else float("inf")] * len(rows)
     else:
         thresholds = [quantile(h, config.q) if h else float("inf") for h in H]
-    return to_tensor(batch, rows, [[z[i] if h >= thresholds[i] else 0.0 for h in H[i]]
-                                   for i in range(len(rows))])
+    return to_tensor(
+        batch, rows, [[z[i] if h >= thresholds[i] else 0.0 for h in H[i]] for i in range(len(rows))]
+    )

@@ -41,8 +41,13 @@ def pivot_buckets_twin(batch: RolloutBatch, config) -> torch.Tensor:
         for k, key in enumerate(keys[i]):
             cells[key].append(gates[i][k])
     mean_gate = {key: sum(values) / len(values) for key, values in cells.items()}
-    per_row = [[z[i] * ((1 - config.anchor) + config.anchor * gates[i][k] / mean_gate[key])
-                for k, key in enumerate(keys[i])] for i in range(len(rows))]
+    per_row = [
+        [
+            z[i] * ((1 - config.anchor) + config.anchor * gates[i][k] / mean_gate[key])
+            for k, key in enumerate(keys[i])
+        ]
+        for i in range(len(rows))
+    ]
     return to_tensor(batch, rows, per_row)
 
 
@@ -92,8 +97,9 @@ def asymmetric_confidence_twin(batch: RolloutBatch, config) -> torch.Tensor:
             u = -sum(x * math.log(x) for x in (p, 1.0 - p) if x > 0) / math.log(2.0)
             u = min(max(u, 0.0), 1.0)
             confidence = 1.0 - u if p >= 0.5 else 0.0
-            w.append(1.0 + config.alpha * u if z[i] > 0 else
-                     1.0 + config.alpha * confidence if z[i] < 0 else 1.0)
+            w.append(
+                1.0 + config.alpha * u if z[i] > 0 else 1.0 + config.alpha * confidence if z[i] < 0 else 1.0
+            )
         mean_w = sum(w) / len(w) if w else 1.0
         per_row.append([z[i] * (x / mean_w if config.keep_total else x) for x in w])
     return to_tensor(batch, rows, per_row)

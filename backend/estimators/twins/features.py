@@ -60,8 +60,9 @@ def strided(n: int, max_rows: int) -> list[int]:
     return [int(x) for x in torch.linspace(0, n - 1, max_rows).round().long().tolist()]
 
 
-def ridge_fold_fits(X: list[list[float]], y: list[float], fold: list[int], k: int,
-                    alpha: float) -> list[tuple[np.ndarray, float]]:
+def ridge_fold_fits(
+    X: list[list[float]], y: list[float], fold: list[int], k: int, alpha: float
+) -> list[tuple[np.ndarray, float]]:
     """For each fold j, (w, b) of a ridge fit on the rows outside fold j, in raw feature units.
 
     Columns are standardized over every row (mean, population std; a constant column keeps scale 1),

@@ -97,8 +97,9 @@ def rudder_g_loop(batch, config) -> list[list[float]]:
         return [[0.0] * len(cols) for cols in rows]
     g: list[list[float]] = [[] for _ in rows]
     fit = strided(len(prefixes), MAX_FIT_TOKENS)
-    fits = ridge_fold_fits([prefixes[n] for n in fit], [z[owner[n]] for n in fit],
-                           [fold[owner[n]] for n in fit], k, config.ridge)
+    fits = ridge_fold_fits(
+        [prefixes[n] for n in fit], [z[owner[n]] for n in fit], [fold[owner[n]] for n in fit], k, config.ridge
+    )
     for x, i in zip(prefixes, owner, strict=True):
         w, b = fits[fold[i]]
         g[i].append(float(np.dot(w, x) + b))

@@ -15,5 +15,8 @@ from backend.estimators.twins.loops import real_columns, to_tensor
 def logged_twin(batch: RolloutBatch, config) -> torch.Tensor:
     rows = real_columns(batch)
     logged = batch.extras["logged_advantage"].tolist()
-    return to_tensor(batch, rows, [[0.0 if math.isnan(logged[i]) else logged[i]] * len(cols)
-                                   for i, cols in enumerate(rows)])
+    return to_tensor(
+        batch,
+        rows,
+        [[0.0 if math.isnan(logged[i]) else logged[i]] * len(cols) for i, cols in enumerate(rows)],
+    )

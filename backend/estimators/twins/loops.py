@@ -64,8 +64,9 @@ def outcome_loop(scores: list[float], groups: list, outcome: str = "grpo", eps: 
     """Z per response (grpo z-score, dr_grpo minus the mean, rloo minus the others' mean); a missing
     score (NaN) gets Z = 0 and a group of several with fewer than two scores gets Z = 0 (TRL)."""
     cs = center_scale(scores, groups, outcome, eps)
-    return [0.0 if math.isnan(float(scores[i])) else (float(scores[i]) - c) * k
-            for i, (c, k) in enumerate(cs)]
+    return [
+        0.0 if math.isnan(float(scores[i])) else (float(scores[i]) - c) * k for i, (c, k) in enumerate(cs)
+    ]
 
 
 def scores_list(batch: RolloutBatch, channel: str) -> list[float]:
@@ -75,8 +76,12 @@ def scores_list(batch: RolloutBatch, channel: str) -> list[float]:
 
 def outcome_of(batch: RolloutBatch, config) -> list[float]:
     """Z per response from the config's channel, outcome (grpo when it has none) and epsilon."""
-    return outcome_loop(scores_list(batch, config.channel), batch.group_ids.tolist(),
-                        getattr(config, "outcome", "grpo"), getattr(config, "epsilon", 1e-6))
+    return outcome_loop(
+        scores_list(batch, config.channel),
+        batch.group_ids.tolist(),
+        getattr(config, "outcome", "grpo"),
+        getattr(config, "epsilon", 1e-6),
+    )
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -92,8 +97,9 @@ def entropy_rows(batch: RolloutBatch, rows: list[list[int]]) -> list[list[float]
     return [[max(float(batch.entropies[i, t]), 0.0) for t in cols] for i, cols in enumerate(rows)]
 
 
-def gae_rows(r_rows: list[list[float]], v_rows: list[list[float]], gamma: float,
-             lam: float) -> list[list[float]]:
+def gae_rows(
+    r_rows: list[list[float]], v_rows: list[list[float]], gamma: float, lam: float
+) -> list[list[float]]:
     """GAE per response over its real tokens: delta_k = r_k + gamma V_{k+1} - V_k (V after the last real
     token is 0), A_k = delta_k + gamma lam A_{k+1}."""
     out = []

@@ -70,7 +70,7 @@ def gcpo_twin(batch: RolloutBatch, config) -> torch.Tensor:
             pct = [0.0] * len(d)
             for rank, k in enumerate(order, start=1):
                 pct[k] = rank / len(d)
-            w = [p ** alpha for p in pct]
+            w = [p**alpha for p in pct]
             total = sum(w)
             weights.update({c: w[k] / total * len(d) for k, c in enumerate(keep)})
         per_row.append([z[i] * weights[c] for c in cols])

@@ -121,8 +121,12 @@ def aggregation_twin(batch: RolloutBatch, config) -> torch.Tensor:
     budget = config.l_budget or batch.response_mask.shape[1]
     out = torch.zeros(batch.response_mask.shape)
     for i, cols in enumerate(rows):
-        c = {"seq-mean-token-mean": 1 / (B * max(len(cols), 1)), "token-mean": 1 / max(N, 1),
-             "seq-mean-token-sum": 1 / B, "dr-grpo": 1 / (max(len(rows), 1) * budget)}[config.mode]
+        c = {
+            "seq-mean-token-mean": 1 / (B * max(len(cols), 1)),
+            "token-mean": 1 / max(N, 1),
+            "seq-mean-token-sum": 1 / B,
+            "dr-grpo": 1 / (max(len(rows), 1) * budget),
+        }[config.mode]
         for t in cols:
             out[i, t] = base[i, t] * c * (max(N, 1) if config.normalize else 1)
     return out

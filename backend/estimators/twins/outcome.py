@@ -13,8 +13,12 @@ from backend.estimators.twins.loops import outcome_loop, real_columns, scores_li
 
 def _broadcast(batch: RolloutBatch, config, outcome: str) -> torch.Tensor:
     rows = real_columns(batch)
-    z = outcome_loop(scores_list(batch, config.channel), batch.group_ids.tolist(), outcome,
-                     getattr(config, "epsilon", 1e-6))
+    z = outcome_loop(
+        scores_list(batch, config.channel),
+        batch.group_ids.tolist(),
+        outcome,
+        getattr(config, "epsilon", 1e-6),
+    )
     return to_tensor(batch, rows, [[z[i]] * len(cols) for i, cols in enumerate(rows)])
 
 

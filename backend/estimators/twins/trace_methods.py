@@ -15,7 +15,7 @@ from backend.estimators.twins.loops import outcome_of, real_columns, to_tensor
 
 def trace_weight(t: int, lag: int, d: float, weighting: str) -> float:
     """tr(t, l) of Eq. 2 for 0-based t and lag l <= t: d^l (recent) or max(d^l, d^(t - l)) (both)."""
-    recent = d ** lag
+    recent = d**lag
     return recent if weighting == "recent" else max(recent, d ** (t - lag))
 
 
@@ -28,6 +28,7 @@ def log_ratio_trace_twin(batch: RolloutBatch, config) -> torch.Tensor:
         if config.clamp_negative and z < config.floor:
             z = config.floor
         L = len(cols)
-        per_row.append([z * sum(trace_weight(t, t - j, d, config.weighting) for t in range(j, L))
-                        for j in range(L)])
+        per_row.append(
+            [z * sum(trace_weight(t, t - j, d, config.weighting) for t in range(j, L)) for j in range(L)]
+        )
     return to_tensor(batch, rows, per_row)

@@ -37,7 +37,7 @@ def prefix_tree_loop(batch: RolloutBatch, z: list[float]):
         for t, m in enumerate(mask[i]):
             if not m:
                 continue
-            here, nxt = (g, seqs[i][:t]), (g, seqs[i][:t + 1])
+            here, nxt = (g, seqs[i][:t]), (g, seqs[i][: t + 1])
             vb.append(sum(z[j] for j in through[here]) / len(through[here]))
             va.append(sum(z[j] for j in through[nxt]) / len(through[nxt]))
             br.append(len(children[here]) >= 2)

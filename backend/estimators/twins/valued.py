@@ -58,8 +58,10 @@ def prefix_tree_twin(batch: RolloutBatch, config) -> torch.Tensor:
     rows = real_columns(batch)
     z = outcome_of(batch, config)
     vb, va, br = prefix_tree_loop(batch, z)
-    per_row = [[z[i] + config.eta * (va[i][k] - vb[i][k] if br[i][k] else 0.0) for k in range(len(cols))]
-               for i, cols in enumerate(rows)]
+    per_row = [
+        [z[i] + config.eta * (va[i][k] - vb[i][k] if br[i][k] else 0.0) for k in range(len(cols))]
+        for i, cols in enumerate(rows)
+    ]
     return to_tensor(batch, rows, per_row)
 
 

@@ -41,8 +41,9 @@ def value_rows(batch: RolloutBatch, config, z: list[float], rows: list[list[int]
     raise ValueError(f"unknown value source {source!r}")
 
 
-def fitted_value_rows(batch: RolloutBatch, z: list[float], rows: list[list[int]], folds: int,
-                      ridge: float) -> list[list[float]]:
+def fitted_value_rows(
+    batch: RolloutBatch, z: list[float], rows: list[list[int]], folds: int, ridge: float
+) -> list[list[float]]:
     """A ridge probe from each token's features (hidden states + position when the batch has them) to its
     response's Z, cross-fitted by group: a token is valued by the fit that left its fold out. With fewer
     than two groups there is nothing to cross-fit on: V = 0."""
@@ -50,8 +51,11 @@ def fitted_value_rows(batch: RolloutBatch, z: list[float], rows: list[list[int]]
     if k < 2:
         return [[0.0] * len(cols) for cols in rows]
     hidden = batch.extras.get("hidden")
-    use_hidden = (hidden is not None and hidden.dim() == 3
-                  and tuple(hidden.shape[:2]) == tuple(batch.response_mask.shape))
+    use_hidden = (
+        hidden is not None
+        and hidden.dim() == 3
+        and tuple(hidden.shape[:2]) == tuple(batch.response_mask.shape)
+    )
     X, y, owner = [], [], []
     for i, cols in enumerate(rows):
         feats = hidden_feature_rows(batch, i, cols) if use_hidden else token_feature_rows(batch, i, cols)

@@ -14,8 +14,13 @@ from collections import defaultdict
 import torch
 
 
-def verl_grpo_loop(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: list,
-                   epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True) -> torch.Tensor:
+def verl_grpo_loop(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: list,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+) -> torch.Tensor:
     """verl's GRPO outcome advantage, as a loop: scores = sum of token rewards, per-group mean/std."""
     scores = token_level_rewards.sum(dim=-1)
     id2score: dict = defaultdict(list)
@@ -40,8 +45,13 @@ def verl_grpo_loop(token_level_rewards: torch.Tensor, response_mask: torch.Tenso
     return out.unsqueeze(-1) * response_mask
 
 
-def verl_gae_loop(token_level_rewards: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor,
-                  gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+def verl_gae_loop(
+    token_level_rewards: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """verl's GAE before whitening: reverse time loop, masked steps carry next value and running A."""
     nextvalues = torch.zeros(values.shape[0])
     lastgaelam = torch.zeros(values.shape[0])

@@ -14,9 +14,17 @@ from backend.batch import MODEL_SCORED, RolloutBatch, batch_from_records, model_
 TEXTS = ["a", "b", " ", "\n", "1", ".", "ab", ",", "x\n"]
 
 
-def random_batch(seed: int = 0, n_groups: int = 4, group_size: int = 4, max_len: int = 10,
-                 holes: bool = False, singleton: bool = True, flat_group: bool = True,
-                 vocab: int = 4, extras: bool = True) -> RolloutBatch:
+def random_batch(
+    seed: int = 0,
+    n_groups: int = 4,
+    group_size: int = 4,
+    max_len: int = 10,
+    holes: bool = False,
+    singleton: bool = True,
+    flat_group: bool = True,
+    vocab: int = 4,
+    extras: bool = True,
+) -> RolloutBatch:
     rng = random.Random(seed)
     gaps = random.Random(seed + 1000)  # missing scores and logged advantages: their own stream
     model_scores = random.Random(seed + 2000)  # cached OAR / GCPO scores: their own stream too
@@ -30,9 +38,13 @@ def random_batch(seed: int = 0, n_groups: int = 4, group_size: int = 4, max_len:
             L = rng.choice([1, rng.randint(1, max_len)])
             ids = (stem + [rng.randint(1, vocab) for _ in range(max_len)])[:L]
             rec = {
-                "token_ids": ids, "group_id": 10 * g + 3, "rollout_id": 100 + rid,
-                "scores": {"task": 1.0 if flat else float(rng.random() < 0.5) + 0.1 * rng.random(),
-                           "style": -float(rng.random() < 0.3)},
+                "token_ids": ids,
+                "group_id": 10 * g + 3,
+                "rollout_id": 100 + rid,
+                "scores": {
+                    "task": 1.0 if flat else float(rng.random() < 0.5) + 0.1 * rng.random(),
+                    "style": -float(rng.random() < 0.3),
+                },
                 "token_rewards": {"style": [-float(rng.random() < 0.2) for _ in ids]},
                 "entropies": [rng.random() * 2 for _ in ids],
                 "logprobs": [-rng.random() * 3 for _ in ids],
@@ -52,8 +64,9 @@ def random_batch(seed: int = 0, n_groups: int = 4, group_size: int = 4, max_len:
                 }
                 for method in MODEL_SCORED:  # scores on some tokens (ties included), mask 0/1
                     scores_name, mask_name = model_score_needs(method)
-                    rec["extras"][scores_name] = [model_scores.choice([0.0, 0.5, model_scores.gauss(0, 2)])
-                                                  for _ in ids]
+                    rec["extras"][scores_name] = [
+                        model_scores.choice([0.0, 0.5, model_scores.gauss(0, 2)]) for _ in ids
+                    ]
                     rec["extras"][mask_name] = [float(model_scores.random() < 0.8) for _ in ids]
             records.append(rec)
             rid += 1

@@ -36,29 +36,38 @@ def batches(draw, max_groups: int = 4, max_size: int = 4, max_len: int = 7) -> R
             scores = {"task": draw(st.sampled_from(SCORES))}
             if draw(st.booleans()):
                 scores["style"] = -float(draw(st.booleans()))  # missing otherwise: NaN in the batch
-            records.append({
-                "token_ids": ids, "group_id": 7 * g + 1, "rollout_id": len(records), "scores": scores,
-                "entropies": draw(per_token),
-                # distinct (steps of 0.05 plus 1e-4 x a token counter below 500): STARE picks its
-                # top-surprisal tokens with torch.topk, as the official code does, and topk's order among
-                # equal values is unspecified
-                "logprobs": [-0.05 * n - 1e-4 * (len(records) * max_len + k)
-                             for k, n in enumerate(draw(levels))],
-                "ref_logprobs": [-abs(x) for x in draw(floats)],
-                "values": draw(floats),
-                "tokens": [TEXTS[i % len(TEXTS)] for i in ids],
-                "extras": {
-                    "mc_values": draw(st.lists(st.sampled_from(SCORES), min_size=L, max_size=L)),
-                    "mc_mask": [float(b) for b in draw(st.lists(st.booleans(), min_size=L, max_size=L))],
-                    "old_entropies": draw(per_token),
-                    "decision_signal": draw(floats),
-                    "logged_advantage": draw(st.sampled_from([-1.0, 0.0, 0.5, math.nan])),
-                },
-            })
+            records.append(
+                {
+                    "token_ids": ids,
+                    "group_id": 7 * g + 1,
+                    "rollout_id": len(records),
+                    "scores": scores,
+                    "entropies": draw(per_token),
+                    # distinct (steps of 0.05 plus 1e-4 x a token counter below 500): STARE picks its
+                    # top-surprisal tokens with torch.topk, as the official code does, and topk's order among
+                    # equal values is unspecified
+                    "logprobs": [
+                        -0.05 * n - 1e-4 * (len(records) * max_len + k) for k, n in enumerate(draw(levels))
+                    ],
+                    "ref_logprobs": [-abs(x) for x in draw(floats)],
+                    "values": draw(floats),
+                    "tokens": [TEXTS[i % len(TEXTS)] for i in ids],
+                    "extras": {
+                        "mc_values": draw(st.lists(st.sampled_from(SCORES), min_size=L, max_size=L)),
+                        "mc_mask": [float(b) for b in draw(st.lists(st.booleans(), min_size=L, max_size=L))],
+                        "old_entropies": draw(per_token),
+                        "decision_signal": draw(floats),
+                        "logged_advantage": draw(st.sampled_from([-1.0, 0.0, 0.5, math.nan])),
+                    },
+                }
+            )
     batch = batch_from_records(records)
     if draw(st.booleans()):
-        drop = draw(st.lists(st.booleans(), min_size=batch.response_mask.numel(),
-                             max_size=batch.response_mask.numel()))
+        drop = draw(
+            st.lists(
+                st.booleans(), min_size=batch.response_mask.numel(), max_size=batch.response_mask.numel()
+            )
+        )
         holes = torch.tensor(drop, dtype=torch.bool).reshape(batch.response_mask.shape)
         batch = dataclasses.replace(batch, response_mask=batch.response_mask & ~holes, tokens=None)
     return batch

@@ -44,15 +44,49 @@ def test_estimators_show_sources_and_aliases(capsys):
 def test_estimate_with_a_deprecated_name_warns_and_matches(stored_run, tmp_path, capsys):
     registry._WARNED.discard("hapo")
     old, new = tmp_path / "old.parquet", tmp_path / "new.parquet"
-    assert main(["estimate", "--db", str(stored_run), "--run", "r1", "--estimator", "hapo", "--out", str(old),
-                 "--no-cache"]) == 0
+    assert (
+        main(
+            [
+                "estimate",
+                "--db",
+                str(stored_run),
+                "--run",
+                "r1",
+                "--estimator",
+                "hapo",
+                "--out",
+                str(old),
+                "--no-cache",
+            ]
+        )
+        == 0
+    )
     assert "'hapo' is deprecated" in capsys.readouterr().err
-    assert main(["estimate", "--db", str(stored_run), "--run", "r1", "--estimator", "entropy_mix",
-                 "--out", str(new), "--no-cache"]) == 0
+    assert (
+        main(
+            [
+                "estimate",
+                "--db",
+                str(stored_run),
+                "--run",
+                "r1",
+                "--estimator",
+                "entropy_mix",
+                "--out",
+                str(new),
+                "--no-cache",
+            ]
+        )
+        == 0
+    )
     assert pq.read_table(old).equals(pq.read_table(new))
     cached = tmp_path / "cached.parquet"  # the old name finds the output cached under the new one
-    assert main(["estimate", "--db", str(stored_run), "--run", "r1", "--estimator", "hapo",
-                 "--out", str(cached)]) == 0
+    assert (
+        main(
+            ["estimate", "--db", str(stored_run), "--run", "r1", "--estimator", "hapo", "--out", str(cached)]
+        )
+        == 0
+    )
     assert "from the store's cache" in capsys.readouterr().out
     assert pq.read_table(cached).equals(pq.read_table(new))
 
@@ -66,8 +100,21 @@ def stored_run(db_path):
 
 def test_estimate_writes_one_row_per_real_token(stored_run, tmp_path, capsys):
     out = tmp_path / "adv.parquet"
-    code = main(["estimate", "--db", str(stored_run), "--run", "r1", "--estimator", "recency",
-                 "--set", "kappa=0.5", "--out", str(out)])
+    code = main(
+        [
+            "estimate",
+            "--db",
+            str(stored_run),
+            "--run",
+            "r1",
+            "--estimator",
+            "recency",
+            "--set",
+            "kappa=0.5",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     table = pq.read_table(out).to_pandas()
     assert list(table.columns) == ["rollout_id", "group_id", "pos", "token_id", "token", "advantage"]
@@ -83,8 +130,24 @@ def test_estimate_writes_one_row_per_real_token(stored_run, tmp_path, capsys):
 
 def test_estimate_channel_and_bad_input(stored_run, tmp_path, capsys):
     out = tmp_path / "a.parquet"
-    assert main(["estimate", "--db", str(stored_run), "--run", "r1", "--estimator", "grpo",
-                 "--channel", "style", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "estimate",
+                "--db",
+                str(stored_run),
+                "--run",
+                "r1",
+                "--estimator",
+                "grpo",
+                "--channel",
+                "style",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     bad = [
         (["--estimator", "nope"], "unknown estimator 'nope'"),
         (["--estimator", "recency", "--set", "kappa=2"], "kappa"),
@@ -98,14 +161,29 @@ def test_estimate_channel_and_bad_input(stored_run, tmp_path, capsys):
         err = capsys.readouterr().err
         assert code == 2 and message in err, (extra, err)
         assert not target.exists()
-    code = main(["estimate", "--db", str(stored_run), "--run", "missing", "--estimator", "grpo",
-                 "--out", str(tmp_path / "m.parquet")])
+    code = main(
+        [
+            "estimate",
+            "--db",
+            str(stored_run),
+            "--run",
+            "missing",
+            "--estimator",
+            "grpo",
+            "--out",
+            str(tmp_path / "m.parquet"),
+        ]
+    )
     assert code == 2
 
 
 def _estimate(db, out, *extra) -> str:
-    assert main(["estimate", "--db", str(db), "--run", "r1", "--estimator", "entropy", "--out", str(out),
-                 *extra]) == 0
+    assert (
+        main(
+            ["estimate", "--db", str(db), "--run", "r1", "--estimator", "entropy", "--out", str(out), *extra]
+        )
+        == 0
+    )
     return out
 
 

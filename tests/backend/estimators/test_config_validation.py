@@ -79,10 +79,14 @@ def test_estimate_rejects_nonzero_padding():
     registry.register("__test_leaky", LeakyConfig, "writes on padding")(leaky)
     try:
         mask = torch.tensor([[True, True], [True, False]])
-        batch = RolloutBatch(response_mask=mask, token_ids=torch.zeros((2, 2), dtype=torch.long),
-                             group_ids=torch.zeros(2, dtype=torch.long), rollout_ids=torch.arange(2),
-                             steps=torch.zeros(2, dtype=torch.long),
-                             scores={"task": torch.tensor([0.0, 1.0])})
+        batch = RolloutBatch(
+            response_mask=mask,
+            token_ids=torch.zeros((2, 2), dtype=torch.long),
+            group_ids=torch.zeros(2, dtype=torch.long),
+            rollout_ids=torch.arange(2),
+            steps=torch.zeros(2, dtype=torch.long),
+            scores={"task": torch.tensor([0.0, 1.0])},
+        )
         with pytest.raises(RuntimeError, match="padding"):
             registry.estimate("__test_leaky", batch)
     finally:

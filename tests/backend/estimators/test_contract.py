@@ -16,12 +16,37 @@ from backend.estimators.values import fitted_values
 
 from .helpers import random_batch
 
-REQUIRED = ["grpo", "dr_grpo", "rloo", "terminal_gae", "recency", "early_late", "entropy",
-            "high_entropy_mask", "step_boundary", "decaying_trace", "entropy_masked_trace", "entropy_mix",
-            "gtpo", "gae", "prefix_tree", "suffix_mc", "token_rm", "rudder", "ktae", "stare", "entropy_gate",
-            "entropy_drop_mask", "aggregation"]
-RENAMED = {"trace": "decaying_trace", "s_trace": "entropy_masked_trace", "hapo": "entropy_mix",
-           "tepo_mask": "entropy_drop_mask"}
+REQUIRED = [
+    "grpo",
+    "dr_grpo",
+    "rloo",
+    "terminal_gae",
+    "recency",
+    "early_late",
+    "entropy",
+    "high_entropy_mask",
+    "step_boundary",
+    "decaying_trace",
+    "entropy_masked_trace",
+    "entropy_mix",
+    "gtpo",
+    "gae",
+    "prefix_tree",
+    "suffix_mc",
+    "token_rm",
+    "rudder",
+    "ktae",
+    "stare",
+    "entropy_gate",
+    "entropy_drop_mask",
+    "aggregation",
+]
+RENAMED = {
+    "trace": "decaying_trace",
+    "s_trace": "entropy_masked_trace",
+    "hapo": "entropy_mix",
+    "tepo_mask": "entropy_drop_mask",
+}
 
 
 def test_every_name_registered_with_frozen_config_and_schema():
@@ -43,11 +68,17 @@ def test_register_twice_and_unknown_name():
         registry.get("nope")
 
 
-@pytest.mark.parametrize("name,key,value", [("recency", "kappa", 1.5), ("grpo", "epsilon", -1.0),
-                                             ("decaying_trace", "mode", "sideways"),
-                                             ("gae", "value_source", "oracle"),
-                                             ("aggregation", "mode", "sum"),
-                                             ("entropy_mix", "alpha", float("nan"))])
+@pytest.mark.parametrize(
+    "name,key,value",
+    [
+        ("recency", "kappa", 1.5),
+        ("grpo", "epsilon", -1.0),
+        ("decaying_trace", "mode", "sideways"),
+        ("gae", "value_source", "oracle"),
+        ("aggregation", "mode", "sum"),
+        ("entropy_mix", "alpha", float("nan")),
+    ],
+)
 def test_bad_config_values_are_quoted(name, key, value):
     quoted = "nan" if value != value else repr(value)
     with pytest.raises(ValueError, match=quoted):
@@ -108,8 +139,9 @@ def test_mc_value_fallback_message():
     batch = random_batch(2)
     mm = batch.extras["mc_mask"].clone()
     mm[0] = 0.0
-    res = registry.estimate("gae", dataclasses.replace(batch, extras={**batch.extras, "mc_mask": mm}),
-                            value_source="mc")
+    res = registry.estimate(
+        "gae", dataclasses.replace(batch, extras={**batch.extras, "mc_mask": mm}), value_source="mc"
+    )
     assert "rollouts [100" in res.diagnostics["fallback"]
 
 
@@ -171,8 +203,10 @@ def test_estimator_inputs_unchanged():
     before = {k: v.clone() for k, v in batch.scores.items()}, batch.entropies.clone()
     for name in registry.names():
         registry.estimate(name, batch)
-    assert all(torch.allclose(before[0][k], batch.scores[k], rtol=0, atol=0, equal_nan=True)  # NaN: missing
-               for k in before[0])
+    assert all(
+        torch.allclose(before[0][k], batch.scores[k], rtol=0, atol=0, equal_nan=True)  # NaN: missing
+        for k in before[0]
+    )
     assert torch.equal(before[1], batch.entropies)
 
 
@@ -200,10 +234,15 @@ def test_ridge_fit_degenerate_batch_and_unchanged_where_regular():
 
 def _only(batch, fields):
     """`batch` stripped to the fields named (plus the mask, ids, scores), as a run that has nothing else."""
-    full = {**{n: getattr(batch, n) for n in ("logprobs", "ref_logprobs", "entropies", "values", "tokens")},
-            **batch.extras, "old_entropies": batch.entropies * 1.1}
-    plain = {n: (full[n] if n in fields else None)
-             for n in ("logprobs", "ref_logprobs", "entropies", "values", "tokens")}
+    full = {
+        **{n: getattr(batch, n) for n in ("logprobs", "ref_logprobs", "entropies", "values", "tokens")},
+        **batch.extras,
+        "old_entropies": batch.entropies * 1.1,
+    }
+    plain = {
+        n: (full[n] if n in fields else None)
+        for n in ("logprobs", "ref_logprobs", "entropies", "values", "tokens")
+    }
     extras = {n: full[n] for n in fields if n not in plain}
     return dataclasses.replace(batch, **plain, extras=extras)
 
@@ -235,8 +274,7 @@ def test_needs_metadata():
     assert drop.needs == ("entropies", "old_entropies") and drop.model_free and not drop.needs_one_of
     assert registry.get("stare").needs == ("logprobs", "entropies")
     assert registry.get("suffix_mc").needs == registry.MC_NEEDS and not registry.get("suffix_mc").model_free
-    assert {n for n in registry.names() if not registry.get(n).model_free} == {"suffix_mc",
-                                                                               *MODEL_SCORED}
+    assert {n for n in registry.names() if not registry.get(n).model_free} == {"suffix_mc", *MODEL_SCORED}
     for name in MODEL_SCORED:  # cached policy scores: the error names the command that fills them
         assert registry.get(name).needs == model_score_needs(name)
         bare = dataclasses.replace(random_batch(0), extras={})
@@ -263,11 +301,18 @@ def test_old_names_are_deprecated_aliases_with_the_same_results(old, new, capsys
     # current estimator's config, and the result of the current estimator's loop twin (an implementation
     # of its own): an alias that reached another estimator, or dropped the parameter, would differ.
     field = next(f for f in registry.config_schema(new)["fields"] if f["type"] == "float" and f["high"])
-    value = (field["low"] + field["high"]) / 2 if field["default"] != (field["low"] + field["high"]) / 2 \
+    value = (
+        (field["low"] + field["high"]) / 2
+        if field["default"] != (field["low"] + field["high"]) / 2
         else field["high"]
+    )
     config = registry.make_config(old, **{field["name"]: str(value)})
     assert config == registry.make_config(new, **{field["name"]: value}) != registry.make_config(new)
-    torch.testing.assert_close(registry.estimate(old, batch, **{field["name"]: str(value)}).advantages,
-                               reference_advantages(new, batch, config), atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        registry.estimate(old, batch, **{field["name"]: str(value)}).advantages,
+        reference_advantages(new, batch, config),
+        atol=2e-5,
+        rtol=1e-4,
+    )
     assert registry.config_hash(old, config) == registry.config_hash(new, config)  # one cache entry
     assert old in registry.config_schema(new)["aliases"]

@@ -150,8 +150,9 @@ def test_cuda_matches_cpu():
     torch.testing.assert_close(gpu[0].cpu(), cpu[0], atol=1e-4, rtol=1e-4)
     groups = torch.randint(0, 4, (16,), generator=gen)
     scores = torch.randn(16, generator=gen)
-    torch.testing.assert_close(F.compute_grpo(scores.cuda(), groups.cuda(), mask.cuda()).cpu(),
-                               F.compute_grpo(scores, groups, mask))
+    torch.testing.assert_close(
+        F.compute_grpo(scores.cuda(), groups.cuda(), mask.cuda()).cpu(), F.compute_grpo(scores, groups, mask)
+    )
 
 
 @pytest.mark.parametrize("holes", [False, True])

@@ -26,8 +26,12 @@ def test_maxrl_equals_twin_on_drawn_batches(batch):
 
 
 def _batch(scores, groups):
-    return batch_from_records([{"token_ids": [1, 2], "group_id": g, "rollout_id": i, "scores": {"task": r}}
-                               for i, (r, g) in enumerate(zip(scores, groups, strict=True))])
+    return batch_from_records(
+        [
+            {"token_ids": [1, 2], "group_id": g, "rollout_id": i, "scores": {"task": r}}
+            for i, (r, g) in enumerate(zip(scores, groups, strict=True))
+        ]
+    )
 
 
 def test_a_missing_score_is_left_out_of_the_pass_rate():

@@ -31,7 +31,7 @@ def test_grpo_matches_trl_with_missing_scores(seed):
     rewards = torch.rand(G * n_groups, generator=gen)
     rewards[torch.rand(G * n_groups, generator=gen) < 0.3] = math.nan
     rewards[:G] = math.nan  # a group without any score
-    rewards[G + 1:2 * G] = math.nan  # a group with one score: no baseline, TRL's nan std gives 0
+    rewards[G + 1 : 2 * G] = math.nan  # a group with one score: no baseline, TRL's nan std gives 0
     groups = torch.arange(G * n_groups) // G
     ours = F.outcome_scores(rewards, groups, "grpo", 1e-4)
     torch.testing.assert_close(ours, trl_group_advantage(rewards, G), atol=1e-6, rtol=0)
@@ -54,7 +54,9 @@ def test_a_missing_score_is_never_a_zero_score():
 
 
 def test_channel_sum_is_nansum_and_all_nan_stays_unscorable():
-    records = [{"token_ids": [1], "group_id": 0, "scores": s}
-               for s in ({"a": 1.0, "b": 0.5}, {"a": 2.0}, {}, {"b": 1.0})]
+    records = [
+        {"token_ids": [1], "group_id": 0, "scores": s}
+        for s in ({"a": 1.0, "b": 0.5}, {"a": 2.0}, {}, {"b": 1.0})
+    ]
     total = batch_from_records(records).with_channel_sum("all").scores["all"]
     assert total[:2].tolist() == [1.5, 2.0] and math.isnan(float(total[2])) and float(total[3]) == 1.0

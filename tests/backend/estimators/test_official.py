@@ -29,8 +29,9 @@ from backend.estimators.reference import reference_advantages
 from .helpers import random_batch
 
 FIXTURE_DIR = Path(__file__).parent / "fixtures"
-OFFICIAL = {path.stem: json.loads(path.read_text())
-            for path in sorted((FIXTURE_DIR / "official").glob("*.json"))}
+OFFICIAL = {
+    path.stem: json.loads(path.read_text()) for path in sorted((FIXTURE_DIR / "official").glob("*.json"))
+}
 FIXTURES = {**json.loads((FIXTURE_DIR / "worked_examples.json").read_text()), **OFFICIAL}
 
 
@@ -40,7 +41,7 @@ def _padded(values: list[list[float]], batch) -> torch.Tensor:
     out = torch.zeros(batch.response_mask.shape, dtype=torch.float32)
     for i, row in enumerate(values):
         row = row[:T]
-        out[i, :len(row)] = torch.tensor(row, dtype=torch.float32)
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
     return torch.where(batch.response_mask, out, 0.0)
 
 
@@ -97,17 +98,31 @@ def _trl_dr_grpo_weights(mask: torch.Tensor, max_completion_length: int) -> torc
     B, T = mask.shape
     logps = torch.zeros(B, T, requires_grad=True)
     owner = SimpleNamespace(
-        accelerator=Accelerator(cpu=True), loss_type="dr_grpo", max_completion_length=max_completion_length,
-        beta=0.0, epsilon_low=0.2, epsilon_high=0.2, top_entropy_quantile=1.0, off_policy_mask_threshold=None,
-        importance_sampling_level="token", use_vllm=False, aux_loss_enabled=False,
-        _entropy_bonus_enabled=False, current_gradient_accumulation_steps=1,
-        model=SimpleNamespace(training=True), args=SimpleNamespace(delta=None),
+        accelerator=Accelerator(cpu=True),
+        loss_type="dr_grpo",
+        max_completion_length=max_completion_length,
+        beta=0.0,
+        epsilon_low=0.2,
+        epsilon_high=0.2,
+        top_entropy_quantile=1.0,
+        off_policy_mask_threshold=None,
+        importance_sampling_level="token",
+        use_vllm=False,
+        aux_loss_enabled=False,
+        _entropy_bonus_enabled=False,
+        current_gradient_accumulation_steps=1,
+        model=SimpleNamespace(training=True),
+        args=SimpleNamespace(delta=None),
         _metrics=defaultdict(lambda: defaultdict(list)),
-        _get_per_token_logps_and_entropies=lambda *args, **kwargs: (logps, torch.zeros(B, T), None))
-    inputs = {"prompt_ids": torch.zeros(B, 1, dtype=torch.long),
-              "prompt_mask": torch.ones(B, 1, dtype=torch.long),
-              "completion_ids": torch.zeros(B, T, dtype=torch.long), "completion_mask": mask.long(),
-              "advantages": torch.ones(B)}
+        _get_per_token_logps_and_entropies=lambda *args, **kwargs: (logps, torch.zeros(B, T), None),
+    )
+    inputs = {
+        "prompt_ids": torch.zeros(B, 1, dtype=torch.long),
+        "prompt_mask": torch.ones(B, 1, dtype=torch.long),
+        "completion_ids": torch.zeros(B, T, dtype=torch.long),
+        "completion_mask": mask.long(),
+        "advantages": torch.ones(B),
+    }
     GRPOTrainer._compute_loss(owner, None, inputs).backward()
     return -logps.grad
 
@@ -135,8 +150,9 @@ def test_verl_seq_mean_token_sum_norm_is_not_dr_grpo():
     verl = _padded(entry["c"]["seq-mean-token-sum-norm"], batch)
     scale = entry["loss_scale_factor"]["seq-mean-token-sum-norm"]
     assert verl[batch.response_mask].unique().tolist() == [1 / scale]
-    ours = registry.estimate("aggregation", batch, mode="dr-grpo", normalize=False,
-                             l_budget=entry["l_budget"]).diagnostics["weights"]
+    ours = registry.estimate(
+        "aggregation", batch, mode="dr-grpo", normalize=False, l_budget=entry["l_budget"]
+    ).diagnostics["weights"]
     torch.testing.assert_close(ours * batch.response_mask.shape[0], verl, atol=1e-7, rtol=0)
 
 
@@ -146,8 +162,9 @@ def test_gtpo_equals_paper_worked_example():
     res = registry.estimate("gtpo", batch, alpha1=entry["alpha1"], alpha2=entry["alpha2"])
     expected = torch.tensor(entry["advantages"], dtype=torch.float32)
     torch.testing.assert_close(res.advantages, expected, atol=1e-6, rtol=0)
-    torch.testing.assert_close(res.diagnostics["shaped_reward"], torch.tensor(entry["shaped_reward"]),
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        res.diagnostics["shaped_reward"], torch.tensor(entry["shaped_reward"]), atol=1e-6, rtol=0
+    )
     assert (res.advantages[:2] > 0).all() and (res.advantages[2] < 0).all()  # correct vs incorrect kept
 
 
@@ -175,13 +192,20 @@ def test_log_ratio_trace_equals_eq2_summed_by_hand(case):
     entry = FIXTURES["log_ratio_trace"]
     batch = _batch(entry["records"])
     weighting = case.split("_")[0]
-    res = registry.estimate("log_ratio_trace", batch, trace_gamma=entry["trace_gamma"],
-                            trace_lam=entry["trace_lam"], weighting=weighting,
-                            clamp_negative=case != "both_unclamped")
-    torch.testing.assert_close(res.diagnostics["Z"], torch.tensor(entry["Z"], dtype=torch.float32),
-                               atol=1e-6, rtol=0)
-    torch.testing.assert_close(res.diagnostics["trace_sum"], _padded(entry["trace_sum"][weighting], batch),
-                               atol=1e-6, rtol=0)
+    res = registry.estimate(
+        "log_ratio_trace",
+        batch,
+        trace_gamma=entry["trace_gamma"],
+        trace_lam=entry["trace_lam"],
+        weighting=weighting,
+        clamp_negative=case != "both_unclamped",
+    )
+    torch.testing.assert_close(
+        res.diagnostics["Z"], torch.tensor(entry["Z"], dtype=torch.float32), atol=1e-6, rtol=0
+    )
+    torch.testing.assert_close(
+        res.diagnostics["trace_sum"], _padded(entry["trace_sum"][weighting], batch), atol=1e-6, rtol=0
+    )
     torch.testing.assert_close(res.advantages, _padded(entry["advantages"][case], batch), atol=1e-6, rtol=0)
 
 
@@ -217,10 +241,18 @@ def _model_scored_batch(lengths: list[int], scored: list[int], values: list[list
     scores_name, mask_name = model_score_needs(name)
     records = []
     for i, (L, n, vals) in enumerate(zip(lengths, scored, values, strict=True)):
-        records.append({"token_ids": list(range(1, L + 1)), "group_id": 0, "rollout_id": i,
-                        "scores": {"task": float(i % 2)},
-                        "extras": {scores_name: list(vals[:n]) + [0.0] * (L - n),
-                                   mask_name: [1.0] * n + [0.0] * (L - n)}})
+        records.append(
+            {
+                "token_ids": list(range(1, L + 1)),
+                "group_id": 0,
+                "rollout_id": i,
+                "scores": {"task": float(i % 2)},
+                "extras": {
+                    scores_name: list(vals[:n]) + [0.0] * (L - n),
+                    mask_name: [1.0] * n + [0.0] * (L - n),
+                },
+            }
+        )
     return _batch(records)
 
 
@@ -231,13 +263,15 @@ def test_oar_weights_equal_official(case, name):
     R = [len(s) for s in entry["scores"]]
     lengths = [n + 3 for n in R]  # 3 answer tokens after the reasoning: unscored, weight 1 as in the code
     batch = _model_scored_batch(lengths, R, entry["scores"], name)
-    res = registry.estimate(name, batch, threshold=entry["threshold"], beta=entry["beta"],
-                            sum_to_length=entry["sum_to_L"])
+    res = registry.estimate(
+        name, batch, threshold=entry["threshold"], beta=entry["beta"], sum_to_length=entry["sum_to_L"]
+    )
     expected = _padded([w + [1.0] * 3 for w in entry["weights"]], batch)
     torch.testing.assert_close(res.diagnostics["weights"], expected, atol=1e-6, rtol=0)
     z = res.diagnostics["Z"][:, None]
-    torch.testing.assert_close(res.advantages, torch.where(batch.response_mask, z * expected, 0.0),
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        res.advantages, torch.where(batch.response_mask, z * expected, 0.0), atol=1e-6, rtol=0
+    )
 
 
 @pytest.mark.parametrize("case", range(len(FIXTURES["gcpo"]["cases"])))
@@ -280,8 +314,12 @@ def test_ktae_fixture_decides_fisher_p_one_exactly():
 
 
 def _group_batch(group_ids: list, scores: list[float], lengths: list[int]):
-    return _batch([{"token_ids": list(range(1, n + 1)), "group_id": g, "rollout_id": i, "scores": {"task": r}}
-                   for i, (g, r, n) in enumerate(zip(group_ids, scores, lengths, strict=True))])
+    return _batch(
+        [
+            {"token_ids": list(range(1, n + 1)), "group_id": g, "rollout_id": i, "scores": {"task": r}}
+            for i, (g, r, n) in enumerate(zip(group_ids, scores, lengths, strict=True))
+        ]
+    )
 
 
 @pytest.mark.parametrize("case", range(len(FIXTURES["maxrl"]["cases"])))

@@ -21,8 +21,17 @@ batches = st.builds(
     holes=st.booleans(),
     vocab=st.integers(1, 4),
 )
-CREDIT = ["terminal_gae", "recency", "early_late", "entropy", "step_boundary", "decaying_trace",
-          "entropy_mix", "token_rm", "rudder"]
+CREDIT = [
+    "terminal_gae",
+    "recency",
+    "early_late",
+    "entropy",
+    "step_boundary",
+    "decaying_trace",
+    "entropy_mix",
+    "token_rm",
+    "rudder",
+]
 
 
 @SETTINGS
@@ -88,13 +97,18 @@ def test_token_rm_projection_sums_exactly_to_z(batch, ridge):
 def test_fitted_estimators_finite_at_any_ridge(batch, ridge, folds):
     """ridge = 0 on tiny batches (a fold trains on one row, constant features) makes the Gram matrix
     singular; every ridge fit must still give finite output, and the projections stay exact."""
-    for name, extra in (("token_rm", {}), ("rudder", {}), ("gae", {"value_source": "fitted"}),
-                        ("terminal_gae", {"value_source": "fitted"})):
+    for name, extra in (
+        ("token_rm", {}),
+        ("rudder", {}),
+        ("gae", {"value_source": "fitted"}),
+        ("terminal_gae", {"value_source": "fitted"}),
+    ):
         res = registry.estimate(name, batch, ridge=ridge, folds=folds, **extra)
         assert torch.isfinite(res.advantages).all(), name
         if name in ("token_rm", "rudder"):
-            torch.testing.assert_close(res.diagnostics["r"].sum(1), res.diagnostics["Z"], atol=1e-5,
-                                       rtol=1e-5, msg=name)
+            torch.testing.assert_close(
+                res.diagnostics["r"].sum(1), res.diagnostics["Z"], atol=1e-5, rtol=1e-5, msg=name
+            )
 
 
 @SETTINGS

@@ -31,8 +31,9 @@ def exact_p(a: int, b: int, c: int, d: int) -> Fraction:
         return Fraction(math.comb(C1, k) * math.comb(n - C1, R1 - k), math.comb(n, R1))
 
     observed = prob(a)
-    return sum((prob(k) for k in range(max(0, R1 + C1 - n), min(R1, C1) + 1) if prob(k) <= observed),
-               Fraction(0))
+    return sum(
+        (prob(k) for k in range(max(0, R1 + C1 - n), min(R1, C1) + 1) if prob(k) <= observed), Fraction(0)
+    )
 
 
 def all_tables(max_group: int = 8):
@@ -52,8 +53,9 @@ def test_p_is_one_exactly_where_the_exact_p_is_one():
     expected_one = torch.tensor([e == 1 for e in exact])
     assert int(expected_one.sum()) > 500  # the case the issue found: hundreds of tables with p = 1
     assert torch.equal(p_is_one, expected_one)
-    torch.testing.assert_close(p.double(), torch.tensor([float(e) for e in exact], dtype=torch.float64),
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        p.double(), torch.tensor([float(e) for e in exact], dtype=torch.float64), atol=1e-6, rtol=0
+    )
     for tab, e in zip(tables, exact, strict=True):
         loop_p, loop_one = _fisher_loop(*tab)
         assert loop_one == (e == 1), tab

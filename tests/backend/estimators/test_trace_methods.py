@@ -22,9 +22,15 @@ from backend.synthetic import oracle_batch
 
 from .helpers import random_batch
 
-VARIANTS = [{}, {"weighting": "both"}, {"trace_lam": 0.8, "trace_gamma": 0.9, "outcome": "rloo"},
-            {"clamp_negative": False, "weighting": "both", "trace_lam": 0.5}, {"trace_lam": 1.0},
-            {"trace_lam": 0.0, "weighting": "both"}, {"floor": -0.5, "outcome": "dr_grpo"}]
+VARIANTS = [
+    {},
+    {"weighting": "both"},
+    {"trace_lam": 0.8, "trace_gamma": 0.9, "outcome": "rloo"},
+    {"clamp_negative": False, "weighting": "both", "trace_lam": 0.5},
+    {"trace_lam": 1.0},
+    {"trace_lam": 0.0, "weighting": "both"},
+    {"floor": -0.5, "outcome": "dr_grpo"},
+]
 
 
 @pytest.mark.parametrize("overrides", VARIANTS)
@@ -37,14 +43,15 @@ def test_fast_equals_twin(overrides, holes):
     torch.testing.assert_close(fast, twin, atol=2e-5, rtol=1e-4)
 
 
-def _surrogate(logp: torch.Tensor, old: torch.Tensor, z: float, d: float, weighting: str,
-               clip: float = 0.2) -> torch.Tensor:
+def _surrogate(
+    logp: torch.Tensor, old: torch.Tensor, z: float, d: float, weighting: str, clip: float = 0.2
+) -> torch.Tensor:
     """Σ_t min(ρ̃_t z, clip(ρ̃_t) z) for one response: logp, old (L,) float64, tr from Eq. 2 (0-based)."""
     L = logp.shape[0]
     tr = torch.zeros((L, L), dtype=torch.float64)
     for t in range(L):
         for lag in range(t + 1):
-            tr[t, t - lag] = d ** lag if weighting == "recent" else max(d ** lag, d ** (t - lag))
+            tr[t, t - lag] = d**lag if weighting == "recent" else max(d**lag, d ** (t - lag))
     ratio = torch.exp(tr @ (logp - old))  # (L,) traced ratio of each token's term
     return torch.minimum(ratio * z, ratio.clamp(1 - clip, 1 + clip) * z).sum()
 
@@ -61,17 +68,19 @@ def test_advantages_are_the_gradient_of_the_eps_trace_surrogate_at_pi_old(weight
         old = batch.logprobs[row, cols].to(torch.float64)
         logp = old.clone().requires_grad_(True)
         _surrogate(logp, old, float(res.diagnostics["Z_used"][row]), d, weighting).backward()
-        torch.testing.assert_close(res.advantages[row, cols], logp.grad.to(torch.float32),
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            res.advantages[row, cols], logp.grad.to(torch.float32), atol=1e-5, rtol=1e-5
+        )
 
 
 def test_credit_grows_toward_the_start_and_is_bounded():
-    batch = batch_from_records([{"token_ids": [1] * 400, "group_id": 0, "scores": {"task": s}}
-                                for s in (1.0, 0.0)])
+    batch = batch_from_records(
+        [{"token_ids": [1] * 400, "group_id": 0, "scores": {"task": s}} for s in (1.0, 0.0)]
+    )
     res = registry.estimate("log_ratio_trace", batch)  # γλ = 0.99
     W = res.diagnostics["trace_sum"][0]
     assert bool((W[:-1] > W[1:]).all()) and float(W[-1]) == 1.0
-    assert float(W[0]) == pytest.approx((1 - 0.99 ** 400) / 0.01, rel=1e-5) and float(W[0]) < 100
+    assert float(W[0]) == pytest.approx((1 - 0.99**400) / 0.01, rel=1e-5) and float(W[0]) < 100
     flat = registry.estimate("log_ratio_trace", batch, trace_lam=1.0).diagnostics["trace_sum"][0]
     torch.testing.assert_close(flat, torch.arange(400, 0, -1, dtype=torch.float32))  # λ = 1: L − j + 1
     both = registry.estimate("log_ratio_trace", batch, weighting="both").diagnostics["trace_sum"][0]
@@ -113,6 +122,7 @@ def test_explain_terms_and_derivation_carry_the_numbers(weighting):
     assert terms["scope"] == "group" and terms["sequence"]["Z_used"] == pytest.approx(-0.1)
     lines = explain.derivation(terms, 0)
     assert any("Z' = max(Z, floor)" in line for line in lines), lines
-    assert any(f"W_t = Σ_(u ≥ t) tr(u, u − t) = {terms['tokens']['trace_sum'][0]:.4g}" in line
-               for line in lines), lines
+    assert any(
+        f"W_t = Σ_(u ≥ t) tr(u, u − t) = {terms['tokens']['trace_sum'][0]:.4g}" in line for line in lines
+    ), lines
     assert lines[-1].endswith(f"{terms['tokens']['advantage'][0]:.4g}")

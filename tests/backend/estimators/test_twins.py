@@ -51,8 +51,10 @@ VARIANTS = [
     ("suffix_mc", {"outcome": "rloo"}),
     ("token_rm", {"ridge": 10.0, "then_gae": True, "value_source": "zero", "lam": 0.7}),
     ("token_rm", {"head": "mlp", "hidden": 4, "steps": 6, "ridge": 0.5}),
-    ("token_rm", {"head": "mlp", "hidden": 3, "steps": 4, "folds": 2, "then_gae": True,
-                  "value_source": "zero"}),
+    (
+        "token_rm",
+        {"head": "mlp", "hidden": 3, "steps": 4, "folds": 2, "then_gae": True, "value_source": "zero"},
+    ),
     ("rudder", {"ridge": 0.1, "folds": 2}),
     ("rudder", {"ridge": 0.0}),
     ("ktae", {"scale": 2.0, "outcome": "dr_grpo"}),
@@ -121,11 +123,19 @@ def test_single_group_and_length_one(name):
 def test_empty_responses_match_twin(name):
     """A group whose correct responses are all empty (KTAE's term frequency divides by their token count)."""
     records = []
-    for i, (R, ids) in enumerate([(1.0, []), (1.0, []), (0.0, [1, 2, 2]), (0.0, [3]), (1.0, [1, 3, 4]),
-                                  (0.0, [2, 2])]):
-        records.append({"token_ids": ids, "group_id": i // 3, "rollout_id": i, "scores": {"task": R},
-                        "entropies": [0.1 + 0.3 * k for k in range(len(ids))],
-                        "logprobs": [-0.5 * (k + 1) for k in range(len(ids))]})
+    for i, (R, ids) in enumerate(
+        [(1.0, []), (1.0, []), (0.0, [1, 2, 2]), (0.0, [3]), (1.0, [1, 3, 4]), (0.0, [2, 2])]
+    ):
+        records.append(
+            {
+                "token_ids": ids,
+                "group_id": i // 3,
+                "rollout_id": i,
+                "scores": {"task": R},
+                "entropies": [0.1 + 0.3 * k for k in range(len(ids))],
+                "logprobs": [-0.5 * (k + 1) for k in range(len(ids))],
+            }
+        )
     batch = batch_from_records(records)
     fast = registry.estimate(name, batch).advantages
     assert torch.isfinite(fast).all()
@@ -173,27 +183,43 @@ def test_fast_equals_twin_on_drawn_batches(batch):
             fast = registry.estimate(name, batch).advantages
         except BatchError:  # e.g. suffix_mc on a batch without a resampled position: nothing to compare
             continue
-        torch.testing.assert_close(fast, reference_advantages(name, batch), atol=2e-5, rtol=1e-4,
-                                   msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            fast,
+            reference_advantages(name, batch),
+            atol=2e-5,
+            rtol=1e-4,
+            msg=lambda m, name=name: f"{name}: {m}",
+        )
 
 
 def test_fast_equals_twin_when_every_response_is_empty_but_the_batch_has_width():
     """Hypothesis found it: T = 1 with every mask False and two groups; the fitted models' twins (rudder,
     the gae value probe) had no token to fit and failed instead of giving zeros like the fast path."""
     T = 1
-    batch = RolloutBatch(response_mask=torch.zeros((3, T), dtype=torch.bool),
-                         token_ids=torch.ones((3, T), dtype=torch.long), group_ids=torch.tensor([1, 8, 8]),
-                         rollout_ids=torch.tensor([0, 1, 2]), steps=torch.zeros(3, dtype=torch.long),
-                         scores={"task": torch.tensor([0.0, 1.0, 0.0])}, logprobs=torch.zeros(3, T),
-                         ref_logprobs=torch.zeros(3, T), entropies=torch.zeros(3, T),
-                         values=torch.zeros(3, T))
+    batch = RolloutBatch(
+        response_mask=torch.zeros((3, T), dtype=torch.bool),
+        token_ids=torch.ones((3, T), dtype=torch.long),
+        group_ids=torch.tensor([1, 8, 8]),
+        rollout_ids=torch.tensor([0, 1, 2]),
+        steps=torch.zeros(3, dtype=torch.long),
+        scores={"task": torch.tensor([0.0, 1.0, 0.0])},
+        logprobs=torch.zeros(3, T),
+        ref_logprobs=torch.zeros(3, T),
+        entropies=torch.zeros(3, T),
+        values=torch.zeros(3, T),
+    )
     compared = []
     for name in NAMES:
         try:
             fast = registry.estimate(name, batch).advantages
         except BatchError:
             continue
-        torch.testing.assert_close(fast, reference_advantages(name, batch), atol=0.0, rtol=0.0,
-                                   msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            fast,
+            reference_advantages(name, batch),
+            atol=0.0,
+            rtol=0.0,
+            msg=lambda m, name=name: f"{name}: {m}",
+        )
         compared.append(name)
     assert {"rudder", "gae", "token_rm"} <= set(compared)

@@ -20,8 +20,16 @@ VARIANTS = [
     ("gae", {"lam_mode": "length_adaptive", "value_source": "stored"}),
     ("gae", {"lam_mode": "length_adaptive", "alpha": 0.4, "value_source": "prefix_tree", "gamma": 0.9}),
     ("gae", {"decoupled": True, "value_source": "stored", "lam": 0.7}),
-    ("gae", {"decoupled": True, "critic_lam": 0.5, "lam_mode": "length_adaptive", "alpha": 0.3,
-             "value_source": "zero"}),
+    (
+        "gae",
+        {
+            "decoupled": True,
+            "critic_lam": 0.5,
+            "lam_mode": "length_adaptive",
+            "alpha": 0.3,
+            "value_source": "zero",
+        },
+    ),
     ("block_mean", {}),
     ("block_mean", {"k": 3, "base": "entropy"}),
     ("block_mean", {"k": 1, "base": "recency"}),
@@ -47,12 +55,16 @@ def test_fast_equals_twin(name, overrides, seed, holes):
 @pytest.mark.parametrize("holes", [False, True])
 def test_gae_returns_equal_the_twin(holes):
     batch = random_batch(5, holes=holes)
-    for overrides in ({"value_source": "stored"}, {"value_source": "stored", "decoupled": True},
-                      {"value_source": "stored", "decoupled": True, "lam_mode": "length_adaptive"}):
+    for overrides in (
+        {"value_source": "stored"},
+        {"value_source": "stored", "decoupled": True},
+        {"value_source": "stored", "decoupled": True, "lam_mode": "length_adaptive"},
+    ):
         config = registry.make_config("gae", **overrides)
         fast = registry.estimate("gae", batch, config).diagnostics["returns"]
-        torch.testing.assert_close(torch.where(batch.response_mask, fast, 0.0), gae_loop(batch, config)[1],
-                                   atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(
+            torch.where(batch.response_mask, fast, 0.0), gae_loop(batch, config)[1], atol=2e-5, rtol=1e-4
+        )
 
 
 @pytest.mark.parametrize("discount_seed", [0, 1])
@@ -100,8 +112,9 @@ def test_decoupled_changes_the_value_targets_not_the_advantage():
     # critic lambda 1, gamma 1, terminal reward Z: the value target of every token is Z itself
     z = split.diagnostics["Z"]
     target = torch.where(batch.response_mask, z[:, None].expand_as(batch.response_mask), 0.0)
-    torch.testing.assert_close(torch.where(batch.response_mask, split.diagnostics["returns"], 0.0), target,
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        torch.where(batch.response_mask, split.diagnostics["returns"], 0.0), target, atol=1e-5, rtol=1e-5
+    )
     assert not torch.allclose(plain.diagnostics["returns"], split.diagnostics["returns"])
     assert split.diagnostics["lam_critic"] == 1.0 and "lam_critic" not in plain.diagnostics
 
@@ -117,19 +130,32 @@ def test_block_mean_pools_within_blocks():
         for b in block[i][mask[i]].unique().tolist():
             members = mask[i] & (block[i] == b)
             assert members.sum() <= 4
-            torch.testing.assert_close(pooled.advantages[i][members].sum(), base[i][members].sum(),
-                                       atol=1e-5, rtol=1e-5)  # the block's total push is kept
+            torch.testing.assert_close(
+                pooled.advantages[i][members].sum(), base[i][members].sum(), atol=1e-5, rtol=1e-5
+            )  # the block's total push is kept
             assert torch.allclose(pooled.advantages[i][members], pooled.advantages[i][members][0])
     # an outcome-only base has one value per response: pooling it is broadcast (MPO's ratio is in the loss)
-    torch.testing.assert_close(registry.estimate("block_mean", batch, base="grpo").advantages,
-                               registry.estimate("grpo", batch).advantages)
+    torch.testing.assert_close(
+        registry.estimate("block_mean", batch, base="grpo").advantages,
+        registry.estimate("grpo", batch).advantages,
+    )
 
 
 def test_block_mean_steps_end_at_newlines():
     tokens = ["1", "+", "2", "\n", "=", "3", "\n", "ok"]
-    batch = batch_from_records([{"token_ids": list(range(1, 9)), "tokens": tokens, "group_id": 0,
-                                 "rollout_id": i, "scores": {"task": float(i)},
-                                 "entropies": [0.1 * (k + 1) for k in range(8)]} for i in range(2)])
+    batch = batch_from_records(
+        [
+            {
+                "token_ids": list(range(1, 9)),
+                "tokens": tokens,
+                "group_id": 0,
+                "rollout_id": i,
+                "scores": {"task": float(i)},
+                "entropies": [0.1 * (k + 1) for k in range(8)],
+            }
+            for i in range(2)
+        ]
+    )
     result = registry.estimate("block_mean", batch, base="entropy", blocks="steps")
     assert result.diagnostics["block"][0].tolist() == [0, 0, 0, 0, 1, 1, 1, 2]
     base = registry.estimate("entropy", batch).advantages[1]
@@ -143,8 +169,9 @@ def test_value_anchored_temporal_part_is_gae_with_lambda_one_and_keeps_flat_grou
         anchored = registry.estimate("value_anchored", batch, value_source=source, w_abs=0.0).advantages
         z = registry.estimate("grpo", batch).advantages
         values = registry.estimate("value_anchored", batch, value_source=source).diagnostics["values"]
-        torch.testing.assert_close(anchored, torch.where(batch.response_mask, z - values, 0.0), atol=1e-5,
-                                   rtol=1e-5)  # gamma = lam = 1: Z - V(s_t)
+        torch.testing.assert_close(
+            anchored, torch.where(batch.response_mask, z - values, 0.0), atol=1e-5, rtol=1e-5
+        )  # gamma = lam = 1: Z - V(s_t)
         gae = registry.estimate("gae", batch, value_source=source, gamma=1.0, lam=1.0).advantages
         torch.testing.assert_close(anchored, gae, atol=1e-5, rtol=1e-5)
     # group 0 of random_batch is flat (every R = 1): GRPO gives 0 there; the absolute anchor does not
@@ -156,16 +183,26 @@ def test_value_anchored_temporal_part_is_gae_with_lambda_one_and_keeps_flat_grou
 
 
 def test_configs_validate_and_declare_scope():
-    for name, key, bad in (("gae", "lam_mode", "adaptive"), ("gae", "alpha", 0.0), ("gae", "critic_lam", 1.5),
-                           ("block_mean", "k", 0), ("block_mean", "blocks", "words"),
-                           ("block_mean", "base", "stare"), ("value_anchored", "w_abs", -1.0)):
+    for name, key, bad in (
+        ("gae", "lam_mode", "adaptive"),
+        ("gae", "alpha", 0.0),
+        ("gae", "critic_lam", 1.5),
+        ("block_mean", "k", 0),
+        ("block_mean", "blocks", "words"),
+        ("block_mean", "base", "stare"),
+        ("value_anchored", "w_abs", -1.0),
+    ):
         with pytest.raises(ValueError, match=key):
             registry.make_config(name, **{key: bad})
     assert registry.get("block_mean").scope_for(registry.make_config("block_mean")) == "group"
     assert registry.get("block_mean").scope_for(registry.make_config("block_mean", base="token_rm")) == "run"
     assert registry.get("value_anchored").scope_for(registry.make_config("value_anchored")) == "group"
-    assert registry.get("value_anchored").scope_for(
-        registry.make_config("value_anchored", value_source="fitted")) == "run"
+    assert (
+        registry.get("value_anchored").scope_for(
+            registry.make_config("value_anchored", value_source="fitted")
+        )
+        == "run"
+    )
     assert "2504.05118" in registry.get("gae").source and registry.get("block_mean").source == ""
 
 

@@ -16,12 +16,34 @@ from tests.conftest import make_records, snapshot, write_jsonl
 
 SAMPLES = Path(__file__).resolve().parents[3] / "sample_runs"
 EDGE_RECORDS = [
-    {"prompt": "naïve café – 你好 😀", "response": "\u2028\u007f\"quote\" \\ back\nline\ttab\u0001",
-     "rewards": {"task": 1e-07, "style": -0.0, "ünï": 0.1}, "token_ids": [1, 2], "logprobs": [1e-07, 0.1],
-     "meta": {"z": [1, {"b": 2.5e-05, "a": None}], "a": "😀", "nested": {"x": [True, False, None]}}},
-    {"prompt": "p", "response": "r", "rewards": {"task": 1}, "token_ids": [2**63 - 1, -(2**63)],
-     "values": [0.00001, 0.0001, 0.00011, 1e16, 1e15, 123456789012345680.0, 5e-324, 1.7976931348623157e308],
-     "entropies": [0, 1, 0.5], "extras": {}, "token_rewards": {"s": [[1e-9, 2], []]}, "group": None},
+    {
+        "prompt": "naïve café – 你好 😀",
+        "response": '\u2028\u007f"quote" \\ back\nline\ttab\u0001',
+        "rewards": {"task": 1e-07, "style": -0.0, "ünï": 0.1},
+        "token_ids": [1, 2],
+        "logprobs": [1e-07, 0.1],
+        "meta": {"z": [1, {"b": 2.5e-05, "a": None}], "a": "😀", "nested": {"x": [True, False, None]}},
+    },
+    {
+        "prompt": "p",
+        "response": "r",
+        "rewards": {"task": 1},
+        "token_ids": [2**63 - 1, -(2**63)],
+        "values": [
+            0.00001,
+            0.0001,
+            0.00011,
+            1e16,
+            1e15,
+            123456789012345680.0,
+            5e-324,
+            1.7976931348623157e308,
+        ],
+        "entropies": [0, 1, 0.5],
+        "extras": {},
+        "token_rewards": {"s": [[1e-9, 2], []]},
+        "group": None,
+    },
     {"b": [], "a": {}, "c": "", "d": [[]], "e": [-1.5e-300, 10.00001, 100.0, -0.0001]},
 ]
 
@@ -54,9 +76,18 @@ def _stored(store, run: str):
 
 
 def test_keys_and_rows_equal_the_per_record_path(store, tmp_path):
-    odd = {"prompt": "p", "response": "r", "rewards": {"task": 1, "x": 2.5}, "token_ids": [3, 1, 2],
-           "values": [0.00001, 1e16, 5e-324], "entropies": [0, 1, 0.5], "extras": {}, "group": None,
-           "token_rewards": {"s": [1e-9, 2, -0.0]}, "meta": None}
+    odd = {
+        "prompt": "p",
+        "response": "r",
+        "rewards": {"task": 1, "x": 2.5},
+        "token_ids": [3, 1, 2],
+        "values": [0.00001, 1e16, 5e-324],
+        "entropies": [0, 1, 0.5],
+        "extras": {},
+        "group": None,
+        "token_rewards": {"s": [1e-9, 2, -0.0]},
+        "meta": None,
+    }
     records = make_records(n_groups=4, group_size=4, steps=2, seed=3) + [EDGE_RECORDS[0], odd]
     records[3]["meta"] = {"ground_truth": 12, "note": "x"}
     records[5]["tokens"] = [f"t{i}" for i in range(len(records[5]["token_ids"]))]
@@ -74,9 +105,12 @@ def test_keys_and_rows_equal_the_per_record_path(store, tmp_path):
     fast_rows, fast_tables = _stored(store, "fast")
     slow_rows, slow_tables = _stored(store, "slow")
     assert fast_rows == slow_rows and fast_tables == slow_tables
-    stored_keys = [row[0] for row in store.con.execute(
-        "SELECT record_key FROM rollouts WHERE run_id = ? ORDER BY rollout_id", [store.run_id("fast")]
-    ).fetchall()]
+    stored_keys = [
+        row[0]
+        for row in store.con.execute(
+            "SELECT record_key FROM rollouts WHERE run_id = ? ORDER BY rollout_id", [store.run_id("fast")]
+        ).fetchall()
+    ]
     assert stored_keys == [rec["record_key"] for rec in keyed]
 
 
@@ -97,8 +131,16 @@ def test_a_file_imported_by_the_per_record_path_is_recognised(store, tmp_path):
 
 
 def _many(n: int) -> list[dict]:
-    return [{"prompt": f"p{i // 4}", "response": "r", "rewards": {"task": float(i % 2)},
-             "token_ids": [i % 50, 7, 9], "logprobs": [-0.5, -1.0, -0.25]} for i in range(n)]
+    return [
+        {
+            "prompt": f"p{i // 4}",
+            "response": "r",
+            "rewards": {"task": float(i % 2)},
+            "token_ids": [i % 50, 7, 9],
+            "logprobs": [-0.5, -1.0, -0.25],
+        }
+        for i in range(n)
+    ]
 
 
 @pytest.mark.parametrize("line", [1500, 2500])

@@ -18,8 +18,8 @@ DOCS = Path(__file__).resolve().parents[3] / "docs" / "importing.md"
 def _documented_formats() -> list[str]:
     """The `--format` names of docs/importing.md's format list (its lines "- `NAME`: ...")."""
     text = DOCS.read_text()
-    section = text[text.index("## Formats"):]
-    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    section = text[text.index("## Formats") :]
+    section = section[: section.index("\n## ", 1)] if "\n## " in section[1:] else section
     return re.findall(r"^- `([a-z-]+)`:", section, flags=re.MULTILINE)
 
 
@@ -36,8 +36,16 @@ def test_the_command_line_offers_the_registry():
 def test_registering_a_name_twice_or_an_unknown_option_raises():
     with pytest.raises(ValueError, match="registered twice"):
         formats.register(formats.get("verl"))
-    toy = formats.FormatSpec("toy-x", "toy", "toy", rank=9, files=lambda p: [p], folder=bool, file=bool,
-                             options=frozenset({"colour"}))
+    toy = formats.FormatSpec(
+        "toy-x",
+        "toy",
+        "toy",
+        rank=9,
+        files=lambda p: [p],
+        folder=bool,
+        file=bool,
+        options=frozenset({"colour"}),
+    )
     with pytest.raises(ValueError, match="unknown options"):
         formats.register(toy)
     assert "toy-x" not in formats.names()
@@ -61,8 +69,15 @@ def toy_format(monkeypatch):
     """A format registered for one test: detected by its `.toy` files and its first record's `toy`."""
     is_toy = lambda obj: isinstance(obj, dict) and "toy" in obj  # noqa: E731
     spec = formats.FormatSpec(
-        "toy", "toy log", "JSONL toy logs (ask, toy, score)", rank=-1, files=lambda p: [p],
-        folder=lambda p: False, file=lambda p: p.suffix == ".toy", record=is_toy, reader=_toy_records,
+        "toy",
+        "toy log",
+        "JSONL toy logs (ask, toy, score)",
+        rank=-1,
+        files=lambda p: [p],
+        folder=lambda p: False,
+        file=lambda p: p.suffix == ".toy",
+        record=is_toy,
+        reader=_toy_records,
     )
     monkeypatch.setitem(formats._REGISTRY, "toy", spec)
     return spec

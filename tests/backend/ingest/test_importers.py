@@ -68,8 +68,19 @@ def test_verl_directory(store, tmp_path):
     dump = tmp_path / "rollouts"
     dump.mkdir()
     for step in (1, 2):
-        lines = [{"input": f"q{g}", "output": f"answer {k}", "gts": str(g), "score": float(k % 2),
-                  "step": step, "acc": bool(k % 2), "pred": "x"} for g in range(2) for k in range(3)]
+        lines = [
+            {
+                "input": f"q{g}",
+                "output": f"answer {k}",
+                "gts": str(g),
+                "score": float(k % 2),
+                "step": step,
+                "acc": bool(k % 2),
+                "pred": "x",
+            }
+            for g in range(2)
+            for k in range(3)
+        ]
         write_jsonl(dump / f"{step}.jsonl", lines)
     assert detect_format(dump) == "verl"
     report = import_path(store, dump, "v")
@@ -85,11 +96,16 @@ def test_verl_directory(store, tmp_path):
 def test_trl_completions(store, tmp_path):
     folder = tmp_path / "completions"
     folder.mkdir()
-    frame = pd.DataFrame({
-        "step": [5] * 4, "prompt": ["p1", "p1", "p2", "p2"], "completion": ["a", "b", "c", "d"],
-        "accuracy_reward": [1.0, 0.0, 1.0, 1.0], "format_reward": [0.5, 0.5, float("nan"), 0.0],
-        "advantage": [0.7, -0.7, 0.0, 0.0],
-    })
+    frame = pd.DataFrame(
+        {
+            "step": [5] * 4,
+            "prompt": ["p1", "p1", "p2", "p2"],
+            "completion": ["a", "b", "c", "d"],
+            "accuracy_reward": [1.0, 0.0, 1.0, 1.0],
+            "format_reward": [0.5, 0.5, float("nan"), 0.0],
+            "advantage": [0.7, -0.7, 0.0, 0.0],
+        }
+    )
     frame.to_parquet(folder / "completions_00005.parquet")
     assert detect_format(tmp_path) == "trl"
     report = import_path(store, tmp_path, "t")
@@ -100,9 +116,15 @@ def test_trl_completions(store, tmp_path):
 
 
 def test_trl_single_reward_function_is_task(store, tmp_path):
-    pd.DataFrame({"step": [0, 0], "prompt": ["p", "p"], "completion": ["a", "b"],
-                  "reward": [1.0, 0.0], "advantage": [0.7, -0.7]}).to_parquet(
-        tmp_path / "completions_0.parquet")
+    pd.DataFrame(
+        {
+            "step": [0, 0],
+            "prompt": ["p", "p"],
+            "completion": ["a", "b"],
+            "reward": [1.0, 0.0],
+            "advantage": [0.7, -0.7],
+        }
+    ).to_parquet(tmp_path / "completions_0.parquet")
     import_path(store, tmp_path / "completions_0.parquet", "t")
     assert store.list_runs()[0]["channels"] == ["task"]
 
@@ -114,14 +136,32 @@ BAD_JSONL = [
     (json.dumps({"prompt": "p", "response": 3, "rewards": {"task": 1}}), "field 'response' must be a string"),
     ('{"prompt": "p", "response": "x", "rewards": {"task": NaN}}', "field 'rewards.task' is nan"),
     (json.dumps({"prompt": "p", "response": "x", "rewards": {"task": 1e400}}), "rewards.task"),
-    (json.dumps({"prompt": "p", "response": "x", "rewards": {"task": "1"}}),
-     "field 'rewards.task' must be a number"),
-    (json.dumps({"prompt": "p", "response": "x", "token_ids": [1, 2], "logprobs": [-1.0],
-                 "rewards": {"task": 1}}), "field 'logprobs' has 1 entries but 'token_ids' has 2"),
-    (json.dumps({"prompt": "p", "response": "x", "token_ids": [1, "a"], "rewards": {"task": 1}}),
-     "field 'token_ids'\\[1\\] must be an integer"),
-    (json.dumps({"prompt": "p", "response": "x", "token_ids": [1], "token_rewards": {"style": [1, 2]},
-                 "rewards": {"task": 1}}), "field 'token_rewards.style' has 2 entries"),
+    (
+        json.dumps({"prompt": "p", "response": "x", "rewards": {"task": "1"}}),
+        "field 'rewards.task' must be a number",
+    ),
+    (
+        json.dumps(
+            {"prompt": "p", "response": "x", "token_ids": [1, 2], "logprobs": [-1.0], "rewards": {"task": 1}}
+        ),
+        "field 'logprobs' has 1 entries but 'token_ids' has 2",
+    ),
+    (
+        json.dumps({"prompt": "p", "response": "x", "token_ids": [1, "a"], "rewards": {"task": 1}}),
+        "field 'token_ids'\\[1\\] must be an integer",
+    ),
+    (
+        json.dumps(
+            {
+                "prompt": "p",
+                "response": "x",
+                "token_ids": [1],
+                "token_rewards": {"style": [1, 2]},
+                "rewards": {"task": 1},
+            }
+        ),
+        "field 'token_rewards.style' has 2 entries",
+    ),
     (json.dumps({"prompt": "p", "response": "x", "step": -1, "rewards": {"task": 1}}), "field 'step'"),
     (json.dumps([1, 2]), "a record must be a JSON object"),
 ]

@@ -17,11 +17,17 @@ def _step(step: int, scores: list[float | None]) -> StepRecords:
     n = len(scores)
     ids = [np.arange(1, 2 + i) for i in range(n)]  # row i has i + 1 tokens
     return StepRecords(
-        step=step, prompts=["p"] * n, responses=[f"r{i}" for i in range(n)],
-        prompt_ids=[np.array([7, 8])] * n, token_ids=ids,
+        step=step,
+        prompts=["p"] * n,
+        responses=[f"r{i}" for i in range(n)],
+        prompt_ids=[np.array([7, 8])] * n,
+        token_ids=ids,
         rewards={"task": np.array([np.nan if s is None else s for s in scores])},
-        groups=np.zeros(n, np.int64), per_token={"logprobs": [-np.ones(len(t), np.float32) for t in ids]},
-        logged_advantage=np.linspace(-1, 1, n), meta=[{"checkpoint": None}] * n)
+        groups=np.zeros(n, np.int64),
+        per_token={"logprobs": [-np.ones(len(t), np.float32) for t in ids]},
+        logged_advantage=np.linspace(-1, 1, n),
+        meta=[{"checkpoint": None}] * n,
+    )
 
 
 def test_a_folder_of_step_files_imports_in_step_order_with_its_logged_advantage(tmp_path, db_path):
@@ -38,7 +44,8 @@ def test_a_folder_of_step_files_imports_in_step_order_with_its_logged_advantage(
         report = import_path(store, folder, "rec")
         assert (report.format, report.records) == ("native", 4)
         rows = store.con.execute(
-            "SELECT step, logged_advantage, len(logprobs) FROM rollouts ORDER BY rollout_id").fetchall()
+            "SELECT step, logged_advantage, len(logprobs) FROM rollouts ORDER BY rollout_id"
+        ).fetchall()
         assert rows == [(2, -1.0, 1), (2, 1.0, 3), (10, -1.0, 1), (10, 1.0, 3)]
         # one of its files again: each file is keyed by its own content, so nothing is added twice
         again = import_path(store, folder / "step_000010.parquet", "rec")

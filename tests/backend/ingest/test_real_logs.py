@@ -36,8 +36,10 @@ def trl_logs(trl_plain_log, trl_conversational_log) -> dict[str, Path]:
 
 
 def _table(directory: Path) -> pd.DataFrame:
-    return pd.concat([pq.read_table(f).to_pandas() for f in sorted(directory.glob("completions_*.parquet"))],
-                     ignore_index=True)
+    return pd.concat(
+        [pq.read_table(f).to_pandas() for f in sorted(directory.glob("completions_*.parquet"))],
+        ignore_index=True,
+    )
 
 
 def _cli(*args) -> int:
@@ -47,7 +49,9 @@ def _cli(*args) -> int:
 def _scores(store: Store, run: str) -> pd.DataFrame:
     return store.con.execute(
         "SELECT o.rollout_id, s.channel, s.score FROM scores s JOIN rollouts o USING (run_id, rollout_id) "
-        "WHERE o.run_id = ? ORDER BY 1, 2", [store.run_id(run)]).df()
+        "WHERE o.run_id = ? ORDER BY 1, 2",
+        [store.run_id(run)],
+    ).df()
 
 
 @pytest.mark.slow
@@ -59,8 +63,10 @@ def test_trl_plain_log_imports_faithfully(trl_logs, db_path):
         report = import_path(store, trl_logs["plain"].parent, "trl", model_dir=str(DEMO_POLICY))
         text = report.message()
         assert report.records == n and report.format == "trl"
-        assert ("channels: digits_reward, newline_reward; metrics (per rollout, not rewards): n_chars; "
-                "kept in meta: first_char") in text
+        assert (
+            "channels: digits_reward, newline_reward; metrics (per rollout, not rewards): n_chars; "
+            "kept in meta: first_char"
+        ) in text
         assert "split into blocks of 4" in text  # the repeated prompt's 8 rows are two TRL groups
         unscorable = logs[["digits_reward", "newline_reward"]].isna().all(axis=1)
         assert report.unscorable == int(unscorable.sum()) > 0
@@ -96,16 +102,46 @@ def test_channel_all_reproduces_trls_logged_advantage(trl_logs, db_path, tmp_pat
     for run, kind in (("trl", "plain"), ("conv", "conversational")):
         logs = _table(trl_logs[kind])
         out = tmp_path / f"{run}.parquet"
-        assert _cli("estimate", "--db", db_path, "--run", run, "--estimator", "grpo", "--channel", "all",
-                    "--set", "epsilon=1e-4", "--out", out) == 0
+        assert (
+            _cli(
+                "estimate",
+                "--db",
+                db_path,
+                "--run",
+                run,
+                "--estimator",
+                "grpo",
+                "--channel",
+                "all",
+                "--set",
+                "epsilon=1e-4",
+                "--out",
+                out,
+            )
+            == 0
+        )
         per_rollout = pd.read_parquet(out).groupby("rollout_id")["advantage"].first()
         assert np.abs(per_rollout.values - logs["advantage"].values[per_rollout.index]).max() < 1e-6
         assert _cli("estimate", "--db", db_path, "--run", run, "--estimator", "logged", "--out", out) == 0
         logged = pd.read_parquet(out).groupby("rollout_id")["advantage"].first()
         assert np.allclose(logged.values, logs["advantage"].values[logged.index], atol=1e-6)
         gap = tmp_path / f"{run}-gap.parquet"
-        assert _cli("logged-gap", "--db", db_path, "--run", run, "--channel", "all", "--set", "epsilon=1e-4",
-                    "--out", gap) == 0
+        assert (
+            _cli(
+                "logged-gap",
+                "--db",
+                db_path,
+                "--run",
+                run,
+                "--channel",
+                "all",
+                "--set",
+                "epsilon=1e-4",
+                "--out",
+                gap,
+            )
+            == 0
+        )
         frame = pd.read_parquet(gap)
         assert len(frame) == len(logs) and frame["gap"].abs().max() < 1e-6
         # the default epsilon is not TRL's: the gap command shows the difference per rollout
@@ -126,19 +162,36 @@ def test_trl_conversational_log_keeps_messages(trl_logs, db_path):
         assert row["prompt"] == f"user: {logs.loc[2, 'prompt'][0]['content']}\n"
         # tokens are the response's characters (the demo tokenizer), not JSON syntax
         assert "".join(row["tokens"]) == row["response"] and '"role"' not in row["response"]
-        raw = store.con.execute("SELECT meta FROM rollouts WHERE rollout_id = 2 AND run_id = ?",
-                                [store.run_id("conv")]).fetchall()[0][0]
+        raw = store.con.execute(
+            "SELECT meta FROM rollouts WHERE rollout_id = 2 AND run_id = ?", [store.run_id("conv")]
+        ).fetchall()[0][0]
         assert "\\u" not in raw and "\\n" in raw  # real JSON: a newline is \n, no ASCII escapes
 
 
 @pytest.mark.slow
 def test_trl_channels_and_group_size_flags(trl_logs, db_path, capsys):
     directory = trl_logs["plain"]
-    assert _cli("import", directory, "--db", db_path, "--run", "one", "--channels", "newline_reward",
-                "--group-size", "4", "--quiet") == 0
+    assert (
+        _cli(
+            "import",
+            directory,
+            "--db",
+            db_path,
+            "--run",
+            "one",
+            "--channels",
+            "newline_reward",
+            "--group-size",
+            "4",
+            "--quiet",
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    assert ("channels: newline_reward -> task; metrics (per rollout, not rewards): digits_reward, n_chars; "
-            "kept in meta: first_char") in out
+    assert (
+        "channels: newline_reward -> task; metrics (per rollout, not rewards): digits_reward, n_chars; "
+        "kept in meta: first_char"
+    ) in out
     assert "blocks of 4 consecutive rows (--group-size)" in out
     with Store(db_path, read_only=True) as store:
         assert store.list_runs()[0]["channels"] == ["task"]
@@ -178,20 +231,53 @@ def test_reimport_by_any_path_adds_nothing(trl_logs, db_path, tmp_path):
 
 @pytest.mark.slow
 def test_every_command_on_an_imported_trl_run(trl_logs, db_path, tmp_path, capsys):
-    assert _cli("import", trl_logs["plain"], "--db", db_path, "--run", "trl", "--model", DEMO_POLICY,
-                "--quiet") == 0
+    assert (
+        _cli("import", trl_logs["plain"], "--db", db_path, "--run", "trl", "--model", DEMO_POLICY, "--quiet")
+        == 0
+    )
     out = tmp_path / "e.parquet"
     assert _cli("estimate", "--db", db_path, "--run", "trl", "--estimator", "entropy", "--out", out) == 2
     assert "creditlens score --model" in capsys.readouterr().err
     assert _cli("score", "--db", db_path, "--run", "trl", "--model", DEMO_POLICY) == 0
-    assert _cli("estimate", "--db", db_path, "--run", "trl", "--estimator", "entropy", "--channel",
-                "digits_reward", "--out", out) == 0
+    assert (
+        _cli(
+            "estimate",
+            "--db",
+            db_path,
+            "--run",
+            "trl",
+            "--estimator",
+            "entropy",
+            "--channel",
+            "digits_reward",
+            "--out",
+            out,
+        )
+        == 0
+    )
     frame = pd.read_parquet(out)
     assert np.isfinite(frame["advantage"]).all() and frame["advantage"].abs().sum() > 0
     # an unscorable rollout gets advantage 0 on every channel
     assert (frame[frame.rollout_id == 0]["advantage"] == 0).all()
-    assert _cli("resample", "--db", db_path, "--run", "trl", "--rollout", "2", "--positions", "1,3",
-                "--samples", "2", "--verifier", "tests.backend.ingest.trl_logs:has_newline", "--json") == 0
+    assert (
+        _cli(
+            "resample",
+            "--db",
+            db_path,
+            "--run",
+            "trl",
+            "--rollout",
+            "2",
+            "--positions",
+            "1,3",
+            "--samples",
+            "2",
+            "--verifier",
+            "tests.backend.ingest.trl_logs:has_newline",
+            "--json",
+        )
+        == 0
+    )
     capsys.readouterr()
     with Store(db_path, read_only=True) as store:
         assert sorted(set(store.resample_samples("trl", 2)["pos"])) == [1, 3]
@@ -249,8 +335,23 @@ def test_every_command_on_an_imported_verl_run(db_path, tmp_path, capsys):
     for estimator in ("grpo", "entropy", "gae"):
         assert _cli("estimate", "--db", db_path, "--run", "v", "--estimator", estimator, "--out", out) == 0
         assert np.isfinite(pd.read_parquet(out)["advantage"]).all()
-    assert _cli("resample", "--db", db_path, "--run", "v", "--rollout", "0", "--positions", "2",
-                "--samples", "2", "--json") == 0
+    assert (
+        _cli(
+            "resample",
+            "--db",
+            db_path,
+            "--run",
+            "v",
+            "--rollout",
+            "0",
+            "--positions",
+            "2",
+            "--samples",
+            "2",
+            "--json",
+        )
+        == 0
+    )
     capsys.readouterr()
     assert _cli("estimate", "--db", db_path, "--run", "v", "--estimator", "suffix_mc", "--out", out) == 0
     capsys.readouterr()
@@ -266,13 +367,34 @@ def test_follow_imports_each_new_step_until_interrupted(db_path, tmp_path):
     legacy_step(directory, 1)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "backend.cli", "import", str(directory), "--db", str(db_path), "--run", "live",
-         "--format", "verl", "--follow", "--poll", "0.2", "--quiet"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "backend.cli",
+            "import",
+            str(directory),
+            "--db",
+            str(db_path),
+            "--run",
+            "live",
+            "--format",
+            "verl",
+            "--follow",
+            "--poll",
+            "0.2",
+            "--quiet",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         # Ctrl-C must reach the follower even when pytest itself runs in the background of a shell, which
         # starts it with SIGINT ignored (a disposition children inherit): the follower then never stopped
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
+
         def rollouts() -> int:
             try:
                 with Store(db_path, read_only=True) as store:

@@ -42,8 +42,11 @@ def test_verl_acc_is_a_metric_and_the_credit_is_the_scores_alone(db_path, tmp_pa
     assert summary in result.stdout
     runs = _json(run_cli_here("runs", "--db", db_path, "--json"))
     assert runs[0]["channels"] == ["task"]
-    explained = _json(run_cli_here("explain", "--db", db_path, "--run", "v", "--rollout", "0",
-                                   "--estimator", "grpo", "--json"))
+    explained = _json(
+        run_cli_here(
+            "explain", "--db", db_path, "--run", "v", "--rollout", "0", "--estimator", "grpo", "--json"
+        )
+    )
     assert list(explained["channels"]) == ["task"] and explained["betas"] == {"task": 1.0}
     sequence = explained["terms"]["sequence"]
     assert explained["final"][0] == pytest.approx(sequence["Z"]) and sequence["R"] == lines[0]["score"]
@@ -56,8 +59,19 @@ def test_metrics_are_explorer_columns_filters_and_trends(db_path, tmp_path):
     rows = _json(run_cli_here("rollouts", "--db", db_path, "--run", "v", "--json"))
     assert [r["metric_acc"] for r in rows] == [float(x["acc"]) for x in lines]
     assert list(rows[0])[:6] == ["rollout_id", "step", "group_id", "length", "score_task", "metric_acc"]
-    hits = _json(run_cli_here("rollouts", "--db", db_path, "--run", "v", "--where", "metric_acc=1",
-                              "--sort=-metric_acc", "--json"))
+    hits = _json(
+        run_cli_here(
+            "rollouts",
+            "--db",
+            db_path,
+            "--run",
+            "v",
+            "--where",
+            "metric_acc=1",
+            "--sort=-metric_acc",
+            "--json",
+        )
+    )
     assert len(hits) == sum(x["acc"] for x in lines) and all(r["metric_acc"] == 1.0 for r in hits)
     trends = _json(run_cli_here("trends", "--db", db_path, "--run", "v", "--estimator", "grpo", "--json"))
     frame = pd.DataFrame(lines)
@@ -68,8 +82,9 @@ def test_metrics_are_explorer_columns_filters_and_trends(db_path, tmp_path):
 
 def test_channels_still_promote_a_key(db_path, tmp_path):
     directory, lines = _v1_dump(tmp_path)
-    result = run_cli_here("import", directory, "--db", db_path, "--run", "v", "--channels", "score,acc",
-                          "--quiet")
+    result = run_cli_here(
+        "import", directory, "--db", db_path, "--run", "v", "--channels", "score,acc", "--quiet"
+    )
     assert result.returncode == 0, result.stderr
     assert "channels: score -> task, acc; kept in meta: uid" in result.stdout
     with Store(db_path, read_only=True) as store:

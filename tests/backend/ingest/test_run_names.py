@@ -84,16 +84,21 @@ def test_append_refuses_other_channels(store, tmp_path):
 def test_append_refuses_another_tokenizer(db_path, tmp_path):
     legacy, v1 = _dumps(tmp_path)
     model = DEMO_POLICY.resolve()
-    assert run_cli_here("import", legacy, "--db", db_path, "--run", "x", "--model", model,
-                        "--quiet").returncode == 0
+    assert (
+        run_cli_here("import", legacy, "--db", db_path, "--run", "x", "--model", model, "--quiet").returncode
+        == 0
+    )
     result = run_cli_here("import", v1, "--db", db_path, "--run", "x", "--append", "--quiet")
     assert result.returncode == 2
-    assert (f"run 'x' was tokenized with the tokenizer of {model}, this import with the simple tokenization "
-            f"(no model); one run is cut one way; import with --model {model} to add to it") in result.stderr
+    assert (
+        f"run 'x' was tokenized with the tokenizer of {model}, this import with the simple tokenization "
+        f"(no model); one run is cut one way; import with --model {model} to add to it"
+    ) in result.stderr
     with Store(db_path, read_only=True) as store:
         assert store.list_runs()[0]["rollouts"] == 18
-    result = run_cli_here("import", v1, "--db", db_path, "--run", "x", "--append", "--model", model,
-                          "--quiet")
+    result = run_cli_here(
+        "import", v1, "--db", db_path, "--run", "x", "--append", "--model", model, "--quiet"
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -103,7 +108,7 @@ def test_the_app_message_gives_no_command_line_advice(store, tmp_path):
     with pytest.raises(ImportRefused) as refused:
         import_path(store, v1, "x")
     assert "--" not in refused.value.app_message
-    assert "tick \"Append to an existing run\"" in refused.value.app_message
+    assert 'tick "Append to an existing run"' in refused.value.app_message
 
 
 def test_follow_refuses_a_run_it_never_fed_and_continues_its_own(db_path, tmp_path):
@@ -129,8 +134,12 @@ def test_follow_refuses_a_run_it_never_fed_and_continues_its_own(db_path, tmp_pa
 def test_a_relative_model_is_stored_absolute(db_path, tmp_path, monkeypatch):
     legacy, _ = _dumps(tmp_path)
     monkeypatch.chdir(DEMO_POLICY.parent)
-    assert run_cli_here("import", legacy, "--db", db_path, "--run", "x", "--model", DEMO_POLICY.name,
-                        "--quiet").returncode == 0
+    assert (
+        run_cli_here(
+            "import", legacy, "--db", db_path, "--run", "x", "--model", DEMO_POLICY.name, "--quiet"
+        ).returncode
+        == 0
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)

@@ -52,8 +52,10 @@ def read_store(db: Path):
 
 # --- NeMo-RL --------------------------------------------------------------------------------------
 
-def write_nemo_rl_step(path: Path, tok, step: int, prompts: list[str], group: int, seed: int,
-                       dropped: int | None = None) -> dict:
+
+def write_nemo_rl_step(
+    path: Path, tok, step: int, prompts: list[str], group: int, seed: int, dropped: int | None = None
+) -> dict:
     """`train_data_step{N}.jsonl` as NeMo-RL writes it.
 
     Source: NVIDIA-NeMo/RL @ 7ea279abfbeb698b092856d0dab61e7cf39bc909:
@@ -119,10 +121,16 @@ def write_nemo_rl_step(path: Path, tok, step: int, prompts: list[str], group: in
     }
     with open(path, "w") as f:
         for i in range(len(flat)):
-            sample = {key: value[i:i + 1] for key, value in log_data.items()}
+            sample = {key: value[i : i + 1] for key, value in log_data.items()}
             f.write(json.dumps({**sample, "idx": i}, default=str) + "\n")
-    return {"flat": flat, "rewards": rewards, "adv": adv.tolist(), "prev": prev_lp.tolist(),
-            "sample_mask": sample_mask.tolist(), "messages": messages}
+    return {
+        "flat": flat,
+        "rewards": rewards,
+        "adv": adv.tolist(),
+        "prev": prev_lp.tolist(),
+        "sample_mask": sample_mask.tolist(),
+        "messages": messages,
+    }
 
 
 @pytest.mark.slow
@@ -133,8 +141,15 @@ def test_nemo_rl_dump_imports_through_the_cli_and_estimates(tmp_path, demo_token
     for step in (1, 2):
         # two dataset rows with one prompt in step 2: NeMo-RL groups them together (by prompt token ids)
         prompts = ["1+2", "3+4"] if step == 1 else ["5+6", "5+6"]
-        truth[step] = write_nemo_rl_step(logs / f"train_data_step{step}.jsonl", demo_tokenizer, step, prompts,
-                                         group=4, seed=step, dropped=2 if step == 1 else None)
+        truth[step] = write_nemo_rl_step(
+            logs / f"train_data_step{step}.jsonl",
+            demo_tokenizer,
+            step,
+            prompts,
+            group=4,
+            seed=step,
+            dropped=2 if step == 1 else None,
+        )
     (logs / "val_data_step1.jsonl").write_text("{}\n")  # NeMo-RL's validation log sits beside; not read
     db = tmp_path / "s.duckdb"
     done = import_cli(logs, db, "nemo", "--model", DEMO)
@@ -154,10 +169,14 @@ def test_nemo_rl_dump_imports_through_the_cli_and_estimates(tmp_path, demo_token
             assert row["rewards"] == {"task": truth[step]["rewards"][i]}
             kept = truth[step]["sample_mask"][i]
             assert row["extras"]["loss_mask"] == [m * kept for m in mask[start:]]
-            np.testing.assert_allclose(row["logprobs"], truth[step]["prev"][i][start:len(ids)], rtol=1e-6)
+            np.testing.assert_allclose(row["logprobs"], truth[step]["prev"][i][start : len(ids)], rtol=1e-6)
             np.testing.assert_allclose(row["extras"]["generation_logprobs"], gen[start:], rtol=1e-6)
-            np.testing.assert_allclose(row["extras"]["logged_advantage"],
-                                       [truth[step]["adv"][i]] * len(ids[start:]), rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(
+                row["extras"]["logged_advantage"],
+                [truth[step]["adv"][i]] * len(ids[start:]),
+                rtol=1e-6,
+                atol=1e-7,
+            )
             assert row["logged_advantage"] == pytest.approx(truth[step]["adv"][i], abs=1e-6)
             assert row["meta"]["idx"] == i and row["meta"]["sample_loss_mask"] == kept
         groups = store.rollout_index("nemo")["group_id"].tolist()
@@ -184,7 +203,7 @@ def test_nemo_rl_without_a_model_uses_the_logged_messages(tmp_path, demo_tokeniz
     user, answer, env = (text for _, text in truth["messages"][1])
     ids, mask, _ = truth["flat"][1]
     assert row["step"] == 3 and row["prompt"] == user and row["response"] == answer + env
-    assert row["tokens"] == [f"<{t}>" for t in ids[mask.index(1):]]
+    assert row["tokens"] == [f"<{t}>" for t in ids[mask.index(1) :]]
 
 
 def test_nemo_rl_bad_records_name_line_and_field(tmp_path, demo_tokenizer):
@@ -195,13 +214,27 @@ def test_nemo_rl_bad_records_name_line_and_field(tmp_path, demo_tokenizer):
     second["rewards"] = second["rewards"][0]  # not a batch of one
     write_jsonl(path, [lines[0], json.dumps(second)])
     with Store(tmp_path / "s.duckdb") as store:
-        with pytest.raises(InputError, match=r"train_data_step1.jsonl: line 2: field 'rewards' must be a "
-                                             r"one-element list"):
+        with pytest.raises(
+            InputError,
+            match=r"train_data_step1.jsonl: line 2: field 'rewards' must be a "
+            r"one-element list",
+        ):
             import_path(store, path, "n")
         old = tmp_path / "old" / "train_data_step1.jsonl"  # NeMo-RL before it logged token ids
         old.parent.mkdir()
-        write_jsonl(old, [{"content": [["q", "a"]], "rewards": [1.0], "generation_logprobs": [[0.0, -1.0]],
-                           "prev_logprobs": [[0.0, -1.1]], "input_lengths": [2], "idx": 0}])
+        write_jsonl(
+            old,
+            [
+                {
+                    "content": [["q", "a"]],
+                    "rewards": [1.0],
+                    "generation_logprobs": [[0.0, -1.0]],
+                    "prev_logprobs": [[0.0, -1.1]],
+                    "input_lengths": [2],
+                    "idx": 0,
+                }
+            ],
+        )
         with pytest.raises(InputError, match="line 1: missing NeMo-RL field 'token_ids' \\(a text-only dump"):
             import_path(store, old, "n")
         assert store.list_runs() == []
@@ -209,8 +242,10 @@ def test_nemo_rl_bad_records_name_line_and_field(tmp_path, demo_tokenizer):
 
 # --- prime-rl -------------------------------------------------------------------------------------
 
-def write_prime_rl_step(out_dir: Path, tok, step: int, samples: list[dict], ranks: int = 2,
-                        stable: bool = True) -> None:
+
+def write_prime_rl_step(
+    out_dir: Path, tok, step: int, samples: list[dict], ranks: int = 2, stable: bool = True
+) -> None:
     """`token_exports/step_<N>/rank_<R>.jsonl` as prime-rl's `TokenExporter.export` writes them.
 
     Source: PrimeIntellect-ai/prime-rl @ 559b44772e471d1538537b8805cc77f3824a5e64,
@@ -226,8 +261,15 @@ def write_prime_rl_step(out_dir: Path, tok, step: int, samples: list[dict], rank
     step_dir.mkdir(parents=True)
     for rank in range(ranks):
         mine = samples[rank::ranks]
-        names = ("token_ids", "position_ids", "loss_mask", "advantages", "inference_logprobs",
-                 "trainer_logprobs", "entropy")
+        names = (
+            "token_ids",
+            "position_ids",
+            "loss_mask",
+            "advantages",
+            "inference_logprobs",
+            "trainer_logprobs",
+            "entropy",
+        )
         lengths, cols, env_names = [], {k: [] for k in names}, []
         for s in mine:
             p_ids = tok(s["prompt"], add_special_tokens=False)["input_ids"]
@@ -244,25 +286,41 @@ def write_prime_rl_step(out_dir: Path, tok, step: int, samples: list[dict], rank
             env_names += ["math"] * n
         # packing pads the micro batch's end: no env name, no loss mask
         lengths[-1] += 3
-        for key, pad in (("token_ids", 0), ("position_ids", 0), ("loss_mask", False), ("advantages", 0.0),
-                         ("inference_logprobs", 0.0), ("trainer_logprobs", -4.6), ("entropy", 4.6)):
+        for key, pad in (
+            ("token_ids", 0),
+            ("position_ids", 0),
+            ("loss_mask", False),
+            ("advantages", 0.0),
+            ("inference_logprobs", 0.0),
+            ("trainer_logprobs", -4.6),
+            ("entropy", 4.6),
+        ):
             cols[key] += [pad] * 3
         env_names += [""] * 3
-        f32 = {k: np.asarray(cols[k], dtype=np.float32).tolist()
-               for k in ("advantages", "inference_logprobs", "trainer_logprobs", "entropy")}
+        f32 = {
+            k: np.asarray(cols[k], dtype=np.float32).tolist()
+            for k in ("advantages", "inference_logprobs", "trainer_logprobs", "entropy")
+        }
         trainer, inference = np.asarray(f32["trainer_logprobs"]), np.asarray(f32["inference_logprobs"])
         log_ratio = (trainer - inference).astype(np.float32)
         columns = {
-            "token_ids": cols["token_ids"], "position_ids": cols["position_ids"],
+            "token_ids": cols["token_ids"],
+            "position_ids": cols["position_ids"],
             "loss_mask": cols["loss_mask"],
-            "advantages": f32["advantages"], "inference_logprobs": f32["inference_logprobs"],
-            "trainer_logprobs": f32["trainer_logprobs"], "entropy": f32["entropy"],
+            "advantages": f32["advantages"],
+            "inference_logprobs": f32["inference_logprobs"],
+            "trainer_logprobs": f32["trainer_logprobs"],
+            "entropy": f32["entropy"],
             "mismatch_kl": (np.exp(log_ratio) - log_ratio - 1).astype(np.float32).tolist(),
-            "log_importance_ratio": log_ratio.tolist(), "importance_ratio": np.exp(log_ratio).tolist(),
+            "log_importance_ratio": log_ratio.tolist(),
+            "importance_ratio": np.exp(log_ratio).tolist(),
             "prob_delta": (np.exp(trainer) - np.exp(inference)).astype(np.float32).tolist(),
-            "is_masked": [None] * len(env_names), "is_masked_high": [None] * len(env_names),
-            "is_masked_low": [None] * len(env_names), "rl_weights": [None] * len(env_names),
-            "ce_weights": [None] * len(env_names), "ref_kl_weights": [None] * len(env_names),
+            "is_masked": [None] * len(env_names),
+            "is_masked_high": [None] * len(env_names),
+            "is_masked_low": [None] * len(env_names),
+            "rl_weights": [None] * len(env_names),
+            "ce_weights": [None] * len(env_names),
+            "ref_kl_weights": [None] * len(env_names),
         }
         start = 0
         with open(step_dir / f"rank_{rank}.jsonl", "w", encoding="utf-8") as f:
@@ -270,9 +328,16 @@ def write_prime_rl_step(out_dir: Path, tok, step: int, samples: list[dict], rank
                 end = start + length
                 while end > start and env_names[end - 1] == "" and not columns["loss_mask"][end - 1]:
                     end -= 1
-                record = {"schema_version": 1, "step": step, "rank": rank, "micro_step": 0,
-                          "micro_sequence_idx": idx, "export_sequence_idx": idx, "env_name": "math",
-                          **{k: list(v[start:end]) for k, v in columns.items()}}
+                record = {
+                    "schema_version": 1,
+                    "step": step,
+                    "rank": rank,
+                    "micro_step": 0,
+                    "micro_sequence_idx": idx,
+                    "export_sequence_idx": idx,
+                    "env_name": "math",
+                    **{k: list(v[start:end]) for k, v in columns.items()},
+                }
                 f.write(json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n")
                 start = start + length
     if stable:
@@ -291,11 +356,17 @@ def prime_rl_samples(tok, step: int, seed: int) -> list[dict]:
             completion = "".join(rng.choice("0123456789") for _ in range(rng.randint(2, 6)))
             n_p = len(tok(prompt, add_special_tokens=False)["input_ids"])
             n_c = len(tok(completion, add_special_tokens=False)["input_ids"])
-            samples.append({"prompt": prompt, "completion": completion, "reward": r,
-                            "advantage": float(np.float32(r - mean)),
-                            "inference_logprobs": [-rng.random() for _ in range(n_c)],
-                            "trainer_logprobs": [-rng.random() for _ in range(n_p + n_c)],
-                            "entropy": [rng.random() for _ in range(n_p + n_c)]})
+            samples.append(
+                {
+                    "prompt": prompt,
+                    "completion": completion,
+                    "reward": r,
+                    "advantage": float(np.float32(r - mean)),
+                    "inference_logprobs": [-rng.random() for _ in range(n_c)],
+                    "trainer_logprobs": [-rng.random() for _ in range(n_p + n_c)],
+                    "entropy": [rng.random() for _ in range(n_p + n_c)],
+                }
+            )
     return samples
 
 
@@ -324,12 +395,14 @@ def test_prime_rl_export_imports_and_grpo_on_its_advantage_equals_grpo_on_reward
         assert row["token_ids"] == c_ids and row["step"] == s
         assert row["extras"]["loss_mask"] == [1.0] * len(c_ids)
         assert row["rewards"]["advantage"] == pytest.approx(sample["advantage"], abs=1e-6)
-        assert row["extras"]["logged_advantage"] == pytest.approx([sample["advantage"]] * len(c_ids),
-                                                                  abs=1e-6)
-        np.testing.assert_allclose(row["logprobs"], sample["trainer_logprobs"][-len(c_ids):], rtol=1e-6)
-        np.testing.assert_allclose(row["entropies"], sample["entropy"][-len(c_ids):], rtol=1e-6)
-        np.testing.assert_allclose(row["extras"]["inference_logprobs"], sample["inference_logprobs"],
-                                   rtol=1e-6)
+        assert row["extras"]["logged_advantage"] == pytest.approx(
+            [sample["advantage"]] * len(c_ids), abs=1e-6
+        )
+        np.testing.assert_allclose(row["logprobs"], sample["trainer_logprobs"][-len(c_ids) :], rtol=1e-6)
+        np.testing.assert_allclose(row["entropies"], sample["entropy"][-len(c_ids) :], rtol=1e-6)
+        np.testing.assert_allclose(
+            row["extras"]["inference_logprobs"], sample["inference_logprobs"], rtol=1e-6
+        )
         assert {"mismatch_kl", "importance_ratio"} <= row["extras"].keys()
         assert "is_masked" not in row["extras"]  # all None: not computed in this run
         assert row["meta"]["env_name"] == "math" and row["meta"]["rank"] in (0, 1)
@@ -340,9 +413,16 @@ def test_prime_rl_export_imports_and_grpo_on_its_advantage_equals_grpo_on_reward
     out = estimate_cli(db, "prime", tmp_path / "a.parquet", "--channel", "advantage")
     per_rollout = out.groupby("rollout_id")["advantage"].first()
     # the same rollouts with their (unexported) rewards, as a native run: GRPO agrees, the shift cancels
-    native = [{"prompt": row["prompt"], "response": row["response"], "step": row["step"],
-               "token_ids": row["token_ids"], "rewards": {"task": steps[s][i]["reward"]}}
-              for row, (s, i) in zip(rows, order, strict=True)]
+    native = [
+        {
+            "prompt": row["prompt"],
+            "response": row["response"],
+            "step": row["step"],
+            "token_ids": row["token_ids"],
+            "rewards": {"task": steps[s][i]["reward"]},
+        }
+        for row, (s, i) in zip(rows, order, strict=True)
+    ]
     import_cli(write_jsonl(tmp_path / "native.jsonl", native), db, "native")
     expected = estimate_cli(db, "native", tmp_path / "b.parquet").groupby("rollout_id")["advantage"].first()
     np.testing.assert_allclose(per_rollout.to_numpy(), expected.to_numpy(), atol=2e-5)
@@ -350,6 +430,7 @@ def test_prime_rl_export_imports_and_grpo_on_its_advantage_equals_grpo_on_reward
 
 
 # --- RL Logging Board -----------------------------------------------------------------------------
+
 
 def byte_level_bpe(folder: Path):
     """A tiny byte-level BPE (GPT-2 style) trained here, offline, saved as a Hugging Face folder."""
@@ -360,16 +441,23 @@ def byte_level_bpe(folder: Path):
     raw = RawTokenizer(models.BPE())
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     raw.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=290, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  special_tokens=["<PAD>", "<EOD>"])
+    trainer = trainers.BpeTrainer(
+        vocab_size=290,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<PAD>", "<EOD>"],
+    )
     raw.train_from_iterator(["the cat sat", "café au lait", "中文 中", "hello world"] * 3, trainer)
     hf = PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<PAD>", eos_token="<EOD>")
     hf.save_pretrained(folder)
     return hf
 
 
-BOARD_TEXTS = [("请续写: 上相生坤位", "中文 café 😀<EOD>", 1.0), ("the cat", "sat é 中<EOD>", 0.0),
-               ("the cat", "😀😀 hello<EOD>", 0.5), ("请续写: 上相生坤位", "中 world<EOD>", 0.25)]
+BOARD_TEXTS = [
+    ("请续写: 上相生坤位", "中文 café 😀<EOD>", 1.0),
+    ("the cat", "sat é 中<EOD>", 0.0),
+    ("the cat", "😀😀 hello<EOD>", 0.5),
+    ("请续写: 上相生坤位", "中 world<EOD>", 0.25),
+]
 
 
 def write_board_files(folder: Path, hf) -> list[dict]:
@@ -388,12 +476,21 @@ def write_board_files(folder: Path, hf) -> list[dict]:
         logprobs = [-rng.random() for _ in range(n)]
         ref = [lp - 0.01 * rng.random() for lp in logprobs]
         kl = [-0.05 * (a - b) for a, b in zip(logprobs, ref, strict=True)]
-        lines.append({"prompt": "<PAD>" + prompt, "response": response + "<PAD>",
-                      "response_tokens": hf.convert_ids_to_tokens(ids) + ["<PAD>"],
-                      "logprobs": logprobs, "ref_logprobs": ref,
-                      "values": [rng.uniform(-1, 1) for _ in range(n)],
-                      "token_rewards": kl[:-1] + [kl[-1] + reward], "reward": reward, "step": 4 + k // 2,
-                      "ref_response": "参考", "ref_reward": 0.0})
+        lines.append(
+            {
+                "prompt": "<PAD>" + prompt,
+                "response": response + "<PAD>",
+                "response_tokens": hf.convert_ids_to_tokens(ids) + ["<PAD>"],
+                "logprobs": logprobs,
+                "ref_logprobs": ref,
+                "values": [rng.uniform(-1, 1) for _ in range(n)],
+                "token_rewards": kl[:-1] + [kl[-1] + reward],
+                "reward": reward,
+                "step": 4 + k // 2,
+                "ref_response": "参考",
+                "ref_reward": 0.0,
+            }
+        )
     folder.mkdir()
     for rank in (0, 1):
         with open(folder / f"rank{rank}.jsonl", "w", encoding="utf8") as f:
@@ -443,16 +540,27 @@ def test_rl_logging_board_without_a_model_keeps_the_token_strings(tmp_path):
 
 
 def test_rl_logging_board_length_mismatch_is_named(tmp_path):
-    line = {"prompt": "p", "response": "ab", "response_tokens": ["a", "b"], "logprobs": [-1.0, -2.0],
-            "values": [0.1], "reward": 1.0, "step": 1}
+    line = {
+        "prompt": "p",
+        "response": "ab",
+        "response_tokens": ["a", "b"],
+        "logprobs": [-1.0, -2.0],
+        "values": [0.1],
+        "reward": 1.0,
+        "step": 1,
+    }
     path = write_jsonl(tmp_path / "x.jsonl", [line])
     with Store(tmp_path / "s.duckdb") as store:
-        with pytest.raises(InputError, match=r"x.jsonl: line 1: per-token fields disagree in length "
-                                             r"\(logprobs 2, values 1\)"):
+        with pytest.raises(
+            InputError,
+            match=r"x.jsonl: line 1: per-token fields disagree in length "
+            r"\(logprobs 2, values 1\)",
+        ):
             import_path(store, path, "b")
 
 
 # --- byte-level labels ----------------------------------------------------------------------------
+
 
 def test_byte_level_labels_are_readable(tmp_path):
     hf = byte_level_bpe(tmp_path / "bpe")
@@ -462,10 +570,10 @@ def test_byte_level_labels_are_readable(tmp_path):
     labels = token_labels(hf, ids)
     assert "\ufffd" not in "".join(labels) and len(labels) == len(ids)
     assert "".join(t for t in labels if t != CONTINUATION) == text
-    assert labels[labels.index("😀") - 3: labels.index("😀")] == [CONTINUATION] * 3  # 4 bytes, 4 tokens
+    assert labels[labels.index("😀") - 3 : labels.index("😀")] == [CONTINUATION] * 3  # 4 bytes, 4 tokens
     # a response cut inside 😀: its bytes stay visible as hex on the tokens holding them
     first_byte = ids.index(hf.convert_tokens_to_ids("ð"))
-    assert token_labels(hf, ids[:first_byte + 2])[-2:] == ["<0xF0>", "<0x9F>"]
+    assert token_labels(hf, ids[: first_byte + 2])[-2:] == ["<0xF0>", "<0x9F>"]
     # special tokens keep their text; the Tokenizer used by imports gives the same labels
     assert token_labels(hf, [*ids, hf.eos_token_id])[-1] == "<EOD>"
     assert Tokenizer(tmp_path / "bpe").display(ids) == labels
@@ -479,36 +587,53 @@ def test_byte_fallback_pieces_are_bytes():
     from transformers import PreTrainedTokenizerFast  # noqa: PLC0415 - heavy, only here
 
     vocab = {"<unk>": 0, "▁a": 1, "<0xE4>": 2, "<0xB8>": 3, "<0xAD>": 4}
-    hf = PreTrainedTokenizerFast(tokenizer_object=RawTokenizer(models.WordLevel(vocab, unk_token="<unk>")),
-                                 unk_token="<unk>")
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=RawTokenizer(models.WordLevel(vocab, unk_token="<unk>")), unk_token="<unk>"
+    )
     assert token_labels(hf, [2, 3, 4, 2]) == [CONTINUATION, CONTINUATION, "中", "<0xE4>"]
     assert token_labels(hf, [3, 1]) == ["<0xB8>", hf.decode([1])]  # a stray continuation byte
 
 
 # --- formats and mismatches -----------------------------------------------------------------------
 
+
 def test_format_list_is_the_registry(tmp_path):
     assert FORMATS == formats.names()
     assert {"nemo-rl", "prime-rl", "rl-logging-board"} <= set(FORMATS)
-    assert detect_format(write_jsonl(tmp_path / "a.jsonl", [{"schema_version": 1, "trainer_logprobs": [],
-                                                            "loss_mask": []}])) == "prime-rl"
+    assert (
+        detect_format(
+            write_jsonl(
+                tmp_path / "a.jsonl", [{"schema_version": 1, "trainer_logprobs": [], "loss_mask": []}]
+            )
+        )
+        == "prime-rl"
+    )
 
 
 @pytest.mark.slow
 def test_a_format_that_does_not_fit_says_what_the_file_is(tmp_path, demo_tokenizer):
     db = tmp_path / "s.duckdb"
     trl = tmp_path / "completions_00000.parquet"
-    pd.DataFrame({"step": [0], "prompt": ["p"], "completion": ["c"], "r": [1.0],
-                  "advantage": [0.0]}).to_parquet(trl)
+    pd.DataFrame(
+        {"step": [0], "prompt": ["p"], "completion": ["c"], "r": [1.0], "advantage": [0.0]}
+    ).to_parquet(trl)
     nemo = tmp_path / "nemo"
     nemo.mkdir()
     write_nemo_rl_step(nemo / "train_data_step1.jsonl", demo_tokenizer, 1, ["1+1"], group=2, seed=0)
     for path, fmt, message in [
-        (trl, "verl", "completions_00000.parquet: this is a Parquet file (TRL completions log); "
-                      "--format verl reads JSONL"),
-        (nemo, "trl", "nemo: this directory has no files that --format trl reads (Parquet TRL "
-                      "completion logs (completions_*.parquet)); it holds a NeMo-RL train_data dump: "
-                      "use --format nemo-rl"),
+        (
+            trl,
+            "verl",
+            "completions_00000.parquet: this is a Parquet file (TRL completions log); "
+            "--format verl reads JSONL",
+        ),
+        (
+            nemo,
+            "trl",
+            "nemo: this directory has no files that --format trl reads (Parquet TRL "
+            "completion logs (completions_*.parquet)); it holds a NeMo-RL train_data dump: "
+            "use --format nemo-rl",
+        ),
     ]:
         done = run_cli_here("import", path, "--db", db, "--run", "x", "--quiet", "--format", fmt)
         assert done.returncode == 2, done.stdout
@@ -517,11 +642,17 @@ def test_a_format_that_does_not_fit_says_what_the_file_is(tmp_path, demo_tokeniz
     assert json.loads(run_cli_here("runs", "--db", db, "--json").stdout) == []
     with Store(db) as store:
         for path, fmt, message in [
-            (nemo / "train_data_step1.jsonl", "trl",
-             r"this is a JSONL file \(NeMo-RL train_data dump\); --format trl reads Parquet"),
-            (nemo / "train_data_step1.jsonl", "prime-rl",
-             r"this is a JSONL file \(NeMo-RL train_data dump\); --format prime-rl reads JSONL "
-             r"prime-rl token exports \(token_exports/step_<N>/rank_<R>.jsonl\); use --format nemo-rl"),
+            (
+                nemo / "train_data_step1.jsonl",
+                "trl",
+                r"this is a JSONL file \(NeMo-RL train_data dump\); --format trl reads Parquet",
+            ),
+            (
+                nemo / "train_data_step1.jsonl",
+                "prime-rl",
+                r"this is a JSONL file \(NeMo-RL train_data dump\); --format prime-rl reads JSONL "
+                r"prime-rl token exports \(token_exports/step_<N>/rank_<R>.jsonl\); use --format nemo-rl",
+            ),
             (nemo, "native", "nemo: this is a directory; --format native reads one JSONL or Parquet file"),
         ]:
             with pytest.raises(InputError, match=message):
@@ -530,25 +661,39 @@ def test_a_format_that_does_not_fit_says_what_the_file_is(tmp_path, demo_tokeniz
 
 
 def test_mismatch_checks_write_nothing_into_an_existing_store(tmp_path, store):
-    import_path(store, write_jsonl(tmp_path / "ok.jsonl", [
-        {"prompt": "p", "response": "a", "rewards": {"task": 1.0}}]), "keep")
+    import_path(
+        store,
+        write_jsonl(tmp_path / "ok.jsonl", [{"prompt": "p", "response": "a", "rewards": {"task": 1.0}}]),
+        "keep",
+    )
     before = snapshot(store)
     (tmp_path / "bin.jsonl").write_bytes(bytes(range(256)) * 4)
     with pytest.raises(InputError, match="bin.jsonl: this is a binary file; --format nemo-rl reads JSONL"):
         import_path(store, tmp_path / "bin.jsonl", "keep", fmt="nemo-rl")
     (tmp_path / "doc.json").write_text(json.dumps({"prompt": "p"}, indent=2))
-    with pytest.raises(InputError, match=r"doc.json: this is a JSON file \(one document, not one record per "
-                                         r"line\); --format verl reads JSONL"):
+    with pytest.raises(
+        InputError,
+        match=r"doc.json: this is a JSON file \(one document, not one record per "
+        r"line\); --format verl reads JSONL",
+    ):
         import_path(store, tmp_path / "doc.json", "keep", fmt="verl")
     assert snapshot(store) == before
 
 
 def test_an_empty_generation_imports_as_an_empty_response(tmp_path, store):
     """A NeMo-RL sample whose assistant message has no tokens: its loss mask keeps nothing."""
-    line = {"content": [["Q: 1+1\nA:", "", "Environment: wrong"]], "rewards": [0.0], "input_lengths": [4],
-            "token_ids": [[5, 6, 7, 8, 0, 0, 0, 0]], "token_loss_mask": [[0] * 8], "sample_loss_mask": [1.0],
-            "advantages": [[0.0] * 8], "generation_logprobs": [[0.0] * 8],
-            "prev_logprobs": [[0.0, -1.0, -1.0, -1.0, 0.0, 0.0, 0.0, 0.0]], "idx": 0}
+    line = {
+        "content": [["Q: 1+1\nA:", "", "Environment: wrong"]],
+        "rewards": [0.0],
+        "input_lengths": [4],
+        "token_ids": [[5, 6, 7, 8, 0, 0, 0, 0]],
+        "token_loss_mask": [[0] * 8],
+        "sample_loss_mask": [1.0],
+        "advantages": [[0.0] * 8],
+        "generation_logprobs": [[0.0] * 8],
+        "prev_logprobs": [[0.0, -1.0, -1.0, -1.0, 0.0, 0.0, 0.0, 0.0]],
+        "idx": 0,
+    }
     import_path(store, write_jsonl(tmp_path / "train_data_step2.jsonl", [line]), "n")
     row = store.rollout("n", 0)
     assert row["token_ids"] == [] and row["prompt_ids"] == [5, 6, 7, 8] and row["step"] == 2

@@ -29,8 +29,10 @@ def digits_reward(completions, log_extra=None, **kwargs):
     if log_extra is not None:
         log_extra("n_chars", [len(t) for t in texts])
         log_extra("first_char", [t[:1] or "-" for t in texts])
-    return [None if i % NUM_GENERATIONS < 2 else min(1.0, 0.25 * sum(ch.isdigit() for ch in t))
-            for i, t in enumerate(texts)]
+    return [
+        None if i % NUM_GENERATIONS < 2 else min(1.0, 0.25 * sum(ch.isdigit() for ch in t))
+        for i, t in enumerate(texts)
+    ]
 
 
 def newline_reward(completions, **kwargs):

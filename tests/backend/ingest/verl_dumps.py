@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 
 
-def write_generations(dump_path: Path, global_steps: int, inputs, outputs, gts, scores,
-                      reward_extra_infos_dict: dict, v1: bool) -> Path:
+def write_generations(
+    dump_path: Path, global_steps: int, inputs, outputs, gts, scores, reward_extra_infos_dict: dict, v1: bool
+) -> Path:
     """verl's `_write_generations` (legacy: `default=str`; v1: `json_encode_default`)."""
     os.makedirs(dump_path, exist_ok=True)
     filename = os.path.join(dump_path, f"{global_steps}.jsonl")
@@ -51,11 +52,17 @@ def _v1_default(obj):
 
 # One step of a GSM8K-like run on the demo policy's alphabet: (prompt, [(response, score, acc)], gts).
 GROUPS = [
-    ("12+34=?\n", [("2+4=6\n1+3=4\n#### 46", 1.0, True), ("2+4=6\n#### 6", 0.0, False),
-                   ("1+3=4\n#### 46", 1.0, True)], "46"),
+    (
+        "12+34=?\n",
+        [("2+4=6\n1+3=4\n#### 46", 1.0, True), ("2+4=6\n#### 6", 0.0, False), ("1+3=4\n#### 46", 1.0, True)],
+        "46",
+    ),
     ("12+34=?\n", [("#### 46", 1.0, True), ("#### 47", 0.0, False), ("2+4=7\n#### 47", 0.0, False)], "46"),
-    ("5+7=?\n", [("5+7=12\n#### 12", 1.0, True), ("#### 13", 0.0, False), ("5+7=12\n#### 12", 1.0, True)],
-     ["12", "12.0"]),
+    (
+        "5+7=?\n",
+        [("5+7=12\n#### 12", 1.0, True), ("#### 13", 0.0, False), ("5+7=12\n#### 12", 1.0, True)],
+        ["12", "12.0"],
+    ),
 ]
 
 
@@ -70,8 +77,9 @@ def legacy_step(dump_path: Path, step: int) -> Path:
             scores.append(score)
             acc.append(ok)
             request_ids.append(f"req-{step}-{g}-{k}")
-    return write_generations(dump_path, step, inputs, outputs, gts, scores,
-                             {"acc": acc, "request_id": request_ids}, v1=False)
+    return write_generations(
+        dump_path, step, inputs, outputs, gts, scores, {"acc": acc, "request_id": request_ids}, v1=False
+    )
 
 
 def v1_step(dump_path: Path, step: int, acc: bool = False) -> Path:
@@ -91,5 +99,13 @@ def v1_step(dump_path: Path, step: int, acc: bool = False) -> Path:
     extra = {"uid": list(columns[0])}
     if acc:
         extra["acc"] = np.array([score > 0 for score in columns[4]])
-    return write_generations(dump_path, step, list(columns[1]), list(columns[2]), list(columns[3]),
-                             list(columns[4]), extra, v1=True)
+    return write_generations(
+        dump_path,
+        step,
+        list(columns[1]),
+        list(columns[2]),
+        list(columns[3]),
+        list(columns[4]),
+        extra,
+        v1=True,
+    )

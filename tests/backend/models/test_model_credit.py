@@ -27,8 +27,10 @@ POSITIONS = [0, 2, 5, 22]  # reasoning tokens of the first demo responses (digit
 @pytest.fixture(scope="module")
 def rollouts():
     records = [json.loads(line) for line in DEMO_RUN.read_text().splitlines()[:3]]
-    return [mc.RolloutTokens(i, r["prompt"], r["prompt_ids"], r["token_ids"], r["tokens"])
-            for i, r in enumerate(records)]
+    return [
+        mc.RolloutTokens(i, r["prompt"], r["prompt_ids"], r["token_ids"], r["tokens"])
+        for i, r in enumerate(records)
+    ]
 
 
 def test_answer_span_splits_reasoning_conclude_and_answer():
@@ -57,7 +59,7 @@ def test_oar_g_batched_equals_one_token_at_a_time(engine, rollouts):
     for r in rollouts[:2]:
         loop = mc.oar_g_scores_loop(engine, r, noise_std=1e-3, seed=3, positions=POSITIONS)
         np.testing.assert_allclose(batched[r.rollout_id][POSITIONS], loop[POSITIONS], rtol=1e-3, atol=1e-6)
-    assert (batched[0][:mc.answer_span(rollouts[0].tokens)[0]] > 0).all()
+    assert (batched[0][: mc.answer_span(rollouts[0].tokens)[0]] > 0).all()
 
 
 def test_gcpo_batched_equals_one_token_at_a_time(engine, rollouts):
@@ -79,12 +81,35 @@ def test_command_fills_the_cache_and_the_estimator_reads_it(demo_db, engine, cap
     with handle.read() as store:
         group = store.load_batch("demo", group_ids=[0])
     assert "creditlens model-credit" in registry.unavailable(group)["gcpo"]
-    code, _, err = _cli(capsys, "estimate", "--db", str(demo_db), "--run", "demo", "--estimator", "gcpo",
-                        "--out", str(demo_db.parent / "a.parquet"))
+    code, _, err = _cli(
+        capsys,
+        "estimate",
+        "--db",
+        str(demo_db),
+        "--run",
+        "demo",
+        "--estimator",
+        "gcpo",
+        "--out",
+        str(demo_db.parent / "a.parquet"),
+    )
     assert code == 2 and "--method gcpo" in err
 
-    code, out, _ = _cli(capsys, "model-credit", "--db", str(demo_db), "--run", "demo", "--method", "gcpo",
-                        "--rollout", "3", "--engine", "transformers", "--json")
+    code, out, _ = _cli(
+        capsys,
+        "model-credit",
+        "--db",
+        str(demo_db),
+        "--run",
+        "demo",
+        "--method",
+        "gcpo",
+        "--rollout",
+        "3",
+        "--engine",
+        "transformers",
+        "--json",
+    )
     report = json.loads(out)
     assert code == 0 and report["stored"] == 8 and report["rollouts"] == list(range(8))  # rollout 3's group
 
@@ -101,8 +126,9 @@ def test_command_fills_the_cache_and_the_estimator_reads_it(demo_db, engine, cap
     weights, _ = gcpo_weights(delta, group.response_mask, GCPOConfig())
     z = registry.estimate("grpo", group).advantages[:, 0]
     fast = registry.estimate("gcpo", group).advantages
-    torch.testing.assert_close(fast, torch.where(group.response_mask, z[:, None] * weights, 0.0),
-                               atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        fast, torch.where(group.response_mask, z[:, None] * weights, 0.0), atol=1e-5, rtol=1e-4
+    )
     # A group without scores stays unavailable: whole groups or nothing.
     with handle.read() as store:
         other = store.load_batch("demo", group_ids=[1])
@@ -110,8 +136,16 @@ def test_command_fills_the_cache_and_the_estimator_reads_it(demo_db, engine, cap
 
 
 def _inputs(frame):
-    return [mc.RolloutTokens(int(r.rollout_id), r.prompt, [int(t) for t in r.prompt_ids],
-                             [int(t) for t in r.token_ids], list(r.tokens)) for r in frame.itertuples()]
+    return [
+        mc.RolloutTokens(
+            int(r.rollout_id),
+            r.prompt,
+            [int(t) for t in r.prompt_ids],
+            [int(t) for t in r.token_ids],
+            list(r.tokens),
+        )
+        for r in frame.itertuples()
+    ]
 
 
 def test_cancelled_or_failed_runs_leave_the_store_as_it_was(demo_db, engine, tmp_path):

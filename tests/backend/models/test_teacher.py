@@ -39,8 +39,15 @@ def failing_verifier(response: str, ground_truth) -> float:
 
 
 def settings(samples=3, verifier="answer_match", chunk_rows=256):
-    return TeacherSettings(model_dir=str(DEMO_MODEL), samples=samples, verifier=verifier,
-                           engine="transformers", device="cpu", max_new_tokens=60, chunk_rows=chunk_rows)
+    return TeacherSettings(
+        model_dir=str(DEMO_MODEL),
+        samples=samples,
+        verifier=verifier,
+        engine="transformers",
+        device="cpu",
+        max_new_tokens=60,
+        chunk_rows=chunk_rows,
+    )
 
 
 def test_positions_and_rollout_picks():
@@ -63,10 +70,19 @@ def test_chunks_draw_what_one_rollout_at_a_time_draws(demo_db, engine):
     assert len(chunk_tasks(tasks, samples=3, rows=12)) >= 2  # the grouping itself is exercised
     together = value_rollouts(engine, tasks, settings())
     for task, result in zip(tasks, together, strict=True):
-        alone = resample(engine, list(task.prompt_ids), list(task.token_ids), list(task.positions), samples=3,
-                         ground_truth=task.ground_truth, max_new_tokens=60, seed=task.seed)
+        alone = resample(
+            engine,
+            list(task.prompt_ids),
+            list(task.token_ids),
+            list(task.positions),
+            samples=3,
+            ground_truth=task.ground_truth,
+            max_new_tokens=60,
+            seed=task.seed,
+        )
         assert [(s.pos, s.seed, s.suffix_ids, s.reward) for s in result.samples] == [
-            (s.pos, s.seed, s.suffix_ids, s.reward) for s in alone.samples]
+            (s.pos, s.seed, s.suffix_ids, s.reward) for s in alone.samples
+        ]
         assert not result.cancelled and len(result.samples) == len(task.positions) * 3
 
 
@@ -74,7 +90,9 @@ def _per_rollout_counts(db) -> pd.DataFrame:
     with Store(db, read_only=True) as store:
         return store.con.execute(
             "SELECT rollout_id, count(*) AS n, count(DISTINCT pos) AS positions FROM resample_samples "
-            "WHERE job = ? GROUP BY rollout_id ORDER BY rollout_id", [JOB]).df()
+            "WHERE job = ? GROUP BY rollout_id ORDER BY rollout_id",
+            [JOB],
+        ).df()
 
 
 def test_cancel_keeps_whole_rollouts_and_a_rerun_resumes(demo_db, demo_template, tmp_path, engine):
@@ -87,8 +105,9 @@ def test_cancel_keeps_whole_rollouts_and_a_rerun_resumes(demo_db, demo_template,
         if done >= 2:
             stop.set()
 
-    first = run_teacher(handle, "demo", settings(), rollouts=6, seed=1, engine=engine, progress=progress,
-                        cancel=stop)
+    first = run_teacher(
+        handle, "demo", settings(), rollouts=6, seed=1, engine=engine, progress=progress, cancel=stop
+    )
     assert first.cancelled and first.valued == seen[-1] >= 2 and first.valued < 6
     counts = _per_rollout_counts(demo_db)
     assert len(counts) == first.valued
@@ -124,9 +143,19 @@ def test_a_failing_rollout_leaves_no_partial_rows(tmp_path, engine):
 
 
 def test_teacher_file_errors_name_the_row_and_field(tmp_path):
-    good = pd.DataFrame({"rollout_id": [0, 1], "pos": [0, 3], "sample_idx": [0, 0], "seed": [1, 2],
-                         "suffix_ids": [[1], [2]], "suffix_text": ["a", "b"], "reward": [1.0, 0.0],
-                         "engine": ["transformers"] * 2, "model": ["m"] * 2})
+    good = pd.DataFrame(
+        {
+            "rollout_id": [0, 1],
+            "pos": [0, 3],
+            "sample_idx": [0, 0],
+            "seed": [1, 2],
+            "suffix_ids": [[1], [2]],
+            "suffix_text": ["a", "b"],
+            "reward": [1.0, 0.0],
+            "engine": ["transformers"] * 2,
+            "model": ["m"] * 2,
+        }
+    )
     path = tmp_path / "t.parquet"
     good.to_parquet(path)
     assert read_teacher_file(path, {0: 5, 1: 5}).num_rows == 2
@@ -142,15 +171,39 @@ def test_teacher_file_errors_name_the_row_and_field(tmp_path):
 @pytest.mark.slow
 def test_teacher_and_teacher_bench_commands(demo_db, tmp_path):
     out = tmp_path / "teacher.parquet"
-    done = run_cli_here("teacher", "--db", str(demo_db), "--run", "demo", "--rollouts", "4", "--samples", "2",
-                   "--max-new-tokens", "60", "--json", "--export", str(out))
+    done = run_cli_here(
+        "teacher",
+        "--db",
+        str(demo_db),
+        "--run",
+        "demo",
+        "--rollouts",
+        "4",
+        "--samples",
+        "2",
+        "--max-new-tokens",
+        "60",
+        "--json",
+        "--export",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["valued"] == 4 and report["suffixes"] == 2 * report["positions"]
     assert pd.read_parquet(out)["rollout_id"].nunique() == 4
     bench = tmp_path / "bench.json"
-    done = run_cli_here("teacher-bench", "--db", str(demo_db), "--run", "demo", "--estimators", "grpo",
-                   "token_rm:head=mlp,steps=20", "--json", str(bench))
+    done = run_cli_here(
+        "teacher-bench",
+        "--db",
+        str(demo_db),
+        "--run",
+        "demo",
+        "--estimators",
+        "grpo",
+        "token_rm:head=mlp,steps=20",
+        "--json",
+        str(bench),
+    )
     assert done.returncode == 0, done.stderr
     rows = {r["estimator"]: r for r in json.loads(bench.read_text())["rows"]}
     assert {"grpo", "token_rm:head=mlp,steps=20", "chance", "V: fitted"} <= set(rows)
@@ -169,8 +222,9 @@ def test_ray_local_cluster_gives_the_single_process_values(demo_db, demo_templat
     other = tmp_path / "ray.duckdb"
     copy_store(demo_template, other)
     try:
-        report = run_teacher(StoreHandle(other), "demo", settings(samples=4), rollouts=8, seed=3,
-                             ray_address="local:2")
+        report = run_teacher(
+            StoreHandle(other), "demo", settings(samples=4), rollouts=8, seed=3, ray_address="local:2"
+        )
     finally:
         ray.shutdown()
     assert report.workers == 2 and report.valued == 8 and "ray" in report.engine
@@ -178,5 +232,7 @@ def test_ray_local_cluster_gives_the_single_process_values(demo_db, demo_templat
         pd.testing.assert_frame_equal(a.resample_values("demo"), b.resample_values("demo"))
         ids = sorted(a.job_rollouts("demo", JOB))
         assert ids == sorted(b.job_rollouts("demo", JOB)) and len(ids) == 8
-        np.testing.assert_array_equal(a.job_samples("demo", JOB).column("seed").to_numpy(),
-                                      b.job_samples("demo", JOB).column("seed").to_numpy())
+        np.testing.assert_array_equal(
+            a.job_samples("demo", JOB).column("seed").to_numpy(),
+            b.job_samples("demo", JOB).column("seed").to_numpy(),
+        )

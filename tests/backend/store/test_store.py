@@ -28,11 +28,14 @@ def test_migrations_are_recorded_once(db_path):
 def test_a_version_1_store_is_upgraded_in_place(db_path):
     sql = (Path(backend.store.__file__).parent / "migrations" / "001_initial.sql").read_text()
     con = duckdb.connect(str(db_path))
-    con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, "
-                "applied_at TIMESTAMP DEFAULT current_timestamp)")
+    con.execute(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, "
+        "applied_at TIMESTAMP DEFAULT current_timestamp)"
+    )
     for statement in sql.split(";"):
         if statement.strip() and not all(
-                line.strip().startswith("--") or not line.strip() for line in statement.splitlines()):
+            line.strip().startswith("--") or not line.strip() for line in statement.splitlines()
+        ):
             con.execute(statement)
     con.execute("INSERT INTO schema_migrations (version, name) VALUES (1, 'initial')")
     con.execute("INSERT INTO runs (run_id, name, source) VALUES (1, 'old', 'v1')")
@@ -57,8 +60,11 @@ def test_an_abandoned_staging_run_is_invisible_then_discarded(db_path):
         before = snapshot(store)
         with store.transaction():  # what a process killed mid-import leaves behind
             dead = store.create_run(f"{Store.STAGING_PREFIX}999999999/x", "killed", status="importing")
-            store.con.execute("INSERT INTO rollouts (run_id, rollout_id, group_id, step, token_ids) "
-                              "VALUES (?, 0, 0, 0, [1, 2])", [dead])
+            store.con.execute(
+                "INSERT INTO rollouts (run_id, rollout_id, group_id, step, token_ids) "
+                "VALUES (?, 0, 0, 0, [1, 2])",
+                [dead],
+            )
         assert [r["name"] for r in store.list_runs()] == ["keep"]
         with pytest.raises(StoreError):
             store.run_id(f"{Store.STAGING_PREFIX}999999999/x")
@@ -110,8 +116,12 @@ def test_load_batch_loads_only_the_fields_asked_for(store):
 
 
 def test_run_tables_are_every_table_with_a_run_id(store):
-    tables = {r[0] for r in store.con.execute(
-        "SELECT DISTINCT table_name FROM information_schema.columns WHERE column_name = 'run_id'").fetchall()}
+    tables = {
+        r[0]
+        for r in store.con.execute(
+            "SELECT DISTINCT table_name FROM information_schema.columns WHERE column_name = 'run_id'"
+        ).fetchall()
+    }
     assert set(backend.store.db.RUN_TABLES) == tables
     assert backend.store.db.RUN_TABLES[-1] == "runs"  # deleted last: the other rows point at it
 
@@ -142,11 +152,18 @@ def test_list_runs_summary(store):
 
 def test_resample_rows_feed_mc_values(store):
     import_records(store, "r", make_records(n_groups=1, group_size=2, seed=5))
-    samples = pd.DataFrame({
-        "pos": [0, 0, 0, 1], "sample_idx": [0, 1, 2, 0], "seed": [1, 2, 3, 4],
-        "suffix_ids": [[1, 2], [3], [4], [5]], "suffix_text": ["a", "b", "c", "d"],
-        "reward": [1.0, 0.0, 1.0, 0.0], "engine": ["transformers"] * 4, "model": ["m"] * 4,
-    })
+    samples = pd.DataFrame(
+        {
+            "pos": [0, 0, 0, 1],
+            "sample_idx": [0, 1, 2, 0],
+            "seed": [1, 2, 3, 4],
+            "suffix_ids": [[1, 2], [3], [4], [5]],
+            "suffix_text": ["a", "b", "c", "d"],
+            "reward": [1.0, 0.0, 1.0, 0.0],
+            "engine": ["transformers"] * 4,
+            "model": ["m"] * 4,
+        }
+    )
     assert store.save_resample("r", 1, samples) == 4
     values = store.resample_values("r", 1)
     assert values["n"].tolist() == [3, 1]
