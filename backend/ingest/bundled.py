@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from backend.checkpoints import ModelSpec, attach_from_spec
 from backend.ingest import import_path
 from backend.models.teacher import JOB
 from backend.models.teacher_file import read_teacher_file
@@ -18,13 +19,16 @@ SAMPLE_DIR = Path(__file__).resolve().parents[2] / "sample_runs"
 
 
 def bundled_manifests(sample_dir: Path = SAMPLE_DIR) -> list[dict]:
-    """The bundled runs: every `sample_runs/*.json` manifest {run, file, model, verifier, source}."""
+    """The bundled runs: every `sample_runs/*.json` manifest {run, file, model, verifier, source}, and
+    `checkpoints` (step -> the folder of the checkpoint that sampled it) where the run ships them."""
     out = []
     for manifest in sorted(sample_dir.glob("*.json")):
         spec = json.loads(manifest.read_text())
         spec["file"] = str(sample_dir / spec["file"])
         if spec.get("model"):
             spec["model"] = str(sample_dir / spec["model"])
+        if spec.get("checkpoints"):
+            spec["checkpoints"] = {int(s): str(sample_dir / f) for s, f in spec["checkpoints"].items()}
         out.append(spec)
     return out
 
@@ -46,6 +50,10 @@ def import_bundled(store: Store, quiet: bool = False) -> list[str]:
             verifier=spec.get("verifier"),
             source=spec.get("source", "bundled sample"),
         )
+        if spec.get("checkpoints"):  # the model jobs then sample each rollout from its own step's policy
+            report.notes.append(
+                attach_from_spec(store, spec["run"], ModelSpec(spec["model"], spec["checkpoints"]))
+            )
         imported.append(spec["run"])
         if not quiet:
             print(report.message(), file=sys.stderr)
