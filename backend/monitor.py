@@ -97,6 +97,27 @@ def _z_text(z: float) -> str:
     return f"{z:+.1f}" if abs(z) < 1000 else ("> +1000" if z > 0 else "< -1000")
 
 
+@dataclass
+class _Watched:
+    """The statistics the detectors watch, gathered in detector order: `columns` (one value per step, a
+    frame once complete), their `specs`, `notes` on the detectors skipped and why, and `extra`, the
+    per-rollout values of the statistics that rank rollouts on their own (statistic -> step -> values)."""
+
+    steps: pd.Series
+    columns: dict[str, np.ndarray]
+    specs: list[_Series] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    extra: dict[str, dict[int, pd.Series]] = field(default_factory=dict)
+
+    def add(self, spec: _Series, values) -> None:
+        self.columns[spec.statistic] = np.asarray(values, dtype=np.float64)
+        self.specs.append(spec)
+
+    def by_step(self, frame: pd.DataFrame, column: str):
+        """`frame[column]` aligned to the run's steps (NaN where a step has no row)."""
+        return frame.set_index(frame["step"].astype(int))[column].reindex(self.steps).to_numpy()
+
+
 def run_monitors(
     handle: StoreHandle,
     run: str,
@@ -110,9 +131,6 @@ def run_monitors(
     `channel` pair chooses the reward channel, default the run's main channel) for the credit statistics."""
     if prepare_missing:
         explorer.prepare(handle, run, estimator, config)
-    watched: list[_Series] = []
-    notes: list[str] = []
-    extra: dict[str, dict[int, pd.Series]] = {}  # statistic -> step -> per-rollout value (own rankings)
     takeover = settings.enabled("channel_takeover")
     groups = int(settings.option("channel_takeover", "groups_per_step")) if takeover else 0
     stored = None
@@ -122,7 +140,7 @@ def run_monitors(
         channel = str(dict(config).get("channel", channel))
         trends = explorer.step_trends_in(store, run, estimator, config, quantiles=False)
         steps = trends["step"].astype(int)
-        columns: dict[str, np.ndarray] = {"step": steps.to_numpy()}  # the series, a frame once complete
+        watched = _Watched(steps, {"step": steps.to_numpy()})
         counts = {"rollouts": trends["rollouts"].to_numpy(), "groups": trends["groups"].to_numpy()}
         run_id = store.run_id(run)
         key = explorer.credit_key(store, run, estimator, config)
@@ -130,115 +148,138 @@ def run_monitors(
             stored = monitor_channels.read_step_shares(
                 store, run_id, monitor_channels.channel_key(estimator, config, channel, groups)
             )
-
-        def add(spec: _Series, values) -> None:
-            columns[spec.statistic] = np.asarray(values, dtype=np.float64)
-            watched.append(spec)
-
-        def by_step(frame: pd.DataFrame, column: str):
-            return frame.set_index(frame["step"].astype(int))[column].reindex(steps).to_numpy()
-
-        if settings.enabled("class_share"):
-            signed = queries.step_signed_shares(store, run_id, key)
-            for k, name in enumerate(key.classes):
-                for sign, word in (("pos", "positive"), ("neg", "negative")):
-                    alias = explorer.column_name(f"{sign}_share", name)
-                    add(
-                        _Series(
-                            "class_share", alias, f"class {name!r}'s share of the {word} credit", True, alias
-                        ),
-                        by_step(signed, f"{sign}_{k}"),
-                    )
-        if settings.enabled("entropy_collapse"):
-            if trends["mean_entropy"].notna().any():
-                add(
-                    _Series("entropy_collapse", "mean_entropy", "mean token entropy", sort="mean_entropy"),
-                    trends["mean_entropy"],
-                )
-            else:
-                notes.append("entropy_collapse: the run has no entropies")
-        if settings.enabled("kl_acceleration"):
-            if trends["kl"].notna().any():
-                add(
-                    _Series("kl_acceleration", "kl_growth", "KL growth per step", sort="kl"),
-                    trends["kl"].astype(float).diff(),
-                )
-            else:
-                notes.append("kl_acceleration: the run has no reference logprobs")
-        if settings.enabled("length_drift"):
-            add(_Series("length_drift", "length", "mean length", sort="length"), trends["length"])
-        if settings.enabled("truncation"):
-            if trends["truncated_share"].notna().any():
-                add(
-                    _Series(
-                        "truncation",
-                        "truncated_share",
-                        "truncated share",
-                        True,
-                        "length",
-                        ("truncated=true",),
-                        "rollouts",
-                    ),
-                    trends["truncated_share"],
-                )
-            else:
-                notes.append("truncation: the run does not record truncation (meta.truncated/finish_reason)")
-        if settings.enabled("zero_variance"):
-            add(
-                _Series(
-                    "zero_variance",
-                    "zero_variance_share",
-                    "share of zero-variance groups",
-                    True,
-                    "group_id",
-                    ("zero_variance=true",),
-                    "groups",
-                ),
-                trends["zero_variance_share"],
-            )
-        if settings.enabled("repetition"):
-            add(
-                _Series("repetition", "repetition", "repeated 16-token windows", True, "repetition"),
-                trends["repetition"],
-            )
-        if settings.enabled("garbled"):
-            garbled = queries.step_garbled(store, run_id)
-            add(_Series("garbled", "garbled", "garbled text", True), by_step(garbled, "garbled"))
-        if settings.enabled("logged_gap"):
-            if explorer.logged_gap_available(store, run):
-                add(
-                    _Series("logged_gap", "abs_logged_gap", "mean |recomputed − logged advantage|"),
-                    by_step(queries.step_logged_gap(store, run_id, key), "abs_logged_gap"),
-                )
-            else:
-                notes.append("logged_gap: the run has no logged advantage")
+        _watch_class_shares(watched, store, run_id, key, settings)
+        _watch_trends(watched, trends, settings)
+        _watch_text_and_logs(watched, store, run, run_id, key, settings)
     if takeover:
         shares, per_rollout = stored or monitor_channels.stored_step_shares(
             handle, run, estimator, config, channel, groups
         )
-        if shares.shape[1] > 2:
-            for name in [c for c in shares.columns if c != "step"]:
-                alias = explorer.column_name("channel_share", name)
-                add(
-                    _Series("channel_takeover", alias, f"channel {name!r}'s share of |β·Ã|", True),
-                    by_step(shares.rename(columns={name: alias}), alias),
-                )
-                extra[alias] = {s: frame[name] for s, frame in per_rollout.items()}
-        else:
-            notes.append("channel_takeover: one channel carries all the credit (nothing to take over)")
-    needed = min((settings.rule(d).min_baseline for d in {w.detector for w in watched}), default=0)
-    if watched and len(steps) <= needed:
-        notes.append(
-            f"the run has {len(steps)} steps: an onset needs at least {needed} earlier steps "
-            "(min_baseline), so nothing can be called yet"
-        )
+        _watch_channel_shares(watched, shares, per_rollout)
+    _note_short_run(watched, settings)
     found = (
-        _alert(handle, run, estimator, config, settings, columns, spec, key, extra, counts)
-        for spec in watched
+        _alert(handle, run, estimator, config, settings, watched.columns, spec, key, watched.extra, counts)
+        for spec in watched.specs
     )
     alerts = [a for a in found if a is not None]
     alerts.sort(key=lambda a: (a.step, a.detector, a.statistic))
-    return MonitorReport(run, estimator, channel, alerts, pd.DataFrame(columns, index=steps.index), notes)
+    series = pd.DataFrame(watched.columns, index=steps.index)
+    return MonitorReport(run, estimator, channel, alerts, series, watched.notes)
+
+
+def _watch_class_shares(watched: _Watched, store, run_id: int, key, settings: MonitorSettings) -> None:
+    """class_share: each token class's share of the positive and of the negative credit."""
+    if not settings.enabled("class_share"):
+        return
+    signed = queries.step_signed_shares(store, run_id, key)
+    for k, name in enumerate(key.classes):
+        for sign, word in (("pos", "positive"), ("neg", "negative")):
+            alias = explorer.column_name(f"{sign}_share", name)
+            watched.add(
+                _Series("class_share", alias, f"class {name!r}'s share of the {word} credit", True, alias),
+                watched.by_step(signed, f"{sign}_{k}"),
+            )
+
+
+def _watch_trends(watched: _Watched, trends: pd.DataFrame, settings: MonitorSettings) -> None:
+    """The detectors over the Trends view's per-step columns; one whose column the run lacks is noted."""
+    if settings.enabled("entropy_collapse"):
+        if trends["mean_entropy"].notna().any():
+            watched.add(
+                _Series("entropy_collapse", "mean_entropy", "mean token entropy", sort="mean_entropy"),
+                trends["mean_entropy"],
+            )
+        else:
+            watched.notes.append("entropy_collapse: the run has no entropies")
+    if settings.enabled("kl_acceleration"):
+        if trends["kl"].notna().any():
+            watched.add(
+                _Series("kl_acceleration", "kl_growth", "KL growth per step", sort="kl"),
+                trends["kl"].astype(float).diff(),
+            )
+        else:
+            watched.notes.append("kl_acceleration: the run has no reference logprobs")
+    if settings.enabled("length_drift"):
+        watched.add(_Series("length_drift", "length", "mean length", sort="length"), trends["length"])
+    if settings.enabled("truncation"):
+        if trends["truncated_share"].notna().any():
+            watched.add(
+                _Series(
+                    "truncation",
+                    "truncated_share",
+                    "truncated share",
+                    True,
+                    "length",
+                    ("truncated=true",),
+                    "rollouts",
+                ),
+                trends["truncated_share"],
+            )
+        else:
+            watched.notes.append(
+                "truncation: the run does not record truncation (meta.truncated/finish_reason)"
+            )
+    if settings.enabled("zero_variance"):
+        watched.add(
+            _Series(
+                "zero_variance",
+                "zero_variance_share",
+                "share of zero-variance groups",
+                True,
+                "group_id",
+                ("zero_variance=true",),
+                "groups",
+            ),
+            trends["zero_variance_share"],
+        )
+    if settings.enabled("repetition"):
+        watched.add(
+            _Series("repetition", "repetition", "repeated 16-token windows", True, "repetition"),
+            trends["repetition"],
+        )
+
+
+def _watch_text_and_logs(
+    watched: _Watched, store, run: str, run_id: int, key, settings: MonitorSettings
+) -> None:
+    """garbled (from the text) and logged_gap (recomputed against the logged advantage), each with its own
+    per-step query."""
+    if settings.enabled("garbled"):
+        garbled = queries.step_garbled(store, run_id)
+        watched.add(_Series("garbled", "garbled", "garbled text", True), watched.by_step(garbled, "garbled"))
+    if settings.enabled("logged_gap"):
+        if explorer.logged_gap_available(store, run):
+            watched.add(
+                _Series("logged_gap", "abs_logged_gap", "mean |recomputed − logged advantage|"),
+                watched.by_step(queries.step_logged_gap(store, run_id, key), "abs_logged_gap"),
+            )
+        else:
+            watched.notes.append("logged_gap: the run has no logged advantage")
+
+
+def _watch_channel_shares(watched: _Watched, shares: pd.DataFrame, per_rollout: dict) -> None:
+    """channel_takeover: each reward channel's share of |β·Ã| per step, its rollouts ranked by their own."""
+    if shares.shape[1] <= 2:
+        watched.notes.append("channel_takeover: one channel carries all the credit (nothing to take over)")
+        return
+    for name in [c for c in shares.columns if c != "step"]:
+        alias = explorer.column_name("channel_share", name)
+        watched.add(
+            _Series("channel_takeover", alias, f"channel {name!r}'s share of |β·Ã|", True),
+            watched.by_step(shares.rename(columns={name: alias}), alias),
+        )
+        watched.extra[alias] = {s: frame[name] for s, frame in per_rollout.items()}
+
+
+def _note_short_run(watched: _Watched, settings: MonitorSettings) -> None:
+    """A note when the run has too few steps for any watched detector to call an onset."""
+    steps = watched.steps
+    needed = min((settings.rule(d).min_baseline for d in {w.detector for w in watched.specs}), default=0)
+    if watched.specs and len(steps) <= needed:
+        watched.notes.append(
+            f"the run has {len(steps)} steps: an onset needs at least {needed} earlier steps "
+            "(min_baseline), so nothing can be called yet"
+        )
 
 
 def _alert(
