@@ -61,60 +61,79 @@ def monitor_records(plant: str | None = None, seed: int = 0, onset: int = ONSET)
     rng = random.Random(seed)
     records = []
     for step in range(STEPS):
-        on = plant is not None and step >= onset
+        planted = plant if plant is not None and step >= onset else None  # the pathology on at this step
         overrides = {}
-        if on and plant == "length_drift":
+        if planted == "length_drift":
             overrides["length"] = 80
         step_records = list(synthetic.native_records([1000 * seed + step], PROMPTS, GROUP, **overrides))
         for rec in step_records:
-            rec["step"] = step
-            rec["group"] = f"{step}-{rec['group']}"
-            n = len(rec["token_ids"])
-            cut = rng.randint(min(36 + step // 6, n), n)  # healthy: lengths vary and creep up a little
-            for name in ("token_ids", "tokens", "entropies", "logprobs"):
-                rec[name] = rec[name][:cut]
-            penalty = 6.0 if on and plant == "channel_takeover" else 1.0  # the style rule's scale broke
-            rec["token_rewards"] = {"style": [penalty * r for r in rec["token_rewards"]["style"][:cut]]}
-            rec["extras"] = {k: rec["extras"][k][:cut] for k in ("key_mask", "style_mask")}
-            entropy_scale = (1 - 0.01 * step) * (0.35 if on and plant == "entropy_collapse" else 1.0)
-            rec["entropies"] = [e * entropy_scale for e in rec["entropies"]]
-            kl = 0.01 * step + (0.05 * (step - onset + 1) if on and plant == "kl_acceleration" else 0.0)
-            rec["ref_logprobs"] = [lp - kl + rng.gauss(0.0, 0.05) for lp in rec["logprobs"]]
-            task = rec["rewards"]["task"]
-            if rng.random() < 0.01 * step:  # healthy: accuracy improves slowly
-                task = 1.0
-            if rng.random() < 0.2:  # filler nobody pays for, unless the plant is on
-                rec["tokens"][-len(FILLER) :] = FILLER
-                rec["token_ids"][-len(FILLER) :] = range(900, 900 + len(FILLER))
-                if on and plant == "class_share":  # a judge starts paying for it
-                    task += 1.0
-            if on and plant == "repetition" and rng.random() < 0.4:
-                loop = rec["token_ids"][:12]
-                rec["token_ids"] = (loop * 8)[:cut]
-                rec["tokens"] = (rec["tokens"][:12] * 8)[:cut]
-            garbled = rng.random() < (0.3 if on and plant == "garbled" else 0.02)
-            if garbled:
-                for pos in rng.sample(range(cut), 5 if on and plant == "garbled" else 1):
-                    rec["tokens"][pos] = rng.choice(["pаris", "\ufffd", "a\x07"])
-            rec["response"] = " ".join(rec["tokens"])
-            truncated = rng.random() < (0.35 if on and plant == "truncation" else 0.05)
-            rec["meta"] = {**rec["meta"], "truncated": truncated}
-            rec["rewards"] = {**rec["rewards"], "task": task}
-        groups: dict[str, list[dict]] = {}
-        for rec in step_records:
-            groups.setdefault(rec["group"], []).append(rec)
-        for members in groups.values():
-            if on and plant == "zero_variance":
-                for rec in members:
-                    rec["rewards"]["task"] = 1.0
-            task = [rec["rewards"]["task"] for rec in members]
-            logged = _grpo_z(task)
-            if on and plant == "logged_gap":  # the trainer stopped dividing by the group's std
-                logged = (np.asarray(task) - np.mean(task)).tolist()
-            for rec, value in zip(members, logged, strict=True):
-                rec["logged_advantage"] = value
+            cut = _trim_and_drift(rec, rng, step, onset, planted)
+            _reward_and_text(rec, rng, step, cut, planted)
+        _log_advantages(step_records, planted)
         records += step_records
     return records
+
+
+def _trim_and_drift(rec: dict, rng: random.Random, step: int, onset: int, planted: str | None) -> int:
+    """Cut `rec` to a random length and drift its entropies and KL as a healthy run does, with the
+    channel, entropy and KL plants; returns the length."""
+    rec["step"] = step
+    rec["group"] = f"{step}-{rec['group']}"
+    n = len(rec["token_ids"])
+    cut = rng.randint(min(36 + step // 6, n), n)  # healthy: lengths vary and creep up a little
+    for name in ("token_ids", "tokens", "entropies", "logprobs"):
+        rec[name] = rec[name][:cut]
+    penalty = 6.0 if planted == "channel_takeover" else 1.0  # the style rule's scale broke
+    rec["token_rewards"] = {"style": [penalty * r for r in rec["token_rewards"]["style"][:cut]]}
+    rec["extras"] = {k: rec["extras"][k][:cut] for k in ("key_mask", "style_mask")}
+    entropy_scale = (1 - 0.01 * step) * (0.35 if planted == "entropy_collapse" else 1.0)
+    rec["entropies"] = [e * entropy_scale for e in rec["entropies"]]
+    kl = 0.01 * step + (0.05 * (step - onset + 1) if planted == "kl_acceleration" else 0.0)
+    rec["ref_logprobs"] = [lp - kl + rng.gauss(0.0, 0.05) for lp in rec["logprobs"]]
+    return cut
+
+
+def _reward_and_text(rec: dict, rng: random.Random, step: int, cut: int, planted: str | None) -> None:
+    """The task reward improving slowly, filler, repeated loops, garbled tokens and truncation, each at its
+    healthy rate or, planted, at its pathological one."""
+    task = rec["rewards"]["task"]
+    if rng.random() < 0.01 * step:  # healthy: accuracy improves slowly
+        task = 1.0
+    if rng.random() < 0.2:  # filler nobody pays for, unless the plant is on
+        rec["tokens"][-len(FILLER) :] = FILLER
+        rec["token_ids"][-len(FILLER) :] = range(900, 900 + len(FILLER))
+        if planted == "class_share":  # a judge starts paying for it
+            task += 1.0
+    if planted == "repetition" and rng.random() < 0.4:
+        loop = rec["token_ids"][:12]
+        rec["token_ids"] = (loop * 8)[:cut]
+        rec["tokens"] = (rec["tokens"][:12] * 8)[:cut]
+    garbled = rng.random() < (0.3 if planted == "garbled" else 0.02)
+    if garbled:
+        for pos in rng.sample(range(cut), 5 if planted == "garbled" else 1):
+            rec["tokens"][pos] = rng.choice(["pаris", "\ufffd", "a\x07"])
+    rec["response"] = " ".join(rec["tokens"])
+    truncated = rng.random() < (0.35 if planted == "truncation" else 0.05)
+    rec["meta"] = {**rec["meta"], "truncated": truncated}
+    rec["rewards"] = {**rec["rewards"], "task": task}
+
+
+def _log_advantages(step_records: list[dict], planted: str | None) -> None:
+    """Each record's logged advantage: GRPO's Z over its group (the zero-variance and logged-gap plants
+    change the rewards and the formula)."""
+    groups: dict[str, list[dict]] = {}
+    for rec in step_records:
+        groups.setdefault(rec["group"], []).append(rec)
+    for members in groups.values():
+        if planted == "zero_variance":
+            for rec in members:
+                rec["rewards"]["task"] = 1.0
+        task = [rec["rewards"]["task"] for rec in members]
+        logged = _grpo_z(task)
+        if planted == "logged_gap":  # the trainer stopped dividing by the group's std
+            logged = (np.asarray(task) - np.mean(task)).tolist()
+        for rec, value in zip(members, logged, strict=True):
+            rec["logged_advantage"] = value
 
 
 @pytest.fixture(scope="module")
