@@ -147,6 +147,12 @@ class Segments:
     group_of: dict[int, int] = field(default_factory=dict)
     """rollout id -> group id, for the `_se_group` stderrs (a rollout missing here is its own group)."""
 
+    def pairs(self) -> fair.BlockPairs:
+        """The within-rollout segment pairs (built once: every predictor is scored on the same layout)."""
+        if "_pairs" not in self.__dict__:
+            self.__dict__["_pairs"] = fair.BlockPairs(self.rollout)
+        return self.__dict__["_pairs"]
+
 
 def teacher_segments(
     values: pd.DataFrame,
@@ -203,39 +209,43 @@ def segment_sums(segments: Segments, advantages: dict[int, np.ndarray]) -> np.nd
 def per_rollout_metrics(segments: Segments, sums: np.ndarray) -> pd.DataFrame:
     """rollout_id, ranking_accuracy, sign_accuracy, critical_hit1, critical_hit3 (NaN where a rollout
     has nothing to judge)."""
-    rows = []
-    bounds = np.flatnonzero(np.diff(segments.rollout)) + 1
-    for idx in np.split(np.arange(len(sums)), bounds):
-        if len(idx) == 0:
-            continue
-        rid = int(segments.rollout[idx[0]])
-        d, s, se = segments.delta[idx], sums[idx], segments.delta_se[idx]
-        ranking, sign = fair.pair_ranking(d, s), fair.sign_hits(d, s, se)
-        per_token = fair.pair_ranking(d, s / np.maximum(1, segments.end[idx] - segments.start[idx]))
-        sign_wilson = (
-            fair.sign_hits(d, s, segments.delta_se_wilson[idx])
-            if segments.delta_se_wilson is not None
-            else math.nan
-        )
+    pairs = segments.pairs()
+    d = segments.delta
+    lengths = np.maximum(1, segments.end - segments.start)
+    sign_wilson = (
+        pairs.sign_hits(d, sums, segments.delta_se_wilson)
+        if segments.delta_se_wilson is not None
+        else np.full(len(pairs.blocks), math.nan)
+    )
+    rollout_ids = [int(segments.rollout[idx[0]]) for idx in pairs.blocks]
+    hit1, hit3 = critical_hits(segments, pairs.blocks, rollout_ids, sums)
+    frame = {
+        "rollout_id": rollout_ids,
+        "ranking_accuracy": pairs.pair_ranking(d, sums),
+        "ranking_accuracy_per_token": pairs.pair_ranking(d, sums / lengths),
+        "sign_accuracy": pairs.sign_hits(d, sums, segments.delta_se),
+        "sign_accuracy_wilson": sign_wilson,
+        "critical_hit1": hit1,
+        "critical_hit3": hit3,
+        "segments": [len(idx) for idx in pairs.blocks],
+    }
+    return pd.DataFrame(frame, columns=["rollout_id", *SEGMENT_METRICS[1:], "segments"])
+
+
+def critical_hits(
+    segments: Segments, blocks: list[np.ndarray], rollout_ids: list[int], sums: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(R,) whether each rollout's critical segment is its most negative sum, and among its 3 most
+    negative (NaN without a critical segment)."""
+    hit1 = np.full(len(blocks), math.nan)
+    hit3 = np.full(len(blocks), math.nan)
+    for k, (idx, rid) in enumerate(zip(blocks, rollout_ids, strict=True)):
         crit = segments.critical.get(rid)
-        hit1 = hit3 = math.nan
         if crit is not None:
-            order = np.argsort(s, kind="stable")  # most negative first
-            hit1 = float(crit in order[:1])
-            hit3 = float(crit in order[:3])
-        rows.append(
-            {
-                "rollout_id": rid,
-                "ranking_accuracy": ranking,
-                "ranking_accuracy_per_token": per_token,
-                "sign_accuracy": sign,
-                "sign_accuracy_wilson": sign_wilson,
-                "critical_hit1": hit1,
-                "critical_hit3": hit3,
-                "segments": len(idx),
-            }
-        )
-    return pd.DataFrame(rows, columns=["rollout_id", *SEGMENT_METRICS[1:], "segments"])
+            order = np.argsort(sums[idx], kind="stable")  # most negative first
+            hit1[k] = float(crit in order[:1])
+            hit3[k] = float(crit in order[:3])
+    return hit1, hit3
 
 
 def score_sums(segments: Segments, sums: np.ndarray) -> tuple[dict[str, float], pd.DataFrame]:
