@@ -1,8 +1,12 @@
 """Sample the demo run: `python -m backend.demo.rollouts [--prompts-per-step 14] [--group 8]`.
 
 Training step k of the run is sampled from the policy's checkpoint k (written by
-`backend.demo.train` into `build/demo-policy-steps/`; the last one is the bundled
-`sample_runs/demo-policy`), so reward rates move across steps the way they would in a real run.
+`backend.demo.train` into `--steps-dir`; the demo ships step0..step2 in `sample_runs/demo-policy-steps/`,
+and the last one, when the folder has none, is the bundled `sample_runs/demo-policy`), so reward rates
+move across steps the way they would in a real run. The bundled demo was sampled by
+`python -m backend.demo.rollouts --steps-dir sample_runs/demo-policy-steps` and then
+`python -m backend.demo.process`; the manifest is written afresh, so its teacher and checkpoint keys
+(`demo_run.json`) are put back by hand, with the commands that made them.
 Reference logprobs come from checkpoint 0, the policy the run started from. Every response is scored
 on all channels (task by the `answer_match` verifier, format, style, length, process by the
 `arithmetic_steps` step verifier) with token-local style, format and process rewards, and the run is
@@ -20,7 +24,7 @@ from pathlib import Path
 import torch
 
 from backend.demo.task import make_problem, prompt_text
-from backend.demo.train import DEFAULT_STEPS_DIR
+from backend.demo.train import DEFAULT_OUT, DEFAULT_STEPS_DIR, step_folder
 from backend.models.transformers_engine import TransformersEngine
 from backend.rewards import evaluate
 
@@ -99,6 +103,9 @@ def sample_step(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps-dir", type=Path, default=DEFAULT_STEPS_DIR)
+    parser.add_argument(
+        "--final", type=Path, default=DEFAULT_OUT, help="the last step's checkpoint when --steps-dir has none"
+    )
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--prompts-per-step", type=int, default=14)
     parser.add_argument("--group", type=int, default=8)
@@ -108,16 +115,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     torch.set_num_threads(min(2, torch.get_num_threads()))
-    missing = [k for k in range(args.steps) if not (args.steps_dir / f"step{k}" / "config.json").exists()]
+    folders = [step_folder(args.steps_dir, k, args.steps - 1, args.final) for k in range(args.steps)]
+    missing = [k for k, folder in enumerate(folders) if not (folder / "config.json").exists()]
     if missing:
         raise SystemExit(
             f"no checkpoints {missing} in {args.steps_dir}; run `python -m backend.demo.train` first"
         )
     rng = random.Random(args.seed)
-    ref = TransformersEngine(args.steps_dir / "step0", device="cpu")
+    ref = TransformersEngine(folders[0], device="cpu")
     start, records = time.perf_counter(), []
     for step in range(args.steps):
-        engine = ref if step == 0 else TransformersEngine(args.steps_dir / f"step{step}", device="cpu")
+        print(f"step {step}: sampled by {folders[step]}", flush=True)
+        engine = ref if step == 0 else TransformersEngine(folders[step], device="cpu")
         problems = [make_problem(rng) for _ in range(args.prompts_per_step)]
         records += sample_step(
             engine,

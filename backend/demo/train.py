@@ -6,10 +6,12 @@ The default budget is a few minutes on two CPU cores; the policy comes out decen
 which is what the demo needs (right and wrong answers in the same group).
 
 Besides the final model in `--out` (config.json, model.safetensors, tokenizer files), it keeps
-intermediate checkpoints in `--steps-dir` (not committed); `backend.demo.rollouts` samples training
-step k of the demo run from checkpoint k. Seeded, but not bit-reproducible across thread counts or
-machines: 1 and 2 threads differ by 3e-6 after 4 steps, and a retrain misses the demo's stored logprobs
-(docs/oracle.md, issue 28), so the shipped checkpoints are the record.
+intermediate checkpoints in `--steps-dir`; `backend.demo.rollouts` samples training step k of the demo run
+from checkpoint k. The demo ships step0..step2 in `sample_runs/demo-policy-steps/`; the last checkpoint
+holds the final model's tensors, so it is shipped once, as `sample_runs/demo-policy` (`step_folder`).
+Seeded, but not bit-reproducible across thread counts or machines: 1 and 2 threads differ by 3e-6 after
+4 steps, and a retrain misses an earlier sampling's stored logprobs (docs/oracle.md, issue 28), so the
+shipped checkpoints are the record.
 """
 
 from __future__ import annotations
@@ -30,6 +32,15 @@ from backend.demo.tokenizer import build_char_tokenizer
 DEFAULT_OUT = Path("sample_runs/demo-policy")
 DEFAULT_STEPS_DIR = Path("build/demo-policy-steps")
 CHECKPOINT_FRACTIONS = (0.4, 0.6, 0.8, 1.0)
+
+
+def step_folder(steps_dir: Path, step: int, last: int, final: Path = DEFAULT_OUT) -> Path:
+    """Checkpoint `step` of the demo run: `steps_dir/step<step>`, or for the last step, when that folder is
+    absent, the final model `final` (`train` saves both from the same tensors at its last step)."""
+    folder = steps_dir / f"step{step}"
+    if step == last and not (folder / "config.json").exists():
+        return final
+    return folder
 
 
 def model_config(tokenizer) -> GPT2Config:

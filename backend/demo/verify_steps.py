@@ -2,10 +2,12 @@
 [--final DIR]`.
 
 Every demo record stores the sampling policy's per-token logprobs (rounded to 4 decimals) and the checkpoint
-that sampled it (`meta.checkpoint`, `step<k>`). Rescoring step k's responses with `DIR/step<k>` must give
-those logprobs back (max |diff| at the rounding, 5e-5); a retrained final checkpoint must hold the same
-tensors as the bundled `sample_runs/demo-policy`. A step whose folder is missing is reported, not passed.
-Exit 0 only when every step and the final match.
+that sampled it (`meta.checkpoint`, `step<k>`). Rescoring step k's responses with `DIR/step<k>` (for the
+last step, when DIR has none, the bundled `sample_runs/demo-policy`: `backend.demo.train.step_folder`) must
+give those logprobs back (max |diff| at the rounding, 5e-5); a retrained final checkpoint must hold the
+same tensors as the bundled `sample_runs/demo-policy`. A step whose folder is missing is reported, not
+passed. Exit 0 only when every step and the final match. The shipped checkpoints:
+`python -m backend.demo.verify_steps --steps-dir sample_runs/demo-policy-steps`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
+from backend.demo.train import step_folder
 from backend.models.transformers_engine import TransformersEngine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,8 +71,9 @@ def same_tensors(a: Path, b: Path) -> dict:
 
 def verify(steps_dir: Path, final: Path | None) -> dict:
     report: dict = {"steps": {}, "final": None}
-    for step, records in sorted(records_by_step().items()):
-        folder = steps_dir / f"step{step}"
+    by_step = records_by_step()
+    for step, records in sorted(by_step.items()):
+        folder = step_folder(steps_dir, step, max(by_step), DEMO_POLICY)
         if not (folder / "config.json").exists():
             report["steps"][step] = {"folder": str(folder), "missing": True, "match": False}
             continue

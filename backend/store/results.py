@@ -156,9 +156,11 @@ class Results(Runs):
 
     def job_samples(self, run: str, job: str) -> pa.Table:
         """Every suffix `job` stored for `run`: rollout_id, pos, sample_idx, seed, suffix_ids,
-        suffix_text, reward, engine, model; ordered by rollout, position and sample."""
+        suffix_text, reward, engine, model, on_policy (whether the model sampled the rollout's step; NULL:
+        unknown); ordered by rollout, position and sample."""
         return self.con.sql(
-            "SELECT rollout_id, pos, sample_idx, seed, suffix_ids, suffix_text, reward, engine, model "
+            "SELECT rollout_id, pos, sample_idx, seed, suffix_ids, suffix_text, reward, engine, model, "
+            "on_policy "
             "FROM resample_samples WHERE run_id = ? AND job = ? ORDER BY rollout_id, pos, sample_idx",
             params=[self.run_id(run), job],
         ).to_arrow_table()
