@@ -70,6 +70,17 @@ class StepRecords:
     def table(self, where: str = "step records") -> tuple[pa.Table, int]:
         """The step as a native Arrow table and the number of rows left out for having no score.
         Raises ValueError naming the column and row when the columns disagree."""
+        n = self._check_columns(where)
+        self._check_per_token(where, n)
+        scores = np.stack([np.asarray(v, np.float64) for v in self.rewards.values()])  # (C, N)
+        keep = ~np.isnan(scores).all(axis=0)  # (N,)
+        if np.isinf(scores[:, keep]).any():
+            raise ValueError(f"{where}: a reward is infinite")
+        rows = np.flatnonzero(keep)
+        return self._arrow_table(scores, rows), int(n - len(rows))
+
+    def _check_columns(self, where: str) -> int:
+        """The step and the per-row columns checked (one row each per token_ids row); returns the rows."""
         n = len(self.token_ids)
         if not isinstance(self.step, int) or not 0 <= self.step < 2**31:
             raise ValueError(f"{where}: step must be a non-negative integer, got {self.step!r}")
@@ -91,6 +102,10 @@ class StepRecords:
         for name, values in columns.items():
             if len(values) != n:
                 raise ValueError(f"{where}: {name} has {len(values)} rows, token_ids has {n}")
+        return n
+
+    def _check_per_token(self, where: str, n: int) -> None:
+        """The ids fit 32 bits, and every per-token list has one finite entry per response token."""
         _check_ids(self.token_ids, "token_ids", where)
         _check_ids(self.prompt_ids, "prompt_ids", where)
         lengths = np.fromiter((len(t) for t in self.token_ids), dtype=np.int64, count=n)
@@ -108,11 +123,9 @@ class StepRecords:
                     )
                 if name != "tokens" and not np.all(np.abs(np.asarray(row, np.float64)) <= FLOAT32_MAX):
                     raise ValueError(f"{where}: {name}[{i}] has a NaN or infinite value")
-        scores = np.stack([np.asarray(v, np.float64) for v in self.rewards.values()])  # (C, N)
-        keep = ~np.isnan(scores).all(axis=0)  # (N,)
-        if np.isinf(scores[:, keep]).any():
-            raise ValueError(f"{where}: a reward is infinite")
-        rows = np.flatnonzero(keep)
+
+    def _arrow_table(self, scores: np.ndarray, rows: np.ndarray) -> pa.Table:
+        """The native table of the checked columns' `rows` (scores: (C, N) float64, NaN = no score)."""
 
         def pick(values):
             return [values[i] for i in rows]
@@ -142,7 +155,7 @@ class StepRecords:
         if self.meta is not None:
             texts = [json.dumps(m, ensure_ascii=False, default=str) for m in pick(self.meta)]
             table["meta"] = pa.array(texts, pa.string())
-        return pa.table(table), int(n - len(rows))
+        return pa.table(table)
 
 
 def write_atomic(table: pa.Table, path: Path) -> None:
