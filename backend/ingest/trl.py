@@ -133,94 +133,23 @@ def trl_records(
     """
     notes = notes if notes is not None else ReadNotes()
     # First pass, prompts only: the run sizes of every file give the common group size.
-    schemas, prompt_keys = {}, {}
+    schemas, prompt_keys = _read_prompts(files)
+    common, split = _common_group_size(prompt_keys, group_size, notes)
     for path in files:
-        try:
-            schemas[path] = pq.read_schema(path)
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
-        for name in ("prompt", "completion"):
-            if name not in schemas[path].names:
-                raise InputError(f"{path}: missing required TRL column {name!r}")
-        prompt_keys[path] = _prompt_keys(path, "step" in schemas[path].names)
-    sizes = np.concatenate(
-        [np.diff(np.r_[_runs(*k), len(k[0])]) for k in prompt_keys.values()] or [np.zeros(0, np.int64)]
-    )
-    common = group_size or (int(sizes.min()) if len(sizes) else 1)
-    split = group_size is None and bool(len(sizes)) and bool((sizes % common == 0).all())
-    n_split = int((sizes > common).sum()) if split else 0
-    if group_size is not None:
-        notes.add(f"groups: blocks of {group_size} consecutive rows (--group-size)")
-    elif n_split:
-        notes.add(
-            f"groups: {n_split} prompt-text group(s) of a multiple of {common} rows split into blocks "
-            f"of {common} (TRL's num_generations; state it with --group-size)"
-        )
-    else:
-        notes.add("groups: consecutive rows with the same prompt text")
-    for path in files:
-        schema = schemas[path]
         blocks = trl_blocks(
             *prompt_keys.pop(path),
             common if (split or group_size) else None,
             path,
             stated=group_size is not None,
         )
-        candidates = [f.name for f in schema if f.name not in TRL_RESERVED]
-        if channels is not None:
-            reward_cols = _channel_list(channels, candidates, str(path))
-            for col in reward_cols:
-                t = schema.field(col).type
-                if not _is_numeric(t):
-                    raise InputError(f"{path}: --channels column {col!r} is {t}, not numeric")
-        else:
-            reward_cols = [c for c in candidates if pa.types.is_floating(schema.field(c).type)]
-        if not reward_cols:
-            raise InputError(
-                f"{path}: no reward columns (float columns besides advantage); name them with --channels"
-            )
-        others = [c for c in candidates if c not in reward_cols]
-        metric_cols = [c for c in others if _is_numeric(schema.field(c).type)]
-        meta_cols = [c for c in others if c not in metric_cols]
-        names = {reward_cols[0]: "task"} if len(reward_cols) == 1 else {c: c for c in reward_cols}
-        notes.channels.update(dict.fromkeys(names.values()))
-        notes.add(
-            "channels: "
-            + ", ".join(f"{c} -> {ch}" if c != ch else c for c, ch in names.items())
-            + (f"; metrics (per rollout, not rewards): {', '.join(metric_cols)}" if metric_cols else "")
-            + (f"; kept in meta: {', '.join(meta_cols)}" if meta_cols else "")
-        )
+        names, metric_cols, meta_cols = _column_roles(path, schemas[path], channels, notes)
         for index, (where, row) in enumerate(iter_parquet_rows(path, progress)):
-            rewards = {}
-            for col, channel in names.items():
-                value = row.get(col)
-                if value is None or (isinstance(value, float) and math.isnan(value)):
-                    continue  # TRL logs NaN where a reward function returned None: no score there
-                rewards[channel] = float(value)
+            rewards = _row_rewards(row, names)
             if not rewards:
                 notes.unscorable += 1
             metrics = {c: row.get(c) for c in metric_cols}  # NaN (a null log_extra value): no value
             metrics = {c: v for c, v in metrics.items() if not (isinstance(v, float) and math.isnan(v))}
-            meta = {c: _plain(row.get(c)) for c in meta_cols}
-            prompt, completion = row["prompt"], row["completion"]
-            if _is_messages(prompt):
-                meta["prompt_messages"] = _plain(prompt)
-                prompt = render_messages(prompt, tokenizer)
-            elif not isinstance(prompt, str):
-                raise InputError(
-                    f"{where}: field 'prompt' must be text or a list of {{role, content}} "
-                    f"messages, got {type(prompt).__name__}"
-                )
-            if _is_messages(completion):
-                meta["completion_messages"] = _plain(completion)
-                completion = "".join(
-                    _content_text(m.get("content")) for m in completion if m.get("role") == "assistant"
-                )
-            elif not isinstance(completion, str):
-                raise InputError(
-                    f"{where}: field 'completion' must be text or a list of {{role, content}} "
-                    f"messages, got {type(completion).__name__}"
-                )
+            prompt, completion, meta = _texts(where, row, meta_cols, tokenizer)
             adv = row.get("advantage")
             if isinstance(adv, float) and math.isnan(adv):
                 adv = None
@@ -241,3 +170,110 @@ def trl_records(
                     "record_key": record_key(path.name, index, row),
                 },
             )
+
+
+def _read_prompts(files: list[Path]) -> tuple[dict, dict]:
+    """Each file's schema (it must have `prompt` and `completion`) and its prompt and step keys
+    (`_prompt_keys`)."""
+    schemas, prompt_keys = {}, {}
+    for path in files:
+        try:
+            schemas[path] = pq.read_schema(path)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
+        for name in ("prompt", "completion"):
+            if name not in schemas[path].names:
+                raise InputError(f"{path}: missing required TRL column {name!r}")
+        prompt_keys[path] = _prompt_keys(path, "step" in schemas[path].names)
+    return schemas, prompt_keys
+
+
+def _common_group_size(prompt_keys: dict, group_size: int | None, notes: ReadNotes) -> tuple[int, bool]:
+    """The group size common to every file (the stated `group_size`, else the smallest run of equal
+    prompts) and whether longer runs are cut into blocks of it (every run a multiple of it); notes how
+    groups were formed."""
+    sizes = np.concatenate(
+        [np.diff(np.r_[_runs(*k), len(k[0])]) for k in prompt_keys.values()] or [np.zeros(0, np.int64)]
+    )
+    common = group_size or (int(sizes.min()) if len(sizes) else 1)
+    split = group_size is None and bool(len(sizes)) and bool((sizes % common == 0).all())
+    n_split = int((sizes > common).sum()) if split else 0
+    if group_size is not None:
+        notes.add(f"groups: blocks of {group_size} consecutive rows (--group-size)")
+    elif n_split:
+        notes.add(
+            f"groups: {n_split} prompt-text group(s) of a multiple of {common} rows split into blocks "
+            f"of {common} (TRL's num_generations; state it with --group-size)"
+        )
+    else:
+        notes.add("groups: consecutive rows with the same prompt text")
+    return common, split
+
+
+def _column_roles(
+    path: Path, schema: pa.Schema, channels: list[str] | None, notes: ReadNotes
+) -> tuple[dict[str, str], list[str], list[str]]:
+    """The file's columns by role: reward column -> channel name, per-rollout metric columns, columns kept
+    in meta; notes the mapping."""
+    candidates = [f.name for f in schema if f.name not in TRL_RESERVED]
+    if channels is not None:
+        reward_cols = _channel_list(channels, candidates, str(path))
+        for col in reward_cols:
+            t = schema.field(col).type
+            if not _is_numeric(t):
+                raise InputError(f"{path}: --channels column {col!r} is {t}, not numeric")
+    else:
+        reward_cols = [c for c in candidates if pa.types.is_floating(schema.field(c).type)]
+    if not reward_cols:
+        raise InputError(
+            f"{path}: no reward columns (float columns besides advantage); name them with --channels"
+        )
+    others = [c for c in candidates if c not in reward_cols]
+    metric_cols = [c for c in others if _is_numeric(schema.field(c).type)]
+    meta_cols = [c for c in others if c not in metric_cols]
+    names = {reward_cols[0]: "task"} if len(reward_cols) == 1 else {c: c for c in reward_cols}
+    notes.channels.update(dict.fromkeys(names.values()))
+    notes.add(
+        "channels: "
+        + ", ".join(f"{c} -> {ch}" if c != ch else c for c, ch in names.items())
+        + (f"; metrics (per rollout, not rewards): {', '.join(metric_cols)}" if metric_cols else "")
+        + (f"; kept in meta: {', '.join(meta_cols)}" if meta_cols else "")
+    )
+    return names, metric_cols, meta_cols
+
+
+def _row_rewards(row: dict, names: dict[str, str]) -> dict[str, float]:
+    """channel -> score of one row (`names`: reward column -> channel)."""
+    rewards = {}
+    for col, channel in names.items():
+        value = row.get(col)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue  # TRL logs NaN where a reward function returned None: no score there
+        rewards[channel] = float(value)
+    return rewards
+
+
+def _texts(where: str, row: dict, meta_cols: list[str], tokenizer) -> tuple[str, str, dict]:
+    """A row's prompt and response text and its meta; a conversation's messages are kept in meta, the
+    prompt rendered (`render_messages`) and the response the assistant's content."""
+    meta = {c: _plain(row.get(c)) for c in meta_cols}
+    prompt, completion = row["prompt"], row["completion"]
+    if _is_messages(prompt):
+        meta["prompt_messages"] = _plain(prompt)
+        prompt = render_messages(prompt, tokenizer)
+    elif not isinstance(prompt, str):
+        raise InputError(
+            f"{where}: field 'prompt' must be text or a list of {{role, content}} "
+            f"messages, got {type(prompt).__name__}"
+        )
+    if _is_messages(completion):
+        meta["completion_messages"] = _plain(completion)
+        completion = "".join(
+            _content_text(m.get("content")) for m in completion if m.get("role") == "assistant"
+        )
+    elif not isinstance(completion, str):
+        raise InputError(
+            f"{where}: field 'completion' must be text or a list of {{role, content}} "
+            f"messages, got {type(completion).__name__}"
+        )
+    return prompt, completion, meta
