@@ -257,79 +257,109 @@ def nemo_rl_records(
         step = max(step, 0)
         for where, obj in iter_jsonl(path, progress):
             obj = _object(obj, where, "NeMo-RL")
-            for name in ("token_ids", "token_loss_mask", "input_lengths", "rewards"):
-                if name not in obj:
-                    text_only = name == "token_ids" and "content" in obj
-                    hint = (
-                        (
-                            " (a text-only dump, as older NeMo-RL versions wrote them; this reader needs the "
-                            "token ids current NeMo-RL logs)"
-                        )
-                        if text_only
-                        else ""
-                    )
-                    raise InputError(f"{where}: missing NeMo-RL field {name!r}{hint}")
-            length = _unbatch(obj, "input_lengths", where)
-            if isinstance(length, bool) or not isinstance(length, int) or length < 0:
-                raise InputError(f"{where}: field 'input_lengths' must hold a non-negative integer")
-            rows = {}
-            for name in NEMO_RL_TOKEN_FIELDS:
-                if name in obj:
-                    row = _unbatch(obj, name, where)
-                    if not isinstance(row, list) or len(row) < length:
-                        got = len(row) if isinstance(row, list) else repr(row)[:40]
-                        raise InputError(
-                            f"{where}: field {name!r} must list at least input_lengths = "
-                            f"{length} values, got {got}"
-                        )
-                    rows[name] = row[:length]
-            ids = rows["token_ids"]
-            sample_mask = _unbatch(obj, "sample_loss_mask", where) if "sample_loss_mask" in obj else 1.0
-            sample_mask = _numbers([sample_mask], "sample_loss_mask", where)[0]
-            token_mask = _numbers(rows["token_loss_mask"], "token_loss_mask", where)
-            start = _response_start(token_mask)
-            prompt_ids, response_ids = ids[:start], ids[start:]
-            if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-                raise InputError(f"{where}: field 'token_ids' must hold integers")
-            loss_mask = [m * sample_mask for m in token_mask[start:]]
-            extras = {"loss_mask": loss_mask}
-            rec: dict = {
-                "step": step,
-                "group": _prompt_group(prompt_ids),
-                "prompt_ids": prompt_ids,
-                "token_ids": response_ids,
-                "rewards": {"task": _unbatch(obj, "rewards", where)},
-            }
-            if "prev_logprobs" in rows:
-                rec["logprobs"] = _numbers(rows["prev_logprobs"], "prev_logprobs", where)[start:]
-            if "generation_logprobs" in rows:
-                extras["generation_logprobs"] = _numbers(
-                    rows["generation_logprobs"], "generation_logprobs", where
-                )[start:]
-            if "advantages" in rows:
-                advantages = _numbers(rows["advantages"], "advantages", where)[start:]
-                extras["logged_advantage"] = advantages
-                rec["logged_advantage"] = _one_advantage(advantages, token_mask[start:])
-            rec["extras"] = extras
-            labels, response = _labels_and_text(response_ids, tokenizer)
-            rec["tokens"] = labels
-            if tokenizer.hf is not None:
-                rec["prompt"] = _labels_and_text(prompt_ids, tokenizer)[1]
-                rec["response"] = response
-            else:
-                content = _unbatch(obj, "content", where) if "content" in obj else []
-                if not isinstance(content, list):
-                    raise InputError(f"{where}: field 'content' must hold the list of message texts")
-                messages = [m if isinstance(m, str) else str(m) for m in content]
-                rec["prompt"] = messages[0] if messages else ""
-                rec["response"] = "".join(messages[1:]) if len(messages) > 1 else response
-            meta = {"idx": obj.get("idx"), "sample_loss_mask": sample_mask, "input_length": length}
-            for key, value in obj.items():
-                if key not in NEMO_RL_KNOWN:
-                    one = isinstance(value, list) and len(value) == 1
-                    meta[key] = value[0] if one else value
-            rec["meta"] = meta
-            yield where, rec
+            yield where, _nemo_rl_record(obj, step, where, tokenizer)
+
+
+def _nemo_rl_record(obj: dict, step: int, where: str, tokenizer: Tokenizer) -> dict:
+    """One NeMo-RL sample -> a native record: the loss mask's first kept token starts the response."""
+    _require_nemo_rl_fields(obj, where)
+    length = _unbatch(obj, "input_lengths", where)
+    if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+        raise InputError(f"{where}: field 'input_lengths' must hold a non-negative integer")
+    rows = _nemo_rl_token_rows(obj, length, where)
+    ids = rows["token_ids"]
+    sample_mask = _unbatch(obj, "sample_loss_mask", where) if "sample_loss_mask" in obj else 1.0
+    sample_mask = _numbers([sample_mask], "sample_loss_mask", where)[0]
+    token_mask = _numbers(rows["token_loss_mask"], "token_loss_mask", where)
+    start = _response_start(token_mask)
+    prompt_ids, response_ids = ids[:start], ids[start:]
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise InputError(f"{where}: field 'token_ids' must hold integers")
+    loss_mask = [m * sample_mask for m in token_mask[start:]]
+    extras = {"loss_mask": loss_mask}
+    rec: dict = {
+        "step": step,
+        "group": _prompt_group(prompt_ids),
+        "prompt_ids": prompt_ids,
+        "token_ids": response_ids,
+        "rewards": {"task": _unbatch(obj, "rewards", where)},
+    }
+    _add_nemo_rl_trainer_values(rec, extras, rows, token_mask, start, where)
+    rec["extras"] = extras
+    labels, response = _labels_and_text(response_ids, tokenizer)
+    rec["tokens"] = labels
+    rec["prompt"], rec["response"] = _nemo_rl_texts(obj, prompt_ids, response, tokenizer, where)
+    rec["meta"] = _nemo_rl_meta(obj, sample_mask, length)
+    return rec
+
+
+def _require_nemo_rl_fields(obj: dict, where: str) -> None:
+    for name in ("token_ids", "token_loss_mask", "input_lengths", "rewards"):
+        if name not in obj:
+            text_only = name == "token_ids" and "content" in obj
+            hint = (
+                (
+                    " (a text-only dump, as older NeMo-RL versions wrote them; this reader needs the "
+                    "token ids current NeMo-RL logs)"
+                )
+                if text_only
+                else ""
+            )
+            raise InputError(f"{where}: missing NeMo-RL field {name!r}{hint}")
+
+
+def _nemo_rl_token_rows(obj: dict, length: int, where: str) -> dict[str, list]:
+    """The per-token fields the sample has, each cut to its `input_lengths` tokens (prompt and response)."""
+    rows = {}
+    for name in NEMO_RL_TOKEN_FIELDS:
+        if name in obj:
+            row = _unbatch(obj, name, where)
+            if not isinstance(row, list) or len(row) < length:
+                got = len(row) if isinstance(row, list) else repr(row)[:40]
+                raise InputError(
+                    f"{where}: field {name!r} must list at least input_lengths = {length} values, got {got}"
+                )
+            rows[name] = row[:length]
+    return rows
+
+
+def _add_nemo_rl_trainer_values(
+    rec: dict, extras: dict, rows: dict[str, list], token_mask: list[float], start: int, where: str
+) -> None:
+    """The trainer's logprobs, generation logprobs and advantages over the response, those the sample has."""
+    if "prev_logprobs" in rows:
+        rec["logprobs"] = _numbers(rows["prev_logprobs"], "prev_logprobs", where)[start:]
+    if "generation_logprobs" in rows:
+        generation = _numbers(rows["generation_logprobs"], "generation_logprobs", where)
+        extras["generation_logprobs"] = generation[start:]
+    if "advantages" in rows:
+        advantages = _numbers(rows["advantages"], "advantages", where)[start:]
+        extras["logged_advantage"] = advantages
+        rec["logged_advantage"] = _one_advantage(advantages, token_mask[start:])
+
+
+def _nemo_rl_texts(
+    obj: dict, prompt_ids: list[int], response: str, tokenizer: Tokenizer, where: str
+) -> tuple[str, str]:
+    """Prompt and response text: decoded by the tokenizer when it is a real one, else the sample's
+    `content` messages (the first the prompt, the rest the response)."""
+    if tokenizer.hf is not None:
+        return _labels_and_text(prompt_ids, tokenizer)[1], response
+    content = _unbatch(obj, "content", where) if "content" in obj else []
+    if not isinstance(content, list):
+        raise InputError(f"{where}: field 'content' must hold the list of message texts")
+    messages = [m if isinstance(m, str) else str(m) for m in content]
+    return (messages[0] if messages else ""), ("".join(messages[1:]) if len(messages) > 1 else response)
+
+
+def _nemo_rl_meta(obj: dict, sample_mask: float, length: int) -> dict:
+    """idx, the sample's loss mask and length, and every field the reader does not use (unbatched)."""
+    meta = {"idx": obj.get("idx"), "sample_loss_mask": sample_mask, "input_length": length}
+    for key, value in obj.items():
+        if key not in NEMO_RL_KNOWN:
+            one = isinstance(value, list) and len(value) == 1
+            meta[key] = value[0] if one else value
+    return meta
 
 
 # --- prime-rl ---------------------------------------------------------------------------------------
