@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -105,9 +106,88 @@ def credit_heatmap(
     The hover shows the true value.
     """
     names = list(rows)
-    R = len(names)
     if cell_text is None:
-        cell_text = True if len(tokens) * R <= CELL_TEXT_LIMIT else "last"
+        cell_text = True if len(tokens) * len(names) <= CELL_TEXT_LIMIT else "last"
+    peaks, common = _colour_scale(rows, names, peaks, zmax)
+    grid = _grid(names, tokens, row_tokens, band, peaks, common, offset)
+    hover = _hover(token_info, shares, grid.L)
+    fig = go.Figure()
+    points: list[tuple[float, int, list]] = []  # (x, y, customdata) of each cell, for the marker layer
+    for bnd in range(grid.n_bands):
+        trace, band_points = _band_trace(grid, bnd, rows, cell_text, hover, clickable)
+        fig.add_trace(trace)
+        points += band_points
+    # Heatmaps emit no selection events, so an invisible marker per cell carries hover and clicks.
+    # SVG, not WebGL: headless/software-rendered browsers draw it several times faster.
+    if clickable:
+        fig.add_trace(_token_markers(points, hover.template))
+    for pos in highlight:
+        _outline(fig, grid, int(pos))
+    _lay_out(fig, grid, rows, band, title)
+    return fig
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """Where each cell of a heatmap sits and how it is coloured.
+
+    names: the rows, top to bottom; per_row: each row's token text; widths: (L,) each position's cell
+    width in units; cells: (band, first column) of each position; by_band: band -> its positions;
+    peaks: each row's colour half-width; common: the colour axis's; offset: the first position shown."""
+
+    names: list[str]
+    per_row: dict[str, list[str]]
+    widths: list[int]
+    cells: list[tuple[int, int]]
+    n_bands: int
+    by_band: dict[int, list[int]]
+    peaks: dict[str, float]
+    common: float
+    offset: int
+
+    @property
+    def R(self) -> int:
+        return len(self.names)
+
+    @property
+    def L(self) -> int:
+        return len(self.widths)
+
+
+@dataclass(frozen=True)
+class _Hover:
+    """What a cell's hover shows beside its row and value: logprob and entropy texts and the channel shares
+    (fractions) at each position, and the template that names them."""
+
+    logprobs: list[str]
+    entropies: list[str]
+    shares: list[list[float]]
+    template: str
+
+
+def _colour_scale(
+    rows: dict[str, np.ndarray], names: list[str], peaks: dict[str, float] | None, zmax: float | None
+) -> tuple[dict[str, float], float]:
+    """Each row's colour half-width (default: one shared max |A|, or `zmax`) and the colour axis's: the
+    most common half-width."""
+    if peaks is None:
+        peak = zmax if zmax is not None else symmetric_range(*[rows[n] for n in names])
+        peaks = {n: peak for n in names}
+    # the colour axis is in A on the most common half-width; a row on its own scale is rescaled onto it
+    # (its label says so), so the z of every other row is its true value
+    common = max(set(peaks.values()), key=list(peaks.values()).count) if peaks else 1.0
+    return peaks, common
+
+
+def _grid(
+    names: list[str],
+    tokens: Sequence[str],
+    row_tokens: dict[str, Sequence[str]] | None,
+    band: int,
+    peaks: dict[str, float],
+    common: float,
+    offset: int,
+) -> _Grid:
     per_row = {n: list(row_tokens[n]) if row_tokens is not None else list(tokens) for n in names}
     L = max((len(v) for v in per_row.values()), default=0) if row_tokens is not None else len(tokens)
     # a position's width: the widest text any row has there (Group rows differ), in units
@@ -117,118 +197,135 @@ def credit_heatmap(
     ]
     cells = band_cells(widths, band)
     n_bands = (cells[-1][0] + 1) if cells else 1
-    if peaks is None:
-        peak = zmax if zmax is not None else symmetric_range(*[rows[n] for n in names])
-        peaks = {n: peak for n in names}
-    # the colour axis is in A on the most common half-width; a row on its own scale is rescaled onto it
-    # (its label says so), so the z of every other row is its true value
-    common = max(set(peaks.values()), key=list(peaks.values()).count) if peaks else 1.0
+    by_band: dict[int, list[int]] = {}
+    for t, (bnd, _) in enumerate(cells):
+        by_band.setdefault(bnd, []).append(t)
+    return _Grid(names, per_row, widths, cells, n_bands, by_band, peaks, common, offset)
+
+
+def _hover(token_info: pd.DataFrame | None, shares: dict[str, np.ndarray] | None, L: int) -> _Hover:
     lp = [_fmt(v) for v in _column(token_info, "logprob", L)]
     ent = [_fmt(v) for v in _column(token_info, "entropy", L)]
     shares = shares or {}
     share_names = [safe(k).replace("%{", "% {") for k in shares]  # names go into the template itself
     share_cols = [np.round(np.nan_to_num(np.asarray(v, dtype=np.float64)), 2) for v in shares.values()]
     share_values = np.stack(share_cols, axis=1).tolist() if share_cols else [[]] * L
-    hover = HOVER + "".join(
+    template = HOVER + "".join(
         ("<br>" if i == 0 else " · ") + f"{n} %{{customdata[{6 + i}]:.0%}}" for i, n in enumerate(share_names)
     )
-    hover += "<extra></extra>"
-    by_band: dict[int, list[int]] = {}
-    for t, (bnd, _) in enumerate(cells):
-        by_band.setdefault(bnd, []).append(t)
-    fig = go.Figure()
-    xs, ys, custom = [], [], []
-    for bnd in range(n_bands):
-        members = by_band.get(bnd, [])
-        edges = [cells[t][1] - 0.5 for t in members] + (
-            [cells[members[-1]][1] + widths[members[-1]] - 0.5] if members else [-0.5, 0.5]
+    template += "<extra></extra>"
+    return _Hover(lp, ent, share_values, template)
+
+
+def _band_trace(
+    grid: _Grid,
+    bnd: int,
+    rows: dict[str, np.ndarray],
+    cell_text: bool | str,
+    hover: _Hover,
+    clickable: bool,
+) -> tuple[go.Heatmap, list[tuple[float, int, list]]]:
+    """Band `bnd` as one heatmap trace (its rows, a cell per position, values on the common scale), and
+    the (x, y, customdata) of its cells."""
+    R, members = grid.R, grid.by_band.get(bnd, [])
+    cells, widths = grid.cells, grid.widths
+    edges = [cells[t][1] - 0.5 for t in members] + (
+        [cells[members[-1]][1] + widths[members[-1]] - 0.5] if members else [-0.5, 0.5]
+    )
+    top = bnd * (R + 1)
+    z = np.full((R, max(len(members), 1)), np.nan)
+    text = np.full(z.shape, "", dtype=object)
+    band_custom = np.full(z.shape, None, dtype=object)
+    points = []
+    for r, name in enumerate(grid.names):
+        values = np.asarray(rows[name], dtype=np.float64)
+        label = safe(name)
+        row_text = grid.per_row[name]
+        for j, t in enumerate(members):
+            if t >= len(row_text):
+                continue
+            v = values[t] if t < len(values) else np.nan
+            z[r, j] = (
+                v * (grid.common / grid.peaks[name]) if np.isfinite(v) else np.nan
+            )  # on the common scale
+            if cell_text is True or (cell_text == "last" and r == R - 1):
+                text[r, j] = visible_token(row_text[t], 2 * widths[t])
+            band_custom[r, j] = [
+                grid.offset + t,
+                safe(repr(row_text[t])[1:-1]),
+                label,
+                _fmt(v),
+                hover.logprobs[t],
+                hover.entropies[t],
+                *hover.shares[t],
+            ]
+            points.append((cells[t][1] + (widths[t] - 1) / 2, top + r, band_custom[r, j]))
+    trace = go.Heatmap(
+        z=z,
+        x=edges,
+        y=[top + r - 0.5 for r in range(R + 1)],
+        text=text,
+        texttemplate="%{text}",
+        textfont={"size": 10},
+        customdata=None if clickable else band_custom,
+        hovertemplate=None if clickable else hover.template,
+        hoverinfo="skip" if clickable else None,
+        hoverongaps=False,
+        coloraxis="coloraxis",
+        xgap=1,
+        ygap=1,
+        name=f"band {bnd}",
+    )
+    return trace, points
+
+
+def _token_markers(points: list[tuple[float, int, list]], template: str) -> go.Scatter:
+    """The invisible marker layer: one square per cell, carrying its hover and its clicks."""
+    return go.Scatter(
+        x=[x for x, _, _ in points],
+        y=[y for _, y, _ in points],
+        customdata=[custom for _, _, custom in points],
+        hovertemplate=template,
+        mode="markers",
+        marker={"size": 12, "color": "rgba(0,0,0,0)", "symbol": "square"},
+        selected={"marker": {"color": "rgba(0,0,0,0.35)"}},
+        unselected={"marker": {"opacity": 1}},
+        showlegend=False,
+        name="tokens",
+    )
+
+
+def _outline(fig: go.Figure, grid: _Grid, pos: int) -> None:
+    """A frame around absolute position `pos` across its band, when it is shown."""
+    t = pos - grid.offset
+    if 0 <= t < grid.L:
+        bnd, col = grid.cells[t]
+        top = bnd * (grid.R + 1)
+        fig.add_shape(
+            type="rect",
+            x0=col - 0.5,
+            x1=col + grid.widths[t] - 0.5,
+            y0=top - 0.5,
+            y1=top + grid.R - 0.5,
+            line={"color": "#111111", "width": 3},
+            fillcolor="rgba(0,0,0,0)",
+            layer="above",
+            name=f"selected {pos}",
         )
-        top = bnd * (R + 1)
-        z = np.full((R, max(len(members), 1)), np.nan)
-        text = np.full(z.shape, "", dtype=object)
-        band_custom = np.full(z.shape, None, dtype=object)
-        for r, name in enumerate(names):
-            values = np.asarray(rows[name], dtype=np.float64)
-            label = safe(name)
-            row_text = per_row[name]
-            for j, t in enumerate(members):
-                if t >= len(row_text):
-                    continue
-                v = values[t] if t < len(values) else np.nan
-                z[r, j] = v * (common / peaks[name]) if np.isfinite(v) else np.nan  # on the common scale
-                if cell_text is True or (cell_text == "last" and r == R - 1):
-                    text[r, j] = visible_token(row_text[t], 2 * widths[t])
-                band_custom[r, j] = [
-                    offset + t,
-                    safe(repr(row_text[t])[1:-1]),
-                    label,
-                    _fmt(v),
-                    lp[t],
-                    ent[t],
-                    *share_values[t],
-                ]
-                xs.append(cells[t][1] + (widths[t] - 1) / 2)
-                ys.append(top + r)
-                custom.append(band_custom[r, j])
-        fig.add_trace(
-            go.Heatmap(
-                z=z,
-                x=edges,
-                y=[top + r - 0.5 for r in range(R + 1)],
-                text=text,
-                texttemplate="%{text}",
-                textfont={"size": 10},
-                customdata=None if clickable else band_custom,
-                hovertemplate=None if clickable else hover,
-                hoverinfo="skip" if clickable else None,
-                hoverongaps=False,
-                coloraxis="coloraxis",
-                xgap=1,
-                ygap=1,
-                name=f"band {bnd}",
-            )
-        )
-    # Heatmaps emit no selection events, so an invisible marker per cell carries hover and clicks.
-    # SVG, not WebGL: headless/software-rendered browsers draw it several times faster.
-    if clickable:
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                customdata=custom,
-                hovertemplate=hover,
-                mode="markers",
-                marker={"size": 12, "color": "rgba(0,0,0,0)", "symbol": "square"},
-                selected={"marker": {"color": "rgba(0,0,0,0.35)"}},
-                unselected={"marker": {"opacity": 1}},
-                showlegend=False,
-                name="tokens",
-            )
-        )
-    for pos in highlight:
-        t = int(pos) - offset
-        if 0 <= t < L:
-            bnd, col = cells[t]
-            top = bnd * (R + 1)
-            fig.add_shape(
-                type="rect",
-                x0=col - 0.5,
-                x1=col + widths[t] - 0.5,
-                y0=top - 0.5,
-                y1=top + R - 0.5,
-                line={"color": "#111111", "width": 3},
-                fillcolor="rgba(0,0,0,0)",
-                layer="above",
-                name=f"selected {int(pos)}",
-            )
-    tickvals = [b * (R + 1) + r for b in range(n_bands) for r in range(R)]
-    starts = {b: by_band[b][0] for b in by_band}
+
+
+def _lay_out(fig: go.Figure, grid: _Grid, rows: dict[str, np.ndarray], band: int, title: str | None) -> None:
+    """Row labels, the figure's size, the per-row scale strips when rows have their own half-widths, and
+    the colour axis."""
+    names, peaks, common, R = grid.names, grid.peaks, grid.common, grid.R
+    tickvals = [b * (R + 1) + r for b in range(grid.n_bands) for r in range(R)]
+    starts = {b: grid.by_band[b][0] for b in grid.by_band}
     ticktext = [
-        _row_label(n, peaks[n], common) + (f"  [{offset + starts.get(b, 0)}]" if r == 0 else "")
-        for b in range(n_bands)
+        _row_label(n, peaks[n], common) + (f"  [{grid.offset + starts.get(b, 0)}]" if r == 0 else "")
+        for b in range(grid.n_bands)
         for r, n in enumerate(names)
     ]
-    height = n_bands * (R + 1) - 1
+    height = grid.n_bands * (R + 1) - 1
     # When rows have different half-widths (per-row mode, true credit) every row gets its own labelled bar:
     # a strip of three cells (−peak, 0, +peak) at the right end of its row in the first band, coloured as
     # its cells are; the common colour bar is then not needed.
@@ -273,7 +370,6 @@ def credit_heatmap(
             "showscale": not own,
         },
     )
-    return fig
 
 
 STRIP = 0.17  # the width of the per-row scale strips, as a fraction of the figure's plot area
