@@ -275,68 +275,88 @@ def token_class_editor(sel) -> None:
                 "Shown: this session's classes (from the link, a move or the Use button), not saved "
                 "with the run."
             )
-        current = pd.DataFrame(
-            [{"name": c.name, "kind": c.kind, "pattern": token_classes.shown_pattern(c)} for c in sel.classes]
-        )
-        # a new order is a new table: the editor starts again from it (its edits were taken along)
-        table_key = f"token_class_table_{zlib.crc32(token_classes.to_link(sel.classes).encode()):08x}"
-        edited = st.data_editor(
-            current,
-            num_rows="dynamic",
-            key=table_key,
-            width="stretch",
-            column_config={
-                "kind": st.column_config.SelectboxColumn(options=["regex", "phrases", "marker"]),
-                "pattern": st.column_config.TextColumn("pattern", width="large"),
-            },
-        )
-        which, up, down = st.columns([2, 1, 1], vertical_alignment="bottom")
-        names = [str(n) for n in edited["name"].dropna()]
-        moving = which.selectbox("Class to move", names, key="token_class_move") if names else None
-        for box, where, label in ((up, "up", "Move up"), (down, "down", "Move down")):
-            if box.button(label, key=f"token_class_{where}", disabled=moving is None):
-                try:
-                    moved = token_classes.move(token_classes.from_json(_class_rows(edited)), moving, where)
-                except (ValueError, KeyError) as exc:
-                    st.error(plain(str(exc)))
-                else:
-                    state.use_classes(sel.run, None if moved == saved else moved)
-                    st.rerun()
+        edited = _class_table(sel)
+        _move_buttons(sel, edited, saved)
         use, save, reset = st.columns(3)
-        if use.button(
-            "Use in this session",
-            key="token_class_use",
-            help="Rollout and Compare use these classes, and the link carries them; the store is unchanged",
-        ):
-            try:
-                classes = token_classes.from_json(_class_rows(edited))
-            except (ValueError, KeyError) as exc:
-                st.error(plain(str(exc)))
-            else:
-                state.use_classes(sel.run, None if classes == saved else classes)
-                st.rerun()
+        _use_button(use, sel, edited, saved)
         if read_only:
             st.info("Saving classes is switched off: this server runs in read-only mode.")
             return
-        if save.button("Save for this run", key="token_class_save"):
+        _save_buttons(save, reset, sel, edited)
+
+
+def _class_table(sel) -> pd.DataFrame:
+    """The classes shown as an editable table (name, kind, pattern); returns the edited rows."""
+    current = pd.DataFrame(
+        [{"name": c.name, "kind": c.kind, "pattern": token_classes.shown_pattern(c)} for c in sel.classes]
+    )
+    # a new order is a new table: the editor starts again from it (its edits were taken along)
+    table_key = f"token_class_table_{zlib.crc32(token_classes.to_link(sel.classes).encode()):08x}"
+    return st.data_editor(
+        current,
+        num_rows="dynamic",
+        key=table_key,
+        width="stretch",
+        column_config={
+            "kind": st.column_config.SelectboxColumn(options=["regex", "phrases", "marker"]),
+            "pattern": st.column_config.TextColumn("pattern", width="large"),
+        },
+    )
+
+
+def _move_buttons(sel, edited: pd.DataFrame, saved) -> None:
+    """A class to move and Move up / Move down: the edited classes, reordered, used in this session."""
+    which, up, down = st.columns([2, 1, 1], vertical_alignment="bottom")
+    names = [str(n) for n in edited["name"].dropna()]
+    moving = which.selectbox("Class to move", names, key="token_class_move") if names else None
+    for box, where, label in ((up, "up", "Move up"), (down, "down", "Move down")):
+        if box.button(label, key=f"token_class_{where}", disabled=moving is None):
             try:
-                access.require_writable(data.settings(), "token classes")
-                classes = token_classes.from_json(_class_rows(edited))
-                with data.handle().write() as store:
-                    token_classes.save(store, sel.run, classes)
-            except (ValueError, KeyError, access.Refused) as exc:
+                moved = token_classes.move(token_classes.from_json(_class_rows(edited)), moving, where)
+            except (ValueError, KeyError) as exc:
                 st.error(plain(str(exc)))
             else:
-                state.use_classes(sel.run, None)
-                data.invalidate()
+                state.use_classes(sel.run, None if moved == saved else moved)
                 st.rerun()
-        if reset.button("Restore the defaults", key="token_class_reset"):
+
+
+def _use_button(box, sel, edited: pd.DataFrame, saved) -> None:
+    """Use the edited classes in this session (and its link); the store is unchanged."""
+    if box.button(
+        "Use in this session",
+        key="token_class_use",
+        help="Rollout and Compare use these classes, and the link carries them; the store is unchanged",
+    ):
+        try:
+            classes = token_classes.from_json(_class_rows(edited))
+        except (ValueError, KeyError) as exc:
+            st.error(plain(str(exc)))
+        else:
+            state.use_classes(sel.run, None if classes == saved else classes)
+            st.rerun()
+
+
+def _save_buttons(save, reset, sel, edited: pd.DataFrame) -> None:
+    """Save the edited classes with the run, or restore the defaults (both write to the store)."""
+    if save.button("Save for this run", key="token_class_save"):
+        try:
             access.require_writable(data.settings(), "token classes")
+            classes = token_classes.from_json(_class_rows(edited))
             with data.handle().write() as store:
-                token_classes.save(store, sel.run, None)
+                token_classes.save(store, sel.run, classes)
+        except (ValueError, KeyError, access.Refused) as exc:
+            st.error(plain(str(exc)))
+        else:
             state.use_classes(sel.run, None)
             data.invalidate()
             st.rerun()
+    if reset.button("Restore the defaults", key="token_class_reset"):
+        access.require_writable(data.settings(), "token classes")
+        with data.handle().write() as store:
+            token_classes.save(store, sel.run, None)
+        state.use_classes(sel.run, None)
+        data.invalidate()
+        st.rerun()
 
 
 def _class_rows(edited: pd.DataFrame) -> list[dict]:
