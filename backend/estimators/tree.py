@@ -89,16 +89,7 @@ def build_prefix_tree(
         rows = tab.clamp(min=0)
         lcp = pair_lcp(token_ids[rows], extent[rows] & valid[..., None], valid)  # (n, G, G)
         n, G = tab.shape
-        # Histogram over depth of the pair LCPs, then a reverse cumsum: |D(s_{i,d})| and sum of Z.
-        bucket = lcp.clamp(min=0)
-        ok = (lcp >= 0).to(torch.float64)
-        zj = zf[rows][:, None, :].expand(n, G, G) * ok
-        hist_n = torch.zeros((n, G, T + 2), dtype=torch.float64, device=device).scatter_add_(2, bucket, ok)
-        hist_z = torch.zeros_like(hist_n).scatter_add_(2, bucket, zj)
-        count = hist_n.flip(2).cumsum(2).flip(2)  # (n, G, T+2): |D(s_{i,d})| for d = 0..T+1
-        total = hist_z.flip(2).cumsum(2).flip(2)
-        value = (total / count.clamp(min=1)).to(torch.float32)  # V(s_{i,d})
-        b = count[:, :, 1 : T + 1] < count[:, :, :T]  # (n, G, T) token d changes the set
+        value, count, b = _depth_sets(lcp, zf[rows], T)
         sel = valid.reshape(-1)
         dest = tab.reshape(-1)[sel]
         v_before[dest] = value[:, :, :T].reshape(n * G, T)[sel]
@@ -118,15 +109,44 @@ def build_prefix_tree(
         count_before=torch.where(within, count_before, 0),
     )
     if with_nodes:
-        cols = list(zip(*node_parts, strict=True)) if node_parts else [[] for _ in range(6)]
-        names = ("node_group", "node_parent", "node_depth", "node_value", "node_count", "node_branch")
-        for name, parts in zip(names, cols, strict=True):
-            out[name] = torch.cat(list(parts)) if parts else torch.zeros(0, device=device)
-        gid_of = torch.unique(group_ids)
-        if out["node_group"].numel():
-            out["node_group"] = gid_of[out["node_group"].long()]
+        out.update(_node_tables(node_parts, group_ids, device))
         out["token_node"] = torch.where(within, token_node, -1)
     return PrefixTree(**out)
+
+
+def _depth_sets(
+    lcp: torch.Tensor, z: torch.Tensor, T: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The nodes on each response's path, from its pair LCPs: a histogram over depth, then a reverse
+    cumsum gives |D(s_{i,d})| and sum_{D} Z for every depth at once.
+
+    lcp: (n, G, G) int64, -1 for an empty slot; z: (n, G) float64. Returns value: (n, G, T+2) float32
+    V(s_{i,d}); count: (n, G, T+2) float64 |D(s_{i,d})| for d = 0..T+1; branch: (n, G, T) bool, token d
+    changes the set."""
+    n, G, _ = lcp.shape
+    bucket = lcp.clamp(min=0)
+    ok = (lcp >= 0).to(torch.float64)
+    zj = z[:, None, :].expand(n, G, G) * ok
+    hist_n = torch.zeros((n, G, T + 2), dtype=torch.float64, device=lcp.device).scatter_add_(2, bucket, ok)
+    hist_z = torch.zeros_like(hist_n).scatter_add_(2, bucket, zj)
+    count = hist_n.flip(2).cumsum(2).flip(2)  # (n, G, T+2): |D(s_{i,d})| for d = 0..T+1
+    total = hist_z.flip(2).cumsum(2).flip(2)
+    value = (total / count.clamp(min=1)).to(torch.float32)  # V(s_{i,d})
+    branch = count[:, :, 1 : T + 1] < count[:, :, :T]  # (n, G, T) token d changes the set
+    return value, count, branch
+
+
+def _node_tables(node_parts: list[tuple], group_ids: torch.Tensor, device) -> dict[str, torch.Tensor]:
+    """The chunks' node tables joined (`PrefixTree`'s node_* fields), node_group as the batch's group ids."""
+    out = {}
+    cols = list(zip(*node_parts, strict=True)) if node_parts else [[] for _ in range(6)]
+    names = ("node_group", "node_parent", "node_depth", "node_value", "node_count", "node_branch")
+    for name, parts in zip(names, cols, strict=True):
+        out[name] = torch.cat(list(parts)) if parts else torch.zeros(0, device=device)
+    gid_of = torch.unique(group_ids)
+    if out["node_group"].numel():
+        out["node_group"] = gid_of[out["node_group"].long()]
+    return out
 
 
 def _nodes(lcp, valid, rows, ends, value, count, token_branch, offset, group_start, index):
