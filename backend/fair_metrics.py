@@ -113,7 +113,7 @@ def segment_shuffle(
     seed: int = 0,
 ) -> dict[int, np.ndarray]:
     """Token advantages whose segment sums are `sums` permuted within each rollout (segments: flat (S,)
-    rollout, start, end as in `teacher_bench.Segments`); tokens outside every segment keep theirs."""
+    rollout, start, end as in `teacher_segments.Segments`); tokens outside every segment keep theirs."""
     rng = np.random.default_rng(seed)
     out = {int(r): np.array(a, dtype=np.float64, copy=True) for r, a in advantages.items()}
     bounds = np.flatnonzero(np.diff(rollout)) + 1

@@ -21,7 +21,7 @@ from backend.estimators import reference, registry
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("backend", "app", "pages", "bench", "creditlens")
-MAX_LINES = 450
+MAX_LINES = 500  # 450 lines before `ruff format`, which made the source 11% longer (one argument per line)
 
 
 def _modules() -> dict[str, Path]:

@@ -15,7 +15,7 @@ Adding an estimator:
 2. Write its twin in `twins/<family>.py` under `@twin("name")`: `fn(batch, config) -> advantages (B, T)`,
    plain python loops over responses and real tokens (helpers in `twins/loops.py`), written from the
    formula and never calling the vectorized code it checks. Without a twin, `reference_advantages` fails
-   with "no twin for 'name'" and `registry.missing_twins()` lists it.
+   with "no twin for 'name'" and `loop_twins.missing_twins()` lists it.
 3. Tests: tests/backend/estimators/test_twins.py picks up every registered name on its own (seeded
    random batches and hypothesis-drawn ones); add a row to its VARIANTS for each config branch (a mode,
    a value source).

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from backend import bench_stats as stats
-from backend.teacher_bench import score_sums, segment_sums, teacher_segments
+from backend.teacher_segments import score_sums, segment_sums, teacher_segments
 from tests.backend.test_teacher_bench import ADVANTAGES, LENGTHS, OUTCOMES, VALUES
 
 

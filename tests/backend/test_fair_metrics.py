@@ -10,7 +10,8 @@ from backend import estimates
 from backend import fair_metrics as fair
 from backend.estimators import registry
 from backend.store import StoreHandle
-from backend.teacher_bench import Segments, per_rollout_metrics, segment_sums, teacher_bench, teacher_segments
+from backend.teacher_bench import teacher_bench
+from backend.teacher_segments import Segments, per_rollout_metrics, segment_sums, teacher_segments
 
 
 def one_rollout(delta, lengths, se=None) -> Segments:

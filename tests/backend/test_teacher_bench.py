@@ -15,15 +15,8 @@ from backend.ingest import import_records
 from backend.models.teacher import JOB
 from backend.rewards import evaluate
 from backend.store import Store, StoreHandle
-from backend.teacher_bench import (
-    chance_row,
-    parse_estimator_specs,
-    score_advantages,
-    score_sums,
-    segment_sums,
-    teacher_bench,
-    teacher_segments,
-)
+from backend.teacher_bench import parse_estimator_specs, teacher_bench
+from backend.teacher_segments import chance_row, score_advantages, score_sums, segment_sums, teacher_segments
 from tests.conftest import run_cli_here
 
 ROOT = Path(__file__).resolve().parents[2]

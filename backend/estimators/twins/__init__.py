@@ -1,4 +1,4 @@
-"""Slow twins: a plain-loop version of every registered estimator, registered with `registry.twin`.
+"""Slow twins: a plain-loop version of every registered estimator, registered with `loop_twins.twin`.
 
 One module per estimator family, mirroring backend/estimators/ (outcome, credit, valued, learned, logged,
 modifiers), plus the loop versions of the shared pieces (loops, common, values, tree, features) and of

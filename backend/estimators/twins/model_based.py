@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from backend.batch import RolloutBatch, model_score_needs
-from backend.estimators.registry import twin
+from backend.estimators.loop_twins import twin
 from backend.estimators.twins.loops import outcome_of, real_columns, to_tensor
 
 

@@ -10,8 +10,8 @@ import math
 import torch
 
 from backend.batch import RolloutBatch
-from backend.estimators import registry
-from backend.estimators.registry import twin
+from backend.estimators import loop_twins, registry
+from backend.estimators.loop_twins import twin
 from backend.estimators.twins.loops import entropy_rows, quantile, real_columns, scores_list, to_tensor
 
 
@@ -20,7 +20,7 @@ def base_twin(batch: RolloutBatch, config) -> torch.Tensor:
     spec = registry.get(config.base)
     known = {f.name for f in dataclasses.fields(spec.config_cls)}
     shared = {k: getattr(config, k) for k in ("channel", "outcome", "epsilon") if k in known}
-    return registry.get_twin(config.base)(batch, spec.config_cls(**shared))
+    return loop_twins.get_twin(config.base)(batch, spec.config_cls(**shared))
 
 
 @twin("gtpo")

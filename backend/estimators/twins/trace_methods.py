@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from backend.batch import RolloutBatch
-from backend.estimators.registry import twin
+from backend.estimators.loop_twins import twin
 from backend.estimators.twins.loops import outcome_of, real_columns, to_tensor
 
 

@@ -10,7 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 
 from backend.batch import BatchError, RolloutBatch, batch_from_records
-from backend.estimators import registry
+from backend.estimators import loop_twins, registry
 from backend.estimators.reference import reference_advantages
 
 from .helpers import random_batch
@@ -143,10 +143,10 @@ def test_empty_responses_match_twin(name):
 
 
 def test_every_estimator_and_alias_has_a_twin():
-    assert registry.missing_twins() == []
-    assert set(registry.twin_names()) == set(registry.names())  # no twin of a name that is not registered
+    assert loop_twins.missing_twins() == []
+    assert set(loop_twins.twin_names()) == set(registry.names())  # no twin of a name that is not registered
     for name in [*registry.names(), *registry.aliases()]:
-        assert callable(registry.get_twin(name))
+        assert callable(loop_twins.get_twin(name))
 
 
 def test_an_estimator_without_a_twin_fails_by_name():
@@ -161,14 +161,14 @@ def test_an_estimator_without_a_twin_fails_by_name():
         return registry.EstimatorResult(torch.zeros(batch.response_mask.shape))
 
     try:
-        assert registry.missing_twins() == [name]
-        with pytest.raises(registry.MissingTwin, match=f"no twin for '{name}'"):
+        assert loop_twins.missing_twins() == [name]
+        with pytest.raises(loop_twins.MissingTwin, match=f"no twin for '{name}'"):
             reference_advantages(name, random_batch(0))
     finally:
         del registry._REGISTRY[name]
-    assert registry.missing_twins() == []
+    assert loop_twins.missing_twins() == []
     with pytest.raises(ValueError, match="already has a twin"):
-        registry.twin("grpo")(lambda batch, config: None)
+        loop_twins.twin("grpo")(lambda batch, config: None)
 
 
 @pytest.mark.slow
