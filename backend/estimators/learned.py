@@ -447,16 +447,7 @@ def key_scores(
     )
     tf_term = torch.zeros_like(t_a)
     if config.use_tf:
-        tc, tw = total_c[g_of], total_w[g_of]
-        avg = (tc + tw) / 2
-        kc = BM25_K1 * (1 - BM25_B + BM25_B * (tc / avg))
-        kw = BM25_K1 * (1 - BM25_B + BM25_B * (tw / avg))
-        # a set whose rollouts are all empty has no tokens: tf 0 there (the official code divides by 0)
-        fc = torch.where(tc > 0, cnt_c / tc.clamp(min=1), 0.0)
-        fw = torch.where(tw > 0, cnt_w / tw.clamp(min=1), 0.0)
-        tf_c = fc * (BM25_K1 + 1) / (fc + kc)
-        tf_w = fw * (BM25_K1 + 1) / (fw + kw)
-        tf_term = tf_c / (tf_w + 1e-5) - tf_w / (tf_c + 1e-5)
+        tf_term = _tf_term(cnt_c, cnt_w, total_c[g_of], total_w[g_of])
     x = h + tf_term
     key = ((config.alpha * fisher + config.beta_ig * ig) * x) / (config.alpha + config.beta_ig)
     key = (torch.sigmoid(key) - 0.5) * 2 * config.scale
@@ -474,6 +465,23 @@ def key_scores(
         full[rows, cols] = torch.where(mixed, per_key, 0.0)[inverse]
         out[name] = full
     return out
+
+
+def _tf_term(cnt_c: torch.Tensor, cnt_w: torch.Tensor, tc: torch.Tensor, tw: torch.Tensor) -> torch.Tensor:
+    """tf_c/(tf_w + 1e-5) - tf_w/(tf_c + 1e-5), the BM25 term frequencies (k1 = 2, b = 0.5, the official
+    compute_tf) of each (group, id) among the correct and the incorrect rollouts' tokens.
+
+    cnt_c, cnt_w: (U,) occurrences of the id in the correct / incorrect rollouts; tc, tw: (U,) all the tokens
+    of those rollouts. Returns (U,) float32."""
+    avg = (tc + tw) / 2
+    kc = BM25_K1 * (1 - BM25_B + BM25_B * (tc / avg))
+    kw = BM25_K1 * (1 - BM25_B + BM25_B * (tw / avg))
+    # a set whose rollouts are all empty has no tokens: tf 0 there (the official code divides by 0)
+    fc = torch.where(tc > 0, cnt_c / tc.clamp(min=1), 0.0)
+    fw = torch.where(tw > 0, cnt_w / tw.clamp(min=1), 0.0)
+    tf_c = fc * (BM25_K1 + 1) / (fc + kc)
+    tf_w = fw * (BM25_K1 + 1) / (fw + kw)
+    return tf_c / (tf_w + 1e-5) - tf_w / (tf_c + 1e-5)
 
 
 @register(
