@@ -81,19 +81,7 @@ def timeit(repeat: int, fn, *args, **kwargs) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench estimators")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--only", default="", help="comma-separated estimator names")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
-    parser.add_argument(
-        "--clock",
-        choices=("cpu", "wall"),
-        default="cpu",
-        help="cpu: CPU seconds of this process (robust on a shared machine; counts every "
-        "thread, so it over-states multi-threaded kernels); wall: elapsed time",
-    )
-    args = parser.parse_args(argv)
+    args = _arguments(argv)
     global CLOCK
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -114,43 +102,74 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"\n{'kernel':<34} {'shape':>10} {'ms':>9} {'loop ms':>9} {'ratio':>7} {'target':>7}")
     for (B, T), batch in batches.items():
-        mask = batch.response_mask
-        r = torch.randn(B, T, generator=torch.Generator().manual_seed(1)).to(args.device) * mask
-        v = batch.values
-        holes = mask & (torch.rand(B, T, generator=torch.Generator().manual_seed(2)).to(args.device) > 0.1)
-        few = max(1, args.repeat // 2)
-        loop = timeit(few, verl_gae_loop, r.cpu(), v.cpu(), mask.cpu(), 1.0, 0.95)
-        fast = timeit(args.repeat, F.compute_gae, r, v, mask, 1.0, 0.95)
-        fast_h = timeit(args.repeat, F.compute_gae, r, v, holes, 1.0, 0.95)
-        lam_rows = (1.0 - 1.0 / (0.05 * mask.sum(1).clamp(min=1).double())).clamp(min=0.0)  # VAPO's lambda
-        fast_l = timeit(args.repeat, F.compute_gae, r, v, mask, 1.0, lam_rows)
-        target = 20 if T == 1024 else 50
-        for label, t in (("GAE (blocked scan)", fast), ("GAE, 10% mid-sequence holes", fast_h)):
-            ratio = loop / t
-            ok &= ratio >= target
-            print(f"{label:<34} {B:>4}x{T:<5} {t * 1e3:>9.2f} {loop * 1e3:>9.1f} {ratio:>6.0f}x {target:>6}x")
-        # one (block x block) power matrix per response (batched matmul): no target of its own yet
-        label = "GAE, per-response lambda (VAPO)"
-        print(f"{label:<34} {B:>4}x{T:<5} {fast_l * 1e3:>9.2f} {loop * 1e3:>9.1f} {loop / fast_l:>6.0f}x")
-        if core_algos is not None:
-            tv = timeit(
-                few, core_algos.compute_gae_advantage_return, r.cpu(), v.cpu(), mask.float().cpu(), 1.0, 0.95
-            )
-            print(
-                f"{'  vs verl itself':<34} {B:>4}x{T:<5} {fast * 1e3:>9.2f} {tv * 1e3:>9.1f} "
-                f"{tv / fast:>6.0f}x"
-            )
-        scores = batch.scores["task"]
-        tr = torch.zeros(B, T)
-        tr[:, 0] = scores.cpu()
-        index = batch.group_ids.cpu().tolist()
-        g_loop = timeit(args.repeat, verl_grpo_loop, tr, mask.float().cpu(), index)
-        g_fast = timeit(args.repeat, F.compute_grpo, scores, batch.group_ids, mask)
-        print(
-            f"{'GRPO (index_add)':<34} {B:>4}x{T:<5} {g_fast * 1e3:>9.2f} {g_loop * 1e3:>9.1f} "
-            f"{g_loop / g_fast:>6.0f}x {'':>7}"
-        )
+        ok &= _kernel_rows(B, T, batch, args.repeat, args.device, core_algos)
+    ok &= _estimator_rows(names, shapes, batches, args.repeat)
+    ok &= _prefix_tree_row(args.repeat, args.device)
+    print("all targets met" if ok else "some targets NOT met (see rows above)")
+    return 0
 
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench estimators")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--only", default="", help="comma-separated estimator names")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "--clock",
+        choices=("cpu", "wall"),
+        default="cpu",
+        help="cpu: CPU seconds of this process (robust on a shared machine; counts every "
+        "thread, so it over-states multi-threaded kernels); wall: elapsed time",
+    )
+    return parser.parse_args(argv)
+
+
+def _kernel_rows(B: int, T: int, batch: RolloutBatch, repeat: int, device: str, core_algos) -> bool:
+    """GAE (plain, with holes, per-response lambda) and GRPO on one batch against the verl-style loops
+    (and verl itself, `core_algos`, when importable); whether GAE met its target."""
+    ok = True
+    mask = batch.response_mask
+    r = torch.randn(B, T, generator=torch.Generator().manual_seed(1)).to(device) * mask
+    v = batch.values
+    holes = mask & (torch.rand(B, T, generator=torch.Generator().manual_seed(2)).to(device) > 0.1)
+    few = max(1, repeat // 2)
+    loop = timeit(few, verl_gae_loop, r.cpu(), v.cpu(), mask.cpu(), 1.0, 0.95)
+    fast = timeit(repeat, F.compute_gae, r, v, mask, 1.0, 0.95)
+    fast_h = timeit(repeat, F.compute_gae, r, v, holes, 1.0, 0.95)
+    lam_rows = (1.0 - 1.0 / (0.05 * mask.sum(1).clamp(min=1).double())).clamp(min=0.0)  # VAPO's lambda
+    fast_l = timeit(repeat, F.compute_gae, r, v, mask, 1.0, lam_rows)
+    target = 20 if T == 1024 else 50
+    for label, t in (("GAE (blocked scan)", fast), ("GAE, 10% mid-sequence holes", fast_h)):
+        ratio = loop / t
+        ok &= ratio >= target
+        print(f"{label:<34} {B:>4}x{T:<5} {t * 1e3:>9.2f} {loop * 1e3:>9.1f} {ratio:>6.0f}x {target:>6}x")
+    # one (block x block) power matrix per response (batched matmul): no target of its own yet
+    label = "GAE, per-response lambda (VAPO)"
+    print(f"{label:<34} {B:>4}x{T:<5} {fast_l * 1e3:>9.2f} {loop * 1e3:>9.1f} {loop / fast_l:>6.0f}x")
+    if core_algos is not None:
+        tv = timeit(
+            few, core_algos.compute_gae_advantage_return, r.cpu(), v.cpu(), mask.float().cpu(), 1.0, 0.95
+        )
+        print(
+            f"{'  vs verl itself':<34} {B:>4}x{T:<5} {fast * 1e3:>9.2f} {tv * 1e3:>9.1f} {tv / fast:>6.0f}x"
+        )
+    scores = batch.scores["task"]
+    tr = torch.zeros(B, T)
+    tr[:, 0] = scores.cpu()
+    index = batch.group_ids.cpu().tolist()
+    g_loop = timeit(repeat, verl_grpo_loop, tr, mask.float().cpu(), index)
+    g_fast = timeit(repeat, F.compute_grpo, scores, batch.group_ids, mask)
+    print(
+        f"{'GRPO (index_add)':<34} {B:>4}x{T:<5} {g_fast * 1e3:>9.2f} {g_loop * 1e3:>9.1f} "
+        f"{g_loop / g_fast:>6.0f}x {'':>7}"
+    )
+    return ok
+
+
+def _estimator_rows(names: list[str], shapes: list[tuple[int, int]], batches: dict, repeat: int) -> bool:
+    """Tokens/s of every estimator in `names` on every batch; whether each model-free one met 5M/s."""
+    ok = True
     print(
         f"\n{'estimator':<20} {'family':<12} "
         + " ".join(f"{f'{B}x{T} Mtok/s':>17}" for B, T in shapes)
@@ -164,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         rates = []
         for batch in batches.values():
             n_tok = int(batch.response_mask.sum())
-            t = timeit(args.repeat, spec.fn, batch, config)
+            t = timeit(repeat, spec.fn, batch, config)
             rates.append(n_tok / t / 1e6)
         model_free = name not in MODEL_BASED and label == name  # extra rows (opt-in tables) are shown only
         met = min(rates) >= 5.0
@@ -174,7 +193,11 @@ def main(argv: list[str] | None = None) -> int:
         if not model_free:
             target = "(fit)" if label == name else "(info)"
         print(f"{label:<20} {spec.family:<12} " + " ".join(f"{x:>17.1f}" for x in rates) + f" {target:>8}")
+    return ok
 
+
+def _prefix_tree_row(repeat: int, device: str) -> bool:
+    """The prefix tree of one 16 x 4096-token group, half of it sharing a long prefix; whether < 20 ms."""
     gen = torch.Generator().manual_seed(3)
     tokens = torch.randint(0, 4, (16, 4096), generator=gen)
     tokens[:, :64] = 1
@@ -182,13 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     tmask = torch.ones(16, 4096, dtype=torch.bool)
     gid = torch.zeros(16, dtype=torch.long)
     z = torch.randn(16)
-    args_t = [x.to(args.device) for x in (tokens, tmask, gid, z)]
-    t_tree = timeit(args.repeat, build_prefix_tree, *args_t)
-    t_nodes = timeit(args.repeat, build_prefix_tree, *args_t, with_nodes=True)
-    ok &= t_tree < 0.020
+    args_t = [x.to(device) for x in (tokens, tmask, gid, z)]
+    t_tree = timeit(repeat, build_prefix_tree, *args_t)
+    t_nodes = timeit(repeat, build_prefix_tree, *args_t, with_nodes=True)
     print(
         f"\nprefix tree 16x4096: {t_tree * 1e3:.1f} ms (target < 20 ms), with node tables "
         f"{t_nodes * 1e3:.1f} ms"
     )
-    print("all targets met" if ok else "some targets NOT met (see rows above)")
-    return 0
+    return t_tree < 0.020
