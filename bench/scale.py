@@ -158,6 +158,51 @@ def run_child(args: list[str]) -> tuple[float, float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    wanted = set(args.estimators.split(","))
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"load average {load} on {os.cpu_count()} CPUs; tokens/s and ratios use the time after process "
+        "start (the wall column includes it)"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        source, text = tmp / "run.parquet", tmp / "run.jsonl"
+        total = write_run(source, None, args.tokens, text=args.text)
+        jsonl_total = write_run(tmp / "j.parquet", text, args.jsonl_tokens, 2) if args.jsonl_tokens else 0
+        small = tmp / "small.parquet"
+        small_total = (
+            0
+            if args.imports_only
+            else write_run(small, None, max(args.tokens // 10, 1), seed=1, text=args.text)
+        )
+        db, db_small = tmp / "store.duckdb", tmp / "small.duckdb"
+        print(
+            f"{'row':<46} {'tokens':>11} {'wall s':>7} {'s':>7} {'tokens/s':>11} {'ratio':>6} {'peak MB':>8}"
+        )
+        wall, inner, rss = run_child(["import", str(source), "--db", str(db), "--run", "big"])
+        parquet_rate = total / inner
+        _line("import native Parquet", total, wall, inner, rss, parquet_rate)
+        if jsonl_total:
+            wall, inner, rss = run_child(["import", str(text), "--db", str(tmp / "j.duckdb"), "--run", "j"])
+            _line("import native JSONL (ratio: against Parquet)", jsonl_total, wall, inner, rss, parquet_rate)
+        if args.imports_only:
+            print(f"load average after: {os.getloadavg()[0]:.1f}")
+            return 0
+        run_child(["import", str(small), "--db", str(db_small), "--run", "small"])
+        out = tmp / "out.parquet"
+        _estimate_rows(args, wanted, db, out, total)
+        if "grpo" in wanted:
+            small_run = ["--db", str(db_small), "--run", "small", "--estimator", "grpo"]
+            wall, inner, rss = run_child(
+                ["estimate", *small_run, "--no-cache", "--out", str(out), "--chunk", str(args.chunk)]
+            )
+            _line("estimate grpo, streamed, a run a tenth the size", small_total, wall, inner, rss, None)
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench scale")
     parser.add_argument("--tokens", type=int, default=10_000_000)
     parser.add_argument("--chunk", type=int, default=DEFAULT_CHUNK_ROLLOUTS, help="rollouts per chunk")
@@ -190,78 +235,46 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.imports_only and "--jsonl-tokens" not in (argv if argv is not None else sys.argv[1:]):
         args.jsonl_tokens = args.tokens
-    wanted = set(args.estimators.split(","))
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(
-        f"load average {load} on {os.cpu_count()} CPUs; tokens/s and ratios use the time after process "
-        "start (the wall column includes it)"
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        source, text = tmp / "run.parquet", tmp / "run.jsonl"
-        total = write_run(source, None, args.tokens, text=args.text)
-        jsonl_total = write_run(tmp / "j.parquet", text, args.jsonl_tokens, 2) if args.jsonl_tokens else 0
-        small = tmp / "small.parquet"
-        small_total = (
-            0
-            if args.imports_only
-            else write_run(small, None, max(args.tokens // 10, 1), seed=1, text=args.text)
-        )
-        db, db_small = tmp / "store.duckdb", tmp / "small.duckdb"
-        print(
-            f"{'row':<46} {'tokens':>11} {'wall s':>7} {'s':>7} {'tokens/s':>11} {'ratio':>6} {'peak MB':>8}"
-        )
+    return args
 
-        def line(label: str, tokens: int, wall: float, inner: float, rss: float, base: float | None) -> None:
-            rate = tokens / inner
-            ratio = f"{rate / base:>6.2f}" if base else f"{'':>6}"
-            print(f"{label:<46} {tokens:>11,} {wall:>7.1f} {inner:>7.1f} {rate:>11,.0f} {ratio} {rss:>8,.0f}")
 
-        wall, inner, rss = run_child(["import", str(source), "--db", str(db), "--run", "big"])
-        parquet_rate = total / inner
-        line("import native Parquet", total, wall, inner, rss, parquet_rate)
-        if jsonl_total:
-            wall, inner, rss = run_child(["import", str(text), "--db", str(tmp / "j.duckdb"), "--run", "j"])
-            line("import native JSONL (ratio: against Parquet)", jsonl_total, wall, inner, rss, parquet_rate)
-        if args.imports_only:
-            print(f"load average after: {os.getloadavg()[0]:.1f}")
-            return 0
-        run_child(["import", str(small), "--db", str(db_small), "--run", "small"])
-        out = tmp / "out.parquet"
-        grpo_rate = None
-        for name, extra in ROWS:
-            if name not in wanted:
-                continue
-            command = [
-                "estimate",
-                "--db",
-                str(db),
-                "--run",
-                "big",
-                "--estimator",
-                name.split()[0],
-                *extra,
-                "--no-cache",
-                "--out",
-                str(out),
-            ]
-            base = None
-            if not args.streamed_only:
-                wall, inner, rss = run_child([*command, "--chunk", "none"])
-                base = total / inner
-                line(f"estimate {name}, in memory", total, wall, inner, rss, base)
-            wall, inner, rss = run_child([*command, "--chunk", str(args.chunk)])
-            if base is None and grpo_rate is None:
-                grpo_rate = total / inner
-            line(f"estimate {name}, streamed", total, wall, inner, rss, base or grpo_rate)
-        if "grpo" in wanted:
-            small_run = ["--db", str(db_small), "--run", "small", "--estimator", "grpo"]
-            wall, inner, rss = run_child(
-                ["estimate", *small_run, "--no-cache", "--out", str(out), "--chunk", str(args.chunk)]
-            )
-            line("estimate grpo, streamed, a run a tenth the size", small_total, wall, inner, rss, None)
-    print(f"load average after: {os.getloadavg()[0]:.1f}")
-    return 0
+def _line(label: str, tokens: int, wall: float, inner: float, rss: float, base: float | None) -> None:
+    """One row of the table; the ratio is tokens/s against `base` (none without one)."""
+    rate = tokens / inner
+    ratio = f"{rate / base:>6.2f}" if base else f"{'':>6}"
+    print(f"{label:<46} {tokens:>11,} {wall:>7.1f} {inner:>7.1f} {rate:>11,.0f} {ratio} {rss:>8,.0f}")
+
+
+def _estimate_rows(args: argparse.Namespace, wanted: set[str], db: Path, out: Path, total: int) -> None:
+    """`creditlens estimate` of each wanted row of ROWS over the big run: in memory (unless
+    --streamed-only) and streamed in chunks; a streamed row's ratio is against its in-memory time, or
+    under --streamed-only against the first streamed row's."""
+    grpo_rate = None
+    for name, extra in ROWS:
+        if name not in wanted:
+            continue
+        command = [
+            "estimate",
+            "--db",
+            str(db),
+            "--run",
+            "big",
+            "--estimator",
+            name.split()[0],
+            *extra,
+            "--no-cache",
+            "--out",
+            str(out),
+        ]
+        base = None
+        if not args.streamed_only:
+            wall, inner, rss = run_child([*command, "--chunk", "none"])
+            base = total / inner
+            _line(f"estimate {name}, in memory", total, wall, inner, rss, base)
+        wall, inner, rss = run_child([*command, "--chunk", str(args.chunk)])
+        if base is None and grpo_rate is None:
+            grpo_rate = total / inner
+        _line(f"estimate {name}, streamed", total, wall, inner, rss, base or grpo_rate)
 
 
 if __name__ == "__main__":
