@@ -1,6 +1,7 @@
 """The shape of the code: no import cycles, lower layers never import higher ones, modules stay one
-screen of jobs (at most 450 lines), every registered estimator has a loop twin and a derivation, and the
-commands that only read the store never import torch (they run in a subprocess here).
+screen of jobs (at most 500 formatted lines), every registered estimator has a loop twin and a derivation,
+every model-scored one a score producer, and the commands that only read the store never import torch
+(they run in a subprocess here).
 
 The import graph is built from the AST of backend/, app/, pages/ and bench/: every `import` and
 `from ... import` anywhere in a module (top level or inside a function) is an edge, so a cycle hidden
@@ -17,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from backend.batch_fields import MODEL_SCORE_EXTRAS, MODEL_SCORED
 from backend.estimators import reference, registry
+from backend.models.score_producers import PRODUCERS
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("backend", "app", "pages", "bench", "creditlens")
@@ -185,6 +188,20 @@ def test_every_registered_estimator_explains_itself():
         f"no derivation for {', '.join(missing)}: pass explain=fn to its @register, fn "
         "written beside it from the steps in backend/estimators/explaining.py"
     )
+
+
+def test_every_model_scored_estimator_has_a_score_producer():
+    """`creditlens model-credit --method NAME` runs the producer registered for NAME
+    (`backend.models.score_producers`); the command line's choices (`MODEL_SCORED`, read without torch) are
+    the registered producers, and every estimator that reads model scores has one."""
+    assert set(PRODUCERS) == set(MODEL_SCORED)
+    readers = {
+        MODEL_SCORE_EXTRAS[need]
+        for n in registry.names()
+        for need in registry.get(n).needs
+        if need in MODEL_SCORE_EXTRAS
+    }
+    assert readers == set(MODEL_SCORED), readers
 
 
 def test_pages_reach_the_backend_only_through_app():

@@ -21,6 +21,10 @@ Adding an estimator:
    a value source).
    A paper-named estimator also gets an entry in test_official.py against the official code's outputs.
 4. Document the math, its source and its scope in docs/estimators.md.
+An estimator that reads scores only the policy can make (OAR, GCPO: `needs=model_score_needs("name")`)
+also registers its score producer with `@produces("name", ...)` in backend/models/score_producers.py (the
+model-bound half, run by `creditlens model-credit --method name`) and adds the name to
+`batch_fields.MODEL_SCORED`; tests/test_architecture.py fails until both agree.
 """
 
 from backend.estimators import (  # noqa: F401  (registers)

@@ -20,6 +20,7 @@ from backend.errors import InputError, StoreError
 from backend.models import model_credit as mc
 from backend.models.engine import Cancel, Engine, Progress
 from backend.models.factory import load_engine
+from backend.models.score_producers import producer
 from backend.store.model_credit_queries import rollout_tokens, save_model_credit
 
 
@@ -46,17 +47,13 @@ class ModelCreditSettings:
             raise InputError(f"--chunk-size {self.chunk_size}: expected at least 1")
         if self.noise_std < 0:
             raise InputError(f"--noise-std {self.noise_std}: expected a number >= 0")
-        if self.method == "gcpo" and "{prompt}" not in self.negative_template:
-            raise InputError(f"--negative-prompt {self.negative_template!r}: it must contain {{prompt}}")
+        check = producer(self.method).check
+        if check is not None:
+            check(self)
 
     def recorded(self) -> dict:
         """The settings the cached scores depend on (stored with them)."""
-        if self.method == "gcpo":
-            return {"negative_template": self.negative_template}
-        out = {"answer_regex": self.answer_regex}
-        if self.method == "oar_g":
-            out.update(noise_std=self.noise_std, seed=self.seed)
-        return out
+        return producer(self.method).recorded(self)
 
 
 @dataclass
@@ -120,37 +117,17 @@ def compute_scores(
     progress: Progress | None = None,
     cancel: Cancel | None = None,
 ) -> dict | None:
-    """The method's scores per rollout id (None when cancelled)."""
-    if settings.method == "oar_p":
-        return mc.oar_p_scores(engine, rollouts, settings.answer_regex, settings.chunk_size, progress, cancel)
-    if settings.method == "oar_g":
-        return mc.oar_g_scores(
-            engine,
-            rollouts,
-            settings.answer_regex,
-            settings.noise_std,
-            settings.seed,
-            max(1, settings.chunk_size // 4),
-            progress,
-            cancel,
-        )
-    return mc.gcpo_deltas(engine, rollouts, settings.negative_template, settings.chunk_size, progress, cancel)
+    """The method's scores per rollout id (None when cancelled): its registered score producer."""
+    return producer(settings.method).score(engine, rollouts, settings, progress, cancel)
 
 
 def model_rows(rollouts: Sequence[mc.RolloutTokens], settings: ModelCreditSettings) -> tuple[int, list[int]]:
     """(sequences the model runs on, rollouts without an answer) for a request."""
-    if settings.method == "gcpo":
-        return 2 * len(rollouts), []
-    spans = {r.rollout_id: mc.answer_span(r.tokens, settings.answer_regex) for r in rollouts}
-    missing = sorted(rid for rid, s in spans.items() if s is None)
-    if settings.method == "oar_g":
-        return len(rollouts) - len(missing), missing
-    return sum(1 + s[0] for s in spans.values() if s is not None), missing
+    return producer(settings.method).model_rows(rollouts, settings)
 
 
 def open_engine(settings: ModelCreditSettings, model_dir: str | None = None) -> Engine:
-    # OAR-G differentiates through the model: only the transformers engine has one to differentiate.
-    engine = "transformers" if settings.method == "oar_g" else settings.engine
+    engine = producer(settings.method).engine or settings.engine
     return load_engine(
         model_dir or settings.model_dir,
         engine=engine,
