@@ -154,15 +154,7 @@ def teacher_bench(
     cache: the numbers `creditlens estimate` prints. Raises `InputError` when the run has no values.
     """
     specs = specs if specs is not None else parse_estimator_specs(None)
-    with handle.read() as store:
-        values, keys = store.resample_values(run), store.rollout_keys(run)
-    if steps is not None:
-        values = values[values["rollout_id"].isin(keys.loc[keys["step"].isin(steps), "rollout_id"])]
-    if values.empty:
-        at = "" if steps is None else f" at steps {sorted(steps)}"
-        raise InputError(
-            f"run {run!r} has no Monte Carlo values{at}; run `creditlens teacher --run {run}` first"
-        )
+    values = _teacher_values(handle, run, steps)
     outcome_channel = main_channel.resolve(handle, run, outcome_channel)
     with handle.read() as store:
         batch = estimates.with_channel(store.load_batch(run), outcome_channel)
@@ -195,42 +187,11 @@ def teacher_bench(
             advantages_of[label] = scoped.advantages
     table = pd.DataFrame(rows)
     if truth.first_wrong:  # the step verifier's own credit: its scores at the step ends
-        local = batch.token_rewards["process"].cpu().numpy()
-        row_of = {int(r): i for i, r in enumerate(batch.rollout_ids.tolist())}
-        own = {r: local[row_of[r], : lengths[r]] for r in valued}
-        rows.append(
-            {
-                "estimator": "process channel",
-                "kind": "uses verifier",
-                **score_advantages(segments, truth, own, cliffs)[0],
-            }
-        )
+        rows.append(_verifier_row(batch, lengths, valued, segments, truth, cliffs))
     rows = [*rows, *value_source_rows(batch, values, outcome_channel, skipped)]
     chance = {"estimator": "chance", "kind": "sanity", **chance_row(segments, truth, cliffs)}
     rows.append(chance)
-    if len(table) and (table["kind"] == "estimator").any():
-        best = table[table["kind"] == "estimator"].sort_values("ranking_accuracy", ascending=False).iloc[0]
-        adv = advantages_of[best["estimator"]]
-        inverted, _ = score_advantages(segments, truth, {r: -a for r, a in adv.items()}, cliffs)
-        sums = segment_sums(segments, adv)
-        # one draw is noisy (a rollout of 3 segments has 6 orders): the row averages SHUFFLES of them
-        shuffled = (
-            pd.DataFrame(
-                [
-                    score_advantages(
-                        segments,
-                        truth,
-                        fair.segment_shuffle(segments.rollout, segments.start, segments.end, sums, adv, seed),
-                        cliffs,
-                    )[0]
-                    for seed in range(SHUFFLES)
-                ]
-            )
-            .mean()
-            .to_dict()
-        )
-        for suffix, metrics in (("inverted", inverted), ("shuffled", shuffled)):
-            rows.append({"estimator": f"{best['estimator']} ({suffix})", "kind": "sanity", **metrics})
+    rows += _best_inverted_and_shuffled(table, advantages_of, segments, truth, cliffs)
     columns = ["estimator", "kind"] + [c for m in METRICS for c in (m, f"{m}_se", f"{m}_se_group")]
     out = pd.DataFrame(rows).reindex(columns=columns)
     out["n_positions"] = segments.n_positions
@@ -253,6 +214,67 @@ def teacher_bench(
         n_cliffs,
         table_of_steps,
     )
+
+
+def _teacher_values(handle, run: str, steps: list[int] | None) -> pd.DataFrame:
+    """The run's stored Monte Carlo values (of the rollouts of `steps` when given); raises `InputError`
+    when there are none."""
+    with handle.read() as store:
+        values, keys = store.resample_values(run), store.rollout_keys(run)
+    if steps is not None:
+        values = values[values["rollout_id"].isin(keys.loc[keys["step"].isin(steps), "rollout_id"])]
+    if values.empty:
+        at = "" if steps is None else f" at steps {sorted(steps)}"
+        raise InputError(
+            f"run {run!r} has no Monte Carlo values{at}; run `creditlens teacher --run {run}` first"
+        )
+    return values
+
+
+def _verifier_row(batch, lengths: dict, valued: list[int], segments, truth, cliffs) -> dict:
+    """The row of the step verifier's own credit: the process channel's token rewards (its scores at the
+    step ends) judged as an estimator's advantages."""
+    local = batch.token_rewards["process"].cpu().numpy()
+    row_of = {int(r): i for i, r in enumerate(batch.rollout_ids.tolist())}
+    own = {r: local[row_of[r], : lengths[r]] for r in valued}
+    return {
+        "estimator": "process channel",
+        "kind": "uses verifier",
+        **score_advantages(segments, truth, own, cliffs)[0],
+    }
+
+
+def _best_inverted_and_shuffled(
+    table: pd.DataFrame, advantages_of: dict[str, dict[int, np.ndarray]], segments, truth, cliffs
+) -> list[dict]:
+    """The sanity rows of the best estimator (by ranking accuracy): its advantages inverted, and its
+    segment sums shuffled within each rollout (averaged over SHUFFLES draws); none without an estimator."""
+    if not (len(table) and (table["kind"] == "estimator").any()):
+        return []
+    best = table[table["kind"] == "estimator"].sort_values("ranking_accuracy", ascending=False).iloc[0]
+    adv = advantages_of[best["estimator"]]
+    inverted, _ = score_advantages(segments, truth, {r: -a for r, a in adv.items()}, cliffs)
+    sums = segment_sums(segments, adv)
+    # one draw is noisy (a rollout of 3 segments has 6 orders): the row averages SHUFFLES of them
+    shuffled = (
+        pd.DataFrame(
+            [
+                score_advantages(
+                    segments,
+                    truth,
+                    fair.segment_shuffle(segments.rollout, segments.start, segments.end, sums, adv, seed),
+                    cliffs,
+                )[0]
+                for seed in range(SHUFFLES)
+            ]
+        )
+        .mean()
+        .to_dict()
+    )
+    return [
+        {"estimator": f"{best['estimator']} ({suffix})", "kind": "sanity", **metrics}
+        for suffix, metrics in (("inverted", inverted), ("shuffled", shuffled))
+    ]
 
 
 def value_source_rows(batch, values: pd.DataFrame, outcome_channel: str, skipped: list[str]) -> list[dict]:
