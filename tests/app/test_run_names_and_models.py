@@ -54,11 +54,17 @@ def test_resample_says_in_place_that_the_model_folder_is_missing(writable, app_d
         store.con.execute(
             "UPDATE runs SET model_dir = ? WHERE name = 'demo'", ["repo/sample_runs/demo-policy"]
         )
+        # the demo records each step's checkpoint; rollout 2 is step 0's, moved the same way
+        store.con.execute(
+            "UPDATE step_checkpoints SET model_dir = ? WHERE run_id = ? AND step = 0",
+            ["repo/sample_runs/demo-policy-steps/step0", store.run_id("demo")],
+        )
     at = open_app(app_db, "resample", {"run": "demo", "rollout": "2"})
     assert not at.exception, [e.message for e in at.exception]
     warnings = [w.value for w in at.warning]
     assert any(
-        "model folder 'repo/sample_runs/demo-policy' does not exist on this machine" in w for w in warnings
+        "model folder 'repo/sample_runs/demo-policy-steps/step0' does not exist on this machine" in w
+        for w in warnings
     ), warnings
     assert at.button(key="resample_run").disabled
     subheaders = [s.value for s in at.subheader]

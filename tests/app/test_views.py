@@ -282,20 +282,36 @@ def test_oracle_view_teacher_table_on_the_shipped_teacher(app_db):
     best = table[table["kind"] == "estimator"]["ranking_accuracy"].idxmax()
     assert table.loc[f"{best} (inverted)", "ranking_accuracy"] < 0.5  # the sanity row under chance
     assert table.loc["grpo", "ranking_accuracy_se"] > 0 and table.loc["grpo", "ranking_accuracy_se_group"] > 0
-    assert any("1040 valued positions in 300 rollouts" in c.value for c in at.caption)
-    # enough valued positions; the one warning is the off-policy note `creditlens teacher-bench` prints
+    assert any("1036 valued positions in 300 rollouts" in c.value for c in at.caption)
+    # enough valued positions, and every value on-policy: no warning (`creditlens teacher-bench` prints none)
     with Store(app_db, read_only=True) as store:
         keys = store.rollout_index("demo")
         cal = calibration(
             store, "demo", dict(zip(keys["rollout_id"].astype(int), keys["task"].astype(float), strict=True))
         )
-    assert [w.value for w in at.warning] == [off_policy_note(cal)]
+    assert off_policy_note(cal) is None and [w.value for w in at.warning] == []
     shown = at.dataframe[2].value  # the calibration table, the same function's
     pd.testing.assert_frame_equal(shown.reset_index(drop=True), cal, check_dtype=False)
-    assert shown["policy"].tolist() == ["off-policy", "off-policy", "off-policy", "on-policy"]
+    assert shown["policy"].tolist() == ["on-policy"] * 4
     assert any("ranking_accuracy" in m.value and "higher is better" in m.value for m in at.markdown)
     misses = at.dataframe[3].value
     assert misses["open"].str.startswith("rollout?run=demo&rollout=").all()
+
+    # step 0's suffixes as another model would have stored them: the view warns and marks the step
+    with Store(app_db) as store:
+        run_id = store.run_id("demo")
+        store.con.execute(
+            "UPDATE resample_samples SET on_policy = false WHERE run_id = ? AND rollout_id IN "
+            "(SELECT rollout_id FROM rollouts WHERE run_id = ? AND step = 0)",
+            [run_id, run_id],
+        )
+        keys = store.rollout_index("demo")
+        cal = calibration(
+            store, "demo", dict(zip(keys["rollout_id"].astype(int), keys["task"].astype(float), strict=True))
+        )
+    at = open_app(app_db, "oracle", {"run": "demo", "rollout": "0", "ests": "grpo,token_rm"}, timeout=300)
+    assert [w.value for w in at.warning] == [off_policy_note(cal)] and "(steps 0)" in off_policy_note(cal)
+    assert at.dataframe[2].value["policy"].tolist() == ["off-policy", "on-policy", "on-policy", "on-policy"]
 
 
 def test_oracle_view_warns_when_few_positions_are_valued(app_db):

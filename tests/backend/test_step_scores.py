@@ -42,7 +42,10 @@ def test_init_imports_the_demo_run_with_its_process_channel(fresh_db, capsys):
 
 
 def test_verify_steps_writes_the_process_channel_of_a_users_run(fresh_db, tmp_path, capsys):
-    records = [json.loads(line) for line in DEMO.read_text().splitlines()][:64]
+    # the last 64 rollouts (step 3: eight whole groups, some with a wrong step and some without); the
+    # demo's rollout id is this run's plus `offset`
+    demo_records = [json.loads(line) for line in DEMO.read_text().splitlines()]
+    records, offset = demo_records[-64:], len(demo_records) - 64
     for rec in records:  # a user's run: the same rollouts, no process channel yet
         del rec["rewards"]["process"], rec["token_rewards"]["process"]
     path = write_jsonl(tmp_path / "mine.jsonl", records)
@@ -75,10 +78,10 @@ def test_verify_steps_writes_the_process_channel_of_a_users_run(fresh_db, tmp_pa
     assert main(["verify-steps", "--db", str(db), "--run", "mine", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["rollouts"] == 64 and 0 < report["with_wrong_step"] == len(report["first_wrong"]) < 64
-    assert report["first_wrong"][0] == {"rollout_id": 0, "step": 1, "note": "8+4+1 is 13, not 14"}
+    assert report["first_wrong"][0] == {"rollout_id": 2, "step": 2, "note": "answer 42, expected 72"}
     mine, demo = process_of(db, "mine"), process_of(fresh_db, "demo")
-    assert all(mine[0][r] == demo[0][r] for r in range(64))
-    assert all(np.array_equal(mine[1][r], demo[1][r]) for r in range(64))
+    assert all(mine[0][r] == demo[0][r + offset] for r in range(64))
+    assert all(np.array_equal(mine[1][r], demo[1][r + offset]) for r in range(64))
     with Store(db, read_only=True) as store:
         # the summed reward now includes process, and "all channels" estimates were dropped
         after = store.con.execute("SELECT sum(reward) FROM rollout_summary").fetchone()[0]

@@ -131,7 +131,7 @@ def test_class_ids_from_arrow_text_equal_the_per_token_definition(tmp_path):
     """Streamed estimates classify tokens from the store's Arrow text (one regex call per distinct token);
     the views from python lists. Both equal the definition on byte-level BPE text, with a phrase that
     spans tokens and one that starts inside a token."""
-    records = subword_records(groups=2)
+    records = subword_records(groups=3)  # the first three groups hold a token of every class checked below
     with Store(tmp_path / "s.duckdb") as store:
         import_records(store, "subword", records, content_key="subword")
         as_lists = store.load_batch("subword", fields={"tokens"})

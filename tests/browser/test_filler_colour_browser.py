@@ -33,7 +33,7 @@ def test_per_row_colour_bars_are_drawn_each_labelled(page):
     labels = page.evaluate(  # the text drawn in the strip's cells, as the browser shows it
         "() => [...document.querySelectorAll('.st-key-rollout_heatmap .hm text')].map(t => t.textContent)"
     )
-    for end in ("-4.69", "+4.69", "-0.354", "+0.354", "-5.04", "+5.04"):  # process, task, final
+    for end in ("-4.71", "+4.71", "-0.540", "+0.540", "-5.25", "+5.25"):  # process, task, final
         assert end in labels, (end, labels[-30:])
 
 
