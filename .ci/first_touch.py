@@ -38,7 +38,7 @@ def open_landing_page(url: str, screenshot: Path) -> str:
     code = f"""
 import sys
 from playwright.sync_api import sync_playwright
-from app.testing import launch, wait_idle
+from bench.chromium import launch, wait_idle
 with sync_playwright() as p:
     browser = launch(p)
     page = browser.new_page(viewport={{"width": 1400, "height": 1000}})

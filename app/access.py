@@ -4,7 +4,8 @@
 the store: switches after `--` on the `streamlit run` command line (`--read-only`, `--import-root DIR`,
 `--max-suffixes N`), with environment variables as the fallback (`CREDITLENS_READ_ONLY=1`,
 `CREDITLENS_IMPORT_ROOTS` joined with `os.pathsep`, `CREDITLENS_MAX_SUFFIXES`). The token travels only
-in the environment (`CREDITLENS_TOKEN`): a command line is visible to every user of the machine (`ps`).
+in the environment (`CREDITLENS_TOKEN`): a command line is visible to every user of the machine (`ps`);
+how it is made and checked is the server's (`app/server/auth.py`).
 
 Every function that changes the store or occupies the model checks here itself (`require_writable`,
 `import_path_allowed`); hiding a button is only the polite half.
@@ -12,11 +13,7 @@ Every function that changes the store or occupies the model checks here itself (
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import ipaddress
 import os
-import secrets
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,43 +115,3 @@ def check_job_size(current: Settings, positions: int, samples: int) -> None:
             f"{positions} positions x {samples} samples = {positions * samples} suffixes; this server "
             f"allows at most {current.max_suffixes} per request (--max-suffixes)"
         )
-
-
-# --- the access token -------------------------------------------------------------------------------
-
-
-def is_loopback(host: str) -> bool:
-    """Whether binding to `host` keeps the server on this machine (127.0.0.0/8, ::1, localhost)."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name (or "" = every interface): assume it is reachable from outside
-
-
-def new_token() -> str:
-    return secrets.token_urlsafe(24)  # 192 bits
-
-
-def token_matches(candidate: str | None, token: str) -> bool:
-    """Constant-time comparison of a presented token with the server's."""
-    if not isinstance(candidate, str) or not candidate:
-        return False
-    return hmac.compare_digest(candidate.encode("utf-8", "surrogatepass"), token.encode("utf-8"))
-
-
-def cookie_name(port: int) -> str:
-    """Cookies ignore ports: one name per port keeps two servers on one host apart."""
-    return f"creditlens_access_{int(port)}"
-
-
-def cookie_value(token: str) -> str:
-    """What the browser keeps after the first visit: an HMAC of the token, not the token itself."""
-    return hmac.new(token.encode("utf-8"), b"creditlens access cookie", hashlib.sha256).hexdigest()
-
-
-def cookie_matches(candidate: str | None, token: str) -> bool:
-    if not isinstance(candidate, str) or not candidate:
-        return False
-    return hmac.compare_digest(candidate.encode("utf-8", "surrogatepass"), cookie_value(token).encode())

@@ -7,24 +7,18 @@ over to the chosen view.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import streamlit as st
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts app/ on the path, not the repo
-    sys.path.insert(0, str(ROOT))
-
-import streamlit as st  # noqa: E402
-
-from app import access, data, state  # noqa: E402
-from app.view_list import PAGES, VIEWS  # noqa: E402
+from app import data, state
+from app.server import auth
+from app.view_list import PAGES, VIEWS
 
 st.set_page_config(page_title="Credit Lens", page_icon=":material/grid_on:", layout="wide")
 settings = data.settings()
-# The token gate (app/gate.py) already refuses the WebSocket without the access cookie; this check keeps
-# the data closed when the script is served some other way (e.g. `streamlit run app/main.py`).
-if settings.token and not access.cookie_matches(
-    st.context.cookies.get(access.cookie_name(st.get_option("server.port"))), settings.token
+# The token gate (app/server/gate.py) already refuses the WebSocket without the access cookie; this check
+# keeps the data closed when the script is served some other way (e.g. `streamlit run app/main.py`).
+if settings.token and not auth.cookie_matches(
+    st.context.cookies.get(auth.cookie_name(st.get_option("server.port"))), settings.token
 ):
     st.title("Credit Lens · access token required")
     st.write("Open the address that `creditlens app` printed when it started (it carries the token).")

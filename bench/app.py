@@ -17,12 +17,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.serve import Server
-from app.testing import CHROMIUM, launch, wait_idle
+from app.server.launch import Server
 from backend.ingest import import_records
 from backend.ingest.bundled import import_bundled
 from backend.store import Store
 from bench import app_load
+from bench.chromium import CHROMIUM, launch, wait_idle
 
 OUT = Path(__file__).resolve().parent / "out"
 WORDS = ["the", "so", "we", "add", "carry", "then", "answer", "is", "step", ",", ".", "1", "2", "7", "\n"]

@@ -17,8 +17,8 @@ from pathlib import Path
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
 from app import view_list
-from app.serve import Server
-from app.testing import launch
+from app.server.launch import Server
+from bench.chromium import launch
 
 TRIVIAL = 'import streamlit as st\n\nst.title("Trivial")\nst.write("A trivial page: the baseline.")\n'
 # Each view as a link opens it on the demo store (rollout 3: a group whose scores differ).

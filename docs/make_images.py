@@ -22,12 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from app.serve import Server  # noqa: E402
-from app.testing import launch, wait_idle  # noqa: E402
+from app.server.launch import Server  # noqa: E402
 from backend.demo.subword import subword_records  # noqa: E402
 from backend.ingest import import_records  # noqa: E402
 from backend.ingest.bundled import import_bundled  # noqa: E402
 from backend.store import Store  # noqa: E402
+from bench.chromium import launch, wait_idle  # noqa: E402
 
 # (file name, path and query, what to wait for, keys of elements to scroll into view first)
 README_VIEWS = (

@@ -204,6 +204,60 @@ def test_every_model_scored_estimator_has_a_score_producer():
     assert readers == set(MODEL_SCORED), readers
 
 
+def _app_edges(prefixes: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(module, imported module) for every import edge out of the app modules under `prefixes`."""
+    return [
+        (module, target)
+        for module, edges in _graph().items()
+        if module.startswith(prefixes)
+        for target in sorted(edges)
+    ]
+
+
+def _within_package(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+SERVER = ("app.server",)
+# What the server may import from app/: itself, the access settings it hands over, the list of views it warms.
+SERVER_MAY_IMPORT = ("app.server", "app.access", "app.view_list")
+
+
+def test_the_server_imports_no_view_code():
+    """app/server/ (launch, the ASGI app, gate, warm-up) starts the views by path and by url path; it never
+    imports a view, a view helper, the views' data or the session state."""
+    offenders = [
+        f"{module} imports {target}"
+        for module, target in _app_edges(SERVER)
+        if target.startswith("app") and not _within_package(target, SERVER_MAY_IMPORT)
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_only_the_entry_point_imports_the_server():
+    """In app/, the server package is imported by the entry point alone (its cookie check); views, view
+    helpers and the views' data never reach the server or its token."""
+    offenders = [
+        f"{module} imports {target}"
+        for module, target in _app_edges(("app",))
+        if not _within_package(module, SERVER) and module != "app.main" and _within_package(target, SERVER)
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_app_imports_neither_tests_nor_bench():
+    """The browser tests' Chromium launcher (bench/chromium.py) and the tests' helpers stay outside the
+    installed app: nothing in app/ imports tests/ or bench/."""
+    offenders = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for module, path in MODULES.items()
+        if _within_package(module, ("app",))
+        for name in _imported_names(module, path)
+        if _within_package(name, ("tests", "bench"))
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
 def test_pages_reach_the_backend_only_through_app():
     offenders = [
         f"{path.relative_to(ROOT)} imports {name}"

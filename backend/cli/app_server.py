@@ -1,6 +1,6 @@
 """`creditlens app ...`: start the Streamlit app.
 
-The command knows only the path of the app's launcher (`app/serve.py`) and hands it every argument
+The command knows only the path of the app's launcher (`app/server/launch.py`) and hands it every argument
 after `app`: the server's options, its access token and the store preparation are app logic, and
 `backend` never imports `app`. `creditlens app --help` prints the launcher's options.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from backend.foreground import run_in_foreground
 
-APP_LAUNCHER = Path(__file__).resolve().parents[2] / "app" / "serve.py"
+APP_LAUNCHER = Path(__file__).resolve().parents[2] / "app" / "server" / "launch.py"
 
 
 def cmd_app(args) -> int:

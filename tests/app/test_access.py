@@ -11,7 +11,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from app import access, actions
-from app import serve as commands
+from app.server import auth
+from app.server import launch as commands
 from backend.errors import InputError
 from backend.store import StoreHandle
 from tests.app.conftest import open_app
@@ -120,7 +121,7 @@ def test_settings_travel_on_the_command_line_after_the_double_dash(tmp_path, mon
     cmd = commands.streamlit_command(db, 8501, "0.0.0.0", args)
     assert cmd[cmd.index("--") + 1 :] == ["--db", str(db), *args]
     assert str(commands.SERVER) in cmd  # the app behind the token gate
-    current = access.settings(db, argv=[str(commands.MAIN), "--db", str(db), *args])
+    current = access.settings(db, argv=[str(commands.SERVER), "--db", str(db), *args])
     assert current.read_only and current.import_roots == (tmp_path.resolve(),) and current.max_suffixes == 64
 
 
@@ -161,7 +162,7 @@ def test_a_missing_import_root_is_a_clear_error(tmp_path):
     ],
 )
 def test_loopback_addresses(host, loopback):
-    assert access.is_loopback(host) is loopback
+    assert auth.is_loopback(host) is loopback
 
 
 def test_a_token_is_required_exactly_when_bound_beyond_loopback(monkeypatch):
@@ -179,16 +180,16 @@ def test_a_token_is_required_exactly_when_bound_beyond_loopback(monkeypatch):
 
 
 def test_token_and_cookie_comparisons():
-    token = access.new_token()
-    assert access.token_matches(token, token)
-    assert not access.token_matches(token[:-1], token)
-    assert not access.token_matches(token + "x", token)
-    assert not access.token_matches("", token) and not access.token_matches(None, token)
-    assert not access.token_matches("\udcff", token)  # undecodable input is just wrong, not an error
-    cookie = access.cookie_value(token)
-    assert token not in cookie and access.cookie_matches(cookie, token)
-    assert not access.cookie_matches(access.cookie_value(token + "x"), token)
-    assert access.cookie_name(8501) != access.cookie_name(8502)
+    token = auth.new_token()
+    assert auth.token_matches(token, token)
+    assert not auth.token_matches(token[:-1], token)
+    assert not auth.token_matches(token + "x", token)
+    assert not auth.token_matches("", token) and not auth.token_matches(None, token)
+    assert not auth.token_matches("\udcff", token)  # undecodable input is just wrong, not an error
+    cookie = auth.cookie_value(token)
+    assert token not in cookie and auth.cookie_matches(cookie, token)
+    assert not auth.cookie_matches(auth.cookie_value(token + "x"), token)
+    assert auth.cookie_name(8501) != auth.cookie_name(8502)
 
 
 def test_runs_page_refuses_a_path_outside_the_roots_and_imports_one_inside(layout, app_db, monkeypatch):
@@ -231,7 +232,7 @@ def test_uploads_still_import_with_narrow_roots(tmp_path, app_db, monkeypatch):
 
 
 def test_the_script_itself_shows_nothing_without_the_access_cookie(app_db, monkeypatch):
-    """The gate's backstop when main.py is served without app/server.py: no cookie, no views."""
+    """The gate's backstop when main.py is served without app/server/asgi.py: no cookie, no views."""
     monkeypatch.setenv(access.TOKEN_ENV, "some-token")
     at = open_app(app_db, query={"run": "demo", "rollout": "1"})
     assert [t.value for t in at.title] == ["Credit Lens · access token required"]

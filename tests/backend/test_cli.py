@@ -65,8 +65,8 @@ def _answers(port: int) -> bool:
 
 @pytest.mark.slow
 def test_app_serves_and_stopping_the_command_stops_the_server(tmp_path):
-    """`creditlens app` hands its arguments to app/serve.py, which starts Streamlit; a SIGTERM to the command
-    reaches both, so no server is left behind."""
+    """`creditlens app` hands its arguments to app/server/launch.py, which starts Streamlit; a SIGTERM to the
+    command reaches both, so no server is left behind."""
     port = free_test_port()
     db = tmp_path / "s.duckdb"
     command = [sys.executable, "-m", "backend.cli", "app", "--db", str(db), "--port", str(port)]

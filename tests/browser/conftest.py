@@ -20,11 +20,11 @@ import pytest
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
-from app.serve import Server
-from app.testing import CHROMIUM, launch
+from app.server.launch import Server
 from backend.demo.subword import subword_records
 from backend.ingest import import_records
 from backend.store import Store
+from bench.chromium import CHROMIUM, launch
 from tests.conftest import copy_store, free_test_port, make_records
 
 SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
@@ -208,7 +208,7 @@ def settle(page, timeout: float = 60.0) -> None:
 def serving(db: Path, warm: bool = False, **kwargs):
     """`Server` on a port of this worker's block (tests/conftest.py). It does not watch the sources: an edit
     to the checkout during a run would put Streamlit's "File change" prompt on every page. Only a server
-    started with `warm` opens every view in the background first (app/warmup.py): the session's server
+    started with `warm` opens every view in the background first (app/server/warmup.py): the session's server
     does, as `make app` does; a module's own server, for one or two pages, leaves that work out."""
     env = {"STREAMLIT_SERVER_FILE_WATCHER_TYPE": "none", "CREDITLENS_WARMUP": "1" if warm else "0"}
     with mock.patch.dict(os.environ, env):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.testing import CHROMIUM
+from bench.chromium import CHROMIUM
 from tests.browser.conftest import open_view, serving
 from tests.conftest import make_records, run_cli_here, write_jsonl
 

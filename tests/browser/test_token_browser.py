@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from app import access
-from app.testing import CHROMIUM
+from app.server import auth
+from bench.chromium import CHROMIUM
 from tests.browser.conftest import after, runs, serving
 from tests.conftest import copy_store, free_test_port
 
@@ -48,7 +49,7 @@ def request(port: int, path: str, headers: dict | None = None, method: str = "GE
 
 
 def cookie_header(server) -> dict:
-    return {"Cookie": f"{access.cookie_name(server.port)}={access.cookie_value(TOKEN)}"}
+    return {"Cookie": f"{auth.cookie_name(server.port)}={auth.cookie_value(TOKEN)}"}
 
 
 def test_without_a_token_every_path_gets_the_token_page(gated):
@@ -78,9 +79,9 @@ def test_a_wrong_token_is_refused(gated):
         assert "set-cookie" not in {k.lower() for k in headers}
     status, _, _ = request(gated.port, "/", {"Authorization": "token wrong"})
     assert status == 401
-    other_port = {"Cookie": f"{access.cookie_name(gated.port + 1)}={access.cookie_value(TOKEN)}"}
+    other_port = {"Cookie": f"{auth.cookie_name(gated.port + 1)}={auth.cookie_value(TOKEN)}"}
     assert request(gated.port, "/", other_port)[0] == 401
-    forged = {"Cookie": f"{access.cookie_name(gated.port)}={access.cookie_value('guess')}"}
+    forged = {"Cookie": f"{auth.cookie_name(gated.port)}={auth.cookie_value('guess')}"}
     assert request(gated.port, "/", forged)[0] == 401
 
 
@@ -90,7 +91,7 @@ def test_the_right_token_sets_a_cookie_and_leaves_the_url(gated):
     assert status == 303
     assert headers["location"] == "/?run=demo&rollout=3"
     cookie = headers["set-cookie"]
-    assert cookie.startswith(f"{access.cookie_name(gated.port)}=")
+    assert cookie.startswith(f"{auth.cookie_name(gated.port)}=")
     assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Path=/" in cookie
     assert TOKEN not in cookie  # the cookie holds an HMAC of the token
     status, _, body = request(gated.port, "/?run=demo&rollout=3", cookie_header(gated))
@@ -113,7 +114,7 @@ def test_the_websocket_needs_the_cookie(gated):
             return str(exc.response.status_code)
 
     assert handshake({}) == "403"
-    forged = {"Cookie": f"{access.cookie_name(gated.port)}={TOKEN}"}  # the token itself is not the cookie
+    forged = {"Cookie": f"{auth.cookie_name(gated.port)}={TOKEN}"}  # the token itself is not the cookie
     assert handshake(forged) == "403"
     assert handshake(cookie_header(gated)) == "open"
 
@@ -140,7 +141,7 @@ def test_browser_token_page_then_app_then_cookie(browser, gated):
         assert "token=" not in page.url
         assert "run demo" in page.locator("body").inner_text()
         cookies = {c["name"]: c for c in context.cookies()}
-        kept = cookies[access.cookie_name(gated.port)]
+        kept = cookies[auth.cookie_name(gated.port)]
         assert kept["httpOnly"] and kept["value"] != TOKEN
 
         # A link without the token opens in the same browser: the cookie is enough.

@@ -1,4 +1,4 @@
-"""The server warms itself when it starts (app/warmup.py): every view opened once in a session with no
+"""The server warms itself when it starts (app/server/warmup.py): every view opened once in a session with no
 browser, so the heavy imports and default estimates are cached before a user's first page."""
 
 from __future__ import annotations

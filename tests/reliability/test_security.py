@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app import serve
+from app.server import launch as serve
 from backend import explorer
 from backend.errors import InputError
 from backend.ingest import import_records

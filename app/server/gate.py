@@ -1,6 +1,6 @@
 """The token gate in front of every HTTP request and WebSocket of the Streamlit server (ASGI middleware).
 
-Streamlit 1.67 serves apps with Starlette and lets an `st.App` add middleware (see `app/server.py`).
+Streamlit 1.67 serves apps with Starlette and lets an `st.App` add middleware (see `asgi.py`).
 With a token set, a request passes when it carries the access cookie (an HMAC of the token, HttpOnly,
 SameSite=Lax), an `Authorization: token <T>` / `Bearer <T>` header, or `?token=<T>` in the URL; the
 last is answered with a redirect that sets the cookie and drops the token from the address bar. Anything
@@ -16,6 +16,7 @@ from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qsl, urlencode
 
 from app import access
+from app.server import auth
 
 OPEN_PATHS = ("/_stcore/health",)
 
@@ -72,8 +73,8 @@ class TokenGate:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
-        name = access.cookie_name((scope.get("server") or ("", 0))[1] or 0)
-        if access.cookie_matches(_cookies(headers).get(name), self.token) or access.token_matches(
+        name = auth.cookie_name((scope.get("server") or ("", 0))[1] or 0)
+        if auth.cookie_matches(_cookies(headers).get(name), self.token) or auth.token_matches(
             _header_token(headers), self.token
         ):
             await self.app(scope, receive, send)
@@ -83,10 +84,10 @@ class TokenGate:
             return
         query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         presented = [v for k, v in query if k == "token"]
-        if presented and access.token_matches(presented[-1], self.token):
+        if presented and auth.token_matches(presented[-1], self.token):
             rest = urlencode([(k, v) for k, v in query if k != "token"])
             location = scope["path"] + (f"?{rest}" if rest else "")
-            cookie = f"{name}={access.cookie_value(self.token)}; Path=/; HttpOnly; SameSite=Lax"
+            cookie = f"{name}={auth.cookie_value(self.token)}; Path=/; HttpOnly; SameSite=Lax"
             if self.secure_cookie:
                 cookie += "; Secure"
             await self._respond(

@@ -1,11 +1,12 @@
-"""`creditlens app` (`python app/serve.py ...`): the Streamlit server over a store (created if missing).
+"""`creditlens app` (`python app/server/launch.py ...`): the Streamlit server over a store (created if
+missing).
 
 The command line's `app` command only knows this file's path and hands it its arguments, so the
 server's options, the access token and the store preparation stay app logic.
 
 Bound to loopback (the default) it behaves as a local tool. Bound to any other address it requires an
 access token (generated at start and printed with a ready-to-open URL, or given by `--token` /
-`CREDITLENS_TOKEN`) unless `--no-token`; see `app/access.py` and `app/gate.py`.
+`CREDITLENS_TOKEN`) unless `--no-token`; see `auth.py` and `gate.py` beside this file.
 """
 
 from __future__ import annotations
@@ -20,18 +21,14 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import quote
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `python app/serve.py` puts app/ on the path, not the repo
-    sys.path.insert(0, str(ROOT))
+from app import access
+from app.server import auth
+from backend.errors import InputError, StoreError
+from backend.foreground import run_in_foreground
+from backend.ingest.bundled import import_bundled
+from backend.store import default_db_path, open_store
 
-from app import access  # noqa: E402
-from backend.errors import InputError, StoreError  # noqa: E402
-from backend.foreground import run_in_foreground  # noqa: E402
-from backend.ingest.bundled import import_bundled  # noqa: E402
-from backend.store import default_db_path, open_store  # noqa: E402
-
-MAIN = Path(__file__).resolve().parent / "main.py"
-SERVER = Path(__file__).resolve().parent / "server.py"  # main.py behind the token gate
+SERVER = Path(__file__).resolve().parent / "asgi.py"  # the app (app/main.py) behind the token gate
 MAX_UPLOAD_MB = 200
 
 
@@ -86,9 +83,9 @@ def access_token(host: str, token: str | None, no_token: bool) -> tuple[str | No
         if token:
             raise InputError("--no-token and --token contradict each other; pass one of them")
         return None, False
-    if given or access.is_loopback(host):
+    if given or auth.is_loopback(host):
         return given, False
-    return access.new_token(), True
+    return auth.new_token(), True
 
 
 def app_arguments(
@@ -145,7 +142,7 @@ def cmd_app(args) -> int:
     env.pop(access.TOKEN_ENV, None)
     if token:
         env[access.TOKEN_ENV] = token  # the environment, not argv: `ps` shows argv to every user
-    if not access.is_loopback(args.host):
+    if not auth.is_loopback(args.host):
         print(
             f"Credit Lens is reachable from the network: bound to {args.host}:{args.port}.", file=sys.stderr
         )
@@ -267,7 +264,7 @@ class Server:
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
-            cwd=str(MAIN.parents[1]),
+            cwd=str(SERVER.parents[2]),
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

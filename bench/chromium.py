@@ -1,4 +1,5 @@
-"""Headless Debian chromium for the browser tests and `python -m bench app` (one launcher, one wait)."""
+"""Headless Debian chromium for the browser tests, the app benchmark (`python -m bench app`),
+docs/make_images.py and .ci/first_touch.py: one launcher, one wait."""
 
 from __future__ import annotations
 
