@@ -253,8 +253,7 @@ def nemo_rl_records(
     files: list[Path], progress: Progress | None, tokenizer: Tokenizer
 ) -> Iterator[tuple[str, dict]]:
     for path in files:
-        step = _step_number(path, r"train_data_step(\d+)")
-        step = max(step, 0)
+        step = max(_step_number(path, r"train_data_step(\d+)"), 0)
         for where, obj in iter_jsonl(path, progress):
             obj = _object(obj, where, "NeMo-RL")
             yield where, _nemo_rl_record(obj, step, where, tokenizer)
@@ -284,7 +283,15 @@ def _nemo_rl_record(obj: dict, step: int, where: str, tokenizer: Tokenizer) -> d
         "token_ids": response_ids,
         "rewards": {"task": _unbatch(obj, "rewards", where)},
     }
-    _add_nemo_rl_trainer_values(rec, extras, rows, token_mask, start, where)
+    if "prev_logprobs" in rows:
+        rec["logprobs"] = _numbers(rows["prev_logprobs"], "prev_logprobs", where)[start:]
+    if "generation_logprobs" in rows:
+        generation = _numbers(rows["generation_logprobs"], "generation_logprobs", where)
+        extras["generation_logprobs"] = generation[start:]
+    if "advantages" in rows:
+        advantages = _numbers(rows["advantages"], "advantages", where)[start:]
+        extras["logged_advantage"] = advantages
+        rec["logged_advantage"] = _one_advantage(advantages, token_mask[start:])
     rec["extras"] = extras
     labels, response = _labels_and_text(response_ids, tokenizer)
     rec["tokens"] = labels
@@ -293,18 +300,16 @@ def _nemo_rl_record(obj: dict, step: int, where: str, tokenizer: Tokenizer) -> d
     return rec
 
 
+_TEXT_ONLY_HINT = (
+    " (a text-only dump, as older NeMo-RL versions wrote them; this reader needs the token ids current "
+    "NeMo-RL logs)"
+)
+
+
 def _require_nemo_rl_fields(obj: dict, where: str) -> None:
     for name in ("token_ids", "token_loss_mask", "input_lengths", "rewards"):
         if name not in obj:
-            text_only = name == "token_ids" and "content" in obj
-            hint = (
-                (
-                    " (a text-only dump, as older NeMo-RL versions wrote them; this reader needs the "
-                    "token ids current NeMo-RL logs)"
-                )
-                if text_only
-                else ""
-            )
+            hint = _TEXT_ONLY_HINT if name == "token_ids" and "content" in obj else ""
             raise InputError(f"{where}: missing NeMo-RL field {name!r}{hint}")
 
 
@@ -321,21 +326,6 @@ def _nemo_rl_token_rows(obj: dict, length: int, where: str) -> dict[str, list]:
                 )
             rows[name] = row[:length]
     return rows
-
-
-def _add_nemo_rl_trainer_values(
-    rec: dict, extras: dict, rows: dict[str, list], token_mask: list[float], start: int, where: str
-) -> None:
-    """The trainer's logprobs, generation logprobs and advantages over the response, those the sample has."""
-    if "prev_logprobs" in rows:
-        rec["logprobs"] = _numbers(rows["prev_logprobs"], "prev_logprobs", where)[start:]
-    if "generation_logprobs" in rows:
-        generation = _numbers(rows["generation_logprobs"], "generation_logprobs", where)
-        extras["generation_logprobs"] = generation[start:]
-    if "advantages" in rows:
-        advantages = _numbers(rows["advantages"], "advantages", where)[start:]
-        extras["logged_advantage"] = advantages
-        rec["logged_advantage"] = _one_advantage(advantages, token_mask[start:])
 
 
 def _nemo_rl_texts(
