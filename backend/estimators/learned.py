@@ -445,9 +445,7 @@ def key_scores(
     h = torch.asin(torch.sqrt(torch.clamp(t_a / (t_a + t_c + 1e-10), 0, 1))) - torch.asin(
         torch.sqrt(torch.clamp(t_b / (t_b + t_d + 1e-10), 0, 1))
     )
-    tf_term = torch.zeros_like(t_a)
-    if config.use_tf:
-        tf_term = _tf_term(cnt_c, cnt_w, total_c[g_of], total_w[g_of])
+    tf_term = _tf_term(cnt_c, cnt_w, total_c[g_of], total_w[g_of]) if config.use_tf else torch.zeros_like(t_a)
     x = h + tf_term
     key = ((config.alpha * fisher + config.beta_ig * ig) * x) / (config.alpha + config.beta_ig)
     key = (torch.sigmoid(key) - 0.5) * 2 * config.scale
@@ -468,11 +466,8 @@ def key_scores(
 
 
 def _tf_term(cnt_c: torch.Tensor, cnt_w: torch.Tensor, tc: torch.Tensor, tw: torch.Tensor) -> torch.Tensor:
-    """tf_c/(tf_w + 1e-5) - tf_w/(tf_c + 1e-5), the BM25 term frequencies (k1 = 2, b = 0.5, the official
-    compute_tf) of each (group, id) among the correct and the incorrect rollouts' tokens.
-
-    cnt_c, cnt_w: (U,) occurrences of the id in the correct / incorrect rollouts; tc, tw: (U,) all the tokens
-    of those rollouts. Returns (U,) float32."""
+    """tf_c/(tf_w + 1e-5) - tf_w/(tf_c + 1e-5), BM25 term frequencies (official compute_tf): cnt_c, cnt_w
+    (U,) the id's count among the correct / incorrect rollouts' tokens; tc, tw (U,) their totals. (U,)"""
     avg = (tc + tw) / 2
     kc = BM25_K1 * (1 - BM25_B + BM25_B * (tc / avg))
     kw = BM25_K1 * (1 - BM25_B + BM25_B * (tw / avg))
