@@ -1,5 +1,5 @@
-"""What the app changes in the store: import (upload or path), the main channel and delete, each checking
-access first.
+"""What the app changes in the store: import (upload or path), the main channel, token classes and delete,
+each checking access first.
 
 The Runs page hides these in read-only mode; the checks here are what refuses them (`access.Refused`)
 whatever a client sends. Path imports read only inside the server's import roots, resolved after
@@ -15,7 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app import access
-from backend import ingest, main_channel
+
+# Re-exported for the views and the class editor: what an action refuses with.
+from app.access import Refused as Refused
+from backend import ingest, main_channel, token_classes
 
 # Re-exported for the Runs page, which reaches the backend only through app/.
 from backend.errors import InputError as InputError
@@ -137,3 +140,12 @@ def delete_run(current: access.Settings, handle: StoreHandle, name: str) -> None
     access.require_writable(current, "delete")
     with handle.write() as store:
         store.delete_run(name)
+
+
+def save_token_classes(
+    current: access.Settings, handle: StoreHandle, run: str, classes: tuple | None
+) -> None:
+    """Save `classes` with run `run`, for every view and command (None: back to the default classes)."""
+    access.require_writable(current, "token classes")
+    with handle.write() as store:
+        token_classes.save(store, run, classes)

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
-from app import data
-from app.text import plain
+from app import data, view_list
+from app.ui.text import plain
 from backend import main_channel, token_classes
 from backend.errors import InputError
 
@@ -254,7 +253,7 @@ def publish(name: str, value) -> None:
 
 
 _OPEN_ROLLOUT, _SELECT_ROLLOUT = "_open_rollout", "_select_rollout"
-ROLLOUT_PAGE = Path(__file__).resolve().parents[1] / "pages" / "rollout.py"
+ROLLOUT_PAGE = view_list.script("rollout")
 
 
 def request_rollout(rollout_id: int) -> None:

@@ -17,3 +17,8 @@ VIEWS = (  # (script in pages/, title, url path, icon); the first is the landing
     ("oracle.py", "Oracle", "oracle", ":material/verified:"),
     ("runs.py", "Runs", "runs", ":material/storage:"),
 )
+
+
+def script(url_path: str) -> Path:
+    """The script of the view at `url_path` (for `st.switch_page` and `st.page_link`)."""
+    return PAGES / next(s for s, _, path, _ in VIEWS if path == url_path)

@@ -3,9 +3,10 @@ where the credit lands by token class (the "why did filler get credit" answer)."
 
 import streamlit as st
 
-from app import charts, compute, fmt, heatmaps, scales, state, views, widgets
+from app import compute, state
+from app.ui import charts, class_editor, fmt, heatmaps, panels, scales, text, widgets
 
-sel = views.rollout_selection()
+sel = panels.rollout_selection()
 st.title(f"Compare estimators · rollout #{sel.rollout}")
 
 unavailable = compute.unavailable(sel.db, sel.run, sel.group)
@@ -32,16 +33,16 @@ configs = []
 with st.expander("Parameters", expanded=False):
     for column, name in zip(st.columns(len(chosen)), chosen, strict=True):
         with column:
-            st.markdown(f"**{views.plain(name)}**")
+            st.markdown(f"**{text.plain(name)}**")
             configs.append(
                 (name, widgets.with_channel(name, widgets.estimator_form(name, key="compare_cfg"), channel))
             )
 
-result = views.compute_or_explain(
+result = panels.compute_or_explain(
     compute.compare, sel.db, sel.run, sel.group, sel.rollout, tuple(configs), sel.classes
 )
 for label, message in result["errors"].items():
-    st.error(f"{views.plain(label)} cannot run on this run: {views.plain(message)}")
+    st.error(f"{text.plain(label)} cannot run on this run: {text.plain(message)}")
 if len(result["rollout"]) < 1:
     st.stop()
 
@@ -49,12 +50,12 @@ st.subheader("Small multiples")
 summed = channel == compute.ALL_CHANNELS
 shown = "all channels (scores summed first)" if summed else f"the {channel} channel"
 st.caption(
-    f"Each estimator's advantage on {views.plain(shown)} for this rollout, one row each, aligned by token."
+    f"Each estimator's advantage on {text.plain(shown)} for this rollout, one row each, aligned by token."
 )
 mode, _ = widgets.scale_controls("compare", rows=result["rollout"])
 peaks = scales.scale_peaks(result["rollout"], mode)
 L = len(result["tokens"])
-start, stop = views.token_window(L, "compare_window", result["rollout"][next(iter(result["rollout"]))])
+start, stop = panels.token_window(L, "compare_window", result["rollout"][next(iter(result["rollout"]))])
 st.plotly_chart(
     heatmaps.small_multiples(
         {k: v[start:stop] for k, v in result["rollout"].items()},
@@ -84,10 +85,10 @@ state.publish("diff", f"{first},{second}")
 difference = compute.credit_difference(result["rollout"][first], result["rollout"][second])
 gap = scales.largest_abs(difference)  # the colour bar's ends: the largest difference, however small
 st.caption(
-    f"{views.plain(second)} − {views.plain(first)} per token, on a scale centred at 0 whose ends are "
+    f"{text.plain(second)} − {text.plain(first)} per token, on a scale centred at 0 whose ends are "
     f"the largest difference, ±{fmt.significant(gap, 2, signed=False)}."
     if gap > 0
-    else f"{views.plain(second)} and {views.plain(first)} give every token the same credit."
+    else f"{text.plain(second)} and {text.plain(first)} give every token the same credit."
 )
 st.plotly_chart(
     heatmaps.credit_heatmap(
@@ -104,7 +105,7 @@ st.plotly_chart(
 
 if result["mass"]["credit_share"].isna().all():  # every estimator gives the group no credit at all
     st.info(
-        f"None of these estimators gives this group any credit on {views.plain(shown)} (every token's "
+        f"None of these estimators gives this group any credit on {text.plain(shown)} (every token's "
         "A is 0; e.g. a zero-variance group, whose responses all have the same score). Rank agreement "
         "and credit mass by class are undefined here: pick a rollout of a group whose scores differ (the "
         "Explorer's zero-variance filter finds them)."
@@ -129,4 +130,4 @@ st.dataframe(
     width="stretch",
     column_config={c: st.column_config.NumberColumn(c, format="percent") for c in shares.columns},
 )
-widgets.token_class_editor(sel)
+class_editor.show(sel)

@@ -4,7 +4,8 @@ import math
 
 import streamlit as st
 
-from app import compute, monitor_panel, state, views, widgets
+from app import compute, state
+from app.ui import monitor_panel, panels, text, widgets
 
 state.follow_rollout_request()  # a row clicked in the last rerun opens the Rollout view
 sel = state.selection()
@@ -12,8 +13,8 @@ if sel.run is None:
     st.info("The store has no runs yet. Import one on the Runs page.")
     st.stop()
 
-st.title(f"Explorer · {views.plain(sel.run)}")
-views.saved_classes_note(sel)
+st.title(f"Explorer · {text.plain(sel.run)}")
+panels.saved_classes_note(sel)
 
 pick, channel_box, versus, params = st.columns([1, 1, 1, 2])
 with pick:
@@ -48,7 +49,7 @@ with search_box:
 base = compute.ExplorerQuery(
     estimator=estimator, config=config, compare=compare, compare_config=compare_config
 )
-columns = views.compute_or_explain(compute.explorer_columns, sel.db, sel.run, base)
+columns = panels.compute_or_explain(compute.explorer_columns, sel.db, sel.run, base)
 sortable = [c for c in columns if c != "preview"]
 monitor_panel.follow_alert_link(st.query_params.to_dict(), st.session_state, sortable)  # an alert's sort
 with sort_box:
@@ -73,7 +74,7 @@ with size_box:
 numeric = [c for c in sortable if c not in compute.FLAG_COLUMNS and c not in ("rollout_id", "group_id")]
 # A Trends alert links here with its step and filter (`where=step=12,truncated=true`): its rollouts first.
 where = monitor_panel.linked_where(st.query_params.get("where"), state.url_value("where"))
-filters: list[compute.Filter] = views.compute_or_explain(monitor_panel.linked_filters, where)
+filters: list[compute.Filter] = panels.compute_or_explain(monitor_panel.linked_filters, where)
 linked = ", ".join(f"{f.column}{f.op}{f.value}" for f in filters)
 if filters and st.button(f"Clear the alert's filter: {linked}", key="explorer_clear_where"):
     monitor_panel.clear_where()
@@ -121,9 +122,9 @@ query = compute.ExplorerQuery(
     limit=size,
     offset=(page_no - 1) * size,
 )
-page = views.compute_or_explain(compute.explorer_page, sel.db, sel.run, query)
+page = panels.compute_or_explain(compute.explorer_page, sel.db, sel.run, query)
 for note in page.notes:
-    st.caption(f"note: {views.plain(note)}")
+    st.caption(f"note: {text.plain(note)}")
 pages = max(1, math.ceil(page.total / size))
 if page_no > pages:  # the rows shrank under the page (another process deleted some)
     st.session_state["explorer_page_no"] = pages
@@ -131,7 +132,7 @@ if page_no > pages:  # the rows shrank under the page (another process deleted s
 
 st.caption(
     f"{page.total} rollouts match · page {page_no} of {pages} · click a row to open it in the Rollout view. "
-    f"share_<class>: share of the rollout's Σ|A| under {estimator} on the {views.plain(channel)} channel on "
+    f"share_<class>: share of the rollout's Σ|A| under {estimator} on the {text.plain(channel)} channel on "
     "each token class; max_abs: its largest "
     "|A|; repetition: share of 16-token windows that repeat an earlier one; kl: mean logprob − ref logprob; "
     "metric_<name>: a number the trainer logged for the rollout (e.g. verl's acc), not a reward. "

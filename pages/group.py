@@ -2,12 +2,13 @@
 
 import streamlit as st
 
-from app import charts, compute, heatmaps, scales, state, views, widgets
+from app import compute, state
+from app.ui import charts, heatmaps, panels, scales, text, widgets
 
 state.follow_rollout_request()  # a response picked below in the last rerun opens the Rollout view
-sel = views.rollout_selection()
+sel = panels.rollout_selection()
 st.title(f"Group {sel.group}")
-record = views.prompt_and_response(sel)
+record = panels.prompt_and_response(sel)
 
 pick, channel_box = st.columns([2, 1])
 with pick:
@@ -15,21 +16,21 @@ with pick:
 with channel_box:
     channel = widgets.channel_picker(sel, "group")
 config = widgets.with_channel(estimator, (), channel)
-values, tokens, ids = views.compute_or_explain(
+values, tokens, ids = panels.compute_or_explain(
     compute.group_rows, sel.db, sel.run, sel.group, estimator, config, (), channel
 )
 
 st.subheader("Responses aligned by position")
 st.caption(
-    f"One row per response: its final advantage, {views.plain(estimator)} on the {views.plain(channel)} "
+    f"One row per response: its final advantage, {text.plain(estimator)} on the {text.plain(channel)} "
     "channel combined with every other channel's credit (as the Rollout view's final row). Rows labelled by "
-    f"rollout id and R, the score on {views.plain(channel)}. Hover a cell for the token."
+    f"rollout id and R, the score on {text.plain(channel)}. Hover a cell for the token."
 )
 mode, _ = widgets.scale_controls("group", rows=values)
 longest = max((len(v) for v in tokens.values()), default=0)
 peaks = scales.scale_peaks(values, mode)
 widest = max(values, key=lambda k: len(values[k]), default=None)  # its row is the overview strip
-start, stop = views.token_window(longest, "group_window", values.get(widest), peaks.get(widest))
+start, stop = panels.token_window(longest, "group_window", values.get(widest), peaks.get(widest))
 st.plotly_chart(
     heatmaps.credit_heatmap(
         {k: v[start:stop] for k, v in values.items()},
@@ -63,10 +64,10 @@ st.pills(
 st.subheader("Prefix tree")
 st.caption(
     "Each box is a run of tokens shared by the responses below it (width = responses, colour = "
-    f"V(u), the mean outcome Z of its responses on {views.plain(channel)}). Branch points carry the TD "
+    f"V(u), the mean outcome Z of its responses on {text.plain(channel)}). Branch points carry the TD "
     "corrections V(child) − V(parent) that the prefix-tree estimator adds."
 )
-tree, frame = views.compute_or_explain(compute.group_tree, sel.db, sel.run, sel.group, channel)
+tree, frame = panels.compute_or_explain(compute.group_tree, sel.db, sel.run, sel.group, channel)
 st.plotly_chart(charts.prefix_tree_figure(frame), key="group_tree", width="stretch")
 branches = frame[frame["parent"].isin(frame.loc[frame["branches"], "node_id"])]
 st.text(f"{int(frame['branches'].sum())} branch points, {len(frame)} nodes")

@@ -5,13 +5,14 @@ import urllib.parse
 
 import streamlit as st
 
-from app import charts, compute, data, state, views, widgets
+from app import compute, data, state
+from app.ui import charts, text, widgets
 
 sel = state.selection()
 if sel.run is None:
     st.info("The store has no runs yet. Import one on the Runs page.")
     st.stop()
-st.title(f"Credit quality · {views.plain(sel.run)}")
+st.title(f"Credit quality · {text.plain(sel.run)}")
 
 options = widgets.estimator_names(model_free=True)
 default = [n for n in ("grpo", "entropy", "entropy_mix", "prefix_tree", "token_rm") if n in options]
@@ -165,7 +166,7 @@ else:
     metric = right.selectbox("Metric", list(compute.teacher_bench.PER_ROLLOUT), key="oracle_miss_metric")
     misses = bench.misses(who, metric)
     if misses.empty:
-        st.caption(f"{views.plain(who)} misses no rollout on {metric}.")
+        st.caption(f"{text.plain(who)} misses no rollout on {metric}.")
     else:
         run = urllib.parse.quote(sel.run)
         misses = misses.assign(open=[f"rollout?run={run}&rollout={r}" for r in misses["rollout_id"]])

@@ -4,13 +4,14 @@ Below, the model-based scores (OAR-P, OAR-G, GCPO) of the rollout's group, compu
 
 import streamlit as st
 
-from app import access, charts, compute, data, heatmaps, jobs, state, views, widgets
+from app import access, compute, data, jobs, state
+from app.ui import charts, heatmaps, panels, widgets
 
-sel = views.rollout_selection()
+sel = panels.rollout_selection()
 st.title(f"Resample suffixes · rollout #{sel.rollout}")
-record = views.prompt_and_response(sel)
+record = panels.prompt_and_response(sel)
 info = data.run_info(sel.db, sel.run)
-view = views.compute_or_explain(compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, "grpo", ())
+view = panels.compute_or_explain(compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, "grpo", ())
 L = len(view.tokens)
 
 settings = data.settings()
@@ -24,7 +25,7 @@ if not settings.read_only:
         "Click tokens in the heatmap to add them as positions (V̂(s_t) keeps y_<t and samples the rest)."
     )
 # A click reruns the page with the clicked cell in the chart's state; the chosen positions are outlined.
-clicked = views.new_click("resample_heatmap", n_rows=1)
+clicked = panels.new_click("resample_heatmap", n_rows=1)
 values = data.resample_values(sel.db, sel.run, sel.rollout)
 if "resample_positions" not in st.session_state:
     # a link's positions, else the positions already resampled (the chart below shows them), else a suggestion
@@ -38,7 +39,7 @@ if "resample_positions" not in st.session_state:
     )
 if clicked is not None:
     st.session_state["resample_positions"] = sorted({*st.session_state["resample_positions"], clicked})
-start, stop = views.token_window(L, "resample_window", view.final)
+start, stop = panels.token_window(L, "resample_window", view.final)
 st.plotly_chart(
     heatmaps.credit_heatmap(
         {"final": view.final[start:stop]},

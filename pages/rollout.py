@@ -3,11 +3,12 @@ per-token strips under it, and why a token got its credit."""
 
 import streamlit as st
 
-from app import cliff_marker, compute, fmt, heatmaps, scales, state, views, widgets
+from app import compute, state
+from app.ui import cliff_marker, fmt, heatmaps, panels, scales, widgets
 
-sel = views.rollout_selection()
+sel = panels.rollout_selection()
 st.title(f"Rollout #{sel.rollout}")
-views.prompt_and_response(sel)
+panels.prompt_and_response(sel)
 
 pick, channel_box, params, position = st.columns([1, 1, 2, 1])
 with pick:
@@ -18,7 +19,7 @@ with params, st.expander("Estimator parameters"):
     config = widgets.with_channel(estimator, widgets.estimator_form(estimator, key="rollout_cfg"), channel)
 widgets.unavailable_note(compute.unavailable(sel.db, sel.run, sel.group))
 
-view = views.compute_or_explain(
+view = panels.compute_or_explain(
     compute.rollout_view,
     sel.db,
     sel.run,
@@ -31,7 +32,7 @@ view = views.compute_or_explain(
 )
 # A click (on the text or on a heatmap cell) reruns the page: it selects that token (and the URL's `pos`),
 # and both are drawn with the token outlined.
-clicked = views.new_click("rollout_heatmap", n_rows=len(view.rows))
+clicked = panels.new_click("rollout_heatmap", n_rows=len(view.rows))
 pending = st.session_state.pop("rollout_text_clicked", None)
 for chosen in (clicked, pending):
     if chosen is not None:
@@ -52,7 +53,7 @@ with position:
 
 mode, _ = widgets.scale_controls("rollout", rows=view.rows)
 peaks = scales.scale_peaks(view.rows, mode)
-window = views.heatmap_window(view, key="rollout_window", peaks=peaks)
+window = panels.heatmap_window(view, key="rollout_window", peaks=peaks)
 
 # On a wide screen the text and the channel rows sit side by side, both scrolling within the same height;
 # the heatmap packs its cells into narrower bands there so token text stays readable.
@@ -64,7 +65,7 @@ with text_col:
         f"negative, white = 0 (scale ±{fmt.nice(peaks['final'], 2, signed=False)}). ↵ marks a newline. "
         "Hover a token for its facts; click it to see why it got its credit."
     )
-    text_click = views.credit_text(view, window, peaks["final"], pos, key="rollout_text")
+    text_click = panels.credit_text(view, window, peaks["final"], pos, key="rollout_text")
     cliff_marker.show(
         sel.db, sel.run, sel.rollout, select_key="rollout_text_clicked", button_key="rollout_cliff"
     )
@@ -77,9 +78,9 @@ with rows_col:
         "One row per channel (β_c · Ã_c) and the final advantage; cells sized to their token. Hover a cell "
         "for the token, its logprob, entropy and channel shares; click it to select it."
     )
-    figure = heatmaps.credit_heatmap(**window, highlight=[pos], band=views.SIDE_BAND)
+    figure = heatmaps.credit_heatmap(**window, highlight=[pos], band=panels.SIDE_BAND)
     # a short response's rows need less than the side height: no blank box under them
-    with st.container(height=min(views.SIDE_HEIGHT, int(figure.layout.height) + 16), border=False):
+    with st.container(height=min(panels.SIDE_HEIGHT, int(figure.layout.height) + 16), border=False):
         st.plotly_chart(
             figure,
             key="rollout_heatmap",
@@ -89,7 +90,7 @@ with rows_col:
             config={"displayModeBar": False},
         )
 with st.expander("Per-token strips: logprob, reference, log-ratio, entropy, value", expanded=True):
-    views.token_strips(view, window, pos, key="rollout_strips")
+    panels.token_strips(view, window, pos, key="rollout_strips")
 
-st.subheader(f"Why this credit: token {pos} {views.quoted(view.tokens[pos]) if view.tokens else ''}")
-views.why_this_credit(sel, view, pos, estimator, config, channel)
+st.subheader(f"Why this credit: token {pos} {panels.quoted(view.tokens[pos]) if view.tokens else ''}")
+panels.why_this_credit(sel, view, pos, estimator, config, channel)

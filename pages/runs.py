@@ -3,7 +3,8 @@
 import pandas as pd
 import streamlit as st
 
-from app import access, actions, compute, data, state, views
+from app import access, actions, compute, data, state
+from app.ui import text
 
 sel = state.selection()
 st.title("Runs")
@@ -11,7 +12,7 @@ st.caption(f"Store: {data.db_path()}")
 if "runs_flash" in st.session_state:
     # the import summary is several lines (skipped records, tokenization, warnings): markdown joins lines
     # unless each ends in a hard break; run names and paths are untrusted text
-    st.success(views.plain(st.session_state.pop("runs_flash")).replace("\n", "  \n"))
+    st.success(text.plain(st.session_state.pop("runs_flash")).replace("\n", "  \n"))
 
 runs = data.list_runs(sel.db)
 if runs:
@@ -45,7 +46,7 @@ else:
     st.info("No runs yet.")
 
 if sel.run is not None:
-    st.subheader(f"Reward rates · {views.plain(sel.run)}")
+    st.subheader(f"Reward rates · {text.plain(sel.run)}")
     means = data.step_channel_means(sel.db, sel.run)
     if len(means):
         st.dataframe(means.pivot(index="step", columns="channel", values="mean"), width="stretch")
@@ -56,7 +57,7 @@ if settings.read_only:
     st.stop()
 
 if sel.run is not None:
-    st.subheader(f"Main channel · {views.plain(sel.run)}")
+    st.subheader(f"Main channel · {text.plain(sel.run)}")
     channels = data.run_channels(sel.db, sel.run)
     choices = channels + ([compute.ALL_CHANNELS] if compute.ALL_CHANNELS not in channels else [])
     current = data.main_channel(sel.db, sel.run)
@@ -96,7 +97,7 @@ else:
         placeholder="/path/to/rollouts.jsonl",
         help=f"Inside one of the folders this server imports from: {roots}",
     )
-    st.caption(f"Path imports read only inside: {views.plain(roots)}")
+    st.caption(f"Path imports read only inside: {text.plain(roots)}")
 model = st.text_input(
     "Model folder (optional)",
     key="runs_import_model",

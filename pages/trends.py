@@ -2,15 +2,16 @@
 
 import streamlit as st
 
-from app import charts, compute, data, monitor_panel, state, views, widgets
+from app import compute, data, state
+from app.ui import charts, monitor_panel, panels, text, widgets
 
 sel = state.selection()
 if sel.run is None:
     st.info("The store has no runs yet. Import one on the Runs page.")
     st.stop()
 
-st.title(f"Trends · {views.plain(sel.run)}")
-views.saved_classes_note(sel)
+st.title(f"Trends · {text.plain(sel.run)}")
+panels.saved_classes_note(sel)
 pick, channel_box, params = st.columns([1, 1, 2])
 with pick:
     estimator = widgets.estimator_picker("trends_estimator")
@@ -18,20 +19,20 @@ with channel_box:
     channel = widgets.channel_picker(sel, "trends")
 with params, st.expander("Estimator parameters"):
     config = widgets.with_channel(estimator, widgets.estimator_form(estimator, key="trends_cfg"), channel)
-frame = views.compute_or_explain(compute.trends, sel.db, sel.run, estimator, config)
+frame = panels.compute_or_explain(compute.trends, sel.db, sel.run, estimator, config)
 main = data.main_channel(sel.db, sel.run)
 st.caption(
     f"One point per training step ({len(frame)} steps). Credit numbers are {estimator}'s advantages on the "
-    f"{views.plain(channel)} channel, computed at the estimator's scope (what `creditlens estimate` gives). "
+    f"{text.plain(channel)} channel, computed at the estimator's scope (what `creditlens estimate` gives). "
     f"Zero-variance groups: every response of the group has the same score on the run's main channel "
-    f"({views.plain(main)}). Each chart's toolbar saves it as PNG."
+    f"({text.plain(main)}). Each chart's toolbar saves it as PNG."
 )
 
 TOOLBAR = {"displayModeBar": True, "displaylogo": False}
 scores = {c: c.removeprefix("score_") for c in frame.columns if c.startswith("score_")}
 shares = {c: c.removeprefix("share_").replace("_", " ") for c in frame.columns if c.startswith("share_")}
 metrics = {c: c.removeprefix("metric_") for c in frame.columns if c.startswith("metric_")}
-panels = [
+charts_shown = [
     (
         "trends_scores",
         charts.trend_lines(frame, {**scores, "reward": "reward (sum)"}, "mean score per channel"),
@@ -64,7 +65,7 @@ panels = [
         charts.trend_lines(frame, {"repetition": "repeated 16-token windows"}, "repetition", percent=True),
     ),
 ]
-shown = [(key, fig) for key, fig in panels if fig is not None]
+shown = [(key, fig) for key, fig in charts_shown if fig is not None]
 # The charts come first: the monitors' first run on a big run takes seconds, and the alert marks are
 # drawn into the same places once it is done (at once when this session has the report already).
 ready = monitor_panel.report_ready(sel.db, sel.run, estimator, config)
@@ -74,7 +75,7 @@ for start in range(0, len(shown), 2):
         slots[key] = box.empty()
         if not ready:
             slots[key].plotly_chart(fig, key=monitor_panel.unmarked_key(key), width="stretch", config=TOOLBAR)
-health = views.compute_or_explain(monitor_panel.report_for_session, sel.db, sel.run, estimator, config)
+health = panels.compute_or_explain(monitor_panel.report_for_session, sel.db, sel.run, estimator, config)
 for key, fig in shown:
     slots[key].plotly_chart(
         monitor_panel.mark_alerts(fig, health.alerts), key=key, width="stretch", config=TOOLBAR

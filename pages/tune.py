@@ -9,9 +9,10 @@ heatmap and the next replay all start from what the sliders show."""
 
 import streamlit as st
 
-from app import charts, compute, data, heatmaps, scales, state, views, widgets
+from app import compute, data, state
+from app.ui import charts, heatmaps, panels, scales, text, widgets
 
-sel = views.rollout_selection()
+sel = panels.rollout_selection()
 st.title(f"Tune channel weights · rollout #{sel.rollout}")
 
 estimator = widgets.estimator_picker("tune_estimator", compute.unavailable(sel.db, sel.run, sel.group))
@@ -49,7 +50,7 @@ def channel_weights() -> None:
         st.warning(
             "The replayed β was outside the sliders' range [0, 3] and was clamped: "
             + ", ".join(
-                f"{views.plain(c)} {b:.2f} → {min(max(b, BETA_LOW), BETA_HIGH):g}" for c, b in clamped.items()
+                f"{text.plain(c)} {b:.2f} → {min(max(b, BETA_LOW), BETA_HIGH):g}" for c, b in clamped.items()
             )
         )
     elif clamped is not None:
@@ -72,7 +73,7 @@ def channel_weights() -> None:
             }
     beta_items = tuple(sorted(betas.items()))
     norm_items = tuple(sorted((c, m) for c, m in norms.items() if m != default_norms[c]))
-    view = views.compute_or_explain(
+    view = panels.compute_or_explain(
         compute.rollout_view,
         sel.db,
         sel.run,
@@ -111,7 +112,7 @@ def channel_weights() -> None:
             "tune", lockable=True, current=scales.scale_peaks(view.rows, "shared")["final"], rows=view.rows
         )
         peaks = scales.scale_peaks(view.rows, mode, locked)
-        window = views.heatmap_window(view, key="tune_window", peaks=peaks)
+        window = panels.heatmap_window(view, key="tune_window", peaks=peaks)
         st.plotly_chart(
             heatmaps.credit_heatmap(**window, clickable=False, title="tuned β"),
             key="tune_heatmap",
@@ -136,7 +137,7 @@ def baseline_chart(view, window: dict, peaks: dict, mode: str, how: str, against
     final row: channel scores summed first, then the estimator), side by side or as tuned − baseline."""
     start, stop = window["offset"], window["offset"] + len(window["tokens"])
     if against == "default":
-        base = views.compute_or_explain(
+        base = panels.compute_or_explain(
             compute.rollout_view,
             sel.db,
             sel.run,
@@ -149,7 +150,7 @@ def baseline_chart(view, window: dict, peaks: dict, mode: str, how: str, against
         ).rows
         name = "default"
     else:
-        summed = views.compute_or_explain(
+        summed = panels.compute_or_explain(
             compute.summed_reward_credit, sel.db, sel.run, sel.group, sel.rollout, estimator, ()
         )
         base, name = {"final": summed}, "summed"
@@ -176,8 +177,8 @@ def baseline_chart(view, window: dict, peaks: dict, mode: str, how: str, against
     if against == "summed":
         st.caption(
             f"Summed reward: every channel's score added per rollout first (a missing score skipped), then "
-            f"{views.plain(estimator)} on that one reward, as a mixed pipeline (and TRL) does; the numbers "
-            f"of `creditlens estimate --estimator {views.plain(estimator)} --channel all`."
+            f"{text.plain(estimator)} on that one reward, as a mixed pipeline (and TRL) does; the numbers "
+            f"of `creditlens estimate --estimator {text.plain(estimator)} --channel all`."
         )
 
 
@@ -198,7 +199,7 @@ def apply_betas(betas: dict[str, float]) -> None:
 def dual_ascent_replay() -> None:
     st.subheader("Dual ascent replay")
     st.caption(
-        f"Constraint mode: maximize {views.plain(estimator_channel)} subject to violation rate_c ≤ τ_c, with "
+        f"Constraint mode: maximize {text.plain(estimator_channel)} subject to violation rate_c ≤ τ_c, with "
         "β_c ← max(0, β_c + η (rate_c − τ_c)) at each logged step. A violation is a negative score. "
         "Projected: every channel's β moves at once by its own violation. Lexicographic: channels are "
         "served in priority order (the order of the τ sliders): a channel's β moves only while every "
@@ -207,7 +208,7 @@ def dual_ascent_replay() -> None:
     means = data.step_channel_means(sel.db, sel.run)
     constrained = [c for c in dict.fromkeys(means["channel"]) if c != estimator_channel]
     if not constrained or means["step"].nunique() < 1:
-        st.info(f"This run has no scored channels besides {views.plain(estimator_channel)} to constrain.")
+        st.info(f"This run has no scored channels besides {text.plain(estimator_channel)} to constrain.")
         return
     cols = st.columns(len(constrained) + 2)
     tau = {}
@@ -236,7 +237,7 @@ def dual_ascent_replay() -> None:
     # The β sliders above, as they are now (this fragment does not rerun when they move).
     beta0 = {c: float(st.session_state.get(f"tune_beta_{c}", defaults.get(c, 1.0))) for c in tau}
     start, button = st.columns([4, 1])
-    start.caption("Starts from β " + ", ".join(f"{views.plain(c)} {b:g}" for c, b in beta0.items()))
+    start.caption("Starts from β " + ", ".join(f"{text.plain(c)} {b:g}" for c, b in beta0.items()))
     button.button("Replay from the current β", key="tune_replay_button")
     replay = compute.dual_ascent(sel.db, sel.run, tuple(tau.items()), eta, tuple(beta0.items()), mode)
     st.plotly_chart(charts.beta_trajectories(replay), key="tune_replay", width="stretch")
@@ -245,7 +246,7 @@ def dual_ascent_replay() -> None:
     if replayed:
         st.button(
             "Apply the replayed β (last step): "
-            + ", ".join(f"{views.plain(c)} {b:.2f}" for c, b in replayed.items()),
+            + ", ".join(f"{text.plain(c)} {b:.2f}" for c, b in replayed.items()),
             key="tune_apply_replayed",
             on_click=apply_betas,
             args=(replayed,),

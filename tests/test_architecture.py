@@ -245,6 +245,17 @@ def test_only_the_entry_point_imports_the_server():
     assert not offenders, "\n".join(offenders)
 
 
+def test_view_helpers_never_import_the_server_or_the_access_settings():
+    """app/ui/ (figures, widgets, panels) draws; who may do what is checked where it is done (app/actions.py,
+    app/jobs.py, the server), so no view helper imports app/server/ or app/access.py."""
+    offenders = [
+        f"{module} imports {target}"
+        for module, target in _app_edges(("app.ui",))
+        if _within_package(target, ("app.server", "app.access"))
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
 def test_the_app_imports_neither_tests_nor_bench():
     """The browser tests' Chromium launcher (bench/chromium.py) and the tests' helpers stay outside the
     installed app: nothing in app/ imports tests/ or bench/."""

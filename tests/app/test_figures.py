@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.io as pio
 import pytest
 
-from app import charts, fmt, heatmaps, scales, strip_figures
+from app.ui import charts, fmt, heatmaps, scales, strip_figures
 from tests.app.conftest import IMG, SCRIPT
 
 

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from app import fmt, scales
+from app.ui import fmt, scales
 from tests.app.conftest import chart, decode, open_app
 
 
@@ -45,7 +45,7 @@ def test_the_difference_colour_bar_shows_its_real_range_with_significant_digits(
 
 
 def test_a_tiny_range_is_labelled_with_significant_digits_not_zeros():
-    from app import heatmaps  # noqa: PLC0415
+    from app.ui import heatmaps  # noqa: PLC0415
 
     fig = heatmaps.credit_heatmap({"b − a": np.full(5, -1e-4)}, list("abcde"), clickable=False)
     assert fig.layout.coloraxis.colorbar.ticktext == ("-1.00e-4", "0", "+1.00e-4")

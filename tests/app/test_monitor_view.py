@@ -4,7 +4,7 @@ rollouts."""
 
 from __future__ import annotations
 
-from app import monitor_panel
+from app.ui import monitor_panel
 from backend import monitor
 from backend.ingest import import_records
 from backend.store import Store, StoreHandle

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.colors as pcolors
 
-from app.fmt import significant
+from app.ui.fmt import significant
 
 DIVERGING = "RdBu"  # red = negative credit, blue = positive; centred at 0
 

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from app.fmt import nice, safe, shown_token, significant, visible_token
-from app.scales import BAR_DIGITS, colour_axis, credit_colour, symmetric_range
+from app.ui.fmt import nice, safe, shown_token, significant, visible_token
+from app.ui.scales import BAR_DIGITS, colour_axis, credit_colour, symmetric_range
 
 BAND = 64  # tokens per heatmap line
 

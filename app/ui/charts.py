@@ -12,8 +12,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.fmt import safe
-from app.scales import DIVERGING, symmetric_range
+from app.ui.fmt import safe
+from app.ui.scales import DIVERGING, symmetric_range
 
 
 def contribution_waterfall(contributions: dict[str, float], final: float, title: str = "") -> go.Figure:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from app import charts, compute, data, fmt, heatmaps, state, strip_figures, widgets
+from app import compute, data, state
 from app.state import Selection
-from app.text import plain
+from app.ui import charts, fmt, heatmaps, strip_figures, widgets
+from app.ui.text import plain
 from backend import explain
 
 

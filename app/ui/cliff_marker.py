@@ -7,7 +7,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import data, views
+from app import data
+from app.ui import panels
 from backend import cliff_tokens
 from backend.errors import InputError
 
@@ -42,7 +43,7 @@ def show(db: str, run: str, rollout_id: int, select_key: str, button_key: str) -
         if int(row["pos"]) - int(row["start"]) == 1
         else f"token {token}, the end of the segment {int(row['start'])}–{token}"
     )
-    shown = views.quoted(str(row.get("token_text", "")))
+    shown = panels.quoted(str(row.get("token_text", "")))
     text, button = st.columns([5, 1])
     text.caption(
         f"Cliff token (Cliff Tokens, arXiv 2606.25524): {where} {shown} — "

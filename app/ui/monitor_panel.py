@@ -4,16 +4,13 @@ Explorer (the alert's step, filter and sort: its rollouts come first) and to eac
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import data
+from app import data, view_list
 from backend import explorer, monitor
 
-PAGES = Path(__file__).resolve().parents[1] / "pages"
-EXPLORER_PAGE, ROLLOUT_PAGE = PAGES / "explorer.py", PAGES / "rollout.py"
+EXPLORER_PAGE, ROLLOUT_PAGE = view_list.script("explorer"), view_list.script("rollout")
 COLOURS = {"info": "#7f7f7f", "warn": "#e69f00", "alert": "#d55e00"}
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.fmt import safe
-from app.scales import DIVERGING, symmetric_range
+from app.ui.fmt import safe
+from app.ui.scales import DIVERGING, symmetric_range
 
 
 def overview_strip(
