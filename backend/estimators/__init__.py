@@ -32,6 +32,7 @@ from backend.estimators import (  # noqa: F401  (registers)
     credit,
     entropy_methods,
     learned,
+    learned_ktae,
     logged,
     model_based,
     modifiers,

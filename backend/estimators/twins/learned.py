@@ -1,6 +1,6 @@
-"""Twins of learned.py: token_rm (linear and MLP heads), rudder and ktae, fitted and applied one response,
-prefix or token at a time. The MLP's initial weights and row subsample are shared with the fast path (they
-define the model); the training loop and every sum are written out here."""
+"""Twins of learned.py and learned_ktae.py: token_rm (linear and MLP heads), rudder and ktae, fitted and
+applied one response, prefix or token at a time. The MLP's initial weights and row subsample are shared
+with the fast path (they define the model); the training loop and every sum are written out here."""
 
 from __future__ import annotations
 
