@@ -1,8 +1,8 @@
 """Credit Lens: the Streamlit entry point.
 
-`streamlit run app/main.py -- --db DB` (or `creditlens app`). Builds the navigation over the view
-scripts in the top-level `pages/` folder, resolves the shared selection (run, rollout) and hands
-over to the chosen view.
+`streamlit run app/main.py -- --db DB` (or `creditlens app`, which serves it behind the token gate of
+`app/server/`). Builds the navigation over the view scripts in `app/views/` (`app/navigation.py`), resolves
+the shared selection (run, rollout) and hands over to the chosen view.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import streamlit as st
 
 from app import data, state
+from app.navigation import VIEW_DIR, VIEWS
 from app.server import auth
-from app.view_list import PAGES, VIEWS
 
 st.set_page_config(page_title="Credit Lens", page_icon=":material/grid_on:", layout="wide")
 settings = data.settings()
@@ -27,7 +27,7 @@ if settings.read_only:
     st.sidebar.caption(":material/lock: Read-only server: browsing, estimators and explanations only.")
 navigation = st.navigation(
     [
-        st.Page(str(PAGES / script), title=title, url_path=url_path, icon=icon, default=(i == 0))
+        st.Page(str(VIEW_DIR / script), title=title, url_path=url_path, icon=icon, default=(i == 0))
         for i, (script, title, url_path, icon) in enumerate(VIEWS)
     ]
 )

@@ -16,7 +16,7 @@ from typing import Any
 
 import streamlit as st
 
-from app import data, view_list
+from app import data, navigation
 from app.ui.text import plain
 from backend import main_channel, token_classes
 from backend.errors import InputError
@@ -253,7 +253,7 @@ def publish(name: str, value) -> None:
 
 
 _OPEN_ROLLOUT, _SELECT_ROLLOUT = "_open_rollout", "_select_rollout"
-ROLLOUT_PAGE = view_list.script("rollout")
+ROLLOUT_PAGE = navigation.script("rollout")
 
 
 def request_rollout(rollout_id: int) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
-from app import view_list
+from app import navigation
 from app.server.launch import Server
 from bench.chromium import launch
 
@@ -25,7 +25,7 @@ TRIVIAL = 'import streamlit as st\n\nst.title("Trivial")\nst.write("A trivial pa
 QUERIES = {"explorer": "run=demo", "trends": "run=demo", "oracle": "run=oracle", "runs": ""}
 VIEWS = tuple(
     (title, f"{path}?{QUERIES.get(path, 'run=demo&rollout=3')}".rstrip("?"))
-    for _, title, path, _ in view_list.VIEWS
+    for _, title, path, _ in navigation.VIEWS
 )
 # The page shows a finished run: its title, every chart drawn, no running icon, nothing stale.
 SHOWN = (

@@ -21,7 +21,7 @@ from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from streamlit.runtime import Runtime
 
-from app.view_list import VIEWS
+from app.navigation import VIEWS
 
 LOG = get_logger(__name__)  # Streamlit's handler and level: lines in the server's log
 PAGE_TIMEOUT_S = 300  # a view that takes longer is left to its first user

@@ -7,10 +7,10 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import data, view_list
+from app import data, navigation
 from backend import explorer, monitor
 
-EXPLORER_PAGE, ROLLOUT_PAGE = view_list.script("explorer"), view_list.script("rollout")
+EXPLORER_PAGE, ROLLOUT_PAGE = navigation.script("explorer"), navigation.script("rollout")
 COLOURS = {"info": "#7f7f7f", "warn": "#e69f00", "alert": "#d55e00"}
 
 

@@ -9,14 +9,14 @@ from typing import Any
 import streamlit as st
 import streamlit.components.v2  # noqa: F401 - registers st.components.v2
 
-from app import data, state, view_list
+from app import data, navigation, state
 from app.ui import scales
 from app.ui.text import plain, with_code
 from backend.batch import ALL_CHANNELS
 from backend.estimators import registry
 from backend.main_channel import on_channel
 
-RESAMPLE_PAGE = view_list.script("resample")
+RESAMPLE_PAGE = navigation.script("resample")
 
 # Fields better chosen elsewhere in the UI (the channel is picked by the view, not per estimator).
 HIDDEN_FIELDS = {"channel"}

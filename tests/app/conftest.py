@@ -45,14 +45,14 @@ def app_db(template_db, tmp_path) -> Path:
 
 
 def open_app(db: Path, page: str | None = None, query: dict | None = None, timeout: float = 120):
-    """Run the app once (optionally switch to `pages/<page>.py`) and return the AppTest."""
+    """Run the app once (optionally switch to `app/views/<page>.py`) and return the AppTest."""
     at = AppTest.from_file(str(MAIN), default_timeout=timeout)
     at.session_state["app_db"] = str(db)
     for k, v in (query or {}).items():
         at.query_params[k] = v
     at.run()
     if page is not None:
-        at.switch_page(f"../pages/{page}.py")
+        at.switch_page(f"views/{page}.py")
         at.run()
     assert not at.exception, [e.message for e in at.exception]
     return at

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from app.view_list import VIEWS
+from app.navigation import VIEWS
 
 
 def test_the_server_opens_every_view_once_after_it_starts(server):

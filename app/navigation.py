@@ -1,12 +1,12 @@
 """The views, in the order the navigation shows them: one list for the entry point (`app/main.py`), the
-server's warm-up (`app/warmup.py`) and the app benchmark."""
+links between views, the server's warm-up (`app/server/warmup.py`) and the app benchmark."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-PAGES = Path(__file__).resolve().parents[1] / "pages"
-VIEWS = (  # (script in pages/, title, url path, icon); the first is the landing page of a run
+VIEW_DIR = Path(__file__).resolve().parent / "views"
+VIEWS = (  # (script in app/views/, title, url path, icon); the first is the landing page of a run
     ("explorer.py", "Explorer", "explorer", ":material/table_rows:"),
     ("trends.py", "Trends", "trends", ":material/monitoring:"),
     ("rollout.py", "Rollout", "rollout", ":material/grid_on:"),
@@ -21,4 +21,4 @@ VIEWS = (  # (script in pages/, title, url path, icon); the first is the landing
 
 def script(url_path: str) -> Path:
     """The script of the view at `url_path` (for `st.switch_page` and `st.page_link`)."""
-    return PAGES / next(s for s, _, path, _ in VIEWS if path == url_path)
+    return VIEW_DIR / next(s for s, _, path, _ in VIEWS if path == url_path)
