@@ -269,6 +269,19 @@ def test_the_app_imports_neither_tests_nor_bench():
     assert not offenders, "\n".join(offenders)
 
 
+def test_a_views_data_module_reads_only_the_store_and_the_shared_module():
+    """app/view_data/: one module per view, each calling backend/ through the store's loaders (app/data.py)
+    and `shared` (what several views read); never another view's module, a view helper, the session state
+    or the server, so a view's numbers can be read (and tested) apart from the screen."""
+    allowed = {"app.data", "app.view_data", "app.view_data.shared"}
+    offenders = [
+        f"{module} imports {target}"
+        for module, target in _app_edges(("app.view_data",))
+        if target.startswith("app.") and target not in allowed
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
 def test_nothing_imports_a_view():
     """The views are scripts Streamlit runs (app/main.py names them by path); no module imports one."""
     offenders = [

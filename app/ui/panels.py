@@ -1,14 +1,16 @@
-"""Pieces of screens shared by several views (no math: numbers come from `app.compute`/`backend`)."""
+"""Pieces of screens shared by several views (no math: numbers come from `app.view_data`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import streamlit as st
 
-from app import compute, data, state
+from app import data, state
 from app.state import Selection
 from app.ui import charts, fmt, heatmaps, strip_figures, widgets
 from app.ui.text import plain
+from app.view_data import rollout as rollout_data
+from app.view_data import shared
 from backend import explain
 
 
@@ -98,7 +100,7 @@ def new_click(chart_key: str, n_rows: int) -> int | None:
 
 def why_this_credit(
     sel: Selection,
-    view: compute.RolloutView,
+    view: shared.RolloutView,
     pos: int,
     estimator: str = "grpo",
     config: tuple = (),
@@ -111,7 +113,7 @@ def why_this_credit(
         st.info("This rollout has no tokens.")
         return
     pos = min(max(int(pos), 0), len(view.tokens) - 1)
-    terms = compute_or_explain(compute.terms, sel.db, sel.run, sel.rollout, estimator, config, channel)
+    terms = compute_or_explain(rollout_data.terms, sel.db, sel.run, sel.rollout, estimator, config, channel)
     lines = explain.derivation(terms, pos)
     read = terms["config"].get("channel")
     on = "" if read is None else f" on the {plain(read)} channel"
@@ -127,7 +129,7 @@ def why_this_credit(
             config={"displayModeBar": False},
         )
     info = view.token_info.iloc[pos]
-    tree, _ = compute.group_tree(sel.db, sel.run, sel.group, channel)
+    tree, _ = shared.group_tree(sel.db, sel.run, sel.group, channel)
     node = tree.node_at(view.row, pos)
     with facts:
         st.metric("final A", fmt.nice(view.final[pos]))
@@ -193,7 +195,7 @@ def token_window(
     return start, min(start + WINDOW, L)
 
 
-def heatmap_window(view: compute.RolloutView, key: str, peaks: dict[str, float] | None = None) -> dict:
+def heatmap_window(view: shared.RolloutView, key: str, peaks: dict[str, float] | None = None) -> dict:
     """Keyword arguments for `heatmaps.credit_heatmap` showing the window of `token_window` (drawn here,
     with the overview strip of the final advantage)."""
     L = len(view.tokens)
@@ -210,7 +212,7 @@ def heatmap_window(view: compute.RolloutView, key: str, peaks: dict[str, float] 
 
 
 def credit_text(
-    view: compute.RolloutView, window: dict, peak: float, selected: int | None, key: str
+    view: shared.RolloutView, window: dict, peak: float, selected: int | None, key: str
 ) -> int | None:
     """The window of the response as running text coloured by its final advantage (hover: the token's
     facts; click: select it). Returns a position clicked in this rerun."""
@@ -234,7 +236,7 @@ def credit_text(
     return widgets.credit_text(text, key=key)
 
 
-def token_strips(view: compute.RolloutView, window: dict, pos: int | None, key: str) -> None:
+def token_strips(view: shared.RolloutView, window: dict, pos: int | None, key: str) -> None:
     """The per-token strips of the window (logprob, reference, log-ratios, entropy, value, ratio)."""
     start, stop = window["offset"], window["offset"] + len(window["tokens"])
     if not view.strips:

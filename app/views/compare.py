@@ -3,13 +3,15 @@ where the credit lands by token class (the "why did filler get credit" answer)."
 
 import streamlit as st
 
-from app import compute, state
+from app import state
 from app.ui import charts, class_editor, fmt, heatmaps, panels, scales, text, widgets
+from app.view_data import compare as compare_data
+from app.view_data import shared
 
 sel = panels.rollout_selection()
 st.title(f"Compare estimators · rollout #{sel.rollout}")
 
-unavailable = compute.unavailable(sel.db, sel.run, sel.group)
+unavailable = shared.unavailable(sel.db, sel.run, sel.group)
 options = [n for n in widgets.estimator_names() if n not in unavailable]
 default = [n for n in ("grpo", "entropy", "prefix_tree") if n in options] or options[:2]
 chosen = widgets.url_multiselect(
@@ -39,7 +41,7 @@ with st.expander("Parameters", expanded=False):
             )
 
 result = panels.compute_or_explain(
-    compute.compare, sel.db, sel.run, sel.group, sel.rollout, tuple(configs), sel.classes
+    compare_data.compare, sel.db, sel.run, sel.group, sel.rollout, tuple(configs), sel.classes
 )
 for label, message in result["errors"].items():
     st.error(f"{text.plain(label)} cannot run on this run: {text.plain(message)}")
@@ -47,7 +49,7 @@ if len(result["rollout"]) < 1:
     st.stop()
 
 st.subheader("Small multiples")
-summed = channel == compute.ALL_CHANNELS
+summed = channel == shared.ALL_CHANNELS
 shown = "all channels (scores summed first)" if summed else f"the {channel} channel"
 st.caption(
     f"Each estimator's advantage on {text.plain(shown)} for this rollout, one row each, aligned by token."
@@ -82,7 +84,7 @@ a_col, b_col = st.columns(2)
 first = a_col.selectbox("A", names, index=0, key="compare_diff_a")
 second = b_col.selectbox("B", names, index=min(1, len(names) - 1), key="compare_diff_b")
 state.publish("diff", f"{first},{second}")
-difference = compute.credit_difference(result["rollout"][first], result["rollout"][second])
+difference = shared.credit_difference(result["rollout"][first], result["rollout"][second])
 gap = scales.largest_abs(difference)  # the colour bar's ends: the largest difference, however small
 st.caption(
     f"{text.plain(second)} − {text.plain(first)} per token, on a scale centred at 0 whose ends are "

@@ -4,8 +4,9 @@ import math
 
 import streamlit as st
 
-from app import compute, state
+from app import state
 from app.ui import monitor_panel, panels, text, widgets
+from app.view_data import explorer as explorer_data
 
 state.follow_rollout_request()  # a row clicked in the last rerun opens the Rollout view
 sel = state.selection()
@@ -46,10 +47,10 @@ with search_box:
         default="",
         placeholder="text in the prompt or the response",
     )
-base = compute.ExplorerQuery(
+base = explorer_data.ExplorerQuery(
     estimator=estimator, config=config, compare=compare, compare_config=compare_config
 )
-columns = panels.compute_or_explain(compute.explorer_columns, sel.db, sel.run, base)
+columns = panels.compute_or_explain(explorer_data.explorer_columns, sel.db, sel.run, base)
 sortable = [c for c in columns if c != "preview"]
 monitor_panel.follow_alert_link(st.query_params.to_dict(), st.session_state, sortable)  # an alert's sort
 with sort_box:
@@ -71,25 +72,25 @@ with size_box:
         options=[25, 50, 100, 200],
     )
 
-numeric = [c for c in sortable if c not in compute.FLAG_COLUMNS and c not in ("rollout_id", "group_id")]
+numeric = [c for c in sortable if c not in explorer_data.FLAG_COLUMNS and c not in ("rollout_id", "group_id")]
 # A Trends alert links here with its step and filter (`where=step=12,truncated=true`): its rollouts first.
 where = monitor_panel.linked_where(st.query_params.get("where"), state.url_value("where"))
-filters: list[compute.Filter] = panels.compute_or_explain(monitor_panel.linked_filters, where)
+filters: list[explorer_data.Filter] = panels.compute_or_explain(monitor_panel.linked_filters, where)
 linked = ", ".join(f"{f.column}{f.op}{f.value}" for f in filters)
 if filters and st.button(f"Clear the alert's filter: {linked}", key="explorer_clear_where"):
     monitor_panel.clear_where()
     st.rerun()
 with st.expander("Filters: flags and ranges"):
-    flag_cols = st.columns(len(compute.FLAG_COLUMNS))
-    for box, flag in zip(flag_cols, compute.FLAG_COLUMNS, strict=True):
+    flag_cols = st.columns(len(explorer_data.FLAG_COLUMNS))
+    for box, flag in zip(flag_cols, explorer_data.FLAG_COLUMNS, strict=True):
         with box:
             choice = st.radio(
                 flag.replace("_", " "), ["any", "yes", "no"], key=f"explorer_flag_{flag}", horizontal=True
             )
         if choice != "any":
-            filters.append(compute.Filter(flag, "=", choice == "yes"))
+            filters.append(explorer_data.Filter(flag, "=", choice == "yes"))
     ranged = st.multiselect("Range filters on", numeric, key="explorer_ranged")
-    bounds = compute.explorer_ranges(sel.db, sel.run, base, tuple(ranged)) if ranged else {}
+    bounds = explorer_data.explorer_ranges(sel.db, sel.run, base, tuple(ranged)) if ranged else {}
     for column in ranged:
         low, high = bounds.get(column, (None, None))
         if low is None or high is None or low == high:
@@ -99,9 +100,9 @@ with st.expander("Filters: flags and ranges"):
         low, high = (int(low), int(high)) if integer else (float(low), float(high))
         chosen = st.slider(column, low, high, (low, high), key=f"explorer_range_{column}")
         if chosen[0] > low:
-            filters.append(compute.Filter(column, ">=", chosen[0]))
+            filters.append(explorer_data.Filter(column, ">=", chosen[0]))
         if chosen[1] < high:
-            filters.append(compute.Filter(column, "<=", chosen[1]))
+            filters.append(explorer_data.Filter(column, "<=", chosen[1]))
 
 # A new search, sort or filter starts again at page 1.
 signature = (estimator, config, compare, search, sort, descending, size, tuple(filters))
@@ -110,7 +111,7 @@ if st.session_state.get("_explorer_signature") != signature:
     st.session_state["explorer_page_no"] = 1
 page_no = int(st.session_state.get("explorer_page_no", 1))
 
-query = compute.ExplorerQuery(
+query = explorer_data.ExplorerQuery(
     estimator=estimator,
     config=config,
     compare=compare,
@@ -122,7 +123,7 @@ query = compute.ExplorerQuery(
     limit=size,
     offset=(page_no - 1) * size,
 )
-page = panels.compute_or_explain(compute.explorer_page, sel.db, sel.run, query)
+page = panels.compute_or_explain(explorer_data.explorer_page, sel.db, sel.run, query)
 for note in page.notes:
     st.caption(f"note: {text.plain(note)}")
 pages = max(1, math.ceil(page.total / size))

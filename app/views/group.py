@@ -2,8 +2,10 @@
 
 import streamlit as st
 
-from app import compute, state
+from app import state
 from app.ui import charts, heatmaps, panels, scales, text, widgets
+from app.view_data import group as group_data
+from app.view_data import shared
 
 state.follow_rollout_request()  # a response picked below in the last rerun opens the Rollout view
 sel = panels.rollout_selection()
@@ -12,12 +14,12 @@ record = panels.prompt_and_response(sel)
 
 pick, channel_box = st.columns([2, 1])
 with pick:
-    estimator = widgets.estimator_picker("group_estimator", compute.unavailable(sel.db, sel.run, sel.group))
+    estimator = widgets.estimator_picker("group_estimator", shared.unavailable(sel.db, sel.run, sel.group))
 with channel_box:
     channel = widgets.channel_picker(sel, "group")
 config = widgets.with_channel(estimator, (), channel)
 values, tokens, ids = panels.compute_or_explain(
-    compute.group_rows, sel.db, sel.run, sel.group, estimator, config, (), channel
+    group_data.group_rows, sel.db, sel.run, sel.group, estimator, config, (), channel
 )
 
 st.subheader("Responses aligned by position")
@@ -67,7 +69,7 @@ st.caption(
     f"V(u), the mean outcome Z of its responses on {text.plain(channel)}). Branch points carry the TD "
     "corrections V(child) − V(parent) that the prefix-tree estimator adds."
 )
-tree, frame = panels.compute_or_explain(compute.group_tree, sel.db, sel.run, sel.group, channel)
+tree, frame = panels.compute_or_explain(shared.group_tree, sel.db, sel.run, sel.group, channel)
 st.plotly_chart(charts.prefix_tree_figure(frame), key="group_tree", width="stretch")
 branches = frame[frame["parent"].isin(frame.loc[frame["branches"], "node_id"])]
 st.text(f"{int(frame['branches'].sum())} branch points, {len(frame)} nodes")

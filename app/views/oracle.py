@@ -5,8 +5,9 @@ import urllib.parse
 
 import streamlit as st
 
-from app import compute, data, state
+from app import data, state
 from app.ui import charts, text, widgets
+from app.view_data import oracle as oracle_data
 
 sel = state.selection()
 if sel.run is None:
@@ -23,7 +24,7 @@ if not chosen:
     st.stop()
 
 batch = data.group_batch(sel.db, sel.run, sel.group)
-if compute.has_oracle(batch):
+if oracle_data.has_oracle(batch):
     st.caption(
         "Synthetic run: the true key tokens and their credit are known (docs/estimators.md section 9). "
         "single = scores summed then one estimator; split = channels projected and normalized "
@@ -33,7 +34,7 @@ if compute.has_oracle(batch):
     st.caption(
         "Not offered on synthetic runs, which have no policy (needs a model): " + ", ".join(needs_model)
     )
-    table, errors = compute.oracle(sel.db, sel.run, tuple(chosen))
+    table, errors = oracle_data.oracle(sel.db, sel.run, tuple(chosen))
     for line in errors:
         st.warning(line)
     pipeline = state.url_widget(
@@ -50,9 +51,11 @@ if compute.has_oracle(batch):
         shown,
         hide_index=True,
         width="stretch",
-        column_config={m: st.column_config.NumberColumn(m, format="%.3f") for m in compute.METRICS},
+        column_config={m: st.column_config.NumberColumn(m, format="%.3f") for m in oracle_data.METRICS},
     )
-    st.plotly_chart(charts.oracle_metrics_figure(shown, compute.METRICS), key="oracle_chart", width="stretch")
+    st.plotly_chart(
+        charts.oracle_metrics_figure(shown, oracle_data.METRICS), key="oracle_chart", width="stretch"
+    )
 else:
     st.caption(
         "Real run: estimators are scored against the Monte Carlo teacher — V̂(s_t) from suffix resampling "
@@ -62,17 +65,17 @@ else:
         "read the chosen channel, and a rollout's last segment ends at its score there."
     )
     channel = widgets.channel_picker(sel, "oracle")
-    bench = compute.teacher(sel.db, sel.run, tuple(chosen), channel)
+    bench = oracle_data.teacher(sel.db, sel.run, tuple(chosen), channel)
     if bench is None:
         st.info(
             "No resampled values in this run yet: run `creditlens teacher` or resample some positions "
             "on the Resample page first."
         )
         st.stop()
-    if bench.n_positions < compute.teacher_bench.MIN_POSITIONS:
+    if bench.n_positions < oracle_data.teacher_bench.MIN_POSITIONS:
         st.warning(
             f"Only {bench.n_positions} valued positions in {bench.n_rollouts} rollouts: too few for these "
-            f"numbers to separate estimators (at least {compute.teacher_bench.MIN_POSITIONS} are needed; "
+            f"numbers to separate estimators (at least {oracle_data.teacher_bench.MIN_POSITIONS} are needed; "
             "`creditlens teacher --run RUN` values many rollouts)."
         )
     else:
@@ -83,9 +86,9 @@ else:
     off_policy = bench.off_policy_note()
     if off_policy:
         st.warning(off_policy)
-    shown_metrics = [m for m in compute.teacher_bench.METRICS if bench.table[m].notna().any()]
+    shown_metrics = [m for m in oracle_data.teacher_bench.METRICS if bench.table[m].notna().any()]
     config = {
-        m: st.column_config.NumberColumn(m, format="%.3f", help=compute.teacher_bench.DEFINITIONS[m])
+        m: st.column_config.NumberColumn(m, format="%.3f", help=oracle_data.teacher_bench.DEFINITIONS[m])
         for m in shown_metrics
     }
     config.update({f"{m}_se": st.column_config.NumberColumn("± se", format="%.3f") for m in shown_metrics})
@@ -101,8 +104,8 @@ else:
     )
     is_value = bench.table["kind"] == "value source"
     tables = (
-        (bench.table[~is_value], compute.teacher_bench.RANKED_METRICS, "oracle_teacher_table"),
-        (bench.table[is_value], compute.teacher_bench.VALUE_METRICS, "oracle_teacher_values"),
+        (bench.table[~is_value], oracle_data.teacher_bench.RANKED_METRICS, "oracle_teacher_table"),
+        (bench.table[is_value], oracle_data.teacher_bench.VALUE_METRICS, "oracle_teacher_values"),
     )
     for rows, metrics, key in tables:
         metrics = [m for m in metrics if m in shown_metrics]
@@ -141,7 +144,7 @@ else:
     )
     with st.expander("Definitions", expanded=True):
         for m in shown_metrics:
-            st.markdown(f"- **{m}**: {compute.teacher_bench.DEFINITIONS[m]}")
+            st.markdown(f"- **{m}**: {oracle_data.teacher_bench.DEFINITIONS[m]}")
         st.markdown(
             "- **sanity rows**: `chance` is what a predictor with no information scores; the best "
             "estimator inverted must fall below it, shuffled within each rollout must fall to it."
@@ -163,7 +166,7 @@ else:
     estimators = bench.table.loc[scored, "estimator"].tolist()
     left, right = st.columns(2)
     who = left.selectbox("Estimator", estimators, key="oracle_miss_estimator")
-    metric = right.selectbox("Metric", list(compute.teacher_bench.PER_ROLLOUT), key="oracle_miss_metric")
+    metric = right.selectbox("Metric", list(oracle_data.teacher_bench.PER_ROLLOUT), key="oracle_miss_metric")
     misses = bench.misses(who, metric)
     if misses.empty:
         st.caption(f"{text.plain(who)} misses no rollout on {metric}.")

@@ -4,20 +4,23 @@ Below, the model-based scores (OAR-P, OAR-G, GCPO) of the rollout's group, compu
 
 import streamlit as st
 
-from app import access, compute, data, jobs, state
+from app import access, data, jobs, state
 from app.ui import charts, heatmaps, panels, widgets
+from app.view_data import resample as resample_data
+from app.view_data import shared
 
 sel = panels.rollout_selection()
 st.title(f"Resample suffixes · rollout #{sel.rollout}")
 record = panels.prompt_and_response(sel)
 info = data.run_info(sel.db, sel.run)
-view = panels.compute_or_explain(compute.rollout_view, sel.db, sel.run, sel.group, sel.rollout, "grpo", ())
+view = panels.compute_or_explain(shared.rollout_view, sel.db, sel.run, sel.group, sel.rollout, "grpo", ())
 L = len(view.tokens)
 
 settings = data.settings()
 used, no_model = data.rollout_model(sel.db, sel.run, sel.rollout)  # the rollout's step checkpoint
 model_dir = used["model"] if used else None
-model_problem = no_model or compute.model_folder_problem(model_dir)  # said in place: the page still renders
+# a model that cannot be loaded is said in place: the page still renders
+model_problem = no_model or resample_data.model_folder_problem(model_dir)
 if used:
     st.caption(f"Model: {used['why']} ({used['label']}).")
 if not settings.read_only:
@@ -35,7 +38,7 @@ if "resample_positions" not in st.session_state:
     st.session_state["resample_positions"] = (
         [p for p in from_url if p < L]
         or stored
-        or compute.suggested_positions("entropy", view.tokens, entropies, 3)
+        or resample_data.suggested_positions("entropy", view.tokens, entropies, 3)
     )
 if clicked is not None:
     st.session_state["resample_positions"] = sorted({*st.session_state["resample_positions"], clicked})
@@ -58,7 +61,9 @@ st.plotly_chart(
 
 def suggest(kind: str) -> None:
     entropies = view.token_info["entropy"].dropna().tolist() or None
-    st.session_state["resample_positions"] = compute.suggested_positions(kind, view.tokens, entropies, 5)
+    st.session_state["resample_positions"] = resample_data.suggested_positions(
+        kind, view.tokens, entropies, 5
+    )
     st.session_state["resample_suggested"] = kind
 
 
@@ -100,7 +105,7 @@ else:
             default="auto",
             options=["auto", "transformers", "vllm"],
         )
-        st.caption(compute.engine_note(engine_name))
+        st.caption(resample_data.engine_note(engine_name))
     state.publish("positions", ",".join(map(str, positions)))
     st.caption(f"At most {settings.max_suffixes} suffixes (positions × M) per request on this server.")
 
@@ -120,7 +125,7 @@ else:
                 data.handle_for(sel.db),
                 sel.run,
                 sel.rollout,
-                lambda: compute.engine(model_dir, engine_name),
+                lambda: resample_data.engine(model_dir, engine_name),
                 record,
                 info.get("verifier"),
                 positions,
@@ -152,7 +157,8 @@ else:
         "resample`, the teacher): n counts them, and the suffixes table below names each one's "
         "engine, model and the time it was drawn."
     )
-    outcome = compute.score_on(record["rewards"], data.main_channel(sel.db, sel.run))  # the run's main score
+    # the run's main score
+    outcome = resample_data.score_on(record["rewards"], data.main_channel(sel.db, sel.run))
     st.plotly_chart(charts.value_estimates_figure(values, L, outcome), key="resample_values", width="stretch")
     st.dataframe(
         values,
@@ -198,7 +204,7 @@ elif not settings.read_only:
                 data.handle_for(sel.db),
                 sel.run,
                 sel.rollout,
-                lambda: compute.engine(model_dir, chosen),
+                lambda: resample_data.engine(model_dir, chosen),
                 method,
                 model_dir,
                 chosen,

@@ -3,8 +3,9 @@ per-token strips under it, and why a token got its credit."""
 
 import streamlit as st
 
-from app import compute, state
+from app import state
 from app.ui import cliff_marker, fmt, heatmaps, panels, scales, widgets
+from app.view_data import shared
 
 sel = panels.rollout_selection()
 st.title(f"Rollout #{sel.rollout}")
@@ -12,15 +13,15 @@ panels.prompt_and_response(sel)
 
 pick, channel_box, params, position = st.columns([1, 1, 2, 1])
 with pick:
-    estimator = widgets.estimator_picker("rollout_estimator", compute.unavailable(sel.db, sel.run, sel.group))
+    estimator = widgets.estimator_picker("rollout_estimator", shared.unavailable(sel.db, sel.run, sel.group))
 with channel_box:
     channel = widgets.channel_picker(sel, "rollout")
 with params, st.expander("Estimator parameters"):
     config = widgets.with_channel(estimator, widgets.estimator_form(estimator, key="rollout_cfg"), channel)
-widgets.unavailable_note(compute.unavailable(sel.db, sel.run, sel.group))
+widgets.unavailable_note(shared.unavailable(sel.db, sel.run, sel.group))
 
 view = panels.compute_or_explain(
-    compute.rollout_view,
+    shared.rollout_view,
     sel.db,
     sel.run,
     sel.group,

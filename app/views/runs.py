@@ -3,8 +3,9 @@
 import pandas as pd
 import streamlit as st
 
-from app import access, actions, compute, data, state
+from app import access, actions, data, state
 from app.ui import text
+from app.view_data import shared
 
 sel = state.selection()
 st.title("Runs")
@@ -59,7 +60,7 @@ if settings.read_only:
 if sel.run is not None:
     st.subheader(f"Main channel · {text.plain(sel.run)}")
     channels = data.run_channels(sel.db, sel.run)
-    choices = channels + ([compute.ALL_CHANNELS] if compute.ALL_CHANNELS not in channels else [])
+    choices = channels + ([shared.ALL_CHANNELS] if shared.ALL_CHANNELS not in channels else [])
     current = data.main_channel(sel.db, sel.run)
     pick, button = st.columns([3, 1], vertical_alignment="bottom")
     wanted = pick.selectbox(

@@ -2,8 +2,9 @@
 
 import streamlit as st
 
-from app import compute, data, state
+from app import data, state
 from app.ui import charts, monitor_panel, panels, text, widgets
+from app.view_data import trends as trends_data
 
 sel = state.selection()
 if sel.run is None:
@@ -19,7 +20,7 @@ with channel_box:
     channel = widgets.channel_picker(sel, "trends")
 with params, st.expander("Estimator parameters"):
     config = widgets.with_channel(estimator, widgets.estimator_form(estimator, key="trends_cfg"), channel)
-frame = panels.compute_or_explain(compute.trends, sel.db, sel.run, estimator, config)
+frame = panels.compute_or_explain(trends_data.trends, sel.db, sel.run, estimator, config)
 main = data.main_channel(sel.db, sel.run)
 st.caption(
     f"One point per training step ({len(frame)} steps). Credit numbers are {estimator}'s advantages on the "

@@ -9,22 +9,24 @@ heatmap and the next replay all start from what the sliders show."""
 
 import streamlit as st
 
-from app import compute, data, state
+from app import data, state
 from app.ui import charts, heatmaps, panels, scales, text, widgets
+from app.view_data import shared
+from app.view_data import tune as tune_data
 
 sel = panels.rollout_selection()
 st.title(f"Tune channel weights · rollout #{sel.rollout}")
 
-estimator = widgets.estimator_picker("tune_estimator", compute.unavailable(sel.db, sel.run, sel.group))
+estimator = widgets.estimator_picker("tune_estimator", shared.unavailable(sel.db, sel.run, sel.group))
 estimator_channel = widgets.channel_picker(sel, "tune")  # the estimator projects it; the others keep theirs
-if estimator_channel == compute.ALL_CHANNELS:
+if estimator_channel == shared.ALL_CHANNELS:
     st.caption(
         "On all, the channel scores are summed before the estimator, so they share one β; pick one "
         "channel to weigh the others separately."
     )
-defaults = compute.default_betas(sel.db, sel.run, sel.group, estimator_channel)
+defaults = tune_data.default_betas(sel.db, sel.run, sel.group, estimator_channel)
 BASELINES = {"default": "the default β", "summed": "the summed reward (mixed)"}
-default_norms = compute.default_normalizations(sel.db, sel.run, sel.group, estimator_channel)
+default_norms = tune_data.default_normalizations(sel.db, sel.run, sel.group, estimator_channel)
 BETA_LOW, BETA_HIGH = 0.0, 3.0  # the β sliders' range
 _APPLIED = "_tune_applied"  # the β the Apply button set, until the whole page has been drawn with them
 
@@ -74,7 +76,7 @@ def channel_weights() -> None:
     beta_items = tuple(sorted(betas.items()))
     norm_items = tuple(sorted((c, m) for c, m in norms.items() if m != default_norms[c]))
     view = panels.compute_or_explain(
-        compute.rollout_view,
+        shared.rollout_view,
         sel.db,
         sel.run,
         sel.group,
@@ -121,7 +123,7 @@ def channel_weights() -> None:
         )
         if baseline != "none":
             baseline_chart(view, window, peaks, mode, baseline, against)
-        shares = compute.group_shares(
+        shares = tune_data.group_shares(
             sel.db, sel.run, sel.group, estimator, (), beta_items, norm_items, estimator_channel
         )
         st.plotly_chart(
@@ -138,7 +140,7 @@ def baseline_chart(view, window: dict, peaks: dict, mode: str, how: str, against
     start, stop = window["offset"], window["offset"] + len(window["tokens"])
     if against == "default":
         base = panels.compute_or_explain(
-            compute.rollout_view,
+            shared.rollout_view,
             sel.db,
             sel.run,
             sel.group,
@@ -151,7 +153,7 @@ def baseline_chart(view, window: dict, peaks: dict, mode: str, how: str, against
         name = "default"
     else:
         summed = panels.compute_or_explain(
-            compute.summed_reward_credit, sel.db, sel.run, sel.group, sel.rollout, estimator, ()
+            tune_data.summed_reward_credit, sel.db, sel.run, sel.group, sel.rollout, estimator, ()
         )
         base, name = {"final": summed}, "summed"
     if how == "side by side":
@@ -161,7 +163,7 @@ def baseline_chart(view, window: dict, peaks: dict, mode: str, how: str, against
     else:
         changed = [k for k in view.rows if k in base and k not in scales.OWN_SCALE_ROWS]
         rows = {
-            f"{k}: tuned − {name}": compute.credit_difference(base[k], view.rows[k])[start:stop]
+            f"{k}: tuned − {name}": shared.credit_difference(base[k], view.rows[k])[start:stop]
             for k in changed
         }
         base_peaks = scales.scale_peaks(rows, mode)
@@ -239,7 +241,7 @@ def dual_ascent_replay() -> None:
     start, button = st.columns([4, 1])
     start.caption("Starts from β " + ", ".join(f"{text.plain(c)} {b:g}" for c, b in beta0.items()))
     button.button("Replay from the current β", key="tune_replay_button")
-    replay = compute.dual_ascent(sel.db, sel.run, tuple(tau.items()), eta, tuple(beta0.items()), mode)
+    replay = tune_data.dual_ascent(sel.db, sel.run, tuple(tau.items()), eta, tuple(beta0.items()), mode)
     st.plotly_chart(charts.beta_trajectories(replay), key="tune_replay", width="stretch")
     last = replay[replay["step"] == replay["step"].max()] if len(replay) else replay
     replayed = {str(r.channel): float(r.beta) for r in last.itertuples(index=False)}

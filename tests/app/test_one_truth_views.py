@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from app import compute
+from app.view_data import compare as compare_data
 from backend import token_classes
 from backend.cli import main
 from backend.store import Store
@@ -73,7 +73,7 @@ def test_compare_keeps_drawing_when_one_estimator_fails(app_db):
     """An estimator that fails on this run (no resampling results) gets its error; the rest are computed."""
     with Store(app_db, read_only=True) as store:
         group = int(store.rollout_index("oracle").set_index("rollout_id").loc[0, "group_id"])
-    result = compute.compare(str(app_db), "oracle", group, 0, (("token_rm", ()), ("suffix_mc", ())))
+    result = compare_data.compare(str(app_db), "oracle", group, 0, (("token_rm", ()), ("suffix_mc", ())))
     assert list(result["rollout"]) == ["token_rm"]
     assert "resampl" in result["errors"]["suffix_mc"]
 

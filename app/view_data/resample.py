@@ -1,0 +1,40 @@
+"""The Resample view's model: one loaded engine per model folder, or why the run's model cannot be loaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from backend.errors import InputError
+
+# Re-exported for the Resample view, which reaches the backend only through app/.
+from backend.main_channel import score_on as score_on
+from backend.models import engine_note as engine_note
+from backend.models import load_engine
+from backend.models.loading import check_model_dir
+from backend.models.resample import suggested_positions as suggested_positions
+
+
+@st.cache_resource(show_spinner="Loading the model…", max_entries=2)
+def engine(model_dir: str, engine_name: str = "auto"):
+    """One loaded engine per (model folder, engine) and process."""
+    return load_engine(model_dir, engine=engine_name)
+
+
+def model_folder_problem(model_dir: str | None) -> str | None:
+    """Why the run's recorded model folder cannot be loaded here (missing, no config, no weights), or None:
+    the views show it in place instead of stopping."""
+    if not model_dir:
+        return "This run has no model recorded (it was imported without a model folder)."
+    if not Path(model_dir).expanduser().is_dir():
+        return (
+            f"The run's model folder {model_dir!r} does not exist on this machine (it is the folder "
+            "recorded when the run was imported). Import the run again with a model folder that exists "
+            "here."
+        )
+    try:
+        check_model_dir(model_dir)
+    except InputError as exc:
+        return f"The run's model cannot be loaded here: {exc}."
+    return None

@@ -1,0 +1,16 @@
+"""The Trends view's table: one row per step (backend.explorer.step_trends, what `creditlens trends`
+prints)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app import data
+from backend import explorer
+
+
+@st.cache_data(show_spinner="Computing trends over steps…", max_entries=32)
+def trends(db: str, run: str, estimator: str | None, config: tuple = ()) -> pd.DataFrame:
+    """One row per step (what `creditlens trends` prints)."""
+    return explorer.step_trends(data.store_handle(db), run, estimator, config)
