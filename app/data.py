@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import access
+from app import access, keys
 from backend import checkpoints
 from backend import token_classes as classes
 from backend.errors import InputError
@@ -71,7 +71,7 @@ def store_handle(path: str) -> StoreHandle:
 
 
 def db_path() -> str:
-    return str(st.session_state.get("app_db") or db_path_from_argv())
+    return str(st.session_state.get(keys.DB) or db_path_from_argv())
 
 
 def handle() -> StoreHandle:

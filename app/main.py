@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import data, state
+from app import data, keys, state
 from app.navigation import VIEW_DIR, VIEWS
 from app.server import auth
 
@@ -32,5 +32,5 @@ navigation = st.navigation(
     ]
 )
 data.refresh_if_store_changed(data.db_path())  # another process may have imported or deleted a run
-st.session_state["_selection"] = state.init_selection()
+st.session_state[keys.SELECTION] = state.init_selection()
 navigation.run()

@@ -1,6 +1,6 @@
 """Shared selection (run, rollout) and the URL.
 
-The selected run and rollout live in `st.session_state["sel_run"]` / `["sel_rollout"]`, set only
+The selected run and rollout live in `st.session_state[keys.RUN]` / `[keys.ROLLOUT]`, set only
 here, and are mirrored into the query string on every rerun (`?run=NAME&rollout=ID`), together with
 the current view's own choices (`url_widget`). A fresh session (a bookmark, a shared link) reads
 them back from the URL once. A link value that cannot be honoured (an unknown run, a rollout the run
@@ -16,14 +16,11 @@ from typing import Any
 
 import streamlit as st
 
-from app import data, navigation
+from app import data, keys, navigation
 from app.ui.text import plain
 from backend import main_channel, token_classes
 from backend.errors import InputError
 
-RUN, ROLLOUT = "sel_run", "sel_rollout"
-_URL_AT_START = "_url_at_start"
-_LINK_BOX = "_link_warnings_box"  # a container at the top of the view, where link warnings go
 DEFAULT_RUN = "demo"
 
 
@@ -37,18 +34,18 @@ class Selection:
 
 
 def _initial_url() -> dict[str, str]:
-    if _URL_AT_START not in st.session_state:
-        st.session_state[_URL_AT_START] = {k: st.query_params.get(k) for k in st.query_params}
-    return st.session_state[_URL_AT_START]
+    if keys.URL_AT_START not in st.session_state:
+        st.session_state[keys.URL_AT_START] = {k: st.query_params.get(k) for k in st.query_params}
+    return st.session_state[keys.URL_AT_START]
 
 
 def link_warning(name: str, value: Any, reason: str, fallback: Any) -> None:
     """Say, once per session and parameter, that the link's `?name=value` cannot be honoured and why."""
-    seen = st.session_state.setdefault("_link_warned", set())
+    seen = st.session_state.setdefault(keys.LINK_WARNED, set())
     if name in seen:
         return
     seen.add(name)
-    box = st.session_state.get(_LINK_BOX) or st
+    box = st.session_state.get(keys.LINK_BOX) or st
     box.warning(
         f"Link parameter {_code(f'{name}={value}')} cannot be honoured: {plain(reason)}. "
         f"Showing {plain(fallback)} instead."
@@ -75,12 +72,12 @@ def _valid_rollout(db: str, run: str, value: Any) -> int | None:
 
 
 def _on_run_change() -> None:
-    st.session_state[ROLLOUT] = _first_rollout(data.db_path(), st.session_state[RUN])
+    st.session_state[keys.ROLLOUT] = _first_rollout(data.db_path(), st.session_state[keys.RUN])
 
 
 def set_rollout(rollout_id: int) -> None:
     """Select another rollout of the current run (call before the sidebar renders, or in a callback)."""
-    st.session_state[ROLLOUT] = int(rollout_id)
+    st.session_state[keys.ROLLOUT] = int(rollout_id)
 
 
 def init_selection() -> Selection:
@@ -88,41 +85,46 @@ def init_selection() -> Selection:
     sidebar pickers, and write the selection into the URL."""
     db = data.db_path()
     url = _initial_url()
-    if _SELECT_ROLLOUT in st.session_state:  # a row opened from the Explorer or the Group view
-        st.session_state[RUN], st.session_state[ROLLOUT] = st.session_state.pop(_SELECT_ROLLOUT)
-    st.session_state[_LINK_BOX] = st.container()
+    if keys.SELECT_ROLLOUT in st.session_state:  # a row opened from the Explorer or the Group view
+        st.session_state[keys.RUN], st.session_state[keys.ROLLOUT] = st.session_state.pop(keys.SELECT_ROLLOUT)
+    st.session_state[keys.LINK_BOX] = st.container()
     names = [r["name"] for r in data.list_runs(db)]
     if not names:
         st.query_params.clear()
         return Selection(db, None, None, None)
-    run = st.session_state.get(RUN)
+    run = st.session_state.get(keys.RUN)
     if run not in names:
-        wanted = url.get("run")
+        wanted = url.get(keys.URL_RUN)
         run = wanted if wanted in names else (DEFAULT_RUN if DEFAULT_RUN in names else names[0])
         if wanted is not None and wanted != run:
-            link_warning("run", wanted, "the store has no run of that name", f"run {run}")
-        st.session_state[RUN] = run
-        st.session_state[ROLLOUT] = _valid_rollout(db, run, url.get("rollout")) if wanted == run else None
-        if wanted == run and url.get("rollout") is not None and st.session_state[ROLLOUT] is None:
-            link_warning("rollout", url.get("rollout"), f"run {run} has no such rollout", "its first rollout")
-    if _valid_rollout(db, run, st.session_state.get(ROLLOUT)) is None:
-        st.session_state[ROLLOUT] = _first_rollout(db, run)
+            link_warning(keys.URL_RUN, wanted, "the store has no run of that name", f"run {run}")
+        st.session_state[keys.RUN] = run
+        st.session_state[keys.ROLLOUT] = (
+            _valid_rollout(db, run, url.get(keys.URL_ROLLOUT)) if wanted == run else None
+        )
+        if wanted == run and url.get(keys.URL_ROLLOUT) is not None and st.session_state[keys.ROLLOUT] is None:
+            link_warning(
+                keys.URL_ROLLOUT,
+                url.get(keys.URL_ROLLOUT),
+                f"run {run} has no such rollout",
+                "its first rollout",
+            )
+    if _valid_rollout(db, run, st.session_state.get(keys.ROLLOUT)) is None:
+        st.session_state[keys.ROLLOUT] = _first_rollout(db, run)
 
     index = data.rollout_index(db, run)
     labels = rollout_labels(db, run)
     with st.sidebar:
-        st.selectbox("Run", names, key=RUN, on_change=_on_run_change)
-        st.selectbox("Rollout", list(labels), key=ROLLOUT, format_func=labels.get)
-    rollout = st.session_state[ROLLOUT]
+        st.selectbox("Run", names, key=keys.RUN, on_change=_on_run_change)
+        st.selectbox("Rollout", list(labels), key=keys.ROLLOUT, format_func=labels.get)
+    rollout = st.session_state[keys.ROLLOUT]
     group = None
     if rollout is not None:
         group = int(index.loc[index["rollout_id"] == rollout, "group_id"].iloc[0])
-    st.query_params.from_dict({"run": run, **({"rollout": str(rollout)} if rollout is not None else {})})
+    st.query_params.from_dict(
+        {keys.URL_RUN: run, **({keys.URL_ROLLOUT: str(rollout)} if rollout is not None else {})}
+    )
     return Selection(db, run, rollout, group, resolve_classes(db, run))
-
-
-_SESSION_CLASSES = "_session_classes"  # run -> token classes chosen in this session, not saved with the run
-CLASSES_URL = "classes"
 
 
 def resolve_classes(db: str, run: str) -> tuple:
@@ -131,28 +133,28 @@ def resolve_classes(db: str, run: str) -> tuple:
     are not the defaults or not the run's saved ones, so a link carries them; a link's classes that cannot
     be used (bad JSON, a bad regex, an unknown kind or marker, a repeated name) are named in a warning and
     the run's own are shown."""
-    chosen = st.session_state.setdefault(_SESSION_CLASSES, {})
+    chosen = st.session_state.setdefault(keys.SESSION_CLASSES, {})
     saved = data.token_classes(db, run)
     url = _initial_url()
-    read = st.session_state.setdefault("_classes_link_read", set())
-    if CLASSES_URL in url and run not in read and url.get("run", run) == run:
+    read = st.session_state.setdefault(keys.CLASSES_LINK_READ, set())
+    if keys.URL_CLASSES in url and run not in read and url.get(keys.URL_RUN, run) == run:
         read.add(run)
         try:
-            linked = token_classes.from_link(url[CLASSES_URL])
+            linked = token_classes.from_link(url[keys.URL_CLASSES])
         except InputError as exc:
-            link_warning(CLASSES_URL, url[CLASSES_URL], str(exc), "the run's own token classes")
+            link_warning(keys.URL_CLASSES, url[keys.URL_CLASSES], str(exc), "the run's own token classes")
         else:
             if linked != saved:
                 chosen[run] = linked
     classes = chosen.get(run, saved)
     if classes != saved or classes != token_classes.DEFAULT_CLASSES:
-        st.query_params[CLASSES_URL] = token_classes.to_link(classes)
+        st.query_params[keys.URL_CLASSES] = token_classes.to_link(classes)
     return classes
 
 
 def use_classes(run: str, classes: tuple | None) -> None:
     """Use `classes` for `run` in this session (None: the run's saved ones again)."""
-    chosen = st.session_state.setdefault(_SESSION_CLASSES, {})
+    chosen = st.session_state.setdefault(keys.SESSION_CLASSES, {})
     if classes is None:
         chosen.pop(run, None)
     else:
@@ -180,7 +182,7 @@ def rollout_labels(db: str, run: str) -> dict[int, str]:
 
 def selection() -> Selection:
     """The selection resolved by `init_selection` in this rerun (pages call this)."""
-    return st.session_state["_selection"]
+    return st.session_state[keys.SELECTION]
 
 
 def url_widget(
@@ -199,7 +201,7 @@ def url_widget(
     `key` is the page-prefixed session key; the first value comes from the URL when a session
     starts from a link, else `default`. `options` (selectbox/radio) validate restored values.
     """
-    keep = f"_keep_{key}"
+    keep = keys.kept(key)
     if key not in st.session_state:
         value = st.session_state.get(keep)
         if value is None and url in _initial_url():
@@ -252,13 +254,12 @@ def publish(name: str, value) -> None:
         st.query_params[name] = str(value)
 
 
-_OPEN_ROLLOUT, _SELECT_ROLLOUT = "_open_rollout", "_select_rollout"
 ROLLOUT_PAGE = navigation.script("rollout")
 
 
 def request_rollout(rollout_id: int) -> None:
     """From a widget callback (a table row or a group row clicked): open `rollout_id` in the Rollout view."""
-    st.session_state[_OPEN_ROLLOUT] = (st.session_state.get(RUN), int(rollout_id))
+    st.session_state[keys.OPEN_ROLLOUT] = (st.session_state.get(keys.RUN), int(rollout_id))
 
 
 def follow_rollout_request() -> None:
@@ -266,6 +267,6 @@ def follow_rollout_request() -> None:
 
     The selection (run and rollout) is set again in the Rollout view's own run, before its sidebar is
     drawn: the sidebar's widget values do not survive a `st.switch_page` from a page's script."""
-    if _OPEN_ROLLOUT in st.session_state:
-        st.session_state[_SELECT_ROLLOUT] = st.session_state.pop(_OPEN_ROLLOUT)
+    if keys.OPEN_ROLLOUT in st.session_state:
+        st.session_state[keys.SELECT_ROLLOUT] = st.session_state.pop(keys.OPEN_ROLLOUT)
         st.switch_page(ROLLOUT_PAGE)

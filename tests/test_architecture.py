@@ -219,8 +219,9 @@ def _within_package(module: str, packages: tuple[str, ...]) -> bool:
 
 
 SERVER = ("app.server",)
-# What the server may import from app/: itself, the access settings it hands over, the list of views it warms.
-SERVER_MAY_IMPORT = ("app.server", "app.access", "app.navigation")
+# What the server may import from app/: itself, the access settings it hands over, the list of views it warms
+# and the name of the URL's token parameter.
+SERVER_MAY_IMPORT = ("app.server", "app.access", "app.navigation", "app.keys")
 
 
 def test_the_server_imports_no_view_code():

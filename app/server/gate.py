@@ -15,7 +15,7 @@ import os
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qsl, urlencode
 
-from app import access
+from app import access, keys
 from app.server import auth
 
 OPEN_PATHS = ("/_stcore/health",)
@@ -36,7 +36,7 @@ code {{ background: #f0f2f6; padding: 0 .25rem; }}
 <code>CREDITLENS_TOKEN</code>).</p>
 {error}
 <form method="get" action="{action}">
-<input type="password" name="token" placeholder="token" autocomplete="off" autofocus aria-label="token">
+<input type="password" name="{param}" placeholder="token" autocomplete="off" autofocus aria-label="token">
 <button type="submit">Open</button></form>
 <p>After the first visit this browser keeps a cookie, so links without the token work.</p>
 </body></html>
@@ -83,9 +83,9 @@ class TokenGate:
             await send({"type": "websocket.close", "code": 1008})  # before accept: the handshake gets 403
             return
         query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
-        presented = [v for k, v in query if k == "token"]
+        presented = [v for k, v in query if k == keys.URL_TOKEN]
         if presented and auth.token_matches(presented[-1], self.token):
-            rest = urlencode([(k, v) for k, v in query if k != "token"])
+            rest = urlencode([(k, v) for k, v in query if k != keys.URL_TOKEN])
             location = scope["path"] + (f"?{rest}" if rest else "")
             cookie = f"{name}={auth.cookie_value(self.token)}; Path=/; HttpOnly; SameSite=Lax"
             if self.secure_cookie:
@@ -95,7 +95,9 @@ class TokenGate:
             )
             return
         error = '<p class="error">That token is not right.</p>' if presented else ""
-        page = LOGIN_PAGE.format(error=error, action=html.escape(scope["path"], quote=True))
+        page = LOGIN_PAGE.format(
+            error=error, action=html.escape(scope["path"], quote=True), param=keys.URL_TOKEN
+        )
         await self._respond(
             send,
             403 if presented else 401,

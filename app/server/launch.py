@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import quote
 
-from app import access
+from app import access, keys
 from app.server import auth
 from backend.errors import InputError, StoreError
 from backend.foreground import run_in_foreground
@@ -119,7 +119,7 @@ def app_arguments(
 
 def _urls(host: str, port: int, token: str | None) -> list[str]:
     hosts = [host] if host not in ("0.0.0.0", "::", "") else ["127.0.0.1", socket.getfqdn()]
-    query = f"/?token={quote(token, safe='')}" if token else "/"
+    query = f"/?{keys.URL_TOKEN}={quote(token, safe='')}" if token else "/"
     scheme = "https" if os.environ.get("STREAMLIT_SERVER_SSL_CERT_FILE") else "http"  # Streamlit's own TLS
     return [f"{scheme}://{'[' + h + ']' if ':' in h else h}:{port}{query}" for h in hosts]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import data, navigation
+from app import data, keys, navigation
 from backend import explorer, monitor
 
 EXPLORER_PAGE, ROLLOUT_PAGE = navigation.script("explorer"), navigation.script("rollout")
@@ -21,19 +21,16 @@ def report(db: str, run: str, estimator: str, config: tuple = ()) -> monitor.Mon
     return monitor.run_monitors(data.store_handle(db), run, estimator, config, prepare_missing=False)
 
 
-_REPORTS_SHOWN = "trends_health_shown"
-
-
 def report_ready(db: str, run: str, estimator: str, config: tuple = ()) -> bool:
     """Whether this session has had this report (`report_for_session`): the Trends charts then wait for it
     instead of being drawn twice."""
-    return (db, run, estimator, config) in st.session_state.get(_REPORTS_SHOWN, set())
+    return (db, run, estimator, config) in st.session_state.get(keys.TRENDS_HEALTH_SHOWN, set())
 
 
 def report_for_session(db: str, run: str, estimator: str, config: tuple = ()) -> monitor.MonitorReport:
     """`report`, remembered as had by this session (`report_ready`)."""
     found = report(db, run, estimator, config)
-    st.session_state.setdefault(_REPORTS_SHOWN, set()).add((db, run, estimator, config))
+    st.session_state.setdefault(keys.TRENDS_HEALTH_SHOWN, set()).add((db, run, estimator, config))
     return found
 
 
@@ -66,41 +63,45 @@ def mark_alerts(fig: go.Figure, alerts: list[monitor.Alert]) -> go.Figure:
 
 def explorer_link(run: str, alert: monitor.Alert) -> dict[str, str]:
     """The Explorer's URL parameters that list the alert's rollouts first (`where`: its step filter)."""
-    params = {"run": run, "where": ",".join(alert.explorer.get("where", [f"step={alert.step}"]))}
+    params = {
+        keys.URL_RUN: run,
+        keys.URL_WHERE: ",".join(alert.explorer.get("where", [f"step={alert.step}"])),
+    }
     sort = alert.explorer.get("sort")
     if sort:
-        params["sort"], params["desc"] = sort.lstrip("-"), str(sort.startswith("-"))
+        params[keys.URL_SORT], params[keys.URL_DESCENDING] = sort.lstrip("-"), str(sort.startswith("-"))
     return params
-
-
-_CLEARED, _LINK_SEEN = "explorer_where_cleared", "_explorer_alert_link"
 
 
 def follow_alert_link(live: dict, session, sortable: list[str]) -> None:
     """An alert link followed within a session (Trends → Explorer): its sort replaces the Explorer's kept
     sort once, so the alert's rollouts come first. live: the URL's `where`, `sort` and `desc`; session:
     `st.session_state` (the widgets' keys). Call before the sort widgets exist."""
-    live = {k: live.get(k) for k in ("where", "sort", "desc")}
-    if not live["where"] or session.get(_LINK_SEEN) == live:
+    live = {k: live.get(k) for k in (keys.URL_WHERE, keys.URL_SORT, keys.URL_DESCENDING)}
+    if not live[keys.URL_WHERE] or session.get(keys.EXPLORER_ALERT_LINK) == live:
         return
-    session[_LINK_SEEN] = live
-    if live["sort"] in sortable:
-        for key, value in (("explorer_sort", live["sort"]), ("explorer_desc", live["desc"] == "True")):
-            session[key] = session[f"_keep_{key}"] = value
+    session[keys.EXPLORER_ALERT_LINK] = live
+    if live[keys.URL_SORT] in sortable:
+        linked = (
+            (keys.EXPLORER_SORT, live[keys.URL_SORT]),
+            (keys.EXPLORER_DESCENDING, live[keys.URL_DESCENDING] == "True"),
+        )
+        for key, value in linked:
+            session[key] = session[keys.kept(key)] = value
 
 
 def linked_where(live: str | None, at_start: str | None) -> str | None:
     """The alert filter the Explorer applies: the URL's `where` (a link followed in this session, or the
     link the session started from), until the user clears it."""
     if live:
-        st.session_state.pop(_CLEARED, None)
+        st.session_state.pop(keys.EXPLORER_WHERE_CLEARED, None)
         return live
-    return None if st.session_state.get(_CLEARED) else at_start
+    return None if st.session_state.get(keys.EXPLORER_WHERE_CLEARED) else at_start
 
 
 def clear_where() -> None:
-    st.session_state[_CLEARED] = True
-    st.query_params.pop("where", None)
+    st.session_state[keys.EXPLORER_WHERE_CLEARED] = True
+    st.query_params.pop(keys.URL_WHERE, None)
 
 
 def linked_filters(text: str | None) -> list[explorer.Filter]:
@@ -127,7 +128,7 @@ def show_alerts(run: str, found: monitor.MonitorReport) -> None:
                     st.page_link(
                         str(ROLLOUT_PAGE),
                         label=f"rollout {rollout}",
-                        query_params={"run": run, "rollout": str(rollout)},
+                        query_params={keys.URL_RUN: run, keys.URL_ROLLOUT: str(rollout)},
                     )
     for note in found.notes:
         st.caption(f"not watched: {note}")

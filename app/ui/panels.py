@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from app import data, state
+from app import data, keys, state
 from app.state import Selection
 from app.ui import charts, fmt, heatmaps, strip_figures, widgets
 from app.ui.text import plain
@@ -91,7 +91,7 @@ def new_click(chart_key: str, n_rows: int) -> int | None:
     Read from the chart's session state before the chart is drawn, so the view can outline the token in
     this rerun; a click is reported once (the chart keeps its selection across reruns)."""
     clicked = clicked_position(st.session_state.get(chart_key), n_rows)
-    seen = f"_{chart_key}_seen"
+    seen = keys.click_seen(chart_key)
     if clicked is None or clicked == st.session_state.get(seen):
         return None
     st.session_state[seen] = clicked
@@ -179,7 +179,7 @@ def token_window(
             st.selectbox,
             "Tokens shown",
             key=key,
-            url="from",
+            url=keys.URL_WINDOW,
             default=0,
             cast=int,
             options=starts,

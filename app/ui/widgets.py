@@ -9,7 +9,7 @@ from typing import Any
 import streamlit as st
 import streamlit.components.v2  # noqa: F401 - registers st.components.v2
 
-from app import data, navigation, state
+from app import data, keys, navigation, state
 from app.ui import scales
 from app.ui.text import plain, with_code
 from backend.batch import ALL_CHANNELS
@@ -52,7 +52,7 @@ def estimator_picker(key: str, unavailable: dict[str, str] | None = None) -> str
         st.selectbox,
         "Estimator",
         key=key,
-        url="est",
+        url=keys.URL_ESTIMATOR,
         default="grpo",
         cast=canonical_estimator,  # a link with a deprecated name (e.g. ?est=hapo) opens its new name
         options=[n for n in estimator_names() if n not in unavailable],
@@ -147,9 +147,9 @@ def estimator_form(name: str, key: str, container=None) -> tuple[tuple[str, Any]
     for f in schema(name)["fields"]:
         if f["name"] in HIDDEN_FIELDS:
             continue
-        wkey = f"{key}_{name}_{f['name']}"
+        wkey = keys.form_field(key, name, f["name"])
         label, help_text, default = f["name"], f["help"] or None, f["default"]
-        url = f"{name}.{f['name']}"
+        url = keys.url_field(name, f["name"])
         _restore_field(f, wkey, url)
         if f["choices"]:
             options = list(f["choices"])
@@ -181,9 +181,6 @@ def with_channel(name: str, config: tuple, channel: str) -> tuple:
     return on_channel(name, config, channel)
 
 
-_CHANNELS = "_channel_choice"  # (run, its main channel) -> the channel this session's views read
-
-
 def channel_picker(sel, key: str) -> str:
     """The reward channel the view's estimator reads: one of the run's channels, or `all` (the channel
     scores summed per rollout first, as TRL does). It starts at the run's main channel (chosen at import,
@@ -192,20 +189,20 @@ def channel_picker(sel, key: str) -> str:
     channels = data.run_channels(sel.db, sel.run)
     options = channels + ([ALL_CHANNELS] if ALL_CHANNELS not in channels else [])
     main = data.main_channel(sel.db, sel.run)
-    chosen = st.session_state.setdefault(_CHANNELS, {})
+    chosen = st.session_state.setdefault(keys.CHANNEL_CHOICE, {})
     run = (sel.run, main)  # a new main channel (Runs page) starts every view on it again
     if run not in chosen and not any(r == sel.run for r, _ in chosen):
-        linked = state.url_value("channel")
-        if linked is not None and state.url_value("run") in (None, sel.run):
+        linked = state.url_value(keys.URL_CHANNEL)
+        if linked is not None and state.url_value(keys.URL_RUN) in (None, sel.run):
             if linked in options:
                 chosen[run] = linked
             else:
                 state.link_warning(
-                    "channel", linked, f"run {sel.run} has no such channel", f"its main channel {main}"
+                    keys.URL_CHANNEL, linked, f"run {sel.run} has no such channel", f"its main channel {main}"
                 )
     if chosen.get(run) not in options:
         chosen[run] = main if main in options else options[0]
-    wkey = f"{key}_channel"
+    wkey = keys.channel_picker(key)
     st.session_state[wkey] = chosen[run]  # the session's choice, also when another view changed it
 
     def remember() -> None:
@@ -221,7 +218,7 @@ def channel_picker(sel, key: str) -> str:
         "page. all: every channel's score summed per rollout first (a missing one skipped), then the "
         "estimator, as TRL does with several reward functions.",
     )
-    state.publish("channel", channel)
+    state.publish(keys.URL_CHANNEL, channel)
     return channel
 
 
@@ -234,9 +231,9 @@ def _channel_label(channel: str, main: str, summed: bool) -> str:
 def _restore_field(f: dict, wkey: str, url: str) -> None:
     """Seed widget `wkey` from the link's `?url=` once, if the value fits field `f`; else warn."""
     raw = state.url_value(url)
-    if raw is None or wkey in st.session_state or st.session_state.get(f"_restored_{wkey}"):
+    if raw is None or wkey in st.session_state or st.session_state.get(keys.restored(wkey)):
         return
-    st.session_state[f"_restored_{wkey}"] = True
+    st.session_state[keys.restored(wkey)] = True
     try:
         if f["choices"]:
             value = next(c for c in f["choices"] if str(c) == raw)
@@ -303,8 +300,8 @@ def scale_controls(
         mode = state.url_widget(
             st.radio,
             "Colour scale",
-            key=f"{key}_scale",
-            url="scale",
+            key=keys.scale_mode(key),
+            url=keys.URL_SCALE,
             default="auto",
             options=list(scales.SCALES),
             format_func=lambda m: scales.SCALE_LABELS[m],
@@ -317,22 +314,24 @@ def scale_controls(
     if rows is not None:  # the lock keeps the half-width the chosen scale draws now
         drawn = scales.scale_peaks(rows, mode)
         current = next((v for n, v in drawn.items() if n not in scales.OWN_SCALE_ROWS), current)
-    lock_key = f"{key}_zlock"
+    lock_key = keys.scale_lock(key)
     if lock_key not in st.session_state:
-        raw = state.url_value("zlock")
+        raw = state.url_value(keys.URL_SCALE_LOCK)
         try:
             st.session_state[lock_key] = float(raw) if raw is not None else None
         except ValueError:
-            state.link_warning("zlock", raw, "not a number", "an unlocked scale")
+            state.link_warning(keys.URL_SCALE_LOCK, raw, "not a number", "an unlocked scale")
             st.session_state[lock_key] = None
         if st.session_state[lock_key] is not None and not st.session_state[lock_key] > 0:
-            state.link_warning("zlock", raw, "the half-width must be positive", "an unlocked scale")
+            state.link_warning(
+                keys.URL_SCALE_LOCK, raw, "the half-width must be positive", "an unlocked scale"
+            )
             st.session_state[lock_key] = None
     with lock_col:
         locked = st.toggle(
             "Lock the scale",
             value=st.session_state[lock_key] is not None,
-            key=f"{key}_lock_toggle",
+            key=keys.scale_lock_toggle(key),
             help="Keep today's colour half-width while you move β, so colours compare across moves.",
             disabled=mode == "row",
         )
@@ -342,7 +341,7 @@ def scale_controls(
     else:
         st.session_state[lock_key] = None
     value = st.session_state[lock_key]
-    state.publish("zlock", None if value is None else f"{value:.6g}")
+    state.publish(keys.URL_SCALE_LOCK, None if value is None else f"{value:.6g}")
     if rows is not None:
         st.caption(plain(scales.active_scale(rows, mode, value)))
     return mode, value

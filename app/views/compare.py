@@ -3,7 +3,7 @@ where the credit lands by token class (the "why did filler get credit" answer)."
 
 import streamlit as st
 
-from app import state
+from app import keys, state
 from app.ui import charts, class_editor, fmt, heatmaps, panels, scales, text, widgets
 from app.view_data import compare as compare_data
 from app.view_data import shared
@@ -17,8 +17,8 @@ default = [n for n in ("grpo", "entropy", "prefix_tree") if n in options] or opt
 chosen = widgets.url_multiselect(
     "Estimators (2–6)",
     options,
-    key="compare_estimators",
-    url="ests",
+    key=keys.COMPARE_ESTIMATORS,
+    url=keys.URL_ESTIMATORS,
     default=default,
     least=2,
     max_selections=6,
@@ -37,7 +37,10 @@ with st.expander("Parameters", expanded=False):
         with column:
             st.markdown(f"**{text.plain(name)}**")
             configs.append(
-                (name, widgets.with_channel(name, widgets.estimator_form(name, key="compare_cfg"), channel))
+                (
+                    name,
+                    widgets.with_channel(name, widgets.estimator_form(name, key=keys.COMPARE_FORM), channel),
+                )
             )
 
 result = panels.compute_or_explain(
@@ -57,7 +60,7 @@ st.caption(
 mode, _ = widgets.scale_controls("compare", rows=result["rollout"])
 peaks = scales.scale_peaks(result["rollout"], mode)
 L = len(result["tokens"])
-start, stop = panels.token_window(L, "compare_window", result["rollout"][next(iter(result["rollout"]))])
+start, stop = panels.token_window(L, keys.COMPARE_WINDOW, result["rollout"][next(iter(result["rollout"]))])
 st.plotly_chart(
     heatmaps.small_multiples(
         {k: v[start:stop] for k, v in result["rollout"].items()},
@@ -72,18 +75,21 @@ st.plotly_chart(
 
 st.subheader("Difference")
 names = list(result["rollout"])
-pair = [n for n in (state.url_value("diff") or "").split(",") if n]
-if "compare_diff_a" not in st.session_state and pair:
+pair = [n for n in (state.url_value(keys.URL_DIFFERENCE) or "").split(",") if n]
+if keys.COMPARE_DIFF_A not in st.session_state and pair:
     if len(pair) == 2 and all(n in names for n in pair):
-        st.session_state["compare_diff_a"], st.session_state["compare_diff_b"] = pair
+        st.session_state[keys.COMPARE_DIFF_A], st.session_state[keys.COMPARE_DIFF_B] = pair
     else:
         state.link_warning(
-            "diff", ",".join(pair), "it must name two of the compared estimators", "the first two"
+            keys.URL_DIFFERENCE,
+            ",".join(pair),
+            "it must name two of the compared estimators",
+            "the first two",
         )
 a_col, b_col = st.columns(2)
-first = a_col.selectbox("A", names, index=0, key="compare_diff_a")
-second = b_col.selectbox("B", names, index=min(1, len(names) - 1), key="compare_diff_b")
-state.publish("diff", f"{first},{second}")
+first = a_col.selectbox("A", names, index=0, key=keys.COMPARE_DIFF_A)
+second = b_col.selectbox("B", names, index=min(1, len(names) - 1), key=keys.COMPARE_DIFF_B)
+state.publish(keys.URL_DIFFERENCE, f"{first},{second}")
 difference = shared.credit_difference(result["rollout"][first], result["rollout"][second])
 gap = scales.largest_abs(difference)  # the colour bar's ends: the largest difference, however small
 st.caption(

@@ -4,7 +4,7 @@ import math
 
 import streamlit as st
 
-from app import state
+from app import keys, state
 from app.ui import monitor_panel, panels, text, widgets
 from app.view_data import explorer as explorer_data
 
@@ -19,21 +19,23 @@ panels.saved_classes_note(sel)
 
 pick, channel_box, versus, params = st.columns([1, 1, 1, 2])
 with pick:
-    estimator = widgets.estimator_picker("explorer_estimator")
+    estimator = widgets.estimator_picker(keys.EXPLORER_ESTIMATOR)
 with channel_box:
     channel = widgets.channel_picker(sel, "explorer")
 with versus:
     compare = state.url_widget(
         st.selectbox,
         "Compare with (Spearman per rollout)",
-        key="explorer_compare",
-        url="vs",
+        key=keys.EXPLORER_VERSUS,
+        url=keys.URL_VERSUS,
         default="none",
         options=["none", *widgets.estimator_names()],
         format_func=lambda n: n if n == "none" else widgets.described(n),
     )
 with params, st.expander("Estimator parameters"):
-    config = widgets.with_channel(estimator, widgets.estimator_form(estimator, key="explorer_cfg"), channel)
+    config = widgets.with_channel(
+        estimator, widgets.estimator_form(estimator, key=keys.EXPLORER_FORM), channel
+    )
 compare = None if compare == "none" else compare
 compare_config = () if compare is None else widgets.with_channel(compare, (), channel)
 
@@ -42,8 +44,8 @@ with search_box:
     search = state.url_widget(
         st.text_input,
         "Search prompt and response",
-        key="explorer_search",
-        url="q",
+        key=keys.EXPLORER_SEARCH,
+        url=keys.URL_SEARCH,
         default="",
         placeholder="text in the prompt or the response",
     )
@@ -55,18 +57,28 @@ sortable = [c for c in columns if c != "preview"]
 monitor_panel.follow_alert_link(st.query_params.to_dict(), st.session_state, sortable)  # an alert's sort
 with sort_box:
     sort = state.url_widget(
-        st.selectbox, "Sort by", key="explorer_sort", url="sort", default="rollout_id", options=sortable
+        st.selectbox,
+        "Sort by",
+        key=keys.EXPLORER_SORT,
+        url=keys.URL_SORT,
+        default="rollout_id",
+        options=sortable,
     )
 with order_box:
     descending = state.url_widget(
-        st.toggle, "Descending", key="explorer_desc", url="desc", default=False, cast=lambda v: v == "True"
+        st.toggle,
+        "Descending",
+        key=keys.EXPLORER_DESCENDING,
+        url=keys.URL_DESCENDING,
+        default=False,
+        cast=lambda v: v == "True",
     )
 with size_box:
     size = state.url_widget(
         st.selectbox,
         "Rows per page",
-        key="explorer_size",
-        url="size",
+        key=keys.EXPLORER_PAGE_SIZE,
+        url=keys.URL_PAGE_SIZE,
         default=50,
         cast=int,
         options=[25, 50, 100, 200],
@@ -74,7 +86,7 @@ with size_box:
 
 numeric = [c for c in sortable if c not in explorer_data.FLAG_COLUMNS and c not in ("rollout_id", "group_id")]
 # A Trends alert links here with its step and filter (`where=step=12,truncated=true`): its rollouts first.
-where = monitor_panel.linked_where(st.query_params.get("where"), state.url_value("where"))
+where = monitor_panel.linked_where(st.query_params.get(keys.URL_WHERE), state.url_value(keys.URL_WHERE))
 filters: list[explorer_data.Filter] = panels.compute_or_explain(monitor_panel.linked_filters, where)
 linked = ", ".join(f"{f.column}{f.op}{f.value}" for f in filters)
 if filters and st.button(f"Clear the alert's filter: {linked}", key="explorer_clear_where"):
@@ -106,10 +118,10 @@ with st.expander("Filters: flags and ranges"):
 
 # A new search, sort or filter starts again at page 1.
 signature = (estimator, config, compare, search, sort, descending, size, tuple(filters))
-if st.session_state.get("_explorer_signature") != signature:
-    st.session_state["_explorer_signature"] = signature
-    st.session_state["explorer_page_no"] = 1
-page_no = int(st.session_state.get("explorer_page_no", 1))
+if st.session_state.get(keys.EXPLORER_SIGNATURE) != signature:
+    st.session_state[keys.EXPLORER_SIGNATURE] = signature
+    st.session_state[keys.EXPLORER_PAGE_NO] = 1
+page_no = int(st.session_state.get(keys.EXPLORER_PAGE_NO, 1))
 
 query = explorer_data.ExplorerQuery(
     estimator=estimator,
@@ -128,7 +140,7 @@ for note in page.notes:
     st.caption(f"note: {text.plain(note)}")
 pages = max(1, math.ceil(page.total / size))
 if page_no > pages:  # the rows shrank under the page (another process deleted some)
-    st.session_state["explorer_page_no"] = pages
+    st.session_state[keys.EXPLORER_PAGE_NO] = pages
     st.rerun()
 
 st.caption(
@@ -140,13 +152,13 @@ st.caption(
     "pos_share_<class> / neg_share_<class>: the class's share of the rollout's positive / negative credit. "
     "An empty share (None) means the rollout got no credit at all (Σ|A| = 0, e.g. a zero-variance group)."
 )
-st.session_state["_explorer_ids"] = [int(r) for r in page.rows["rollout_id"]]
+st.session_state[keys.EXPLORER_IDS] = [int(r) for r in page.rows["rollout_id"]]
 
 
 def _open_selected() -> None:
-    selection = st.session_state["explorer_table"]["selection"]
+    selection = st.session_state[keys.EXPLORER_TABLE]["selection"]
     rows = selection["rows"] or [cell[0] for cell in selection.get("cells", [])]  # a row or any of its cells
-    ids = st.session_state.get("_explorer_ids", [])
+    ids = st.session_state.get(keys.EXPLORER_IDS, [])
     if rows and rows[0] < len(ids):
         state.request_rollout(ids[rows[0]])
 
@@ -167,7 +179,7 @@ shown_order = first + credit + [c for c in page.columns if c not in first and c 
 st.dataframe(
     page.rows,
     column_order=shown_order,
-    key="explorer_table",
+    key=keys.EXPLORER_TABLE,
     on_select=_open_selected,
     selection_mode=["single-row", "single-cell"],
     hide_index=True,
@@ -180,7 +192,7 @@ st.dataframe(
         "truncated": st.column_config.CheckboxColumn("truncated"),
     },
 )
-st.number_input("Page", min_value=1, max_value=pages, step=1, key="explorer_page_no")
+st.number_input("Page", min_value=1, max_value=pages, step=1, key=keys.EXPLORER_PAGE_NO)
 
 with st.expander("The same table on the command line"):
     parts = ["creditlens rollouts", f"--db {sel.db}", f"--run {sel.run}", f"--estimator {estimator}"]

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app import state
+from app import keys, state
 from app.ui import charts, heatmaps, panels, scales, text, widgets
 from app.view_data import group as group_data
 from app.view_data import shared
@@ -14,7 +14,7 @@ record = panels.prompt_and_response(sel)
 
 pick, channel_box = st.columns([2, 1])
 with pick:
-    estimator = widgets.estimator_picker("group_estimator", shared.unavailable(sel.db, sel.run, sel.group))
+    estimator = widgets.estimator_picker(keys.GROUP_ESTIMATOR, shared.unavailable(sel.db, sel.run, sel.group))
 with channel_box:
     channel = widgets.channel_picker(sel, "group")
 config = widgets.with_channel(estimator, (), channel)
@@ -32,7 +32,7 @@ mode, _ = widgets.scale_controls("group", rows=values)
 longest = max((len(v) for v in tokens.values()), default=0)
 peaks = scales.scale_peaks(values, mode)
 widest = max(values, key=lambda k: len(values[k]), default=None)  # its row is the overview strip
-start, stop = panels.token_window(longest, "group_window", values.get(widest), peaks.get(widest))
+start, stop = panels.token_window(longest, keys.GROUP_WINDOW, values.get(widest), peaks.get(widest))
 st.plotly_chart(
     heatmaps.credit_heatmap(
         {k: v[start:stop] for k, v in values.items()},
@@ -49,8 +49,8 @@ st.plotly_chart(
 
 
 def _open_response() -> None:
-    picked = st.session_state.get("group_open")
-    st.session_state["group_open"] = None  # picking the same response again opens it again
+    picked = st.session_state.get(keys.GROUP_OPEN)
+    st.session_state[keys.GROUP_OPEN] = None  # picking the same response again opens it again
     if picked is not None:
         state.request_rollout(picked)
 
@@ -59,7 +59,7 @@ st.pills(
     "Open a response in the Rollout view",
     ids,
     format_func=lambda rid: f"#{rid}",
-    key="group_open",
+    key=keys.GROUP_OPEN,
     on_change=_open_response,
 )
 

@@ -5,7 +5,7 @@ import urllib.parse
 
 import streamlit as st
 
-from app import data, state
+from app import data, keys, state
 from app.ui import charts, text, widgets
 from app.view_data import oracle as oracle_data
 
@@ -18,7 +18,12 @@ st.title(f"Credit quality · {text.plain(sel.run)}")
 options = widgets.estimator_names(model_free=True)
 default = [n for n in ("grpo", "entropy", "entropy_mix", "prefix_tree", "token_rm") if n in options]
 chosen = widgets.url_multiselect(
-    "Estimators", options, key="oracle_estimators", url="ests", default=default, format_func=widgets.described
+    "Estimators",
+    options,
+    key=keys.ORACLE_ESTIMATORS,
+    url=keys.URL_ESTIMATORS,
+    default=default,
+    format_func=widgets.described,
 )
 if not chosen:
     st.stop()
@@ -40,8 +45,8 @@ if oracle_data.has_oracle(batch):
     pipeline = state.url_widget(
         st.radio,
         "Pipeline",
-        key="oracle_pipeline",
-        url="pipeline",
+        key=keys.ORACLE_PIPELINE,
+        url=keys.URL_PIPELINE,
         default="split",
         options=["split", "single"],
         horizontal=True,
@@ -172,7 +177,9 @@ else:
         st.caption(f"{text.plain(who)} misses no rollout on {metric}.")
     else:
         run = urllib.parse.quote(sel.run)
-        misses = misses.assign(open=[f"rollout?run={run}&rollout={r}" for r in misses["rollout_id"]])
+        misses = misses.assign(
+            open=[f"rollout?{keys.URL_RUN}={run}&{keys.URL_ROLLOUT}={r}" for r in misses["rollout_id"]]
+        )
         st.dataframe(
             misses,
             hide_index=True,

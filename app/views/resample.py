@@ -4,7 +4,7 @@ Below, the model-based scores (OAR-P, OAR-G, GCPO) of the rollout's group, compu
 
 import streamlit as st
 
-from app import access, data, jobs, state
+from app import access, data, jobs, keys, state
 from app.ui import charts, heatmaps, panels, widgets
 from app.view_data import resample as resample_data
 from app.view_data import shared
@@ -28,30 +28,30 @@ if not settings.read_only:
         "Click tokens in the heatmap to add them as positions (V̂(s_t) keeps y_<t and samples the rest)."
     )
 # A click reruns the page with the clicked cell in the chart's state; the chosen positions are outlined.
-clicked = panels.new_click("resample_heatmap", n_rows=1)
+clicked = panels.new_click(keys.RESAMPLE_HEATMAP, n_rows=1)
 values = data.resample_values(sel.db, sel.run, sel.rollout)
-if "resample_positions" not in st.session_state:
+if keys.RESAMPLE_POSITIONS not in st.session_state:
     # a link's positions, else the positions already resampled (the chart below shows them), else a suggestion
-    from_url = [int(p) for p in (state.url_value("positions") or "").split(",") if p.strip().isdigit()]
+    from_url = [int(p) for p in (state.url_value(keys.URL_POSITIONS) or "").split(",") if p.strip().isdigit()]
     stored = [int(p) for p in values["pos"] if p < L]
     entropies = view.token_info["entropy"].dropna().tolist() or None
-    st.session_state["resample_positions"] = (
+    st.session_state[keys.RESAMPLE_POSITIONS] = (
         [p for p in from_url if p < L]
         or stored
         or resample_data.suggested_positions("entropy", view.tokens, entropies, 3)
     )
 if clicked is not None:
-    st.session_state["resample_positions"] = sorted({*st.session_state["resample_positions"], clicked})
-start, stop = panels.token_window(L, "resample_window", view.final)
+    st.session_state[keys.RESAMPLE_POSITIONS] = sorted({*st.session_state[keys.RESAMPLE_POSITIONS], clicked})
+start, stop = panels.token_window(L, keys.RESAMPLE_WINDOW, view.final)
 st.plotly_chart(
     heatmaps.credit_heatmap(
         {"final": view.final[start:stop]},
         view.tokens[start:stop],
         token_info=view.token_info.iloc[start:stop].reset_index(drop=True),
         offset=start,
-        highlight=[] if settings.read_only else st.session_state["resample_positions"],
+        highlight=[] if settings.read_only else st.session_state[keys.RESAMPLE_POSITIONS],
     ),
-    key="resample_heatmap",
+    key=keys.RESAMPLE_HEATMAP,
     on_select="rerun",
     selection_mode="points",
     width="stretch",
@@ -61,13 +61,13 @@ st.plotly_chart(
 
 def suggest(kind: str) -> None:
     entropies = view.token_info["entropy"].dropna().tolist() or None
-    st.session_state["resample_positions"] = resample_data.suggested_positions(
+    st.session_state[keys.RESAMPLE_POSITIONS] = resample_data.suggested_positions(
         kind, view.tokens, entropies, 5
     )
-    st.session_state["resample_suggested"] = kind
+    st.session_state[keys.RESAMPLE_SUGGESTED] = kind
 
 
-job = st.session_state.get("resample_job")
+job = st.session_state.get(keys.RESAMPLE_JOB)
 if settings.read_only:
     st.info("This server runs in read-only mode: resampling is switched off. Stored values are shown below.")
 else:
@@ -76,7 +76,7 @@ else:
         positions = st.multiselect(
             "Positions",
             list(range(L)),
-            key="resample_positions",
+            key=keys.RESAMPLE_POSITIONS,
             format_func=lambda p: f"{p} {view.tokens[p]!r}",
         )
         b1, b2 = st.columns(2)
@@ -88,8 +88,8 @@ else:
         samples = state.url_widget(
             st.number_input,
             "M samples per position",
-            key="resample_m",
-            url="m",
+            key=keys.RESAMPLE_SAMPLES,
+            url=keys.URL_SAMPLES,
             default=8,
             cast=int,
             min_value=1,
@@ -100,13 +100,13 @@ else:
         engine_name = state.url_widget(
             st.selectbox,
             "Engine",
-            key="resample_engine",
-            url="engine",
+            key=keys.RESAMPLE_ENGINE,
+            url=keys.URL_ENGINE,
             default="auto",
             options=["auto", "transformers", "vllm"],
         )
         st.caption(resample_data.engine_note(engine_name))
-    state.publish("positions", ",".join(map(str, positions)))
+    state.publish(keys.URL_POSITIONS, ",".join(map(str, positions)))
     st.caption(f"At most {settings.max_suffixes} suffixes (positions × M) per request on this server.")
 
     if model_problem:
@@ -132,13 +132,13 @@ else:
                 samples,
                 used["on_policy"],
             )
-            st.session_state["resample_job"] = job
+            st.session_state[keys.RESAMPLE_JOB] = job
         except access.Refused as exc:
             st.error(f"Resampling refused: {exc}")
         except (ValueError, RuntimeError) as exc:  # the model did not load: said here, the page goes on
             st.error(f"Resampling did not start: {exc}")
 
-if widgets.follow_job(job, "_resample_shown", "resampling", "suffixes"):
+if widgets.follow_job(job, keys.RESAMPLE_SHOWN, "resampling", "suffixes"):
     r = job.result
     note = " (cancelled; finished samples kept)" if r.cancelled else ""
     st.success(
@@ -187,7 +187,7 @@ st.caption(
     "GCPO: the log-prob contrast under a negative prompt), for this rollout's whole group. Once stored, "
     "the estimators oar_p, oar_g and gcpo work in every view, like `creditlens model-credit`."
 )
-credit_job = st.session_state.get("model_credit_job")
+credit_job = st.session_state.get(keys.MODEL_CREDIT_JOB)
 if not settings.read_only and model_problem:
     st.info(f"Model-based scores are off for this run. {model_problem}")
 elif not settings.read_only:
@@ -196,7 +196,7 @@ elif not settings.read_only:
         if st.button("Cancel", key="resample_mc_cancel", type="secondary"):
             credit_job.cancel.set()
     elif st.button("Compute for this group", key="resample_mc_run", type="primary"):
-        chosen = "transformers" if method == "oar_g" else st.session_state.get("resample_engine", "auto")
+        chosen = "transformers" if method == "oar_g" else st.session_state.get(keys.RESAMPLE_ENGINE, "auto")
         try:
             credit_job = jobs.start_model_credit(
                 settings,
@@ -209,12 +209,12 @@ elif not settings.read_only:
                 model_dir,
                 chosen,
             )
-            st.session_state["model_credit_job"] = credit_job
+            st.session_state[keys.MODEL_CREDIT_JOB] = credit_job
         except access.Refused as exc:
             st.error(f"Refused: {exc}")
         except (ValueError, RuntimeError) as exc:  # the model did not load: said here, the page goes on
             st.error(f"Scoring did not start: {exc}")
-if widgets.follow_job(credit_job, "_mc_shown", "scoring", "sequences"):
+if widgets.follow_job(credit_job, keys.MODEL_CREDIT_SHOWN, "scoring", "sequences"):
     r = credit_job.result
     st.success(
         f"{r.method}: nothing stored (cancelled)"

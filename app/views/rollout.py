@@ -3,7 +3,7 @@ per-token strips under it, and why a token got its credit."""
 
 import streamlit as st
 
-from app import state
+from app import keys, state
 from app.ui import cliff_marker, fmt, heatmaps, panels, scales, widgets
 from app.view_data import shared
 
@@ -13,11 +13,15 @@ panels.prompt_and_response(sel)
 
 pick, channel_box, params, position = st.columns([1, 1, 2, 1])
 with pick:
-    estimator = widgets.estimator_picker("rollout_estimator", shared.unavailable(sel.db, sel.run, sel.group))
+    estimator = widgets.estimator_picker(
+        keys.ROLLOUT_ESTIMATOR, shared.unavailable(sel.db, sel.run, sel.group)
+    )
 with channel_box:
     channel = widgets.channel_picker(sel, "rollout")
 with params, st.expander("Estimator parameters"):
-    config = widgets.with_channel(estimator, widgets.estimator_form(estimator, key="rollout_cfg"), channel)
+    config = widgets.with_channel(
+        estimator, widgets.estimator_form(estimator, key=keys.ROLLOUT_FORM), channel
+    )
 widgets.unavailable_note(shared.unavailable(sel.db, sel.run, sel.group))
 
 view = panels.compute_or_explain(
@@ -33,18 +37,18 @@ view = panels.compute_or_explain(
 )
 # A click (on the text or on a heatmap cell) reruns the page: it selects that token (and the URL's `pos`),
 # and both are drawn with the token outlined.
-clicked = panels.new_click("rollout_heatmap", n_rows=len(view.rows))
-pending = st.session_state.pop("rollout_text_clicked", None)
+clicked = panels.new_click(keys.ROLLOUT_HEATMAP, n_rows=len(view.rows))
+pending = st.session_state.pop(keys.ROLLOUT_TEXT_CLICKED, None)
 for chosen in (clicked, pending):
     if chosen is not None:
-        st.session_state["rollout_pos"] = chosen
+        st.session_state[keys.ROLLOUT_POSITION] = chosen
 
 with position:
     pos = state.url_widget(
         st.number_input,
         "Token position",
-        key="rollout_pos",
-        url="pos",
+        key=keys.ROLLOUT_POSITION,
+        url=keys.URL_POSITION,
         default=0,
         cast=int,
         min_value=0,
@@ -54,7 +58,7 @@ with position:
 
 mode, _ = widgets.scale_controls("rollout", rows=view.rows)
 peaks = scales.scale_peaks(view.rows, mode)
-window = panels.heatmap_window(view, key="rollout_window", peaks=peaks)
+window = panels.heatmap_window(view, key=keys.ROLLOUT_WINDOW, peaks=peaks)
 
 # On a wide screen the text and the channel rows sit side by side, both scrolling within the same height;
 # the heatmap packs its cells into narrower bands there so token text stays readable.
@@ -68,10 +72,10 @@ with text_col:
     )
     text_click = panels.credit_text(view, window, peaks["final"], pos, key="rollout_text")
     cliff_marker.show(
-        sel.db, sel.run, sel.rollout, select_key="rollout_text_clicked", button_key="rollout_cliff"
+        sel.db, sel.run, sel.rollout, select_key=keys.ROLLOUT_TEXT_CLICKED, button_key="rollout_cliff"
     )
 if text_click is not None and text_click != pos:
-    st.session_state["rollout_text_clicked"] = text_click
+    st.session_state[keys.ROLLOUT_TEXT_CLICKED] = text_click
     st.rerun()
 with rows_col:
     st.subheader("Credit by channel")
@@ -84,7 +88,7 @@ with rows_col:
     with st.container(height=min(panels.SIDE_HEIGHT, int(figure.layout.height) + 16), border=False):
         st.plotly_chart(
             figure,
-            key="rollout_heatmap",
+            key=keys.ROLLOUT_HEATMAP,
             on_select="rerun",
             selection_mode="points",
             width="stretch",

@@ -3,17 +3,17 @@
 import pandas as pd
 import streamlit as st
 
-from app import access, actions, data, state
+from app import access, actions, data, keys, state
 from app.ui import text
 from app.view_data import shared
 
 sel = state.selection()
 st.title("Runs")
 st.caption(f"Store: {data.db_path()}")
-if "runs_flash" in st.session_state:
+if keys.RUNS_FLASH in st.session_state:
     # the import summary is several lines (skipped records, tokenization, warnings): markdown joins lines
     # unless each ends in a hard break; run names and paths are untrusted text
-    st.success(text.plain(st.session_state.pop("runs_flash")).replace("\n", "  \n"))
+    st.success(text.plain(st.session_state.pop(keys.RUNS_FLASH)).replace("\n", "  \n"))
 
 runs = data.list_runs(sel.db)
 if runs:
@@ -78,7 +78,7 @@ if sel.run is not None:
             st.error(f"Main channel unchanged: {exc}")
         else:
             data.invalidate()
-            st.session_state["runs_flash"] = f"Main channel of {sel.run!r}: {wanted}."
+            st.session_state[keys.RUNS_FLASH] = f"Main channel of {sel.run!r}: {wanted}."
             st.rerun()
 
 st.subheader("Import a run")
@@ -168,7 +168,7 @@ if st.button("Import", key="runs_import_button", type="primary"):
             )
         bar.progress(1.0, text="done")
         data.invalidate()
-        st.session_state["runs_flash"] = report.message()
+        st.session_state[keys.RUNS_FLASH] = report.message()
         st.rerun()
     except (actions.InputError, actions.StoreError, access.Refused) as exc:
         st.error(f"Import failed, nothing was written: {exc}")
@@ -184,5 +184,5 @@ if runs:
             st.error(f"Delete failed: {exc}")
         else:
             data.invalidate()
-            st.session_state["runs_flash"] = f"Deleted run {victim!r}."
+            st.session_state[keys.RUNS_FLASH] = f"Deleted run {victim!r}."
             st.rerun()

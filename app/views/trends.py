@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app import data, state
+from app import data, keys, state
 from app.ui import charts, monitor_panel, panels, text, widgets
 from app.view_data import trends as trends_data
 
@@ -15,11 +15,11 @@ st.title(f"Trends · {text.plain(sel.run)}")
 panels.saved_classes_note(sel)
 pick, channel_box, params = st.columns([1, 1, 2])
 with pick:
-    estimator = widgets.estimator_picker("trends_estimator")
+    estimator = widgets.estimator_picker(keys.TRENDS_ESTIMATOR)
 with channel_box:
     channel = widgets.channel_picker(sel, "trends")
 with params, st.expander("Estimator parameters"):
-    config = widgets.with_channel(estimator, widgets.estimator_form(estimator, key="trends_cfg"), channel)
+    config = widgets.with_channel(estimator, widgets.estimator_form(estimator, key=keys.TRENDS_FORM), channel)
 frame = panels.compute_or_explain(trends_data.trends, sel.db, sel.run, estimator, config)
 main = data.main_channel(sel.db, sel.run)
 st.caption(

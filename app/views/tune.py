@@ -9,7 +9,7 @@ heatmap and the next replay all start from what the sliders show."""
 
 import streamlit as st
 
-from app import data, state
+from app import data, keys, state
 from app.ui import charts, heatmaps, panels, scales, text, widgets
 from app.view_data import shared
 from app.view_data import tune as tune_data
@@ -17,7 +17,7 @@ from app.view_data import tune as tune_data
 sel = panels.rollout_selection()
 st.title(f"Tune channel weights · rollout #{sel.rollout}")
 
-estimator = widgets.estimator_picker("tune_estimator", shared.unavailable(sel.db, sel.run, sel.group))
+estimator = widgets.estimator_picker(keys.TUNE_ESTIMATOR, shared.unavailable(sel.db, sel.run, sel.group))
 estimator_channel = widgets.channel_picker(sel, "tune")  # the estimator projects it; the others keep theirs
 if estimator_channel == shared.ALL_CHANNELS:
     st.caption(
@@ -28,7 +28,6 @@ defaults = tune_data.default_betas(sel.db, sel.run, sel.group, estimator_channel
 BASELINES = {"default": "the default β", "summed": "the summed reward (mixed)"}
 default_norms = tune_data.default_normalizations(sel.db, sel.run, sel.group, estimator_channel)
 BETA_LOW, BETA_HIGH = 0.0, 3.0  # the β sliders' range
-_APPLIED = "_tune_applied"  # the β the Apply button set, until the whole page has been drawn with them
 
 
 @st.fragment
@@ -40,14 +39,14 @@ def channel_weights() -> None:
         with column:
             betas[c] = widgets.url_slider(
                 f"β {c}",
-                key=f"tune_beta_{c}",
-                url=f"beta_{c}",
+                key=keys.tune_beta(c),
+                url=keys.url_beta(c),
                 default=b0,
                 low=BETA_LOW,
                 high=BETA_HIGH,
                 step=0.05,
             )
-    clamped = st.session_state.pop(_APPLIED, None)
+    clamped = st.session_state.pop(keys.TUNE_APPLIED, None)
     if clamped:
         st.warning(
             "The replayed β was outside the sliders' range [0, 3] and was clamped: "
@@ -65,8 +64,8 @@ def channel_weights() -> None:
                 c: state.url_widget(
                     st.selectbox,
                     f"{c}",
-                    key=f"tune_norm_{c}",
-                    url=f"norm_{c}",
+                    key=keys.tune_normalization(c),
+                    url=keys.url_normalization(c),
                     default=n0,
                     options=["group", "batch", "none"],
                     help="group: z-score over the group's tokens; batch: over the batch's; none: unchanged",
@@ -91,8 +90,8 @@ def channel_weights() -> None:
         baseline = state.url_widget(
             st.radio,
             "Baseline",
-            key="tune_baseline",
-            url="base",
+            key=keys.TUNE_BASELINE,
+            url=keys.URL_BASELINE,
             default="none",
             options=["none", "side by side", "difference"],
             horizontal=True,
@@ -101,8 +100,8 @@ def channel_weights() -> None:
         against = state.url_widget(
             st.radio,
             "Against",
-            key="tune_against",
-            url="against",
+            key=keys.TUNE_AGAINST,
+            url=keys.URL_AGAINST,
             default="default",
             options=list(BASELINES),
             format_func=BASELINES.get,
@@ -114,7 +113,7 @@ def channel_weights() -> None:
             "tune", lockable=True, current=scales.scale_peaks(view.rows, "shared")["final"], rows=view.rows
         )
         peaks = scales.scale_peaks(view.rows, mode, locked)
-        window = panels.heatmap_window(view, key="tune_window", peaks=peaks)
+        window = panels.heatmap_window(view, key=keys.TUNE_WINDOW, peaks=peaks)
         st.plotly_chart(
             heatmaps.credit_heatmap(**window, clickable=False, title="tuned β"),
             key="tune_heatmap",
@@ -191,10 +190,10 @@ def apply_betas(betas: dict[str, float]) -> None:
     clamped = {}
     for channel, beta in betas.items():
         shown = float(min(max(beta, BETA_LOW), BETA_HIGH))
-        st.session_state[f"tune_beta_{channel}"] = shown
+        st.session_state[keys.tune_beta(channel)] = shown
         if shown != beta:
             clamped[channel] = beta
-    st.session_state[_APPLIED] = clamped
+    st.session_state[keys.TUNE_APPLIED] = clamped
 
 
 @st.fragment
@@ -218,26 +217,28 @@ def dual_ascent_replay() -> None:
         with col:
             tau[channel] = widgets.url_slider(
                 f"τ {channel}",
-                key=f"tune_tau_{channel}",
-                url=f"tau_{channel}",
+                key=keys.tune_tau(channel),
+                url=keys.url_tau(channel),
                 default=0.1,
                 low=0.0,
                 high=1.0,
                 step=0.01,
             )
     with cols[-2]:
-        eta = widgets.url_slider("η", key="tune_eta", url="eta", default=1.0, low=0.0, high=10.0, step=0.1)
+        eta = widgets.url_slider(
+            "η", key=keys.TUNE_ETA, url=keys.URL_ETA, default=1.0, low=0.0, high=10.0, step=0.1
+        )
     with cols[-1]:
         mode = state.url_widget(
             st.radio,
             "mode",
-            key="tune_mode",
-            url="mode",
+            key=keys.TUNE_REPLAY_MODE,
+            url=keys.URL_REPLAY_MODE,
             default="projected",
             options=["projected", "lexicographic"],
         )
     # The β sliders above, as they are now (this fragment does not rerun when they move).
-    beta0 = {c: float(st.session_state.get(f"tune_beta_{c}", defaults.get(c, 1.0))) for c in tau}
+    beta0 = {c: float(st.session_state.get(keys.tune_beta(c), defaults.get(c, 1.0))) for c in tau}
     start, button = st.columns([4, 1])
     start.caption("Starts from β " + ", ".join(f"{text.plain(c)} {b:g}" for c, b in beta0.items()))
     button.button("Replay from the current β", key="tune_replay_button")
@@ -253,7 +254,7 @@ def dual_ascent_replay() -> None:
             on_click=apply_betas,
             args=(replayed,),
         )
-    if _APPLIED in st.session_state:  # set by the Apply callback: draw the whole page with the new β
+    if keys.TUNE_APPLIED in st.session_state:  # set by the Apply callback: draw the whole page with the new β
         st.rerun(scope="app")
     st.dataframe(replay.pivot(index="step", columns="channel", values="beta"), width="stretch")
 

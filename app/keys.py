@@ -1,0 +1,187 @@
+"""Every URL query parameter and `st.session_state` key the app reads back: one list, used by name.
+
+A link holds the whole view (`?run=demo&rollout=3&est=gae&pos=17`), so the parameters are a contract with
+every bookmark and shared link; the session keys are one between a widget and the code that reads its value
+(and the AppTests that set it). The code names both from here, never by a string of its own
+(tests/app/test_keys.py checks it). Widget keys that nothing reads back (buttons, charts, tables drawn
+once) stay beside their widget.
+"""
+
+from __future__ import annotations
+
+# ---- URL query parameters (`?name=value`) ------------------------------------------------------------
+
+URL_TOKEN = "token"  # the access token, once: the gate trades it for a cookie (app/server/gate.py)
+URL_RUN = "run"
+URL_ROLLOUT = "rollout"
+URL_CLASSES = "classes"  # this session's token classes, when they are not the run's saved ones
+URL_CHANNEL = "channel"  # the reward channel the estimator reads
+URL_ESTIMATOR = "est"
+URL_SCALE = "scale"  # the colour-scale mode
+URL_SCALE_LOCK = "zlock"  # the locked colour half-width
+URL_WINDOW = "from"  # the first token of the window shown of a long response
+URL_POSITION = "pos"  # the selected token (Rollout)
+URL_VERSUS = "vs"  # the estimator compared with, per rollout (Explorer)
+URL_SEARCH = "q"
+URL_SORT = "sort"
+URL_DESCENDING = "desc"
+URL_PAGE_SIZE = "size"
+URL_WHERE = "where"  # an alert's filter (Trends -> Explorer)
+URL_ESTIMATORS = "ests"  # the estimators compared (Compare, Oracle)
+URL_DIFFERENCE = "diff"  # the two estimators of the difference (Compare)
+URL_PIPELINE = "pipeline"  # split or single (Oracle)
+URL_SAMPLES = "m"  # samples per position (Resample)
+URL_ENGINE = "engine"
+URL_POSITIONS = "positions"  # the positions to resample
+URL_BASELINE = "base"  # none, side by side, difference (Tune)
+URL_AGAINST = "against"  # the baseline: the default β or the summed reward
+URL_ETA = "eta"
+URL_REPLAY_MODE = "mode"  # projected or lexicographic dual ascent
+
+
+def url_field(estimator: str, field: str) -> str:
+    """A non-default config field of the view's estimator: `?gae.lam=0.9`."""
+    return f"{estimator}.{field}"
+
+
+def url_beta(channel: str) -> str:
+    return f"beta_{channel}"
+
+
+def url_normalization(channel: str) -> str:
+    return f"norm_{channel}"
+
+
+def url_tau(channel: str) -> str:
+    return f"tau_{channel}"
+
+
+# ---- session keys: the store, the shared selection and the URL (app/data.py, app/state.py) ------------
+
+DB = "app_db"  # the store this session reads (the AppTests set it; else --db or $CREDITLENS_DB)
+RUN = "sel_run"  # the selected run and rollout (the sidebar pickers)
+ROLLOUT = "sel_rollout"
+SELECTION = "_selection"  # the Selection resolved in this rerun
+URL_AT_START = "_url_at_start"  # the query string the session started from (a bookmark, a link)
+LINK_BOX = "_link_warnings_box"  # where the link warnings go, at the top of the view
+LINK_WARNED = "_link_warned"  # the link parameters already warned about
+SESSION_CLASSES = "_session_classes"  # run -> the token classes used in this session, not saved
+CLASSES_LINK_READ = "_classes_link_read"  # the runs whose `?classes=` was read
+OPEN_ROLLOUT = "_open_rollout"  # (run, rollout) asked to open in the Rollout view, by a callback
+SELECT_ROLLOUT = "_select_rollout"  # ... and to select there, before the sidebar is drawn
+CHANNEL_CHOICE = "_channel_choice"  # (run, main channel) -> the channel this session's views read
+
+
+def kept(key: str) -> str:
+    """The last value of widget `key`, kept while its view is not shown (Streamlit drops the widget's)."""
+    return f"_keep_{key}"
+
+
+def restored(key: str) -> str:
+    """Set once widget `key` has been seeded from the link."""
+    return f"_restored_{key}"
+
+
+def click_seen(chart: str) -> str:
+    """The last click on heatmap `chart` already acted on."""
+    return f"_{chart}_seen"
+
+
+# ---- session keys of the widgets in app/ui/ (one per view, from the view's prefix) --------------------
+
+
+def channel_picker(view: str) -> str:
+    return f"{view}_channel"
+
+
+def form_field(form: str, estimator: str, field: str) -> str:
+    """The widget of one config field of `estimator` in the parameter form `form`."""
+    return f"{form}_{estimator}_{field}"
+
+
+def scale_mode(view: str) -> str:
+    return f"{view}_scale"
+
+
+def scale_lock(view: str) -> str:
+    """The locked colour half-width (None: unlocked)."""
+    return f"{view}_zlock"
+
+
+def scale_lock_toggle(view: str) -> str:
+    return f"{view}_lock_toggle"
+
+
+# ---- session keys of the views ------------------------------------------------------------------------
+
+EXPLORER_ESTIMATOR = "explorer_estimator"
+EXPLORER_FORM = "explorer_cfg"
+EXPLORER_VERSUS = "explorer_compare"
+EXPLORER_SEARCH = "explorer_search"
+EXPLORER_SORT = "explorer_sort"
+EXPLORER_DESCENDING = "explorer_desc"
+EXPLORER_PAGE_SIZE = "explorer_size"
+EXPLORER_PAGE_NO = "explorer_page_no"
+EXPLORER_SIGNATURE = "_explorer_signature"  # the query of the last rerun: a new one starts at page 1
+EXPLORER_IDS = "_explorer_ids"  # the rollout ids of the rows shown
+EXPLORER_TABLE = "explorer_table"
+EXPLORER_WHERE_CLEARED = "explorer_where_cleared"  # the alert's filter was cleared
+EXPLORER_ALERT_LINK = "_explorer_alert_link"  # the alert link whose sort was applied
+
+TRENDS_ESTIMATOR = "trends_estimator"
+TRENDS_FORM = "trends_cfg"
+TRENDS_HEALTH_SHOWN = "trends_health_shown"  # the monitor reports this session has had
+
+ROLLOUT_ESTIMATOR = "rollout_estimator"
+ROLLOUT_FORM = "rollout_cfg"
+ROLLOUT_POSITION = "rollout_pos"
+ROLLOUT_TEXT_CLICKED = "rollout_text_clicked"  # a token clicked in the text, or the cliff token selected
+ROLLOUT_HEATMAP = "rollout_heatmap"
+ROLLOUT_WINDOW = "rollout_window"
+
+GROUP_ESTIMATOR = "group_estimator"
+GROUP_OPEN = "group_open"  # the response picked to open in the Rollout view
+GROUP_WINDOW = "group_window"
+
+COMPARE_ESTIMATORS = "compare_estimators"
+COMPARE_FORM = "compare_cfg"
+COMPARE_DIFF_A = "compare_diff_a"
+COMPARE_DIFF_B = "compare_diff_b"
+COMPARE_WINDOW = "compare_window"
+
+TUNE_ESTIMATOR = "tune_estimator"
+TUNE_APPLIED = "_tune_applied"  # the β the Apply button set, until the whole page has been drawn with them
+TUNE_BASELINE = "tune_baseline"
+TUNE_AGAINST = "tune_against"
+TUNE_ETA = "tune_eta"
+TUNE_REPLAY_MODE = "tune_mode"
+TUNE_WINDOW = "tune_window"
+
+
+def tune_beta(channel: str) -> str:
+    return f"tune_beta_{channel}"
+
+
+def tune_normalization(channel: str) -> str:
+    return f"tune_norm_{channel}"
+
+
+def tune_tau(channel: str) -> str:
+    return f"tune_tau_{channel}"
+
+
+RESAMPLE_POSITIONS = "resample_positions"
+RESAMPLE_SUGGESTED = "resample_suggested"  # the kind of the last suggestion
+RESAMPLE_SAMPLES = "resample_m"
+RESAMPLE_ENGINE = "resample_engine"
+RESAMPLE_HEATMAP = "resample_heatmap"
+RESAMPLE_WINDOW = "resample_window"
+RESAMPLE_JOB = "resample_job"  # the resampling job of this session
+RESAMPLE_SHOWN = "_resample_shown"  # the last resampling job followed to its end
+MODEL_CREDIT_JOB = "model_credit_job"
+MODEL_CREDIT_SHOWN = "_mc_shown"
+
+ORACLE_ESTIMATORS = "oracle_estimators"
+ORACLE_PIPELINE = "oracle_pipeline"
+
+RUNS_FLASH = "runs_flash"  # the message of the last import, delete or main-channel change
