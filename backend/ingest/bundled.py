@@ -4,6 +4,7 @@ imported into a store that lacks them (`creditlens init`, the app's first start,
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -69,6 +70,9 @@ def import_bundled_teacher(store: Store, spec: dict, quiet: bool = False) -> lis
     index = store.rollout_index(spec["run"])
     lengths = dict(zip(index["rollout_id"].astype(int), index["length"].astype(int), strict=True))
     table = read_teacher_file(SAMPLE_DIR / teacher["file"], lengths)
+    # the shipped file names its models relative to sample_runs/: they are this checkout's folders
+    models = [str(SAMPLE_DIR / m) if not os.path.isabs(m) else m for m in table.column("model").to_pylist()]
+    table = table.set_column(table.column_names.index("model"), "model", pa.array(models, pa.string()))
     if "on_policy" not in table.column_names and "on_policy_steps" in teacher:
         # the manifest says which steps the teacher's model sampled (backend.demo.verify_steps proves it)
         step_of = dict(zip(index["rollout_id"].astype(int), index["step"].astype(int), strict=True))

@@ -74,12 +74,18 @@ def test_the_shipped_checkpoints_give_the_stored_logprobs_back():
 def test_every_value_of_the_shipped_teacher_is_on_policy(bundled_db):
     shipped = pq.read_table(SAMPLE_DIR / demo_manifest()["teacher"]["file"])
     assert "on_policy" in shipped.column_names and all(shipped.column("on_policy").to_pylist())
-    assert {Path(m).name for m in shipped.column("model").to_pylist()} == {
-        "step0",
-        "step1",
-        "step2",
+    # the file names its models relative to sample_runs/ (no folder of the machine that made it); the
+    # import resolves them in this checkout, where each is the checkpoint its step records
+    assert set(shipped.column("model").to_pylist()) == {
+        "demo-policy-steps/step0",
+        "demo-policy-steps/step1",
+        "demo-policy-steps/step2",
         "demo-policy",
     }
+    with Store(bundled_db, read_only=True) as store:
+        used = set(store.job_samples("demo", "teacher").column("model").to_pylist())
+    assert used == {str(SAMPLE_DIR / m) for m in shipped.column("model").to_pylist()}
+    assert all(Path(m).is_dir() for m in used)
     with Store(bundled_db, read_only=True) as store:
         stored = store.con.execute(
             "SELECT count(*), count(*) FILTER (WHERE on_policy) FROM resample_samples WHERE run_id = ?",
