@@ -18,15 +18,16 @@ from app import access
 
 # Re-exported for the views and the class editor: what an action refuses with.
 from app.access import Refused as Refused
-from backend import ingest, main_channel, token_classes
+from backend import ingest
 
 # Re-exported for the Runs page, which reaches the backend only through app/.
-from backend.errors import InputError as InputError
-from backend.errors import StoreError as StoreError
+from backend.core.errors import InputError as InputError
+from backend.core.errors import StoreError as StoreError
+from backend.core.uploads import safe_upload_path
+from backend.credit import main_channel, token_classes
 from backend.ingest import FORMATS as FORMATS
 from backend.ingest.append import ImportRefused
 from backend.store import StoreHandle
-from backend.uploads import safe_upload_path
 
 
 def _links_leaving_roots(current: access.Settings, folder: Path) -> None:

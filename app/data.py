@@ -19,11 +19,10 @@ import pandas as pd
 import streamlit as st
 
 from app import access, keys
-from backend import checkpoints
-from backend import token_classes as classes
-from backend.errors import InputError
-from backend.ingest.bundled import import_bundled
-from backend.store import StoreHandle, default_db_path
+from backend.core.errors import InputError
+from backend.credit import token_classes as classes
+from backend.demo.bundled import import_bundled
+from backend.store import StoreHandle, checkpoints, default_db_path
 from backend.store.model_credit_queries import model_credit_rows
 
 
@@ -129,7 +128,7 @@ def run_info(path: str, run: str) -> dict:
 
 @st.cache_data(show_spinner=False)
 def rollout_model(path: str, run: str, rollout_id: int) -> tuple[dict | None, str | None]:
-    """The model the model jobs use for this rollout (`backend.checkpoints.rollout_model`: its step's
+    """The model the model jobs use for this rollout (`backend.store.checkpoints.rollout_model`: its step's
     checkpoint): ({model, on_policy, why, label}, None), or (None, why none can be chosen)."""
     with store_handle(path).read() as store:
         try:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from app import access
-from backend.batch import MODEL_SCORED
+from backend.core.batch import MODEL_SCORED
 from backend.models import resample
 from backend.models.model_credit_run import ModelCreditSettings, run_model_credit
 

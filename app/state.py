@@ -18,8 +18,8 @@ import streamlit as st
 
 from app import data, keys, navigation
 from app.ui.text import plain
-from backend import main_channel, token_classes
-from backend.errors import InputError
+from backend.core.errors import InputError
+from backend.credit import main_channel, token_classes
 
 DEFAULT_RUN = "demo"
 

@@ -1,1 +1,21 @@
-"""Credit Lens engine: store, importers, estimators, channels, models. Never imports Streamlit."""
+"""Credit Lens engine: everything but the app. Never imports Streamlit or `app`.
+
+The packages, from the bottom up (tests/test_architecture.py, BACKEND_LAYERS: a package imports only
+packages of lower layers):
+
+    core/         errors, the padded rollout batch and its field names, chunk plans, ranks
+    store/        the DuckDB store: migrations, every SQL query, which checkpoint sampled each step
+    estimators/   the credit estimators: methods/ (one module per family) on their machinery (registry,
+                  config bases, reductions, fitting, value sources, explanations); twins/ for the tests
+    rewards/      verifiers and step verifiers (the process channel)
+    ingest/       the importers, one spec per format (ingest/formats.py)
+    models/       the policy model's jobs: engines, suffix resampling, the teacher, model scores
+    credit/       credit at scope: a run's estimates (computed, streamed, cached), reward channels and β,
+                  the main channel, token classes, per-rollout credit summaries
+    views/        the numbers the views and their commands show: derivations, strips, the display tree,
+                  the run explorer
+    evaluation/   is the credit right? the synthetic oracle, the Monte Carlo teacher's bench, their metrics
+    monitor/      credit-health monitors over a run's steps
+    demo/         the bundled sample runs: how they are made (train, sample) and imported
+    cli/          the commands (`creditlens ...`), the top floor
+"""

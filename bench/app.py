@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from app.server.launch import Server
+from backend.demo.bundled import import_bundled
 from backend.ingest import import_records
-from backend.ingest.bundled import import_bundled
 from backend.store import Store
 from bench import app_load
 from bench.chromium import CHROMIUM, launch, wait_idle

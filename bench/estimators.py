@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from backend.batch import RolloutBatch
+from backend.core.batch import RolloutBatch
 from backend.estimators import functional as F
 from backend.estimators import registry
 from backend.estimators.tree import build_prefix_tree

@@ -5,8 +5,8 @@ against loading the run into pandas, measured in the same run.
    per step, response text of words) and imports it (the import fills `rollout_summary`), then computes
    `grpo` over the whole run (saving it fills `credit_summary`). Times both, with peak memory.
 2. In a fresh process: the Explorer's warm queries (first page, a sort by a credit share, a search, a
-   range filter, the trends) through `backend.explorer`, each the median of 3 after one warm-up, with the
-   process's peak memory.
+   range filter, the trends) through `backend.views.explorer`, each the median of 3 after one warm-up, with
+   the process's peak memory.
 3. In another fresh process, the baseline: the run loaded into pandas (`SELECT * FROM rollouts` + scores)
    and the same first page computed there (lengths, mean entropy, sort), with its peak memory.
 """
@@ -28,10 +28,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from backend import estimates, explorer
+from backend.credit import estimates
 from backend.ingest import import_path
 from backend.store import Store, StoreHandle
 from backend.store.explorer_queries import fill_rollout_summary
+from backend.views import explorer
 
 WORDS = np.array(
     [

@@ -34,11 +34,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from backend.batch import batch_from_records
+from backend.core.batch import batch_from_records
 from backend.estimators import registry
+from backend.evaluation.synthetic import oracle_batch
 from backend.models.transformers_engine import TransformersEngine
 from backend.models.vllm_engine import VLLMEngine
-from backend.synthetic import oracle_batch
 
 # Before anything can import vllm: no usage statistics (offline by policy) and the engine in this
 # process, so a request's sampling depends on its own seed only.

@@ -14,8 +14,8 @@ import time
 import numpy as np
 
 from backend.estimators.registry import estimate
-from backend.metrics import average_ranks, batch_metrics
-from backend.synthetic import OracleConfig, generate, to_batch
+from backend.evaluation.metrics import average_ranks, batch_metrics
+from backend.evaluation.synthetic import OracleConfig, generate, to_batch
 
 ROWS = (
     ("grpo", {}),

@@ -3,9 +3,9 @@ large synthetic run (bench/explorer.py's `write_run`: 10M tokens by default, ~10
 groups of 8, 64 groups per step).
 
 Builds (or reuses) the store and computes `grpo` once (as the Explorer would), then, in a fresh process,
-times the first `backend.monitor.run_monitors` call (it computes channel_takeover's per-rollout summary
-from the tokens and stores it) and then the calls that read stored summaries only, the median of 3 after
-one warm-up: every detector; every detector but `channel_takeover`; `channel_takeover` alone; and the
+times the first `backend.monitor.monitors.run_monitors` call (it computes channel_takeover's per-rollout
+summary from the tokens and stores it) and then the calls that read stored summaries only, the median of 3
+after one warm-up: every detector; every detector but `channel_takeover`; `channel_takeover` alone; and the
 in-memory reference of channel_takeover's shares (what every call cost before the summary was stored).
 Prints the load average beside the figures.
 """
@@ -21,8 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from backend import estimates, main_channel, monitor, monitor_channels, monitor_config
+from backend.credit import estimates, main_channel
 from backend.ingest import import_path
+from backend.monitor import channels as monitor_channels
+from backend.monitor import config as monitor_config
+from backend.monitor import monitors as monitor
 from backend.store import Store, StoreHandle
 from bench.explorer import peak_mb, timed, write_run
 

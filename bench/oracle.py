@@ -1,6 +1,6 @@
 """`python -m bench oracle [--seeds N --prompts P --group G] [--json FILE]`: the oracle credit table.
 
-Runs `backend.oracle.oracle_bench` at the reference size (20 seeds x 500 prompts x 8 responses) by
+Runs `backend.evaluation.oracle.oracle_bench` at the reference size (20 seeds x 500 prompts x 8 responses) by
 default and prints the table, the slowest estimators and the wall time (budget: under 2 minutes on
 two cores).
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from backend.oracle import default_workers, format_table, jsonable_rows, oracle_bench
-from backend.synthetic import OracleConfig, generate, to_batch
+from backend.evaluation.oracle import default_workers, format_table, jsonable_rows, oracle_bench
+from backend.evaluation.synthetic import OracleConfig, generate, to_batch
 
 
 def main(argv: list[str] | None = None) -> int:

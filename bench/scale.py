@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from backend.chunks import DEFAULT_CHUNK_ROLLOUTS
+from backend.core.chunks import DEFAULT_CHUNK_ROLLOUTS
 
 ROWS = (
     ("grpo", []),

@@ -8,11 +8,14 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from backend import explain, explorer, main_channel, monitor, monitor_config
-from backend.errors import InputError
+from backend.core.errors import InputError
+from backend.credit import main_channel
+from backend.credit.token_rows import TOKEN_ROWS_SCHEMA, estimate_config, token_tables
 from backend.estimators import registry
+from backend.monitor import config as monitor_config
+from backend.monitor import monitors as monitor
 from backend.store import StoreHandle, store_handle
-from backend.token_rows import TOKEN_ROWS_SCHEMA, estimate_config, token_tables
+from backend.views import explain, explorer
 
 
 def open(path: str | Path | None = None) -> Lens:  # noqa: A001 - `creditlens.open(path)`, as a file is opened

@@ -23,9 +23,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from app.server.launch import Server  # noqa: E402
+from backend.demo.bundled import import_bundled  # noqa: E402
 from backend.demo.subword import subword_records  # noqa: E402
 from backend.ingest import import_records  # noqa: E402
-from backend.ingest.bundled import import_bundled  # noqa: E402
 from backend.store import Store  # noqa: E402
 from bench.chromium import launch, wait_idle  # noqa: E402
 

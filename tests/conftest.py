@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from backend.cli import main as cli_main
-from backend.ingest.bundled import import_bundled
+from backend.demo.bundled import import_bundled
 from backend.store import Store
 from tests.reliability.cases import WORKER_OUTPUT_KEY, write_summary
 

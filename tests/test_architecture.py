@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.batch_fields import MODEL_SCORE_EXTRAS, MODEL_SCORED
+from backend.core.batch_fields import MODEL_SCORE_EXTRAS, MODEL_SCORED
 from backend.estimators import reference, registry
 from backend.models.score_producers import PRODUCERS
 
@@ -126,7 +126,7 @@ def test_the_graph_sees_the_known_edges():
     graph = _graph()
     assert "backend.cli.main" in MODULES and "backend.estimators.registry" in MODULES
     assert "backend.cli.store" in graph["backend.cli.main"]
-    assert "backend.errors" in graph["backend.cli.main"]
+    assert "backend.core.errors" in graph["backend.cli.main"]
     # a cycle on purpose is found
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -149,6 +149,65 @@ def test_backend_never_imports_a_higher_layer(forbidden):
         for name in _imported_names(module, path):
             if name == forbidden or name.startswith(forbidden + "."):
                 offenders.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not offenders, "\n".join(offenders)
+
+
+# backend's packages from the bottom up: a package imports only packages of lower layers (never one of its
+# own layer, never one above). Inside a package, modules import each other freely but without cycles
+# (test_no_import_cycles).
+BACKEND_LAYERS = (
+    ("core",),  # errors, the batch and its field names, chunk plans, ranks
+    ("store", "estimators"),  # the DuckDB store; the credit estimators (methods/ on their machinery)
+    ("rewards", "ingest"),  # verifiers and step verifiers; the importers
+    ("models", "credit"),  # the policy model's jobs; a run's estimates, channels and credit summaries
+    ("views", "evaluation"),  # the numbers the views show; oracle, teacher bench and their metrics
+    ("monitor",),  # credit-health monitors (they read the explorer's trends)
+    ("demo",),  # the bundled sample runs: how they are made and imported
+    ("cli",),  # the commands
+)
+
+
+def _backend_package(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "backend" and len(parts) > 1 else None
+
+
+def test_backend_packages_import_only_lower_layers():
+    layer = {package: i for i, packages in enumerate(BACKEND_LAYERS) for package in packages}
+    packages = {p.name for p in (ROOT / "backend").iterdir() if (p / "__init__.py").exists()}
+    assert packages == set(layer), (
+        f"packages without a layer or layers without a package: {packages ^ set(layer)}"
+    )
+    loose = sorted(
+        m for m in MODULES if m.startswith("backend.") and m.count(".") == 1 and m[8:] not in layer
+    )
+    assert not loose, f"modules outside every package: {loose}"
+    offenders = [
+        f"{module} ({_backend_package(module)}, layer {layer[_backend_package(module)]}) imports {target} "
+        f"(layer {layer[_backend_package(target)]})"
+        for module, edges in _graph().items()
+        if _backend_package(module) in layer
+        for target in edges
+        if _backend_package(target) in layer
+        and _backend_package(target) != _backend_package(module)
+        and layer[_backend_package(target)] >= layer[_backend_package(module)]
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_estimator_machinery_never_imports_a_method():
+    """Inside estimators/: the methods (methods/) stand on the machinery (registry, config bases, reductions,
+    fitting, value sources); the machinery never imports a method (the twins and `reference`, test-only,
+    may)."""
+    offenders = [
+        f"{module} imports {target}"
+        for module, edges in _graph().items()
+        if module.startswith("backend.estimators.")
+        and not module.startswith(("backend.estimators.methods", "backend.estimators.twins"))
+        and module not in ("backend.estimators.reference",)
+        for target in edges
+        if target.startswith("backend.estimators.methods.")
+    ]
     assert not offenders, "\n".join(offenders)
 
 
@@ -405,5 +464,8 @@ def test_estimate_imports_no_model_engine(bundled_db, tmp_path):
     ]
     modules = _imported_by(args, tmp_path)
     assert "backend.estimators.registry" in modules  # the probe sees what the command computes with
-    heavy = _within(modules, ("transformers", "vllm", "backend.models", "backend.explain", "backend.monitor"))
+    heavy = _within(
+        modules,
+        ("transformers", "vllm", "backend.models", "backend.views.explain", "backend.monitor.monitors"),
+    )
     assert not heavy, f"`creditlens estimate` imported {', '.join(heavy[:8])}"

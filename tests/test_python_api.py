@@ -15,7 +15,7 @@ import pytest
 
 import creditlens
 from backend.cli import main
-from backend.errors import InputError, StoreError
+from backend.core.errors import InputError, StoreError
 from tests.conftest import copy_store
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "python.md"

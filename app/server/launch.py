@@ -23,9 +23,9 @@ from urllib.parse import quote
 
 from app import access, keys
 from app.server import auth
-from backend.errors import InputError, StoreError
-from backend.foreground import run_in_foreground
-from backend.ingest.bundled import import_bundled
+from backend.core.errors import InputError, StoreError
+from backend.core.foreground import run_in_foreground
+from backend.demo.bundled import import_bundled
 from backend.store import default_db_path, open_store
 
 SERVER = Path(__file__).resolve().parent / "asgi.py"  # the app (app/main.py) behind the token gate

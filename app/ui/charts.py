@@ -258,7 +258,7 @@ def oracle_metrics_figure(frame: pd.DataFrame, metrics: Sequence[str], error: st
     return fig
 
 
-# ---- trends over steps (one row per step from backend.explorer.step_trends) ----------------------------
+# ---- trends over steps (one row per step from backend.views.explorer.step_trends) --------------------------
 
 TREND_HEIGHT = 300
 

@@ -10,7 +10,7 @@ import streamlit as st
 
 from app import actions, data, state
 from app.ui.text import plain
-from backend import token_classes
+from backend.credit import token_classes
 
 
 def show(sel) -> None:

@@ -1,5 +1,5 @@
 """The Rollout view's cliff-token marker: the first cliff token of the rollout (Cliff Tokens' z-test on
-the Monte Carlo teacher's success rates), from `backend.cliff_tokens.stored_cliffs`, the function
+the Monte Carlo teacher's success rates), from `backend.evaluation.cliff_tokens.stored_cliffs`, the function
 `creditlens cliff` prints. No math here."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import streamlit as st
 
 from app import data
 from app.ui import panels
-from backend import cliff_tokens
-from backend.errors import InputError
+from backend.core.errors import InputError
+from backend.evaluation import cliff_tokens
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

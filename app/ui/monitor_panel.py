@@ -1,5 +1,5 @@
-"""The credit-health alerts on the Trends view: the cached report (`backend.monitor.run_monitors`, what
-`creditlens monitor` prints), alert steps marked on a trend figure, and the alert list with links to the
+"""The credit-health alerts on the Trends view: the cached report (`backend.monitor.monitors.run_monitors`,
+what `creditlens monitor` prints), alert steps marked on a trend figure, and the alert list with links to the
 Explorer (the alert's step, filter and sort: its rollouts come first) and to each rollout. No math here."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app import data, keys, navigation
-from backend import explorer, monitor
+from backend.monitor import monitors as monitor
+from backend.views import explorer
 
 EXPLORER_PAGE, ROLLOUT_PAGE = navigation.script("explorer"), navigation.script("rollout")
 COLOURS = {"info": "#7f7f7f", "warn": "#e69f00", "alert": "#d55e00"}
@@ -17,7 +18,7 @@ COLOURS = {"info": "#7f7f7f", "warn": "#e69f00", "alert": "#d55e00"}
 @st.cache_data(show_spinner="Running the credit-health monitors…", max_entries=32)
 def report(db: str, run: str, estimator: str, config: tuple = ()) -> monitor.MonitorReport:
     """The monitors over the run with the default settings; the summaries they read are the ones the
-    trends just computed, and channel_takeover's, stored by its first call (backend.monitor_channels)."""
+    trends just computed, and channel_takeover's, stored by its first call (backend.monitor.channels)."""
     return monitor.run_monitors(data.store_handle(db), run, estimator, config, prepare_missing=False)
 
 

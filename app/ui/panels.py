@@ -11,7 +11,7 @@ from app.ui import charts, fmt, heatmaps, strip_figures, widgets
 from app.ui.text import plain
 from app.view_data import rollout as rollout_data
 from app.view_data import shared
-from backend import explain
+from backend.views import explain
 
 
 def quoted(token: str) -> str:

@@ -12,9 +12,9 @@ import streamlit.components.v2  # noqa: F401 - registers st.components.v2
 from app import data, keys, navigation, state
 from app.ui import scales
 from app.ui.text import plain, with_code
-from backend.batch import ALL_CHANNELS
+from backend.core.batch import ALL_CHANNELS
+from backend.credit.main_channel import on_channel
 from backend.estimators import registry
-from backend.main_channel import on_channel
 
 RESAMPLE_PAGE = navigation.script("resample")
 

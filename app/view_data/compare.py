@@ -8,7 +8,7 @@ import streamlit as st
 
 from app import data
 from app.view_data import shared
-from backend import credit_shares, token_classes
+from backend.credit import credit_shares, token_classes
 
 
 @st.cache_data(show_spinner=shared.SCOPED_SPINNER, max_entries=64)

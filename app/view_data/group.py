@@ -8,7 +8,7 @@ import streamlit as st
 
 from app import data
 from app.view_data import shared
-from backend import estimates, main_channel
+from backend.credit import estimates, main_channel
 
 
 @st.cache_data(show_spinner=False, max_entries=32)

@@ -7,13 +7,13 @@ import pandas as pd
 import streamlit as st
 
 from app import data
-from backend import teacher_bench
-from backend.errors import InputError
+from backend.core.errors import InputError
+from backend.evaluation import teacher_bench
 
 # Re-exported for the Oracle view, which reaches the backend only through app/.
-from backend.metrics import METRICS as METRICS
-from backend.oracle import has_oracle as has_oracle
-from backend.oracle import oracle_table
+from backend.evaluation.metrics import METRICS as METRICS
+from backend.evaluation.oracle import has_oracle as has_oracle
+from backend.evaluation.oracle import oracle_table
 
 
 @st.cache_data(show_spinner="Scoring estimators against the oracle…", max_entries=16)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import streamlit as st
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 
 # Re-exported for the Resample view, which reaches the backend only through app/.
-from backend.main_channel import score_on as score_on
+from backend.credit.main_channel import score_on as score_on
 from backend.models import engine_note as engine_note
 from backend.models import load_engine
 from backend.models.loading import check_model_dir

@@ -6,8 +6,9 @@ from __future__ import annotations
 import streamlit as st
 
 from app import data
-from backend import explain, main_channel
+from backend.credit import main_channel
 from backend.estimators import registry
+from backend.views import explain
 
 
 @st.cache_data(show_spinner="Collecting the estimator's terms…", max_entries=64)

@@ -2,8 +2,8 @@
 and Resample views draw it, the group's prefix tree, the estimators a run cannot run.
 
 Each function calls the backend function a command also calls: estimator outputs come from
-`backend.estimates.estimate_rollouts` at the estimator's declared scope (group, step or run) through the
-store's cache, so a view shows exactly what `creditlens estimate` / `creditlens explain` print. Results
+`backend.credit.estimates.estimate_rollouts` at the estimator's declared scope (group, step or run) through
+the store's cache, so a view shows exactly what `creditlens estimate` / `creditlens explain` print. Results
 are numpy arrays and DataFrames (cheap to pickle), so a view never recomputes what it already showed.
 Every function is cached on small hashable arguments: (db, run, group/rollout, estimator, config tuple).
 """
@@ -17,21 +17,13 @@ import pandas as pd
 import streamlit as st
 
 from app import data
-from backend import (
-    channel_credit,
-    credit_shares,
-    display_tree,
-    estimates,
-    explain,
-    main_channel,
-    strips,
-    token_classes,
-)
+from backend.credit import channel_credit, credit_shares, estimates, main_channel, token_classes
 
 # Re-exported for the views, which reach the backend only through app/ (names, types and cheap helpers).
-from backend.credit_shares import credit_difference as credit_difference
-from backend.estimates import ALL_CHANNELS as ALL_CHANNELS
+from backend.credit.credit_shares import credit_difference as credit_difference
+from backend.credit.estimates import ALL_CHANNELS as ALL_CHANNELS
 from backend.estimators import registry
+from backend.views import display_tree, explain, strips
 
 SCOPED_SPINNER = (
     "Computing credit (an estimator of step or run scope computes its whole step or run once; "
@@ -52,7 +44,7 @@ class RolloutView:
     shares: dict[str, np.ndarray]  # channel -> (L,) share of |A| at each token
     token_info: pd.DataFrame  # pos, token, logprob, entropy, value, token_class
     betas: dict[str, float]
-    strips: dict[str, np.ndarray] = field(default_factory=dict)  # backend.strips.token_strips
+    strips: dict[str, np.ndarray] = field(default_factory=dict)  # backend.views.strips.token_strips
     dimmed: np.ndarray | None = None  # (L,) bool: outside the stored loss mask
 
 

@@ -1,4 +1,4 @@
-"""The Trends view's table: one row per step (backend.explorer.step_trends, what `creditlens trends`
+"""The Trends view's table: one row per step (backend.views.explorer.step_trends, what `creditlens trends`
 prints)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from app import data
-from backend import explorer
+from backend.views import explorer
 
 
 @st.cache_data(show_spinner="Computing trends over steps…", max_entries=32)

@@ -9,7 +9,7 @@ import streamlit as st
 
 from app import data
 from app.view_data import shared
-from backend import channel_credit, credit_shares, estimates, main_channel
+from backend.credit import channel_credit, credit_shares, estimates, main_channel
 from backend.estimators import registry
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from backend.foreground import run_in_foreground
+from backend.core.foreground import run_in_foreground
 
 APP_LAUNCHER = Path(__file__).resolve().parents[2] / "app" / "server" / "launch.py"
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from backend import checkpoints
 from backend.cli.common import add_db_arg
-from backend.store import open_store
+from backend.store import checkpoints, open_store
 
 
 def add_commands(sub) -> None:

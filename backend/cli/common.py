@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.store import default_db_path
 
 

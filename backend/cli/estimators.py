@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from backend import estimator_catalog
-from backend.chunks import DEFAULT_CHUNK_ROLLOUTS
+from backend.cli import estimator_catalog
 from backend.cli.common import parse_overrides
-from backend.errors import InputError
+from backend.core.chunks import DEFAULT_CHUNK_ROLLOUTS
+from backend.core.errors import InputError
 from backend.store import open_store, store_handle
 
 
@@ -167,9 +167,9 @@ def cmd_estimators(args) -> int:
 
 
 def cmd_logged_gap(args) -> int:
-    from backend.estimates import with_channel  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
-    from backend.estimators.logged import logged_gap  # noqa: PLC0415 - idem
-    from backend.token_rows import estimate_config  # noqa: PLC0415 - idem
+    from backend.credit.estimates import with_channel  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
+    from backend.credit.token_rows import estimate_config  # noqa: PLC0415 - idem
+    from backend.estimators.methods.logged import logged_gap  # noqa: PLC0415 - idem
 
     _, config = estimate_config(
         store_handle(args.db), args.run, args.estimator, parse_overrides(args.overrides), args.channel
@@ -209,7 +209,7 @@ def cmd_estimate(args) -> int:
         raise InputError(f"{args.out}: the output must be a .parquet file")
     if not args.out.parent.exists():
         raise InputError(f"{args.out}: directory {args.out.parent} does not exist")
-    from backend.token_rows import (  # noqa: PLC0415 - heavy (torch, estimators); see backend/cli/__init__.py
+    from backend.credit.token_rows import (  # noqa: PLC0415 - heavy (torch, estimators); see backend/cli/__init__.py
         DICTIONARY_COLUMNS,
         TOKEN_ROWS_SCHEMA,
         estimate_config,
@@ -261,8 +261,9 @@ def cmd_estimate(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    from backend import explain, main_channel  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
+    from backend.credit import main_channel  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
     from backend.estimators import registry  # noqa: PLC0415 - idem
+    from backend.views import explain  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
 
     try:
         registry.get(args.estimator)

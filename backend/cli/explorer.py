@@ -1,6 +1,6 @@
 """`creditlens rollouts ...` (the Explorer's table) and `creditlens trends ...` (one row per step).
 
-Both call `backend.explorer`, the functions the Explorer and Trends views call, so the numbers match.
+Both call `backend.views.explorer`, the functions the Explorer and Trends views call, so the numbers match.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from backend import explorer, main_channel
 from backend.cli.common import parse_overrides
-from backend.errors import InputError
+from backend.core.errors import InputError
+from backend.credit import main_channel
 from backend.store import store_handle
+from backend.views import explorer
 
 
 def add_commands(sub) -> None:

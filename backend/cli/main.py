@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from backend.batch_fields import BatchError
 from backend.cli import (
     app_server,
     checkpoints,
@@ -22,7 +21,8 @@ from backend.cli import (
     synthetic,
     teacher,
 )
-from backend.errors import InputError, StoreError
+from backend.core.batch_fields import BatchError
+from backend.core.errors import InputError, StoreError
 
 # Areas that contribute subcommands, in the order `creditlens --help` lists them.
 COMMAND_MODULES = (

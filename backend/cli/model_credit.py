@@ -10,9 +10,9 @@ import threading
 
 from tqdm import tqdm
 
-from backend.batch_fields import MODEL_SCORED
 from backend.cli.common import add_db_arg, add_model_args
 from backend.cli.teacher import parse_rollouts
+from backend.core.batch_fields import MODEL_SCORED
 from backend.store import store_handle
 
 

@@ -9,11 +9,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from backend import checkpoints
 from backend.cli.common import add_db_arg, add_model_args
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.rewards import get_verifier
-from backend.store import open_store
+from backend.store import checkpoints, open_store
 from backend.store.checkpoint_queries import rollout_steps
 from backend.store.model_queries import rollouts_to_score
 

@@ -1,6 +1,6 @@
 """`creditlens monitor ...`: the credit-health detectors over a run's steps, with a linter's exit code
-(0: nothing to warn about, 1: a warn or an alert, 2: bad input). `backend.monitor.run_monitors` is the
-function the Trends view calls, so the alerts match."""
+(0: nothing to warn about, 1: a warn or an alert, 2: bad input). `backend.monitor.monitors.run_monitors` is
+the function the Trends view calls, so the alerts match."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backend import main_channel, monitor_config
 from backend.cli.common import parse_overrides
-from backend.errors import InputError
+from backend.core.errors import InputError
+from backend.credit import main_channel
+from backend.monitor import config as monitor_config
 from backend.store import store_handle
 
 if TYPE_CHECKING:
-    from backend import monitor
+    from backend.monitor import monitors as monitor
 
 
 def add_commands(sub) -> None:
@@ -73,7 +74,7 @@ def cmd_monitor(args) -> int:
         return 0
     if args.run is None:
         raise InputError("--run is required (the run to monitor)")
-    from backend import monitor  # noqa: PLC0415 - heavy (torch, estimators); see backend/cli/__init__.py
+    from backend.monitor import monitors as monitor  # noqa: PLC0415 - heavy (torch, estimators); see backend/cli/__init__.py
 
     settings = monitor_config.load_settings(args.config)
     handle = store_handle(args.db)
@@ -99,7 +100,7 @@ def live_monitor(args):
     """For `import --follow --monitor`: a function of the run name that reruns the monitors (grpo on the
     run's main channel, `--monitor-config` settings) and prints the alerts not printed before. The
     settings are read before anything is imported, so a bad file stops the command at once."""
-    from backend import monitor  # noqa: PLC0415 - heavy (torch, estimators); see backend/cli/__init__.py
+    from backend.monitor import monitors as monitor  # noqa: PLC0415 - heavy (torch, estimators); see backend/cli/__init__.py
 
     settings = monitor_config.load_settings(args.monitor_config)
     handle = store_handle(args.db)

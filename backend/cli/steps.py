@@ -6,7 +6,7 @@ import json
 
 from backend.cli.common import add_db_arg
 from backend.rewards.registry import describe_step_verifiers
-from backend.step_scores import verify_steps
+from backend.rewards.step_scores import verify_steps
 from backend.store import store_handle
 
 

@@ -6,10 +6,10 @@ import json
 import sys
 from pathlib import Path
 
-from backend import main_channel, token_classes
 from backend.cli.common import add_db_arg
 from backend.cli.monitor import live_monitor
-from backend.errors import InputError
+from backend.core.errors import InputError
+from backend.credit import main_channel, token_classes
 from backend.ingest import FORMATS, import_path
 from backend.ingest.follow import follow
 from backend.store import open_store
@@ -18,7 +18,7 @@ from backend.store.handle import kept_only_on_success
 
 def cmd_init(args) -> int:
     # The bundled teacher's file reader lives with the model jobs (torch).
-    from backend.ingest.bundled import import_bundled  # noqa: PLC0415 - heavy (torch); see backend/cli
+    from backend.demo.bundled import import_bundled  # noqa: PLC0415 - heavy (torch); see backend/cli
 
     with open_store(args.db) as store:
         names = import_bundled(store)

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.ingest import import_batches
 from backend.store import open_store
 
@@ -26,7 +26,7 @@ def _check_sizes(args) -> None:
 
 
 def cmd_synth(args) -> int:
-    from backend.synthetic import native_batches  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
+    from backend.evaluation.synthetic import native_batches  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
 
     _check_sizes(args)
     batches = native_batches(seeds=args.seeds, prompts=args.prompts, group=args.group)
@@ -43,7 +43,7 @@ def cmd_oracle_bench(args) -> int:
     import torch  # noqa: PLC0415 - heavy; see backend/cli/__init__.py
 
     from backend.estimators.registry import UnknownEstimator, make_config  # noqa: PLC0415 - idem
-    from backend.oracle import (  # noqa: PLC0415 - idem
+    from backend.evaluation.oracle import (  # noqa: PLC0415 - idem
         bench_estimators,
         bench_spec,
         default_workers,

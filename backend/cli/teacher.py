@@ -12,9 +12,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from backend import cliff_tokens
 from backend.cli.common import add_db_arg, add_model_args
-from backend.errors import InputError
+from backend.core.errors import InputError
+from backend.evaluation import cliff_tokens
 from backend.store import store_handle
 
 
@@ -112,7 +112,7 @@ def cmd_teacher(args) -> int:
     with handle.read() as store:
         info = store.run_info(args.run)
     settings = TeacherSettings(
-        model_dir=args.model,  # None: each rollout's step checkpoint (backend.checkpoints)
+        model_dir=args.model,  # None: each rollout's step checkpoint (backend.store.checkpoints)
         samples=args.samples,
         verifier=args.verifier or info.get("verifier") or "answer_match",
         engine=args.engine,
@@ -165,7 +165,7 @@ def cmd_teacher(args) -> int:
 
 
 def cmd_teacher_bench(args) -> int:
-    from backend.teacher_bench import (  # noqa: PLC0415 - heavy (torch, estimators); see backend/cli
+    from backend.evaluation.teacher_bench import (  # noqa: PLC0415 - heavy (torch, estimators); see backend/cli
         DEFINITIONS,
         METRICS,
         parse_estimator_specs,

@@ -4,7 +4,8 @@ Every estimator is `fn(batch, config) -> EstimatorResult`, registered by name in
 of names; each has a slow loop twin registered by the same name in `twins/`, which the tests compare it with.
 
 Adding an estimator:
-1. Write it in the module of its family (outcome, credit, valued, learned, logged, modifiers; a new family
+1. Write it in the module of its family in `methods/` (outcome, credit, valued, learned, logged, modifiers; a
+new family
    gets a new module, imported below): a frozen config subclassing `registry.Config` (or a family base such
    as `common.OutcomeConfig`/`CreditConfig`) whose fields use `param(default, help=..., low=, high=)`, and
    the function under `@register("name", Config, "one line", needs=..., family=..., source=...,
@@ -27,7 +28,7 @@ model-bound half, run by `creditlens model-credit --method name`) and adds the n
 `batch_fields.MODEL_SCORED`; tests/test_architecture.py fails until both agree.
 """
 
-from backend.estimators import (  # noqa: F401  (registers)
+from backend.estimators.methods import (  # noqa: F401  (registers)
     blocks,
     credit,
     entropy_methods,

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import torch
 
-from backend.batch import RolloutBatch
+from backend.core.batch import RolloutBatch
 from backend.estimators import fitting
 from backend.estimators import functional as F
 from backend.estimators.explaining import Terms, broadcast, first_of, z_from_outcome

@@ -1,5 +1,6 @@
-"""How an estimator explains its number: the derivation of A_t from its terms (`backend.explain.terms_of`),
-with the numbers, one formula per line, registered with the estimator (`register(..., explain=fn)`).
+"""How an estimator explains its number: the derivation of A_t from its terms
+(`backend.views.explain.terms_of`), with the numbers, one formula per line, registered with the estimator
+(`register(..., explain=fn)`).
 
 A derivation is `fn(v: Terms) -> list[str]`; `Terms` reads the terms at one token. The steps shared by
 several families live here (Z from the outcome, Z broadcast, a base advantage scaled per token, and the
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 
 class Terms:
-    """The terms of one response (`backend.explain.terms_of`) read at token `t`.
+    """The terms of one response (`backend.views.explain.terms_of`) read at token `t`.
 
     seq: name -> float or None (Z, R, group statistics); tok: name -> (L,) floats or None; cfg: the
     config's fields; notes: name -> text."""

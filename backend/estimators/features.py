@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from backend.batch import RolloutBatch
+from backend.core.batch import RolloutBatch
 from backend.estimators import fitting, masked
 
 TOKEN_CLASSES = ("pad", "newline", "space", "punct", "digit", "word", "other")

@@ -2,8 +2,8 @@
 passes.
 
 A fit site (`fitted`) turns a batch into a model. In memory the batch is the whole run (`batch.run_fit` is
-None) and the site collects its statistics and solves at once. When `backend.estimates.stream_run` streams a
-run in chunks of whole groups, every chunk carries one `RunFit`:
+None) and the site collects its statistics and solves at once. When `backend.credit.estimates.stream_run`
+streams a run in chunks of whole groups, every chunk carries one `RunFit`:
 
 1. pass one (phase "collect"): each site adds its chunk's statistics to the `RunFit` and gets None back (the
    estimator's outputs of this pass are thrown away). The statistics are either exactly additive over
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from backend.batch import BatchError, RolloutBatch
+from backend.core.batch import BatchError, RolloutBatch
 
 _FIT_SCOPE: ContextVar[str] = ContextVar("fit_scope", default="run")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from backend.batch import RolloutBatch
+from backend.core.batch import RolloutBatch
 from backend.estimators import registry, twins  # noqa: F401  (importing the twins registers them)
 from backend.estimators.loop_twins import MissingTwin, get_twin, missing_twins, twin_names  # noqa: F401
 

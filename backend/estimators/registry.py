@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import torch
 
-from backend.batch import MC_EXTRAS, MODEL_SCORE_EXTRAS, OPTIONAL_FIELDS, BatchError, RolloutBatch
+from backend.core.batch import MC_EXTRAS, MODEL_SCORE_EXTRAS, OPTIONAL_FIELDS, BatchError, RolloutBatch
 
 MODEL = "model"
 """Need name of estimators that run the policy model itself (a resource, not a batch field)."""
@@ -446,7 +446,9 @@ def code_fingerprint() -> str:
     computed): cached outputs from older code never match."""
     digest = hashlib.sha256()
     root = Path(__file__).resolve().parent
-    for path in sorted([*root.glob("*.py"), root.parent / "channels.py", root.parent / "batch.py"]):
+    sources = [*root.glob("*.py"), *(root / "methods").glob("*.py")]
+    sources += [root.parent / "credit" / "channels.py", root.parent / "core" / "batch.py"]
+    for path in sorted(sources):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]

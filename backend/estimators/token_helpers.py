@@ -9,7 +9,7 @@ import re
 import numpy as np
 import torch
 
-from backend.batch import BatchError, RolloutBatch, missing_channel
+from backend.core.batch import BatchError, RolloutBatch, missing_channel
 from backend.estimators import masked
 
 

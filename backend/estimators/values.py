@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from backend.batch import BatchError, RolloutBatch
+from backend.core.batch import BatchError, RolloutBatch
 from backend.estimators import features, fitting, masked
 from backend.estimators import functional as F
 from backend.estimators.token_helpers import fallback_message, rollout_list, scores_of

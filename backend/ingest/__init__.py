@@ -25,8 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from backend.checkpoints import attach_from_spec, parse_model_spec
-from backend.errors import InputError, StoreError
+from backend.core.errors import InputError, StoreError
 from backend.ingest import append as append_rules
 from backend.ingest import formats, native, sniff
 from backend.ingest.formats import FormatSpec, ReadContext
@@ -34,6 +33,7 @@ from backend.ingest.records import ChunkBuffer, validate_record
 from backend.ingest.sources import ReadNotes
 from backend.ingest.tokenize import Tokenizer
 from backend.store import Store
+from backend.store.checkpoints import attach_from_spec, parse_model_spec
 from backend.store.explorer_queries import fill_rollout_summary
 
 CHUNK_RECORDS = 2048

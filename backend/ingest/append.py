@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.store import Store
 
 

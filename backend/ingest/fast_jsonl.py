@@ -21,7 +21,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.ingest import fast_parquet
 from backend.ingest import native_rules as rules
 from backend.ingest.canonical import canonical_json, record_key_of_text

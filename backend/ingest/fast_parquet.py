@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.ingest import native_rules as rules
 from backend.ingest.native_rules import FLOAT32_MAX, STEP_LIMIT
 from backend.ingest.records import ChunkBuffer, group_key

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.ingest import ImportReport, formats, import_path
 from backend.ingest.append import check_follow
 from backend.store import Store

@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.ingest import token_dumps
 from backend.ingest.sources import (
     Progress,

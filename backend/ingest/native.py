@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.ingest import fast_jsonl, fast_parquet
 from backend.ingest.records import ChunkBuffer, validate_record
 from backend.ingest.sources import read_batches, record_key

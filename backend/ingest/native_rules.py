@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backend.batch_fields import PER_TOKEN_FIELDS
-from backend.errors import InputError
+from backend.core.batch_fields import PER_TOKEN_FIELDS
+from backend.core.errors import InputError
 
 FLOAT32_MAX = 3.4028234663852886e38
 """Per-token lists and scores are read as float32: a larger magnitude would silently become inf."""

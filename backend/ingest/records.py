@@ -15,8 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from backend.batch_fields import PER_TOKEN_FIELDS
-from backend.errors import InputError
+from backend.core.batch_fields import PER_TOKEN_FIELDS
+from backend.core.errors import InputError
 from backend.ingest import native_rules as rules
 from backend.ingest.native_rules import FLOAT32_MAX, ID_LIMIT, STEP_LIMIT
 from backend.ingest.tokenize import Tokenizer

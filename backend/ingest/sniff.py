@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.ingest import formats
 from backend.ingest.sources import first_record
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.ingest.canonical import record_key_of_text
 
 Progress = Callable[[int], None]  # called with bytes (or rows) consumed since the last call

@@ -60,7 +60,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.ingest.records import check_text
 from backend.ingest.sources import Progress, iter_jsonl
 from backend.ingest.tokenize import Tokenizer

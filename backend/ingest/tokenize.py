@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tokenizers import decoders
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 
 SIMPLE_PATTERN = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")
 CONTINUATION = "\u00b7"  # `·`: the label of a token whose bytes a later token's character completes

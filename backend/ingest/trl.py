@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.ingest.sources import Progress, ReadNotes, _channel_list, _plain, iter_parquet_rows, record_key
 
 TRL_RESERVED = {"step", "prompt", "completion", "advantage", "image", "images"}

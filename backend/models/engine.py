@@ -19,7 +19,7 @@ from typing import Literal
 
 import numpy as np
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.ingest.tokenize import token_labels
 from backend.models.loading import EngineUnavailable
 

@@ -8,7 +8,7 @@ import os
 
 import torch
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.models.engine import Engine, EngineName
 from backend.models.transformers_engine import TransformersEngine
 from backend.models.vllm_engine import VLLMEngine

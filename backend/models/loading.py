@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 
 # Nothing is reachable from a hub; make every library call fail fast instead of retrying a network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -15,7 +15,7 @@
 The response splits at the answer regex as the official code splits reasoning / conclude / answer:
 tokens before the match are the reasoning (scored), tokens of the match before its first group are the
 fixed "conclude" text, the group is the answer. Scores are NaN on tokens a method does not score, and on
-every token of a response without an answer (OAR). The estimators in `backend.estimators.model_based`
+every token of a response without an answer (OAR). The estimators in `backend.estimators.methods.model_based`
 turn the cached scores into advantages; everything here is the expensive, model-bound half.
 Batched functions run through the engines (`Engine.score`, chunked, with progress and cancel); each has
 a slow twin (`*_loop`) that calls the model one perturbation or one token at a time, for the tests.
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.models.engine import Cancel, Engine, Progress, build_context
 from backend.models.transformers_engine import cpu_threads
 

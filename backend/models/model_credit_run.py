@@ -14,13 +14,13 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from backend.batch import MODEL_SCORED
-from backend.checkpoints import choices_for
-from backend.errors import InputError, StoreError
+from backend.core.batch import MODEL_SCORED
+from backend.core.errors import InputError, StoreError
 from backend.models import model_credit as mc
 from backend.models.engine import Cancel, Engine, Progress
 from backend.models.factory import load_engine
 from backend.models.score_producers import producer
+from backend.store.checkpoints import choices_for
 from backend.store.model_credit_queries import rollout_tokens, save_model_credit
 
 
@@ -69,7 +69,7 @@ class ModelCreditReport:
     cancelled: bool = False
     stored: int = 0
     models: dict[int, dict] = field(default_factory=dict)
-    """Per step: {model, on_policy, why} (`backend.checkpoints.ModelChoice`)."""
+    """Per step: {model, on_policy, why} (`backend.store.checkpoints.ModelChoice`)."""
 
     def to_json(self) -> dict:
         return asdict(self)

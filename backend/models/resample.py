@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.estimators import functional as F
 from backend.models.engine import Cancel, Engine, Progress
 from backend.rewards import get_verifier, run_verifier

@@ -3,10 +3,10 @@ by name as the estimators and their twins are: how the method runs the policy ov
 sequences that is, and which settings its cached scores depend on.
 
 `backend.models.model_credit_run` calls only what is registered here; adding a model-scored estimator is its
-estimator in `backend.estimators.model_based` (reading the extras `model_score_needs(NAME)`), its batched
-scores and slow twin in `backend.models.model_credit`, and one `@produces(NAME, ...)` below. The method names
-are also listed in `backend.batch_fields.MODEL_SCORED` (the command line's choices, read without importing
-torch); tests/test_architecture.py checks that the two lists agree.
+estimator in `backend.estimators.methods.model_based` (reading the extras `model_score_needs(NAME)`), its
+batched scores and slow twin in `backend.models.model_credit`, and one `@produces(NAME, ...)` below. The
+method names are also listed in `backend.core.batch_fields.MODEL_SCORED` (the command line's choices, read
+without importing torch); tests/test_architecture.py checks that the two lists agree.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.models import model_credit as mc
 
 

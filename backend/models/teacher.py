@@ -23,8 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from backend.checkpoints import choices_for
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.models.factory import load_engine, vllm_usable
 from backend.models.resample import (
     ResampleResult,
@@ -35,6 +34,7 @@ from backend.models.resample import (
 )
 from backend.models.teacher_file import TEACHER_COLUMNS, read_teacher_file  # noqa: F401 - moved; old name
 from backend.rewards import get_verifier, run_verifier
+from backend.store.checkpoints import choices_for
 
 JOB = "teacher"
 SEED_STRIDE = 1_000_003
@@ -94,7 +94,7 @@ class TeacherSettings:
 
     model_dir: str | None = None
     """A model named on purpose for every rollout; None: each rollout's step checkpoint
-    (`backend.checkpoints.choose_model`)."""
+    (`backend.store.checkpoints.choose_model`)."""
     samples: int = 16
     verifier: str = "answer_match"
     engine: str = "auto"
@@ -260,7 +260,8 @@ class TeacherReport:
     engine: str
     cancelled: bool = False
     models: dict[int, dict] = field(default_factory=dict)
-    """Per step of the rollouts valued now: {model, on_policy, why} (`backend.checkpoints.ModelChoice`)."""
+    """Per step of the rollouts valued now: {model, on_policy, why}
+    (`backend.store.checkpoints.ModelChoice`)."""
 
     def to_json(self) -> dict:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}

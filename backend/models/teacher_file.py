@@ -1,5 +1,5 @@
 """The shipped teacher file: a `creditlens teacher --export` Parquet file read back and checked against the
-run it belongs to (the bundled demo's teacher, `backend.ingest.bundled`)."""
+run it belongs to (the bundled demo's teacher, `backend.demo.bundled`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pyarrow.parquet as pq
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 
 TEACHER_COLUMNS = (
     "rollout_id",

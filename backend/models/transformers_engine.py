@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.models.engine import (
     Cancel,
     Engine,

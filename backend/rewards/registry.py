@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.rewards import answers, rules, steps
 
 Verifier = Callable[[str, object], float]

@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from backend.batch_fields import MC_EXTRAS, MODEL_SCORED, PER_TOKEN_FIELDS, model_score_needs
+from backend.core.batch_fields import MC_EXTRAS, MODEL_SCORED, PER_TOKEN_FIELDS, model_score_needs
 from backend.store.model_credit_extras import model_credit_extras
 from backend.store.runs import Runs
 
 if TYPE_CHECKING:
     import torch
 
-    from backend.batch import RolloutBatch
+    from backend.core.batch import RolloutBatch
 
 
 def pad_list_array(
@@ -76,7 +76,7 @@ class Batches(Runs):
         # (`creditlens runs`, `rollouts` without an estimator) must not pay torch's 2-3 s import.
         import torch  # noqa: PLC0415 - heavy; only to build a batch
 
-        from backend.batch import RolloutBatch  # noqa: PLC0415 - idem (imports torch)
+        from backend.core.batch import RolloutBatch  # noqa: PLC0415 - idem (imports torch)
 
         run_id = self.run_id(run)
         wanted = None if fields is None else frozenset(fields)

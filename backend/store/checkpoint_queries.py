@@ -1,6 +1,6 @@
 """Which checkpoint sampled each step of a run (table `step_checkpoints`, migration 010).
 
-Parameterized SQL only. Folders arrive here absolute (`backend.checkpoints` resolves them).
+Parameterized SQL only. Folders arrive here absolute (`backend.store.checkpoints` resolves them).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from backend.errors import StoreError
+from backend.core.errors import StoreError
 
 IMPORTED_TABLES = ("rollouts", "scores", "token_rewards", "token_features", "rollout_metrics", "groups")
 """Rows an import writes per rollout (a staged import moves them to their run when it publishes)."""

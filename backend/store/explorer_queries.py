@@ -226,7 +226,8 @@ def estimate_rows(store: Store, run_id: int, estimator: str, config_hash: str, c
 
 def fill_agreement(store: Store, run_id: int, a: CreditKey, b: CreditKey) -> None:
     """Per rollout, Spearman of two cached estimator outputs over the rollout's tokens (Pearson of average
-    ranks, as `backend.metrics.spearman`; NULL where either is constant). Call inside a transaction."""
+    ranks, as `backend.evaluation.metrics.spearman`; NULL where either is constant). Call inside a
+    transaction."""
     store.con.execute(
         "DELETE FROM credit_agreement WHERE run_id = ? AND estimator_a = ? AND hash_a = ? "
         "AND estimator_b = ? AND hash_b = ? AND channel = ?",

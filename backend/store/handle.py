@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from backend.errors import StoreError
+from backend.core.errors import StoreError
 from backend.store.db import Store, default_db_path
 
 # DuckDB keeps one database instance per file and process: while one thread of a process has the file

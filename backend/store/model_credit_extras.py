@@ -7,7 +7,7 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 
-from backend.batch_fields import MODEL_SCORED, model_score_needs
+from backend.core.batch_fields import MODEL_SCORED, model_score_needs
 
 
 def model_credit_extras(

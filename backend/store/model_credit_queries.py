@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from backend.batch_fields import MODEL_SCORED
+from backend.core.batch_fields import MODEL_SCORED
 from backend.store.db import Store
 
 METHODS = MODEL_SCORED

@@ -1,5 +1,5 @@
-"""The credit-health monitors' SQL (backend/monitor.py): per-step statistics the trends table does not
-carry, and the rollouts that show a statistic most at one step. Everything reads the per-rollout summaries
+"""The credit-health monitors' SQL (backend/monitor/monitors.py): per-step statistics the trends table does
+not carry, and the rollouts that show a statistic most at one step. Everything reads the per-rollout summaries
 (`rollout_summary`, `credit_summary`, and `channel_summary`, which `save_channel_summary` fills once per
 estimator key); user values are parameters.
 """

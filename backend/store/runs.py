@@ -11,8 +11,8 @@ import uuid
 import pandas as pd
 import pyarrow as pa
 
-from backend.batch_fields import ALL_CHANNELS, PER_TOKEN_FIELDS, default_main_channel
-from backend.errors import InputError, StoreError
+from backend.core.batch_fields import ALL_CHANNELS, PER_TOKEN_FIELDS, default_main_channel
+from backend.core.errors import InputError, StoreError
 from backend.store.connection import ESTIMATE_TABLES, IMPORTED_TABLES, RUN_TABLES, Connection
 
 MAIN_SCORE_SQL = "CASE WHEN ? THEN sum(score) ELSE max(score) FILTER (WHERE channel = ?) END"
@@ -121,7 +121,8 @@ class Runs(Connection):
         ]
 
     def main_channel_of(self, run_id: int) -> str:
-        """The channel chosen for the run, else the default rule (`backend.batch.default_main_channel`)."""
+        """The channel chosen for the run, else the default rule
+        (`backend.core.batch.default_main_channel`)."""
         row = self._first("SELECT main_channel FROM runs WHERE run_id = ?", [run_id])
         return row[0] if row and row[0] else default_main_channel(self.channels_of(run_id))
 

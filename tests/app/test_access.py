@@ -13,7 +13,7 @@ import pytest
 from app import access, actions
 from app.server import auth
 from app.server import launch as commands
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.store import StoreHandle
 from tests.app.conftest import open_app
 from tests.conftest import make_records, write_jsonl

@@ -3,7 +3,7 @@ it on request."""
 
 from __future__ import annotations
 
-from backend import cliff_tokens
+from backend.evaluation import cliff_tokens
 from backend.store import StoreHandle
 from tests.app.conftest import open_app
 

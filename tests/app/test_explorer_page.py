@@ -1,5 +1,5 @@
 """The Explorer and Trends views in AppTest over a real store (the bundled runs): the landing page, its
-sort/search/compare controls, and the trend charts drawing `backend.explorer.step_trends`' numbers."""
+sort/search/compare controls, and the trend charts drawing `backend.views.explorer.step_trends`' numbers."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 
-from backend import explorer
 from backend.store import StoreHandle
+from backend.views import explorer
 from tests.app.conftest import chart, decode, open_app
 
 

@@ -3,7 +3,7 @@ policy, stores it, and the estimator then gives the numbers `creditlens estimate
 
 from __future__ import annotations
 
-from backend import estimates
+from backend.credit import estimates
 from backend.estimators import registry
 from backend.store import StoreHandle
 from tests.app.conftest import open_app

@@ -1,12 +1,12 @@
-"""Trends shows the credit-health alerts of `backend.monitor.run_monitors` (what `creditlens monitor`
+"""Trends shows the credit-health alerts of `backend.monitor.monitors.run_monitors` (what `creditlens monitor`
 prints): a dashed line at each onset on the charts and an alert list linking to the Explorer and the
 rollouts."""
 
 from __future__ import annotations
 
 from app.ui import monitor_panel
-from backend import monitor
 from backend.ingest import import_records
+from backend.monitor import monitors as monitor
 from backend.store import Store, StoreHandle
 from tests.app.conftest import chart, open_app
 from tests.backend.test_monitor import ONSET, monitor_records

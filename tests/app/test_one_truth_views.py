@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from app.view_data import compare as compare_data
-from backend import token_classes
 from backend.cli import main
+from backend.credit import token_classes
 from backend.store import Store
 from tests.app.conftest import chart, decode, open_app
 

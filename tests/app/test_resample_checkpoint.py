@@ -1,11 +1,11 @@
-"""The Resample view uses the rollout's step checkpoint (`backend.checkpoints.rollout_model`, the function
-`creditlens resample` calls) and says which; a step whose checkpoint is unknown turns resampling off."""
+"""The Resample view uses the rollout's step checkpoint (`backend.store.checkpoints.rollout_model`, the
+function `creditlens resample` calls) and says which; a step whose checkpoint is unknown turns resampling
+off."""
 
 from __future__ import annotations
 
-from backend import checkpoints
-from backend.ingest.bundled import SAMPLE_DIR
-from backend.store import Store
+from backend.demo.bundled import SAMPLE_DIR
+from backend.store import Store, checkpoints
 from tests.app.conftest import open_app
 from tests.backend.models.conftest import DEMO_MODEL
 

@@ -1,13 +1,13 @@
 """A verl run's per-rollout metrics in the Explorer (a column, a range filter) and in Trends (a chart), with
-the numbers of `backend.explorer` (what `creditlens rollouts` / `trends` print)."""
+the numbers of `backend.views.explorer` (what `creditlens rollouts` / `trends` print)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from backend import explorer
 from backend.ingest import import_path
 from backend.store import Store, StoreHandle
+from backend.views import explorer
 from tests.app.conftest import chart, decode, open_app
 from tests.backend.ingest.verl_dumps import v1_step
 

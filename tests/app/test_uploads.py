@@ -11,8 +11,8 @@ import pytest
 
 import backend.ingest
 from app import access
+from backend.core.uploads import safe_upload_path
 from backend.store import Store
-from backend.uploads import safe_upload_path
 from tests.app.conftest import open_app
 from tests.conftest import make_records
 

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from backend import token_classes
-from backend.calibration import calibration, off_policy_note
+from backend.credit import token_classes
+from backend.evaluation.calibration import calibration, off_policy_note
 from backend.models import engine_note
 from backend.store import Store
 from tests.app.conftest import IMG, SCRIPT, chart, decode, heatmap_z, open_app

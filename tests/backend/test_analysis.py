@@ -11,9 +11,11 @@ import pandas as pd
 import pytest
 import torch
 
-from backend import channel_credit, credit_shares, display_tree, oracle, token_classes
-from backend.batch import batch_from_records
-from backend.synthetic import oracle_batch
+from backend.core.batch import batch_from_records
+from backend.credit import channel_credit, credit_shares, token_classes
+from backend.evaluation import oracle
+from backend.evaluation.synthetic import oracle_batch
+from backend.views import display_tree
 
 
 def small_batch():

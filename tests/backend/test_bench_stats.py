@@ -1,5 +1,5 @@
-"""Stderrs by a bootstrap over groups (`backend.bench_stats`): groups of copies widen them by sqrt(k),
-singleton groups give the bootstrap over rollouts, and the teacher-bench reports both."""
+"""Stderrs by a bootstrap over groups (`backend.evaluation.bench_stats`): groups of copies widen them by
+sqrt(k), singleton groups give the bootstrap over rollouts, and the teacher-bench reports both."""
 
 import math
 
@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from backend import bench_stats as stats
-from backend.teacher_segments import score_sums, segment_sums, teacher_segments
+from backend.evaluation import bench_stats as stats
+from backend.evaluation.teacher_segments import score_sums, segment_sums, teacher_segments
 from tests.backend.test_teacher_bench import ADVANTAGES, LENGTHS, OUTCOMES, VALUES
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from backend.calibration import calibration
+from backend.evaluation.calibration import calibration
 from backend.store import Store
 from tests.conftest import run_cli_here
 

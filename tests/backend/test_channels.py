@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 import torch
 
-from backend import channels as C
-from backend.batch import BatchError
+from backend.core.batch import BatchError
+from backend.credit import channels as C
 from backend.estimators import registry
 from tests.backend.estimators.helpers import random_batch
 

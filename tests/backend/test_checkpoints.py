@@ -11,10 +11,10 @@ import duckdb
 import numpy as np
 import pytest
 
-from backend.calibration import calibration
-from backend.checkpoints import choose_model, parse_model_spec, read_mapping
-from backend.errors import InputError
+from backend.core.errors import InputError
+from backend.evaluation.calibration import calibration
 from backend.store import Store
+from backend.store.checkpoints import choose_model, parse_model_spec, read_mapping
 from tests.backend.models.conftest import DEMO_MODEL, DEMO_RUN
 from tests.conftest import run_cli_here
 

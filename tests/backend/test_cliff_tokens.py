@@ -1,4 +1,5 @@
-"""Cliff tokens (backend/cliff_tokens.py) against the official code's outputs and the plain loop."""
+"""Cliff tokens (backend/evaluation/cliff_tokens.py) against the official code's outputs and the plain
+loop."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from backend import cliff_tokens as ct
-from backend import first_wrong_step as fws
-from backend import teacher_bench as tb
 from backend.cli import main
+from backend.evaluation import cliff_tokens as ct
+from backend.evaluation import first_wrong_step as fws
+from backend.evaluation import teacher_bench as tb
 from backend.store import StoreHandle
 from tests.conftest import copy_store
 

@@ -13,10 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from backend import chunks, estimates, explain
-from backend.estimators import features, fitting, learned, registry, values
+from backend.core import chunks
+from backend.credit import estimates
+from backend.estimators import features, fitting, registry, values
+from backend.estimators.methods import learned
 from backend.ingest import import_records
 from backend.store import Store, StoreHandle
+from backend.views import explain
 from tests.conftest import copy_store, make_records
 
 FITTED = [

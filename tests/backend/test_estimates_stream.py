@@ -1,4 +1,4 @@
-"""Streamed whole-run estimates (backend.chunks, estimates.stream_run) equal the in-memory path for every
+"""Streamed whole-run estimates (backend.core.chunks, estimates.stream_run) equal the in-memory path for every
 registered estimator, on the bundled demo and oracle runs and on a run whose groups interleave, with chunk
 sizes that cut across groups and steps; each chunk's tensors stay within a bound set by the chunk size."""
 
@@ -12,8 +12,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from backend import chunks, estimates
 from backend.cli import main
+from backend.core import chunks
+from backend.credit import estimates
 from backend.estimators import fitting, registry
 from backend.ingest import import_records
 from backend.store import Store, StoreHandle

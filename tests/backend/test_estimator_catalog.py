@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from backend import estimator_catalog
+from backend.cli import estimator_catalog
 
 
 def test_the_catalog_is_what_the_registry_says():
@@ -15,5 +15,5 @@ def test_the_catalog_is_what_the_registry_says():
     stale = sorted(n for n in written.keys() | live.keys() if written.get(n) != live.get(n))
     assert not stale and list(written) == list(live), (
         f"backend/estimators/catalog.json differs from the registry ({', '.join(stale) or 'the order'}): "
-        "rewrite it with `python -m backend.estimator_catalog`"
+        "rewrite it with `python -m backend.cli.estimator_catalog`"
     )

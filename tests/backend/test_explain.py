@@ -11,10 +11,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from backend import estimates, explain
 from backend.cli import main
+from backend.credit import estimates
 from backend.estimators import registry
 from backend.store import Store, StoreHandle
+from backend.views import explain
 from tests.conftest import copy_store, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[2]

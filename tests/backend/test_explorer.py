@@ -15,11 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from backend import credit_shares, credit_summary, estimates, explorer, token_classes
-from backend.explorer import ExplorerQuery, Filter, parse_where
+from backend.core.ranks import spearman
+from backend.credit import credit_shares, credit_summary, estimates, token_classes
 from backend.ingest import import_records
-from backend.metrics import spearman
 from backend.store import Store, StoreHandle
+from backend.views import explorer
+from backend.views.explorer import ExplorerQuery, Filter, parse_where
 from tests.conftest import run_cli_here
 
 ROOT = Path(__file__).resolve().parents[2]

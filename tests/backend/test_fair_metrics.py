@@ -6,12 +6,12 @@ import math
 
 import numpy as np
 
-from backend import estimates
-from backend import fair_metrics as fair
+from backend.credit import estimates
 from backend.estimators import registry
+from backend.evaluation import fair_metrics as fair
+from backend.evaluation.teacher_bench import teacher_bench
+from backend.evaluation.teacher_segments import Segments, per_rollout_metrics, segment_sums, teacher_segments
 from backend.store import StoreHandle
-from backend.teacher_bench import teacher_bench
-from backend.teacher_segments import Segments, per_rollout_metrics, segment_sums, teacher_segments
 
 
 def one_rollout(delta, lengths, se=None) -> Segments:

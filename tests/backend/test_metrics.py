@@ -8,9 +8,9 @@ import pytest
 import torch
 from scipy import stats
 
-from backend import metrics, oracle
 from backend.cli import main
-from backend.metrics import auroc, credit_metrics, spearman, summarize, topk_hits
+from backend.evaluation import metrics, oracle
+from backend.evaluation.metrics import auroc, credit_metrics, spearman, summarize, topk_hits
 
 
 def _t(rows, dtype=torch.float32):

@@ -1,7 +1,7 @@
-"""Credit-health monitors on runs made by the oracle generator (backend/synthetic.py): a healthy run that
-improves slowly (entropy drifting down, accuracy and KL up, lengths changing a little, a few truncated
-and garbled responses, filler that nobody pays for) raises nothing, and each planted pathology, switched
-on at a known step, is found by its detector at that step, with rollouts that show it."""
+"""Credit-health monitors on runs made by the oracle generator (backend/evaluation/synthetic.py): a healthy
+run that improves slowly (entropy drifting down, accuracy and KL up, lengths changing a little, a few
+truncated and garbled responses, filler that nobody pays for) raises nothing, and each planted pathology,
+switched on at a known step, is found by its detector at that step, with rollouts that show it."""
 
 from __future__ import annotations
 
@@ -15,12 +15,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend import change_point, explorer, monitor, monitor_config, synthetic
-from backend.change_point import OnsetRule, find_onset
 from backend.cli import monitor as cli_monitor
-from backend.errors import InputError
+from backend.core.errors import InputError
+from backend.evaluation import synthetic
 from backend.ingest import import_records
+from backend.monitor import change_point
+from backend.monitor import config as monitor_config
+from backend.monitor import monitors as monitor
+from backend.monitor.change_point import OnsetRule, find_onset
 from backend.store import Store, StoreHandle
+from backend.views import explorer
 from tests.conftest import run_cli_here
 
 STEPS, ONSET, PROMPTS, GROUP = 14, 9, 5, 8

@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from backend import monitor, monitor_channels
 from backend.ingest import import_records
+from backend.monitor import channels as monitor_channels
+from backend.monitor import monitors as monitor
 from backend.store import Store, StoreHandle
 from backend.store.explorer_queries import GARBLED_SQL
 from tests.backend.test_monitor import ONSET, monitor_records

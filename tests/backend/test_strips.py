@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from backend import strips
-from backend.batch import batch_from_records
+from backend.core.batch import batch_from_records
+from backend.views import strips
 
 
 def test_k1_k3_and_the_old_new_ratio_from_stored_logprobs():

@@ -8,10 +8,8 @@ import pytest
 import torch
 
 from backend.cli import main
-from backend.ingest import import_batches, import_records
-from backend.metrics import batch_metrics
-from backend.store import Store
-from backend.synthetic import (
+from backend.evaluation.metrics import batch_metrics
+from backend.evaluation.synthetic import (
     SAMPLE_RUN,
     OracleConfig,
     generate,
@@ -21,6 +19,8 @@ from backend.synthetic import (
     sample_run_lines,
     to_batch,
 )
+from backend.ingest import import_batches, import_records
+from backend.store import Store
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +172,7 @@ def test_bundled_sample_run_is_current():
     folder = Path(__file__).resolve().parents[2] / "sample_runs"
     assert json.loads((folder / "oracle_run.json").read_text()) == SAMPLE_RUN
     bundled = (folder / SAMPLE_RUN["file"]).read_text().splitlines(keepends=True)
-    # if this fails, regenerate with backend.synthetic.write_sample_run("sample_runs")
+    # if this fails, regenerate with backend.evaluation.synthetic.write_sample_run("sample_runs")
     assert bundled == list(sample_run_lines())
     assert len(bundled) == 24 * 8
 

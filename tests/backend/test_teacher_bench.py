@@ -9,14 +9,20 @@ import pandas as pd
 import pytest
 from scipy.stats import spearmanr
 
-from backend import first_wrong_step as fws
 from backend.estimators import registry
+from backend.evaluation import first_wrong_step as fws
+from backend.evaluation.teacher_bench import parse_estimator_specs, teacher_bench
+from backend.evaluation.teacher_segments import (
+    chance_row,
+    score_advantages,
+    score_sums,
+    segment_sums,
+    teacher_segments,
+)
 from backend.ingest import import_records
 from backend.models.teacher import JOB
 from backend.rewards import evaluate
 from backend.store import Store, StoreHandle
-from backend.teacher_bench import parse_estimator_specs, teacher_bench
-from backend.teacher_segments import chance_row, score_advantages, score_sums, segment_sums, teacher_segments
 from tests.conftest import run_cli_here
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from backend import credit_shares, token_classes
+from backend.core.errors import InputError
+from backend.credit import credit_shares, token_classes
 from backend.demo.subword import subword_records
-from backend.errors import InputError
 from backend.ingest import import_records
 from backend.store import Store
 from tests.backend.test_analysis import small_batch
@@ -153,7 +153,7 @@ def test_class_ids_from_arrow_text_equal_the_per_token_definition(tmp_path):
 
 
 def test_style_span_leaves_format_penalties_and_filler_is_found_by_its_words():
-    from backend.batch import batch_from_records  # noqa: PLC0415 - only this test builds its own batch
+    from backend.core.batch import batch_from_records  # noqa: PLC0415 - only this test builds its own batch
 
     tokens = ["Great", " question", "!", " 4", "\n", "#", "##", " x"]
     batch = batch_from_records(

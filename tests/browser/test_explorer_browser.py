@@ -1,14 +1,14 @@
 """The Explorer in headless Chromium: search, sort, filter, then a click on a row opens that rollout.
 
 The table is Streamlit's canvas data grid; its accessible mirror (`[role=row]` / `[role=gridcell]`) holds
-the visible cells, which is what these tests read. The expected rows come from `backend.explorer` on the
+the visible cells, which is what these tests read. The expected rows come from `backend.views.explorer` on the
 server's store (read-only, after the page has filled the summaries).
 """
 
 from __future__ import annotations
 
-from backend.explorer import ExplorerQuery, Filter, rollout_table
 from backend.store import StoreHandle
+from backend.views.explorer import ExplorerQuery, Filter, rollout_table
 from tests.browser.conftest import PAYLOADS, after, open_view
 
 TABLE = "[data-testid=stDataFrame]"

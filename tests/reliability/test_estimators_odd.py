@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 
-from backend.batch import BatchError, RolloutBatch, batch_from_records
+from backend.core.batch import BatchError, RolloutBatch, batch_from_records
 from backend.estimators import registry
 from tests.reliability.conftest import LONG, tally
 

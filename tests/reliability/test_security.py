@@ -15,13 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.server import launch as serve
-from backend import explorer
-from backend.errors import InputError
+from backend.core.errors import InputError
+from backend.core.uploads import safe_upload_path
 from backend.ingest import import_records
 from backend.models import loading
 from backend.store import Store, StoreHandle
 from backend.store.explorer_queries import _alias
-from backend.uploads import safe_upload_path
+from backend.views import explorer
 from tests.conftest import make_records
 from tests.reliability.conftest import LONG, ROOT, run_cli, tally
 from tests.reliability.fuzzing import write_jsonl

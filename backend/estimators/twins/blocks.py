@@ -8,7 +8,7 @@ import re
 
 import torch
 
-from backend.batch import RolloutBatch
+from backend.core.batch import RolloutBatch
 from backend.estimators.loop_twins import twin
 from backend.estimators.twins.loops import gae_rows, outcome_of, real_columns, scores_list, to_tensor
 from backend.estimators.twins.modifiers import base_twin

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from backend.batch import RolloutBatch
+from backend.core.batch import RolloutBatch
 from backend.estimators.twins.loops import gae_rows, outcome_of, real_columns, to_tensor
 from backend.estimators.twins.values import value_rows
 

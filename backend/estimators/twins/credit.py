@@ -9,7 +9,7 @@ import re
 
 import torch
 
-from backend.batch import RolloutBatch
+from backend.core.batch import RolloutBatch
 from backend.estimators.loop_twins import twin
 from backend.estimators.twins.common import finish_rewards_loop, redistribute_loop
 from backend.estimators.twins.loops import entropy_rows, outcome_of, quantile, real_columns, to_tensor

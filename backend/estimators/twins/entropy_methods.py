@@ -11,7 +11,7 @@ from collections import defaultdict
 
 import torch
 
-from backend.batch import RolloutBatch
+from backend.core.batch import RolloutBatch
 from backend.estimators.loop_twins import twin
 from backend.estimators.twins.loops import entropy_rows, outcome_of, quantile, real_columns, to_tensor
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import torch
 
-from backend.batch import RolloutBatch
+from backend.core.batch import RolloutBatch
 from backend.estimators.features import classify_token
 
 

@@ -10,9 +10,9 @@ from fractions import Fraction
 import numpy as np
 import torch
 
-from backend.batch import RolloutBatch
-from backend.estimators.learned import MAX_FIT_TOKENS, MLP_LEARNING_RATE, mlp_fit_rows, mlp_init
+from backend.core.batch import RolloutBatch
 from backend.estimators.loop_twins import twin
+from backend.estimators.methods.learned import MAX_FIT_TOKENS, MLP_LEARNING_RATE, mlp_fit_rows, mlp_init
 from backend.estimators.twins.common import finish_rewards_loop
 from backend.estimators.twins.features import group_folds_loop, ridge_fold_fits, strided, token_feature_rows
 from backend.estimators.twins.loops import outcome_of, real_columns, scores_list, to_tensor

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from backend.batch import RolloutBatch
+from backend.core.batch import RolloutBatch
 from backend.estimators.loop_twins import twin
 from backend.estimators.twins.loops import real_columns, to_tensor
 

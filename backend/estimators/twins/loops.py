@@ -11,7 +11,7 @@ from collections import defaultdict
 
 import torch
 
-from backend.batch import RolloutBatch
+from backend.core.batch import RolloutBatch
 
 
 def real_columns(batch: RolloutBatch) -> list[list[int]]:

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import torch
 
-from backend.batch import RolloutBatch, model_score_needs
+from backend.core.batch import RolloutBatch, model_score_needs
 from backend.estimators.loop_twins import twin
 from backend.estimators.twins.loops import outcome_of, real_columns, to_tensor
 

@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from backend.batch import RolloutBatch
+from backend.core.batch import RolloutBatch
 from backend.estimators import loop_twins, registry
 from backend.estimators.loop_twins import twin
 from backend.estimators.twins.loops import entropy_rows, quantile, real_columns, scores_list, to_tensor

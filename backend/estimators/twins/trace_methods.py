@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from backend.batch import RolloutBatch
+from backend.core.batch import RolloutBatch
 from backend.estimators.loop_twins import twin
 from backend.estimators.twins.loops import outcome_of, real_columns, to_tensor
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from backend.batch import RolloutBatch
+from backend.core.batch import RolloutBatch
 
 
 def prefix_tree_loop(batch: RolloutBatch, z: list[float]):

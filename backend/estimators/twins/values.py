@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from backend.batch import RolloutBatch
+from backend.core.batch import RolloutBatch
 from backend.estimators.twins.features import (
     group_folds_loop,
     hidden_feature_rows,

@@ -9,7 +9,7 @@ import random
 
 import torch
 
-from backend.batch import MODEL_SCORED, RolloutBatch, batch_from_records, model_score_needs
+from backend.core.batch import MODEL_SCORED, RolloutBatch, batch_from_records, model_score_needs
 
 TEXTS = ["a", "b", " ", "\n", "1", ".", "ab", ",", "x\n"]
 

@@ -15,7 +15,7 @@ import math
 import torch
 from hypothesis import strategies as st
 
-from backend.batch import RolloutBatch, batch_from_records
+from backend.core.batch import RolloutBatch, batch_from_records
 
 TEXTS = ["a", " ", "\n", "1", ".", "x\n"]
 SCORES = [0.0, 1.0, 0.5, 1.25]

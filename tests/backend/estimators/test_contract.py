@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from backend.batch import MODEL_SCORED, BatchError, model_score_needs
+from backend.core.batch import MODEL_SCORED, BatchError, model_score_needs
 from backend.estimators import features, registry
 from backend.estimators.reference import reference_advantages
 from backend.estimators.tree import build_prefix_tree

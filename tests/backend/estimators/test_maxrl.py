@@ -8,10 +8,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from backend import explain
-from backend.batch import batch_from_records
+from backend.core.batch import batch_from_records
 from backend.estimators import registry
 from backend.estimators.reference import reference_advantages
+from backend.views import explain
 
 from .strategies import batches
 

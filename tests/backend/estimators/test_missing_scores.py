@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from backend.batch import batch_from_records
+from backend.core.batch import batch_from_records
 from backend.estimators import functional as F
 from backend.estimators import registry
 from backend.estimators.twins.loops import outcome_loop

@@ -22,7 +22,7 @@ import torch
 from accelerate import Accelerator
 from trl.trainer.grpo_trainer import GRPOTrainer  # TRL is a pinned test dependency: compared, never skipped
 
-from backend.batch import batch_from_records, model_score_needs
+from backend.core.batch import batch_from_records, model_score_needs
 from backend.estimators import registry
 from backend.estimators.reference import reference_advantages
 

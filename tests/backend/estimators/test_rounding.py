@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from backend.estimators.functional import outcome_scores
-from backend.estimators.learned_ktae import fisher_p_values
+from backend.estimators.methods.learned_ktae import fisher_p_values
 from backend.estimators.twins.learned import _fisher_loop
 from backend.estimators.twins.loops import outcome_loop
 

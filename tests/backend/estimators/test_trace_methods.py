@@ -13,12 +13,12 @@ import json
 import pytest
 import torch
 
-from backend import explain
-from backend.batch import batch_from_records
 from backend.cli import main
+from backend.core.batch import batch_from_records
 from backend.estimators import registry
 from backend.estimators.reference import reference_advantages
-from backend.synthetic import oracle_batch
+from backend.evaluation.synthetic import oracle_batch
+from backend.views import explain
 
 from .helpers import random_batch
 

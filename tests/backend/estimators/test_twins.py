@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from backend.batch import BatchError, RolloutBatch, batch_from_records
+from backend.core.batch import BatchError, RolloutBatch, batch_from_records
 from backend.estimators import loop_twins, registry
 from backend.estimators.reference import reference_advantages
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.batch import batch_from_records
+from backend.core.batch import batch_from_records
 from backend.estimators import functional as F
 from backend.estimators import registry
 from backend.estimators.common import outcome_z

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from backend.calibration import calibration
-from backend.checkpoints import choices_for, rollout_model
+from backend.demo.bundled import SAMPLE_DIR, bundled_manifests
 from backend.demo.verify_steps import records_by_step, rescore_gap
-from backend.ingest.bundled import SAMPLE_DIR, bundled_manifests
+from backend.evaluation.calibration import calibration
 from backend.store import Store
 from backend.store.checkpoint_queries import empty_prefix_values
+from backend.store.checkpoints import choices_for, rollout_model
 from tests.conftest import run_cli_here
 
 STEP_FOLDERS = {

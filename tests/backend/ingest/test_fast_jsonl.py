@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.ingest import import_path, import_records
 from backend.ingest.canonical import canonical_json
 from backend.ingest.sources import record_key

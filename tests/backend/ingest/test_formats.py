@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from backend.cli.main import build_parser
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.ingest import FORMATS, detect_format, formats, import_path, sniff
 from backend.ingest.sources import iter_jsonl
 

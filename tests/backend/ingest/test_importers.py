@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 import backend.ingest as ingest
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.ingest import detect_format, import_path
 from backend.ingest.tokenize import simple_tokenize
 from tests.conftest import make_records, snapshot, write_jsonl

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.ingest import import_path
 from backend.ingest.native_writer import StepRecords, write_atomic
 from backend.ingest.step_files import native_files, step_file_name

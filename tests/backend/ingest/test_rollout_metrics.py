@@ -1,6 +1,7 @@
 """Per-rollout metrics (migration 008): verl's reward_extra_info keys and TRL's numeric `log_extra` columns
 are numbers logged beside the reward, never channels. They reach the Explorer's table (`creditlens
-rollouts`, filterable) and Trends (`creditlens trends`) through `backend.explorer`, and never the credit."""
+rollouts`, filterable) and Trends (`creditlens
+trends`) through `backend.views.explorer`, and never the credit."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.ingest import import_path, import_records
 from backend.store import Store
 from tests.conftest import run_cli_here, write_jsonl

@@ -19,7 +19,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.ingest import FORMATS, detect_format, formats, import_path
 from backend.ingest.tokenize import CONTINUATION, Tokenizer, token_labels
 from backend.store import Store

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.models import load_engine, vllm_usable
 from backend.models.loading import EngineUnavailable, check_model_dir
 from backend.models.transformers_engine import draw

@@ -12,7 +12,7 @@ import torch
 
 from backend.cli import main
 from backend.estimators import registry
-from backend.estimators.model_based import GCPOConfig, OARConfig, gcpo_weights, oar_weights
+from backend.estimators.methods.model_based import GCPOConfig, OARConfig, gcpo_weights, oar_weights
 from backend.ingest import import_path
 from backend.models import model_credit as mc
 from backend.models.model_credit_run import ModelCreditSettings, run_model_credit

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from backend.cli import main
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.ingest import import_path
 from backend.models.resample import (
     mc_teacher,

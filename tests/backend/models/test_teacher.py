@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.ingest import import_path
 from backend.models.resample import resample
 from backend.models.teacher import (

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.models.engine import build_context, check_sampling, start_token_id
 from backend.models.factory import engine_note, load_engine, resolve_engine, vllm_usable
 from backend.models.loading import EngineUnavailable, check_model_dir

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from backend.core.errors import InputError
 from backend.demo.process import with_process
-from backend.errors import InputError
 from backend.rewards import evaluate
 from backend.rewards.evaluate import process_channel
 from backend.rewards.registry import get_step_verifier, run_step_verifier, step_verifier_names

@@ -2,7 +2,7 @@
 
 import pytest
 
-from backend.errors import InputError
+from backend.core.errors import InputError
 from backend.rewards import evaluate, get_verifier, register_verifier, verifier_names
 from backend.rewards.answers import extract_answer, parse_int
 from backend.rewards.rules import format_spans, style_spans, token_offsets, token_penalties, token_spans

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import backend.store
-from backend.errors import InputError, StoreError
+from backend.core.errors import InputError, StoreError
 from backend.ingest import import_records
 from backend.store import Store, StoreHandle, pad_list_array
 from tests.conftest import make_records, snapshot

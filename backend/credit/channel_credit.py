@@ -1,0 +1,154 @@
+"""The split-channel credit of a batch for the views and `explain` (numpy arrays per channel, with the
+task channel's estimator chosen by the caller), and the dual-ascent replay of β over a run's steps."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+
+from backend.core.arrays import to_numpy
+from backend.core.batch import ALL_CHANNELS, BatchError, RolloutBatch, default_main_channel, missing_channel
+from backend.credit import channels
+
+
+@dataclass
+class ChannelCredit:
+    """The split-channel credit of a batch (one group, usually), as numpy arrays.
+
+    final: (B, T) A_final = Σ_c β_c Ã_c; contributions: channel -> (B, T) β_c Ã_c;
+    per_channel: channel -> (B, T) Ã_c (normalized, before β); betas: channel -> β_c.
+    """
+
+    final: np.ndarray
+    contributions: dict[str, np.ndarray]
+    per_channel: dict[str, np.ndarray]
+    betas: dict[str, float]
+    projected: dict[str, np.ndarray] = field(default_factory=dict)
+    """channel -> (B, T) the projection before normalization (an estimator channel: its advantages)."""
+
+
+def channel_specs(
+    batch: RolloutBatch,
+    estimator: str = "grpo",
+    config: tuple = (),
+    betas: dict[str, float] | None = None,
+    normalizations: dict[str, str] | None = None,
+    channel: str | None = None,
+) -> dict:
+    """The default channel specs of `batch` with `estimator` (overrides `config`) on `channel` (default:
+    the batch's default main channel, `task` when it has one), `betas` overriding β_c and
+    `normalizations` overriding a channel's normalization (group, batch, none).
+
+    On `all` (the channel scores summed per rollout first) the estimator's channel `all` replaces every
+    scored channel (each is inside the sum); channels without scores (kl, token rewards only) stay."""
+    channel = default_main_channel(list(batch.scores)) if channel is None else channel
+    specs = _with_estimator_on(channels.default_specs(batch), batch, channel, estimator, dict(config))
+    if betas:
+        specs = {c: (_replace_beta(s, betas[c]) if c in betas else s) for c, s in specs.items()}
+    unknown = sorted(set(normalizations or {}) - set(specs))
+    if unknown:
+        raise ValueError(f"normalization for {unknown}: this run's channels are {sorted(specs)}")
+    for c, mode in (normalizations or {}).items():
+        specs[c] = dataclasses.replace(specs[c], normalization=mode)  # ChannelSpec checks the mode
+    return specs
+
+
+def channel_credit(
+    batch: RolloutBatch,
+    estimator: str = "grpo",
+    config: tuple = (),
+    betas: dict[str, float] | None = None,
+    projected: dict[str, torch.Tensor] | None = None,
+    normalizations: dict[str, str] | None = None,
+    channel: str | None = None,
+) -> ChannelCredit:
+    """Split-channel credit with estimator `estimator` (overrides `config`) on `channel` (see
+    `channel_specs`) and each other channel projected by its default spec (docs/estimators.md, channels);
+    `betas` override β_c. projected: estimator channels computed at their scope (see
+    backend.views.explain.group_channel_credit)."""
+    specs = channel_specs(batch, estimator, config, betas, normalizations, channel)
+    result = channels.combine(batch, specs, projected)
+    contributions = {c: to_numpy(v).astype(np.float32) for c, v in result.contributions.items()}
+    per_channel = {c: to_numpy(v).astype(np.float32) for c, v in result.per_channel.items()}
+    raw = {c: to_numpy(v).astype(np.float32) for c, v in result.projected.items()}
+    used = {c: float(s.beta) for c, s in specs.items()}
+    return ChannelCredit(to_numpy(result.final).astype(np.float32), contributions, per_channel, used, raw)
+
+
+def _with_estimator_on(specs: dict, batch: RolloutBatch, channel: str, estimator: str, config: dict) -> dict:
+    """`specs` with `estimator` projecting `channel` (no extra normalization: its advantages are already
+    relative, as GRPO's Z is)."""
+    config.pop("channel", None)  # the spec's name is the channel the estimator reads
+    spec = channels.ChannelSpec(
+        channel,
+        "estimator",
+        estimator,
+        tuple(sorted(config.items())),
+        normalization="none",
+        beta=specs[channel].beta if channel in specs else 1.0,
+    )
+    if channel == ALL_CHANNELS and ALL_CHANNELS not in batch.scores:
+        return {channel: spec, **{c: s for c, s in specs.items() if c not in batch.scores}}
+    if channel not in specs:
+        raise BatchError(missing_channel(channel, list(batch.scores)))
+    return {c: (spec if c == channel else s) for c, s in specs.items()}
+
+
+def _replace_beta(spec, beta: float):
+    return dataclasses.replace(spec, beta=float(beta))
+
+
+# ---- dual ascent replay ----------------------------------------------------------------------------
+
+
+def dual_ascent_replay(
+    step_means: pd.DataFrame,
+    tau: dict[str, float],
+    eta: float,
+    beta0: dict[str, float],
+    mode: str = "projected",
+    priority: tuple[str, ...] = (),
+) -> pd.DataFrame:
+    """Replay constraint mode over a run's logged steps (docs/estimators.md section 8).
+
+    step_means: rows (step, channel, violation_rate) as `Store.step_channel_means` gives them;
+    tau, beta0: per constrained channel. Returns rows (step, channel, beta, rate, tau) where `beta` is
+    β_c after the update with that step's violation rate (plus a row at step "start" - 1 with β0).
+    """
+    names = [c for c in tau if c in set(step_means["channel"])]
+    if not names:
+        return pd.DataFrame(columns=["step", "channel", "beta", "rate", "tau"])
+    wide = step_means.pivot(index="step", columns="channel", values="violation_rate").sort_index()
+    wide = wide.reindex(columns=names).fillna(0.0)
+    steps = wide.index.to_numpy()
+    rates = torch.tensor(wide.to_numpy(), dtype=torch.float64)  # (S, C)
+    betas = channels.dual_ascent(
+        rates,
+        torch.tensor([tau[c] for c in names], dtype=torch.float64),
+        float(eta),
+        torch.tensor([beta0.get(c, 1.0) for c in names], dtype=torch.float64),
+        mode,
+        tuple(names.index(c) for c in priority if c in names),
+    ).numpy()  # (S + 1, C)
+    rows = []
+    start = (steps[0] - 1) if len(steps) else -1
+    for c, name in enumerate(names):
+        rows.append(
+            {"step": start, "channel": name, "beta": float(betas[0, c]), "rate": math.nan, "tau": tau[name]}
+        )
+        for s, step in enumerate(steps):
+            rows.append(
+                {
+                    "step": int(step),
+                    "channel": name,
+                    "beta": float(betas[s + 1, c]),
+                    "rate": float(rates[s, c]),
+                    "tau": tau[name],
+                }
+            )
+    return pd.DataFrame(rows)

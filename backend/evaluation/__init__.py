@@ -1,0 +1,1 @@
+"""Is the credit right? The synthetic oracle, the Monte Carlo teacher's bench and their metrics."""

@@ -1,0 +1,1 @@
+"""Credit-health monitors over a run's steps (`creditlens monitor`, the Trends alerts)."""
