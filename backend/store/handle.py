@@ -9,6 +9,7 @@ process holds the write lock, then failing with a message that says what to wait
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,19 @@ from backend.store.db import Store, default_db_path
 # however briefly the first holds it. The app's threads (a user's session, the server's warm-up, a job) meet
 # this when one saves an estimate while another reads; like another process's write lock, it is waited out.
 SAME_PROCESS = "same database file with a different configuration"
+
+
+# Two threads of one process that write at once share DuckDB's database instance, and their transactions
+# conflict when they touch the same rows ("TransactionContext Error: Conflict on tuple deletion": the server's
+# warm-up and a user's first page both saving a view's summary). The writes of one process to one file take
+# turns instead; reads never wait for them.
+_WRITERS: dict[Path, threading.RLock] = {}
+_WRITERS_GUARD = threading.Lock()
+
+
+def _writer_lock(path: Path) -> threading.RLock:
+    with _WRITERS_GUARD:
+        return _WRITERS.setdefault(path.resolve(), threading.RLock())
 
 
 class StoreBusy(StoreError):
@@ -67,11 +81,21 @@ class StoreHandle:
 
     @contextmanager
     def write(self) -> Iterator[Store]:
-        store = self._open(read_only=False)
+        """A write connection; another thread of this process writing the same store finishes first."""
+        lock = _writer_lock(self.path)
+        if not lock.acquire(timeout=self.wait_seconds):
+            raise StoreBusy(
+                f"{self.path}: another thread of this process is writing to the store; waited "
+                f"{self.wait_seconds:.0f} s — try again when it finishes"
+            )
         try:
-            yield store
+            store = self._open(read_only=False)
+            try:
+                yield store
+            finally:
+                store.close()
         finally:
-            store.close()
+            lock.release()
 
 
 @contextmanager

@@ -247,3 +247,35 @@ def test_a_thread_waits_while_another_thread_has_the_store_open_the_other_way(tm
             pass
     release.set()
     holder.join()
+
+
+def test_two_threads_writing_the_same_rows_take_turns(tmp_path):
+    """The warm-up and a user's first page may save the same summary at once: two threads replacing the same
+    rows in one process must not fail with DuckDB's "Conflict on tuple deletion"."""
+    import threading  # noqa: PLC0415 - this test only
+
+    handle = StoreHandle(tmp_path / "s.duckdb")
+    with handle.write() as store:
+        store.con.execute("CREATE TABLE scratch (k INTEGER, v INTEGER)")
+        store.con.execute("INSERT INTO scratch SELECT range, 0 FROM range(200)")
+    errors = []
+
+    def replace_rows(value: int) -> None:
+        try:
+            for _ in range(40):
+                with handle.write() as store:
+                    store.con.execute("BEGIN TRANSACTION")
+                    store.con.execute("DELETE FROM scratch")
+                    store.con.execute("INSERT INTO scratch SELECT range, ? FROM range(200)", [value])
+                    store.con.execute("COMMIT")
+        except Exception as exc:  # the conflict surfaces here without turns
+            errors.append(exc)
+
+    threads = [threading.Thread(target=replace_rows, args=(v,)) for v in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    with handle.read() as store:
+        assert store.con.execute("SELECT count(*), count(DISTINCT v) FROM scratch").fetchone() == (200, 1)
