@@ -26,8 +26,7 @@ browser-deps:
 app: $(STAMP)
 	$(BIN)/creditlens app --db $(DB) --port $(PORT)
 
-# The whole suite on every CPU (`-n logical`: `-n auto` counts physical cores, one on a 2-thread machine;
-# tests/conftest.py adds one worker for the browser tests, which mostly wait).
+# The whole suite on every CPU (`-n logical`: `-n auto` counts physical cores, one on a 2-thread machine).
 # pytest-xdist spreads tests one by one, except the groups tests/conftest.py sets (the browser tests that
 # share a Streamlit server stay on one worker). The slowest 25 are printed (pyproject.toml addopts).
 test: $(STAMP) browser-deps

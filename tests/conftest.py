@@ -194,17 +194,6 @@ def trl_conversational_log(tmp_path_factory) -> Path:
     return run_grpo(tmp_path_factory.mktemp("trl") / "conversational", conversational=True, steps=2)
 
 
-@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: `-n logical` (make test) asks it how many workers
-def pytest_xdist_auto_num_workers(config) -> int | None:
-    """One worker more than the CPUs this process may use. The browser tests run on one worker and spend
-    most of their time waiting for Chromium and the Streamlit server (about 37% of a core measured over
-    tests/browser alone), so with one worker per CPU a core sits half idle for as long as they run; the
-    extra worker fills it. PYTEST_XDIST_AUTO_NUM_WORKERS still decides when set."""
-    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or config.option.numprocesses != "logical":
-        return None  # pytest-xdist's own rule
-    return len(os.sched_getaffinity(0)) + 1
-
-
 # Fixtures that train a model: every test that uses one (directly or through another fixture) runs on the
 # same worker, so each run is trained once per suite.
 TRAINING_FIXTURES = ("trl_plain_log", "trl_conversational_log")
