@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -128,11 +129,10 @@ class Segments:
     group_of: dict[int, int] = field(default_factory=dict)
     """rollout id -> group id, for the `_se_group` stderrs (a rollout missing here is its own group)."""
 
+    @cached_property
     def pairs(self) -> fair.BlockPairs:
         """The within-rollout segment pairs (built once: every predictor is scored on the same layout)."""
-        if "_pairs" not in self.__dict__:
-            self.__dict__["_pairs"] = fair.BlockPairs(self.rollout)
-        return self.__dict__["_pairs"]
+        return fair.BlockPairs(self.rollout)
 
 
 def teacher_segments(
@@ -190,7 +190,7 @@ def segment_sums(segments: Segments, advantages: dict[int, np.ndarray]) -> np.nd
 def per_rollout_metrics(segments: Segments, sums: np.ndarray) -> pd.DataFrame:
     """rollout_id, ranking_accuracy, sign_accuracy, critical_hit1, critical_hit3 (NaN where a rollout
     has nothing to judge)."""
-    pairs = segments.pairs()
+    pairs = segments.pairs
     d = segments.delta
     lengths = np.maximum(1, segments.end - segments.start)
     sign_wilson = (
