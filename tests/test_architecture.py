@@ -223,6 +223,29 @@ def test_nothing_imports_the_command_line():
     assert not offenders, "\n".join(offenders)
 
 
+# Tests run `creditlens` in their own process through one helper, tests.conftest.run_cli_here (issue 27
+# item 7). The exceptions: conftest.py defines it, test_cli.py runs the command in a separate process on
+# purpose, and this module runs it in a fresh interpreter to see what a command imports.
+ONE_CLI_HELPER_EXCEPTIONS = ("tests/conftest.py", "tests/backend/test_cli.py", "tests/test_architecture.py")
+
+
+def test_tests_run_the_command_line_through_one_helper():
+    offenders = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in ONE_CLI_HELPER_EXCEPTIONS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=rel)):
+            if isinstance(node, ast.ImportFrom) and node.module in ("backend.cli", "backend.cli.main"):
+                if any(alias.name == "main" for alias in node.names):
+                    offenders.append(f"{rel}:{node.lineno}: imports main from {node.module}")
+            elif isinstance(node, ast.Import) and any(a.name == "backend.cli.main" for a in node.names):
+                offenders.append(f"{rel}:{node.lineno}: imports backend.cli.main")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "_cli":
+                offenders.append(f"{rel}:{node.lineno}: defines _cli")
+    assert not offenders, "run the command line with tests.conftest.run_cli_here:\n" + "\n".join(offenders)
+
+
 def test_source_modules_stay_short():
     long = []
     for path in MODULES.values():

@@ -14,9 +14,8 @@ import pandas as pd
 import pytest
 
 import creditlens
-from backend.cli import main
 from backend.core.errors import InputError, StoreError
-from tests.conftest import copy_store
+from tests.conftest import copy_store, run_cli_here
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "python.md"
 
@@ -27,10 +26,9 @@ def demo_db(bundled_template, tmp_path_factory) -> Path:
 
 
 def command_json(*args: str):
-    out = io.StringIO()
-    with redirect_stdout(out):
-        assert main(list(args)) == 0
-    return out.getvalue()
+    done = run_cli_here(*args)
+    assert done.returncode == 0
+    return done.stdout
 
 
 def test_the_docs_page_runs_as_written(demo_db):
@@ -136,11 +134,9 @@ def test_explain_equals_the_command(demo_db):
 
 def test_monitor_equals_the_command(demo_db):
     alerts = creditlens.open(demo_db).run("demo").monitor()
-    out = io.StringIO()
-    with redirect_stdout(out):
-        code = main(["monitor", "--db", str(demo_db), "--run", "demo", "--json"])
-    printed = json.loads(out.getvalue())
-    assert code == (1 if any(a["severity"] in ("warn", "alert") for a in printed) else 0)
+    done = run_cli_here("monitor", "--db", str(demo_db), "--run", "demo", "--json")
+    printed = json.loads(done.stdout)
+    assert done.returncode == (1 if any(a["severity"] in ("warn", "alert") for a in printed) else 0)
     assert len(alerts) == len(printed)
     if printed:
         assert alerts["detector"].tolist() == [a["detector"] for a in printed]

@@ -13,18 +13,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from backend.cli import main
 from backend.store import Store
 from tests.app.conftest import chart, heatmap_z, open_app
 from tests.backend.ingest.trl_logs import DEMO_POLICY
+from tests.conftest import run_cli_here
 
 pytestmark = pytest.mark.slow
 RUN = "trl"
 CHANNELS = ["digits_reward", "newline_reward"]
-
-
-def _cli(*args) -> int:
-    return main([str(a) for a in args])
 
 
 @pytest.fixture(scope="session")
@@ -38,7 +34,10 @@ def trl_template(trl_completions, template_db, tmp_path_factory) -> Path:
     """The app's template store plus the TRL run, imported by the command line with no channel options."""
     path = tmp_path_factory.mktemp("trl_store") / "runs.duckdb"
     shutil.copy(template_db, path)
-    assert _cli("import", trl_completions, "--db", path, "--run", RUN, "--model", DEMO_POLICY, "--quiet") == 0
+    done = run_cli_here(
+        "import", trl_completions, "--db", path, "--run", RUN, "--model", DEMO_POLICY, "--quiet"
+    )
+    assert done.returncode == 0
     return path
 
 
@@ -49,44 +48,47 @@ def trl_db(trl_template, tmp_path) -> Path:
     return path
 
 
-def _runs(db: Path, capsys) -> dict[str, dict]:
-    capsys.readouterr()
-    assert _cli("runs", "--db", db, "--json") == 0
-    return {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+def _runs(db: Path) -> dict[str, dict]:
+    done = run_cli_here("runs", "--db", db, "--json")
+    assert done.returncode == 0
+    return {r["name"]: r for r in json.loads(done.stdout)}
 
 
 # ---- the command line ----------------------------------------------------------------------------------
 
 
-def test_import_chooses_the_sum_when_several_rewards_and_no_task(trl_db, capsys):
-    runs = _runs(trl_db, capsys)
+def test_import_chooses_the_sum_when_several_rewards_and_no_task(trl_db):
+    runs = _runs(trl_db)
     assert runs[RUN]["channels"] == CHANNELS and runs[RUN]["main_channel"] == "all"
     assert runs["demo"]["main_channel"] == "task"  # a run with task keeps it
-    assert _cli("main-channel", "--db", trl_db, "--run", RUN) == 0
-    assert "main channel all" in capsys.readouterr().out
+    done = run_cli_here("main-channel", "--db", trl_db, "--run", RUN)
+    assert done.returncode == 0
+    assert "main channel all" in done.stdout
 
 
-def test_import_takes_a_main_channel_and_refuses_an_unknown_one(trl_completions, tmp_path, capsys):
+def test_import_takes_a_main_channel_and_refuses_an_unknown_one(trl_completions, tmp_path):
     db = tmp_path / "s.duckdb"
-    assert (
-        _cli(
-            "import", trl_completions, "--db", db, "--run", "r", "--main-channel", "newline_reward", "--quiet"
-        )
-        == 0
+    done = run_cli_here(
+        "import", trl_completions, "--db", db, "--run", "r", "--main-channel", "newline_reward", "--quiet"
     )
-    assert "main channel: newline_reward" in capsys.readouterr().out
-    assert _runs(db, capsys)["r"]["main_channel"] == "newline_reward"
-    assert _cli("import", trl_completions, "--db", db, "--run", "x", "--main-channel", "task", "--quiet") == 2
-    err = capsys.readouterr().err
+    assert done.returncode == 0
+    assert "main channel: newline_reward" in done.stdout
+    assert _runs(db)["r"]["main_channel"] == "newline_reward"
+    done = run_cli_here(
+        "import", trl_completions, "--db", db, "--run", "x", "--main-channel", "task", "--quiet"
+    )
+    assert done.returncode == 2
+    err = done.stderr
     assert "digits_reward, newline_reward" in err and "all" in err
-    assert "x" not in _runs(db, capsys)  # refused whole: nothing written
+    assert "x" not in _runs(db)  # refused whole: nothing written
 
 
-def test_every_command_works_without_channel_and_reads_the_main_channel(trl_db, tmp_path, capsys):
+def test_every_command_works_without_channel_and_reads_the_main_channel(trl_db, tmp_path):
     out, summed = tmp_path / "default.parquet", tmp_path / "all.parquet"
-    assert _cli("estimate", "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--out", out) == 0
+    done = run_cli_here("estimate", "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--out", out)
+    assert done.returncode == 0
     assert (
-        _cli(
+        run_cli_here(
             "estimate",
             "--db",
             trl_db,
@@ -98,45 +100,34 @@ def test_every_command_works_without_channel_and_reads_the_main_channel(trl_db, 
             "all",
             "--out",
             summed,
-        )
+        ).returncode
         == 0
     )
     default, total = pd.read_parquet(out), pd.read_parquet(summed)
     assert default["advantage"].abs().sum() > 0
     np.testing.assert_array_equal(default["advantage"], total["advantage"])
-    capsys.readouterr()
-    assert _cli("rollouts", "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--json") == 0
-    rows = json.loads(capsys.readouterr().out)
+    done = run_cli_here("rollouts", "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--json")
+    assert done.returncode == 0
+    rows = json.loads(done.stdout)
     assert len(rows) == 24 and any(r["max_abs"] for r in rows)
-    assert _cli("trends", "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--json") == 0
-    steps = json.loads(capsys.readouterr().out)
+    done = run_cli_here("trends", "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--json")
+    assert done.returncode == 0
+    steps = json.loads(done.stdout)
     assert [s["step"] for s in steps] == [1, 2] and all(s["q50"] is not None for s in steps)
-    assert (
-        _cli(
-            "explain",
-            "--db",
-            trl_db,
-            "--run",
-            RUN,
-            "--rollout",
-            3,
-            "--estimator",
-            "grpo",
-            "--pos",
-            0,
-            "--json",
-        )
-        == 0
+    done = run_cli_here(
+        "explain", "--db", trl_db, "--run", RUN, "--rollout", 3, "--estimator", "grpo", "--pos", 0, "--json"
     )
-    explained = json.loads(capsys.readouterr().out)
+    assert done.returncode == 0
+    explained = json.loads(done.stdout)
     assert explained["channel"] == "all" and list(explained["channels"]) == ["all"]
     assert explained["terms"]["config"]["channel"] == "all" and explained["derivation"]["lines"]
-    assert _cli("logged-gap", "--db", trl_db, "--run", RUN, "--set", "epsilon=1e-4", "--json") == 0
-    gaps = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    done = run_cli_here("logged-gap", "--db", trl_db, "--run", RUN, "--set", "epsilon=1e-4", "--json")
+    assert done.returncode == 0
+    gaps = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(gaps) == 24 and max(abs(g["gap"]) for g in gaps) < 1e-5  # TRL's own advantage: the sum
 
 
-def test_a_missing_channel_lists_the_runs_channels_and_hints_all(trl_db, tmp_path, capsys):
+def test_a_missing_channel_lists_the_runs_channels_and_hints_all(trl_db, tmp_path):
     for command in (
         ["estimate", "--out", tmp_path / "x.parquet"],
         ["logged-gap"],
@@ -144,29 +135,27 @@ def test_a_missing_channel_lists_the_runs_channels_and_hints_all(trl_db, tmp_pat
         ["trends", "--json"],
         ["explain", "--rollout", 0],
     ):
-        assert (
-            _cli(
-                *command[:1],
-                "--db",
-                trl_db,
-                "--run",
-                RUN,
-                "--estimator",
-                "grpo",
-                "--channel",
-                "task",
-                *command[1:],
-            )
-            == 2
-        ), command
-        err = capsys.readouterr().err
+        done = run_cli_here(
+            *command[:1],
+            "--db",
+            trl_db,
+            "--run",
+            RUN,
+            "--estimator",
+            "grpo",
+            "--channel",
+            "task",
+            *command[1:],
+        )
+        assert done.returncode == 2, command
+        err = done.stderr
         assert "no scores for channel 'task'" in err and "digits_reward, newline_reward" in err, err
         assert "--channel all" in err, err
 
 
-def test_teacher_bench_reads_the_main_channel(trl_db, tmp_path, capsys):
+def test_teacher_bench_reads_the_main_channel(trl_db, tmp_path):
     assert (
-        _cli(
+        run_cli_here(
             "resample",
             "--db",
             trl_db,
@@ -183,12 +172,12 @@ def test_teacher_bench_reads_the_main_channel(trl_db, tmp_path, capsys):
             "--model",
             DEMO_POLICY,
             "--json",
-        )
+        ).returncode
         == 0
     )
     out = tmp_path / "bench.json"
     assert (
-        _cli(
+        run_cli_here(
             "teacher-bench",
             "--db",
             trl_db,
@@ -199,23 +188,25 @@ def test_teacher_bench_reads_the_main_channel(trl_db, tmp_path, capsys):
             "prefix_tree",
             "--json",
             out,
-        )
+        ).returncode
         == 0
     )
     bench = json.loads(out.read_text())
     assert {r["estimator"] for r in bench["rows"]} >= {"grpo", "prefix_tree", "V: zero", "V: prefix_tree"}
     assert not [s for s in bench["skipped"] if "channel" in s], bench["skipped"]  # only: no critic values
-    assert _cli("teacher-bench", "--db", trl_db, "--run", RUN, "--channel", "task") == 2
-    assert "--channel all" in capsys.readouterr().err
+    done = run_cli_here("teacher-bench", "--db", trl_db, "--run", RUN, "--channel", "task")
+    assert done.returncode == 2
+    assert "--channel all" in done.stderr
 
 
-def test_changing_the_main_channel_changes_every_default(trl_db, tmp_path, capsys):
-    assert _cli("main-channel", "--db", trl_db, "--run", RUN, "digits_reward") == 0
-    assert _runs(trl_db, capsys)[RUN]["main_channel"] == "digits_reward"
+def test_changing_the_main_channel_changes_every_default(trl_db, tmp_path):
+    assert run_cli_here("main-channel", "--db", trl_db, "--run", RUN, "digits_reward").returncode == 0
+    assert _runs(trl_db)[RUN]["main_channel"] == "digits_reward"
     out, chosen = tmp_path / "default.parquet", tmp_path / "digits.parquet"
-    assert _cli("estimate", "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--out", out) == 0
+    done = run_cli_here("estimate", "--db", trl_db, "--run", RUN, "--estimator", "grpo", "--out", out)
+    assert done.returncode == 0
     assert (
-        _cli(
+        run_cli_here(
             "estimate",
             "--db",
             trl_db,
@@ -227,13 +218,15 @@ def test_changing_the_main_channel_changes_every_default(trl_db, tmp_path, capsy
             "digits_reward",
             "--out",
             chosen,
-        )
+        ).returncode
         == 0
     )
     np.testing.assert_array_equal(pd.read_parquet(out)["advantage"], pd.read_parquet(chosen)["advantage"])
-    capsys.readouterr()
-    assert _cli("explain", "--db", trl_db, "--run", RUN, "--rollout", 3, "--estimator", "grpo", "--json") == 0
-    explained = json.loads(capsys.readouterr().out)
+    done = run_cli_here(
+        "explain", "--db", trl_db, "--run", RUN, "--rollout", 3, "--estimator", "grpo", "--json"
+    )
+    assert done.returncode == 0
+    explained = json.loads(done.stdout)
     assert explained["channel"] == "digits_reward"
     assert set(explained["channels"]) == set(CHANNELS)  # the other channel keeps its own projection
     # the Explorer's zero-variance flag follows the main channel: digits_reward has None for the first two
@@ -246,8 +239,9 @@ def test_changing_the_main_channel_changes_every_default(trl_db, tmp_path, capsy
         ).df()
     flat = index.groupby("group_id")["digits_reward"].agg(lambda s: s.dropna().nunique() <= 1)
     assert flags["zero_variance"].tolist() == index["group_id"].map(flat).tolist()
-    assert _cli("main-channel", "--db", trl_db, "--run", RUN, "nope") == 2
-    assert "digits_reward, newline_reward, or all" in capsys.readouterr().err
+    done = run_cli_here("main-channel", "--db", trl_db, "--run", RUN, "nope")
+    assert done.returncode == 2
+    assert "digits_reward, newline_reward, or all" in done.stderr
 
 
 # ---- the views -----------------------------------------------------------------------------------------

@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from app.view_data import compare as compare_data
-from backend.cli import main
 from backend.credit import token_classes
 from backend.store import Store
 from tests.app.conftest import chart, decode, open_app
+from tests.conftest import run_cli_here
 
 ROLLOUT = 352
 
@@ -34,7 +34,8 @@ def heatmap_row(spec: dict, name: str) -> np.ndarray:
 
 
 def cli_advantages(db, name: str, out) -> np.ndarray:
-    assert main(["estimate", "--db", str(db), "--run", "demo", "--estimator", name, "--out", str(out)]) == 0
+    done = run_cli_here("estimate", "--db", str(db), "--run", "demo", "--estimator", name, "--out", str(out))
+    assert done.returncode == 0
     frame = pq.read_table(out).to_pandas()
     return frame[frame["rollout_id"] == ROLLOUT].sort_values("pos")["advantage"].to_numpy()
 
@@ -93,21 +94,19 @@ def test_compare_on_all_channels_equals_estimate_channel_all(app_db, tmp_path):
     assert not at.exception, at.exception
     out = tmp_path / "all.parquet"
     assert (
-        main(
-            [
-                "estimate",
-                "--db",
-                str(app_db),
-                "--run",
-                "demo",
-                "--estimator",
-                "grpo",
-                "--channel",
-                "all",
-                "--out",
-                str(out),
-            ]
-        )
+        run_cli_here(
+            "estimate",
+            "--db",
+            str(app_db),
+            "--run",
+            "demo",
+            "--estimator",
+            "grpo",
+            "--channel",
+            "all",
+            "--out",
+            str(out),
+        ).returncode
         == 0
     )
     frame = pq.read_table(out).to_pandas()
@@ -117,7 +116,7 @@ def test_compare_on_all_channels_equals_estimate_channel_all(app_db, tmp_path):
     assert not np.allclose(expected, task)  # the summed channels are another outcome than task alone
 
 
-def test_tune_summed_reward_baseline_equals_estimate_and_explain(app_db, tmp_path, capsys):
+def test_tune_summed_reward_baseline_equals_estimate_and_explain(app_db, tmp_path):
     """Tune against the summed reward: side by side it is `estimate --channel all`; as a difference it is
     `explain --beta ... --json`'s final minus that."""
     query = {
@@ -132,21 +131,19 @@ def test_tune_summed_reward_baseline_equals_estimate_and_explain(app_db, tmp_pat
     assert not at.exception, at.exception
     out = tmp_path / "all.parquet"
     assert (
-        main(
-            [
-                "estimate",
-                "--db",
-                str(app_db),
-                "--run",
-                "demo",
-                "--estimator",
-                "entropy",
-                "--channel",
-                "all",
-                "--out",
-                str(out),
-            ]
-        )
+        run_cli_here(
+            "estimate",
+            "--db",
+            str(app_db),
+            "--run",
+            "demo",
+            "--estimator",
+            "entropy",
+            "--channel",
+            "all",
+            "--out",
+            str(out),
+        ).returncode
         == 0
     )
     frame = pq.read_table(out).to_pandas()
@@ -158,49 +155,40 @@ def test_tune_summed_reward_baseline_equals_estimate_and_explain(app_db, tmp_pat
 
     at.radio(key="tune_baseline").set_value("difference").run()
     assert not at.exception, at.exception
-    capsys.readouterr()
-    assert (
-        main(
-            [
-                "explain",
-                "--db",
-                str(app_db),
-                "--run",
-                "demo",
-                "--rollout",
-                str(ROLLOUT),
-                "--estimator",
-                "entropy",
-                "--channel",
-                "all",
-                "--json",
-            ]
-        )
-        == 0
+    done = run_cli_here(
+        "explain",
+        "--db",
+        str(app_db),
+        "--run",
+        "demo",
+        "--rollout",
+        str(ROLLOUT),
+        "--estimator",
+        "entropy",
+        "--channel",
+        "all",
+        "--json",
     )
-    explained = json.loads(capsys.readouterr().out)
+    assert done.returncode == 0
+    explained = json.loads(done.stdout)
     np.testing.assert_allclose(explained["terms"]["tokens"]["advantage"], summed, atol=1e-5)  # same baseline
     # the tuned split: the estimator on the run's main channel (task), the other channels at their β
-    assert (
-        main(
-            [
-                "explain",
-                "--db",
-                str(app_db),
-                "--run",
-                "demo",
-                "--rollout",
-                str(ROLLOUT),
-                "--estimator",
-                "entropy",
-                "--beta",
-                "style=2",
-                "--json",
-            ]
-        )
-        == 0
+    done = run_cli_here(
+        "explain",
+        "--db",
+        str(app_db),
+        "--run",
+        "demo",
+        "--rollout",
+        str(ROLLOUT),
+        "--estimator",
+        "entropy",
+        "--beta",
+        "style=2",
+        "--json",
     )
-    tuned = np.asarray(json.loads(capsys.readouterr().out)["final"], dtype=np.float64)
+    assert done.returncode == 0
+    tuned = np.asarray(json.loads(done.stdout)["final"], dtype=np.float64)
     shown = heatmap_row(chart(at, "tune_baseline_heatmap"), "final: tuned − summed")
     np.testing.assert_allclose(shown, tuned - summed, atol=1e-5)
     assert np.abs(tuned - summed).max() > 1e-3  # β on the split channels is not the summed reward

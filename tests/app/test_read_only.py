@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 
 from app import access, actions, jobs
-from backend.cli import main
 from backend.store import Store, StoreHandle
 from tests.app.conftest import chart, heatmap_z, open_app
-from tests.conftest import make_records, snapshot, write_jsonl
+from tests.conftest import make_records, run_cli_here, snapshot, write_jsonl
 
 
 @pytest.fixture
@@ -98,8 +97,9 @@ def test_the_same_actions_work_without_read_only(app_db, tmp_path, monkeypatch):
 
 def test_read_only_cli_creates_no_store(tmp_path, capfd):
     missing = tmp_path / "none.duckdb"
-    assert main(["app", "--db", str(missing), "--read-only"]) == 2
-    err = capfd.readouterr().err  # the launcher runs in its own process
+    done = run_cli_here("app", "--db", str(missing), "--read-only")
+    assert done.returncode == 2
+    err = done.stderr + capfd.readouterr().err  # the launcher runs in its own process
     assert "read-only mode creates nothing" in err and len(err.strip().splitlines()) == 1
     assert not missing.exists()
 

@@ -11,12 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from backend.cli import main
 from backend.evaluation import cliff_tokens as ct
 from backend.evaluation import first_wrong_step as fws
 from backend.evaluation import teacher_bench as tb
 from backend.store import StoreHandle
-from tests.conftest import copy_store
+from tests.conftest import copy_store, run_cli_here
 
 OFFICIAL = json.loads((Path(__file__).parent / "fixtures" / "official" / "cliff_tokens.json").read_text())
 
@@ -155,18 +154,22 @@ def test_cliff_hit1_on_the_shipped_demo_teacher(demo_db):
 
 
 @pytest.mark.slow
-def test_the_command_prints_what_the_function_computes(demo_db, capsys):
+def test_the_command_prints_what_the_function_computes(demo_db):
     table = ct.stored_cliffs(StoreHandle(demo_db), "demo")
-    assert main(["cliff", "--db", str(demo_db), "--run", "demo", "--json"]) == 0
-    printed = json.loads(capsys.readouterr().out)
+    done = run_cli_here("cliff", "--db", str(demo_db), "--run", "demo", "--json")
+    assert done.returncode == 0
+    printed = json.loads(done.stdout)
     assert printed["pairs"] == len(table) and len(printed["rows"]) == int(table["cliff"].sum()) == 38
     assert table.loc[table["cliff"], "rollout_id"].nunique() == 37  # one rollout has two cliffs
     rid = int(table.loc[table["first"], "rollout_id"].iloc[0])
-    assert main(["cliff", "--db", str(demo_db), "--run", "demo", "--rollout", str(rid), "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)["rows"]
+    done = run_cli_here("cliff", "--db", str(demo_db), "--run", "demo", "--rollout", str(rid), "--json")
+    assert done.returncode == 0
+    rows = json.loads(done.stdout)["rows"]
     mine = table[(table["rollout_id"] == rid) & table["cliff"]]
     assert [r["token"] for r in rows] == mine["token"].tolist() and rows[0]["first"]
     assert all(isinstance(r["token_text"], str) for r in rows)
-    assert main(["cliff", "--db", str(demo_db), "--run", "demo", "--rollout", "999999"]) == 2
-    assert main(["cliff", "--db", str(demo_db), "--run", "oracle"]) == 2  # no Monte Carlo values
-    assert "creditlens teacher" in capsys.readouterr().err
+    missing = run_cli_here("cliff", "--db", str(demo_db), "--run", "demo", "--rollout", "999999")
+    assert missing.returncode == 2 and "usage:" not in missing.stderr  # the command's error, not argparse's
+    done = run_cli_here("cliff", "--db", str(demo_db), "--run", "oracle")
+    assert done.returncode == 2  # no Monte Carlo values
+    assert "creditlens teacher" in done.stderr

@@ -12,13 +12,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from backend.cli import main
 from backend.core import chunks
 from backend.credit import estimates
 from backend.estimators import fitting, registry
 from backend.ingest import import_records
 from backend.store import Store, StoreHandle
-from tests.conftest import copy_store, make_records
+from tests.conftest import copy_store, make_records, run_cli_here
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +104,8 @@ def test_chunks_keep_groups_and_steps_whole_and_cover_the_run(db):
 
 def test_cli_streamed_output_and_cache_equal_the_in_memory_file(db, tmp_path):
     args = ["estimate", "--db", str(db), "--run", "demo", "--estimator", "grpo", "--no-cache"]
-    assert main([*args, "--chunk", "none", "--out", str(tmp_path / "memory.parquet")]) == 0
-    assert main([*args, "--chunk", "11", "--out", str(tmp_path / "streamed.parquet")]) == 0
+    assert run_cli_here(*args, "--chunk", "none", "--out", str(tmp_path / "memory.parquet")).returncode == 0
+    assert run_cli_here(*args, "--chunk", "11", "--out", str(tmp_path / "streamed.parquet")).returncode == 0
     memory = pq.read_table(tmp_path / "memory.parquet").to_pandas().sort_values(["rollout_id", "pos"])
     streamed = pq.read_table(tmp_path / "streamed.parquet").to_pandas().sort_values(["rollout_id", "pos"])
     assert len(memory) > 0

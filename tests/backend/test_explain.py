@@ -11,7 +11,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from backend.cli import main
 from backend.credit import estimates
 from backend.estimators import registry
 from backend.store import Store, StoreHandle
@@ -34,7 +33,8 @@ def _supported(db: Path) -> list[str]:
 
 
 def _cli_estimate(db: Path, name: str, out: Path) -> np.ndarray:
-    assert main(["estimate", "--db", str(db), "--run", "demo", "--estimator", name, "--out", str(out)]) == 0
+    done = run_cli_here("estimate", "--db", str(db), "--run", "demo", "--estimator", name, "--out", str(out))
+    assert done.returncode == 0
     frame = pq.read_table(out).to_pandas()
     return frame[frame["rollout_id"] == ROLLOUT].sort_values("pos")["advantage"].to_numpy()
 
@@ -141,21 +141,19 @@ def test_explain_bad_input_is_one_line_exit_2(demo_db):
 def test_suffix_mc_explains_with_the_monte_carlo_values_that_fed_it(bundled_db):
     db = bundled_db
     assert (
-        main(
-            [
-                "resample",
-                "--db",
-                str(db),
-                "--run",
-                "demo",
-                "--rollout",
-                str(ROLLOUT),
-                "--positions",
-                "3,17",
-                "--samples",
-                "4",
-            ]
-        )
+        run_cli_here(
+            "resample",
+            "--db",
+            str(db),
+            "--run",
+            "demo",
+            "--rollout",
+            str(ROLLOUT),
+            "--positions",
+            "3,17",
+            "--samples",
+            "4",
+        ).returncode
         == 0
     )
     result = explain.explain_rollout(StoreHandle(db), "demo", ROLLOUT, "suffix_mc")
@@ -169,7 +167,7 @@ def test_suffix_mc_explains_with_the_monte_carlo_values_that_fed_it(bundled_db):
     assert "V(s_t) from mc" in explain.derivation(gae.terms, 5)[1]
 
 
-def test_explain_json_carries_the_strips_and_a_channel_normalization(demo_db, capsys):
+def test_explain_json_carries_the_strips_and_a_channel_normalization(demo_db):
     args = [
         "explain",
         "--db",
@@ -182,15 +180,18 @@ def test_explain_json_carries_the_strips_and_a_channel_normalization(demo_db, ca
         "grpo",
         "--json",
     ]
-    assert main(args) == 0
-    plain = json.loads(capsys.readouterr().out)
+    done = run_cli_here(*args)
+    assert done.returncode == 0
+    plain = json.loads(done.stdout)
     L = len(plain["tokens"])
     assert {"logprob", "ref logprob", "log-ratio k1", "log-ratio k3", "entropy"} <= set(plain["strips"])
     k1, k3 = np.array(plain["strips"]["log-ratio k1"]), np.array(plain["strips"]["log-ratio k3"])
     assert len(k1) == L and np.allclose(k3, np.expm1(-k1) + k1, atol=1e-6) and (k3 >= -1e-9).all()
-    assert main([*args, "--norm", "task=group"]) == 0
-    normed = json.loads(capsys.readouterr().out)
+    done = run_cli_here(*args, "--norm", "task=group")
+    assert done.returncode == 0
+    normed = json.loads(done.stdout)
     task = [doc["channels"]["task"]["contribution"] for doc in (plain, normed)]
     assert not np.allclose(*task)  # the task channel z-scored over the group's tokens: a different A
-    assert main([*args, "--norm", "task=sideways"]) == 2
-    assert "group, batch or none" in capsys.readouterr().err
+    done = run_cli_here(*args, "--norm", "task=sideways")
+    assert done.returncode == 2
+    assert "group, batch or none" in done.stderr and "usage:" not in done.stderr  # the command's error

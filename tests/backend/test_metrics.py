@@ -8,9 +8,9 @@ import pytest
 import torch
 from scipy import stats
 
-from backend.cli import main
 from backend.evaluation import metrics, oracle
 from backend.evaluation.metrics import auroc, credit_metrics, spearman, summarize, topk_hits
+from tests.conftest import run_cli_here
 
 
 def _t(rows, dtype=torch.float32):
@@ -155,7 +155,7 @@ def test_bench_reproduces_the_write_up_ordering(small_bench):
     assert small_bench[("task", "single", "token_rm")]["spearman"] > grpo["spearman"]
 
 
-def test_oracle_bench_command_writes_json(tmp_path, capsys):
+def test_oracle_bench_command_writes_json(tmp_path):
     out = tmp_path / "bench.json"
     args = [
         "oracle-bench",
@@ -173,8 +173,9 @@ def test_oracle_bench_command_writes_json(tmp_path, capsys):
         "--json",
         str(out),
     ]
-    assert main(args) == 0
-    table = capsys.readouterr().out
+    done = run_cli_here(*args)
+    assert done.returncode == 0
+    table = done.stdout
     assert "entropy" in table and "wall time" in table
     payload = json.loads(out.read_text())
     assert [(r["setting"], r["pipeline"], r["estimator"]) for r in payload["rows"]] == [
@@ -186,8 +187,9 @@ def test_oracle_bench_command_writes_json(tmp_path, capsys):
         ("mixed", "split", "entropy"),
     ]
     assert payload["rows"][0]["style_recall"] is None
-    assert main(["oracle-bench", "--seeds", "1", "--estimators", "nope"]) == 2
-    assert "nope" in capsys.readouterr().err
+    done = run_cli_here("oracle-bench", "--seeds", "1", "--estimators", "nope")
+    assert done.returncode == 2
+    assert "nope" in done.stderr and "usage:" not in done.stderr  # the command's error, not argparse's
 
 
 @pytest.mark.slow
@@ -207,7 +209,7 @@ def test_model_bound_estimators_are_named_not_benched():
     assert any("not run" in m and "oar_p" in m and "gcpo" in m for m in said), said
 
 
-def test_oracle_bench_variant_rows_use_the_options(tmp_path, capsys):
+def test_oracle_bench_variant_rows_use_the_options(tmp_path):
     """`--variant name:key=value,...` adds rows computed with those options; a bad one is one line, exit 2."""
     out = tmp_path / "bench.json"
     args = [
@@ -230,14 +232,14 @@ def test_oracle_bench_variant_rows_use_the_options(tmp_path, capsys):
         "--json",
         str(out),
     ]
-    assert main(args) == 0
+    assert run_cli_here(*args).returncode == 0
     rows = {(r["setting"], r["pipeline"], r["estimator"]): r for r in json.loads(out.read_text())["rows"]}
     same = rows[("task", "single", "block_mean:base=entropy,k=1")]  # one token per block: the base itself
     whole = rows[("task", "single", "block_mean:base=entropy,k=48")]  # the whole response: broadcast
     for metric in ("key_recall", "auroc", "spearman"):
         assert same[metric] == rows[("task", "single", "entropy")][metric]
     assert whole["auroc"] == 0.5 and whole["key_recall"] < same["key_recall"]
-    capsys.readouterr()
-    assert main(["oracle-bench", "--seeds", "1", "--variant", "block_mean:k=0"]) == 2
-    err = capsys.readouterr().err
+    done = run_cli_here("oracle-bench", "--seeds", "1", "--variant", "block_mean:k=0")
+    assert done.returncode == 2
+    err = done.stderr
     assert "block_mean:k=0" in err and len(err.strip().splitlines()) == 1

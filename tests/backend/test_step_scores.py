@@ -7,9 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend.cli import main
 from backend.store import Store
-from tests.conftest import snapshot, write_jsonl
+from tests.conftest import run_cli_here, snapshot, write_jsonl
 
 DEMO = Path(__file__).resolve().parents[2] / "sample_runs" / "demo_run.jsonl"
 
@@ -17,7 +16,7 @@ DEMO = Path(__file__).resolve().parents[2] / "sample_runs" / "demo_run.jsonl"
 @pytest.fixture(scope="module")
 def fresh_db(tmp_path_factory) -> Path:
     db = tmp_path_factory.mktemp("init") / "runs.duckdb"
-    assert main(["init", "--db", str(db)]) == 0
+    assert run_cli_here("init", "--db", str(db)).returncode == 0
     return db
 
 
@@ -30,9 +29,10 @@ def process_of(db: Path, run: str) -> tuple[dict[int, float], dict[int, np.ndarr
     return scores, local
 
 
-def test_init_imports_the_demo_run_with_its_process_channel(fresh_db, capsys):
-    assert main(["runs", "--db", str(fresh_db), "--json"]) == 0
-    runs = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+def test_init_imports_the_demo_run_with_its_process_channel(fresh_db):
+    done = run_cli_here("runs", "--db", str(fresh_db), "--json")
+    assert done.returncode == 0
+    runs = {r["name"]: r for r in json.loads(done.stdout)}
     assert "process" in runs["demo"]["channels"]
     records = [json.loads(line) for line in DEMO.read_text().splitlines()]
     scores, local = process_of(fresh_db, "demo")
@@ -41,7 +41,7 @@ def test_init_imports_the_demo_run_with_its_process_channel(fresh_db, capsys):
         np.testing.assert_array_equal(local[i], rec["token_rewards"]["process"])
 
 
-def test_verify_steps_writes_the_process_channel_of_a_users_run(fresh_db, tmp_path, capsys):
+def test_verify_steps_writes_the_process_channel_of_a_users_run(fresh_db, tmp_path):
     # the last 64 rollouts (step 3: eight whole groups, some with a wrong step and some without); the
     # demo's rollout id is this run's plus `offset`
     demo_records = [json.loads(line) for line in DEMO.read_text().splitlines()]
@@ -50,33 +50,31 @@ def test_verify_steps_writes_the_process_channel_of_a_users_run(fresh_db, tmp_pa
         del rec["rewards"]["process"], rec["token_rewards"]["process"]
     path = write_jsonl(tmp_path / "mine.jsonl", records)
     db = tmp_path / "runs.duckdb"
-    assert main(["import", str(path), "--db", str(db), "--run", "mine", "--quiet"]) == 0
+    assert run_cli_here("import", str(path), "--db", str(db), "--run", "mine", "--quiet").returncode == 0
     out = tmp_path / "a.parquet"
     assert (
-        main(
-            [
-                "estimate",
-                "--db",
-                str(db),
-                "--run",
-                "mine",
-                "--estimator",
-                "grpo",
-                "--channel",
-                "all",
-                "--out",
-                str(out),
-            ]
-        )
+        run_cli_here(
+            "estimate",
+            "--db",
+            str(db),
+            "--run",
+            "mine",
+            "--estimator",
+            "grpo",
+            "--channel",
+            "all",
+            "--out",
+            str(out),
+        ).returncode
         == 0
     )
     with Store(db, read_only=True) as store:
         before = store.con.execute("SELECT sum(reward) FROM rollout_summary").fetchone()[0]
         assert store.con.execute("SELECT count(*) FROM estimates").fetchone()[0] > 0
-    capsys.readouterr()
 
-    assert main(["verify-steps", "--db", str(db), "--run", "mine", "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    done = run_cli_here("verify-steps", "--db", str(db), "--run", "mine", "--json")
+    assert done.returncode == 0
+    report = json.loads(done.stdout)
     assert report["rollouts"] == 64 and 0 < report["with_wrong_step"] == len(report["first_wrong"]) < 64
     assert report["first_wrong"][0] == {"rollout_id": 2, "step": 2, "note": "answer 42, expected 72"}
     mine, demo = process_of(db, "mine"), process_of(fresh_db, "demo")
@@ -87,28 +85,28 @@ def test_verify_steps_writes_the_process_channel_of_a_users_run(fresh_db, tmp_pa
         after = store.con.execute("SELECT sum(reward) FROM rollout_summary").fetchone()[0]
         assert after == pytest.approx(before + sum(mine[0].values()))
         assert store.con.execute("SELECT count(*) FROM estimates").fetchone()[0] == 0
-    assert main(["verify-steps", "--db", str(db), "--run", "mine"]) == 0  # again: replaced, not doubled
+    # again: replaced, not doubled
+    assert run_cli_here("verify-steps", "--db", str(db), "--run", "mine").returncode == 0
     with Store(db, read_only=True) as store:
         assert store.con.execute("SELECT count(*) FROM scores WHERE channel = 'process'").fetchone()[0] == 64
 
 
-def test_a_bad_step_verifier_is_one_line_and_writes_nothing(fresh_db, capsys):
+def test_a_bad_step_verifier_is_one_line_and_writes_nothing(fresh_db):
     with Store(fresh_db, read_only=True) as store:
         before = snapshot(store)
-    assert main(["verify-steps", "--db", str(fresh_db), "--run", "demo", "--step-verifier", "nope"]) == 2
-    err = capsys.readouterr().err.strip()
+    done = run_cli_here("verify-steps", "--db", str(fresh_db), "--run", "demo", "--step-verifier", "nope")
+    assert done.returncode == 2
+    err = done.stderr.strip()
     assert err.startswith("creditlens verify-steps: error: unknown step verifier 'nope'") and "\n" not in err
-    code = main(
-        [
-            "verify-steps",
-            "--db",
-            str(fresh_db),
-            "--run",
-            "demo",
-            "--step-verifier",
-            "tests.backend.rewards.test_steps:user_bad",
-        ]
+    done = run_cli_here(
+        "verify-steps",
+        "--db",
+        str(fresh_db),
+        "--run",
+        "demo",
+        "--step-verifier",
+        "tests.backend.rewards.test_steps:user_bad",
     )
-    assert code == 2 and "run 'demo', rollout 0: step verifier" in capsys.readouterr().err
+    assert done.returncode == 2 and "run 'demo', rollout 0: step verifier" in done.stderr
     with Store(fresh_db, read_only=True) as store:
         assert snapshot(store) == before

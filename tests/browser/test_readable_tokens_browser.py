@@ -11,7 +11,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from backend.cli import main
 from backend.demo.subword import subword_records
 from backend.estimators import registry
 from tests.app.conftest import decode
@@ -23,6 +22,7 @@ from tests.browser.conftest import (
     shown,
     wait_heatmap_change,
 )
+from tests.conftest import run_cli_here
 
 pytestmark = pytest.mark.browser
 
@@ -193,21 +193,19 @@ def test_tune_against_the_summed_reward_shows_what_estimate_channel_all_prints(p
     shown = shown[np.isfinite(shown)]  # one row; a band's unused cells are NaN
     out = tmp_path / "all.parquet"
     assert (
-        main(
-            [
-                "estimate",
-                "--db",
-                str(server.db),
-                "--run",
-                "demo",
-                "--estimator",
-                "entropy",
-                "--channel",
-                "all",
-                "--out",
-                str(out),
-            ]
-        )
+        run_cli_here(
+            "estimate",
+            "--db",
+            str(server.db),
+            "--run",
+            "demo",
+            "--estimator",
+            "entropy",
+            "--channel",
+            "all",
+            "--out",
+            str(out),
+        ).returncode
         == 0
     )
     frame = pq.read_table(out).to_pandas()

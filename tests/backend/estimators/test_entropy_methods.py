@@ -13,12 +13,12 @@ import math
 import pytest
 import torch
 
-from backend.cli import main
 from backend.core.batch import batch_from_records
 from backend.estimators import registry
 from backend.estimators.reference import reference_advantages
 from backend.evaluation.synthetic import oracle_batch
 from backend.views import explain
+from tests.conftest import run_cli_here
 
 from .helpers import random_batch
 
@@ -210,9 +210,10 @@ def test_oracle_run_lacks_ref_logprobs_so_divergence_progress_is_unavailable_the
     assert set(NAMES) <= set(registry.supported(batch_from_records(records)))
 
 
-def test_cli_lists_them_with_honest_names_sources_and_scope(capsys):
-    assert main(["estimators", "--json"]) == 0
-    listed = {e["name"]: e for e in json.loads(capsys.readouterr().out)}
+def test_cli_lists_them_with_honest_names_sources_and_scope():
+    done = run_cli_here("estimators", "--json")
+    assert done.returncode == 0
+    listed = {e["name"]: e for e in json.loads(done.stdout)}
     for name, paper in zip(NAMES, ("ERPO", "EP-GRPO", "ACPO"), strict=True):
         entry = listed[name]
         assert f"not {paper}" in entry["description"] and "abstract only" in entry["source"]

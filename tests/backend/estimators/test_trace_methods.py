@@ -13,12 +13,12 @@ import json
 import pytest
 import torch
 
-from backend.cli import main
 from backend.core.batch import batch_from_records
 from backend.estimators import registry
 from backend.estimators.reference import reference_advantages
 from backend.evaluation.synthetic import oracle_batch
 from backend.views import explain
+from tests.conftest import run_cli_here
 
 from .helpers import random_batch
 
@@ -101,10 +101,11 @@ def test_config_ranges_are_enforced():
             registry.make_config("log_ratio_trace", **{key: bad})
 
 
-def test_runs_on_the_oracle_and_cli_names_its_source(capsys):
+def test_runs_on_the_oracle_and_cli_names_its_source():
     assert "log_ratio_trace" in registry.supported(oracle_batch(seed=0, prompts=2, group=2))
-    assert main(["estimators", "--json"]) == 0
-    entry = {e["name"]: e for e in json.loads(capsys.readouterr().out)}["log_ratio_trace"]
+    done = run_cli_here("estimators", "--json")
+    assert done.returncode == 0
+    entry = {e["name"]: e for e in json.loads(done.stdout)}["log_ratio_trace"]
     assert "2510.00194" in entry["source"] and "Eq. 2" in entry["source"] and "@4adb0992" in entry["source"]
     assert entry["family"] == "trace" and entry["scope"] == "group" and entry["model_free"]
     assert entry["needs"] == []

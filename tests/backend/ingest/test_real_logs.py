@@ -18,9 +18,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from backend.cli import main
 from backend.ingest import import_path
 from backend.store import Store
+from tests.conftest import run_cli_here
 
 from .trl_logs import DEMO_POLICY, NUM_GENERATIONS, PROMPTS_PER_STEP
 from .verl_dumps import GROUPS, legacy_step, v1_step
@@ -40,10 +40,6 @@ def _table(directory: Path) -> pd.DataFrame:
         [pq.read_table(f).to_pandas() for f in sorted(directory.glob("completions_*.parquet"))],
         ignore_index=True,
     )
-
-
-def _cli(*args) -> int:
-    return main([str(a) for a in args])
 
 
 def _scores(store: Store, run: str) -> pd.DataFrame:
@@ -103,7 +99,7 @@ def test_channel_all_reproduces_trls_logged_advantage(trl_logs, db_path, tmp_pat
         logs = _table(trl_logs[kind])
         out = tmp_path / f"{run}.parquet"
         assert (
-            _cli(
+            run_cli_here(
                 "estimate",
                 "--db",
                 db_path,
@@ -117,17 +113,18 @@ def test_channel_all_reproduces_trls_logged_advantage(trl_logs, db_path, tmp_pat
                 "epsilon=1e-4",
                 "--out",
                 out,
-            )
+            ).returncode
             == 0
         )
         per_rollout = pd.read_parquet(out).groupby("rollout_id")["advantage"].first()
         assert np.abs(per_rollout.values - logs["advantage"].values[per_rollout.index]).max() < 1e-6
-        assert _cli("estimate", "--db", db_path, "--run", run, "--estimator", "logged", "--out", out) == 0
+        done = run_cli_here("estimate", "--db", db_path, "--run", run, "--estimator", "logged", "--out", out)
+        assert done.returncode == 0
         logged = pd.read_parquet(out).groupby("rollout_id")["advantage"].first()
         assert np.allclose(logged.values, logs["advantage"].values[logged.index], atol=1e-6)
         gap = tmp_path / f"{run}-gap.parquet"
         assert (
-            _cli(
+            run_cli_here(
                 "logged-gap",
                 "--db",
                 db_path,
@@ -139,13 +136,14 @@ def test_channel_all_reproduces_trls_logged_advantage(trl_logs, db_path, tmp_pat
                 "epsilon=1e-4",
                 "--out",
                 gap,
-            )
+            ).returncode
             == 0
         )
         frame = pd.read_parquet(gap)
         assert len(frame) == len(logs) and frame["gap"].abs().max() < 1e-6
         # the default epsilon is not TRL's: the gap command shows the difference per rollout
-        assert _cli("logged-gap", "--db", db_path, "--run", run, "--channel", "all", "--out", gap) == 0
+        done = run_cli_here("logged-gap", "--db", db_path, "--run", run, "--channel", "all", "--out", gap)
+        assert done.returncode == 0
         assert pd.read_parquet(gap)["gap"].abs().max() > 1e-6
 
 
@@ -169,25 +167,23 @@ def test_trl_conversational_log_keeps_messages(trl_logs, db_path):
 
 
 @pytest.mark.slow
-def test_trl_channels_and_group_size_flags(trl_logs, db_path, capsys):
+def test_trl_channels_and_group_size_flags(trl_logs, db_path):
     directory = trl_logs["plain"]
-    assert (
-        _cli(
-            "import",
-            directory,
-            "--db",
-            db_path,
-            "--run",
-            "one",
-            "--channels",
-            "newline_reward",
-            "--group-size",
-            "4",
-            "--quiet",
-        )
-        == 0
+    done = run_cli_here(
+        "import",
+        directory,
+        "--db",
+        db_path,
+        "--run",
+        "one",
+        "--channels",
+        "newline_reward",
+        "--group-size",
+        "4",
+        "--quiet",
     )
-    out = capsys.readouterr().out
+    assert done.returncode == 0
+    out = done.stdout
     assert (
         "channels: newline_reward -> task; metrics (per rollout, not rewards): digits_reward, n_chars; "
         "kept in meta: first_char"
@@ -200,10 +196,14 @@ def test_trl_channels_and_group_size_flags(trl_logs, db_path, capsys):
         metric = [store.rollout("one", i)["metrics"].get("digits_reward") for i in range(len(logs))]
         assert metric == [None if math.isnan(v) else v for v in logs["digits_reward"]]
         assert store.load_batch("one").group_ids.tolist() == [i // 4 for i in range(24)]
-    assert _cli("import", directory, "--db", db_path, "--run", "eight", "--group-size", "8", "--quiet") == 2
-    assert "not a multiple of --group-size 8" in capsys.readouterr().err
-    assert _cli("import", directory, "--db", db_path, "--run", "x", "--channels", "nope", "--quiet") == 2
-    assert "--channels names nope" in capsys.readouterr().err
+    done = run_cli_here(
+        "import", directory, "--db", db_path, "--run", "eight", "--group-size", "8", "--quiet"
+    )
+    assert done.returncode == 2
+    assert "not a multiple of --group-size 8" in done.stderr
+    done = run_cli_here("import", directory, "--db", db_path, "--run", "x", "--channels", "nope", "--quiet")
+    assert done.returncode == 2
+    assert "--channels names nope" in done.stderr
     with Store(db_path, read_only=True) as store:
         assert [r["name"] for r in store.list_runs()] == ["one"]  # nothing written by the failures
 
@@ -230,17 +230,18 @@ def test_reimport_by_any_path_adds_nothing(trl_logs, db_path, tmp_path):
 
 
 @pytest.mark.slow
-def test_every_command_on_an_imported_trl_run(trl_logs, db_path, tmp_path, capsys):
-    assert (
-        _cli("import", trl_logs["plain"], "--db", db_path, "--run", "trl", "--model", DEMO_POLICY, "--quiet")
-        == 0
+def test_every_command_on_an_imported_trl_run(trl_logs, db_path, tmp_path):
+    done = run_cli_here(
+        "import", trl_logs["plain"], "--db", db_path, "--run", "trl", "--model", DEMO_POLICY, "--quiet"
     )
+    assert done.returncode == 0
     out = tmp_path / "e.parquet"
-    assert _cli("estimate", "--db", db_path, "--run", "trl", "--estimator", "entropy", "--out", out) == 2
-    assert "creditlens score --model" in capsys.readouterr().err
-    assert _cli("score", "--db", db_path, "--run", "trl", "--model", DEMO_POLICY) == 0
+    done = run_cli_here("estimate", "--db", db_path, "--run", "trl", "--estimator", "entropy", "--out", out)
+    assert done.returncode == 2
+    assert "creditlens score --model" in done.stderr
+    assert run_cli_here("score", "--db", db_path, "--run", "trl", "--model", DEMO_POLICY).returncode == 0
     assert (
-        _cli(
+        run_cli_here(
             "estimate",
             "--db",
             db_path,
@@ -252,7 +253,7 @@ def test_every_command_on_an_imported_trl_run(trl_logs, db_path, tmp_path, capsy
             "digits_reward",
             "--out",
             out,
-        )
+        ).returncode
         == 0
     )
     frame = pd.read_parquet(out)
@@ -260,7 +261,7 @@ def test_every_command_on_an_imported_trl_run(trl_logs, db_path, tmp_path, capsy
     # an unscorable rollout gets advantage 0 on every channel
     assert (frame[frame.rollout_id == 0]["advantage"] == 0).all()
     assert (
-        _cli(
+        run_cli_here(
             "resample",
             "--db",
             db_path,
@@ -275,22 +276,23 @@ def test_every_command_on_an_imported_trl_run(trl_logs, db_path, tmp_path, capsy
             "--verifier",
             "tests.backend.ingest.trl_logs:has_newline",
             "--json",
-        )
+        ).returncode
         == 0
     )
-    capsys.readouterr()
     with Store(db_path, read_only=True) as store:
         assert sorted(set(store.resample_samples("trl", 2)["pos"])) == [1, 3]
-    capsys.readouterr()
-    assert _cli("runs", "--db", db_path, "--json") == 0
-    assert json.loads(capsys.readouterr().out)[0]["channels"] == ["digits_reward", "newline_reward"]
+    done = run_cli_here("runs", "--db", db_path, "--json")
+    assert done.returncode == 0
+    assert json.loads(done.stdout)[0]["channels"] == ["digits_reward", "newline_reward"]
     # TRL's numeric log_extra column is an Explorer column (`rollouts`) and a Trends mean (`trends`)
     logs = _table(trl_logs["plain"])
-    assert _cli("rollouts", "--db", db_path, "--run", "trl", "--json") == 0
-    rows = json.loads(capsys.readouterr().out)
+    done = run_cli_here("rollouts", "--db", db_path, "--run", "trl", "--json")
+    assert done.returncode == 0
+    rows = json.loads(done.stdout)
     assert [r["metric_n_chars"] for r in rows] == logs["n_chars"].astype(float).tolist()
-    assert _cli("trends", "--db", db_path, "--run", "trl", "--json") == 0
-    trends = json.loads(capsys.readouterr().out)
+    done = run_cli_here("trends", "--db", db_path, "--run", "trl", "--json")
+    assert done.returncode == 0
+    trends = json.loads(done.stdout)
     means = logs.groupby("step")["n_chars"].mean().tolist()
     assert [t["metric_n_chars"] for t in trends] == pytest.approx(means)
 
@@ -327,16 +329,18 @@ def test_verl_dump_imports_faithfully(db_path, tmp_path, v1):
         assert json.loads(truth["ground_truth"]) == ["12", "12.0"]
 
 
-def test_every_command_on_an_imported_verl_run(db_path, tmp_path, capsys):
+def test_every_command_on_an_imported_verl_run(db_path, tmp_path):
     directory = _verl_dir(tmp_path, v1=True)
-    assert _cli("import", directory, "--db", db_path, "--run", "v", "--model", DEMO_POLICY, "--quiet") == 0
-    assert _cli("score", "--db", db_path, "--run", "v", "--model", DEMO_POLICY) == 0
+    done = run_cli_here("import", directory, "--db", db_path, "--run", "v", "--model", DEMO_POLICY, "--quiet")
+    assert done.returncode == 0
+    assert run_cli_here("score", "--db", db_path, "--run", "v", "--model", DEMO_POLICY).returncode == 0
     out = tmp_path / "e.parquet"
     for estimator in ("grpo", "entropy", "gae"):
-        assert _cli("estimate", "--db", db_path, "--run", "v", "--estimator", estimator, "--out", out) == 0
+        done = run_cli_here("estimate", "--db", db_path, "--run", "v", "--estimator", estimator, "--out", out)
+        assert done.returncode == 0
         assert np.isfinite(pd.read_parquet(out)["advantage"]).all()
     assert (
-        _cli(
+        run_cli_here(
             "resample",
             "--db",
             db_path,
@@ -349,16 +353,17 @@ def test_every_command_on_an_imported_verl_run(db_path, tmp_path, capsys):
             "--samples",
             "2",
             "--json",
-        )
+        ).returncode
         == 0
     )
-    capsys.readouterr()
-    assert _cli("estimate", "--db", db_path, "--run", "v", "--estimator", "suffix_mc", "--out", out) == 0
-    capsys.readouterr()
-    assert _cli("runs", "--db", db_path, "--json") == 0
-    assert json.loads(capsys.readouterr().out)[0]["groups"] == 6  # 3 uid groups per step
-    assert _cli("import", directory, "--db", db_path, "--run", "v", "--quiet") == 0
-    assert "nothing added" in capsys.readouterr().out
+    done = run_cli_here("estimate", "--db", db_path, "--run", "v", "--estimator", "suffix_mc", "--out", out)
+    assert done.returncode == 0
+    done = run_cli_here("runs", "--db", db_path, "--json")
+    assert done.returncode == 0
+    assert json.loads(done.stdout)[0]["groups"] == 6  # 3 uid groups per step
+    done = run_cli_here("import", directory, "--db", db_path, "--run", "v", "--quiet")
+    assert done.returncode == 0
+    assert "nothing added" in done.stdout
 
 
 def test_follow_imports_each_new_step_until_interrupted(db_path, tmp_path):

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from backend.cli import main
 from backend.estimators import registry
 from backend.estimators.methods.model_based import GCPOConfig, OARConfig, gcpo_weights, oar_weights
 from backend.ingest import import_path
@@ -19,7 +18,7 @@ from backend.models.model_credit_run import ModelCreditSettings, run_model_credi
 from backend.store import Store, StoreHandle
 from backend.store.model_credit_queries import model_credit_rows, rollout_tokens
 from tests.backend.models.conftest import DEMO_MODEL, DEMO_RUN
-from tests.conftest import snapshot, write_jsonl
+from tests.conftest import run_cli_here, snapshot, write_jsonl
 
 POSITIONS = [0, 2, 5, 22]  # reasoning tokens of the first demo responses (digits, '+', a result digit)
 
@@ -70,19 +69,12 @@ def test_gcpo_batched_equals_one_token_at_a_time(engine, rollouts):
     assert np.abs(batched[0]).max() > 1.0  # the negative prompt changes the policy's predictions
 
 
-def _cli(capsys, *args) -> tuple[int, str, str]:
-    code = main(list(args))
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def test_command_fills_the_cache_and_the_estimator_reads_it(demo_db, engine, capsys):
+def test_command_fills_the_cache_and_the_estimator_reads_it(demo_db, engine):
     handle = StoreHandle(demo_db)
     with handle.read() as store:
         group = store.load_batch("demo", group_ids=[0])
     assert "creditlens model-credit" in registry.unavailable(group)["gcpo"]
-    code, _, err = _cli(
-        capsys,
+    done = run_cli_here(
         "estimate",
         "--db",
         str(demo_db),
@@ -93,10 +85,9 @@ def test_command_fills_the_cache_and_the_estimator_reads_it(demo_db, engine, cap
         "--out",
         str(demo_db.parent / "a.parquet"),
     )
-    assert code == 2 and "--method gcpo" in err
+    assert done.returncode == 2 and "--method gcpo" in done.stderr
 
-    code, out, _ = _cli(
-        capsys,
+    done = run_cli_here(
         "model-credit",
         "--db",
         str(demo_db),
@@ -110,8 +101,9 @@ def test_command_fills_the_cache_and_the_estimator_reads_it(demo_db, engine, cap
         "transformers",
         "--json",
     )
-    report = json.loads(out)
-    assert code == 0 and report["stored"] == 8 and report["rollouts"] == list(range(8))  # rollout 3's group
+    assert done.returncode == 0
+    report = json.loads(done.stdout)
+    assert report["stored"] == 8 and report["rollouts"] == list(range(8))  # rollout 3's group
 
     with handle.read() as store:
         group = store.load_batch("demo", group_ids=[0])

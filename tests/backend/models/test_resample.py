@@ -7,7 +7,6 @@ import threading
 import numpy as np
 import pytest
 
-from backend.cli import main
 from backend.core.errors import InputError
 from backend.ingest import import_path
 from backend.models.resample import (
@@ -105,7 +104,7 @@ def test_mc_teacher_values_every_step_end(engine):
 
 
 @pytest.mark.slow
-def test_resample_and_score_commands_on_a_real_store(tmp_path, capsys):
+def test_resample_and_score_commands_on_a_real_store(tmp_path):
     db = tmp_path / "runs.duckdb"
     bare = tmp_path / "bare.jsonl"
     records = [json.loads(line) for line in DEMO_RUN.read_text().splitlines()[-16:]]
@@ -142,12 +141,12 @@ def test_resample_and_score_commands_on_a_real_store(tmp_path, capsys):
     assert [p["pos"] for p in report["positions"]] == steps
     assert all(p["n"] == 4 and 0 <= p["value"] <= 1 for p in report["positions"])
 
-    assert main(["score", "--db", str(db), "--run", "bare"]) == 0
-    capsys.readouterr()
-    assert (
-        main(["resample", "--db", str(db), "--run", "demo", "--rollout", "440", "--positions", "2,900"]) == 2
+    assert run_cli_here("score", "--db", str(db), "--run", "bare").returncode == 0
+    done = run_cli_here(
+        "resample", "--db", str(db), "--run", "demo", "--rollout", "440", "--positions", "2,900"
     )
-    err = capsys.readouterr().err
+    assert done.returncode == 2
+    err = done.stderr
     assert err.count("\n") == 1 and "outside the response" in err
 
     with Store(db, read_only=True) as store:
