@@ -45,15 +45,15 @@ def app_db(template_db, tmp_path) -> Path:
 
 
 def open_app(db: Path, page: str | None = None, query: dict | None = None, timeout: float = 120):
-    """Run the app once (optionally switch to `app/views/<page>.py`) and return the AppTest."""
+    """Open the app as a link to `app/views/<page>.py` does (the landing page when None): one script run of
+    the entry point and that view, as a fresh browser tab has it. Returns the AppTest."""
     at = AppTest.from_file(str(MAIN), default_timeout=timeout)
     at.session_state["app_db"] = str(db)
     for k, v in (query or {}).items():
         at.query_params[k] = v
-    at.run()
     if page is not None:
         at.switch_page(f"views/{page}.py")
-        at.run()
+    at.run()
     assert not at.exception, [e.message for e in at.exception]
     return at
 
