@@ -86,8 +86,8 @@ def write_run(
     writer, written, rollout = None, 0, 0
     text = open(jsonl, "w") if jsonl is not None else None
     try:
-        while written < total_tokens:
-            n = 1024
+        while written < total_tokens:  # blocks of up to 1024 rollouts, whole groups, about the tokens asked
+            n = min(1024, group * -(-(total_tokens - written) // (mean_len * group)))
             lengths = rng.integers(mean_len // 4, mean_len * 7 // 4, size=n)
             offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
             count = int(offsets[-1])
