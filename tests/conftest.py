@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import io
 import itertools
 import json
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from streamlit.components.v2 import manifest_scanner
 
 from backend.cli import main as cli_main
 from backend.demo.bundled import import_bundled
@@ -38,6 +40,12 @@ settings.register_profile(
 )
 settings.register_profile("dev", deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# Every new `AppTest` scans the metadata of every installed distribution for Streamlit components on its
+# first run (`BidiComponentManager.discover_and_register_components`): 0.2 s of CPU, about 200 times a
+# suite. The installed packages do not change during a run, so the suite scans once per process. The
+# Streamlit servers the tests start are separate processes and scan as they always do.
+manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
 
 # Each pytest-xdist worker takes ports from its own block below Linux's ephemeral range (32768-60999), so
 # two workers never start servers on one port and a bind(0) elsewhere never hands one out; the start in
