@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +22,12 @@ from tests.reliability.cases import TALLY, WORKER_OUTPUT_KEY, tally, write_summa
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 LONG = os.environ.get("CREDITLENS_FUZZ_LONG") == "1"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "other_process: the test lets another process open the store (no instance is held)"
+    )
 
 
 def pytest_sessionfinish(session):
@@ -51,9 +59,14 @@ def run_cli(args: list[str]) -> CliResult:
     return CliResult(done.returncode, done.stdout, done.stderr)
 
 
+_HELD: dict[Path, duckdb.DuckDBPyConnection] = {}  # stores whose DuckDB instance a test holds open
+
+
 def store_digest(db: Path) -> dict[str, tuple[int, int]]:
-    """Per table: (rows, order-independent checksum of every row's content), read-only."""
-    con = duckdb.connect(str(db), read_only=True)
+    """Per table: (rows, order-independent checksum of every row's content), read-only: one query over all
+    tables, through the instance `instance_held` holds open, else a read-only connection of its own."""
+    held = _HELD.get(Path(db).resolve())
+    con = held.cursor() if held is not None else duckdb.connect(str(db), read_only=True)
     try:
         tables = [
             r[0]
@@ -61,15 +74,31 @@ def store_digest(db: Path) -> dict[str, tuple[int, int]]:
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY 1"
             ).fetchall()
         ]
-        out = {}
-        for table in tables:  # names come from the catalog, not from user data
-            rows, checksum = con.execute(
-                f'SELECT count(*), coalesce(sum(hash(t)::HUGEINT), 0) FROM "{table}" t'
-            ).fetchall()[0]
-            out[table] = (int(rows), int(checksum))
-        return out
+        query = " UNION ALL ".join(  # names come from the catalog, not from user data
+            f'SELECT {k}, count(*), coalesce(sum(hash(t)::HUGEINT), 0) FROM "{table}" t'
+            for k, table in enumerate(tables)
+        )
+        rows = con.execute(query).fetchall() if tables else []
+        return {tables[k]: (int(n), int(checksum)) for k, n, checksum in rows}
     finally:
         con.close()
+
+
+@contextmanager
+def instance_held(db: Path) -> Iterator[Path]:
+    """Hold the store's DuckDB database instance open for a block of cases. DuckDB builds an instance (its
+    catalog, ~25 ms of CPU) on the first connection to a file and drops it with the last; held here, every
+    `creditlens import` in the block opens and closes its own connection through the same product code,
+    minus that rebuild. On leaving, the instance closes (its WAL is checkpointed into the file), and the
+    file, reopened read-only, must hold exactly what the block's last digest saw."""
+    key = Path(db).resolve()
+    _HELD[key] = duckdb.connect(str(db))  # the mode the product's writes open it in
+    try:
+        yield db
+        last = store_digest(db)
+    finally:
+        _HELD.pop(key).close()
+    assert store_digest(db) == last, f"{db}: the file holds other rows than the open store showed"
 
 
 ERROR_PREFIX = "creditlens import: error: "

@@ -27,7 +27,16 @@ from tests.backend.ingest.test_token_formats import (
     write_prime_rl_step,
 )
 from tests.conftest import make_records
-from tests.reliability.conftest import LONG, PYTHON, ROOT, assert_clean_error, run_cli, store_digest, tally
+from tests.reliability.conftest import (
+    LONG,
+    PYTHON,
+    ROOT,
+    assert_clean_error,
+    instance_held,
+    run_cli,
+    store_digest,
+    tally,
+)
 from tests.reliability.fuzzing import (
     check_import,
     mutate_bytes,
@@ -54,6 +63,18 @@ FUZZ = settings(
         HealthCheck.data_too_large,
     ],
 )
+
+
+@pytest.fixture(autouse=True)
+def _instance_held(request, base_store):
+    """Each test's cases import into `base_store` with its DuckDB instance held open (`instance_held`: the
+    same commands, without rebuilding the instance per connection); a test marked `other_process` lets
+    another process open the store, so its instance is not held."""
+    if request.node.get_closest_marker("other_process") is not None:
+        yield
+        return
+    with instance_held(base_store):
+        yield
 
 
 # --- property-based ------------------------------------------------------------------------------
@@ -311,6 +332,7 @@ def test_error_messages_name_line_and_field(base_store, tmp_path):
 
 
 # --- true subprocesses: nothing but one line reaches a user's terminal ----------------------------
+@pytest.mark.other_process
 @pytest.mark.parametrize("name", ["truncated_line.jsonl", "huge_int_reward.jsonl"])
 def test_subprocess_cli_prints_one_line_and_no_traceback(base_store, tmp_path, name):
     path = _lines(tmp_path, name, EDGE_ERRORS[name])
