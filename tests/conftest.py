@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import HealthCheck, settings
 from streamlit.components.v2 import manifest_scanner
 
@@ -46,6 +47,17 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # suite. The installed packages do not change during a run, so the suite scans once per process. The
 # Streamlit servers the tests start are separate processes and scan as they always do.
 manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
+
+
+def pytest_configure(config):
+    """One torch (OpenMP) thread per test process, and in every process a test starts: `make test` runs one
+    worker per CPU, so a second thread per worker only waits for a busy core (the TRL fixtures' training,
+    for one, spent 3.5-11.6 s of CPU on two threads under the suite's load against 0.7-1.0 s on one). Set
+    for this process (torch is already imported) and through the environment for the processes tests start;
+    OMP_NUM_THREADS given in the environment wins."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 
 # Each pytest-xdist worker takes ports from its own block below Linux's ephemeral range (32768-60999), so
 # two workers never start servers on one port and a bind(0) elsewhere never hands one out; the start in
