@@ -64,10 +64,20 @@ def _kind(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+_PLAIN_NUMBERS = frozenset({int, float})
+
+
 def _float_list(value: Any, where: str, name: str) -> list[float]:
     if not isinstance(value, list):
         raise InputError(f"{where}: field {name!r} must be a list of numbers, got {type(value).__name__}")
-    for k, x in enumerate(value):
+    if set(map(type, value)) <= _PLAIN_NUMBERS:  # the usual list, checked without a call per value
+        try:
+            floats = list(map(float, value))
+        except OverflowError:  # an int beyond float range: named below
+            floats = None
+        if floats is not None and all(-FLOAT32_MAX <= x <= FLOAT32_MAX for x in floats):  # NaN fails too
+            return floats
+    for k, x in enumerate(value):  # the first bad value, named (subclasses such as numpy's float64 too)
         if not _is_number(x):
             raise InputError(f"{where}: field {name!r}[{k}] must be a number, got {_kind(x)}")
         if not _is_finite(x, FLOAT32_MAX):
