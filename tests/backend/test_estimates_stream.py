@@ -23,7 +23,7 @@ from tests.conftest import copy_store, make_records, run_cli_here
 @pytest.fixture(scope="module")
 def db(bundled_template, tmp_path_factory) -> Path:
     path = copy_store(bundled_template, tmp_path_factory.mktemp("stream") / "runs.duckdb")
-    records = make_records(n_groups=7, group_size=3, seed=5, steps=3)
+    records = make_records(n_groups=4, group_size=3, seed=5, steps=3)
     random.Random(0).shuffle(records)  # groups interleave: chunks must read by group, not by id range alone
     with Store(path) as store:
         import_records(store, "mixed", records)
@@ -51,10 +51,11 @@ def _group_sizes(db: Path, run: str) -> tuple[int, int]:
     return int(index.groupby("group_id").size().max()), int(index.groupby("step").size().max())
 
 
-# Rollouts per chunk: about five chunks per run (demo: 448 rollouts in 56 groups of 8, 14 groups a step;
-# oracle: 192 in 24 groups of 8; mixed: 63 in 21 interleaved groups of 3), with boundaries inside steps and
-# chunks that span two steps. No size divides a group; demo's 97 packs 13 groups (104 rollouts, the bound
-# chunk + group - 1 exactly). One size for run scope (fitting is slow).
+# Rollouts per chunk, with boundaries inside steps and chunks that span steps. demo: 448 rollouts in 56
+# groups of 8, 14 a step; 97 packs 13 groups (4 chunks of 104 rollouts, the bound chunk + group - 1 exactly,
+# then 32). oracle: 192 in 24 groups of 8, 5 chunks. mixed: 36 in 12 interleaved groups of 3 (every chunk
+# read by an id range and a group list): 5 packs 2 groups (6 chunks, 6 > 5) and 13 packs 5 (3 chunks), most
+# of them holding groups of two steps. No size divides a group. One size for run scope (fitting is slow).
 SIZES = {"demo": (97,), "oracle": (37,), "mixed": (5, 13)}
 
 
