@@ -110,6 +110,26 @@ def bundled_template(tmp_path_factory) -> Path:
     return shared_once(tmp_path_factory, "bundled", _import_bundled)
 
 
+@pytest.fixture
+def few_bootstrap_draws(monkeypatch):
+    """20 bootstrap draws instead of 200 for a test whose teacher-bench checks read no bootstrap stderr (the
+    estimator rows' spearman_se and _se_group; test_bench_stats.py checks the bootstrap itself): the draws
+    were a third to two fifths of such a bench's CPU."""
+    from backend.evaluation import bench_stats  # noqa: PLC0415 - only the teacher-bench tests need it
+
+    monkeypatch.setattr(bench_stats, "BOOTSTRAP", 20)
+
+
+@contextlib.contextmanager
+def reads_share_one_instance(db: Path):
+    """Hold a read-only connection to `db` for a block that only reads: DuckDB keeps one database instance
+    per file and process, so the short-lived connections the code under test opens (one per unit of work)
+    reuse it instead of building one each (about 45 ms of CPU apiece). A write in the block is refused
+    (StoreBusy), so a test that meant to read only cannot write unseen."""
+    with Store(db, read_only=True):
+        yield
+
+
 def copy_store(template: Path, dest: Path) -> Path:
     """A private copy of a closed store file at `dest` (a file path); returns it."""
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -9,9 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
-import pytest
 
-from backend.evaluation import bench_stats
 from backend.evaluation.calibration import calibration
 from backend.store import Store
 from tests.conftest import run_cli_here
@@ -27,15 +25,6 @@ def by_hand() -> pd.DataFrame:
     v0 = teacher[teacher["pos"] == 0].groupby("rollout_id")["reward"].mean().rename("v0")
     valued = records.join(v0, on="rollout_id", how="inner")
     return valued.groupby("step").agg(v_empty=("v0", "mean"), accuracy=("task", "mean"), n=("v0", "size"))
-
-
-@pytest.fixture
-def few_draws(monkeypatch):
-    """20 bootstrap draws instead of 200 for the teacher-bench commands below: they check the calibration
-    table and the warnings, whose stderrs are over rollouts, not the bootstrap stderrs of the estimator rows
-    (test_bench_stats.py checks those); the bootstraps of the shuffled row's 8 draws were about 40% of each
-    command's CPU."""
-    monkeypatch.setattr(bench_stats, "BOOTSTRAP", 20)
 
 
 def test_calibration_equals_the_shipped_files_and_every_step_agrees_on_policy(bundled_db):
@@ -58,7 +47,7 @@ def test_calibration_equals_the_shipped_files_and_every_step_agrees_on_policy(bu
     assert table["on_policy"].tolist() == [1.0, 1.0, 1.0, 1.0]  # every shipped suffix row says on_policy
 
 
-def test_teacher_bench_json_and_text_carry_the_calibration(bundled_db, tmp_path, few_draws):
+def test_teacher_bench_json_and_text_carry_the_calibration(bundled_db, tmp_path, few_bootstrap_draws):
     out = tmp_path / "bench.json"
     done = run_cli_here(
         "teacher-bench", "--db", bundled_db, "--run", "demo", "--estimators", "grpo", "--json", out
@@ -76,7 +65,7 @@ def test_teacher_bench_json_and_text_carry_the_calibration(bundled_db, tmp_path,
     assert [lines[at + k].split()[-1] for k in range(2, 6)] == ["100%"] * 4  # on-policy share
 
 
-def test_teacher_bench_on_the_on_policy_step_only(bundled_db, tmp_path, few_draws):
+def test_teacher_bench_on_the_on_policy_step_only(bundled_db, tmp_path, few_bootstrap_draws):
     out = tmp_path / "bench.json"
     done = run_cli_here(
         "teacher-bench",
@@ -103,7 +92,7 @@ def test_teacher_bench_on_the_on_policy_step_only(bundled_db, tmp_path, few_draw
     assert missing.returncode != 0 and "at steps [7]" in missing.stderr
 
 
-def test_values_from_another_model_are_warned_and_marked(bundled_db, few_draws):
+def test_values_from_another_model_are_warned_and_marked(bundled_db, few_bootstrap_draws):
     """Step 0's teacher suffixes marked as sampled by another model (what `creditlens teacher --model DIR`
     stores for a step that DIR did not sample): the bench warns and the table says which steps."""
     with Store(bundled_db) as store:

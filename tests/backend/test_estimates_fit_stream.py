@@ -20,7 +20,7 @@ from backend.estimators.methods import learned
 from backend.ingest import import_records
 from backend.store import Store, StoreHandle
 from backend.views import explain
-from tests.conftest import copy_store, make_records
+from tests.conftest import copy_store, make_records, reads_share_one_instance
 
 FITTED = [
     ("token_rm", {}),
@@ -45,11 +45,8 @@ def db(bundled_template, tmp_path_factory) -> Path:
 
 @pytest.fixture
 def held(db):
-    """A read-only connection held open for the test: DuckDB keeps one database instance per file and
-    process, so the short-lived connections the code opens (one per unit of work) reuse it instead of
-    building a new one each time (about 45 ms of CPU apiece). For tests that do not write (save=False); a
-    write would be refused (StoreBusy)."""
-    with Store(db, read_only=True):
+    """The tests that only read (save=False) share one DuckDB instance (tests/conftest.py)."""
+    with reads_share_one_instance(db):
         yield
 
 

@@ -15,7 +15,7 @@ from backend.credit import estimates
 from backend.estimators import registry
 from backend.store import Store, StoreHandle
 from backend.views import explain
-from tests.conftest import copy_store, run_cli_here
+from tests.conftest import copy_store, reads_share_one_instance, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLLOUT = 352  # a demo rollout in a group with mixed outcomes
@@ -45,10 +45,7 @@ def test_every_supported_estimator_explains_what_estimate_writes(demo_db, tmp_pa
     assert {"token_rm", "rudder", "ktae", "gae", "gtpo", "aggregation", "grpo"} <= set(names)
     handle = StoreHandle(demo_db)
     written = {name: _cli_estimate(demo_db, name, tmp_path / f"{name}.parquet") for name in names}
-    # Explaining reads what the commands cached and writes nothing: one read-only connection held meanwhile
-    # lets the short-lived ones it opens (six an explanation) reuse its DuckDB instance instead of building
-    # a new one each (about 45 ms of CPU apiece); a write would be refused (StoreBusy).
-    with Store(demo_db, read_only=True):
+    with reads_share_one_instance(demo_db):  # explaining reads what the commands cached, and writes nothing
         for name, from_cli in written.items():
             _explains_what_estimate_wrote(handle, name, from_cli)
 

@@ -10,7 +10,6 @@ import pytest
 from scipy.stats import spearmanr
 
 from backend.estimators import registry
-from backend.evaluation import bench_stats
 from backend.evaluation import first_wrong_step as fws
 from backend.evaluation.teacher_bench import parse_estimator_specs, teacher_bench
 from backend.evaluation.teacher_segments import (
@@ -88,7 +87,7 @@ def test_estimator_list_comes_from_the_registry():
 
 
 @pytest.mark.slow
-def test_init_imports_the_shipped_teacher_and_the_bench_ranks_on_it(tmp_path, monkeypatch):
+def test_init_imports_the_shipped_teacher_and_the_bench_ranks_on_it(tmp_path, few_bootstrap_draws):
     manifest = json.loads((ROOT / "sample_runs" / "demo_run.json").read_text())["teacher"]
     db = tmp_path / "runs.duckdb"
     done = run_cli_here("init", "--db", db)
@@ -101,10 +100,6 @@ def test_init_imports_the_shipped_teacher_and_the_bench_ranks_on_it(tmp_path, mo
     again = run_cli_here("init", "--db", db)
     assert "none (already there)" in again.stdout  # the teacher is not imported twice
 
-    # Nothing below reads a bootstrap stderr (spearman_se and the _se_group columns; ranking_accuracy_se is
-    # over rollouts), so 20 group draws instead of 200: a tenth of the bench's resampling (39 predictors ×
-    # 2 Spearman bootstraps of 200 draws each were about a third of its CPU); test_bench_stats.py checks them.
-    monkeypatch.setattr(bench_stats, "BOOTSTRAP", 20)
     result = teacher_bench(StoreHandle(db), "demo")
     table = result.table.set_index("estimator")
     ranked = table[table["kind"] == "estimator"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -168,18 +167,7 @@ def test_token_rm_mlp_head_projects_exactly_and_repeats(batch, ridge):
     assert first.advantages[~batch.response_mask].abs().sum() == 0
 
 
-@pytest.fixture
-def one_torch_thread():
-    """Torch's CPU ops on one thread for a test that trains: its tensors are tiny, and with the suite's
-    workers on every core a second thread burns its CPU waiting (300 Adam steps: 0.3 s of CPU on one thread,
-    2 to 15 s on two under load). Restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def test_token_rm_mlp_head_learns_a_feature_the_linear_sum_cannot_use(one_torch_thread):
+def test_token_rm_mlp_head_learns_a_feature_the_linear_sum_cannot_use():
     """Z depends on whether a response has a token of entropy above 1 (a threshold, not a sum): the MLP
     head puts more of Z on those tokens than the linear head does."""
     batch = random_batch(11, n_groups=12, group_size=6, max_len=12)

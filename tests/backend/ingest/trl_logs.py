@@ -54,8 +54,6 @@ def run_grpo(output_dir: Path, conversational: bool, steps: int = 2) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415 - heavy, only here
     from trl import GRPOConfig, GRPOTrainer  # noqa: PLC0415 - heavy, only here
 
-    from backend.models.transformers_engine import cpu_threads  # noqa: PLC0415 - imports transformers
-
     tokenizer = AutoTokenizer.from_pretrained(DEMO_POLICY, local_files_only=True)
     if conversational:
         tokenizer.chat_template = CHAT_TEMPLATE
@@ -87,10 +85,7 @@ def run_grpo(output_dir: Path, conversational: bool, steps: int = 2) -> Path:
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
     )
-    # One torch thread: the model is tiny, and with the suite's workers on every core a second thread spends
-    # its CPU waiting (2 steps: about 1 s of CPU on one thread, 3 to 12 s on two under load).
-    with cpu_threads(1):
-        trainer.train()
+    trainer.train()
     return output_dir / "completions"
 
 
