@@ -21,11 +21,12 @@ from app.server.launch import Server
 from bench.chromium import launch
 
 TRIVIAL = 'import streamlit as st\n\nst.title("Trivial")\nst.write("A trivial page: the baseline.")\n'
-# Each view as a link opens it on the demo store (rollout 3: a group whose scores differ).
+# Each view as a link opens it on the demo store (rollout 3: a group whose scores differ). The landing view
+# (the navigation's first) is served at the root: Streamlit answers its url path with "Page not found".
 QUERIES = {"explorer": "run=demo", "trends": "run=demo", "oracle": "run=oracle", "runs": ""}
 VIEWS = tuple(
-    (title, f"{path}?{QUERIES.get(path, 'run=demo&rollout=3')}".rstrip("?"))
-    for _, title, path, _ in navigation.VIEWS
+    (title, f"{path if i else ''}?{QUERIES.get(path, 'run=demo&rollout=3')}".rstrip("?"))
+    for i, (_, title, path, _) in enumerate(navigation.VIEWS)
 )
 # The page shows a finished run: its title, every chart drawn, no running icon, nothing stale.
 SHOWN = (
