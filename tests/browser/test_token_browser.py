@@ -167,8 +167,10 @@ def test_browser_with_the_token_in_the_url_lands_on_the_view(browser, gated):
 
 
 def _start_cli(db: Path, port: int, *extra: str) -> tuple[subprocess.Popen, list[str]]:
-    """`creditlens app --host 0.0.0.0` as a user starts it; returns the process and its first lines."""
+    """`creditlens app --host 0.0.0.0` as a user starts it; returns the process and its first lines. The
+    token is the point: the store has the bundled runs already (a copy) and the server skips its warm-up."""
     env = {k: v for k, v in os.environ.items() if k != access.TOKEN_ENV}
+    env["CREDITLENS_WARMUP"] = "0"
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -225,9 +227,9 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.slow
-def test_cli_generates_a_token_and_prints_a_ready_url(tmp_path):
+def test_cli_generates_a_token_and_prints_a_ready_url(bundled_db):
     port = free_test_port()
-    proc, lines = _start_cli(tmp_path / "runs.duckdb", port)
+    proc, lines = _start_cli(bundled_db, port)
     try:
         text = "\n".join(lines)
         assert "reachable from the network" in text and "generated for this start" in text, text
@@ -243,9 +245,9 @@ def test_cli_generates_a_token_and_prints_a_ready_url(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_no_token_warns_and_serves_openly(tmp_path):
+def test_cli_no_token_warns_and_serves_openly(bundled_db):
     port = free_test_port()
-    proc, lines = _start_cli(tmp_path / "runs.duckdb", port, "--no-token")
+    proc, lines = _start_cli(bundled_db, port, "--no-token")
     try:
         text = "\n".join(lines)
         assert "reachable from the network" in text and "WARNING: --no-token" in text, text
