@@ -38,6 +38,38 @@ def _writer_lock(path: Path) -> threading.RLock:
         return _WRITERS.setdefault(path.resolve(), threading.RLock())
 
 
+# Opening a DuckDB file builds a database instance: 20-35 ms of CPU however small the store (an in-memory
+# one costs the same), and a view's script run or a whole-run estimate reads through many short
+# connections. Inside `StoreHandle.kept_open()` a thread's reads share one read-only connection, opened at
+# its first read and closed when the block ends. A write of this process (any thread) first closes every
+# kept connection that is not inside a read right now, and the next read opens it again, so a kept
+# connection delays a write of this process no more than a read in progress does; another process's write
+# (an import) waits for the block, as it waits for a read today, so blocks are one unit of work each (a
+# script run of the app).
+class _Kept:
+    def __init__(self) -> None:
+        self.store: Store | None = None
+        self.reading = 0  # read blocks in progress on the kept connection
+        self.lock = threading.Lock()
+
+    def close_if_idle(self) -> None:
+        with self.lock:
+            if self.store is not None and self.reading == 0:
+                self.store.close()
+                self.store = None
+
+
+_KEPT: dict[Path, set[_Kept]] = {}  # resolved store path -> the kept connections of every thread
+_THREAD = threading.local()  # .kept: this thread's {resolved store path: _Kept}
+
+
+def _close_kept(path: Path) -> None:
+    with _WRITERS_GUARD:
+        kept = list(_KEPT.get(path.resolve(), ()))
+    for k in kept:
+        k.close_if_idle()
+
+
 class StoreBusy(StoreError):
     """Another process holds the store's write lock (an import or a resample is writing)."""
 
@@ -53,6 +85,8 @@ class StoreHandle:
         deadline = time.monotonic() + self.wait_seconds
         delay = 0.02
         while True:
+            if not read_only:
+                _close_kept(self.path)  # again on every try: a kept reader may have opened meanwhile
             try:
                 return Store(self.path, read_only=read_only)
             except StoreError as exc:
@@ -73,11 +107,47 @@ class StoreHandle:
 
     @contextmanager
     def read(self) -> Iterator[Store]:
-        store = self._open(read_only=True)
+        kept = getattr(_THREAD, "kept", {}).get(self.path.resolve())
+        if kept is None:
+            store = self._open(read_only=True)
+            try:
+                yield store
+            finally:
+                store.close()
+            return
+        with kept.lock:
+            store = kept.store
+            kept.reading += store is not None
+        if store is None:  # opened outside the lock: a writer's close_if_idle never waits for this open
+            store = self._open(read_only=True)
+            with kept.lock:  # only this thread sets its kept store
+                kept.store = store
+                kept.reading += 1
         try:
             yield store
         finally:
-            store.close()
+            with kept.lock:
+                kept.reading -= 1
+
+    @contextmanager
+    def kept_open(self) -> Iterator[None]:
+        """This thread's reads of this store inside the block share one read-only connection (see `_Kept`);
+        a nested block is the outer one."""
+        path = self.path.resolve()
+        table = _THREAD.__dict__.setdefault("kept", {})
+        if path in table:
+            yield
+            return
+        kept = table[path] = _Kept()
+        with _WRITERS_GUARD:
+            _KEPT.setdefault(path, set()).add(kept)
+        try:
+            yield
+        finally:
+            with _WRITERS_GUARD:
+                _KEPT[path].discard(kept)
+            del table[path]
+            kept.close_if_idle()
 
     @contextmanager
     def write(self) -> Iterator[Store]:

@@ -279,3 +279,37 @@ def test_two_threads_writing_the_same_rows_take_turns(tmp_path):
     assert not errors, errors
     with handle.read() as store:
         assert store.con.execute("SELECT count(*), count(DISTINCT v) FROM scratch").fetchone() == (200, 1)
+
+
+def test_reads_inside_kept_open_share_one_connection_that_writes_close(tmp_path):
+    """`kept_open`: the reads of one thread share one read-only connection until the block ends; a write of
+    this process, on this thread or another, closes it first instead of waiting for the block (a short
+    wait here: a kept connection left open would make each write below time out), and reads after the
+    write see it."""
+    import threading  # noqa: PLC0415 - this test only
+
+    handle = StoreHandle(tmp_path / "s.duckdb", wait_seconds=0.5)
+    with handle.read() as first, handle.read() as second:
+        assert first is not second  # outside a block: a connection per read
+    with handle.kept_open():
+        with handle.read() as first:
+            pass
+        with handle.read() as again, handle.kept_open():  # a nested block is the outer one
+            assert again is first
+            with handle.read() as inner:
+                assert inner is first
+        with handle.write() as store:  # this thread's write
+            import_records(store, "here", make_records(n_groups=1, group_size=2))
+        with handle.read() as store:
+            assert store is not first and [r["name"] for r in store.list_runs()] == ["here"]
+
+        def write_elsewhere():
+            with handle.write() as other:
+                import_records(other, "there", make_records(n_groups=1, group_size=2))
+
+        writer = threading.Thread(target=write_elsewhere)
+        writer.start()
+        writer.join()
+        with handle.read() as store:
+            assert sorted(r["name"] for r in store.list_runs()) == ["here", "there"]
+    Store(handle.path).close()  # the block closed its connection: a write connection opens at once
