@@ -28,11 +28,15 @@ VIEWS = tuple(
     (title, f"{path if i else ''}?{QUERIES.get(path, 'run=demo&rollout=3')}".rstrip("?"))
     for i, (_, title, path, _) in enumerate(navigation.VIEWS)
 )
-# The page shows a finished run: its title, every chart drawn, no running icon, nothing stale.
+# The page shows a finished run: its title, every chart drawn, no running icon, nothing stale. Streamlit
+# draws an element whose code it has not loaded yet (Plotly, the data grid) as a placeholder skeleton, not
+# as that element: a page with skeletons left is not drawn (without that test, every chart counted as
+# drawn while Plotly's code was still loading, and a view's load was timed seconds early).
 SHOWN = (
     "() => document.querySelector('h1') !== null"
     " && !document.querySelector('[data-testid=stStatusWidgetRunningIcon]')"
     " && document.querySelectorAll('[data-stale=true]').length === 0"
+    " && document.querySelectorAll('[data-testid=stSkeleton]').length === 0"
     " && [...document.querySelectorAll('[data-testid=stPlotlyChart]')]"
     ".every(c => c.querySelector('.main-svg') !== null)"
 )
