@@ -115,9 +115,10 @@ class StoreHandle:
             finally:
                 store.close()
             return
-        with kept.lock:
+        with kept.lock:  # a connection counted as reading is never closed by a writer
             store = kept.store
-            kept.reading += store is not None
+            if store is not None:
+                kept.reading += 1
         if store is None:  # opened outside the lock: a writer's close_if_idle never waits for this open
             store = self._open(read_only=True)
             with kept.lock:  # only this thread sets its kept store
