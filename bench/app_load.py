@@ -1,6 +1,9 @@
 """Fresh page loads (`python -m bench app`, first table): each view opened in a new browser context (no
 HTTP cache, no Streamlit session: a link opened, a reload, a new tab) against a trivial Streamlit page
-served the same way on the same machine in the same run, so the ratio is what the app adds.
+served the same way on the same machine in the same run, so the ratio is what the app adds. A second
+baseline is the trivial page with one small Plotly chart: Streamlit loads Plotly's code (several MB of
+script, compiled by the browser) only for a page that draws a chart, so that page is the floor of every
+view that draws one, and the second ratio is what the view adds to it.
 
 A load is timed from `goto` until the page's first script run has finished (Streamlit's WebSocket sends
 `script_finished`), a later rerun it asked for has finished too, and the browser shows that run: every
@@ -9,6 +12,7 @@ chart drawn, nothing stale. "first content" is the moment the view's title is dr
 
 from __future__ import annotations
 
+import contextlib
 import re
 import statistics
 import time
@@ -21,6 +25,8 @@ from app.server.launch import Server
 from bench.chromium import launch
 
 TRIVIAL = 'import streamlit as st\n\nst.title("Trivial")\nst.write("A trivial page: the baseline.")\n'
+ONE_CHART = TRIVIAL + "import plotly.graph_objects as go\n\nst.plotly_chart(go.Figure(go.Bar(y=[1, 3, 2])))\n"
+BASELINES = {"Trivial page": TRIVIAL, "Trivial page + one chart": ONE_CHART}
 # Each view as a link opens it on the demo store (rollout 3: a group whose scores differ). The landing view
 # (the navigation's first) is served at the root: Streamlit answers its url path with "Page not found".
 QUERIES = {"explorer": "run=demo", "trends": "run=demo", "oracle": "run=oracle", "runs": ""}
@@ -84,25 +90,29 @@ def fresh_load(browser, url: str, timeout: float = 120.0) -> tuple[float, float]
 
 
 def measure(playwright, db: Path, tmp: Path, rounds: int = 3) -> tuple[list[tuple], list[tuple]]:
-    """Rows (name, first visit s, median first content s, median loaded s, ratio to the trivial page), and
-    (what, seconds) of adding an estimator to Compare (target ≤ 1 s): pick it, until the rerun is drawn.
+    """Rows (name, first visit s, median first content s, median loaded s, ratio to the trivial page, ratio
+    to the trivial page with one chart), and (what, seconds) of adding an estimator to Compare (target ≤ 1 s):
+    pick it, until the rerun is drawn.
 
     The first visit of a view is its first load after the server started (its caches cold unless the
-    server warmed them); the medians are over the `rounds` loads after it. Trivial loads are interleaved
-    with the views' so both see the same machine load."""
-    trivial = tmp / "trivial.py"
-    trivial.write_text(TRIVIAL)
-    with (
-        Server(db, log=tmp / "app.log") as app,
-        Server(db, log=tmp / "trivial.log", script=trivial) as baseline,
-    ):
+    server warmed them); the medians are over the `rounds` loads after it. The baselines' loads are
+    interleaved with the views' so all see the same machine load."""
+    with contextlib.ExitStack() as servers:
+        app = servers.enter_context(Server(db, log=tmp / "app.log"))
+        baselines = {}
+        for i, (name, source) in enumerate(BASELINES.items()):
+            script = tmp / f"baseline{i}.py"
+            script.write_text(source)
+            baselines[name] = servers.enter_context(Server(db, log=tmp / f"baseline{i}.log", script=script))
         browser = launch(playwright)
-        times: dict[str, list[tuple[float, float]]] = {"Trivial page": []}
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in BASELINES}
         for name, path in VIEWS:  # first visits, right after the server answered its health check
             times[name] = [fresh_load(browser, f"{app.url}/{path}")]
-        times["Trivial page"].append(fresh_load(browser, baseline.url))
+        for name, server in baselines.items():
+            times[name].append(fresh_load(browser, server.url))
         for _ in range(rounds):
-            times["Trivial page"].append(fresh_load(browser, baseline.url))
+            for name, server in baselines.items():
+                times[name].append(fresh_load(browser, server.url))
             for name, path in VIEWS:
                 times[name].append(fresh_load(browser, f"{app.url}/{path}"))
         compare = f"{app.url}/compare?run=demo&rollout=3&ests=grpo,entropy"
@@ -110,24 +120,27 @@ def measure(playwright, db: Path, tmp: Path, rounds: int = 3) -> tuple[list[tupl
             (f"Compare: add {name} to grpo, entropy", add_estimator(browser, compare, name)) for name in ADDED
         ]
         browser.close()
-    base = statistics.median(t[1] for t in times["Trivial page"][1:])
+    base, chart = (statistics.median(t[1] for t in times[name][1:]) for name in BASELINES)
     rows = []
     for name, loads in times.items():
         loaded = statistics.median(t[1] for t in loads[1:])
-        rows.append((name, loads[0][1], statistics.median(t[0] for t in loads[1:]), loaded, loaded / base))
+        content = statistics.median(t[0] for t in loads[1:])
+        rows.append((name, loads[0][1], content, loaded, loaded / base, loaded / chart))
     return rows, added
 
 
 def print_table(rows: list[tuple], added: list[tuple]) -> None:
     print(
         f"{'fresh page load (demo store)':<30} {'first visit':>11} {'first content':>13} {'loaded':>8} "
-        f"{'ratio':>6}"
+        f"{'ratio':>6} {'/ chart':>8}"
     )
-    for name, first_visit, content, loaded, ratio in rows:
-        print(f"{name:<30} {first_visit:>11.2f} {content:>13.2f} {loaded:>8.2f} {ratio:>6.2f}")
+    for name, first_visit, content, loaded, ratio, to_chart in rows:
+        times = f"{first_visit:>11.2f} {content:>13.2f} {loaded:>8.2f}"
+        print(f"{name:<30} {times} {ratio:>6.2f} {to_chart:>8.2f}")
     print(
         "seconds; medians of fresh loads after the first visit; ratio = loaded / the trivial page's "
-        "(target ≤ 1.5)"
+        "(target ≤ 1.5);\n/ chart = loaded / the trivial page with one Plotly chart's (the floor of a view "
+        "that draws a chart)"
     )
     print(f"\n{'rerun':<46} {'seconds':>8} {'target':>7}")
     for what, seconds in added:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
+from streamlit import config as streamlit_config
 from streamlit.components.v2 import manifest_scanner
 
 from backend.cli import main as cli_main
@@ -47,6 +48,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # suite. The installed packages do not change during a run, so the suite scans once per process. The
 # Streamlit servers the tests start are separate processes and scan as they always do.
 manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
+# An AppTest script run ends as the served app's do (app/server/launch.py: `--runner.postScriptGC false`):
+# without a full garbage collection, which walks every object of a process that has torch, transformers and
+# pandas loaded (0.15 s of CPU or more per run, several hundred runs a suite).
+streamlit_config.set_option("runner.postScriptGC", False)
 
 
 def pytest_configure(config):

@@ -8,7 +8,7 @@ import streamlit as st
 from app import data, keys, state
 from app.state import Selection
 from app.ui import charts, fmt, heatmaps, strip_figures, widgets
-from app.ui.text import plain
+from app.ui.text import plain, text_block
 from app.view_data import rollout as rollout_data
 from app.view_data import shared
 from backend.views import explain
@@ -46,9 +46,9 @@ def prompt_and_response(sel: Selection) -> dict:
     )
     with st.expander("Prompt and response", expanded=False):
         st.text("Prompt")
-        st.code(record["prompt"] or "", language=None, wrap_lines=True)
+        text_block(record["prompt"] or "")
         st.text("Response")
-        st.code(record["response"] or "", language=None, wrap_lines=True)
+        text_block(record["response"] or "")
     return record
 
 
@@ -118,7 +118,7 @@ def why_this_credit(
     read = terms["config"].get("channel")
     on = "" if read is None else f" on the {plain(read)} channel"
     st.markdown(f"**{plain(estimator)}**{on}, computed at **{terms['scope']}** scope:")
-    st.code("\n".join(lines) or "(no terms)", language=None, wrap_lines=True)
+    text_block("\n".join(lines) or "(no terms)")
     chart, facts = st.columns([2, 1])
     contributions = {c: float(v[pos]) for c, v in view.contributions.items()}
     with chart:

@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+import html
+
+import streamlit as st
+
+# A monospace block that keeps line breaks and wraps long lines, like st.code without its highlighter.
+BLOCK_STYLE = (
+    "font-family: 'Source Code Pro', monospace; font-size: 0.85rem; white-space: pre-wrap; "
+    "overflow-wrap: anywhere; margin: 0 0 0.5rem; padding: 0.6rem 0.9rem; border-radius: 0.5rem; "
+    "background: rgba(151, 166, 195, 0.12)"
+)
+
 
 def plain(text: str) -> str:
     """Untrusted text for markdown, shown as written: every markdown, LaTeX and HTML control character
@@ -21,3 +32,17 @@ def with_code(text: str) -> str:
     if len(parts) % 2 == 0:
         return plain(text)
     return "".join(plain(p) if i % 2 == 0 else f"`{p}`" if p else "" for i, p in enumerate(parts))
+
+
+def block_html(text: str) -> str:
+    """Untrusted text as an HTML block that shows it as written (every `<`, `>`, `&` and quote escaped)."""
+    return f'<pre class="cl-text-block" style="{BLOCK_STYLE}">{html.escape(str(text))}</pre>'
+
+
+def text_block(text: str) -> None:
+    """Show untrusted text (a prompt, a response, a derivation, a command line) as written, in monospace.
+
+    Not st.code: that element loads Streamlit's syntax highlighter even with `language=None` and even inside
+    a collapsed expander, about 0.7 s of the browser's CPU on a fresh page load (a CPU profile of a Rollout
+    load, docs/speed.md). st.html puts this block in the page itself (it also sanitizes what it is given)."""
+    st.html(block_html(text))

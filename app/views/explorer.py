@@ -202,4 +202,4 @@ with st.expander("The same table on the command line"):
     parts += [f"--search '{search}'"] if search else []
     parts += [f"--where '{f.column}{f.op}{str(f.value).lower()}'" for f in filters]
     parts += [f"--limit {size}", f"--offset {(page_no - 1) * size}", "--json"]
-    st.code(" ".join(parts), language=None, wrap_lines=True)
+    text.text_block(" ".join(parts))

@@ -94,10 +94,8 @@ monitor_panel.show_alerts(sel.run, health)
 
 with st.expander("The numbers (one row per step)"):
     st.dataframe(frame, hide_index=True, width="stretch")
-    st.code(
+    text.text_block(
         f"creditlens trends --db {sel.db} --run {sel.run} --estimator {estimator} --channel {channel}"
         + "".join(f" --set {k}={v}" for k, v in config if k != "channel")
-        + " --json",
-        language=None,
-        wrap_lines=True,
+        + " --json"
     )

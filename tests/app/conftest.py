@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import json
 from pathlib import Path
 
@@ -56,6 +57,14 @@ def open_app(db: Path, page: str | None = None, query: dict | None = None, timeo
     at.run()
     assert not at.exception, [e.message for e in at.exception]
     return at
+
+
+def text_blocks(at) -> list[str]:
+    """The text of the page's monospace blocks (`app.ui.text.text_block`: a prompt, a response, a derivation,
+    a command line), unescaped: what the browser shows."""
+    prefix = '<pre class="cl-text-block"'
+    blocks = [h.value for h in at.html if h.value.startswith(prefix)]
+    return [html.unescape(b[b.index(">") + 1 : -len("</pre>")]) for b in blocks]
 
 
 def decode(value):

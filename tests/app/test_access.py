@@ -15,7 +15,7 @@ from app.server import auth
 from app.server import launch as commands
 from backend.core.errors import InputError
 from backend.store import StoreHandle
-from tests.app.conftest import open_app
+from tests.app.conftest import open_app, text_blocks
 from tests.conftest import make_records, write_jsonl
 
 SECRET = "hunter2-do-not-show"
@@ -43,8 +43,8 @@ def layout(tmp_path, app_db):
 
 def shown_text(at) -> str:
     """Every text element the page shows."""
-    kinds = ("error", "warning", "info", "success", "markdown", "caption", "code", "text", "exception")
-    return "\n".join(str(e.value) for kind in kinds for e in getattr(at, kind))
+    kinds = ("error", "warning", "info", "success", "markdown", "caption", "text", "exception")
+    return "\n".join([str(e.value) for kind in kinds for e in getattr(at, kind)] + text_blocks(at))
 
 
 def _runs(db: Path) -> list[str]:
@@ -121,6 +121,9 @@ def test_settings_travel_on_the_command_line_after_the_double_dash(tmp_path, mon
     cmd = commands.streamlit_command(db, 8501, "0.0.0.0", args)
     assert cmd[cmd.index("--") + 1 :] == ["--db", str(db), *args]
     assert str(commands.SERVER) in cmd  # the app behind the token gate
+    # a served tool: no watching of source files, no full garbage collection after every script run
+    assert cmd[cmd.index("--server.fileWatcherType") + 1] == "none"
+    assert cmd[cmd.index("--runner.postScriptGC") + 1] == "false"
     current = access.settings(db, argv=[str(commands.SERVER), "--db", str(db), *args])
     assert current.read_only and current.import_roots == (tmp_path.resolve(),) and current.max_suffixes == 64
 

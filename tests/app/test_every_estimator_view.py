@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from backend.estimators import registry
-from tests.app.conftest import chart, heatmap_z, open_app
+from tests.app.conftest import chart, heatmap_z, open_app, text_blocks
 
 ROLLOUT = {"run": "demo", "rollout": "352", "pos": "12"}
 # Beyond "it draws": a line of the "why this credit" derivation at the selected token, for the methods
@@ -52,7 +52,7 @@ def test_each_estimator_is_offered_or_explained_and_draws(rollout_view, name):
     if name in POSITION_DEPENDENT:
         assert not np.allclose(np.nan_to_num(z), np.nan_to_num(grpo))  # unlike a broadcast
     if name in DERIVATION:
-        assert DERIVATION[name] in "\n".join(c.value for c in at.code)
+        assert DERIVATION[name] in "\n".join(text_blocks(at))
 
 
 def test_the_oracle_run_lists_divergence_progress_as_unavailable_and_offers_the_others(app_db):

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from backend.store import Store
-from tests.app.conftest import chart, heatmap_z, open_app
+from tests.app.conftest import chart, heatmap_z, open_app, text_blocks
 from tests.backend.ingest.trl_logs import DEMO_POLICY
 from tests.conftest import run_cli_here
 
@@ -278,7 +278,7 @@ def test_explorer_and_trends_show_credit_on_the_main_channel(trl_db):
     at = _open(trl_db, "explorer")
     table = at.dataframe[0].value
     assert len(table) == 24 and table["max_abs"].abs().sum() > 0
-    assert "--channel all" in " ".join(c.value for c in at.code)
+    assert "--channel all" in " ".join(text_blocks(at))
     at.selectbox(key="explorer_channel").set_value("newline_reward").run()
     assert not at.exception
     assert not np.allclose(at.dataframe[0].value["max_abs"], table["max_abs"])
@@ -291,7 +291,7 @@ def test_rollout_explains_the_summed_reward_and_switches_channel(trl_db):
     ticks = chart(at, "rollout_heatmap")["layout"]["yaxis"]["ticktext"]
     assert any(t.startswith("all") for t in ticks) and any(t.startswith("final") for t in ticks)
     assert "on the all channel" in _texts(at)
-    assert "(G = 3)" in " ".join(c.value for c in at.code)  # Z over the group's three scored responses
+    assert "(G = 3)" in " ".join(text_blocks(at))  # Z over the group's three scored responses
     at.selectbox(key="rollout_channel").set_value("digits_reward").run()
     assert not at.exception
     ticks = chart(at, "rollout_heatmap")["layout"]["yaxis"]["ticktext"]

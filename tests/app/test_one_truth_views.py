@@ -12,7 +12,7 @@ import pytest
 from app.view_data import compare as compare_data
 from backend.credit import token_classes
 from backend.store import Store
-from tests.app.conftest import chart, decode, open_app
+from tests.app.conftest import chart, decode, open_app, text_blocks
 from tests.conftest import run_cli_here
 
 ROLLOUT = 352
@@ -47,7 +47,7 @@ def test_rollout_view_task_row_equals_estimate(app_db, tmp_path, name):
     shown = heatmap_row(chart(at, "rollout_heatmap"), "task")
     expected = cli_advantages(app_db, name, tmp_path / "a.parquet")
     np.testing.assert_allclose(shown, expected, atol=1e-5)
-    derivation = [c.value for c in at.code]
+    derivation = text_blocks(at)
     assert any("A_t" in text for text in derivation)  # Why this credit shows the estimator's derivation
 
 

@@ -2,7 +2,7 @@
 
 The `hostile` run's prompt, response and every token carry the payloads of `conftest.PAYLOADS`. In each
 view: no script ran (`window.__xss` stays undefined), no `<img src=x>` element, no `javascript:` link,
-no bold or KaTeX made from model text, and the literal text can be read (in the code blocks of
+no bold or KaTeX made from model text, and the literal text can be read (in the text blocks of
 "Prompt and response", and in the heatmap's hover label).
 """
 
@@ -44,8 +44,8 @@ def hover_text(page, key: str, col: int = 0, row: int = 0) -> str:
 
 def show_prompt_and_response(page) -> str:
     page.get_by_text("Prompt and response").first.click()
-    page.wait_for_selector("[data-testid=stCode]")
-    return "\n".join(page.locator("[data-testid=stCode]").all_inner_texts())
+    page.wait_for_selector("pre.cl-text-block")
+    return "\n".join(page.locator("pre.cl-text-block").all_inner_texts())
 
 
 @pytest.mark.parametrize(
