@@ -29,10 +29,14 @@ app: $(STAMP)
 # The whole suite on every CPU (`-n logical`: `-n auto` counts physical cores, one on a 2-thread machine).
 # pytest-xdist spreads tests one by one, except the groups tests/conftest.py sets (the browser tests that
 # share a Streamlit server stay on one worker). The slowest 25 are printed (pyproject.toml addopts).
+# The project's modules are compiled once, first, and Python may keep its bytecode for this run even where
+# the machine sets PYTHONDONTWRITEBYTECODE: otherwise each of the two workers, every Streamlit server and
+# every command a test starts compiles them again (3.4 s of a worker's collection alone).
 test: $(STAMP) browser-deps
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -n logical --dist loadgroup
+	$(BIN)/python -m compileall -q -j 0 app backend bench creditlens tests
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n logical --dist loadgroup
 
 # A quicker loop while working: the tests marked `slow` (whole-run imports, CLI round trips, Ray,
 # parallel seeds) are left out; `make test` runs everything.
