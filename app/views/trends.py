@@ -4,6 +4,8 @@ import streamlit as st
 
 from app import data, keys, state
 from app.ui import charts, monitor_panel, panels, text, widgets
+from app.ui.fmt import safe
+from app.view_data import shared
 from app.view_data import trends as trends_data
 
 sel = state.selection()
@@ -57,7 +59,9 @@ charts_shown = [
         charts.trend_lines(
             frame,
             {"zero_variance_share": "zero-variance groups", "truncated_share": "truncated responses"},
-            f"share of groups with zero {main} variance",
+            "share of groups whose summed score does not vary"
+            if main == shared.ALL_CHANNELS
+            else f"share of groups with zero {safe(main)} variance",  # a channel name is the log's: escaped
             percent=True,
         ),
     ),
