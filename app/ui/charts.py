@@ -260,16 +260,27 @@ def oracle_metrics_figure(frame: pd.DataFrame, metrics: Sequence[str], error: st
 
 # ---- trends over steps (one row per step from backend.views.explorer.step_trends) --------------------------
 
-TREND_HEIGHT = 300
+TREND_HEIGHT = 336  # the plot keeps its height under the title band (margin top 76)
 
 
 def _trend_layout(fig: go.Figure, title: str, yaxis: dict | None = None) -> go.Figure:
     fig.update_layout(
-        title=title,
+        # the title sits just above the plot, under the toolbar (which takes the top of the figure and used to
+        # cover a long title's end); the "no data" note and the alert marks fit between title and plot
+        title={
+            "text": title,
+            "x": 0,
+            "xref": "paper",
+            "xanchor": "left",
+            "y": 1,
+            "yref": "paper",
+            "yanchor": "bottom",
+            "pad": {"b": 20},
+        },
         height=TREND_HEIGHT,
         xaxis={"title": "step", "dtick": 1},
         yaxis=yaxis or {},
-        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+        margin={"l": 10, "r": 10, "t": 76, "b": 10},
         # below the axis title, growing downwards: a legend of two or three rows never covers "step"
         legend={"orientation": "h", "y": -0.3, "yanchor": "top"},
         hovermode="x unified",

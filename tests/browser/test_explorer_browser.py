@@ -119,3 +119,13 @@ def test_trends_charts_have_the_toolbar(page):
     plots = page.locator(".js-plotly-plot").count()
     assert page.locator(".js-plotly-plot .modebar").count() == plots  # each chart can be saved
     assert page.get_by_text("credit share by token class").count() == 1
+    # no chart's title runs under its toolbar (a long title's end used to sit beneath the icons)
+    overlaps = page.evaluate(
+        """() => [...document.querySelectorAll('.js-plotly-plot')].filter(p => {
+             const t = p.querySelector('.gtitle'), m = p.querySelector('.modebar');
+             if (!t || !m) return false;
+             const a = t.getBoundingClientRect(), b = m.getBoundingClientRect();
+             return a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+           }).map(p => p.querySelector('.gtitle').textContent)"""
+    )
+    assert overlaps == []
