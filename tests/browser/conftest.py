@@ -214,12 +214,12 @@ def settle(page, timeout: float = 60.0) -> None:
 
 @contextlib.contextmanager
 def serving(db: Path, warm: bool = False, **kwargs):
-    """`Server` on a port of this worker's block (tests/conftest.py). It does not watch the sources: an edit
-    to the checkout during a run would put Streamlit's "File change" prompt on every page. Only a server
-    started with `warm` opens every view in the background first (app/server/warmup.py): the session's server
-    does, as `make app` does; a module's own server, for one or two pages, leaves that work out."""
-    env = {"STREAMLIT_SERVER_FILE_WATCHER_TYPE": "none", "CREDITLENS_WARMUP": "1" if warm else "0"}
-    with mock.patch.dict(os.environ, env):
+    """`Server` on a port of this worker's block (tests/conftest.py). Like every served app it does not watch
+    the sources (`streamlit_command`), so an edit to the checkout during a run puts no "File change" prompt
+    on a page. Only a server started with `warm` opens every view in the background first
+    (app/server/warmup.py): the session's server does, as `make app` does; a module's own server, for one or
+    two pages, leaves that work out."""
+    with mock.patch.dict(os.environ, {"CREDITLENS_WARMUP": "1" if warm else "0"}):
         server = Server(db, port=free_test_port(), **kwargs).__enter__()
     try:
         yield server
