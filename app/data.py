@@ -182,9 +182,24 @@ def model_credit(path: str, run: str, rollout_id: int) -> pd.DataFrame:
         return model_credit_rows(store, run, rollout_id)
 
 
+_REMEMBERED: set[tuple[str, tuple]] = set()  # (kind, key) of results known to be in st.cache_data
+
+
+def remember(kind: str, key: tuple) -> None:
+    """Note that the `kind` result for `key` is now in the server's cache (for every session)."""
+    _REMEMBERED.add((kind, key))
+
+
+def remembered(kind: str, key: tuple) -> bool:
+    """Whether `remember(kind, key)` was called since the last `invalidate` (an entry evicted from a
+    bounded cache reads as still there: the caller only waits longer for it)."""
+    return (kind, key) in _REMEMBERED
+
+
 def invalidate() -> None:
     """After a write (import, delete, resample): drop every cached read."""
     st.cache_data.clear()
+    _REMEMBERED.clear()
 
 
 def store_version(path: str) -> tuple:

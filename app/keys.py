@@ -130,7 +130,6 @@ EXPLORER_ALERT_LINK = "_explorer_alert_link"  # the alert link whose sort was ap
 
 TRENDS_ESTIMATOR = "trends_estimator"
 TRENDS_FORM = "trends_cfg"
-TRENDS_HEALTH_SHOWN = "trends_health_shown"  # the monitor reports this session has had
 
 ROLLOUT_ESTIMATOR = "rollout_estimator"
 ROLLOUT_FORM = "rollout_cfg"

@@ -23,15 +23,16 @@ def report(db: str, run: str, estimator: str, config: tuple = ()) -> monitor.Mon
 
 
 def report_ready(db: str, run: str, estimator: str, config: tuple = ()) -> bool:
-    """Whether this session has had this report (`report_for_session`): the Trends charts then wait for it
-    instead of being drawn twice."""
-    return (db, run, estimator, config) in st.session_state.get(keys.TRENDS_HEALTH_SHOWN, set())
+    """Whether this report is in the server's cache (`report_for_session` has returned it to some session:
+    the warm-up's, another user's or this one's): the Trends charts then wait for it instead of being drawn
+    twice, once without their alert marks and again with them (a fresh page load drew 16 charts for 8)."""
+    return data.remembered("monitor report", (db, run, estimator, config))
 
 
 def report_for_session(db: str, run: str, estimator: str, config: tuple = ()) -> monitor.MonitorReport:
-    """`report`, remembered as had by this session (`report_ready`)."""
+    """`report`, remembered as cached (`report_ready`)."""
     found = report(db, run, estimator, config)
-    st.session_state.setdefault(keys.TRENDS_HEALTH_SHOWN, set()).add((db, run, estimator, config))
+    data.remember("monitor report", (db, run, estimator, config))
     return found
 
 

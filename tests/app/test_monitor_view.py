@@ -48,6 +48,23 @@ def test_the_charts_are_drawn_before_the_monitors_run(app_db, monkeypatch):
     assert chart(at, "trends_unmarked_length")["data"]
 
 
+def test_a_report_in_the_servers_cache_draws_each_chart_once(app_db, monkeypatch):
+    """A new session (a fresh page load) whose report another session has had (the warm-up has the landing
+    run's) waits for it: each chart is drawn once, marked, not first unmarked and then again marked. The
+    report is made to fail in the second session to see what was drawn before it was asked for."""
+    with Store(app_db) as store:
+        import_records(store, "sick", monitor_records("truncation", seed=2), content_key="sick")
+    assert chart(open_app(app_db, "trends", {"run": "sick"}), "trends_groups")["layout"]["shapes"]
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("the cached report is not read in this test")
+
+    monkeypatch.setattr(monitor_panel, "report", failing)
+    again = open_app(app_db, "trends", {"run": "sick"})
+    assert any("not read in this test" in e.value for e in again.error)
+    assert not [e.proto.id for e in again.get("plotly_chart")]  # nothing drawn before the report
+
+
 def test_a_healthy_run_says_so(app_db):
     with Store(app_db) as store:
         import_records(store, "fine", monitor_records(None, seed=0), content_key="fine")
