@@ -130,6 +130,7 @@ EXPLORER_ALERT_LINK = "_explorer_alert_link"  # the alert link whose sort was ap
 
 TRENDS_ESTIMATOR = "trends_estimator"
 TRENDS_FORM = "trends_cfg"
+TRENDS_NUMBERS_OPEN = "trends_numbers_open"  # the lazy expanders (widgets.lazy_expander): open or not
 
 ROLLOUT_ESTIMATOR = "rollout_estimator"
 ROLLOUT_FORM = "rollout_cfg"
@@ -147,6 +148,8 @@ COMPARE_FORM = "compare_cfg"
 COMPARE_DIFF_A = "compare_diff_a"
 COMPARE_DIFF_B = "compare_diff_b"
 COMPARE_WINDOW = "compare_window"
+COMPARE_NUMBERS_OPEN = "compare_numbers_open"
+CLASS_EDITOR_OPEN = "class_editor_open"
 
 TUNE_ESTIMATOR = "tune_estimator"
 TUNE_APPLIED = "_tune_applied"  # the β the Apply button set, until the whole page has been drawn with them
@@ -155,6 +158,7 @@ TUNE_AGAINST = "tune_against"
 TUNE_ETA = "tune_eta"
 TUNE_REPLAY_MODE = "tune_mode"
 TUNE_WINDOW = "tune_window"
+TUNE_REPLAY_TABLE_OPEN = "tune_replay_table_open"
 
 
 def tune_beta(channel: str) -> str:

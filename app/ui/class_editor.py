@@ -8,7 +8,8 @@ import zlib
 import pandas as pd
 import streamlit as st
 
-from app import actions, data, state
+from app import actions, data, keys, state
+from app.ui import widgets
 from app.ui.text import plain
 from backend.credit import token_classes
 
@@ -17,9 +18,12 @@ def show(sel) -> None:
     """Edit the token classes (regex, phrases or marker; first match wins, `other` for the rest): reorder
     them, use them in this session (and its link, `?classes=`), or save them with the run, so that every
     credit-by-class chart and table uses them (the Explorer's and Trends' summaries included)."""
+    box = widgets.lazy_expander("Token classes of this run", key=keys.CLASS_EDITOR_OPEN)
+    if box is None:
+        return
     read_only = data.settings().read_only
     saved = data.token_classes(sel.db, sel.run)
-    with st.expander("Token classes of this run", expanded=False):
+    with box:
         st.caption(
             "kind: regex (searched in each token's text), phrases (separated by |, matched in the "
             "response text, any tokenizer), marker (key, style span). The first class that matches a "

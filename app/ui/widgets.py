@@ -74,6 +74,15 @@ def described(name: str) -> str:
     return f"{name} — {text}" if text else name
 
 
+def lazy_expander(label: str, key: str):
+    """A collapsed expander whose content is drawn only while it is open (opening it reruns the page), or
+    None while it is closed. A table in a closed expander made a fresh page load fetch and start the data
+    grid's code for nothing: Compare loaded in 5.1 s with its class editor and share table, 4.0 s without
+    (docs/speed.md). Use: `if (box := lazy_expander(...)) is not None: with box: ...`."""
+    box = st.expander(label, key=key, on_change="rerun")
+    return box if box.open else None
+
+
 def unavailable_note(unavailable: dict[str, str]) -> None:
     """The estimators this run cannot run, each with the reason and the fix (never offered, then failing)."""
     if not unavailable:

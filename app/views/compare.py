@@ -132,10 +132,12 @@ with right:
         "its dash means that class gets more credit than its count."
     )
     st.plotly_chart(charts.class_mass_figure(result["mass"]), key="compare_mass", width="stretch")
-shares = result["mass"].pivot(index="token_class", columns="estimator", values="credit_share")
-st.dataframe(
-    shares,
-    width="stretch",
-    column_config={c: st.column_config.NumberColumn(c, format="percent") for c in shares.columns},
-)
+numbers = widgets.lazy_expander("The numbers: share of Σ|A| per class", keys.COMPARE_NUMBERS_OPEN)
+if numbers is not None:
+    shares = result["mass"].pivot(index="token_class", columns="estimator", values="credit_share")
+    numbers.dataframe(
+        shares,
+        width="stretch",
+        column_config={c: st.column_config.NumberColumn(c, format="percent") for c in shares.columns},
+    )
 class_editor.show(sel)

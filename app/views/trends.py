@@ -96,10 +96,12 @@ st.caption(
 )
 monitor_panel.show_alerts(sel.run, health)
 
-with st.expander("The numbers (one row per step)"):
-    st.dataframe(frame, hide_index=True, width="stretch")
-    text.text_block(
-        f"creditlens trends --db {sel.db} --run {sel.run} --estimator {estimator} --channel {channel}"
-        + "".join(f" --set {k}={v}" for k, v in config if k != "channel")
-        + " --json"
-    )
+numbers = widgets.lazy_expander("The numbers (one row per step)", keys.TRENDS_NUMBERS_OPEN)
+if numbers is not None:
+    with numbers:
+        st.dataframe(frame, hide_index=True, width="stretch")
+        text.text_block(
+            f"creditlens trends --db {sel.db} --run {sel.run} --estimator {estimator} --channel {channel}"
+            + "".join(f" --set {k}={v}" for k, v in config if k != "channel")
+            + " --json"
+        )

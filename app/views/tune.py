@@ -256,7 +256,9 @@ def dual_ascent_replay() -> None:
         )
     if keys.TUNE_APPLIED in st.session_state:  # set by the Apply callback: draw the whole page with the new β
         st.rerun(scope="app")
-    st.dataframe(replay.pivot(index="step", columns="channel", values="beta"), width="stretch")
+    table = widgets.lazy_expander("The replay as a table: β per step", keys.TUNE_REPLAY_TABLE_OPEN)
+    if table is not None:
+        table.dataframe(replay.pivot(index="step", columns="channel", values="beta"), width="stretch")
 
 
 channel_weights()

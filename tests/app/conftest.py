@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from app import keys
 from backend.ingest import import_records
 from backend.store import Store
 from tests.conftest import copy_store, make_records
@@ -45,11 +46,22 @@ def app_db(template_db, tmp_path) -> Path:
     return copy_store(template_db, tmp_path / "runs.duckdb")
 
 
-def open_app(db: Path, page: str | None = None, query: dict | None = None, timeout: float = 120):
+# the lazy expanders that hold the tables some tests read (Compare: the class shares and the class editor;
+# Tune: the replay's β per step), open as a user opens them
+COMPARE_OPEN = (keys.COMPARE_NUMBERS_OPEN, keys.CLASS_EDITOR_OPEN)
+TUNE_OPEN = (keys.TUNE_REPLAY_TABLE_OPEN,)
+
+
+def open_app(
+    db: Path, page: str | None = None, query: dict | None = None, timeout: float = 120, opened: tuple = ()
+):
     """Open the app as a link to `app/views/<page>.py` does (the landing page when None): one script run of
-    the entry point and that view, as a fresh browser tab has it. Returns the AppTest."""
+    the entry point and that view, as a fresh browser tab has it, with the lazy expanders whose keys are in
+    `opened` open (`app.ui.widgets.lazy_expander`: as if the user had opened them). Returns the AppTest."""
     at = AppTest.from_file(str(MAIN), default_timeout=timeout)
     at.session_state["app_db"] = str(db)
+    for key in opened:
+        at.session_state[key] = True
     for k, v in (query or {}).items():
         at.query_params[k] = v
     if page is not None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from app.ui import fmt, scales
-from tests.app.conftest import chart, decode, open_app
+from tests.app.conftest import COMPARE_OPEN, chart, decode, open_app
 
 
 def colour_bars(spec: dict) -> dict[str, dict]:
@@ -96,7 +96,7 @@ def test_explorer_shows_the_response_first_and_the_shares_of_positive_and_negati
 
 
 def test_class_order_is_editable_in_the_view(app_db):
-    at = open_app(app_db, "compare", {"run": "demo", "rollout": "0"})
+    at = open_app(app_db, "compare", {"run": "demo", "rollout": "0"}, opened=COMPARE_OPEN)
     at.selectbox(key="token_class_move").set_value("style span").run()
     at.button(key="token_class_up").click().run()
     assert not at.exception
@@ -110,7 +110,7 @@ def test_class_order_is_editable_in_the_view(app_db):
 
 
 def test_saved_phrases_show_as_phrases(app_db):
-    at = open_app(app_db, "compare", {"run": "demo", "rollout": "0"})
+    at = open_app(app_db, "compare", {"run": "demo", "rollout": "0"}, opened=COMPARE_OPEN)
     editors = [t.value for t in at.dataframe if "pattern" in t.value.columns]
     assert editors, "no token class editor"
     patterns = dict(zip(editors[0]["name"], editors[0]["pattern"], strict=True))

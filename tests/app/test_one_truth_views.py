@@ -12,7 +12,7 @@ import pytest
 from app.view_data import compare as compare_data
 from backend.credit import token_classes
 from backend.store import Store
-from tests.app.conftest import chart, decode, open_app, text_blocks
+from tests.app.conftest import COMPARE_OPEN, chart, decode, open_app, text_blocks
 from tests.conftest import run_cli_here
 
 ROLLOUT = 352
@@ -82,7 +82,7 @@ def test_compare_keeps_drawing_when_one_estimator_fails(app_db):
 def test_compare_credit_by_class_uses_the_runs_own_classes(app_db):
     with Store(app_db) as store:
         token_classes.save(store, "demo", (token_classes.TokenClass("answer digits", "regex", r"^\d$"),))
-    at = open_app(app_db, page="compare", query={"run": "demo", "rollout": str(ROLLOUT)})
+    at = open_app(app_db, page="compare", query={"run": "demo", "rollout": str(ROLLOUT)}, opened=COMPARE_OPEN)
     assert not at.exception, at.exception
     mass = at.dataframe[0].value
     assert set(mass.index) == {"answer digits", "other"}

@@ -12,7 +12,17 @@ from backend.credit import token_classes
 from backend.evaluation.calibration import calibration, off_policy_note
 from backend.models import engine_note
 from backend.store import Store
-from tests.app.conftest import IMG, SCRIPT, chart, decode, heatmap_z, open_app, text_blocks
+from tests.app.conftest import (
+    COMPARE_OPEN,
+    IMG,
+    SCRIPT,
+    TUNE_OPEN,
+    chart,
+    decode,
+    heatmap_z,
+    open_app,
+    text_blocks,
+)
 from tests.app.test_one_truth_views import heatmap_row
 from tests.conftest import make_records, write_jsonl
 
@@ -100,7 +110,7 @@ def test_group_view_aligned_rows_and_prefix_tree(app_db):
 
 
 def test_compare_view_multiples_agreement_mass(app_db):
-    at = open_app(app_db, "compare", {"run": "oracle", "rollout": "0"})
+    at = open_app(app_db, "compare", {"run": "oracle", "rollout": "0"}, opened=COMPARE_OPEN)
     for key in ("compare_multiples", "compare_difference", "compare_agreement", "compare_mass"):
         chart(at, key)
     mass = at.dataframe[0].value
@@ -135,7 +145,7 @@ def test_tune_beta_slider_changes_heatmap_and_shares(app_db):
 
 
 def test_tune_dual_ascent_replay_reacts_to_tau_and_eta(app_db):
-    at = open_app(app_db, "tune", {"run": "demo", "rollout": "0"})
+    at = open_app(app_db, "tune", {"run": "demo", "rollout": "0"}, opened=TUNE_OPEN)
     table = at.dataframe[0].value
     assert len(table) >= 2
     at.slider(key="tune_eta").set_value(5.0).run()
@@ -144,7 +154,7 @@ def test_tune_dual_ascent_replay_reacts_to_tau_and_eta(app_db):
 
 
 def test_tune_replay_starts_from_the_current_beta(app_db):
-    at = open_app(app_db, "tune", {"run": "demo", "rollout": "0"})
+    at = open_app(app_db, "tune", {"run": "demo", "rollout": "0"}, opened=TUNE_OPEN)
     table = at.dataframe[0].value
     at.slider(key="tune_beta_style").set_value(2.5).run()
     at.button(key="tune_replay_button").click().run()
@@ -155,7 +165,7 @@ def test_tune_replay_starts_from_the_current_beta(app_db):
 
 def test_tune_compares_against_the_default_beta_and_applies_the_replayed_beta(app_db):
     query = {"run": "oracle", "rollout": "0", "beta_style": "2.0", "base": "difference"}
-    at = open_app(app_db, "tune", query)
+    at = open_app(app_db, "tune", query, opened=TUNE_OPEN)
     ticks = chart(at, "tune_baseline_heatmap")["layout"]["yaxis"]["ticktext"]
     assert any(t.startswith("style: tuned − default") for t in ticks)
     assert not any(t.startswith("true credit") for t in ticks)  # ground truth has no β
@@ -342,7 +352,7 @@ def test_token_classes_in_a_link_are_used_and_stay_in_the_url(app_db):
         token_classes.TokenClass("carry word", "phrases", "carry"),
     )
     link = token_classes.to_link(classes)
-    at = open_app(app_db, "compare", {"run": "demo", "rollout": "352", "classes": link})
+    at = open_app(app_db, "compare", {"run": "demo", "rollout": "352", "classes": link}, opened=COMPARE_OPEN)
     assert set(at.dataframe[0].value.index) == {"answer digits", "carry word", "other"}
     assert at.query_params["classes"] in ([link], link)
     assert not at.warning
@@ -363,7 +373,26 @@ def test_a_link_with_a_bad_token_class_warns_and_uses_the_runs_classes(app_db):
     )
     (warning,) = [w.value for w in at.warning]  # on the first view the link opens
     assert "classes=" in warning and "broken" in warning and "not a regex" in warning
+    for key in COMPARE_OPEN:
+        at.session_state[key] = True
     at.switch_page("views/compare.py").run()
     assert not at.exception
     assert "digits" in set(at.dataframe[0].value.index)  # the defaults of the demo run
     assert "classes" not in at.query_params
+
+
+@pytest.mark.parametrize(
+    ("page", "opened"),
+    [("compare", COMPARE_OPEN), ("tune", TUNE_OPEN), ("trends", ("trends_numbers_open",))],
+)
+def test_a_fresh_load_sends_no_table_a_closed_expander_hides(app_db, page, opened):
+    """A table in a closed expander made the browser fetch and start the data grid's code on every fresh
+    load (Compare 5.1 s with its class editor and share table, 4.0 s without): those expanders draw their
+    content only once opened (`widgets.lazy_expander`), and opening one shows it."""
+    at = open_app(app_db, page, {"run": "demo", "rollout": "0"})
+    assert not at.dataframe, [d.value.columns.tolist() for d in at.dataframe]
+    for key in opened:
+        at.session_state[key] = True
+    at.run()
+    assert not at.exception
+    assert len(at.dataframe) == len(opened)
