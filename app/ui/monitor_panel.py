@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app import data, keys, navigation
+from app.ui.fmt import safe
 from backend.monitor import monitors as monitor
 from backend.views import explorer
 
@@ -43,24 +44,49 @@ def unmarked_key(key: str) -> str:
 
 
 def mark_alerts(fig: go.Figure, alerts: list[monitor.Alert]) -> go.Figure:
-    """`fig` with a dashed vertical line at each alert's onset step (the worst severity's colour) and the
-    detectors in its hover label."""
+    """`fig` with a dashed vertical line at each alert's onset step (the worst severity's colour) and a
+    label naming the severity, whose hover lists the detectors. Onsets closer than a twelfth of the steps
+    shown share the first one's label ("warn ×3", every step's detectors in its hover): on a long run their
+    labels were drawn over one another."""
     by_step: dict[int, list[monitor.Alert]] = {}
     for a in alerts:
         by_step.setdefault(a.step, []).append(a)
-    for step, found in sorted(by_step.items()):
-        worst = max(found, key=lambda a: monitor.SEVERITIES.index(a.severity)).severity
-        fig.add_vline(
-            x=step,
-            line_dash="dash",
-            line_width=1,
-            line_color=COLOURS[worst],
-            opacity=0.8,
-            annotation_text=worst,
-            annotation_position="top",
-            annotation_hovertext="<br>".join(f"{a.severity}: {a.detector} ({a.statistic})" for a in found),
+    xs = [float(x) for trace in fig.data for x in (trace.x if trace.x is not None else ())]
+    near = (max(xs) - min(xs)) / 12 if xs else 0.0
+    clusters: list[list[int]] = []
+    for step in sorted(by_step):
+        if clusters and step - clusters[-1][0] < near:
+            clusters[-1].append(step)
+        else:
+            clusters.append([step])
+    for cluster in clusters:
+        found = [a for step in cluster for a in by_step[step]]
+        for step in cluster:
+            fig.add_vline(
+                x=step,
+                line_dash="dash",
+                line_width=1,
+                line_color=COLOURS[_worst(by_step[step])],
+                opacity=0.8,
+            )
+        label = _worst(found) + (f" ×{len(cluster)}" if len(cluster) > 1 else "")
+        hover = "<br>".join(f"step {a.step} · {a.severity}: {a.detector} ({safe(a.statistic)})" for a in found)
+        fig.add_annotation(
+            x=cluster[0],
+            xref="x",
+            y=1,
+            yref="paper",
+            yanchor="bottom",
+            text=label,
+            showarrow=False,
+            font={"size": 11, "color": COLOURS[_worst(found)]},
+            hovertext=hover,
         )
     return fig
+
+
+def _worst(found: list[monitor.Alert]) -> str:
+    return max(found, key=lambda a: monitor.SEVERITIES.index(a.severity)).severity
 
 
 def explorer_link(run: str, alert: monitor.Alert) -> dict[str, str]:

@@ -4,6 +4,8 @@ rollouts."""
 
 from __future__ import annotations
 
+import plotly.graph_objects as go
+
 from app.ui import monitor_panel
 from backend.ingest import import_records
 from backend.monitor import monitors as monitor
@@ -102,3 +104,23 @@ def test_an_alert_link_followed_within_a_session_takes_its_sort_once():
     assert session["explorer_sort"] == "rollout_id"  # not a column of this table: the sort stays
     monitor_panel.follow_alert_link({"sort": "length"}, session, ["length"])  # no alert filter: no link
     assert session["explorer_sort"] == "rollout_id"
+
+
+def test_close_alert_onsets_on_a_long_run_share_one_label():
+    """On a 150-step run, onsets 3 steps apart had their labels drawn over one another ('wa wa warn'): each
+    onset keeps its line, onsets closer than a twelfth of the steps share the first one's label, and its
+    hover names every step's detector (a statistic carries a class name from the user: escaped)."""
+
+    def alert(step, severity, statistic="pos_share_filler"):
+        return monitor.Alert("position_drift", statistic, step, severity, 0.5, 0.1, 0.1, 4.0, message="")
+
+    fig = go.Figure(go.Scatter(x=list(range(150)), y=[0.0] * 150))
+    alerts = [alert(30, "warn"), alert(33, "alert", "pos_share_<b>x</b>"), alert(36, "warn")]
+    alerts.append(alert(90, "warn"))
+    marked = monitor_panel.mark_alerts(fig, alerts)
+    assert sorted(s.x0 for s in marked.layout.shapes) == [30, 33, 36, 90]
+    labels = {a.x: a for a in marked.layout.annotations}
+    assert sorted(labels) == [30, 90]
+    assert labels[30].text == "alert ×3" and labels[90].text == "warn"
+    assert [f"step {s}" in labels[30].hovertext for s in (30, 33, 36)] == [True] * 3
+    assert "<b>" not in labels[30].hovertext and "&lt;b&gt;" in labels[30].hovertext
