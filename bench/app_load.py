@@ -7,12 +7,15 @@ view that draws one, and the second ratio is what the view adds to it.
 
 A load is timed from `goto` until the page's first script run has finished (Streamlit's WebSocket sends
 `script_finished`), a later rerun it asked for has finished too, and the browser shows that run: every
-chart drawn, nothing stale. "first content" is the moment the view's title is drawn.
+chart drawn, nothing stale. "first content" is the moment the view's title is drawn. The last row opens
+Trends on a 150-step run (`step_records`): a view's cost can grow with the run, and a training run has
+hundreds of steps where the demo has four.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import re
 import statistics
 import time
@@ -21,7 +24,9 @@ from pathlib import Path
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
 from app import navigation
-from app.server.launch import Server
+from app.server.launch import Server, prepare_store
+from backend.ingest import import_records
+from backend.store import Store
 from bench.chromium import launch
 
 TRIVIAL = 'import streamlit as st\n\nst.title("Trivial")\nst.write("A trivial page: the baseline.")\n'
@@ -33,7 +38,36 @@ QUERIES = {"explorer": "run=demo", "trends": "run=demo", "oracle": "run=oracle",
 VIEWS = tuple(
     (title, f"{path if i else ''}?{QUERIES.get(path, 'run=demo&rollout=3')}".rstrip("?"))
     for i, (_, title, path, _) in enumerate(navigation.VIEWS)
-)
+) + (("Trends · 150 steps", "trends?run=steps150"),)  # a long training run: a tick per step took 14.7 s
+
+
+def step_records(steps: int = 150, prompts: int = 2, group: int = 4, length: int = 48, seed: int = 0) -> list:
+    """A long training run in short: `steps` steps of `prompts` groups of `group` responses of `length`
+    tokens, with a task and a style score (the run `python -m bench app` opens Trends on)."""
+    rng = random.Random(seed)
+    records = []
+    for step in range(steps):
+        for prompt in range(prompts):
+            for _ in range(group):
+                ids = [rng.randrange(20) for _ in range(length)]
+                task = float(rng.random() < 0.3 + step / (2 * steps))  # learning: more right answers
+                tokens = [f"t{i}" for i in ids]
+                records.append(
+                    {
+                        "prompt": f"prompt {prompt}",
+                        "response": " ".join(tokens),
+                        "group": f"{step}-{prompt}",
+                        "step": step,
+                        "token_ids": ids,
+                        "tokens": tokens,
+                        "logprobs": [-rng.random() for _ in ids],
+                        "entropies": [rng.random() * 2 for _ in ids],
+                        "rewards": {"task": task, "style": -rng.random()},
+                    }
+                )
+    return records
+
+
 # The page shows a finished run: its title, every chart drawn, no running icon, nothing stale. Streamlit
 # draws an element whose code it has not loaded yet (Plotly, the data grid) as a placeholder skeleton, not
 # as that element: a page with skeletons left is not drawn (without that test, every chart counted as
@@ -97,6 +131,9 @@ def measure(playwright, db: Path, tmp: Path, rounds: int = 3) -> tuple[list[tupl
     The first visit of a view is its first load after the server started (its caches cold unless the
     server warmed them); the medians are over the `rounds` loads after it. The baselines' loads are
     interleaved with the views' so all see the same machine load."""
+    prepare_store(db)
+    with Store(db) as store:
+        import_records(store, "steps150", step_records(), content_key="steps150")
     with contextlib.ExitStack() as servers:
         app = servers.enter_context(Server(db, log=tmp / "app.log"))
         baselines = {}

@@ -70,7 +70,9 @@ def mark_alerts(fig: go.Figure, alerts: list[monitor.Alert]) -> go.Figure:
                 opacity=0.8,
             )
         label = _worst(found) + (f" ×{len(cluster)}" if len(cluster) > 1 else "")
-        hover = "<br>".join(f"step {a.step} · {a.severity}: {a.detector} ({safe(a.statistic)})" for a in found)
+        hover = "<br>".join(
+            f"step {a.step} · {a.severity}: {a.detector} ({safe(a.statistic)})" for a in found
+        )
         fig.add_annotation(
             x=cluster[0],
             xref="x",
