@@ -169,7 +169,7 @@ def beta_trajectories(frame: pd.DataFrame) -> go.Figure:
                 go.Scatter(
                     x=part["step"],
                     y=part[column],
-                    mode="lines+markers",
+                    mode=_line_mode(part["step"]),
                     name=label,
                     line={"color": color},
                     legendgroup=name,

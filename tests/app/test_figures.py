@@ -269,3 +269,5 @@ def test_trend_charts_of_a_long_run_label_about_ten_whole_steps_and_drop_the_mar
             assert fig.layout.xaxis.tickformat == "d" and fig.layout.xaxis.dtick == dtick
         assert charts.trend_lines(frame, {"length": "mean length"}, "length").data[0].mode == mode
         assert charts.quantile_band(frame).data[-1].mode == mode
+        replay = frame.assign(channel="style", beta=1.0, rate=0.1, tau=0.1)
+        assert charts.beta_trajectories(replay).data[0].mode == mode  # Tune's dual-ascent replay
