@@ -3,7 +3,9 @@ HTTP cache, no Streamlit session: a link opened, a reload, a new tab) against a 
 served the same way on the same machine in the same run, so the ratio is what the app adds. A second
 baseline is the trivial page with one small Plotly chart: Streamlit loads Plotly's code (several MB of
 script, compiled by the browser) only for a page that draws a chart, so that page is the floor of every
-view that draws one, and the second ratio is what the view adds to it.
+view that draws one, and the second ratio is what the view adds to it. The third baseline, the trivial
+page with one three-row table, is the same for the data grid's code: the floor of a view that draws a
+table and no chart (the Explorer, Runs); its row's ratio is that floor against the trivial page.
 
 A load is timed from `goto` until the page's first script run has finished (Streamlit's WebSocket sends
 `script_finished`), a later rerun it asked for has finished too, and the browser shows that run: every
@@ -31,7 +33,14 @@ from bench.chromium import launch
 
 TRIVIAL = 'import streamlit as st\n\nst.title("Trivial")\nst.write("A trivial page: the baseline.")\n'
 ONE_CHART = TRIVIAL + "import plotly.graph_objects as go\n\nst.plotly_chart(go.Figure(go.Bar(y=[1, 3, 2])))\n"
-BASELINES = {"Trivial page": TRIVIAL, "Trivial page + one chart": ONE_CHART}
+# the floor of a view that draws a table and no chart (the Explorer, Runs): Streamlit loads the data grid's
+# code only for a page that draws a table
+ONE_TABLE = TRIVIAL + 'st.dataframe({"step": [0, 1, 2], "reward": [0.1, 0.5, 0.4]})\n'
+BASELINES = {
+    "Trivial page": TRIVIAL,
+    "Trivial page + one chart": ONE_CHART,
+    "Trivial page + one table": ONE_TABLE,
+}
 # Each view as a link opens it on the demo store (rollout 3: a group whose scores differ). The landing view
 # (the navigation's first) is served at the root: Streamlit answers its url path with "Page not found".
 QUERIES = {"explorer": "run=demo", "trends": "run=demo", "oracle": "run=oracle", "runs": ""}
@@ -157,7 +166,7 @@ def measure(playwright, db: Path, tmp: Path, rounds: int = 3) -> tuple[list[tupl
             (f"Compare: add {name} to grpo, entropy", add_estimator(browser, compare, name)) for name in ADDED
         ]
         browser.close()
-    base, chart = (statistics.median(t[1] for t in times[name][1:]) for name in BASELINES)
+    base, chart, _ = (statistics.median(t[1] for t in times[name][1:]) for name in BASELINES)
     rows = []
     for name, loads in times.items():
         loaded = statistics.median(t[1] for t in loads[1:])
