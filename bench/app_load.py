@@ -10,14 +10,13 @@ table and no chart (the Explorer, Runs); its row's ratio is that floor against t
 A load is timed from `goto` until the page's first script run has finished (Streamlit's WebSocket sends
 `script_finished`), a later rerun it asked for has finished too, and the browser shows that run: every
 chart drawn, nothing stale. "first content" is the moment the view's title is drawn. The last row opens
-Trends on a 150-step run (`step_records`): a view's cost can grow with the run, and a training run has
-hundreds of steps where the demo has four.
+Trends on a 150-step run (the oracle's synthetic records, `backend.evaluation.synthetic.native_records`):
+a view's cost can grow with the run, and a training run has hundreds of steps where the demo has four.
 """
 
 from __future__ import annotations
 
 import contextlib
-import random
 import re
 import statistics
 import time
@@ -27,6 +26,7 @@ from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
 from app import navigation
 from app.server.launch import Server, prepare_store
+from backend.evaluation import synthetic
 from backend.ingest import import_records
 from backend.store import Store
 from bench.chromium import launch
@@ -48,33 +48,6 @@ VIEWS = tuple(
     (title, f"{path if i else ''}?{QUERIES.get(path, 'run=demo&rollout=3')}".rstrip("?"))
     for i, (_, title, path, _) in enumerate(navigation.VIEWS)
 ) + (("Trends · 150 steps", "trends?run=steps150"),)  # a long training run: a tick per step took 14.7 s
-
-
-def step_records(steps: int = 150, prompts: int = 2, group: int = 4, length: int = 48, seed: int = 0) -> list:
-    """A long training run in short: `steps` steps of `prompts` groups of `group` responses of `length`
-    tokens, with a task and a style score (the run `python -m bench app` opens Trends on)."""
-    rng = random.Random(seed)
-    records = []
-    for step in range(steps):
-        for prompt in range(prompts):
-            for _ in range(group):
-                ids = [rng.randrange(20) for _ in range(length)]
-                task = float(rng.random() < 0.3 + step / (2 * steps))  # learning: more right answers
-                tokens = [f"t{i}" for i in ids]
-                records.append(
-                    {
-                        "prompt": f"prompt {prompt}",
-                        "response": " ".join(tokens),
-                        "group": f"{step}-{prompt}",
-                        "step": step,
-                        "token_ids": ids,
-                        "tokens": tokens,
-                        "logprobs": [-rng.random() for _ in ids],
-                        "entropies": [rng.random() * 2 for _ in ids],
-                        "rewards": {"task": task, "style": -rng.random()},
-                    }
-                )
-    return records
 
 
 # The page shows a finished run: its title, every chart drawn, no running icon, nothing stale. Streamlit
@@ -141,8 +114,10 @@ def measure(playwright, db: Path, tmp: Path, rounds: int = 3) -> tuple[list[tupl
     server warmed them); the medians are over the `rounds` loads after it. The baselines' loads are
     interleaved with the views' so all see the same machine load."""
     prepare_store(db)
-    with Store(db) as store:
-        import_records(store, "steps150", step_records(), content_key="steps150")
+    with Store(db) as store:  # the oracle's synthetic run, one training step per seed: 150 steps of 2 × 4
+        import_records(
+            store, "steps150", synthetic.native_records(150, prompts=2, group=4), content_key="steps150"
+        )
     with contextlib.ExitStack() as servers:
         app = servers.enter_context(Server(db, log=tmp / "app.log"))
         baselines = {}
