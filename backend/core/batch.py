@@ -27,6 +27,7 @@ from backend.core.batch_fields import (  # noqa: F401
     missing_channel,
     model_score_needs,
 )
+from backend.core.turns import spans_from_mask
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,11 @@ class RolloutBatch:
         order (what the store reads for outputs that write every token; `select` drops it)
     run_fit: None, or the `backend.estimators.fitting.RunFit` of the run this batch is a chunk of (models
         fitted on the whole run collect from it, then apply to it; None: they fit on this batch)
+    loss_mask: (B, T) bool, True on the real tokens the trainer trains; None: every real token is trained.
+        Tool outputs and environment observations of an agent run are real tokens with loss_mask False:
+        they stay in the rows a view or `estimate` shows, and get no credit (`trained`)
+    turns: None, or per response its turns as (role, start, end) token spans, end exclusive
+    turn_rewards: None, or per response one score (or None) per assistant turn
     """
 
     response_mask: torch.Tensor
@@ -67,6 +73,9 @@ class RolloutBatch:
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
     token_text: object | None = field(default=None, compare=False, repr=False)
     run_fit: object | None = field(default=None, compare=False, repr=False)
+    loss_mask: torch.Tensor | None = None
+    turns: list[list[tuple[str, int, int]]] | None = None
+    turn_rewards: list[list[float | None]] | None = None
 
     @property
     def B(self) -> int:  # noqa: N802 - paper notation
@@ -84,6 +93,32 @@ class RolloutBatch:
     def lengths(self) -> torch.Tensor:
         """L_i: (B,) int64 number of real tokens per response."""
         return self.response_mask.sum(dim=1)
+
+    @property
+    def trained_mask(self) -> torch.Tensor:
+        """(B, T) bool: the real tokens the trainer trains (`response_mask` and `loss_mask`)."""
+        if self.loss_mask is None:
+            return self.response_mask
+        return self.response_mask & self.loss_mask.to(self.response_mask.device).bool()
+
+    def trained(self) -> RolloutBatch:
+        """The batch estimators see: `response_mask` narrowed to the trained tokens, so an untrained token
+        (a tool's output, an environment's observation) is a hole like padding: it gets exactly 0, and no
+        mean, weight, position or group statistic counts it (positions count real tokens only). Done once,
+        here, by `registry.estimate` and the loop twins' entry, never per estimator."""
+        if self.loss_mask is None:
+            return self
+        trained = self.trained_mask
+        tokens = None
+        if self.tokens is not None:  # per response the text of its real tokens: keep the trained ones'
+            keep = trained[self.response_mask].cpu().tolist()  # flat, row-major over the real tokens
+            tokens, offset = [], 0
+            for row in self.tokens:
+                tokens.append(
+                    [text for text, k in zip(row, keep[offset : offset + len(row)], strict=True) if k]
+                )
+                offset += len(row)
+        return replace(self, response_mask=trained, loss_mask=None, tokens=tokens, token_text=None)
 
     def to(self, device: str | torch.device) -> RolloutBatch:
         def move(x):
@@ -126,6 +161,9 @@ class RolloutBatch:
             tokens=None if self.tokens is None else [self.tokens[i] for i in idx.tolist()],
             extras={k: take(v) for k, v in self.extras.items()},
             token_text=None,
+            loss_mask=take(self.loss_mask),
+            turns=None if self.turns is None else [self.turns[i] for i in idx.tolist()],
+            turn_rewards=None if self.turn_rewards is None else [self.turn_rewards[i] for i in idx.tolist()],
         )
 
     def require(self, *names: str) -> None:
@@ -192,7 +230,8 @@ def batch_from_records(records: list[dict], device: str | torch.device = "cpu") 
     Each record: `token_ids` (list[int]), `group_id` (int), optional `rollout_id`, `step`,
     `scores` (dict channel -> float; a channel a record lacks is NaN), `token_rewards` (dict channel ->
     list), `logprobs`, `ref_logprobs`, `entropies`, `values` (lists), `tokens` (list[str]), `extras`
-    (dict name -> list).
+    (dict name -> list), `loss_mask` (list of 0/1), `turns` (list of {role, start, end} or (role, start,
+    end)), `turn_rewards` (list of float or None).
     """
     lengths = [len(r["token_ids"]) for r in records]
     T = max(lengths, default=0)
@@ -239,5 +278,36 @@ def batch_from_records(records: list[dict], device: str | torch.device = "cpu") 
             )
             for c in extra_names
         },
+        loss_mask=(
+            _pad([r.get("loss_mask", [1] * len(r["token_ids"])) for r in records], T, torch.bool)
+            if any(r.get("loss_mask") is not None for r in records)
+            else None
+        ),
+        turns=(
+            [[turn_span(t) for t in _turns_of(r)] for r in records]
+            if any(r.get("turns") or r.get("loss_mask") is not None for r in records)
+            else None
+        ),
+        turn_rewards=(
+            [list(r.get("turn_rewards") or []) for r in records]
+            if any(r.get("turn_rewards") for r in records)
+            else None
+        ),
     )
     return batch.to(device)
+
+
+def _turns_of(record: dict) -> list:
+    """A record's turns; where it has a loss mask and no turns, the mask's runs."""
+    if record.get("turns"):
+        return record["turns"]
+    mask = record.get("loss_mask")
+    return [] if mask is None else spans_from_mask(mask)
+
+
+def turn_span(turn) -> tuple[str, int, int]:
+    """(role, start, end) of a turn given as a dict {role, start, end} or as the tuple itself."""
+    if isinstance(turn, dict):
+        return str(turn["role"]), int(turn["start"]), int(turn["end"])
+    role, start, end = turn
+    return str(role), int(start), int(end)

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 PER_TOKEN_FIELDS = ("logprobs", "ref_logprobs", "entropies", "values")
 """The per-token float fields of a response (the store's columns, the native format's lists)."""
-OPTIONAL_FIELDS = (*PER_TOKEN_FIELDS, "tokens")
+AGENT_COLUMNS = ("turns", "turn_rewards")
+"""An agent's turns and the environment's score after each assistant turn: optional batch fields that
+turn-level estimators need (the loss mask, what is trained, always comes)."""
+OPTIONAL_FIELDS = (*PER_TOKEN_FIELDS, "tokens", *AGENT_COLUMNS)
 """Fields of a batch that a run may lack (None then); extras are optional by name."""
 MC_EXTRAS = ("mc_values", "mc_mask")
 """The extras the store builds from resampling results: V̂(s_t) per position and where it is known."""

@@ -114,7 +114,10 @@ def project_channel(batch: RolloutBatch, spec: ChannelSpec) -> torch.Tensor:
     - process: `token_rewards[name]` when present (step rewards already at step ends); else the
       sequence score split equally over the step-end tokens (newline-ended steps).
     - broadcast: the sequence score on every real token.
+
+    Tokens the trainer does not train (`loss_mask` 0) count as padding in every projection.
     """
+    batch = batch.trained()
     mask = batch.response_mask
     zero = torch.zeros(mask.shape, dtype=torch.float32, device=batch.device)
     if spec.projection == "estimator":
@@ -170,8 +173,9 @@ def normalize(adv: torch.Tensor, batch: RolloutBatch, mode: Normalization) -> to
 
     group: `(A - mean_g) / (std_g + eps)` with mean/unbiased std over all real tokens of the group
     (a group whose tokens are all equal gives 0); batch: the same over the whole batch (verl's
-    whitening); none: unchanged.
+    whitening); none: unchanged. Untrained tokens (`loss_mask` 0) are left out of the statistics and get 0.
     """
+    batch = batch.trained()
     mask = batch.response_mask
     adv = torch.where(mask, adv.to(torch.float32), 0.0)
     if mode == "none":

@@ -23,4 +23,4 @@ def reference_advantages(name: str, batch: RolloutBatch, config: Any = None) -> 
         config = registry.make_config(registry.canonical(name))
     if batch.T == 0:  # as `registry.estimate`: every response is empty, nothing to credit
         return torch.zeros(batch.response_mask.shape, dtype=torch.float32)
-    return fn(batch.to("cpu"), config)
+    return fn(batch.trained().to("cpu"), config)  # untrained tokens are holes, as in `registry.estimate`

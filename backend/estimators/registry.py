@@ -380,10 +380,15 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
 
 
 def estimate(name: str, batch: RolloutBatch, config: Any = None, **overrides: Any) -> EstimatorResult:
-    """Run estimator `name` on `batch`; checks the output contract (shape, finite, 0 on padding)."""
+    """Run estimator `name` on `batch`; checks the output contract (shape, finite, 0 on padding).
+
+    The estimator sees `batch.trained()`: tokens the trainer does not train (`loss_mask` 0: a tool's
+    output, an environment's observation) are holes like padding, so they get exactly 0 and no
+    normalization, mean, weight or position counts them; they stay in the batch's rows."""
     spec = get(name)
     if config is None:
         config = make_config(name, **overrides)
+    batch = batch.trained()
     batch.validate()
     check_needs(name, batch)
     if batch.T == 0:  # every response is empty: nothing to credit (kernels index position 0 or reduce over T)
@@ -397,7 +402,7 @@ def estimate(name: str, batch: RolloutBatch, config: Any = None, **overrides: An
     if not bool(torch.isfinite(adv).all()):
         raise RuntimeError(f"estimator {name!r} produced NaN/inf advantages")
     if bool(adv.masked_fill(batch.response_mask.to(adv.device), 0.0).any()):
-        raise RuntimeError(f"estimator {name!r} wrote non-zero advantages on padding")
+        raise RuntimeError(f"estimator {name!r} wrote non-zero advantages on padding or untrained tokens")
     return result
 
 

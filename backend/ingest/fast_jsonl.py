@@ -35,6 +35,8 @@ _INT_LISTS = rules.of_kind(rules.IDS)
 _PER_TOKEN = rules.of_kind(rules.PER_TOKEN)
 _OPTIONAL = (*rules.of_kind(rules.GROUP), *_INT_LISTS, *_PER_TOKEN, *_STRUCTS)
 """Fields taken as Arrow infers them (besides prompt, response, step and tokens, built explicitly)."""
+_AGENT = frozenset(rules.of_kind(rules.AGENT))
+"""An agent's loss mask, turns and turn rewards (read by the per-record reader)."""
 
 
 @dataclass
@@ -173,7 +175,7 @@ def to_batch(lines: list[Line], tokenizer: Tokenizer) -> tuple[pa.RecordBatch, p
     for line, r in zip(lines, records, strict=True):
         if not isinstance(r, dict) or r.get("token_ids") is None or "record_key" in r:
             raise fast_parquet.Unsupported
-        if "metrics" in r:  # per-rollout metrics: the per-record reader validates them
+        if "metrics" in r or not _AGENT.isdisjoint(r):  # the per-record reader validates these
             raise fast_parquet.Unsupported
         if r.get("logged_advantage") is not None:
             raise fast_parquet.Unsupported

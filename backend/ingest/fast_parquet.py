@@ -135,6 +135,8 @@ def _check_fallbacks(batch: pa.RecordBatch, names: set[str]) -> None:
     """`Unsupported` for what the per-record reader must take (before anything touches the buffer)."""
     if "token_ids" not in names or "rewards" not in names or "metrics" in names:
         raise Unsupported  # per-rollout metrics: the per-record reader validates them
+    if names & set(rules.of_kind(rules.AGENT)):
+        raise Unsupported  # an agent's turns and loss mask: the per-record reader validates them
     for column in ("rewards", *rules.of_kind(rules.PER_TOKEN_MAP)):
         if column in names and not pa.types.is_struct(batch.column(column).type):
             raise Unsupported

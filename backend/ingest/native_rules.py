@@ -20,7 +20,7 @@ ID_LIMIT = 2**31
 STEP_LIMIT = 2**31
 """Steps are stored as 32-bit integers: 0 <= step < STEP_LIMIT."""
 
-TEXT, GROUP, STEP, IDS, LABELS, PER_TOKEN, SCORES, PER_TOKEN_MAP, METRICS, META, NUMBER, OTHER = (
+TEXT, GROUP, STEP, IDS, LABELS, PER_TOKEN, SCORES, PER_TOKEN_MAP, METRICS, META, NUMBER, OTHER, AGENT = (
     "text",
     "group",
     "step",
@@ -33,6 +33,7 @@ TEXT, GROUP, STEP, IDS, LABELS, PER_TOKEN, SCORES, PER_TOKEN_MAP, METRICS, META,
     "meta",
     "number",
     "other",
+    "agent",
 )
 
 
@@ -71,6 +72,14 @@ RULES: tuple[FieldRule, ...] = (
     FieldRule("logged_advantage", NUMBER, "a finite number"),
     FieldRule("ground_truth", OTHER, "a string or JSON"),
     FieldRule("record_key", OTHER, "a 64-bit integer"),
+    FieldRule("loss_mask", AGENT, "a list of 0/1, one per response token (1: trained)"),
+    FieldRule(
+        "turns",
+        AGENT,
+        'a list of {"role", "start", "end"} token spans (end exclusive, in order, not overlapping; role one '
+        "of assistant, tool, user, environment, system)",
+    ),
+    FieldRule("turn_rewards", AGENT, "a list of numbers or nulls, one per assistant turn"),
 )
 FIELDS = {rule.name: rule for rule in RULES}
 KNOWN_FIELDS = frozenset(FIELDS)

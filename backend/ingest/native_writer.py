@@ -51,7 +51,8 @@ class StepRecords:
     prompt_ids, token_ids: N arrays of ints; rewards: channel -> (N,) float64, NaN = no score on it;
     groups: (N,) int, the group of each row within the step; per_token: logprobs / ref_logprobs /
     entropies -> N float arrays (each as long as its row's token_ids); extras: name -> N float arrays;
-    logged_advantage: (N,) float64 or None; meta: one JSON object per row.
+    logged_advantage: (N,) float64 or None; meta: one JSON object per row; loss_mask: N 0/1 arrays (1:
+    trained) or None; turns: per row its [{role, start, end}] token spans (backend/core/turns.py) or None.
     """
 
     step: int
@@ -66,6 +67,8 @@ class StepRecords:
     extras: dict[str, list[np.ndarray]] = field(default_factory=dict)
     logged_advantage: np.ndarray | None = None
     meta: list[dict] | None = None
+    loss_mask: list[np.ndarray] | None = None
+    turns: list[list[dict]] | None = None
 
     def table(self, where: str = "step records") -> tuple[pa.Table, int]:
         """The step as a native Arrow table and the number of rows left out for having no score.
@@ -99,6 +102,8 @@ class StepRecords:
             columns["logged_advantage"] = self.logged_advantage
         if self.meta is not None:
             columns["meta"] = self.meta
+        if self.turns is not None:
+            columns["turns"] = self.turns
         for name, values in columns.items():
             if len(values) != n:
                 raise ValueError(f"{where}: {name} has {len(values)} rows, token_ids has {n}")
@@ -110,6 +115,8 @@ class StepRecords:
         _check_ids(self.prompt_ids, "prompt_ids", where)
         lengths = np.fromiter((len(t) for t in self.token_ids), dtype=np.int64, count=n)
         per_token = {**self.per_token, **{f"extras.{k}": v for k, v in self.extras.items()}}
+        if self.loss_mask is not None:
+            per_token["loss_mask"] = self.loss_mask
         if self.tokens is not None:
             per_token["tokens"] = self.tokens
         for name, rows in per_token.items():
@@ -150,6 +157,11 @@ class StepRecords:
             table["extras"] = pa.StructArray.from_arrays(
                 [_list_array(pick(v), pa.float32()) for v in self.extras.values()], names=list(self.extras)
             )
+        if self.loss_mask is not None:
+            table["loss_mask"] = _list_array(pick(self.loss_mask), pa.int8())
+        if self.turns is not None:
+            span = pa.struct([("role", pa.string()), ("start", pa.int64()), ("end", pa.int64())])
+            table["turns"] = pa.array(pick(self.turns), pa.list_(span))
         if self.logged_advantage is not None:
             table["logged_advantage"] = pa.array(np.asarray(self.logged_advantage, np.float64)[rows])
         if self.meta is not None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from backend.core import turns as agent_turns
 from backend.core.batch_fields import PER_TOKEN_FIELDS
 from backend.core.errors import InputError
 from backend.ingest import native_rules as rules
@@ -143,6 +144,7 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer, allow_unscorable
         out[name] = value
     for name in rules.of_kind(rules.PER_TOKEN_MAP):
         out[name] = _per_token_map(rec.get(name) or {}, where, name, n, origin)
+    out.update(_agent_fields(rec, where, n, origin))
     out["metrics"] = _metrics(rec.get("metrics"), where)
     out["logged_advantage"] = _logged_advantage(rec.get("logged_advantage"), where)
     key = rec.get("record_key")
@@ -224,6 +226,77 @@ def _per_token_map(value: Any, where: str, name: str, n: int, origin: str) -> di
         _check_length(arr, n, where, f"{name}.{channel}", origin)
         checked[str(channel)] = arr
     return checked
+
+
+def _agent_fields(rec: dict, where: str, n: int, origin: str) -> dict:
+    """`loss_mask`, `turns` and `turn_rewards` of an agent's response (issue 44), checked; each implies the
+    other when only one is given (`backend.core.turns`). A record with none of them keeps None."""
+    mask, turns, rewards = rec.get("loss_mask"), rec.get("turns"), rec.get("turn_rewards")
+    if mask is not None:
+        if not isinstance(mask, list):
+            raise rules.must_be(where, "loss_mask", f", got {_kind(mask)}")
+        for k, m in enumerate(mask):
+            if not _is_number(m) and not isinstance(m, bool) or m not in (0, 1):
+                raise InputError(f"{where}: field 'loss_mask'[{k}] must be 0 or 1, got {_kind(m)}")
+        _check_length(mask, n, where, "loss_mask", origin)
+        mask = [int(m) for m in mask]
+    if turns is not None:
+        turns = _turns(turns, where, n, origin)
+    if rewards is not None:
+        if not isinstance(rewards, list):
+            raise rules.must_be(where, "turn_rewards", f", got {_kind(rewards)}")
+        for k, x in enumerate(rewards):
+            if x is not None and (not _is_number(x) or not _is_finite(x, FLOAT32_MAX)):
+                raise InputError(
+                    f"{where}: field 'turn_rewards'[{k}] must be a finite number or null, got {_kind(x)}"
+                )
+        if mask is None and turns is None:
+            raise InputError(
+                f"{where}: field 'turn_rewards' needs 'turns' (or a 'loss_mask') to say which turns"
+            )
+    if mask is None and turns is not None:
+        mask = agent_turns.mask_from_turns(turns, n)
+    if turns is None and mask is not None:
+        turns = agent_turns.spans_from_mask(mask)
+    if rewards is not None:
+        n_assistant = len(agent_turns.assistant_turns(turns))
+        if len(rewards) != n_assistant:
+            raise InputError(
+                f"{where}: field 'turn_rewards' has {len(rewards)} entries but the response has "
+                f"{n_assistant} assistant turns; give one score (or null) per assistant turn"
+            )
+        rewards = [None if x is None else float(x) for x in rewards]
+    return {"loss_mask": mask, "turns": turns, "turn_rewards": rewards}
+
+
+def _turns(turns: Any, where: str, n: int, origin: str) -> list[dict]:
+    if not isinstance(turns, list):
+        raise rules.must_be(where, "turns", f", got {_kind(turns)}")
+    out, end_before = [], 0
+    for k, turn in enumerate(turns):
+        if not isinstance(turn, dict) or set(turn) - {"role", "start", "end"}:
+            raise InputError(f"{where}: field 'turns'[{k}] must be an object with role, start and end")
+        role, start, end = turn.get("role"), turn.get("start"), turn.get("end")
+        if role not in agent_turns.ROLES:
+            raise InputError(
+                f"{where}: field 'turns'[{k}].role must be one of {', '.join(agent_turns.ROLES)}, got "
+                f"{_kind(role) if not isinstance(role, str) else 'another string'}"
+            )
+        for name, x in (("start", start), ("end", end)):
+            if not _is_int(x):
+                raise InputError(f"{where}: field 'turns'[{k}].{name} must be an integer, got {_kind(x)}")
+        if not end_before <= start < end:
+            raise InputError(
+                f"{where}: field 'turns'[{k}] spans [{start}, {end}): turns must be non-empty, in order and "
+                f"not overlap (the previous one ends at {end_before})"
+            )
+        if end > n:
+            raise InputError(
+                f"{where}: field 'turns'[{k}].end = {end} is past the response's {n} tokens ({origin})"
+            )
+        out.append({"role": role, "start": start, "end": end})
+        end_before = end
+    return out
 
 
 def _logged_advantage(adv: Any, where: str) -> float | int | None:
@@ -317,6 +390,7 @@ class ChunkBuffer:
                     "logged_advantage": pa.array([r["logged_advantage"] for r in rows], pa.float64()),
                     "meta": [json.dumps(r["meta"], default=str, ensure_ascii=False) for r in rows],
                     "record_key": pa.array([r["record_key"] for r in rows], pa.int64()),
+                    **agent_columns(rows),
                 }
             ),
             "scores": _long_table(run, rows, "rewards", "channel", "score", pa.float64()),
@@ -340,6 +414,20 @@ class ChunkBuffer:
                 "ground_truth": pa.array([g["ground_truth"] for g in groups], pa.string()),
             }
         )
+
+
+def agent_columns(rows: list[dict]) -> dict[str, pa.Array]:
+    """The rollouts table's agent columns of validated records: loss_mask, turns (JSON), turn_rewards."""
+    return {
+        "loss_mask": pa.array(
+            [None if r.get("loss_mask") is None else [m == 1 for m in r["loss_mask"]] for r in rows],
+            pa.list_(pa.bool_()),
+        ),
+        "turns": pa.array(
+            [None if r.get("turns") is None else json.dumps(r["turns"]) for r in rows], pa.string()
+        ),
+        "turn_rewards": pa.array([r.get("turn_rewards") for r in rows], pa.list_(pa.float64())),
+    }
 
 
 def _long_table(run: int, rows: list[dict], key: str, name_col: str, value_col: str, value_type) -> pa.Table:

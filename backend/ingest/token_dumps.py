@@ -34,8 +34,9 @@ Where each field goes (all per-token lists cover the response tokens only):
 - prompt/response split: the response starts at the first token the trainer's loss mask keeps
   (NeMo-RL `token_loss_mask`, prime-rl `loss_mask`) and runs to the end of the sequence, so later
   masked tokens (environment or tool turns, NeMo-RL's closing environment message) stay in it;
-  the mask is stored per token as extras `loss_mask` (1 trained, 0 not; NeMo-RL's is
-  `token_loss_mask * sample_loss_mask`, what its loss uses).
+  the mask is the record's `loss_mask` (1 trained, 0 not; NeMo-RL's is
+  `token_loss_mask * sample_loss_mask`, what its loss uses), and its contiguous runs are the record's
+  `turns`: trained runs `assistant`, untrained ones `environment` (issue 44; no estimator credits them).
 - the trainer's per-token advantage: extras `logged_advantage`; the rollout's `logged_advantage` is
   set too when the advantage is one number over the generated tokens (GRPO).
 - trainer logprobs (NeMo-RL `prev_logprobs`, prime-rl `trainer_logprobs`, the board's `logprobs`)
@@ -61,6 +62,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from backend.core.errors import InputError
+from backend.core.turns import spans_from_mask
 from backend.ingest.records import check_text
 from backend.ingest.sources import Progress, iter_jsonl
 from backend.ingest.tokenize import Tokenizer
@@ -274,14 +276,17 @@ def _nemo_rl_record(obj: dict, step: int, where: str, tokenizer: Tokenizer) -> d
     prompt_ids, response_ids = ids[:start], ids[start:]
     if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         raise InputError(f"{where}: field 'token_ids' must hold integers")
-    loss_mask = [m * sample_mask for m in token_mask[start:]]
-    extras = {"loss_mask": loss_mask}
+    loss_mask = [int(m * sample_mask > 0) for m in token_mask[start:]]
+    extras = {}
     rec: dict = {
         "step": step,
         "group": _prompt_group(prompt_ids),
         "prompt_ids": prompt_ids,
         "token_ids": response_ids,
         "rewards": {"task": _unbatch(obj, "rewards", where)},
+        "loss_mask": loss_mask,
+        # NeMo-RL's message log: the masked spans after the first assistant turn are environment turns
+        "turns": spans_from_mask([int(m > 0) for m in token_mask[start:]], "environment"),
     }
     if "prev_logprobs" in rows:
         rec["logprobs"] = _numbers(rows["prev_logprobs"], "prev_logprobs", where)[start:]
@@ -381,8 +386,10 @@ def prime_rl_records(
                 "group": _prompt_group(prompt_ids),
                 "rewards": {"advantage": math.fsum(trained) / len(trained)},
                 "logged_advantage": _one_advantage(advantages, loss_mask),
+                "loss_mask": [int(m > 0) for m in loss_mask],
+                "turns": spans_from_mask([int(m > 0) for m in loss_mask], "environment"),
             }
-            extras = {"loss_mask": loss_mask, "logged_advantage": advantages}
+            extras = {"logged_advantage": advantages}
             dropped = []
             for name, target in (("trainer_logprobs", "logprobs"), ("entropy", "entropies")):
                 if obj.get(name) is not None:

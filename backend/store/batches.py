@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -9,7 +10,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from backend.core.batch_fields import MC_EXTRAS, MODEL_SCORED, PER_TOKEN_FIELDS, model_score_needs
+from backend.core import turns as agent_turns
+from backend.core.batch_fields import (
+    AGENT_COLUMNS,
+    MC_EXTRAS,
+    MODEL_SCORED,
+    PER_TOKEN_FIELDS,
+    model_score_needs,
+)
 from backend.store.model_credit_extras import model_credit_extras
 from backend.store.runs import Runs
 
@@ -116,6 +124,7 @@ class Batches(Runs):
             return {name: torch.from_numpy(values) for name, values in arrays.items()}
 
         per_token = {name: _per_token(table, name, rows) for name in PER_TOKEN_FIELDS}
+        loss_mask, turns, turn_rewards = _agent(table, rows)
         batch = RolloutBatch(
             response_mask=torch.from_numpy(rows.mask),
             token_ids=torch.from_numpy(
@@ -129,6 +138,9 @@ class Batches(Runs):
             tokens=tokens,
             token_text=token_text,
             extras=tensors(extras),
+            loss_mask=None if loss_mask is None else torch.from_numpy(loss_mask),
+            turns=turns,
+            turn_rewards=turn_rewards,
             **{
                 name: None if values is None else torch.from_numpy(values)
                 for name, values in per_token.items()
@@ -162,7 +174,8 @@ def _rollout_table(
             where.append(f"list_contains(?, {column})")
             params.append([int(i) for i in ids])
     cond = " AND ".join(where)
-    names = ["rollout_id", "group_id", "step", "token_ids"]
+    names = ["rollout_id", "group_id", "step", "token_ids", "loss_mask"]  # the mask always: what is trained
+    names += [c for c in AGENT_COLUMNS if _loads(wanted, c)]
     names += [c for c in ("tokens", *PER_TOKEN_FIELDS, "logged_advantage") if _loads(wanted, c)]
     if _loads(wanted, "token_text") and "tokens" not in names:
         names.append("tokens")
@@ -270,6 +283,32 @@ def _resample_extras(
             mc_values[rows.row_of[int(rid)], pos] = float(value)
             mc_mask[rows.row_of[int(rid)], pos] = 1.0
     return {MC_EXTRAS[0]: mc_values, MC_EXTRAS[1]: mc_mask}
+
+
+def _agent(table: pa.Table, rows: _BatchRows) -> tuple[np.ndarray | None, list | None, list | None]:
+    """The batch's loss mask (B, T) bool (None when no rollout has one: all trained), its turns (per rollout
+    (role, start, end) spans; a rollout with a mask and no stored turns gets its mask's runs) and turn
+    rewards, each None when no rollout of the batch has it."""
+    mask_col = table.column("loss_mask")
+    loss_mask = None
+    if mask_col.null_count < len(mask_col):
+        loss_mask = rows.mask.copy()  # a rollout without a mask trains every real token
+        have = ~mask_col.is_null().to_numpy(zero_copy_only=False)
+        dense = pad_list_array(mask_col.cast(pa.list_(pa.int8())), rows.T, np.int8) > 0
+        loss_mask[have] = dense[have] & rows.mask[have]
+    turns = None
+    if "turns" in table.column_names:
+        stored = table.column("turns").to_pylist()
+        masks = mask_col.to_pylist()
+        spans = []
+        for text, mask in zip(stored, masks, strict=True):
+            listed = json.loads(text) if text else (agent_turns.spans_from_mask(mask) if mask else [])
+            spans.append([(t["role"], int(t["start"]), int(t["end"])) for t in listed])
+        turns = spans if any(spans) else None
+    turn_rewards = None
+    if "turn_rewards" in table.column_names and table.column("turn_rewards").null_count < table.num_rows:
+        turn_rewards = [r or [] for r in table.column("turn_rewards").to_pylist()]
+    return loss_mask, turns, turn_rewards
 
 
 def _logged_advantage(table: pa.Table) -> dict[str, np.ndarray]:

@@ -11,6 +11,7 @@ import uuid
 import pandas as pd
 import pyarrow as pa
 
+from backend.core import turns as agent_turns
 from backend.core.batch_fields import ALL_CHANNELS, PER_TOKEN_FIELDS, default_main_channel
 from backend.core.errors import InputError, StoreError
 from backend.store.connection import ESTIMATE_TABLES, IMPORTED_TABLES, RUN_TABLES, Connection
@@ -313,6 +314,10 @@ class Runs(Connection):
             raise StoreError(f"run {run!r} has no rollout {rollout_id}")
         out = dict(zip([d[0] for d in cur.description], row, strict=True))
         out["meta"] = json.loads(out["meta"] or "{}")
+        if out.get("turns"):
+            out["turns"] = json.loads(out["turns"])
+        elif out.get("loss_mask") is not None:  # a mask without turns: its runs (backend.core.turns)
+            out["turns"] = agent_turns.spans_from_mask(out["loss_mask"])
         out["rewards"] = dict(
             self.con.execute(
                 "SELECT channel, score FROM scores WHERE run_id = ? AND rollout_id = ? ORDER BY channel",

@@ -18,7 +18,6 @@ import numpy as np
 from backend.core.batch import RolloutBatch
 
 OLD_LOGPROBS = "old_logprobs"  # extras key: the behaviour (rollout-time) policy's logprobs, (B, T)
-LOSS_MASK = "loss_mask"  # extras key: 1 where the token entered the loss, (B, T)
 
 
 def _row(x, row: int, L: int) -> np.ndarray | None:
@@ -56,5 +55,6 @@ def token_strips(batch: RolloutBatch, row: int) -> dict[str, np.ndarray]:
 def loss_mask(batch: RolloutBatch, row: int) -> np.ndarray | None:
     """(L,) bool: True where the token entered the loss, or None when the run stored no loss mask."""
     L = int(batch.lengths[row])
-    got = _row(batch.extras.get(LOSS_MASK), row, L)
-    return None if got is None else got > 0.5
+    if batch.loss_mask is None:
+        return None
+    return batch.loss_mask[row, :L].cpu().numpy().astype(bool)

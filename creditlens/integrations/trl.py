@@ -29,7 +29,7 @@ the recorder writes one native Parquet step file (`backend.ingest.native_writer`
 - meta: policy_step (optimizer steps the sampling weights had taken), checkpoint (the folder holding those
   weights: the initial model folder or `output_dir/checkpoint-<policy_step>` when the trainer saved it),
   reward_weights, scale_rewards, temperature; loss_masked for rows TRL masked (mask_truncated_completions);
-  extras loss_mask per token for multi-turn tool tokens (0: not trained).
+  loss_mask per token for multi-turn tool tokens (0: not trained, TRL's tool_mask) and the turns it implies.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ except ImportError as exc:  # say what to install, not only which module is miss
         f"(pip install trl==1.16.0): {exc}"
     ) from exc
 
+from backend.core.turns import spans_from_mask
 from backend.ingest.native_writer import StepRecords, write_atomic
 from backend.ingest.step_files import step_file_name
 from backend.ingest.tokenize import token_labels
@@ -204,8 +205,7 @@ class Recorder:
         if entropies is not None:
             per_token["entropies"] = rows(entropies)
         extras = {}
-        if output.get("tool_mask") is not None:
-            extras["loss_mask"] = rows(output["tool_mask"])
+        loss_mask, turns = _tool_turns(rows(output.get("tool_mask")))
         advantages = output["advantages"].detach().float().cpu()
         if advantages.ndim == 2:  # per-token advantages: kept per token, their mean as the rollout's
             extras["logged_advantage"] = rows(advantages)
@@ -239,6 +239,8 @@ class Recorder:
             groups=self._groups_done + (rank * B + np.arange(B)) // G,
             per_token={k: v for k, v in per_token.items() if v is not None},
             extras=extras,
+            loss_mask=loss_mask,
+            turns=turns,
             logged_advantage=advantages.numpy().astype(np.float64),
             meta=meta,
         )
@@ -296,3 +298,14 @@ def record(trainer: GRPOTrainer, path: str | Path, entropies: bool = False) -> R
     recorder._original = trainer._generate_and_score_completions
     trainer._generate_and_score_completions = recorder._hooked
     return recorder
+
+
+def _tool_turns(
+    tool_mask: list[np.ndarray] | None,
+) -> tuple[list[np.ndarray] | None, list[list[dict]] | None]:
+    """TRL's multi-turn `tool_mask` rows (1 on the policy's tokens, 0 on the tools' outputs) as the records'
+    `loss_mask` and the turns it implies (trained runs `assistant`, untrained ones `tool`); None without."""
+    if tool_mask is None:
+        return None, None
+    loss_mask = [(m > 0.5).astype(np.int8) for m in tool_mask]
+    return loss_mask, [spans_from_mask(m.tolist(), "tool") for m in loss_mask]

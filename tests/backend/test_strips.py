@@ -19,7 +19,8 @@ def test_k1_k3_and_the_old_new_ratio_from_stored_logprobs():
                 "logprobs": logprob,
                 "ref_logprobs": ref,
                 "scores": {"task": 1.0},
-                "extras": {"old_logprobs": old, "loss_mask": [1, 0, 1]},
+                "extras": {"old_logprobs": old},
+                "loss_mask": [1, 0, 1],
             }
         ]
     )

@@ -168,7 +168,10 @@ def test_nemo_rl_dump_imports_through_the_cli_and_estimates(tmp_path, demo_token
             assert row["tokens"] == [demo_tokenizer.decode([t]) for t in ids[start:]]
             assert row["rewards"] == {"task": truth[step]["rewards"][i]}
             kept = truth[step]["sample_mask"][i]
-            assert row["extras"]["loss_mask"] == [m * kept for m in mask[start:]]
+            assert row["loss_mask"] == [bool(m * kept) for m in mask[start:]]
+            # the environment turn is its own turn, untrained (issue 44)
+            assert [t["role"] for t in row["turns"]] == ["assistant", "environment"]
+            assert "loss_mask" not in row["extras"]
             np.testing.assert_allclose(row["logprobs"], truth[step]["prev"][i][start : len(ids)], rtol=1e-6)
             np.testing.assert_allclose(row["extras"]["generation_logprobs"], gen[start:], rtol=1e-6)
             np.testing.assert_allclose(
@@ -186,10 +189,12 @@ def test_nemo_rl_dump_imports_through_the_cli_and_estimates(tmp_path, demo_token
     assert len(out) == sum(lengths) and out["rollout_id"].nunique() == 16
     per_rollout = out.groupby("rollout_id")["advantage"].first()
     rewards = truth[1]["rewards"] + truth[2]["rewards"]
+    kept = np.array(truth[1]["sample_mask"] + truth[2]["sample_mask"])
     for g in (range(0, 4), range(4, 8), range(8, 16)):
         r = np.array([rewards[k] for k in g])
         z = (r - r.mean()) / (r.std(ddof=1) + 1e-6) if r.std() > 0 else np.zeros_like(r)
-        np.testing.assert_allclose(per_rollout[list(g)].to_numpy(), z, atol=1e-5)
+        # a sample NeMo-RL's sample_loss_mask drops is not trained: 0 on every token (issue 44)
+        np.testing.assert_allclose(per_rollout[list(g)].to_numpy(), z * kept[list(g)], atol=1e-5)
 
 
 @pytest.mark.slow
@@ -393,7 +398,8 @@ def test_prime_rl_export_imports_and_grpo_on_its_advantage_equals_grpo_on_reward
         c_ids = demo_tokenizer(sample["completion"], add_special_tokens=False)["input_ids"]
         assert row["response"] == sample["completion"] and row["prompt"] == sample["prompt"]
         assert row["token_ids"] == c_ids and row["step"] == s
-        assert row["extras"]["loss_mask"] == [1.0] * len(c_ids)
+        assert row["loss_mask"] == [True] * len(c_ids)
+        assert row["turns"] == [{"role": "assistant", "start": 0, "end": len(c_ids)}]
         assert row["rewards"]["advantage"] == pytest.approx(sample["advantage"], abs=1e-6)
         assert row["extras"]["logged_advantage"] == pytest.approx(
             [sample["advantage"]] * len(c_ids), abs=1e-6
