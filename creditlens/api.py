@@ -17,6 +17,9 @@ from backend.monitor import monitors as monitor
 from backend.store import StoreHandle, store_handle
 from backend.views import explain, explorer
 
+# Errors name what a Python user wrote: keyword arguments, not the command line's `--set` and `--channel`.
+CHANNEL_AS = "channel={!r}"
+
 
 def open(path: str | Path | None = None) -> Lens:  # noqa: A001 - `creditlens.open(path)`, as a file is opened
     """The store at `path` (default: the one the command line uses, ~/.creditlens/runs.duckdb)."""
@@ -69,8 +72,8 @@ class Run:
         except registry.UnknownEstimator as exc:
             raise InputError(str(exc)) from None
         except ValueError as exc:
-            raise InputError(f"{estimator}: {exc}") from None
-        return main_channel.config_on_channel(self.handle, self.name, estimator, params, channel)
+            raise InputError(f"{estimator} keyword arguments: {exc}") from None
+        return main_channel.config_on_channel(self.handle, self.name, estimator, params, channel, CHANNEL_AS)
 
     def rollouts(
         self,
@@ -114,7 +117,15 @@ class Run:
     ) -> pd.DataFrame:
         """One row per real token (`creditlens estimate`): rollout_id, group_id, pos, token_id, token,
         advantage. `channel="all"` sums the channel scores per rollout (TRL's combined reward)."""
-        name, config = estimate_config(self.handle, self.name, estimator, params, channel)
+        name, config = estimate_config(
+            self.handle,
+            self.name,
+            estimator,
+            params,
+            channel,
+            set_as=f"{estimator} keyword arguments",
+            channel_as=CHANNEL_AS,
+        )
         rows = token_tables(self.handle, self.name, name, config, use_cache=use_cache)
         tables = list(rows.tables())
         return pa.concat_tables(tables or [TOKEN_ROWS_SCHEMA.empty_table()]).to_pandas()

@@ -15,7 +15,7 @@ def add_commands(sub) -> None:
         "(the model jobs use it by default)",
     )
     add_db_arg(p)
-    p.add_argument("--run", required=True)
+    p.add_argument("--run", required=True, help="run name (see `creditlens runs`)")
     p.add_argument("--set", action="append", default=[], metavar="STEP=DIR", help="attach one (repeatable)")
     p.add_argument(
         "--template",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from backend.core.errors import InputError
@@ -21,13 +22,34 @@ def add_model_args(parser, engines: bool = True) -> None:
         "(`creditlens checkpoints`), else the model recorded with the run",
     )
     if engines:
-        parser.add_argument("--engine", choices=("auto", "transformers", "vllm"), default="auto")
+        parser.add_argument(
+            "--engine",
+            choices=("auto", "transformers", "vllm"),
+            default="auto",
+            help="model engine (default auto: vLLM when installed and a GPU is present, else transformers)",
+        )
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when available)")
     parser.add_argument(
         "--allow-pickle",
         action="store_true",
         help="allow pickle (*.bin) weights; unpickling can run code, use only with trusted files",
     )
+
+
+def whole_number(low: int):
+    """An argparse type: an integer of at least `low`; argparse names the option in its error
+    (`argument --limit: expected a whole number of at least 1, got '-5'`)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"expected a whole number of at least {low}, got {text!r}")
+        return value
+
+    return parse
 
 
 def model_for(info: dict, model: str | None, run: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from backend.cli import estimator_catalog
-from backend.cli.common import parse_overrides
+from backend.cli.common import add_db_arg, parse_overrides
 from backend.core.chunks import DEFAULT_CHUNK_ROLLOUTS
 from backend.core.errors import InputError
 from backend.store import open_store, store_handle
@@ -25,7 +25,7 @@ def add_commands(sub) -> None:
     p.set_defaults(func=cmd_estimators)
 
     p = sub.add_parser("estimate", help="run an estimator on a stored run; one Parquet row per real token")
-    p.add_argument("--db", type=Path, default=None, help="store file")
+    add_db_arg(p)
     p.add_argument("--run", required=True, help="run name")
     p.add_argument("--estimator", required=True, help="estimator name (see `creditlens estimators`)")
     p.add_argument(
@@ -60,7 +60,7 @@ def add_commands(sub) -> None:
     p.set_defaults(func=cmd_estimate)
 
     p = sub.add_parser("explain", help="why one rollout's tokens got their credit (the Rollout view)")
-    p.add_argument("--db", type=Path, default=None, help="store file")
+    add_db_arg(p)
     p.add_argument("--run", required=True, help="run name")
     p.add_argument("--rollout", required=True, type=int, help="rollout id")
     p.add_argument("--estimator", required=True, help="estimator on the channel (--channel)")
@@ -103,7 +103,7 @@ def add_commands(sub) -> None:
     p = sub.add_parser(
         "logged-gap", help="per rollout: the trainer's logged advantage, a recomputed one, and their gap"
     )
-    p.add_argument("--db", type=Path, default=None, help="store file")
+    add_db_arg(p)
     p.add_argument("--run", required=True, help="run name")
     p.add_argument("--estimator", default="grpo", help="the recomputing estimator (default grpo)")
     p.add_argument(

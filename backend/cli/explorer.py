@@ -14,7 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from backend.cli.common import parse_overrides
+from backend.cli.common import add_db_arg, parse_overrides, whole_number
 from backend.core.errors import InputError
 from backend.credit import main_channel
 from backend.store import store_handle
@@ -43,19 +43,25 @@ def add_commands(sub) -> None:
     p.add_argument(
         "--sort",
         default="rollout_id",
-        help="column to sort by (NULLs last); --sort=-COL or --descending sorts descending",
+        help="column to sort by (NULLs last; default rollout_id); --sort=-COL or --descending sorts "
+        "descending",
     )
-    p.add_argument("--descending", action="store_true")
-    p.add_argument("--search", default="", help="case-insensitive text in the prompt or the response")
+    p.add_argument("--descending", action="store_true", help="sort descending (default: ascending)")
+    p.add_argument(
+        "--search", default="", help="case-insensitive text in the prompt or the response (default: none)"
+    )
     p.add_argument(
         "--where",
         action="append",
         default=[],
-        metavar="COL OP VALUE",
-        help="filter, repeatable: e.g. 'length>=100', 'share_filler>0.5', 'zero_variance=true'",
+        metavar="'length>=50'",
+        help="filter COL OP VALUE as one quoted argument, repeatable: e.g. 'length>=100', "
+        "'share_filler>0.5', 'zero_variance=true' (default: none)",
     )
-    p.add_argument("--limit", type=int, default=None, help="at most this many rows (default: all)")
-    p.add_argument("--offset", type=int, default=0, help="skip this many rows first")
+    p.add_argument(
+        "--limit", type=whole_number(1), default=None, help="at most this many rows (default: all)"
+    )
+    p.add_argument("--offset", type=whole_number(0), default=0, help="skip this many rows first (default: 0)")
     p.set_defaults(func=cmd_rollouts)
 
     p = sub.add_parser("trends", help="one row per step: scores, length, entropy, KL, credit share by class")
@@ -64,7 +70,7 @@ def add_commands(sub) -> None:
 
 
 def _common(p) -> None:
-    p.add_argument("--db", type=Path, default=None, help="store file")
+    add_db_arg(p)
     p.add_argument("--run", required=True, help="run name")
     p.add_argument(
         "--estimator",

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import sys
 
 from backend.cli import (
@@ -51,6 +53,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The exit code of one command; 141 (128 + SIGPIPE, as a shell reports `yes | head`) when the reader of
+    its output went away first (`creditlens estimators | head`), with no traceback."""
+    try:
+        try:
+            return _run(argv)
+        finally:  # what is still buffered goes now, while a closed pipe can still be caught here
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_stdout()
+        return 141
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null: Python flushes it again at exit, which would print the error anyway."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass  # not a file (a test's StringIO): nothing to flush at exit
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if rest and not getattr(args, "forwards_rest", False):

@@ -23,8 +23,8 @@ def add_commands(sub) -> None:
         "GCPO), computed with the policy and cached",
     )
     add_db_arg(p)
-    p.add_argument("--run", required=True)
-    p.add_argument("--method", required=True, choices=MODEL_SCORED)
+    p.add_argument("--run", required=True, help="run name (see `creditlens runs`)")
+    p.add_argument("--method", required=True, choices=MODEL_SCORED, help="the model-scored estimator to fill")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--rollout", type=int, default=None, help="this rollout's group")
     where.add_argument(
@@ -45,9 +45,14 @@ def add_commands(sub) -> None:
         default=None,
         help="GCPO: the negative prompt, with {prompt} standing for the rollout's prompt",
     )
-    p.add_argument("--noise-std", type=float, default=1e-3, help="OAR-G: noise on the reasoning embeddings")
-    p.add_argument("--seed", type=int, default=0, help="OAR-G: noise seed (rollout id added)")
-    p.add_argument("--chunk-size", type=int, default=64, help="sequences per forward pass")
+    p.add_argument(
+        "--noise-std",
+        type=float,
+        default=1e-3,
+        help="OAR-G: noise on the reasoning embeddings (default 0.001)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="OAR-G: noise seed, rollout id added (default 0)")
+    p.add_argument("--chunk-size", type=int, default=64, help="sequences per forward pass (default 64)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_model_credit)
 

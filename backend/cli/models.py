@@ -20,15 +20,15 @@ from backend.store.model_queries import rollouts_to_score
 def add_commands(subparsers) -> None:
     p = subparsers.add_parser("score", help="fill missing logprobs/entropies of a run with a model")
     add_db_arg(p)
-    p.add_argument("--run", required=True)
+    p.add_argument("--run", required=True, help="run name (see `creditlens runs`)")
     add_model_args(p, engines=False)
     p.add_argument("--all", action="store_true", help="rescore every rollout, not only those missing arrays")
-    p.add_argument("--chunk-size", type=int, default=16, help="rollouts per forward pass")
+    p.add_argument("--chunk-size", type=int, default=16, help="rollouts per forward pass (default 16)")
     p.set_defaults(func=cmd_score)
 
     p = subparsers.add_parser("resample", help="Monte Carlo values V(s_t) by sampling suffixes at positions")
     add_db_arg(p)
-    p.add_argument("--run", required=True)
+    p.add_argument("--run", required=True, help="run name (see `creditlens runs`)")
     p.add_argument("--rollout", type=int, required=True, help="rollout id")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--positions", help="comma-separated response positions, e.g. 3,17")
@@ -36,13 +36,22 @@ def add_commands(subparsers) -> None:
         "--suggest",
         help="entropy:K (top-K entropy) or steps (after each line end): the Resample view's suggestions",
     )
-    p.add_argument("--samples", type=int, default=8, help="suffixes per position (M)")
+    p.add_argument("--samples", type=int, default=8, help="suffixes per position, M (default 8)")
     add_model_args(p)
     p.add_argument("--verifier", default=None, help="verifier name or module:function (default: the run's)")
-    p.add_argument("--max-new-tokens", type=int, default=None)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="longest suffix in tokens (default: twice the response's length plus 16)",
+    )
+    p.add_argument(
+        "--temperature", type=float, default=1.0, help="sampling temperature of the suffixes (default 1.0)"
+    )
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling's top-p (default 1.0: off)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="sampling seed; the same seed draws the same suffixes (default 0)"
+    )
     p.add_argument("--json", action="store_true", help="print {positions, tokens, seconds} as JSON")
     p.set_defaults(func=cmd_resample)
 

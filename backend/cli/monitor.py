@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backend.cli.common import parse_overrides
+from backend.cli.common import add_db_arg, parse_overrides
 from backend.core.errors import InputError
 from backend.credit import main_channel
 from backend.monitor import config as monitor_config
@@ -25,7 +25,7 @@ def add_commands(sub) -> None:
         help="credit-health detectors: the step where reward hacking, collapse or "
         "drift starts, and the rollouts that show it (exit 1 on a warning)",
     )
-    p.add_argument("--db", type=Path, default=None, help="store file")
+    add_db_arg(p)
     p.add_argument("--run", default=None, help="run name")
     p.add_argument("--estimator", default="grpo", help="estimator whose credit is watched (default grpo)")
     p.add_argument(

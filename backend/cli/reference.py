@@ -1,14 +1,19 @@
 """The command reference, docs/commands.md, written from the argparse definitions (`build_parser`), so it
 cannot drift from the program: `python -m backend.cli.reference > docs/commands.md`.
-tests/backend/test_cli_reference.py fails when the file differs from what this prints.
+tests/backend/test_docs_drift.py fails when the file differs from what this prints. `app` hands its arguments
+to the app's launcher, which owns its options: its section is the launcher's `--help`, run here as the command
+runs it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 from pathlib import Path
 
+from backend.cli.app_server import APP_LAUNCHER
 from backend.cli.main import build_parser
 
 HEADER = """# Command reference
@@ -55,6 +60,21 @@ def _usage(parser: argparse.ArgumentParser) -> str:
     return formatter.format_help().strip()
 
 
+def _launcher_help() -> str:
+    """`creditlens app --help`, 110 columns wide: `app` hands its arguments to the app's launcher, which owns
+    the options (and backend never imports the app), so the page runs it as the command does."""
+    done = subprocess.run(
+        [sys.executable, str(APP_LAUNCHER), "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "110"},
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{APP_LAUNCHER} --help failed: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -67,6 +87,9 @@ def reference() -> str:
     commands = _subcommands(parser)
     out += [f"| [`{name}`](#creditlens-{name}) | {helps.get(name, '')} |" for name in commands]
     for name, sub in commands.items():
+        if sub.get_default("forwards_rest"):  # `app`: its launcher's options, as `creditlens app --help`
+            out += ["", f"## creditlens {name}", "", helps.get(name, ""), "", "```", _launcher_help(), "```"]
+            continue
         out += ["", f"## creditlens {name}", "", helps.get(name, ""), "", "```", _usage(sub), "```", ""]
         rows = [_option(a) for a in sub._actions if not isinstance(a, argparse._HelpAction)]
         if rows:

@@ -18,12 +18,12 @@ def add_commands(sub) -> None:
         "and store the scores as the run's process channel",
     )
     add_db_arg(p)
-    p.add_argument("--run", required=True)
+    p.add_argument("--run", required=True, help="run name (see `creditlens runs`)")
     p.add_argument(
         "--step-verifier",
         default="arithmetic_steps",
         help=f"a registered step verifier ({known}) or module:function "
-        "fn(prompt, response, ground_truth) -> list[Step]",
+        "fn(prompt, response, ground_truth) -> list[Step] (default arithmetic_steps)",
     )
     p.add_argument("--channel", default="process", help="the channel to (re)write (default process)")
     p.add_argument(

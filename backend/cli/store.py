@@ -20,7 +20,7 @@ def cmd_init(args) -> int:
     # The bundled teacher's file reader lives with the model jobs (torch).
     from backend.demo.bundled import import_bundled  # noqa: PLC0415 - heavy (torch); see backend/cli
 
-    with open_store(args.db) as store:
+    with open_store(args.db, create=True) as store:
         names = import_bundled(store)
         print(
             f"store ready at {store.path}; bundled runs imported: "
@@ -49,7 +49,7 @@ def cmd_import(args) -> int:
     }
     if args.follow:
         return _follow(args, options)
-    with kept_only_on_success(args.db), open_store(args.db) as store:
+    with kept_only_on_success(args.db), open_store(args.db, create=True) as store:
         report = import_path(
             store,
             args.path,
@@ -78,7 +78,7 @@ def _follow(args, options: dict) -> int:
     print(f"following {args.path} into run {args.run!r}; Ctrl-C stops", file=sys.stderr, flush=True)
     try:
         follow(
-            lambda: open_store(args.db),
+            lambda: open_store(args.db, create=True),
             args.path,
             args.run,
             fmt=args.format,
@@ -143,7 +143,11 @@ def add_commands(sub) -> None:
     p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("import", help="import a run (native JSONL/Parquet, verl dump, TRL completions)")
-    p.add_argument("path", type=Path)
+    p.add_argument(
+        "path",
+        type=Path,
+        help="a file or folder of rollouts (the format is detected unless --format names it); required",
+    )
     add_db_arg(p)
     p.add_argument(
         "--run",
@@ -189,7 +193,12 @@ def add_commands(sub) -> None:
         action="store_true",
         help="keep watching the directory and import each new step file as it appears (Ctrl-C)",
     )
-    p.add_argument("--poll", type=float, default=1.0, help="--follow: seconds between looks at the directory")
+    p.add_argument(
+        "--poll",
+        type=float,
+        default=1.0,
+        help="--follow: seconds between looks at the directory (default 1.0)",
+    )
     p.add_argument(
         "--monitor",
         action="store_true",
@@ -209,7 +218,7 @@ def add_commands(sub) -> None:
 
     p = sub.add_parser("runs", help="list runs with their sizes and channels")
     add_db_arg(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the runs as a JSON list of objects")
     p.set_defaults(func=cmd_runs)
 
     p = sub.add_parser(
@@ -217,7 +226,7 @@ def add_commands(sub) -> None:
         help="show or set a run's main channel (what views and commands read when no --channel is given)",
     )
     add_db_arg(p)
-    p.add_argument("--run", required=True)
+    p.add_argument("--run", required=True, help="run name (see `creditlens runs`)")
     p.add_argument(
         "channel",
         nargs="?",
@@ -229,12 +238,12 @@ def add_commands(sub) -> None:
 
     p = sub.add_parser("delete", help="delete a run and everything stored for it")
     add_db_arg(p)
-    p.add_argument("--run", required=True)
+    p.add_argument("--run", required=True, help="run name (see `creditlens runs`)")
     p.set_defaults(func=cmd_delete)
 
     p = sub.add_parser("token-classes", help="show or set a run's token classes (credit by class)")
     add_db_arg(p)
-    p.add_argument("--run", required=True)
+    p.add_argument("--run", required=True, help="run name (see `creditlens runs`)")
     p.add_argument(
         "--add",
         nargs=3,
@@ -254,7 +263,7 @@ def add_commands(sub) -> None:
         "repeatable, applied after --add",
     )
     p.add_argument("--reset", action="store_true", help="back to the default classes")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the classes as JSON")
     p.set_defaults(func=cmd_token_classes)
 
 

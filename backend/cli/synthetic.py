@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from backend.cli.common import add_db_arg
 from backend.core.errors import InputError
 from backend.ingest import import_batches
 from backend.store import open_store
@@ -31,7 +32,9 @@ def cmd_synth(args) -> int:
     _check_sizes(args)
     batches = native_batches(seeds=args.seeds, prompts=args.prompts, group=args.group)
     key = f"synthetic-oracle:seeds={args.seeds}:prompts={args.prompts}:group={args.group}"
-    with open_store(args.db) as store:  # Arrow batches straight from the arrays: no JSON, no python rows
+    # A synthetic run is an import: it may create the store. Arrow batches straight from the arrays: no JSON,
+    # no python rows.
+    with open_store(args.db, create=True) as store:
         report = import_batches(
             store, args.run, batches, source="synthetic", origin="synthetic oracle", content_key=key
         )
@@ -98,7 +101,7 @@ def cmd_oracle_bench(args) -> int:
 
 def add_commands(sub) -> None:
     p = sub.add_parser("synth", help="store a synthetic oracle run (known token credit)")
-    p.add_argument("--db", type=Path, default=None, help="store file (default: the user store)")
+    add_db_arg(p)
     p.add_argument("--run", required=True, help="run name")
     _add_size_args(p)
     p.set_defaults(func=cmd_synth)

@@ -25,14 +25,25 @@ def add_commands(sub) -> None:
         "(resumable: a rerun continues where it stopped)",
     )
     add_db_arg(p)
-    p.add_argument("--run", required=True)
-    p.add_argument("--rollouts", default="all", help="N (spread evenly over the run) or all")
-    p.add_argument("--positions", default="steps", help="steps, entropy:K or every:K (position 0 always)")
-    p.add_argument("--samples", type=int, default=16, help="suffixes per position (M)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--run", required=True, help="run name (see `creditlens runs`)")
+    p.add_argument("--rollouts", default="all", help="N (spread evenly over the run) or all (default all)")
+    p.add_argument(
+        "--positions",
+        default="steps",
+        help="steps, entropy:K or every:K (position 0 always; default steps)",
+    )
+    p.add_argument("--samples", type=int, default=16, help="suffixes per position, M (default 16)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the rollout choice and the sampling (default 0)"
+    )
     add_model_args(p)
     p.add_argument("--verifier", default=None, help="verifier name or module:function (default: the run's)")
-    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="longest suffix in tokens (default: twice the run's longest response plus 16)",
+    )
     p.add_argument(
         "--ray",
         default=None,
@@ -52,7 +63,7 @@ def add_commands(sub) -> None:
 
     p = sub.add_parser("teacher-bench", help="rank every estimator against the run's Monte Carlo teacher")
     add_db_arg(p)
-    p.add_argument("--run", required=True)
+    p.add_argument("--run", required=True, help="run name (see `creditlens runs`)")
     p.add_argument(
         "--estimators",
         nargs="*",
@@ -83,10 +94,12 @@ def add_commands(sub) -> None:
         "official one-sided z-test (Cliff Tokens, arXiv 2606.25524)",
     )
     add_db_arg(p)
-    p.add_argument("--run", required=True)
+    p.add_argument("--run", required=True, help="run name (see `creditlens runs`)")
     p.add_argument("--rollout", type=int, default=None, help="one rollout (default: every valued one)")
-    p.add_argument("--delta0", type=float, default=cliff_tokens.DELTA_0, help="minimum drop (0.1)")
-    p.add_argument("--z", type=float, default=cliff_tokens.Z_ALPHA, help="one-sided z quantile (1.645)")
+    p.add_argument("--delta0", type=float, default=cliff_tokens.DELTA_0, help="minimum drop (default 0.1)")
+    p.add_argument(
+        "--z", type=float, default=cliff_tokens.Z_ALPHA, help="one-sided z quantile (default 1.645)"
+    )
     p.add_argument("--all-pairs", action="store_true", help="every valued pair, not only the cliffs")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.set_defaults(func=cmd_cliff)

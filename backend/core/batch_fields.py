@@ -50,12 +50,10 @@ def default_main_channel(channels: list[str]) -> str:
     return channels[0] if len(channels) == 1 else ALL_CHANNELS
 
 
-def missing_channel(channel: str, channels: list[str]) -> str:
-    """The message for a channel a run lacks: the run's channels and the hint of the summed channel."""
+def missing_channel(channel: str, channels: list[str], all_as: str | None = None) -> str:
+    """The message for a channel a run lacks: the run's channels and the hint of the summed channel
+    (`all_as`: how the caller's user asks for it; default: the command line's and the app's words)."""
     have = ", ".join(sorted(channels)) or "none"
-    hint = (
-        f"; --channel {ALL_CHANNELS} (in the app: the channel '{ALL_CHANNELS}') sums them per rollout"
-        if channels and ALL_CHANNELS not in channels
-        else ""
-    )
+    all_as = all_as or f"--channel {ALL_CHANNELS} (in the app: the channel '{ALL_CHANNELS}')"
+    hint = f"; {all_as} sums them per rollout" if channels and ALL_CHANNELS not in channels else ""
     return f"this run has no scores for channel {channel!r}; its channels: {have}{hint}"

@@ -17,6 +17,9 @@ from backend.core.batch_fields import ALL_CHANNELS, missing_channel
 from backend.core.errors import InputError
 from backend.store import Store, StoreHandle
 
+CLI_CHANNEL = "--channel {}"
+"""How the command line names a channel in its errors; `creditlens.open` passes its own (`channel={!r}`)."""
+
 
 def main_channel(handle: StoreHandle, run: str) -> str:
     with handle.read() as store:
@@ -29,16 +32,18 @@ def channel_choices(store: Store, run: str) -> list[str]:
     return channels + ([ALL_CHANNELS] if ALL_CHANNELS not in channels else [])
 
 
-def resolve(handle: StoreHandle, run: str, channel: str | None) -> str:
+def resolve(handle: StoreHandle, run: str, channel: str | None, channel_as: str = CLI_CHANNEL) -> str:
     """`channel`, checked against the run's channels (an InputError lists them), or the run's main channel
-    when None."""
+    when None. `channel_as`: how the caller's user wrote the channel (`channel={!r}` in Python)."""
     with handle.read() as store:
         if channel is None:
             return store.main_channel(run)
         choices = channel_choices(store, run)
     if channel not in choices:
-        message = missing_channel(channel, [c for c in choices if c != ALL_CHANNELS])
-        raise InputError(f"--channel {channel}: " + message.replace("this run", f"run {run!r}", 1))
+        all_as = None if channel_as == CLI_CHANNEL else channel_as.format(ALL_CHANNELS)
+        message = missing_channel(channel, [c for c in choices if c != ALL_CHANNELS], all_as)
+        named = channel_as.format(channel)
+        raise InputError(f"{named}: " + message.replace("this run", f"run {run!r}", 1))
     return channel
 
 
@@ -62,15 +67,21 @@ def on_channel(estimator: str, config: tuple, channel: str) -> tuple:
 
 
 def config_on_channel(
-    handle: StoreHandle, run: str, estimator: str, overrides: dict, channel: str | None
+    handle: StoreHandle,
+    run: str,
+    estimator: str,
+    overrides: dict,
+    channel: str | None,
+    channel_as: str = CLI_CHANNEL,
 ) -> tuple:
     """The sorted (field, value) pairs an estimator is looked up by in the views and commands: `overrides`
     (`--set` pairs) reading `channel` (a `channel` override wins; None: the run's main channel), checked
-    against the run's channels. An unknown estimator is an InputError listing the known ones."""
+    against the run's channels (`channel_as`: see `resolve`). An unknown estimator is an InputError listing
+    the known ones."""
     from backend.estimators import registry  # noqa: PLC0415 - heavy (torch, every estimator); on use
 
     config = tuple(sorted(overrides.items()))
-    chosen = resolve(handle, run, overrides.get("channel", channel))
+    chosen = resolve(handle, run, overrides.get("channel", channel), channel_as)
     try:
         return on_channel(estimator, config, chosen)
     except registry.UnknownEstimator as exc:

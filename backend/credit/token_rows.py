@@ -39,10 +39,19 @@ TOKEN_ROWS_SCHEMA = pa.schema(
 
 
 def estimate_config(
-    handle: StoreHandle, run: str, estimator: str, overrides: dict[str, Any], channel: str | None = None
+    handle: StoreHandle,
+    run: str,
+    estimator: str,
+    overrides: dict[str, Any],
+    channel: str | None = None,
+    *,
+    set_as: str = "--set",
+    channel_as: str = main_channel.CLI_CHANNEL,
 ) -> tuple[str, Any]:
     """(the estimator's current name, its config) from `--set` pairs and a channel (None: the run's main
-    channel; a `channel` in `overrides` wins). Unknown names, channels and values are InputErrors."""
+    channel; a `channel` in `overrides` wins). Unknown names, channels and values are InputErrors that name
+    them as the user wrote them: `set_as` the parameters (`--set`; in Python, keyword arguments),
+    `channel_as` the channel (see `main_channel.resolve`)."""
     try:
         spec = registry.get(estimator)
     except registry.UnknownEstimator as exc:
@@ -52,11 +61,13 @@ def estimate_config(
     if channel is not None and "channel" not in fields:
         raise InputError(f"estimator {spec.name!r} has no channel parameter")
     if "channel" in fields:
-        overrides["channel"] = main_channel.resolve(handle, run, overrides.get("channel", channel))
+        overrides["channel"] = main_channel.resolve(
+            handle, run, overrides.get("channel", channel), channel_as
+        )
     try:
         return spec.name, registry.make_config(spec.name, **overrides)
     except ValueError as exc:
-        raise InputError(f"--set: {exc}") from None
+        raise InputError(f"{set_as}: {exc}") from None
 
 
 @dataclass

@@ -1,9 +1,10 @@
 """The run store (DuckDB). All SQL of the project lives in this package."""
 
 from backend.store.db import Store, default_db_path, pad_list_array
-from backend.store.handle import StoreBusy, StoreHandle, open_store, store_handle
+from backend.store.handle import NoSuchStore, StoreBusy, StoreHandle, open_store, store_handle
 
 __all__ = [
+    "NoSuchStore",
     "Store",
     "StoreBusy",
     "StoreHandle",

@@ -189,14 +189,28 @@ def kept_only_on_success(db: Path | None) -> Iterator[None]:
         raise
 
 
-def store_handle(db: Path | None) -> StoreHandle:
+class NoSuchStore(StoreError):
+    """The store file a command or `creditlens.open` named does not exist (and only `init`, `import` and the
+    app create one)."""
+
+
+def store_handle(db: Path | None, create: bool = False) -> StoreHandle:
     """The store of one command, opened per unit of work. While another process holds the file (an
-    import, a resample, the app reading) it waits up to $CREDITLENS_LOCK_WAIT seconds (default 30)."""
+    import, a resample, the app reading) it waits up to $CREDITLENS_LOCK_WAIT seconds (default 30).
+
+    A store that does not exist is created only with `create` (`init`, `import`, `synth`): any other
+    command on a mistyped path raises `NoSuchStore` naming it, instead of creating an empty store there."""
+    path = Path(db or default_db_path())
+    if not create and not path.exists():
+        raise NoSuchStore(
+            f"{path}: no such store; `creditlens init --db {path}` creates one with the bundled runs, "
+            f"`creditlens import PATH --db {path} --run NAME` one with your run"
+        )
     wait = float(os.environ.get("CREDITLENS_LOCK_WAIT", "30"))
-    return StoreHandle(db or default_db_path(), wait_seconds=wait)
+    return StoreHandle(path, wait_seconds=wait)
 
 
-def open_store(db: Path | None, read_only: bool = False):
+def open_store(db: Path | None, read_only: bool = False, create: bool = False):
     """A read or write connection to the store of one command (see `store_handle`)."""
-    handle = store_handle(db)
+    handle = store_handle(db, create=create)
     return handle.read() if read_only else handle.write()

@@ -292,8 +292,11 @@ def rollout_table(
             _check_column(f.column, columns, "--where", query)
             if f.op not in OPERATORS:
                 raise InputError(f"--where: operator {f.op!r}; use one of {' '.join(OPERATORS)}")
-        if query.limit is not None and query.limit < 1 or query.offset < 0:
-            raise InputError("page: limit must be at least 1 and offset at least 0")
+        # Named as a Python caller writes them; the command line's `--limit`/`--offset` refuse these first.
+        if query.limit is not None and query.limit < 1:
+            raise InputError(f"limit={query.limit}: at least 1 row (None: every row)")
+        if query.offset < 0:
+            raise InputError(f"offset={query.offset}: at least 0")
         rows, total = queries.rollout_table(
             store,
             spec,
