@@ -15,6 +15,7 @@ from backend.estimators import registry
 from backend.monitor import config as monitor_config
 from backend.monitor import monitors as monitor
 from backend.store import StoreHandle, store_handle
+from backend.store.runs import RUN_FIELDS
 from backend.views import explain, explorer
 
 # Errors name what a Python user wrote: keyword arguments, not the command line's `--set` and `--channel`.
@@ -37,10 +38,11 @@ class Lens:
         return f"creditlens.open({str(self.handle.path)!r})"
 
     def runs(self) -> pd.DataFrame:
-        """One row per run: name, source, rollouts, groups, steps, tokens, main_channel, channels, ...
-        (`creditlens runs --json`)."""
+        """One row per run (`creditlens runs --json`): name, source, model, verifier, created, rollouts,
+        groups, steps, tokens, channels (its reward channels), main_channel, metrics (the names of its
+        per-rollout metrics, e.g. verl's `acc`); the same columns when the store has no run."""
         with self.handle.read() as store:
-            return pd.DataFrame(store.list_runs())
+            return pd.DataFrame(store.list_runs(), columns=list(RUN_FIELDS))
 
     def run(self, name: str) -> Run:
         """The run called `name` (an InputError naming the known runs when there is none)."""

@@ -104,15 +104,17 @@ def cmd_runs(args) -> int:
     if not runs:
         print("no runs; `creditlens init` imports the bundled samples")
         return 0
+    width = max(len("channels"), *(len(",".join(r["channels"])) for r in runs))
     header = (
         f"{'name':<24} {'source':<22} {'rollouts':>8} {'groups':>7} {'steps':>5} {'tokens':>10}  "
-        f"{'main':<12} channels"
+        f"{'main':<12} {'channels':<{width}}  metrics"
     )
     print(header)
     for r in runs:
         print(
             f"{r['name'][:24]:<24} {str(r['source'])[:22]:<22} {r['rollouts']:>8} {r['groups']:>7} "
-            f"{r['steps']:>5} {r['tokens']:>10}  {r['main_channel'][:12]:<12} {','.join(r['channels'])}"
+            f"{r['steps']:>5} {r['tokens']:>10}  {r['main_channel'][:12]:<12} "
+            f"{','.join(r['channels']):<{width}}  {','.join(r['metrics']) or '-'}"
         )
     return 0
 
@@ -216,7 +218,7 @@ def add_commands(sub) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_import)
 
-    p = sub.add_parser("runs", help="list runs with their sizes and channels")
+    p = sub.add_parser("runs", help="list runs with their sizes, channels and per-rollout metrics")
     add_db_arg(p)
     p.add_argument("--json", action="store_true", help="print the runs as a JSON list of objects")
     p.set_defaults(func=cmd_runs)

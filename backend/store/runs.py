@@ -19,6 +19,22 @@ from backend.store.connection import ESTIMATE_TABLES, IMPORTED_TABLES, RUN_TABLE
 MAIN_SCORE_SQL = "CASE WHEN ? THEN sum(score) ELSE max(score) FILTER (WHERE channel = ?) END"
 """A rollout's score on the run's main channel, over its rows of `scores` (`all`: their sum); parameters:
 `Runs.main_score_params`."""
+RUN_FIELDS = (
+    "name",
+    "source",
+    "model",
+    "verifier",
+    "created",
+    "rollouts",
+    "groups",
+    "steps",
+    "tokens",
+    "channels",
+    "main_channel",
+    "metrics",
+)
+"""The fields of each run that `list_runs` gives, in order: `creditlens runs --json`, the columns of
+`creditlens.open().runs()`."""
 
 
 class Runs(Connection):
@@ -177,14 +193,18 @@ class Runs(Connection):
         return info
 
     def list_runs(self) -> list[dict]:
-        """Per run: name, source, model, rollouts, groups, steps, tokens, channels, main_channel."""
+        """Per run (`RUN_FIELDS`): name, source, model, verifier, created, rollouts, groups, steps, tokens,
+        channels (the reward channels with a score), main_channel and metrics (the names of its per-rollout
+        metrics, e.g. verl's `acc`: the Explorer's `metric_<name>` columns)."""
         rows = self.con.execute(
             """
             SELECT r.name, r.source, r.model_dir, r.verifier, r.created,
                    count(o.rollout_id), count(DISTINCT o.group_id), count(DISTINCT o.step),
                    coalesce(sum(len(o.token_ids)), 0),
                    (SELECT list(DISTINCT s.channel ORDER BY s.channel) FROM scores s
-                    WHERE s.run_id = r.run_id), r.main_channel
+                    WHERE s.run_id = r.run_id), r.main_channel,
+                   (SELECT list(DISTINCT m.name ORDER BY m.name) FROM rollout_metrics m
+                    WHERE m.run_id = r.run_id)
             FROM runs r LEFT JOIN rollouts o ON o.run_id = r.run_id
             WHERE r.status = 'ready'
             GROUP BY r.run_id, r.name, r.source, r.model_dir, r.verifier, r.created, r.main_channel
@@ -204,8 +224,9 @@ class Runs(Connection):
                 "tokens": int(nt),
                 "channels": list(ch or []),
                 "main_channel": main or default_main_channel(list(ch or [])),
+                "metrics": list(metrics or []),
             }
-            for n, s, m, v, c, nr, ng, ns, nt, ch, main in rows
+            for n, s, m, v, c, nr, ng, ns, nt, ch, main, metrics in rows
         ]
 
     def delete_run(self, name: str) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import creditlens
 from backend.core.errors import InputError
 from backend.ingest import import_path, import_records
 from backend.store import Store
@@ -51,6 +52,30 @@ def test_verl_acc_is_a_metric_and_the_credit_is_the_scores_alone(db_path, tmp_pa
     assert list(explained["channels"]) == ["task"] and explained["betas"] == {"task": 1.0}
     sequence = explained["terms"]["sequence"]
     assert explained["final"][0] == pytest.approx(sequence["Z"]) and sequence["R"] == lines[0]["score"]
+
+
+def test_runs_list_each_runs_channels_and_metrics(db_path, tmp_path):
+    """Before: `creditlens runs --json` and `creditlens.open().runs()` did not say which per-rollout metrics a
+    run has (issue 42 item 4)."""
+    directory, _ = _v1_dump(tmp_path)
+    assert run_cli_here("import", directory, "--db", db_path, "--run", "v", "--quiet").returncode == 0
+    promoted = run_cli_here(
+        "import", directory, "--db", db_path, "--run", "p", "--channels", "score,acc", "--quiet"
+    )
+    assert promoted.returncode == 0, promoted.stderr
+    runs = {r["name"]: r for r in _json(run_cli_here("runs", "--db", db_path, "--json"))}
+    assert (runs["v"]["channels"], runs["v"]["metrics"]) == (["task"], ["acc"])
+    assert (runs["p"]["channels"], runs["p"]["metrics"]) == (["acc", "task"], [])
+    table = run_cli_here("runs", "--db", db_path).stdout.splitlines()
+    assert table[0].split()[-2:] == ["channels", "metrics"]
+    assert table[1].split()[-2:] == ["task", "acc"] and table[2].split()[-2:] == ["acc,task", "-"]
+    frame = creditlens.open(db_path).runs()
+    assert frame.set_index("name")["metrics"].to_dict() == {"v": ["acc"], "p": []}
+    assert frame.set_index("name")["channels"].to_dict() == {"v": ["task"], "p": ["acc", "task"]}
+    empty = tmp_path / "empty.duckdb"
+    Store(empty).close()
+    assert list(creditlens.open(empty).runs().columns) == list(frame.columns)  # before: no columns at all
+    assert {"channels", "metrics"} <= set(frame.columns)
 
 
 def test_metrics_are_explorer_columns_filters_and_trends(db_path, tmp_path):
