@@ -366,6 +366,8 @@ def _import(
                 model_dir,
                 notes.channels if notes is not None else (),
             )
+        for line in append_rules.empty_channels(store, staging_id, notes, origin) if n_records else ():
+            notes.add(line)  # a reward column without a value anywhere makes no channel: said, not silent
         with store.memory_limit(IMPORT_MEMORY_LIMIT), store.transaction():  # DuckDB spills beyond it
             run_id = target_id  # every record already in the run: nothing to publish
             if n_records:

@@ -11,6 +11,8 @@ already adds nothing and is never refused (imports stay idempotent).
 Every addition must also match the run: the same tokenizer (the same model folder, or the simple
 tokenization for both: one run is cut one way) and the same reward channels (a run whose rollouts score
 different things cannot be normalized together). A mismatch is refused whatever asked for the append.
+Channels are compared by the channels that hold values: a column that is NaN in every row of the addition
+scores nothing, so it does not stand in for one of the run's channels (the refusal names it).
 """
 
 from __future__ import annotations
@@ -64,6 +66,22 @@ def _tokenizer_text(tokenizer: str | None, model_dir: str | None) -> str:
     return "the simple tokenization (no model)" if tokenizer in (None, "simple") else f"tokenizer {tokenizer}"
 
 
+def empty_channels(store: Store, staging_id: int, notes, origin: str) -> list[str]:
+    """A summary line for each channel the reader named (`notes.channels`) that holds no value in any staged
+    row (a reward column that is NaN in every row): it makes no channel of the run."""
+    valued = set(store.channels_of(staging_id))
+    return [
+        f"channel {name!r} is NaN in every row of {origin}: it holds no score, so it makes no channel"
+        for name in (notes.channels if notes is not None else ())
+        if name not in valued
+    ]
+
+
+def _channel_list(names: list[str]) -> str:
+    quoted = ", ".join(repr(n) for n in names)
+    return f"channel {quoted} is" if len(names) == 1 else f"channels {quoted} are"
+
+
 def _same_model(a: str | None, b: str | None) -> bool:
     if not a or not b:
         return not a and not b
@@ -86,8 +104,9 @@ def check_addition(
 ) -> None:
     """Refuse (`ImportRefused`) adding the `added` staged rollouts of `origin` to run `run` unless the
     import continues the run's source or `append` asks for it, and unless the tokenizer and the channels
-    match the run's. `declared_channels`: the channels the reader named (a column that is all NaN in this
-    file still declares its channel); the staged scores add theirs."""
+    match the run's. Channels are those of the staged scores, the ones holding values: `declared_channels`
+    (the channels the reader named) only say which of the run's channels are in `origin` without any value
+    (NaN in every row), to name them."""
     info = store.run_info(run)
     if not (append or skipped or same_source(source_path, store.import_sources(run_id))):
         have = store.con.execute("SELECT count(*) FROM rollouts WHERE run_id = ?", [run_id]).fetchall()[0][0]
@@ -111,7 +130,16 @@ def check_addition(
             f"import with {app} to add to it, or choose another run name",
         )
     theirs = set(store.channels_of(run_id))
-    ours = set(declared_channels) | set(store.channels_of(staging_id))
+    ours = set(store.channels_of(staging_id))
+    empty = sorted((set(declared_channels) & theirs) - ours)
+    if theirs and empty and ours | set(empty) == theirs:
+        raise ImportRefused(
+            f"{origin}: {_channel_list(empty)} NaN in every one of the {added} rollouts it adds, so it "
+            f"scores only {', '.join(sorted(ours)) or 'nothing'} while run {run!r} has the reward channels "
+            f"{', '.join(sorted(theirs))} (channels are compared by the ones that hold values)",
+            "check the reward function that writes it, or import this under another --run name",
+            "check the reward function that writes it, or import this under another run name",
+        )
     if theirs and ours != theirs:
         raise ImportRefused(
             f"run {run!r} has the reward channels {', '.join(sorted(theirs))}; {origin} has "

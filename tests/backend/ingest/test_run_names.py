@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from backend.ingest import import_path
@@ -163,3 +164,48 @@ def test_a_failed_import_against_a_new_store_path_leaves_nothing(tmp_path):
     Store(existing).close()
     assert run_cli_here("import", bad, "--db", existing, "--run", "x", "--quiet").returncode == 2
     assert existing.exists()  # a store that was there stays
+
+
+def _trl_step(folder: Path, step: int, format_reward: list[float], **extra: list[float]) -> Path:
+    """A TRL completions file of one step: two groups of two, accuracy_reward and format_reward."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"completions_{step:05d}.parquet"
+    pd.DataFrame(
+        {
+            "step": [step] * 4,
+            "prompt": [f"p{step}a", f"p{step}a", f"p{step}b", f"p{step}b"],
+            "completion": ["a", "b", "c", "d"],
+            "accuracy_reward": [1.0, 0.0, 1.0, 0.0],
+            "format_reward": format_reward,
+            **extra,
+            "advantage": [0.7, -0.7, 0.7, -0.7],
+        }
+    ).to_parquet(path)
+    return path
+
+
+def test_append_compares_the_channels_that_hold_values(db_path, tmp_path):
+    """Before: a reward column that is NaN in every row of the appended file still counted as the run's
+    channel, so the append passed silently with rollouts that score nothing on it (issue 42 item 6)."""
+    nan = float("nan")
+    first = _trl_step(tmp_path / "a", 1, [0.5, 0.5, nan, 0.0])
+    assert run_cli_here("import", first, "--db", db_path, "--run", "x", "--quiet").returncode == 0
+    with Store(db_path, read_only=True) as store:
+        before = snapshot(store)
+    empty = _trl_step(tmp_path / "b", 2, [nan] * 4)
+    done = run_cli_here("import", empty, "--db", db_path, "--run", "x", "--append", "--quiet")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert (
+        f"{empty}: channel 'format_reward' is NaN in every one of the 4 rollouts it adds, so it scores only "
+        "accuracy_reward while run 'x' has the reward channels accuracy_reward, format_reward"
+    ) in done.stderr
+    with Store(db_path, read_only=True) as store:
+        assert snapshot(store) == before
+    # a column the run lacks, empty in the file, makes no channel: the append matches, and the summary says so
+    extra = _trl_step(tmp_path / "c", 3, [1.0, 0.0, 0.0, 1.0], style_reward=[nan] * 4)
+    done = run_cli_here("import", extra, "--db", db_path, "--run", "x", "--append", "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert f"channel 'style_reward' is NaN in every row of {extra}: it holds no score" in done.stdout
+    with Store(db_path, read_only=True) as store:
+        assert store.list_runs()[0]["channels"] == ["accuracy_reward", "format_reward"]
+        assert store.list_runs()[0]["rollouts"] == 8
