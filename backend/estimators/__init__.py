@@ -39,5 +39,6 @@ from backend.estimators.methods import (  # noqa: F401  (registers)
     modifiers,
     outcome,
     trace_methods,
+    turn_methods,
     valued,
 )

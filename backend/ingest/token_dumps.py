@@ -33,12 +33,9 @@ Each layout below was read from the project's own source (repository, path, comm
 Where each field goes (all per-token lists cover the response tokens only):
 - prompt/response split: the response starts at the first token the trainer's loss mask keeps
   (NeMo-RL `token_loss_mask`, prime-rl `loss_mask`) and runs to the end of the sequence, so later
-  masked tokens (environment or tool turns, NeMo-RL's closing environment message) stay in it;
-  the mask is the record's `loss_mask` (1 trained, 0 not; NeMo-RL's is
-  `token_loss_mask * sample_loss_mask`, what its loss uses), and its contiguous runs are the record's
-  `turns`: trained runs `assistant`, untrained ones `environment` (issue 44; no estimator credits them).
-- the trainer's per-token advantage: extras `logged_advantage`; the rollout's `logged_advantage` is
-  set too when the advantage is one number over the generated tokens (GRPO).
+  masked tokens (environment or tool turns) stay in it as the record's `loss_mask` (1 trained; NeMo-RL's
+  is `token_loss_mask * sample_loss_mask`) and `turns` (its runs; untrained ones `environment`).
+- the trainer's per-token advantage: extras `logged_advantage` (and the rollout's when it is one number).
 - trainer logprobs (NeMo-RL `prev_logprobs`, prime-rl `trainer_logprobs`, the board's `logprobs`)
   -> `logprobs`; the inference engine's (NeMo-RL `generation_logprobs`, prime-rl
   `inference_logprobs`) -> extras of those names; prime-rl `entropy` -> `entropies`; the board's
@@ -276,7 +273,6 @@ def _nemo_rl_record(obj: dict, step: int, where: str, tokenizer: Tokenizer) -> d
     prompt_ids, response_ids = ids[:start], ids[start:]
     if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         raise InputError(f"{where}: field 'token_ids' must hold integers")
-    loss_mask = [int(m * sample_mask > 0) for m in token_mask[start:]]
     extras = {}
     rec: dict = {
         "step": step,
@@ -284,9 +280,8 @@ def _nemo_rl_record(obj: dict, step: int, where: str, tokenizer: Tokenizer) -> d
         "prompt_ids": prompt_ids,
         "token_ids": response_ids,
         "rewards": {"task": _unbatch(obj, "rewards", where)},
-        "loss_mask": loss_mask,
-        # NeMo-RL's message log: the masked spans after the first assistant turn are environment turns
-        "turns": spans_from_mask([int(m > 0) for m in token_mask[start:]], "environment"),
+        "loss_mask": [int(m * sample_mask > 0) for m in token_mask[start:]],
+        "turns": spans_from_mask([int(m > 0) for m in token_mask[start:]], "environment"),  # env turns
     }
     if "prev_logprobs" in rows:
         rec["logprobs"] = _numbers(rows["prev_logprobs"], "prev_logprobs", where)[start:]
@@ -375,7 +370,7 @@ def prime_rl_records(
             mask = _numbers(_per_token(obj, "loss_mask", where, n), "loss_mask", where)[:n]
             start = _response_start(mask)
             prompt_ids, response_ids = ids[:start], ids[start:]
-            loss_mask = mask[start:]
+            loss_mask = [int(m > 0) for m in mask[start:]]
             advantages = _numbers(_per_token(obj, "advantages", where, n)[:n], "advantages", where)[start:]
             trained = [a for a, m in zip(advantages, loss_mask, strict=True) if m] or [0.0]
             step = obj["step"]
@@ -386,8 +381,8 @@ def prime_rl_records(
                 "group": _prompt_group(prompt_ids),
                 "rewards": {"advantage": math.fsum(trained) / len(trained)},
                 "logged_advantage": _one_advantage(advantages, loss_mask),
-                "loss_mask": [int(m > 0) for m in loss_mask],
-                "turns": spans_from_mask([int(m > 0) for m in loss_mask], "environment"),
+                "loss_mask": loss_mask,
+                "turns": spans_from_mask(loss_mask, "environment"),
             }
             extras = {"logged_advantage": advantages}
             dropped = []

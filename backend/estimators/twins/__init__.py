@@ -18,5 +18,6 @@ from backend.estimators.twins import (  # noqa: F401  (registers)
     modifiers,
     outcome,
     trace_methods,
+    turn_methods,
     valued,
 )

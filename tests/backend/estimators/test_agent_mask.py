@@ -45,6 +45,9 @@ def _assistant_record(rng: random.Random, gid: int, rid: int, stem: list[int], f
             "old_entropies": [rng.random() * 2 for _ in ids],
             "logged_advantage": rng.gauss(0, 1),
         },
+        # the same assistant turns as the multi-turn record's, without the tools' outputs between them
+        "turns": [{"role": "assistant", "start": a, "end": b} for a, b in _segments(L)],
+        "turn_rewards": [rng.choice([None, 0.0, 0.5, 1.0, rng.random()]) for _ in _segments(L)],
     }
     for method in MODEL_SCORED:
         scores_name, mask_name = model_score_needs(method)
@@ -53,20 +56,27 @@ def _assistant_record(rng: random.Random, gid: int, rid: int, stem: list[int], f
     return rec
 
 
+def _segments(L: int) -> list[tuple[int, int]]:
+    """The assistant turns of a response of L trained tokens: a tool answers after tokens 2 and 5."""
+    cuts = [c for c in (2, 5) if c < L]
+    return list(zip([0, *cuts], [*cuts, L], strict=True))
+
+
 def _with_tool_turns(rec: dict, rng: random.Random) -> dict:
     """The same response with tool outputs inserted after some assistant tokens: loss_mask 0 there, and
     numbers on them an estimator would notice (entropy 9, logprob -9, values 50, a newline). A tool's output
     is a function of the transcript before it (as a real tool's is), so responses that share a prefix share
     their tool outputs and a prefix tree has the same branches with or without them."""
     ids = rec["token_ids"]
-    cuts = sorted({c for c in (2, 5) if c < len(ids)})
-    out = {k: v for k, v in rec.items() if k not in ("token_ids", "tokens", "token_rewards", "extras")}
+    out = {
+        k: v for k, v in rec.items() if k not in ("token_ids", "tokens", "token_rewards", "extras", "turns")
+    }
     full = {"token_ids": [], "tokens": [], "loss_mask": [], "turns": []}
     per_token = {name: [] for name in PER_TOKEN}
     token_rewards = {c: [] for c in rec["token_rewards"]}
     extras = {k: [] for k, v in rec["extras"].items() if isinstance(v, list)}
     start = 0
-    for seg_start, seg_end in zip([0, *cuts], [*cuts, len(ids)], strict=True):
+    for seg_start, seg_end in _segments(len(ids)):
         n0 = len(full["token_ids"])
         full["token_ids"] += ids[seg_start:seg_end]
         full["tokens"] += rec["tokens"][seg_start:seg_end]
