@@ -39,21 +39,12 @@ URL_ETA = "eta"
 URL_REPLAY_MODE = "mode"  # projected or lexicographic dual ascent
 
 
-def url_field(estimator: str, field: str) -> str:
-    """A non-default config field of the view's estimator: `?gae.lam=0.9`."""
-    return f"{estimator}.{field}"
-
-
-def url_beta(channel: str) -> str:
-    return f"beta_{channel}"
-
-
-def url_normalization(channel: str) -> str:
-    return f"norm_{channel}"
-
-
-def url_tau(channel: str) -> str:
-    return f"tau_{channel}"
+# Families of keys, one per name (a channel, a widget, a view): a template that the names fill in, in the
+# order the comment gives; the strings a link or an AppTest holds stand here, one line each.
+url_field = "{}.{}".format  # (estimator, field) a config field off its default: ?gae.lam=0.9
+url_beta = "beta_{}".format  # (channel) Tune's β
+url_normalization = "norm_{}".format  # (channel)
+url_tau = "tau_{}".format  # (channel)
 
 
 # ---- session keys: the store, the shared selection and the URL (app/data.py, app/state.py) ------------
@@ -70,47 +61,17 @@ CLASSES_LINK_READ = "_classes_link_read"  # the runs whose `?classes=` was read
 OPEN_ROLLOUT = "_open_rollout"  # (run, rollout) asked to open in the Rollout view, by a callback
 SELECT_ROLLOUT = "_select_rollout"  # ... and to select there, before the sidebar is drawn
 CHANNEL_CHOICE = "_channel_choice"  # (run, main channel) -> the channel this session's views read
-
-
-def kept(key: str) -> str:
-    """The last value of widget `key`, kept while its view is not shown (Streamlit drops the widget's)."""
-    return f"_keep_{key}"
-
-
-def restored(key: str) -> str:
-    """Set once widget `key` has been seeded from the link."""
-    return f"_restored_{key}"
-
-
-def click_seen(chart: str) -> str:
-    """The last click on heatmap `chart` already acted on."""
-    return f"_{chart}_seen"
-
+kept = "_keep_{}".format  # (widget key) its last value, kept while its view is not shown (Streamlit drops it)
+restored = "_restored_{}".format  # (widget key) set once the widget has been seeded from the link
+click_seen = "_{}_seen".format  # (chart key) the last click on the heatmap already acted on
 
 # ---- session keys of the widgets in app/ui/ (one per view, from the view's prefix) --------------------
 
-
-def channel_picker(view: str) -> str:
-    return f"{view}_channel"
-
-
-def form_field(form: str, estimator: str, field: str) -> str:
-    """The widget of one config field of `estimator` in the parameter form `form`."""
-    return f"{form}_{estimator}_{field}"
-
-
-def scale_mode(view: str) -> str:
-    return f"{view}_scale"
-
-
-def scale_lock(view: str) -> str:
-    """The locked colour half-width (None: unlocked)."""
-    return f"{view}_zlock"
-
-
-def scale_lock_toggle(view: str) -> str:
-    return f"{view}_lock_toggle"
-
+channel_picker = "{}_channel".format  # (view)
+form_field = "{}_{}_{}".format  # (form, estimator, field) the widget of one config field in a parameter form
+scale_mode = "{}_scale".format  # (view)
+scale_lock = "{}_zlock".format  # (view) the locked colour half-width (None: unlocked)
+scale_lock_toggle = "{}_lock_toggle".format  # (view)
 
 # ---- session keys of the views ------------------------------------------------------------------------
 
@@ -161,17 +122,9 @@ TUNE_WINDOW = "tune_window"
 TUNE_REPLAY_TABLE_OPEN = "tune_replay_table_open"
 
 
-def tune_beta(channel: str) -> str:
-    return f"tune_beta_{channel}"
-
-
-def tune_normalization(channel: str) -> str:
-    return f"tune_norm_{channel}"
-
-
-def tune_tau(channel: str) -> str:
-    return f"tune_tau_{channel}"
-
+tune_beta = "tune_beta_{}".format  # (channel)
+tune_normalization = "tune_norm_{}".format  # (channel)
+tune_tau = "tune_tau_{}".format  # (channel)
 
 RESAMPLE_POSITIONS = "resample_positions"
 RESAMPLE_SUGGESTED = "resample_suggested"  # the kind of the last suggestion

@@ -75,6 +75,16 @@ def z_from_outcome(v: Terms, outcome: str | None = None) -> list[str]:
     return [f"Z ({outcome}) from R = {R:.4g}, group mean {mean:.4g} (G = {seq['group_n']:.0f}) = {Z:.4g}"]
 
 
+def z_then(*steps):
+    """The derivation of a method built on the outcome Z: Z from the outcome, then the lines of the first of
+    `steps` that has its terms at t, else Z broadcast (register it as `explain=z_then(...)`)."""
+
+    def derivation(v: Terms) -> list[str]:
+        return [*z_from_outcome(v), *first_of(v, *steps, broadcast)]
+
+    return derivation
+
+
 def broadcast(v: Terms) -> list[str]:
     """A_t = Z on every token (outcome estimators; any method whose A_t equals Z at t)."""
     Z, A = v.seq.get("Z"), v.A

@@ -112,3 +112,28 @@ st.button("Delete", key="runs_delete_button")  # a button: nothing reads it back
 def test_each_parameter_and_key_has_one_name():
     counts = Counter(_named().values())
     assert not [v for v, n in counts.items() if n > 1], counts
+
+
+def test_the_key_families_give_the_strings_links_and_sessions_hold():
+    """The families are templates (`"beta_{}".format`); bookmarks and AppTests hold the strings they give."""
+    assert keys.url_field("gae", "lam") == "gae.lam"
+    assert [keys.url_beta("task"), keys.url_normalization("task"), keys.url_tau("task")] == [
+        "beta_task",
+        "norm_task",
+        "tau_task",
+    ]
+    assert [keys.kept("w"), keys.restored("w"), keys.click_seen("heat")] == [
+        "_keep_w",
+        "_restored_w",
+        "_heat_seen",
+    ]
+    assert keys.form_field("explorer_cfg", "gae", "lam") == "explorer_cfg_gae_lam"
+    widgets = [keys.channel_picker, keys.scale_mode, keys.scale_lock, keys.scale_lock_toggle]
+    assert [key("rollout") for key in widgets] == [
+        "rollout_channel",
+        "rollout_scale",
+        "rollout_zlock",
+        "rollout_lock_toggle",
+    ]
+    tune = [keys.tune_beta("task"), keys.tune_normalization("task"), keys.tune_tau("task")]
+    assert tune == ["tune_beta_task", "tune_norm_task", "tune_tau_task"]

@@ -20,6 +20,7 @@ statistic is over real tokens only, so padding is exactly 0. Loop twins: twins/e
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +28,7 @@ import torch
 from backend.core.batch import RolloutBatch
 from backend.estimators import masked
 from backend.estimators.common import OutcomeConfig, outcome_z
-from backend.estimators.explaining import Terms, broadcast, first_of, z_from_outcome
+from backend.estimators.explaining import Terms, z_then
 from backend.estimators.methods.credit import response_high_entropy_mask
 from backend.estimators.registry import EstimatorResult, param, register
 from backend.estimators.token_helpers import masked_entropies, need, token_positions
@@ -128,29 +129,28 @@ class PivotBucketsConfig(PivotFields):
     )
 
 
-def weighted_z(v: Terms, why: str | None) -> list[str]:
-    """A_t = Z · w_t, after the line `why` that gives w_t (the method's own; None: none)."""
-    if v.at("token_weight") is None or "Z" not in v.seq:
-        return []
-    return [
-        *([why] if why else []),
-        f"A_t = Z · w_t = {v.seq.get('Z') or 0.0:.4g} × {v.at('token_weight'):.4g} = {v.A:.4g}",
-    ]
+def weighted_z(why: Callable[[Terms], str], *needs: str):
+    """A step: A_t = Z · w_t, after the method's own line `why(v)` giving w_t when the terms it `needs` are
+    there at t."""
+
+    def step(v: Terms) -> list[str]:
+        if v.at("token_weight") is None or "Z" not in v.seq:
+            return []
+        shown = [why(v)] if all(v.at(name) is not None for name in needs) else []
+        return [
+            *shown,
+            f"A_t = Z · w_t = {v.seq.get('Z') or 0.0:.4g} × {v.at('token_weight'):.4g} = {v.A:.4g}",
+        ]
+
+    return step
 
 
-def bucket_weight(v: Terms) -> list[str]:
-    if v.at("token_weight") is None or v.at("window_mean_gate") is None:
-        return weighted_z(v, None)
+def bucket_weight(v: Terms) -> str:
     beta = float(v.cfg.get("anchor", 1.0))
-    return weighted_z(
-        v,
+    return (
         f"ĝ_t = g_t / window mean g = {v.at('gate'):.4g} / {v.at('window_mean_gate'):.4g}; "
-        f"w_t = (1 − β) + β ĝ_t = {v.at('token_weight'):.4g}   (β = {beta:g})",
+        f"w_t = (1 − β) + β ĝ_t = {v.at('token_weight'):.4g}   (β = {beta:g})"
     )
-
-
-def explain_pivot_buckets(v: Terms) -> list[str]:
-    return [*z_from_outcome(v), *first_of(v, bucket_weight, broadcast)]
 
 
 @register(
@@ -162,7 +162,7 @@ def explain_pivot_buckets(v: Terms) -> list[str]:
     "the outcome. ERPO's own gating, bucket and anchor formulas were not available to check",
     needs=("entropies",),
     source=ERPO_SOURCE,
-    explain=explain_pivot_buckets,
+    explain=z_then(weighted_z(bucket_weight, "window_mean_gate")),
 )
 def pivot_buckets(batch: RolloutBatch, config: PivotBucketsConfig) -> EstimatorResult:
     """Diagnostics: Z (B,), pivots (B, T) bool, gate (B, T) g, window (B, T) k, window_mean_gate (B, T), and
@@ -225,10 +225,6 @@ def progress_lines(v: Terms) -> list[str]:
     ]
 
 
-def explain_divergence_progress(v: Terms) -> list[str]:
-    return [*z_from_outcome(v), *first_of(v, progress_lines, broadcast)]
-
-
 @register(
     "divergence_progress",
     DivergenceProgressConfig,
@@ -239,7 +235,7 @@ def explain_divergence_progress(v: Terms) -> list[str]:
     "(Z = 0) still gets A = lam g s",
     needs=("entropies", "logprobs", "ref_logprobs"),
     source=EPGRPO_SOURCE,
-    explain=explain_divergence_progress,
+    explain=z_then(progress_lines),
 )
 def divergence_progress(batch: RolloutBatch, config: DivergenceProgressConfig) -> EstimatorResult:
     """A response without a score on the channel gets 0 (no outcome to anchor to); its tokens still count in
@@ -313,19 +309,11 @@ def surrogate_entropy(logprobs: torch.Tensor) -> torch.Tensor:
     return (h / math.log(2.0)).clamp(0.0, 1.0)
 
 
-def confidence_weight(v: Terms) -> list[str]:
-    if v.at("token_weight") is None or v.at("surrogate_entropy") is None:
-        return weighted_z(v, None)
-    return weighted_z(
-        v,
-        f"u_t = {v.at('surrogate_entropy'):.4g} bits, confidence c_t = "
-        f"{v.at('confidence'):.4g}; w_t = 1 + α (u_t if Z > 0, c_t if Z < 0) = "
-        f"{v.at('weights_raw'):.4g}",
+def confidence_weight(v: Terms) -> str:
+    return (
+        f"u_t = {v.at('surrogate_entropy'):.4g} bits, confidence c_t = {v.at('confidence'):.4g}; "
+        f"w_t = 1 + α (u_t if Z > 0, c_t if Z < 0) = {v.at('weights_raw'):.4g}"
     )
-
-
-def explain_asymmetric_confidence(v: Terms) -> list[str]:
-    return [*z_from_outcome(v), *first_of(v, confidence_weight, broadcast)]
 
 
 @register(
@@ -338,7 +326,7 @@ def explain_asymmetric_confidence(v: Terms) -> list[str]:
     "A = Z w)",
     needs=("logprobs",),
     source=ACPO_SOURCE,
-    explain=explain_asymmetric_confidence,
+    explain=z_then(weighted_z(confidence_weight, "surrogate_entropy")),
 )
 def asymmetric_confidence(batch: RolloutBatch, config: AsymmetricConfidenceConfig) -> EstimatorResult:
     """Diagnostics: Z (B,), surrogate_entropy u (B, T), confidence c (B, T), weights w (B, T) before the
