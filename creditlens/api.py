@@ -118,7 +118,8 @@ class Run:
         self, estimator: str, *, channel: str | None = None, use_cache: bool = True, **params
     ) -> pd.DataFrame:
         """One row per real token (`creditlens estimate`): rollout_id, group_id, pos, token_id, token,
-        advantage. `channel="all"` sums the channel scores per rollout (TRL's combined reward)."""
+        token_class (the run's token classes, `creditlens token-classes`), advantage. `channel="all"` sums
+        the channel scores per rollout (TRL's combined reward)."""
         name, config = estimate_config(
             self.handle,
             self.name,

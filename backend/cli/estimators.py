@@ -24,7 +24,9 @@ def add_commands(sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output (what the app renders)")
     p.set_defaults(func=cmd_estimators)
 
-    p = sub.add_parser("estimate", help="run an estimator on a stored run; one Parquet row per real token")
+    p = sub.add_parser(
+        "estimate", help="run an estimator on a stored run; one Parquet row per real token, with its class"
+    )
     add_db_arg(p)
     p.add_argument("--run", required=True, help="run name")
     p.add_argument("--estimator", required=True, help="estimator name (see `creditlens estimators`)")
@@ -237,7 +239,7 @@ def cmd_estimate(args) -> int:
         ):
 
             def write(batch, advantages) -> int:
-                table = token_rows(batch, advantages)
+                table = token_rows(batch, advantages, rows.classes)
                 writer.write_table(table)
                 return table.num_rows
 

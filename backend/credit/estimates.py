@@ -191,6 +191,9 @@ def estimate_rollouts(
 
 
 STREAM_MEMORY_LIMIT = os.environ.get("CREDITLENS_STREAM_MEMORY", "256MB")
+TOKEN_FIELDS = frozenset(token_classes.CLASS_FIELDS)
+"""What `with_tokens` loads besides the estimator's fields: each token's text and what its class reads
+(the token rows of `creditlens estimate` carry both)."""
 """DuckDB's buffer pool while a run streams: blocks already read are evicted beyond this, so the store's
 cache of the run's pages does not grow with the run."""
 
@@ -226,9 +229,9 @@ def stream_run(
     progress: Progress | None = None,
 ) -> RunEstimate:
     """Estimator `name` on every rollout of `run`, chunk by chunk (`backend.core.chunks.plan`): each chunk is
-    loaded with only the fields the estimator reads (`registry.fields_for`; the token text too when
-    `with_tokens`, as Arrow: `RolloutBatch.token_text`; and what token classes read when saving, for the
-    credit summaries), padded to its own longest response, and dropped once the caller has moved on.
+    loaded with only the fields the estimator reads (`registry.fields_for`; and what token classes read
+    when `with_tokens`, for each token's text (as Arrow: `RolloutBatch.token_text`) and class, or when saving,
+    for the credit summaries), padded to its own longest response, and dropped once the caller has moved on.
     Computed outputs are staged in a temporary Parquet file (`EstimateStage`) and saved to the cache (with
     the Explorer's credit summaries) in one transaction once the last chunk is done; a cache holding the
     whole run is read back chunk by chunk instead (`how` says which). `chunk_rollouts=None`: the
@@ -248,7 +251,7 @@ def stream_run(
     if fields is not None and save:
         fields = fields | set(token_classes.CLASS_FIELDS)  # the credit summaries saved with the outputs
     if fields is not None and with_tokens:
-        fields = fields | {"token_text"}
+        fields = fields | TOKEN_FIELDS
     run_fit = None
     if two_pass:
         with handle.read() as store:
@@ -265,7 +268,7 @@ def _from_cache(
     with_tokens: bool,
     progress: Progress | None,
 ) -> Iterator[tuple[RolloutBatch, torch.Tensor]]:
-    fields = frozenset(["token_text"] if with_tokens else [])
+    fields = TOKEN_FIELDS if with_tokens else frozenset()
     with handle.read() as store:
         for i, chunk in enumerate(chunks):
             if progress is not None:

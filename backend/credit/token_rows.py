@@ -1,5 +1,6 @@
 """One row per real token of a run under an estimator: what `creditlens estimate` writes and what the
-notebook API's `Run.estimate` returns (the same function, so the two can never disagree).
+notebook API's `Run.estimate` returns (the same function, so the two can never disagree). Each row carries
+the token's class (the run's token classes, `creditlens token-classes`), so credit can be weighed by class.
 
 `estimate_config` turns an estimator name, `--set` pairs and a channel into the validated config (the
 channel defaults to the run's main channel); `token_tables` yields the rows chunk by chunk (Arrow tables
@@ -20,11 +21,11 @@ import torch
 from backend.core.batch import RolloutBatch
 from backend.core.chunks import DEFAULT_CHUNK_ROLLOUTS
 from backend.core.errors import InputError
-from backend.credit import estimates, main_channel
+from backend.credit import credit_summary, estimates, main_channel, token_classes
 from backend.estimators import registry
 from backend.store import StoreHandle
 
-DICTIONARY_COLUMNS = ["rollout_id", "group_id", "token"]
+DICTIONARY_COLUMNS = ["rollout_id", "group_id", "token", "token_class"]
 """Columns whose values repeat (dictionary-encoded in Parquet); ids and advantages vary per token."""
 TOKEN_ROWS_SCHEMA = pa.schema(
     [
@@ -33,6 +34,7 @@ TOKEN_ROWS_SCHEMA = pa.schema(
         ("pos", pa.int32()),
         ("token_id", pa.int64()),
         ("token", pa.string()),
+        ("token_class", pa.string()),
         ("advantage", pa.float32()),
     ]
 )
@@ -80,10 +82,11 @@ class TokenTables:
     how: str  # "cache" or "computed"
     scope: str
     notes: list[str]
+    classes: tuple[token_classes.TokenClass, ...] = token_classes.DEFAULT_CLASSES  # the run's
 
     def tables(self) -> Iterator[pa.Table]:
         for batch, advantages in self.parts:
-            yield token_rows(batch, advantages)
+            yield token_rows(batch, advantages, self.classes)
 
 
 def token_tables(
@@ -98,7 +101,7 @@ def token_tables(
     """The run's token rows under `name`/`config`. `chunk_rollouts=None` computes the whole run in memory
     at once (the benchmarks' baseline); otherwise the run is streamed at the estimator's scope."""
     with handle.read() as store:
-        store.run_id(run)  # a clear error for an unknown run before any work
+        classes = credit_summary.run_classes(store, run)  # a clear error for an unknown run before any work
     if chunk_rollouts is None:
         scoped = estimates.estimate_rollouts(
             handle, run, name, config, use_cache=use_cache, chunk_rollouts=None
@@ -112,12 +115,16 @@ def token_tables(
             handle, run, name, config, chunk_rollouts=chunk_rollouts, use_cache=use_cache, with_tokens=True
         )
         parts, how, scope, notes = iter(streamed), streamed.how, streamed.scope, streamed.notes
-    return TokenTables(parts, how, scope, notes)
+    return TokenTables(parts, how, scope, notes, classes)
 
 
-def token_rows(batch: RolloutBatch, advantages: torch.Tensor) -> pa.Table:
-    """One row per real token of `batch`: rollout_id, group_id, pos, token_id, token, advantage.
-    advantages: (B, T) float32, `batch`'s padding."""
+def token_rows(
+    batch: RolloutBatch,
+    advantages: torch.Tensor,
+    classes: tuple[token_classes.TokenClass, ...] = token_classes.DEFAULT_CLASSES,
+) -> pa.Table:
+    """One row per real token of `batch`: rollout_id, group_id, pos, token_id, token, token_class (the first
+    of `classes` that matches it, else `other`), advantage. advantages: (B, T) float32, `batch`'s padding."""
     mask = batch.response_mask.cpu().numpy()
     lengths = mask.sum(axis=1)
     n = int(lengths.sum())
@@ -138,6 +145,9 @@ def token_rows(batch: RolloutBatch, advantages: torch.Tensor) -> pa.Table:
             "pos": pa.array(pos.astype(np.int32)),
             "token_id": pa.array(batch.token_ids.cpu().numpy()[mask], type=pa.int64()),
             "token": tokens,
+            "token_class": pa.array(token_classes.names(classes), pa.string()).take(
+                token_classes.flat_class_ids(batch, classes)
+            ),
             "advantage": pa.array(advantages.detach().to(torch.float32).cpu().numpy()[mask]),
         },
         schema=TOKEN_ROWS_SCHEMA,

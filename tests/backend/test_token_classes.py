@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from backend.core.errors import InputError
@@ -199,3 +200,43 @@ def test_the_cli_moves_a_class_and_prints_phrases_as_phrases(tmp_path):
     assert names.index("style span") < names.index("filler")
     bad = run_cli_here(*cli, "--move", "nope", "up")
     assert bad.returncode == 2 and "no such class" in bad.stderr
+
+
+def test_estimate_rows_carry_each_tokens_class(tmp_path):
+    """Before: `creditlens estimate` rows and `Run.estimate` had no class, so credit could not be weighed by
+    class without redoing the classification (issue 42 item 10). The rows use the run's own classes."""
+    import creditlens  # noqa: PLC0415 - the notebook API, only here
+
+    db = tmp_path / "runs.duckdb"
+    with Store(db) as store:
+        import_records(store, "r", make_records(n_groups=2, group_size=3), content_key="r")
+    added = run_cli_here(
+        "token-classes", "--db", db, "--run", "r", "--add", "ones", "regex", "^t1", "--move", "ones", "first"
+    )
+    assert added.returncode == 0, added.stderr
+    with Store(db, read_only=True) as store:
+        batch = store.load_batch("r")
+        classes = token_classes.from_json(store.run_info("r")["meta"]["token_classes"])
+    want = [label for row in range(batch.B) for label in token_classes.labels(batch, row, classes)]
+    assert {"ones", "style span", "other"} <= set(want)  # t1*, the style token rewards, the rest
+    for cached in (False, True):  # computed, then read back from the store's cache
+        out = tmp_path / f"rows_{cached}.parquet"
+        args = ["estimate", "--db", db, "--run", "r", "--estimator", "grpo", "--out", out]
+        done = run_cli_here(*args, *([] if cached else ["--no-cache"]))
+        assert done.returncode == 0, done.stderr
+        written = pd.read_parquet(out)
+        assert list(written.columns) == [
+            "rollout_id",
+            "group_id",
+            "pos",
+            "token_id",
+            "token",
+            "token_class",
+            "advantage",
+        ]
+        assert written["token_class"].tolist() == want
+    assert all(t.startswith("t1") for t in written.loc[written["token_class"] == "ones", "token"])
+    frame = creditlens.open(db).run("r").estimate("grpo")
+    assert frame["token_class"].tolist() == want
+    by_class = frame.groupby("token_class")["advantage"].apply(lambda a: a.abs().sum())
+    assert by_class.sum() == pytest.approx(frame["advantage"].abs().sum())
