@@ -1,7 +1,7 @@
 """Credit Lens: the Streamlit entry point.
 
 `streamlit run app/main.py -- --db DB` (or `creditlens app`, which serves it behind the token gate of
-`app/server/`). Builds the navigation over the view scripts in `app/views/` (`app/navigation.py`), resolves
+`app/server/`). Builds the navigation over the view scripts in `pages/` (`app/navigation.py`), resolves
 the shared selection (run, rollout) and hands over to the chosen view.
 """
 
@@ -25,11 +25,22 @@ if settings.token and not auth.cookie_matches(
     st.stop()
 if settings.read_only:
     st.sidebar.caption(":material/lock: Read-only server: browsing, estimators and explanations only.")
+# The landing view is served at `/` and, through a hidden second page on the same script, at its own path
+# (`/explorer`): Streamlit serves a default page only at the root. The visible entry is the root one, so the
+# sidebar marks it on the landing page, and links to the script (first registered) go there.
+landing_script, landing_title, landing_path, _ = VIEWS[0]
 navigation = st.navigation(
     [
-        st.Page(str(VIEW_DIR / script), title=title, url_path=url_path, icon=icon, default=(i == 0))
+        st.Page(
+            str(VIEW_DIR / script),
+            title=title,
+            url_path=f"{url_path}-landing" if i == 0 else url_path,
+            icon=icon,
+            default=(i == 0),
+        )
         for i, (script, title, url_path, icon) in enumerate(VIEWS)
     ]
+    + [st.Page(str(VIEW_DIR / landing_script), title=landing_title, url_path=landing_path, visibility="hidden")]
 )
 data.refresh_if_store_changed(data.db_path())  # another process may have imported or deleted a run
 # The run's reads share one read-only connection (backend/store/handle.py: `kept_open`), closed when it ends.

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-VIEW_DIR = Path(__file__).resolve().parent / "views"
-VIEWS = (  # (script in app/views/, title, url path, icon); the first is the landing page of a run
+VIEW_DIR = Path(__file__).resolve().parents[1] / "pages"
+VIEWS = (  # (script in pages/, title, url path, icon); the first is the landing page of a run
     ("explorer.py", "Explorer", "explorer", ":material/table_rows:"),
     ("trends.py", "Trends", "trends", ":material/monitoring:"),
     ("rollout.py", "Rollout", "rollout", ":material/grid_on:"),

@@ -42,7 +42,8 @@ BASELINES = {
     "Trivial page + one table": ONE_TABLE,
 }
 # Each view as a link opens it on the demo store (rollout 3: a group whose scores differ). The landing view
-# (the navigation's first) is served at the root: Streamlit answers its url path with "Page not found".
+# (the navigation's first) is timed at the root, where a new user lands (its own path, /explorer, serves the
+# same script).
 QUERIES = {"explorer": "run=demo", "trends": "run=demo", "oracle": "run=oracle", "runs": ""}
 VIEWS = tuple(
     (title, f"{path if i else ''}?{QUERIES.get(path, 'run=demo&rollout=3')}".rstrip("?"))

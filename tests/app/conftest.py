@@ -55,7 +55,7 @@ TUNE_OPEN = (keys.TUNE_REPLAY_TABLE_OPEN,)
 def open_app(
     db: Path, page: str | None = None, query: dict | None = None, timeout: float = 120, opened: tuple = ()
 ):
-    """Open the app as a link to `app/views/<page>.py` does (the landing page when None): one script run of
+    """Open the app as a link to `pages/<page>.py` does (the landing page when None): one script run of
     the entry point and that view, as a fresh browser tab has it, with the lazy expanders whose keys are in
     `opened` open (`app.ui.widgets.lazy_expander`: as if the user had opened them). Returns the AppTest."""
     at = AppTest.from_file(str(MAIN), default_timeout=timeout)
@@ -65,7 +65,7 @@ def open_app(
     for k, v in (query or {}).items():
         at.query_params[k] = v
     if page is not None:
-        at.switch_page(f"views/{page}.py")
+        at.switch_page(f"../pages/{page}.py")
     at.run()
     assert not at.exception, [e.message for e in at.exception]
     return at

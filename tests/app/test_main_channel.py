@@ -303,7 +303,7 @@ def test_rollout_explains_the_summed_reward_and_switches_channel(trl_db):
 def test_the_channel_choice_holds_across_views(trl_db):
     at = _open(trl_db, "explorer")
     at.selectbox(key="explorer_channel").set_value("newline_reward").run()
-    at.switch_page("views/group.py").run()
+    at.switch_page("../pages/group.py").run()
     assert not at.exception
     assert at.selectbox(key="group_channel").value == "newline_reward"
     assert at.query_params["channel"] in ("newline_reward", ["newline_reward"])
@@ -345,7 +345,7 @@ def test_runs_page_changes_the_main_channel(trl_db):
     assert not at.exception
     with Store(trl_db, read_only=True) as store:
         assert store.main_channel(RUN) == "newline_reward"
-    at.switch_page("views/rollout.py").run()
+    at.switch_page("../pages/rollout.py").run()
     assert at.selectbox(key="rollout_channel").value == "newline_reward"
 
 

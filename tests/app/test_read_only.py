@@ -33,7 +33,7 @@ def test_views_browse_and_estimate(read_only, app_db):
     at.number_input(key="rollout_pos").set_value(2).run()  # "why this credit" for another token
     assert not at.exception and any("token 2" in s.value for s in at.subheader)
     for page in ("group", "compare", "tune", "oracle"):
-        at.switch_page(f"views/{page}.py").run()
+        at.switch_page(f"../pages/{page}.py").run()
         assert not at.exception, (page, [e.message for e in at.exception])
 
 

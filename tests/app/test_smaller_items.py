@@ -80,7 +80,7 @@ def test_the_import_summary_keeps_its_line_breaks(app_db):
     at = AppTest.from_file(str(MAIN), default_timeout=120)
     at.session_state["app_db"] = str(app_db)
     at.run()
-    at.switch_page("views/runs.py")
+    at.switch_page("../pages/runs.py")
     at.session_state["runs_flash"] = "r_1: imported 4 rollouts\n  skipped 2 records already in the run"
     at.run()
     (message,) = [s.value for s in at.success]

@@ -358,7 +358,7 @@ def test_token_classes_in_a_link_are_used_and_stay_in_the_url(app_db):
     assert not at.warning
     with Store(app_db, read_only=True) as store:
         assert "token_classes" not in store.run_info("demo")["meta"]  # a link never writes to the store
-    at.switch_page("views/rollout.py").run()  # the session keeps them: the Rollout view labels with them
+    at.switch_page("../pages/rollout.py").run()  # the session keeps them: the Rollout view labels with them
     assert not at.exception
     assert at.query_params["classes"] in ([link], link)
     at.number_input(key="rollout_pos").set_value(0).run()
@@ -375,7 +375,7 @@ def test_a_link_with_a_bad_token_class_warns_and_uses_the_runs_classes(app_db):
     assert "classes=" in warning and "broken" in warning and "not a regex" in warning
     for key in COMPARE_OPEN:
         at.session_state[key] = True
-    at.switch_page("views/compare.py").run()
+    at.switch_page("../pages/compare.py").run()
     assert not at.exception
     assert "digits" in set(at.dataframe[0].value.index)  # the defaults of the demo run
     assert "classes" not in at.query_params
