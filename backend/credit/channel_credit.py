@@ -14,6 +14,7 @@ import torch
 from backend.core.arrays import to_numpy
 from backend.core.batch import ALL_CHANNELS, BatchError, RolloutBatch, default_main_channel, missing_channel
 from backend.credit import channels
+from backend.estimators import registry
 
 
 @dataclass
@@ -78,6 +79,33 @@ def channel_credit(
     raw = {c: to_numpy(v).astype(np.float32) for c, v in result.projected.items()}
     used = {c: float(s.beta) for c, s in specs.items()}
     return ChannelCredit(to_numpy(result.final).astype(np.float32), contributions, per_channel, used, raw)
+
+
+def split_channel_credit(batch: RolloutBatch, estimator: str = "grpo", config: tuple = ()) -> ChannelCredit:
+    """The split-channel credit with every reward channel by itself, whatever the run's main channel: the
+    default specs, with `estimator` (overrides `config`, its channel dropped) on each channel whose default
+    is an estimator (task and the unnamed channels; an estimator without a channel parameter leaves them
+    as they are). What the `channel_takeover` monitor reads on `all`, where `channel_credit` has one
+    channel, the sum (docs/monitors.md)."""
+    overrides = tuple(sorted((k, v) for k, v in config if k != "channel"))
+    specs = channels.default_specs(batch)
+    if _reads_a_channel(estimator):
+        specs = {
+            c: dataclasses.replace(s, estimator=estimator, estimator_config=overrides)
+            if s.projection == "estimator" and c in batch.scores
+            else s
+            for c, s in specs.items()
+        }
+    result = channels.combine(batch, specs)
+    contributions = {c: to_numpy(v).astype(np.float32) for c, v in result.contributions.items()}
+    per_channel = {c: to_numpy(v).astype(np.float32) for c, v in result.per_channel.items()}
+    used = {c: float(s.beta) for c, s in specs.items()}
+    return ChannelCredit(to_numpy(result.final).astype(np.float32), contributions, per_channel, used)
+
+
+def _reads_a_channel(estimator: str) -> bool:
+    fields = dataclasses.fields(registry.get(estimator).config_cls)
+    return any(f.name == "channel" for f in fields)
 
 
 def _with_estimator_on(specs: dict, batch: RolloutBatch, channel: str, estimator: str, config: dict) -> dict:

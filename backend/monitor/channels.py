@@ -1,6 +1,8 @@
 """The `channel_takeover` monitor's statistic: each reward channel's share of Σ|β_c·Ã_c| per step, and per
 rollout, from the split-channel credit (`backend.credit.channel_credit`, the Tune view's numbers) with the
-estimator on the chosen channel.
+estimator on the chosen channel. On `all` (the channel scores summed per rollout: one channel) it reads the
+split channels instead, each reward channel by itself with the estimator (`SPLIT`), so a two-reward run
+whose main channel is `all` is watched too.
 
 It is the one statistic that needs every token's credit, so it is computed once per run and estimator key
 (`rollout_magnitudes`: Σ_t|β_c·Ã_c| per rollout and channel, one step in memory at a time) and kept in the
@@ -16,12 +18,25 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from backend.core.batch_fields import ALL_CHANNELS
 from backend.core.errors import StoreError
 from backend.credit import channel_credit, credit_shares
 from backend.estimators import registry
 from backend.store import Store, StoreHandle
 from backend.store import monitor_queries as queries
 from backend.store.monitor_queries import ChannelKey
+
+SPLIT = "all:split"
+"""The channel the statistic reads on `all`: every reward channel by itself (`split_channel_credit`); the
+stored summaries' key names it, so a summary kept before `all` was split is never read as this one."""
+
+
+def takeover_channel(store: Store, run: str, channel: str) -> str:
+    """The channel `channel_takeover` reads when the monitors run on `channel`: `SPLIT` on the summed `all`
+    (unless the run scores a channel literally named all), else `channel`."""
+    if channel == ALL_CHANNELS and ALL_CHANNELS not in store.channels_of(store.run_id(run)):
+        return SPLIT
+    return channel
 
 
 def channel_key(estimator: str, config: tuple, channel: str, groups_per_step: int) -> ChannelKey:
@@ -39,7 +54,10 @@ def _step_credits(store: Store, run: str, estimator: str, config: tuple, channel
     fields = None if needs is None else needs | {"token_rewards", "logprobs", "ref_logprobs"}
     for step, group_ids in queries.step_groups(store, store.run_id(run), groups_per_step).items():
         batch = store.load_batch(run, group_ids=group_ids, fields=fields)
-        credit = channel_credit.channel_credit(batch, estimator, config, channel=channel)
+        if channel == SPLIT:
+            credit = channel_credit.split_channel_credit(batch, estimator, config)
+        else:
+            credit = channel_credit.channel_credit(batch, estimator, config, channel=channel)
         yield step, batch.rollout_ids.cpu().numpy(), credit.contributions
 
 

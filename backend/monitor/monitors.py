@@ -147,15 +147,16 @@ def run_monitors(
         run_id = store.run_id(run)
         key = explorer.credit_key(store, run, estimator, config)
         if takeover:
+            split = monitor_channels.takeover_channel(store, run, channel)  # `all`: each channel alone
             stored = monitor_channels.read_step_shares(
-                store, run_id, monitor_channels.channel_key(estimator, config, channel, groups)
+                store, run_id, monitor_channels.channel_key(estimator, config, split, groups)
             )
         _watch_class_shares(watched, store, run_id, key, settings)
         _watch_trends(watched, trends, settings)
         _watch_text_and_logs(watched, store, run, run_id, key, settings)
     if takeover:
         shares, per_rollout = stored or monitor_channels.stored_step_shares(
-            handle, run, estimator, config, channel, groups
+            handle, run, estimator, config, split, groups
         )
         _watch_channel_shares(watched, shares, per_rollout)
     _note_short_run(watched, settings)

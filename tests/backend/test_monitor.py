@@ -470,3 +470,56 @@ def test_a_run_too_short_for_a_baseline_says_so(tmp_path):
     settings = monitor_config.parse_settings({"detectors": {"channel_takeover": {"enabled": False}}})
     found = monitor.run_monitors(StoreHandle(tmp_path / "s.duckdb"), "short", settings=settings)
     assert found.alerts == [] and any("5 steps" in n and "min_baseline" in n for n in found.notes)
+
+
+def _two_reward_records(seed: int = 0) -> list[dict]:
+    """A TRL-like run with two reward functions and no `task` channel: `correct` and `neat`, each varying
+    inside every group until ONSET, when `correct` stops varying (every group all right or all wrong) and
+    `neat` carries all the credit."""
+    rng = random.Random(seed)
+    records = []
+    for step in range(STEPS):
+        for g in range(PROMPTS):
+            settled = float(rng.random() < 0.5)
+            for _ in range(GROUP):
+                ids = [rng.randint(0, 50) for _ in range(rng.randint(4, 12))]
+                correct = settled if step >= ONSET else float(rng.random() < 0.5)
+                records.append(
+                    {
+                        "prompt": f"step {step} prompt {g}",
+                        "response": " ".join(map(str, ids)),
+                        "step": step,
+                        "token_ids": ids,
+                        "rewards": {"correct": correct, "neat": float(rng.random() < 0.5)},
+                    }
+                )
+    return records
+
+
+def test_channel_takeover_reads_the_split_channels_when_the_main_one_is_all(tmp_path):
+    """Before: on a two-reward run whose main channel is `all` (the scores summed: one channel), the
+    detector was skipped with "one channel carries all the credit" and the takeover went unseen."""
+    db = tmp_path / "runs.duckdb"
+    with Store(db) as store:
+        import_records(store, "two", _two_reward_records(), content_key="two")
+        assert store.main_channel("two") == "all"
+    only = {n: {"enabled": n == "channel_takeover"} for n in monitor_config.NAMES}
+    settings = monitor_config.parse_settings({"detectors": only})
+    handle = StoreHandle(db)
+    found = monitor.run_monitors(handle, "two", "grpo", settings=settings)
+    assert found.channel == "all"
+    assert not any("nothing to take over" in note for note in found.notes), found.notes
+    assert {"channel_share_correct", "channel_share_neat"} <= set(found.series.columns)
+    shares = found.series.set_index("step")
+    assert shares.loc[: ONSET - 1, "channel_share_neat"].max() < 0.7
+    assert shares.loc[ONSET:, "channel_share_neat"].min() == pytest.approx(1.0)
+    takeover = [a for a in found.alerts if a.detector == "channel_takeover"]
+    assert takeover and {a.step for a in takeover} == {ONSET}
+    assert {a.statistic for a in takeover} <= {"channel_share_neat", "channel_share_correct"}
+    again = monitor.run_monitors(handle, "two", "grpo", settings=settings)  # from the stored summary
+    assert [a.as_dict() for a in again.alerts] == [a.as_dict() for a in found.alerts]
+    # on one of the channels, the split is the same
+    on_correct = monitor.run_monitors(handle, "two", "grpo", (("channel", "correct"),), settings=settings)
+    assert on_correct.series["channel_share_neat"].tolist() == pytest.approx(
+        shares["channel_share_neat"].tolist()
+    )
