@@ -16,7 +16,7 @@ from backend.cli import estimator_catalog
 from backend.cli.common import add_db_arg, parse_overrides
 from backend.core.chunks import DEFAULT_CHUNK_ROLLOUTS
 from backend.core.errors import InputError
-from backend.store import open_store, store_handle
+from backend.store import store_handle
 
 
 def add_commands(sub) -> None:
@@ -114,7 +114,8 @@ def add_commands(sub) -> None:
         default=[],
         metavar="KEY=VALUE",
         dest="overrides",
-        help="estimator parameter, repeatable (TRL's default: --set epsilon=1e-4)",
+        help="estimator parameter, repeatable (default: the trainer's epsilon and scaling where the run "
+        "keeps them, as TRL imports and recordings do)",
     )
     p.add_argument(
         "--channel",
@@ -171,12 +172,25 @@ def cmd_estimators(args) -> int:
 def cmd_logged_gap(args) -> int:
     from backend.credit.estimates import with_channel  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
     from backend.credit.token_rows import estimate_config  # noqa: PLC0415 - idem
+    from backend.credit.trainer_conventions import trainer_overrides  # noqa: PLC0415 - idem
     from backend.estimators.methods.logged import logged_gap  # noqa: PLC0415 - idem
 
-    _, config = estimate_config(
-        store_handle(args.db), args.run, args.estimator, parse_overrides(args.overrides), args.channel
-    )
-    with open_store(args.db, read_only=True) as store:
+    handle = store_handle(args.db)
+    given = parse_overrides(args.overrides)
+    name, _ = estimate_config(handle, args.run, args.estimator, given, args.channel)  # checks what was typed
+    with handle.read() as store:
+        defaults, notes = trainer_overrides(store, args.run, name)
+    kept = {k: v for k, v in defaults.items() if k not in given}
+    _, config = estimate_config(handle, args.run, name, {**kept, **given}, args.channel)
+    if kept:
+        used = ", ".join(f"{k}={v}" for k, v in kept.items())
+        print(
+            f"note: recomputed with the trainer's {used}, kept with the run (--set overrides)",
+            file=sys.stderr,
+        )
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    with handle.read() as store:
         batch = with_channel(store.load_batch(args.run), str(getattr(config, "channel", "-")))
     frame = logged_gap(batch, args.estimator, config)
     if args.out is not None:

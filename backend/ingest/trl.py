@@ -17,6 +17,10 @@ from backend.core.errors import InputError
 from backend.ingest.sources import Progress, ReadNotes, _channel_list, _plain, iter_parquet_rows, record_key
 
 TRL_RESERVED = {"step", "prompt", "completion", "advantage", "image", "images"}
+TRL_EPSILON = 1e-4
+"""What TRL's GRPOTrainer adds to the std it divides by (a constant of the trainer, TRL 1.16
+`_generate_and_score_completions`); kept in the meta of every rollout with a logged advantage
+(`advantage_epsilon`), so `creditlens logged-gap` recomputes with it (backend.credit.trainer_conventions)."""
 
 
 def _is_numeric(t: pa.DataType) -> bool:
@@ -153,6 +157,8 @@ def trl_records(
             adv = row.get("advantage")
             if isinstance(adv, float) and math.isnan(adv):
                 adv = None
+            if adv is not None:
+                meta["advantage_epsilon"] = TRL_EPSILON  # scale_rewards is not in the log
             step = row.get("step") or 0
             if isinstance(step, float) and step.is_integer():
                 step = int(step)

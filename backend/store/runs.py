@@ -229,6 +229,17 @@ class Runs(Connection):
             for n, s, m, v, c, nr, ng, ns, nt, ch, main, metrics in rows
         ]
 
+    def logged_conventions(self, run: str) -> list[tuple[float | None, str | None]]:
+        """The distinct (advantage_epsilon, scale_rewards) pairs that the rollouts of `run` with a logged
+        advantage keep in their meta (the trainer's ε and scaling: the TRL importer and recorder keep
+        them; None where a rollout has none)."""
+        return self.con.execute(
+            "SELECT DISTINCT TRY_CAST(json_extract(meta, '$.advantage_epsilon') AS DOUBLE), "
+            "json_extract_string(meta, '$.scale_rewards') FROM rollouts "
+            "WHERE run_id = ? AND logged_advantage IS NOT NULL ORDER BY ALL",
+            [self.run_id(run)],
+        ).fetchall()
+
     def delete_run(self, name: str) -> None:
         self.discard_run_rows(self.run_id(name))
 

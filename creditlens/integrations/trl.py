@@ -28,7 +28,9 @@ the recorder writes one native Parquet step file (`backend.ingest.native_writer`
   group: the prompt's group of num_generations rows;
 - meta: policy_step (optimizer steps the sampling weights had taken), checkpoint (the folder holding those
   weights: the initial model folder or `output_dir/checkpoint-<policy_step>` when the trainer saved it),
-  reward_weights, scale_rewards, temperature; loss_masked for rows TRL masked (mask_truncated_completions);
+  reward_weights, scale_rewards and advantage_epsilon (TRL's 1e-4: the advantage's normalization, what
+  `creditlens logged-gap` recomputes with), temperature; loss_masked for rows TRL masked
+  (mask_truncated_completions);
   loss_mask per token for multi-turn tool tokens (0: not trained, TRL's tool_mask) and the turns it implies.
 """
 
@@ -55,6 +57,7 @@ from backend.core.turns import spans_from_mask
 from backend.ingest.native_writer import StepRecords, write_atomic
 from backend.ingest.step_files import step_file_name
 from backend.ingest.tokenize import token_labels
+from backend.ingest.trl import TRL_EPSILON
 
 __all__ = ["Recorder", "record"]
 
@@ -261,6 +264,7 @@ class Recorder:
             "checkpoint": checkpoint,
             "reward_weights": [float(w) for w in trainer.reward_weights.tolist()],
             "scale_rewards": trainer.scale_rewards,
+            "advantage_epsilon": TRL_EPSILON,  # with scale_rewards, what `logged-gap` recomputes with
             "temperature": float(trainer.temperature),
         }
 

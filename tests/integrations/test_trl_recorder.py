@@ -169,6 +169,7 @@ def test_each_step_is_written_and_followed_as_it_lands(recorded):
     } <= set(table.columns)
     meta = [json.loads(m) for m in table["meta"]]
     assert [m["policy_step"] for m in meta] == (table["step"] - 1).tolist()
+    assert {(m["advantage_epsilon"], m["scale_rewards"]) for m in meta} == {(1e-4, "group")}  # TRL's
     checkpoints = {m["policy_step"]: m["checkpoint"] for m in meta}
     assert checkpoints[0] == str(DEMO_POLICY.resolve())
     assert checkpoints[2] == str((recorded["base"] / "trainer" / "checkpoint-2").resolve())
@@ -208,6 +209,10 @@ def test_grpo_on_all_channels_equals_the_recorded_trainer_advantage(recorded, tm
     np.testing.assert_allclose(
         pd.read_parquet(out).groupby("rollout_id")["advantage"].first().sort_index(), logged, atol=1e-6
     )
+    # logged-gap recomputes with the recorded epsilon and scaling, without being told (before: grpo's 1e-6)
+    done = run_cli_here("logged-gap", "--db", db, "--run", "live", "--channel", "all", "--json")
+    assert done.returncode == 0 and "epsilon=0.0001, norm_by_std=True" in done.stderr
+    assert max(abs(json.loads(line)["gap"]) for line in done.stdout.splitlines()) < 1e-5
 
 
 def test_recorded_logprobs_equal_a_rescoring_with_the_recorded_weights(recorded):

@@ -141,9 +141,13 @@ def test_channel_all_reproduces_trls_logged_advantage(trl_logs, db_path, tmp_pat
         )
         frame = pd.read_parquet(gap)
         assert len(frame) == len(logs) and frame["gap"].abs().max() < 1e-6
-        # the default epsilon is not TRL's: the gap command shows the difference per rollout
+        # the import keeps TRL's epsilon, which the gap command recomputes with by default (before: grpo's
+        # 1e-6, a gap of up to 3e-4); another epsilon, asked for, shows its difference per rollout
         done = run_cli_here("logged-gap", "--db", db_path, "--run", run, "--channel", "all", "--out", gap)
-        assert done.returncode == 0
+        assert done.returncode == 0 and "the trainer's epsilon=0.0001" in done.stderr
+        assert pd.read_parquet(gap)["gap"].abs().max() < 1e-6
+        args = ["--channel", "all", "--set", "epsilon=1e-6", "--out", gap]
+        assert run_cli_here("logged-gap", "--db", db_path, "--run", run, *args).returncode == 0
         assert pd.read_parquet(gap)["gap"].abs().max() > 1e-6
 
 
