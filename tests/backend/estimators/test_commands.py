@@ -110,7 +110,8 @@ def test_estimate_writes_one_row_per_real_token(stored_run, tmp_path):
     )
     assert done.returncode == 0, done.stderr
     table = pq.read_table(out).to_pandas()
-    assert list(table.columns) == ["rollout_id", "group_id", "pos", "token_id", "token", "advantage"]
+    columns = ["rollout_id", "group_id", "pos", "token_id", "token", "token_class", "advantage"]
+    assert list(table.columns) == columns
     with Store(stored_run, read_only=True) as store:
         batch = store.load_batch("r1")
     assert len(table) == int(batch.response_mask.sum())
