@@ -1,6 +1,7 @@
 """Streamed whole-run estimates (backend.core.chunks, estimates.stream_run) equal the in-memory path for every
-registered estimator, on the bundled demo and oracle runs and on a run whose groups interleave, with chunk
-sizes that cut across groups and steps; each chunk's tensors stay within a bound set by the chunk size."""
+registered estimator, on the bundled demo, oracle and agent runs and on a run whose groups interleave, with
+chunk sizes that cut across groups and steps; each chunk's tensors stay within a bound set by the chunk
+size."""
 
 from __future__ import annotations
 
@@ -55,12 +56,14 @@ def _group_sizes(db: Path, run: str) -> tuple[int, int]:
 # groups of 8, 14 a step; 97 packs 13 groups (4 chunks of 104 rollouts, the bound chunk + group - 1 exactly,
 # then 32). oracle: 192 in 24 groups of 8, 5 chunks. mixed: 36 in 12 interleaved groups of 3 (every chunk
 # read by an id range and a group list): 5 packs 2 groups (6 chunks, 6 > 5) and 13 packs 5 (3 chunks), most
-# of them holding groups of two steps. No size divides a group. One size for run scope (fitting is slow).
-SIZES = {"demo": (97,), "oracle": (37,), "mixed": (5, 13)}
+# of them holding groups of two steps. agent: 72 multi-turn rollouts in 12 groups of 6 with untrained tool
+# tokens (the mask and turns must travel with every chunk): 17 packs 3 groups. No size divides a group. One
+# size for run scope (fitting is slow).
+SIZES = {"demo": (97,), "oracle": (37,), "mixed": (5, 13), "agent": (17,)}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("run", ["demo", "oracle", "mixed"])
+@pytest.mark.parametrize("run", ["demo", "oracle", "mixed", "agent"])
 def test_every_estimator_streams_to_the_in_memory_numbers(db, run):
     with reads_share_one_instance(db):  # nothing here writes (save=False); half the test's CPU otherwise
         _streams_to_the_in_memory_numbers(db, run)
