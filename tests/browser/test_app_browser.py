@@ -24,6 +24,7 @@ pytestmark = pytest.mark.browser
     "path, heading",
     [
         ("", "Explorer · demo"),
+        ("explorer", "Explorer · demo"),  # the landing view at its own path too (not "Page not found")
         ("rollout", "Rollout #0"),
         ("trends", "Trends · demo"),
         ("group", "Group 0"),
@@ -39,7 +40,8 @@ def test_each_view_opens(page, path, heading):
     assert heading in page.locator("h1").first.inner_text()
     assert page.locator("[data-testid=stAppDeployButton]").count() == 0  # client.toolbarMode = viewer
     assert page.get_by_role("button", name="Deploy").count() == 0
-    if path not in ("runs", ""):  # the Explorer is a table
+    assert page.get_by_text("Page not found").count() == 0
+    if path not in ("runs", "", "explorer"):  # the Explorer is a table
         page.wait_for_selector(".js-plotly-plot .main-svg")
 
 
