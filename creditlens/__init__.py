@@ -6,7 +6,7 @@
     run = lens.run("demo")
     run.rollouts(estimator="grpo", sort="-max_abs", limit=10)   # the Explorer's table
     run.estimate("grpo", channel="all", epsilon=1e-4)                   # token rows (`creditlens estimate`)
-    run.explain(3, "gae_mc", pos=5)                                      # `creditlens explain --json`
+    run.explain(3, "terminal_gae", pos=5)                                # `creditlens explain --json`
     run.trends()                                                         # Trends (`creditlens trends`)
     run.monitor()                                       # credit-health alerts (`creditlens monitor --json`)
 

@@ -41,6 +41,16 @@ def test_the_docs_page_runs_as_written(demo_db):
     assert isinstance(namespace["tokens"], pd.DataFrame) and len(namespace["tokens"]) > 1000
 
 
+def test_the_package_docstring_runs_as_written(demo_db):
+    """`help(creditlens)` shows a session on the default store; it runs here on the demo store. Before: it
+    named an estimator that does not exist (`gae_mc`)."""
+    example = [line[4:] for line in creditlens.__doc__.splitlines() if line.startswith("    ")]
+    assert len(example) >= 8 and example[0] == "import creditlens"
+    code = "\n".join(example).replace('"~/.creditlens/runs.duckdb"', repr(str(demo_db)))
+    assert repr(str(demo_db)) in code  # the example opens the store it says
+    exec(compile(code, "creditlens/__init__.py", "exec"), {})  # noqa: S102 - our own docstring
+
+
 def test_runs_equal_the_command(demo_db):
     frame = creditlens.open(demo_db).runs()
     listed = json.loads(command_json("runs", "--db", str(demo_db), "--json"))
