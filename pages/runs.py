@@ -27,11 +27,13 @@ if runs:
             "tokens",
             "main_channel",
             "channels",
+            "metrics",
             "model",
             "created",
         ]
     ]
-    table["channels"] = table["channels"].map(", ".join)
+    for listed in ("channels", "metrics"):
+        table[listed] = table[listed].map(lambda names: ", ".join(names) or "–")
     table["model"] = table["model"].fillna("").replace("", "–")  # pandas 3 keeps NA through map()
     st.dataframe(
         table,
@@ -40,7 +42,12 @@ if runs:
         column_config={
             "main_channel": st.column_config.TextColumn(
                 "main channel", help="What every view and command reads when no channel is chosen"
-            )
+            ),
+            "channels": st.column_config.TextColumn(help="The reward channels the run scores"),
+            "metrics": st.column_config.TextColumn(
+                help="Per-rollout numbers that are not rewards (e.g. verl's acc): the Explorer's "
+                "metric_<name> columns, charted in Trends"
+            ),
         },
     )
 else:

@@ -50,3 +50,20 @@ def test_trends_chart_the_metric(app_db, tmp_path):
     np.testing.assert_allclose(np.asarray(decode(line["y"]), dtype=float), want["metric_acc"])
     names = [trace["name"] for trace in chart(at, "trends_scores")["data"]]
     assert "acc" not in names  # not a reward channel
+
+
+def test_the_runs_page_lists_each_runs_channels_and_metrics(app_db, tmp_path):
+    """Before: the Runs page listed channels only (issue 42 item 4); its rows are those of `creditlens runs
+    --json`."""
+    db = _verl_store(app_db, tmp_path)
+    at = open_app(db, "runs")
+    assert not at.exception
+    (table,) = [d.value for d in at.dataframe if "metrics" in d.value.columns]
+    shown = table.set_index("name")
+    assert list(table.columns).index("metrics") == list(table.columns).index("channels") + 1
+    assert (shown.loc["verl", "channels"], shown.loc["verl", "metrics"]) == ("task", "acc")
+    with Store(db, read_only=True) as store:
+        runs = {r["name"]: r for r in store.list_runs()}
+    for name in runs:
+        assert shown.loc[name, "metrics"] == (", ".join(runs[name]["metrics"]) or "–")
+        assert shown.loc[name, "channels"] == ", ".join(runs[name]["channels"])
