@@ -645,7 +645,8 @@ def test_a_format_that_does_not_fit_says_what_the_file_is(tmp_path, demo_tokeniz
         assert done.returncode == 2, done.stdout
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], (fmt, lines)
-    assert json.loads(run_cli_here("runs", "--db", db, "--json").stdout) == []
+    assert not db.exists()  # nothing written, not even an empty store (`runs` on it: no such store, exit 2)
+    assert run_cli_here("runs", "--db", db, "--json").returncode == 2 and not db.exists()
     with Store(db) as store:
         for path, fmt, message in [
             (
