@@ -149,6 +149,7 @@ st.caption(
     "each token class; max_abs: its largest "
     "|A|; repetition: share of 16-token windows that repeat an earlier one; kl: mean logprob − ref logprob; "
     "metric_<name>: a number the trainer logged for the rollout (e.g. verl's acc), not a reward. "
+    "turns / tool_calls (an agent run): the response's turns and its tool or environment turns. "
     "pos_share_<class> / neg_share_<class>: the class's share of the rollout's positive / negative credit. "
     "An empty share (None) means the rollout got no credit at all (Σ|A| = 0, e.g. a zero-variance group)."
 )
@@ -170,6 +171,7 @@ percent = {
 }
 # The response and the credit first: the columns of the query, reordered for reading (the data is the CLI's).
 first = ["rollout_id", "preview", "step", "group_id", "length"]
+first += [c for c in ("turns", "tool_calls") if c in page.columns]  # an agent run's
 credit = [
     c
     for c in page.columns

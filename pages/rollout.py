@@ -4,12 +4,12 @@ per-token strips under it, and why a token got its credit."""
 import streamlit as st
 
 from app import keys, state
-from app.ui import cliff_marker, fmt, heatmaps, panels, scales, widgets
+from app.ui import cliff_marker, fmt, heatmaps, panels, scales, turns, widgets
 from app.view_data import shared
 
 sel = panels.rollout_selection()
 st.title(f"Rollout #{sel.rollout}")
-panels.prompt_and_response(sel)
+record = panels.prompt_and_response(sel)
 
 pick, channel_box, params, position = st.columns([1, 1, 2, 1])
 with pick:
@@ -70,7 +70,11 @@ with text_col:
         f"negative, white = 0 (scale ±{fmt.nice(peaks['final'], 2, signed=False)}). ↵ marks a newline. "
         "Hover a token for its facts; click it to see why it got its credit."
     )
-    text_click = panels.credit_text(view, window, peaks["final"], pos, key="rollout_text")
+    if turns.turns_caption(record.get("turns")):
+        st.caption(turns.turns_caption(record.get("turns")))
+    text_click = panels.credit_text(
+        view, window, peaks["final"], pos, key="rollout_text", turns=record.get("turns")
+    )
     cliff_marker.show(
         sel.db, sel.run, sel.rollout, select_key=keys.ROLLOUT_TEXT_CLICKED, button_key="rollout_cliff"
     )

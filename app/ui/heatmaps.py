@@ -409,6 +409,10 @@ def _row_label(name: str, peak: float, common: float) -> str:
     return label if np.isclose(peak, common) else f"{label} (±{significant(peak, 2, signed=False)})"
 
 
+UNTRAINED_COLOURS = ("#e6e6e6", "#6b6b6b")
+"""Background and text of a token the trainer does not train (grey: no credit, not a zero of the scale)."""
+
+
 def credit_text_html(
     tokens: Sequence[str],
     values: np.ndarray,
@@ -418,28 +422,33 @@ def credit_text_html(
     selected: int | None = None,
     facts: Sequence[str] | None = None,
     dimmed: np.ndarray | None = None,
+    labels: dict[int, tuple[str, str]] | None = None,
 ) -> str:
     """The response as running text, each token a span coloured by its value on the diverging scale
-    centred at 0 with half-width `peak`.
+    centred at 0 with half-width `peak`; `dimmed` (L,) bool tokens (loss-masked: not trained) are grey and
+    say so on hover; `labels` (window position -> (role, label), `app.ui.turns.turn_labels`) open a turn.
 
     Token text is untrusted: every character goes through `html.escape`. Whitespace stays as written
     (the container uses `white-space: pre-wrap`, so the text wraps like the document); a newline shows
     as ↵ before the break, a tab as ⇥; every span has a hairline edge, so a space token is a visible box.
     Each span carries `data-pos` (absolute position) for clicks and a `title` (hover: position, value and
-    `facts[t]`, escaped). `selected` is outlined; `dimmed` (L,) bool tokens (loss-masked) are faded."""
+    `facts[t]`, escaped). `selected` is outlined. Labels are escaped too."""
     parts = []
     for t, token in enumerate(tokens):
+        if labels and t in labels:
+            role, label = labels[t]
+            parts.append(
+                f'<span class="turn-label role-{html.escape(role, quote=True)}">{html.escape(label)}</span>'
+            )
         v = float(values[t]) if t < len(values) else float("nan")
-        bg, fg = credit_colour(v, peak)
+        untrained = dimmed is not None and t < len(dimmed) and bool(dimmed[t])
+        bg, fg = UNTRAINED_COLOURS if untrained else credit_colour(v, peak)
         shown = html.escape(str(token), quote=True)
         shown = shown.replace("\n", '<span class="nl">↵</span>\n')
         shown = shown.replace("\t", '<span class="nl">⇥</span>\t')
-        title = f"pos {offset + t} · A {nice(v)}" + (f" · {facts[t]}" if facts is not None else "")
-        classes = (
-            "tok"
-            + (" sel" if selected == offset + t else "")
-            + (" dim" if dimmed is not None and t < len(dimmed) and dimmed[t] else "")
-        )
+        title = f"pos {offset + t} · A {nice(v)}" + (" · not trained" if untrained else "")
+        title += f" · {facts[t]}" if facts is not None else ""
+        classes = "tok" + (" sel" if selected == offset + t else "") + (" dim" if untrained else "")
         parts.append(
             f'<span class="{classes}" data-pos="{offset + t}" style="background:{bg};color:{fg}" '
             f'title="{html.escape(title, quote=True)}">{shown}</span>'

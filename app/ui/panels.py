@@ -8,6 +8,7 @@ import streamlit as st
 from app import data, keys, state
 from app.state import Selection
 from app.ui import charts, fmt, heatmaps, strip_figures, widgets
+from app.ui import turns as turn_ui
 from app.ui.text import plain, text_block
 from app.view_data import rollout as rollout_data
 from app.view_data import shared
@@ -212,10 +213,16 @@ def heatmap_window(view: shared.RolloutView, key: str, peaks: dict[str, float] |
 
 
 def credit_text(
-    view: shared.RolloutView, window: dict, peak: float, selected: int | None, key: str
+    view: shared.RolloutView,
+    window: dict,
+    peak: float,
+    selected: int | None,
+    key: str,
+    turns: list[dict] | None = None,
 ) -> int | None:
     """The window of the response as running text coloured by its final advantage (hover: the token's
-    facts; click: select it). Returns a position clicked in this rerun."""
+    facts; click: select it), each of `turns` (an agent run's) opened by its role, untrained tokens grey.
+    Returns a position clicked in this rerun."""
     start = window["offset"]
     info = window["token_info"]
     facts = [
@@ -231,6 +238,7 @@ def credit_text(
         selected=selected,
         facts=facts,
         dimmed=dimmed,
+        labels=turn_ui.turn_labels(turns, view.dimmed, start, len(window["tokens"])),
     )
 
     return widgets.credit_text(text, key=key)

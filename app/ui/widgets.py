@@ -283,7 +283,11 @@ _CREDIT_TEXT_CSS = """
   padding: 1px 0; }
 .credit-text .tok:hover { outline: 1px solid #555; }
 .credit-text .tok.sel { outline: 2px solid #111; }
-.credit-text .tok.dim { opacity: 0.35; }
+.credit-text .tok.dim { opacity: 0.85; }
+.credit-text .turn-label { display: block; margin: 6px 0 1px; font: 600 11px sans-serif; color: #444;
+  letter-spacing: 0.02em; text-transform: uppercase; }
+.credit-text .turn-label.role-tool, .credit-text .turn-label.role-environment,
+.credit-text .turn-label.role-user, .credit-text .turn-label.role-system { color: #888; }
 .credit-text .nl { opacity: 0.5; }
 """
 _credit_text_component = st.components.v2.component(

@@ -309,6 +309,12 @@ def has_logged_advantage(store: Store, run_id: int) -> bool:
     )
 
 
+def has_turns(store: Store, run_id: int) -> bool:
+    """Whether any rollout of the run has turns (an agent run: the table gets `turns` and `tool_calls`)."""
+    query = "SELECT count(turns) > 0 FROM rollouts WHERE run_id = ?"
+    return bool(store.con.execute(query, [run_id]).fetchall()[0][0])
+
+
 def has_ref_logprobs(store: Store, run_id: int) -> bool:
     return bool(
         store.con.execute("SELECT count(kl) > 0 FROM rollout_summary WHERE run_id = ?", [run_id]).fetchall()[
@@ -336,6 +342,8 @@ class TableSpec:
     logged_gap: bool = False
     metric_columns: tuple[tuple[str, str], ...] = ()
     signed_columns: tuple[tuple[str, str, str], ...] = ()  # (alias, "pos" or "neg", class)
+    turn_columns: bool = False
+    """Add `turns` (the rollout's turns, every role) and `tool_calls` (its tool and environment turns)."""
 
 
 def metrics_select(spec: TableSpec, aggregate: str) -> tuple[str, list]:
@@ -359,11 +367,20 @@ def _table_sql(spec: TableSpec) -> tuple[str, list]:
     params += [c for _, c in spec.score_columns]
     params.append(spec.run_id)
     cols = ["s.rollout_id", "s.step", "s.group_id", "s.length"]
+    cols += ["tu.turns", "tu.tool_calls"] if spec.turn_columns else []
     cols += [f"sc.{_alias(a)}" for a, _ in spec.score_columns]
     cols += [f"m.{_alias(a)}" for a, _ in spec.metric_columns]
     cols += ["s.reward", "s.zero_variance", "s.truncated", "s.repetition", "s.mean_entropy", "s.kl"]
     joins = ""
     join_params: list = []
+    if spec.turn_columns:
+        joins += (
+            " LEFT JOIN (SELECT rollout_id, json_array_length(turns)::INTEGER AS turns, "
+            "len(list_filter(json_extract_string(turns, '$[*].role'), "
+            "lambda r: r IN ('tool', 'environment')))::INTEGER AS tool_calls "
+            "FROM rollouts WHERE run_id = ?) tu ON tu.rollout_id = s.rollout_id"
+        )
+        join_params.append(spec.run_id)
     if spec.metric_columns:
         select, names = metrics_select(spec, "max")
         joins += (

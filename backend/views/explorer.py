@@ -7,7 +7,8 @@ rollouts` / `creditlens trends` print. Both are SQL over small per-rollout summa
 `prepare` makes sure the summaries a query needs exist, computing the estimator outputs at their declared
 scope through the store's cache (so the share columns describe exactly what `creditlens estimate` gives).
 
-Columns: rollout_id, step, group_id, length, score_<channel>..., metric_<name>... (the run's per-rollout
+Columns: rollout_id, step, group_id, length, turns and tool_calls (agent runs: rollouts with turns; tool
+calls count the tool and environment turns), score_<channel>..., metric_<name>... (the run's per-rollout
 metrics, migration 008: numbers logged beside the reward, never summed into it), reward (sum of channel
 scores), zero_variance, truncated, repetition, mean_entropy, kl; with an estimator share_<class>... (of Σ|A|),
 pos_share_<class>... and neg_share_<class>... (of the positive and of the negative credit), max_abs,
@@ -156,10 +157,11 @@ def _spec(
     run_id = store.run_id(run)
     scores = _unique("score", queries.run_channels(store, run_id))
     metrics = _unique("metric", queries.run_metrics(store, run_id))
+    turns = queries.has_turns(store, run_id)
     if estimator is None:
         if compare is not None:
             raise InputError("--compare needs --estimator (the Spearman is between the two)")
-        return TableSpec(run_id, scores, metric_columns=metrics)
+        return TableSpec(run_id, scores, metric_columns=metrics, turn_columns=turns)
     key, _ = _key(store, run, estimator, config)
     other = _key(store, run, compare, compare_config)[0] if compare is not None else None
     if other is not None and other.channel != key.channel:
@@ -178,6 +180,7 @@ def _spec(
         logged_gap_available(store, run),
         metrics,
         signed,
+        turns,
     )
 
 

@@ -12,7 +12,8 @@ import torch
 
 from backend.demo.agent import calculator
 from backend.estimators import registry
-from backend.store import Store
+from backend.store import Store, StoreHandle
+from backend.views import explorer
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_runs" / "agent_run.jsonl"
 
@@ -61,3 +62,15 @@ def test_every_estimator_gives_the_tool_tokens_zero_on_the_sample(batch):
         assert torch.equal(adv[untrained], torch.zeros(int(untrained.sum()))), name
     grpo = registry.estimate("grpo", batch).advantages
     assert (grpo[batch.response_mask & batch.loss_mask] != 0).any()
+
+
+def test_rollouts_table_counts_turns_and_tool_calls(bundled_template):
+    """`creditlens rollouts` (the Explorer's table): `turns` and `tool_calls` on a run with turns, as the
+    records have them; a run without turns has neither column."""
+    handle = StoreHandle(bundled_template)
+    rows = explorer.rollout_table(handle, "agent", explorer.ExplorerQuery(limit=None)).rows
+    records = [json.loads(line) for line in SAMPLE.open()]
+    want = [(len(r["turns"]), sum(t["role"] == "tool" for t in r["turns"])) for r in records]
+    assert list(zip(rows["turns"], rows["tool_calls"], strict=True)) == want
+    assert explorer.rollout_table(handle, "agent", explorer.ExplorerQuery(sort="tool_calls")).total == 72
+    assert "turns" not in explorer.table_columns(handle, "demo", explorer.ExplorerQuery())

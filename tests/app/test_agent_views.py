@@ -1,0 +1,64 @@
+"""Agent runs in the views (issue 44): the Rollout view's credit text opens each turn with its role, greys
+the untrained tool tokens and says they are not trained (escaped); the Explorer's table has `turns` and
+`tool_calls`, the numbers `creditlens rollouts` gives; on the bundled multi-turn run."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.ui import heatmaps
+from app.ui.turns import turn_labels, turns_caption
+from tests.app.conftest import open_app
+
+TURNS = [
+    {"role": "assistant", "start": 0, "end": 3},
+    {"role": "tool", "start": 3, "end": 5},
+    {"role": "assistant", "start": 5, "end": 6},
+]
+
+
+def test_turn_labels_mark_roles_and_untrained_turns():
+    untrained = np.array([False, False, False, True, True, False])
+    assert turn_labels(TURNS, untrained) == {
+        0: ("assistant", "assistant · turn 1"),
+        3: ("tool", "tool · not trained"),
+        5: ("assistant", "assistant · turn 2"),
+    }
+    # a window from position 4 starts inside the tool turn
+    assert turn_labels(TURNS, untrained, offset=4, length=2) == {
+        0: ("tool", "tool · not trained (continued)"),
+        1: ("assistant", "assistant · turn 2"),
+    }
+    assert turn_labels(None, None) == {} and turns_caption(None) is None
+    assert turns_caption(TURNS).startswith("3 turns (2 assistant, 1 tool)")
+
+
+def test_credit_text_greys_untrained_tokens_and_labels_turns_escaped():
+    tokens = ["a", "b", "c", "<b>", "&", "d"]
+    untrained = np.array([False, False, False, True, True, False])
+    values = np.array([0.5, -0.5, 0.2, 0.0, 0.0, 0.1])
+    labels = turn_labels(TURNS, untrained)
+    labels[5] = ("assistant", "<script>x</script>")  # a label is escaped like token text
+    out = heatmaps.credit_text_html(tokens, values, 1.0, dimmed=untrained, labels=labels)
+    assert out.count('class="turn-label') == 3 and "tool · not trained" in out
+    assert "<script>" not in out and "&lt;script&gt;" in out and "&lt;b&gt;" in out
+    grey = f"background:{heatmaps.UNTRAINED_COLOURS[0]}"
+    spans = out.split('<span class="tok')[1:]
+    assert [grey in s for s in spans] == untrained.tolist()
+    assert ["not trained" in s.split('title="')[1].split('"')[0] for s in spans] == untrained.tolist()
+
+
+def test_rollout_view_of_the_agent_run_shows_its_turns(app_db):
+    at = open_app(app_db, "rollout", {"run": "agent", "rollout": "31", "est": "grpo"})
+    captions = [c.value for c in at.caption]
+    assert any(c.startswith("5 turns (3 assistant, 2 tool). Grey tokens are not trained") for c in captions)
+    assert not any("turns (" in c for c in [c.value for c in open_app(app_db, "rollout").caption])
+
+
+def test_explorer_of_the_agent_run_counts_turns_and_tool_calls(app_db):
+    at = open_app(app_db, "explorer", {"run": "agent"})
+    table = at.dataframe[0].value
+    assert {"turns", "tool_calls"} <= set(table.columns)
+    row = table.set_index("rollout_id").loc[31]
+    assert (row["turns"], row["tool_calls"]) == (5, 2)
+    assert "turns" not in open_app(app_db, "explorer", {"run": "demo"}).dataframe[0].value.columns
