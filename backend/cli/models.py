@@ -136,8 +136,10 @@ def parse_positions(text: str) -> list[int]:
 def cmd_resample(args) -> int:
     from backend.models import load_engine  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
     from backend.models.resample import (  # noqa: PLC0415 - idem
+        check_agent_positions,
         check_positions,
         parse_suggestion,
+        resamplable,
         resample,
     )
 
@@ -160,8 +162,10 @@ def cmd_resample(args) -> int:
         raise InputError(f"--samples must be >= 1, got {args.samples}")
     get_verifier(verifier)  # an unknown name fails before any model is loaded
     token_ids = list(rollout["token_ids"])
-    if args.positions is not None:
-        positions = check_positions(parse_positions(args.positions), len(token_ids))
+    if args.positions is not None:  # refused before a model loads, multi-turn positions too
+        positions = check_agent_positions(
+            check_positions(parse_positions(args.positions), len(token_ids)), rollout
+        )
     engine = load_engine(
         choice.model_dir, engine=args.engine, device=args.device, allow_pickle=args.allow_pickle
     )
@@ -174,6 +178,7 @@ def cmd_resample(args) -> int:
     if args.positions is None:
         entropies = rollout.get("entropies")
         positions = parse_suggestion(args.suggest, tokens, None if entropies is None else list(entropies))
+        positions = resamplable(positions, rollout)  # an agent run's: in its last assistant turn
     with tqdm(
         total=len(positions) * args.samples,
         desc="resampling",

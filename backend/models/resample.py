@@ -114,6 +114,72 @@ def check_positions(positions: Sequence[int], length: int) -> list[int]:
     return out
 
 
+def untrained_spans(rollout: dict) -> list[tuple[str, int, int]]:
+    """The rollout's untrained turns as (role, start, end): its turns whose tokens the loss mask drops all
+    of (or, without a mask, every turn not the assistant's); without turns, the mask's runs of 0."""
+    mask, turns = rollout.get("loss_mask"), rollout.get("turns")
+    if turns:
+        return [
+            (t["role"], int(t["start"]), int(t["end"]))
+            for t in turns
+            if (t["role"] != "assistant" if mask is None else not any(mask[t["start"] : t["end"]]))
+        ]
+    if mask is None:
+        return []
+    spans, start = [], None
+    for t, trained in enumerate(list(mask) + [True]):
+        if not trained and start is None:
+            start = t
+        elif trained and start is not None:
+            spans.append(("untrained", start, t))
+            start = None
+    return spans
+
+
+def agent_position_problem(pos: int, spans: Sequence[tuple[str, int, int]]) -> str | None:
+    """Why suffix resampling cannot value position `pos` of a multi-turn response (None: it can). The sampler
+    continues the response with the policy alone: a position on a tool's or the environment's tokens asks
+    the policy to write text it never wrote, and a position before such a turn asks it to write past the
+    point where the tool or environment answered, which no sampler here can call."""
+    for role, start, end in spans:
+        if start <= pos < end:
+            return (
+                f"position {pos} is on the {role} turn's tokens [{start}, {end}): not the policy's text "
+                "(not trained), so no policy suffix from it stands for this rollout"
+            )
+    later = [(role, start, end) for role, start, end in spans if start > pos]
+    if later:
+        role, start, end = later[0]
+        first = max(end for _, _, end in spans)
+        return (
+            f"position {pos}: its suffix would need the {role}'s answer at [{start}, {end}), which sampling "
+            f"from the policy cannot give (no {role} is called); positions from {first} on (after the last "
+            "untrained turn) can be resampled"
+        )
+    return None
+
+
+def check_agent_positions(positions: Sequence[int], rollout: dict) -> list[int]:
+    """`positions` unchanged when every one can be resampled on this (multi-turn) rollout; otherwise an
+    InputError naming each refused position and why (`agent_position_problem`)."""
+    spans = untrained_spans(rollout)
+    problems = [p for p in (agent_position_problem(int(t), spans) for t in positions) if p]
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise InputError(f"rollout {rollout.get('rollout_id')}: " + "; ".join(problems[:3]) + more)
+    return list(positions)
+
+
+def resamplable(positions: Sequence[int], rollout: dict) -> list[int]:
+    """The suggested `positions` that can be resampled on this rollout (`agent_position_problem`); an
+    InputError with the first one's reason when none can."""
+    spans = untrained_spans(rollout)
+    kept = [int(t) for t in positions if agent_position_problem(int(t), spans) is None]
+    if positions and not kept:
+        check_agent_positions(positions[:1], rollout)
+    return kept
+
+
 def resample(
     engine: Engine,
     prompt_ids: Sequence[int],
@@ -244,6 +310,7 @@ def resample_rollout(
         truth = (rollout.get("meta") or {}).get("ground_truth")
     if truth is None and ":" not in verifier:
         raise InputError(f"rollout {rollout.get('rollout_id')} has no ground truth for verifier {verifier!r}")
+    positions = check_agent_positions(positions, rollout)
     prompt_ids = rollout.get("prompt_ids")
     prompt_ids = list(prompt_ids) if prompt_ids is not None else engine.encode(rollout.get("prompt") or "")
     return resample(
