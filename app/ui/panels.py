@@ -12,7 +12,6 @@ from app.ui import turns as turn_ui
 from app.ui.text import plain, text_block
 from app.view_data import rollout as rollout_data
 from app.view_data import shared
-from backend.views import explain
 
 
 def quoted(token: str) -> str:
@@ -107,21 +106,26 @@ def why_this_credit(
     config: tuple = (),
     channel: str | None = None,
 ) -> None:
-    """The estimator's derivation of the token's advantage on `channel` (its terms, with the numbers; None:
-    the run's main channel), the waterfall of the final advantage into channel contributions, and the
-    token's facts."""
+    """Why the token got its final advantage: the waterfall of A_final into the channels' terms β_c·Ã_c and,
+    as its rows, every channel's derivation with the numbers (`creditlens explain --pos`); `channel` (None:
+    the run's main channel) is the one opened first, never a change to the credit. On `all`, the estimator
+    on the scores summed first is a labelled what-if under them. Then the token's facts."""
     if not view.tokens:
         st.info("This rollout has no tokens.")
         return
     pos = min(max(int(pos), 0), len(view.tokens) - 1)
-    terms = compute_or_explain(rollout_data.terms, sel.db, sel.run, sel.rollout, estimator, config, channel)
-    lines = explain.derivation(terms, pos)
-    read = terms["config"].get("channel")
-    on = "" if read is None else f" on the {plain(read)} channel"
-    st.markdown(f"**{plain(estimator)}**{on}, computed at **{terms['scope']}** scope:")
-    text_block("\n".join(lines) or "(no terms)")
+    explained = compute_or_explain(
+        rollout_data.explanation, sel.db, sel.run, sel.rollout, estimator, config, channel
+    )
+    terms = explained.terms
+    parts = rollout_data.derivations(explained, pos)
+    st.markdown(
+        f"**{plain(estimator)}** on the outcome channels, computed at **{terms['scope']}** scope; every "
+        "other channel by its own projection. A_final = Σ_c β_c·Ã_c whichever channel is picked: the "
+        "picker opens that channel's derivation first."
+    )
     chart, facts = st.columns([2, 1])
-    contributions = {c: float(v[pos]) for c, v in view.contributions.items()}
+    contributions = {c: value for c, (value, _) in parts["channels"].items()}
     with chart:
         st.plotly_chart(
             charts.contribution_waterfall(contributions, float(view.final[pos])),
@@ -129,6 +133,26 @@ def why_this_credit(
             width="stretch",
             config={"displayModeBar": False},
         )
+    looked_at = explained.channel
+    order = sorted(parts["channels"], key=lambda c: (c != looked_at, -abs(contributions[c])))
+    zero = [c for c in order if contributions[c] == 0 and c != looked_at]
+    for c in order:
+        if c in zero:
+            continue
+        value, lines = parts["channels"][c]
+        st.markdown(f"**{plain(c)}** {fmt.nice(value, 4)}")
+        text_block("\n".join(lines))
+    if zero:
+        named = ", ".join(plain(c) for c in zero)
+        st.caption(f"0 at this token: {named} (their derivations: `creditlens explain --pos`).")
+    text_block("\n".join(parts["final"]))
+    if parts["what_if"] is not None:
+        label, value, lines = parts["what_if"]
+        st.info(
+            f"{plain(label)}: {fmt.nice(value, 4)} at this token; the baseline A_final stays "
+            f"{fmt.nice(view.final[pos], 4)}."
+        )
+        text_block("\n".join(lines) or "(no terms)")
     info = view.token_info.iloc[pos]
     tree, _ = shared.group_tree(sel.db, sel.run, sel.group, channel)
     node = tree.node_at(view.row, pos)

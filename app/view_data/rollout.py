@@ -1,5 +1,5 @@
-"""The Rollout view's own numbers: an estimator's terms for one rollout ("why this credit"); its heatmap rows
-are `shared.rollout_view`."""
+"""The Rollout view's own numbers: an estimator's terms for one rollout and every channel's derivation ("why
+this credit", what `creditlens explain` prints); its heatmap rows are `shared.rollout_view`."""
 
 from __future__ import annotations
 
@@ -20,3 +20,27 @@ def terms(
     channel = main_channel.resolve(data.store_handle(db), run, channel)
     built = registry.make_config(estimator, **dict(main_channel.on_channel(estimator, config, channel)))
     return explain.scoped_terms(data.store_handle(db), run, rollout_id, estimator, built)
+
+
+@st.cache_data(show_spinner="Deriving every channel's term…", max_entries=32)
+def explanation(
+    db: str, run: str, rollout_id: int, estimator: str, config: tuple, channel: str | None = None
+) -> explain.Explanation:
+    """`explain.explain_rollout`, the function behind `creditlens explain` (channel: the one looked at)."""
+    return explain.explain_rollout(data.store_handle(db), run, rollout_id, estimator, config, channel)
+
+
+def derivations(explained: explain.Explanation, pos: int) -> dict:
+    """At token `pos`: channel -> (contribution, lines) for every channel of A_final, the final's line and the
+    what-if on the scores summed first (label, lines) or None; `creditlens explain --pos` prints the same."""
+    what = explained.what_if
+    return {
+        "channels": {
+            c: (float(p["contribution"][pos]), explained.channel_derivation(c, pos))
+            for c, p in explained.channels.items()
+        },
+        "final": explained.final_derivation(pos),
+        "what_if": None
+        if what is None
+        else (what["label"], float(what["advantage"][pos]), explain.derivation(what["terms"], pos)),
+    }

@@ -25,6 +25,10 @@ from backend.credit.estimates import ALL_CHANNELS as ALL_CHANNELS
 from backend.estimators import registry
 from backend.views import display_tree, explain, strips
 
+WHAT_IF_ROW = "what-if: all summed"
+"""The Rollout view's row of the estimator on the channel scores summed first, shown when the channel looked
+at is `all`: a what-if beside A_final (which is always the split channels' sum, issue 43)."""
+
 SCOPED_SPINNER = (
     "Computing credit (an estimator of step or run scope computes its whole step or run once; "
     "the store keeps it)…"
@@ -101,7 +105,8 @@ def rollout_view(
     channel: str | None = None,
 ) -> RolloutView:
     """classes: the token classes that label the tokens (default: the run's saved ones); channel: the one
-    the estimator reads (None: the run's main channel)."""
+    looked at (None: the run's main channel); the credit is split whatever it is, and on `all` the row
+    `WHAT_IF_ROW` shows the estimator on the scores summed first."""
     batch = data.group_batch(db, run, group)
     credit = group_credit(db, run, group, estimator, config, betas, norms, channel)
     row = row_of(batch, rollout_id)
@@ -115,6 +120,11 @@ def rollout_view(
     final = credit.final[row, :L]
     rows = dict(contributions)
     rows["final"] = final
+    summed = channel_credit.summed_config(estimator, config)
+    resolved = main_channel.resolve(data.store_handle(db), run, dict(config).get("channel", channel))
+    if resolved == ALL_CHANNELS and summed and ALL_CHANNELS not in contributions:
+        # beside A_final, never in it: the estimator on the scores summed first (what TRL trains on)
+        rows[WHAT_IF_ROW] = scoped_advantages(db, run, estimator, summed, [int(rollout_id)], L)[0].numpy()
     if "true_credit" in batch.extras and batch.extras["true_credit"].dim() == 2:
         rows["true credit"] = batch.extras["true_credit"][row, :L].numpy()
 

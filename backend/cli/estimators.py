@@ -327,7 +327,7 @@ def cmd_explain(args) -> int:
     if args.pos is not None and not 0 <= args.pos < L:
         raise InputError(f"--pos {args.pos}: rollout {args.rollout} has {L} tokens (0..{L - 1})")
     if args.json:
-        out = result.to_json()
+        out = result.to_json(args.pos)
         if args.pos is not None:
             out["derivation"] = {"pos": args.pos, "lines": explain.derivation(result.terms, args.pos)}
         json.dump(out, sys.stdout)
@@ -335,7 +335,7 @@ def cmd_explain(args) -> int:
         return 0
     names = list(result.channels)
     print(
-        f"rollout {result.rollout_id} (group {result.group_id}), {args.estimator} on {result.channel} at "
+        f"rollout {result.rollout_id} (group {result.group_id}), {args.estimator} on the outcome channels at "
         f"{result.scope} scope; columns: β_c·Ã_c per channel, then A_final"
     )
     print(f"{'pos':>4}  {'token':<14}" + "".join(f"{n[:10]:>11}" for n in names) + f"{'final':>11}")
@@ -343,7 +343,22 @@ def cmd_explain(args) -> int:
         cells = "".join(f"{float(result.channels[n]['contribution'][t]):>11.4f}" for n in names)
         print(f"{t:>4}  {token!r:<14.14}{cells}{float(result.final[t]):>11.4f}")
     if args.pos is not None:
-        print(f"\nwhy A at pos {args.pos} ({result.tokens[args.pos]!r}) on {result.channel}:")
-        for line in explain.derivation(result.terms, args.pos):
-            print("  " + line)
+        _print_derivations(result, args.pos)
     return 0
+
+
+def _print_derivations(result, pos: int) -> None:
+    """Every channel's term of A_final at `pos` with its derivation, the sum, and the what-if on `all`."""
+    from backend.views import explain  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
+
+    print(f"\nwhy A at pos {pos} ({result.tokens[pos]!r}), channel by channel:")
+    for name in result.channels:
+        print(f"  {name}:")
+        for line in result.channel_derivation(name, pos):
+            print("    " + line)
+    for line in result.final_derivation(pos):
+        print("  " + line)
+    if result.what_if is not None:
+        print(f"  {result.what_if['label']}:")
+        for line in explain.derivation(result.what_if["terms"], pos):
+            print("    " + line)

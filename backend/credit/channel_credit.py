@@ -41,12 +41,17 @@ def channel_specs(
     normalizations: dict[str, str] | None = None,
     channel: str | None = None,
 ) -> dict:
-    """The default channel specs of `batch` with `estimator` (overrides `config`) on `channel` (default:
-    the batch's default main channel, `task` when it has one), `betas` overriding β_c and
+    """The run's channel specs with `estimator` (overrides `config`), `betas` overriding β_c and
     `normalizations` overriding a channel's normalization (group, batch, none).
 
-    On `all` (the channel scores summed per rollout first) the estimator's channel `all` replaces every
-    scored channel (each is inside the sum); channels without scores (kl, token rewards only) stay."""
+    The channels are computed the way the run's channels say, whichever channel a view looks at (issue 43):
+    every outcome channel (a scored channel whose default projection is an estimator: task and the
+    unnamed ones) by `estimator` on its own score; the token-level channels (format/style spans, KL,
+    length, process, broadcasts) by their own projection. `channel` (default: the batch's default main
+    channel) is checked against the run's channels; it matters only to an estimator that reads no channel
+    (`logged`: the trainer's whole advantage), which takes the place of every outcome channel, under the
+    main outcome channel's name. `all` (the scores summed first) is a what-if beside A_final
+    (`summed_config`), never inside it."""
     channel = default_main_channel(list(batch.scores)) if channel is None else channel
     specs = _with_estimator_on(channels.default_specs(batch), batch, channel, estimator, dict(config))
     if betas:
@@ -109,22 +114,33 @@ def _reads_a_channel(estimator: str) -> bool:
 
 
 def _with_estimator_on(specs: dict, batch: RolloutBatch, channel: str, estimator: str, config: dict) -> dict:
-    """`specs` with `estimator` projecting `channel` (no extra normalization: its advantages are already
-    relative, as GRPO's Z is)."""
+    """`specs` with `estimator` projecting every outcome channel (no extra normalization: its advantages are
+    already relative, as GRPO's Z is); see `channel_specs`."""
     config.pop("channel", None)  # the spec's name is the channel the estimator reads
-    spec = channels.ChannelSpec(
-        channel,
-        "estimator",
-        estimator,
-        tuple(sorted(config.items())),
-        normalization="none",
-        beta=specs[channel].beta if channel in specs else 1.0,
-    )
-    if channel == ALL_CHANNELS and ALL_CHANNELS not in batch.scores:
-        return {channel: spec, **{c: s for c, s in specs.items() if c not in batch.scores}}
-    if channel not in specs:
+    if channel != ALL_CHANNELS and channel not in specs:
         raise BatchError(missing_channel(channel, list(batch.scores)))
-    return {c: (spec if c == channel else s) for c, s in specs.items()}
+    outcome = [c for c, s in specs.items() if s.projection == "estimator" and c in batch.scores]
+    overrides = tuple(sorted(config.items()))
+
+    def spec(name: str) -> channels.ChannelSpec:
+        return channels.ChannelSpec(
+            name, "estimator", estimator, overrides, normalization="none", beta=specs[name].beta
+        )
+
+    if _reads_a_channel(estimator):
+        return {c: (spec(c) if c in outcome else s) for c, s in specs.items()}
+    if not outcome:
+        return specs
+    main = channel if channel in outcome else outcome[0]
+    return {c: (spec(c) if c == main else s) for c, s in specs.items() if c == main or c not in outcome}
+
+
+def summed_config(estimator: str, config: tuple = ()) -> tuple:
+    """The what-if beside A_final: `estimator` on every channel's score summed per rollout first (`all`,
+    as TRL trains with several reward functions), as (key, value) pairs; () when it reads no channel."""
+    if not _reads_a_channel(estimator):
+        return ()
+    return tuple(sorted({**dict(config), "channel": ALL_CHANNELS}.items()))
 
 
 def _replace_beta(spec, beta: float):

@@ -1,18 +1,21 @@
 """Why a token got its credit: the Rollout view's numbers and `creditlens explain`, from one code path.
 
-`explain_rollout` gives, for one rollout: its tokens, each channel's advantage (the estimator's output on
-that channel, equal to `creditlens estimate --channel C`) and contribution β_c·Ã_c, the final advantage,
-and the estimator's `terms`: the intermediate quantities behind its number, taken from the estimator's
-diagnostics at its declared scope and sliced to the rollout. `derivation` turns the terms at one token
-into a short derivation with the numbers, e.g. `A_t = Z · w_t / mean w = 0.540 × 1.83 = 0.99`; each
-estimator's derivation is written beside it (backend/estimators/explaining.py has the shared steps).
+`explain_rollout` gives, for one rollout: its tokens, each channel's projection (an outcome channel: the
+estimator's output on it, equal to `creditlens estimate --channel C`) and contribution β_c·Ã_c, the final
+advantage, and the estimator's `terms`: the intermediate quantities behind its number, taken from the
+estimator's diagnostics at its declared scope and sliced to the rollout. `derivation` turns the terms at
+one token into a short derivation with the numbers, e.g. `A_t = Z · w_t / mean w = 0.540 × 1.83 = 0.99`;
+each estimator's derivation is written beside it (backend/estimators/explaining.py has the shared steps).
+`Explanation.channel_derivation` derives every channel's term (backend/views/channel_derivation.py), and
+the final advantage never depends on the channel looked at: `channel` picks the derivation shown, and
+`all` (the scores summed first) is a labelled what-if beside the final (issue 43).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,7 +26,7 @@ from backend.core.errors import InputError
 from backend.credit import channel_credit, channels, estimates, main_channel
 from backend.estimators import explaining, registry
 from backend.store import StoreHandle
-from backend.views import strips
+from backend.views import channel_derivation, strips
 
 
 @dataclass
@@ -46,25 +49,74 @@ class Explanation:
     batch: RolloutBatch
     row: int
     channel: str = "task"
-    """The channel the estimator read (its terms are on it)."""
+    """The channel whose derivation is looked at (`terms` are the estimator's on it, or on the main outcome
+    channel when it is a token-level one); A_final does not depend on it."""
+    specs: dict[str, channels.ChannelSpec] = field(default_factory=dict)
+    projected: dict[str, np.ndarray] = field(default_factory=dict)
+    """channel -> (B, T) its projection over the group's batch (the normalization's statistics)."""
+    channel_terms: dict[str, dict] = field(default_factory=dict)
+    """outcome channel -> the estimator's terms on it (`terms_of`)."""
+    what_if: dict | None = None
+    """With `channel` `all`: {"channel", "label", "advantage": (L,), "terms"}, the estimator on the scores
+    summed first, shown beside A_final and never inside it."""
 
-    def to_json(self) -> dict:
+    def channel_derivation(self, name: str, t: int | None) -> list[str]:
+        """Channel `name`'s term of A_final at token t, derived with its numbers (None: its recipe)."""
+        spec = self.specs[name]
+        if t is None:
+            return [channel_derivation.recipe(spec)]
+        terms = self.channel_terms.get(name)
+        own = None if terms is None else (lambda i: derivation(terms, i))
+        contribution = float(self.channels[name]["contribution"][t])
+        return channel_derivation.channel_lines(
+            spec, self.batch, self.row, t, self.projected[name], contribution, own
+        )
+
+    def final_derivation(self, t: int) -> list[str]:
+        parts = {c: float(p["contribution"][t]) for c, p in self.channels.items()}
+        return [channel_derivation.final_line(parts, float(self.final[t]))]
+
+    def to_json(self, pos: int | None = None) -> dict:
+        """Everything as JSON; each channel's `derivation` is at token `pos` (None: its recipe)."""
+
         def floats(x):
             return [None if not math.isfinite(v) else float(v) for v in np.asarray(x, dtype=np.float64)]
 
-        return {
+        out_channels = {}
+        for c, parts in self.channels.items():
+            spec = self.specs.get(c)
+            entry = {k: floats(v) for k, v in parts.items()}
+            if spec is not None:
+                entry.update(projection=spec.projection, normalization=spec.normalization, beta=spec.beta)
+                entry["derivation"] = {"pos": pos, "lines": self.channel_derivation(c, pos)}
+            out_channels[c] = entry
+        out = {
             "rollout_id": self.rollout_id,
             "group_id": self.group_id,
             "estimator": self.estimator,
             "channel": self.channel,
             "scope": self.scope,
             "tokens": self.tokens,
-            "channels": {c: {k: floats(v) for k, v in parts.items()} for c, parts in self.channels.items()},
+            "channels": out_channels,
             "final": floats(self.final),
             "betas": self.betas,
             "terms": self.terms,
             "strips": {k: floats(v) for k, v in strips.token_strips(self.batch, self.row).items()},
         }
+        if pos is not None:
+            out["final_derivation"] = {"pos": pos, "lines": self.final_derivation(pos)}
+        if self.what_if is not None:
+            what = self.what_if
+            out["what_if"] = {
+                "channel": what["channel"],
+                "label": what["label"],
+                "advantage": floats(what["advantage"]),
+                "derivation": {
+                    "pos": pos,
+                    "lines": [] if pos is None else derivation(what["terms"], pos),
+                },
+            }
+        return out
 
 
 def tokens_of(batch: RolloutBatch, row: int) -> list[str]:
@@ -118,7 +170,9 @@ def explain_rollout(
     normalizations: dict[str, str] | None = None,
 ) -> Explanation:
     """Everything the Rollout view draws for `rollout_id` under `estimator` (overrides `config`, a tuple
-    of (key, value)) on `channel` (default: the run's main channel); `terms` are the estimator's there."""
+    of (key, value)); `channel` (default: the run's main channel) picks the derivation looked at, never the
+    credit: `terms` are the estimator's on it (on the main outcome channel when it is token-level), and on
+    `all` the estimator on the scores summed first is a what-if beside A_final."""
     channel = main_channel.resolve(handle, run, dict(config).get("channel", channel))
     with handle.read() as store:
         index = store.rollout_keys(run)
@@ -129,14 +183,42 @@ def explain_rollout(
     batch, credit = group_channel_credit(
         handle, run, group_id, estimator, config, betas, normalizations=normalizations, channel=channel
     )
+    specs = channel_credit.channel_specs(batch, estimator, config, betas, normalizations, channel)
     row = int((batch.rollout_ids == int(rollout_id)).nonzero()[0, 0])
     L = int(batch.lengths[row])
     parts = {
-        c: {"advantage": credit.projected[c][row, :L], "contribution": credit.contributions[c][row, :L]}
+        c: {
+            "advantage": credit.projected[c][row, :L],
+            "normalized": credit.per_channel[c][row, :L],
+            "contribution": credit.contributions[c][row, :L],
+        }
         for c in credit.contributions
     }
-    built = registry.make_config(estimator, **dict(main_channel.on_channel(estimator, config, channel)))
-    terms = scoped_terms(handle, run, int(rollout_id), estimator, built)
+    channel_terms = {
+        c: scoped_terms(handle, run, int(rollout_id), spec.estimator, channels.estimator_config(spec))
+        for c, spec in specs.items()
+        if spec.projection == "estimator"
+    }
+    what_if = None
+    summed = channel_credit.summed_config(estimator, config)
+    if channel == estimates.ALL_CHANNELS and summed and estimates.ALL_CHANNELS not in specs:
+        built = registry.make_config(estimator, **dict(summed))
+        scoped = estimates.estimate_rollouts(handle, run, estimator, built, [int(rollout_id)])
+        what_if = {
+            "channel": estimates.ALL_CHANNELS,
+            "label": f"what-if: {estimator} on the channel scores summed first (not part of A_final)",
+            "advantage": scoped.padded([int(rollout_id)], L)[0].numpy(),
+            "terms": scoped_terms(handle, run, int(rollout_id), estimator, built),
+        }
+    if channel in channel_terms:
+        terms = channel_terms[channel]
+    elif what_if is not None:
+        terms = what_if["terms"]
+    elif channel_terms:
+        terms = next(iter(channel_terms.values()))
+    else:
+        built = registry.make_config(estimator, **dict(main_channel.on_channel(estimator, config, channel)))
+        terms = scoped_terms(handle, run, int(rollout_id), estimator, built)
     return Explanation(
         int(rollout_id),
         group_id,
@@ -150,6 +232,10 @@ def explain_rollout(
         batch,
         row,
         channel,
+        specs,
+        credit.projected,
+        channel_terms,
+        what_if,
     )
 
 

@@ -119,8 +119,15 @@ def test_every_command_works_without_channel_and_reads_the_main_channel(trl_db, 
     )
     assert done.returncode == 0
     explained = json.loads(done.stdout)
-    assert explained["channel"] == "all" and list(explained["channels"]) == ["all"]
+    # The credit is split whatever the channel looked at (issue 43): a row per reward channel, each with its
+    # derivation; `all` (the scores summed first, what TRL trains on) is a labelled what-if beside it.
+    assert explained["channel"] == "all" and "all" not in explained["channels"]
+    assert len(explained["channels"]) >= 2
+    assert all(c["derivation"]["lines"] for c in explained["channels"].values())
     assert explained["terms"]["config"]["channel"] == "all" and explained["derivation"]["lines"]
+    assert "what-if" in explained["what_if"]["label"]
+    summed_3 = total["advantage"][total["rollout_id"] == 3]
+    np.testing.assert_allclose(explained["what_if"]["advantage"], summed_3, atol=1e-6)
     done = run_cli_here("logged-gap", "--db", trl_db, "--run", RUN, "--set", "epsilon=1e-4", "--json")
     assert done.returncode == 0
     gaps = [json.loads(line) for line in done.stdout.splitlines()]
@@ -287,17 +294,23 @@ def test_explorer_and_trends_show_credit_on_the_main_channel(trl_db):
     assert "summed score does not vary" in json.dumps(chart(at, "trends_groups"))  # not "zero all variance"
 
 
-def test_rollout_explains_the_summed_reward_and_switches_channel(trl_db):
+def test_rollout_opens_split_on_the_summed_main_channel_and_keeps_its_final(trl_db):
+    """Issue 43: a two-reward run whose main channel is `all` opens with every channel's row (the summed
+    estimator a labelled what-if row beside the final), and picking a channel never changes the final."""
     at = _open(trl_db, "rollout")
     ticks = chart(at, "rollout_heatmap")["layout"]["yaxis"]["ticktext"]
-    assert any(t.startswith("all") for t in ticks) and any(t.startswith("final") for t in ticks)
-    assert "on the all channel" in _texts(at)
+    for c in CHANNELS:
+        assert any(t.startswith(c) for t in ticks), ticks
+    assert any(t.startswith("final") for t in ticks) and any(t.startswith("what-if") for t in ticks)
     assert "(G = 3)" in " ".join(text_blocks(at))  # Z over the group's three scored responses
+    assert "what-if" in _texts(at) and "baseline A_final stays" in _texts(at)
+    final = at.metric[0].value
     at.selectbox(key="rollout_channel").set_value("digits_reward").run()
     assert not at.exception
     ticks = chart(at, "rollout_heatmap")["layout"]["yaxis"]["ticktext"]
     assert any(t.startswith("digits_reward") for t in ticks) and any(t.startswith("newline") for t in ticks)
-    assert "on the digits_reward channel" in _texts(at)
+    assert not any(t.startswith("what-if") for t in ticks)
+    assert at.metric[0].value == final
 
 
 def test_the_channel_choice_holds_across_views(trl_db):

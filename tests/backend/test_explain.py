@@ -200,3 +200,31 @@ def test_explain_json_carries_the_strips_and_a_channel_normalization(demo_db):
     done = run_cli_here(*args, "--norm", "task=sideways")
     assert done.returncode == 2
     assert "group, batch or none" in done.stderr and "usage:" not in done.stderr  # the command's error
+
+
+def test_the_final_is_every_channels_term_whichever_channel_is_looked_at(demo_db):
+    """Issue 43: demo rollout 354's filler token (pos 20) under grpo has A_final = task Z + format and style
+    penalties + KL, and picking format (or `all`) no longer recomputes format with the estimator: the final
+    stays −4.475 (it was −4.682 on format). Every non-zero term carries its derivation."""
+    finals = {}
+    for channel in ("task", "format", "style", "all"):
+        done = run_cli_here(
+            "explain", "--db", str(demo_db), "--run", "demo", "--rollout", "354", "--estimator", "grpo",
+            "--pos", "20", "--channel", channel, "--json",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        out = json.loads(done.stdout)
+        finals[channel] = out["final"][20]
+        terms = {c: p["contribution"][20] for c, p in out["channels"].items()}
+        assert sum(terms.values()) == pytest.approx(out["final"][20], abs=1e-5)
+        for c, part in out["channels"].items():
+            lines = part["derivation"]["lines"]
+            assert part["derivation"]["pos"] == 20 and lines, c
+            if abs(terms[c]) > 1e-9:
+                assert f"{terms[c]:.4g}" in lines[-1], (c, lines)
+        assert "Z = (R − mean_G)" in out["channels"]["task"]["derivation"]["lines"][0]
+        assert "token_rewards[format]" in out["channels"]["format"]["derivation"]["lines"][0]
+        assert out["final_derivation"]["lines"][0].startswith("A_final = Σ_c β_c·Ã_c")
+        assert ("what_if" in out) == (channel == "all")
+    assert finals["task"] == pytest.approx(-4.4748, abs=1e-3)
+    assert len({round(v, 6) for v in finals.values()}) == 1, finals
