@@ -5,8 +5,9 @@ block runs as written, and every example that shows its output prints that outpu
 
 An example is a code-block line starting with `creditlens ` (or `$ creditlens `); the lines after it, up to
 a blank line or the next command, are its output as shown: an excerpt, found as consecutive lines of what
-the command prints. A line with `[...]` is a synopsis: only its option names are checked. Examples that need
-a model, a GPU or minutes (teacher, resample, the full oracle bench) are parsed, not run.
+the command prints (a line `...` leaves lines out). A line with `[...]` is a synopsis: only its option names
+are checked. Examples that need a model, a GPU or minutes (teacher, resample, the full oracle bench) are
+parsed, not run.
 """
 
 from __future__ import annotations
@@ -178,12 +179,27 @@ def _my_grpo_run(folder: Path) -> None:
 
 
 def _prints(example: Example, done) -> None:
-    """The example's shown lines are consecutive lines of what it printed."""
+    """The example's shown lines are consecutive lines of what it printed, in order; a line `...` stands for
+    lines left out."""
     printed = [line.rstrip() for line in done.stdout.splitlines()]
-    n = len(example.shown)
-    assert any(printed[i : i + n] == example.shown for i in range(len(printed) - n + 1)), (
-        f"{example}: the page shows\n" + "\n".join(example.shown) + "\nthe command printed\n" + done.stdout
-    )
+    start = 0
+    for chunk in _chunks(example.shown):
+        n = len(chunk)
+        at = next((i for i in range(start, len(printed) - n + 1) if printed[i : i + n] == chunk), None)
+        assert at is not None, (
+            f"{example}: the page shows\n" + "\n".join(chunk) + "\nthe command printed\n" + done.stdout
+        )
+        start = at + n
+
+
+def _chunks(shown: list[str]) -> list[list[str]]:
+    chunks: list[list[str]] = [[]]
+    for line in shown:
+        if line.strip() == "...":
+            chunks.append([])
+        else:
+            chunks[-1].append(line)
+    return [c for c in chunks if c]
 
 
 def test_the_readme_runs_as_written(bundled_template, tmp_path, monkeypatch):
@@ -223,13 +239,17 @@ def test_a_stale_example_is_found(tmp_path):
     """The checks above on a page written wrong: an unknown option, a synopsis, an output."""
     page = tmp_path / "page.md"
     page.write_text(
-        "```\n$ creditlens runs --jsn\nname\n\ncreditlens monitor --run R [--estimator E]\n```\n",
+        "```\n$ creditlens runs --jsn\nname\n  ...\nx\n\ncreditlens monitor --run R [--estimator E]\n```\n",
         encoding="utf-8",
     )
     found = examples([page])
     assert [(e.argv, e.shown, e.synopsis) for e in found] == [
-        (["runs", "--jsn"], ["name"], False),
+        (["runs", "--jsn"], ["name", "  ...", "x"], False),
         (["monitor", "--run", "R", "[--estimator", "E]"], [], True),
     ]
+    assert _chunks(found[0].shown) == [["name"], ["x"]]
     with pytest.raises(SystemExit):
         build_parser().parse_args(found[0].argv)
+    _prints(found[0], argparse.Namespace(stdout="name\nother\nx\n"))
+    with pytest.raises(AssertionError, match=r"the page shows\s+x\s+the command printed"):
+        _prints(found[0], argparse.Namespace(stdout="x\nname\n"))  # out of order
