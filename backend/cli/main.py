@@ -22,6 +22,7 @@ from backend.cli import (
     store,
     synthetic,
     teacher,
+    tune,
 )
 from backend.core.batch_fields import BatchError
 from backend.core.errors import InputError, StoreError
@@ -38,6 +39,7 @@ COMMAND_MODULES = (
     synthetic,
     explorer,
     monitor,
+    tune,
     app_server,
 )
 

@@ -186,13 +186,27 @@ class Results(Runs):
             params,
         ).df()
 
-    def step_channel_means(self, run: str) -> pd.DataFrame:
-        """Per step and channel: mean score and the share of rollouts with a negative score (violation
-        rate), for the dual-ascent replay."""
+    def step_channel_means(self, run: str, thresholds: dict[str, float] | None = None) -> pd.DataFrame:
+        """Per step and channel: mean score, the share of scored rollouts whose score is below the channel's
+        violation threshold (`thresholds`, default 0: a negative score) and the number scored, for the
+        dual-ascent replay (backend/views/tune.py). A rollout without a score on a channel is not counted."""
+        names = list(thresholds or {})
         return self.con.execute(
-            "SELECT o.step, s.channel, avg(s.score) AS mean, avg(CASE WHEN s.score < 0 THEN 1 ELSE 0 END) "
-            "AS violation_rate, count(*) AS n FROM scores s JOIN rollouts o "
-            "ON o.run_id = s.run_id AND o.rollout_id = s.rollout_id WHERE s.run_id = ? "
-            "GROUP BY o.step, s.channel ORDER BY o.step, s.channel",
+            "WITH t AS (SELECT unnest(?::VARCHAR[]) AS channel, unnest(?::DOUBLE[]) AS threshold) "
+            "SELECT o.step, s.channel, avg(s.score) AS mean, avg(CASE WHEN isnan(s.score) THEN NULL "
+            "WHEN s.score < coalesce(t.threshold, 0) THEN 1.0 ELSE 0.0 END) AS violation_rate, "
+            "count(s.score) FILTER (WHERE NOT isnan(s.score)) AS n FROM scores s JOIN rollouts o "
+            "ON o.run_id = s.run_id AND o.rollout_id = s.rollout_id LEFT JOIN t ON t.channel = s.channel "
+            "WHERE s.run_id = ? GROUP BY o.step, s.channel ORDER BY o.step, s.channel",
+            [names, [float(thresholds[c]) for c in names], self.run_id(run)],
+        ).df()
+
+    def channel_score_ranges(self, run: str) -> pd.DataFrame:
+        """Per channel: the lowest and highest score and whether every score is 0 or 1 (`binary`), over the
+        run's scored rollouts: what a channel's default violation threshold is read from."""
+        return self.con.execute(
+            "SELECT channel, min(score) AS low, max(score) AS high, "
+            "bool_and(score = 0 OR score = 1) AS binary, count(*) AS n FROM scores "
+            "WHERE run_id = ? AND score IS NOT NULL AND NOT isnan(score) GROUP BY channel ORDER BY channel",
             [self.run_id(run)],
         ).df()
