@@ -88,11 +88,14 @@ class Run:
         where: list[str] | tuple[str, ...] = (),
         limit: int | None = None,
         offset: int = 0,
+        credit: str = "final",
         **params,
     ) -> pd.DataFrame:
         """The Explorer's table (`creditlens rollouts`): one row per rollout. `sort="-col"` sorts
         descending; `where` holds filters as the command line writes them (`"length>=100"`); with an
-        estimator, its credit shares by token class; with `compare`, the Spearman column."""
+        estimator, the credit's shares by token class and `excess_<class>` (share of |A| − share of
+        tokens), of A_final (`credit="final"`) or of the estimator's output (`credit="channel"`); with
+        `compare`, the Spearman column."""
         descending = sort.startswith("-")
         query = explorer.ExplorerQuery(
             estimator=estimator,
@@ -105,14 +108,18 @@ class Run:
             filters=tuple(explorer.parse_where(w) for w in where),
             limit=limit,
             offset=offset,
+            credit=credit,
         )
         return explorer.rollout_table(self.handle, self.name, query).rows
 
-    def trends(self, estimator: str | None = None, *, channel: str | None = None, **params) -> pd.DataFrame:
+    def trends(
+        self, estimator: str | None = None, *, channel: str | None = None, credit: str = "final", **params
+    ) -> pd.DataFrame:
         """One row per step (`creditlens trends`): scores, length, entropy, KL, zero-variance share, ...;
-        with an estimator, its credit shares by class and the quantiles of A."""
+        with an estimator, the credit's shares and excess by class (`credit` as in `rollouts`) and the
+        quantiles of the estimator's A."""
         config = self._explorer_config(estimator, params, channel)
-        return explorer.step_trends(self.handle, self.name, estimator, config)
+        return explorer.step_trends(self.handle, self.name, estimator, config, credit=credit)
 
     def estimate(
         self, estimator: str, *, channel: str | None = None, use_cache: bool = True, **params

@@ -17,11 +17,13 @@ if sel.run is None:
 st.title(f"Explorer · {text.plain(sel.run)}")
 panels.saved_classes_note(sel)
 
-pick, channel_box, versus, params = st.columns([1, 1, 1, 2])
+pick, channel_box, credit_box, versus, params = st.columns([1, 1, 1, 1, 2])
 with pick:
     estimator = widgets.estimator_picker(keys.EXPLORER_ESTIMATOR)
 with channel_box:
     channel = widgets.channel_picker(sel, "explorer")
+with credit_box:
+    credit = widgets.credit_picker(keys.EXPLORER_CREDIT)
 with versus:
     compare = state.url_widget(
         st.selectbox,
@@ -50,7 +52,7 @@ with search_box:
         placeholder="text in the prompt or the response",
     )
 base = explorer_data.ExplorerQuery(
-    estimator=estimator, config=config, compare=compare, compare_config=compare_config
+    estimator=estimator, config=config, compare=compare, compare_config=compare_config, credit=credit
 )
 columns = panels.compute_or_explain(explorer_data.explorer_columns, sel.db, sel.run, base)
 sortable = [c for c in columns if c != "preview"]
@@ -117,7 +119,7 @@ with st.expander("Filters: flags and ranges"):
             filters.append(explorer_data.Filter(column, "<=", chosen[1]))
 
 # A new search, sort or filter starts again at page 1.
-signature = (estimator, config, compare, search, sort, descending, size, tuple(filters))
+signature = (estimator, config, compare, credit, search, sort, descending, size, tuple(filters))
 if st.session_state.get(keys.EXPLORER_SIGNATURE) != signature:
     st.session_state[keys.EXPLORER_SIGNATURE] = signature
     st.session_state[keys.EXPLORER_PAGE_NO] = 1
@@ -134,6 +136,7 @@ query = explorer_data.ExplorerQuery(
     filters=tuple(filters),
     limit=size,
     offset=(page_no - 1) * size,
+    credit=credit,
 )
 page = panels.compute_or_explain(explorer_data.explorer_page, sel.db, sel.run, query)
 for note in page.notes:
@@ -145,8 +148,8 @@ if page_no > pages:  # the rows shrank under the page (another process deleted s
 
 st.caption(
     f"{page.total} rollouts match · page {page_no} of {pages} · click a row to open it in the Rollout view. "
-    f"share_<class>: share of the rollout's Σ|A| under {estimator} on the {text.plain(channel)} channel on "
-    "each token class; max_abs: its largest "
+    + explorer_data.credit_caption(estimator, text.plain(channel), credit)
+    + " max_abs: its largest "
     "|A|; repetition: share of 16-token windows that repeat an earlier one; kl: mean logprob − ref logprob; "
     "metric_<name>: a number the trainer logged for the rollout (e.g. verl's acc), not a reward. "
     "turns / tool_calls (an agent run): the response's turns and its tool or environment turns. "
@@ -167,17 +170,10 @@ def _open_selected() -> None:
 percent = {
     c: st.column_config.NumberColumn(c, format="percent")
     for c in page.columns
-    if c.startswith(("share_", "pos_share_", "neg_share_")) or c == "repetition"
+    if c.startswith(("share_", "pos_share_", "neg_share_", "excess_")) or c == "repetition"
 }
-# The response and the credit first: the columns of the query, reordered for reading (the data is the CLI's).
-first = ["rollout_id", "preview", "step", "group_id", "length"]
-first += [c for c in ("turns", "tool_calls") if c in page.columns]  # an agent run's
-credit = [
-    c
-    for c in page.columns
-    if c.startswith(("share_", "pos_share_", "neg_share_")) or c in ("max_abs", "logged_gap", "spearman")
-]
-shown_order = first + credit + [c for c in page.columns if c not in first and c not in credit]
+# The response, its scores, then the credit: the columns reordered for reading (the data is the CLI's).
+shown_order = explorer_data.reading_order(page.columns)
 st.dataframe(
     page.rows,
     column_order=shown_order,
@@ -200,6 +196,7 @@ with st.expander("The same table on the command line"):
     parts = ["creditlens rollouts", f"--db {sel.db}", f"--run {sel.run}", f"--estimator {estimator}"]
     parts += [f"--set {k}={v}" for k, v in config if k != "channel"] + [f"--channel {channel}"]
     parts += [f"--compare {compare}"] if compare else []
+    parts += [] if credit == "final" else [f"--credit {credit}"]
     parts += [f"--sort={'-' if descending else ''}{sort}"]
     parts += [f"--search '{search}'"] if search else []
     parts += [f"--where '{f.column}{f.op}{str(f.value).lower()}'" for f in filters]

@@ -15,18 +15,26 @@ if sel.run is None:
 
 st.title(f"Trends · {text.plain(sel.run)}")
 panels.saved_classes_note(sel)
-pick, channel_box, params = st.columns([1, 1, 2])
+pick, channel_box, credit_box, params = st.columns([1, 1, 1, 2])
 with pick:
     estimator = widgets.estimator_picker(keys.TRENDS_ESTIMATOR)
 with channel_box:
     channel = widgets.channel_picker(sel, "trends")
+with credit_box:
+    credit = widgets.credit_picker(keys.TRENDS_CREDIT)
 with params, st.expander("Estimator parameters"):
     config = widgets.with_channel(estimator, widgets.estimator_form(estimator, key=keys.TRENDS_FORM), channel)
-frame = panels.compute_or_explain(trends_data.trends, sel.db, sel.run, estimator, config)
+frame = panels.compute_or_explain(trends_data.trends, sel.db, sel.run, estimator, config, credit)
 main = data.main_channel(sel.db, sel.run)
 st.caption(
-    f"One point per training step ({len(frame)} steps). Credit numbers are {estimator}'s advantages on the "
-    f"{text.plain(channel)} channel, computed at the estimator's scope (what `creditlens estimate` gives). "
+    f"One point per training step ({len(frame)} steps). Class shares are of "
+    + (
+        f"the final advantage (every channel, {estimator} on the outcome channels)"
+        if credit == "final"
+        else f"{estimator}'s advantages on the {text.plain(channel)} channel"
+    )
+    + f"; the quantiles of {estimator}'s advantages on {text.plain(channel)}, each at the estimator's scope "
+    "(what `creditlens estimate` gives). A step whose tokens got no credit has no share: a gap. "
     f"Zero-variance groups: every response of the group has the same score on the run's main channel "
     f"({text.plain(main)}). Each chart's toolbar saves it as PNG."
 )
@@ -34,6 +42,7 @@ st.caption(
 TOOLBAR = {"displayModeBar": True, "displaylogo": False}
 scores = {c: c.removeprefix("score_") for c in frame.columns if c.startswith("score_")}
 shares = {c: c.removeprefix("share_").replace("_", " ") for c in frame.columns if c.startswith("share_")}
+excess = {c: c.removeprefix("excess_").replace("_", " ") for c in frame.columns if c.startswith("excess_")}
 metrics = {c: c.removeprefix("metric_") for c in frame.columns if c.startswith("metric_")}
 charts_shown = [
     (
@@ -45,6 +54,14 @@ charts_shown = [
         charts.trend_lines(frame, metrics, "logged metrics (mean; not rewards)") if metrics else None,
     ),
     ("trends_classes", charts.class_share_trend(frame, shares) if shares else None),
+    (
+        "trends_excess",
+        charts.trend_lines(
+            frame, excess, "excess credit by class: share of |A| − share of tokens", percent=True
+        )
+        if excess
+        else None,
+    ),
     ("trends_quantiles", charts.quantile_band(frame) if "q50" in frame.columns else None),
     ("trends_length", charts.trend_lines(frame, {"length": "mean length (tokens)"}, "response length")),
     ("trends_entropy", charts.trend_lines(frame, {"mean_entropy": "mean entropy"}, "entropy (token mean)")),
@@ -103,5 +120,6 @@ if numbers is not None:
         text.text_block(
             f"creditlens trends --db {sel.db} --run {sel.run} --estimator {estimator} --channel {channel}"
             + "".join(f" --set {k}={v}" for k, v in config if k != "channel")
+            + ("" if credit == "final" else f" --credit {credit}")
             + " --json"
         )

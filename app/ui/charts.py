@@ -303,7 +303,7 @@ PERCENT_TICKS = ".3~p"  # percent with 3 significant digits: a 0.2% repetition r
 def trend_lines(frame: pd.DataFrame, columns: dict[str, str], title: str, percent: bool = False) -> go.Figure:
     """One line per column over steps. columns: column -> legend label (channel names are escaped). A column
     with no value at any step (unknown for this run, e.g. truncation a log does not record) gets no legend
-    entry; the chart says it has no data instead."""
+    entry of its own; the legend says "<label>: no data in this run" instead."""
     fig = go.Figure()
     empty = []
     for column, label in columns.items():
@@ -314,40 +314,42 @@ def trend_lines(frame: pd.DataFrame, columns: dict[str, str], title: str, percen
             empty.append(safe(label))
             continue
         fig.add_trace(go.Scatter(x=frame["step"], y=values, mode=_line_mode(frame["step"]), name=safe(label)))
-    if empty:
-        fig.add_annotation(
-            text="no data in this run: " + ", ".join(empty),
-            xref="paper",
-            yref="paper",
-            x=0,
-            y=1.0,
-            xanchor="left",
-            yanchor="bottom",
-            showarrow=False,
-            font={"size": 11},
+    for label in empty:  # in the legend, where its line would be (under the title it read as the title's)
+        fig.add_trace(
+            go.Scatter(
+                x=list(frame["step"].iloc[:1]),  # a step with no value: nothing drawn, the alert marks read x
+                y=[None] * min(len(frame), 1),
+                mode="lines",
+                name=f"{label}: no data in this run",
+                line={"color": "#999999", "dash": "dot"},
+                hoverinfo="skip",
+            )
         )
     fig.update_layout(showlegend=True)  # one line is named too (Plotly hides a lone trace's legend)
     return _trend_layout(fig, title, frame["step"], {"tickformat": PERCENT_TICKS} if percent else None)
 
 
-def class_share_trend(frame: pd.DataFrame, columns: dict[str, str]) -> go.Figure:
-    """Share of Σ|A| per token class over steps, stacked to 100% (a growing `filler` band is the trend to
-    watch). columns: share column -> class name."""
+def class_share_trend(
+    frame: pd.DataFrame, columns: dict[str, str], title: str = "credit share by token class"
+) -> go.Figure:
+    """Share of Σ|A| per token class over steps, a line per class (a rising `filler` line is the trend to
+    watch). A step without credit (Σ|A| = 0: its share is undefined) is a gap in every line, never 0 (a
+    stacked area drew it as 0). columns: share column -> class name."""
     fig = go.Figure()
     for column, label in columns.items():
         fig.add_trace(
             go.Scatter(
                 x=frame["step"],
-                y=frame[column].astype(float).fillna(0.0),
+                y=frame[column].astype(float),
                 name=safe(label),
-                mode="lines",
-                stackgroup="classes",
+                mode=_line_mode(frame["step"]),
+                connectgaps=False,
                 hovertemplate="%{y:.1%}",
             )
         )
     return _trend_layout(
         fig,
-        "credit share by token class",
+        title,
         frame["step"],
         {"title": "share of Σ|A|", "tickformat": ".0%", "range": [0, 1]},
     )

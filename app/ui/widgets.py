@@ -43,6 +43,25 @@ def canonical_estimator(name: str) -> str:
     return registry.canonical(name)
 
 
+CREDIT_LABELS = {"final": "final A (every channel)", "channel": "the estimator's channel alone"}
+
+
+def credit_picker(key: str) -> str:
+    """What the credit shares describe: `final` (A_final = Σ_c β_c·Ã_c, the default, what the Rollout view
+    colours) or `channel` (the estimator's output on the chosen channel alone); mirrored to `?credit=`."""
+    return state.url_widget(
+        st.selectbox,
+        "Shares of",
+        key=key,
+        url=keys.URL_CREDIT,
+        default="final",
+        options=list(CREDIT_LABELS),
+        format_func=CREDIT_LABELS.get,
+        help="final A: each token class's share of the final advantage, every channel in it; the "
+        "estimator's channel alone: of the estimator's advantage on the reward channel picked",
+    )
+
+
 def estimator_picker(key: str, unavailable: dict[str, str] | None = None) -> str:
     """The view's estimator (a selectbox mirrored to `?est=`, grpo by default), on the channel of
     `channel_picker`. Estimators in `unavailable` (name -> reason and fix) are not offered;

@@ -30,3 +30,33 @@ def explorer_page(db: str, run: str, query) -> explorer.ExplorerPage:
 def explorer_ranges(db: str, run: str, query, columns: tuple[str, ...]) -> dict:
     """min/max over the whole run of the numeric columns the filters offer."""
     return explorer.column_ranges(data.store_handle(db), run, query, list(columns))
+
+
+def credit_caption(estimator: str, channel: str, credit: str) -> str:
+    """What the share and excess columns mean, for the table's caption."""
+    of = (
+        f"the final advantage A = Σ_c β_c·Ã_c ({estimator} on the outcome channels, every other channel by "
+        "its own projection: what the Rollout view colours)"
+        if credit == "final"
+        else f"{estimator}'s advantage on the {channel} channel alone"
+    )
+    return (
+        f"share_<class>: the class's share of the rollout's Σ|A|, A being {of}; excess_<class>: that share "
+        "minus the class's share of the rollout's tokens (> 0: more credit than its text; the classes' "
+        "excesses sum to 0), excess_pos_/excess_neg_<class> its parts from the positive and the negative "
+        "credit (they sum to it)."
+    )
+
+
+def reading_order(columns: list[str]) -> list[str]:
+    """The table's columns for reading: the response, its scores and metrics, then the credit (excess
+    first: sorting by it finds credit out of proportion to the text), then the rest."""
+    first = ["rollout_id", "preview", "step", "group_id", "length"]
+    first += [c for c in ("turns", "tool_calls") if c in columns]  # an agent run's
+    first += [c for c in columns if c.startswith(("score_", "metric_")) or c == "reward"]
+    signed = ("pos_share_", "neg_share_", "excess_pos_", "excess_neg_")
+    credit = [c for c in columns if c.startswith("excess_") and not c.startswith(signed)]
+    credit += [c for c in columns if c.startswith("share_")]
+    credit += [c for c in columns if c.startswith(signed)]
+    credit += [c for c in ("max_abs", "logged_gap", "spearman") if c in columns]
+    return first + credit + [c for c in columns if c not in first and c not in credit]

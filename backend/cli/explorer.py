@@ -91,6 +91,13 @@ def _common(p) -> None:
         help="reward channel the estimators read (default: the run's main channel); 'all': the "
         "channel scores summed per rollout",
     )
+    p.add_argument(
+        "--credit",
+        choices=explorer.CREDITS,
+        default="final",
+        help="what the share_/excess_ columns describe: final (default), A_final = Σ_c β_c·Ã_c as the "
+        "Rollout view colours it; channel: the estimator's output on --channel alone",
+    )
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--json", action="store_true", help="print the rows as a JSON list of objects")
     out.add_argument("--out", type=Path, default=None, help="write the rows to this .parquet file")
@@ -140,6 +147,7 @@ def cmd_rollouts(args) -> int:
         filters=tuple(explorer.parse_where(w) for w in args.where),
         limit=args.limit,
         offset=args.offset,
+        credit=args.credit,
     )
     page = explorer.rollout_table(handle, args.run, query)
     for note in page.notes:
@@ -155,7 +163,11 @@ def cmd_rollouts(args) -> int:
 def cmd_trends(args) -> int:
     handle = store_handle(args.db)
     frame = explorer.step_trends(
-        handle, args.run, args.estimator, _config(handle, args, args.estimator, args.overrides)
+        handle,
+        args.run,
+        args.estimator,
+        _config(handle, args, args.estimator, args.overrides),
+        credit=args.credit,
     )
     _emit(frame, args)
     print(f"{len(frame)} steps" + (f" written to {args.out}" if args.out else ""), file=sys.stderr)

@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 
 from backend.store.db import Store
+from backend.store.excess_sql import excess_sql
 from backend.store.runs import MAIN_SCORE_SQL
 
 OPERATORS = ("<=", ">=", "!=", "<", ">", "=")
@@ -342,6 +343,9 @@ class TableSpec:
     logged_gap: bool = False
     metric_columns: tuple[tuple[str, str], ...] = ()
     signed_columns: tuple[tuple[str, str, str], ...] = ()  # (alias, "pos" or "neg", class)
+    excess_columns: tuple[tuple[str, str, str], ...] = ()  # (alias, "", "pos" or "neg", class): excess_sql
+    estimate: CreditKey | None = None
+    """The estimator output behind `credit` when that is A_final: the Spearman, logged gap and quantiles."""
     turn_columns: bool = False
     """Add `turns` (the rollout's turns, every role) and `tool_calls` (its tool and environment turns)."""
 
@@ -395,15 +399,21 @@ def _table_sql(spec: TableSpec) -> tuple[str, list]:
         for alias, sign, name in spec.signed_columns:
             index, column = spec.credit.classes.index(name) + 1, _SIGNED[sign]
             cols.append(f"c.{column}[{int(index)}] / nullif(list_sum(c.{column}), 0) AS {_alias(alias)}")
+        for alias, sign, name in spec.excess_columns:
+            cols.append(f"{excess_sql(spec.credit.classes.index(name) + 1, sign)} AS {_alias(alias)}")
         cols.append("c.max_abs")
+        k, e = spec.credit, spec.estimate or spec.credit
         if spec.logged_gap:
-            cols.append("c.mean_adv - s.logged_advantage AS logged_gap")
-        joins += (
-            " LEFT JOIN credit_summary c ON c.run_id = s.run_id AND c.rollout_id = s.rollout_id "
-            "AND c.estimator = ? AND c.config_hash = ? AND c.channel = ? AND c.classes = ?"
-        )
-        k = spec.credit
-        join_params += [k.estimator, k.config_hash, k.channel, list(k.classes)]
+            cols.append(f"{'e' if spec.estimate else 'c'}.mean_adv - s.logged_advantage AS logged_gap")
+        for t, key in (("c", k), ("e", spec.estimate)):
+            if key is not None:
+                joins += (
+                    f" LEFT JOIN credit_summary {t} ON {t}.run_id = s.run_id "
+                    f"AND {t}.rollout_id = s.rollout_id AND {t}.estimator = ? AND {t}.config_hash = ? "
+                    f"AND {t}.channel = ? AND {t}.classes = ?"
+                )
+                join_params += [key.estimator, key.config_hash, key.channel, list(key.classes)]
+        k = e  # the Spearman compares estimator outputs
         if spec.compare is not None:
             cols.append("a.spearman")
             joins += (

@@ -15,8 +15,9 @@ QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 def step_trends(store: Store, spec: TableSpec, quantiles: bool = True) -> pd.DataFrame:
     """One row per step: rollouts, groups, score_<channel> means, metric_<name> means, reward, length,
     mean_entropy and kl (token-weighted), zero_variance_share (of groups), truncated_share, repetition;
-    with a credit key also share_<class> (Σ|A| on the class / Σ|A| over the step) and advantage quantiles
-    q05..q95 over the step's tokens."""
+    with a credit key also share_<class> (Σ|A| on the class / Σ|A| over the step), excess_<class> (that
+    share minus the class's share of the step's tokens) and the estimator's advantage quantiles q05..q95
+    over the step's tokens."""
     params: list = []
     score_select = "".join(
         f", avg(sc.score) FILTER (WHERE sc.channel = ?) AS {_alias(a)}" for a, _ in spec.score_columns
@@ -55,20 +56,29 @@ def step_trends(store: Store, spec: TableSpec, quantiles: bool = True) -> pd.Dat
             f"sum(c.class_abs[{k.classes.index(name) + 1}]) / nullif(sum(c.abs_total), 0) AS {_alias(alias)}"
             for alias, name in spec.class_columns
         )
+        excess = "".join(
+            f", sum(c.class_abs[{k.classes.index(name) + 1}]) / nullif(sum(c.abs_total), 0) - "
+            f"sum(c.class_tokens[{k.classes.index(name) + 1}]) / nullif(sum(list_sum(c.class_tokens)), 0) "
+            f"AS {_alias(alias)}"
+            for alias, sign, name in spec.excess_columns
+            if not sign
+        )  # the step's share of |A| on the class minus its share of the step's tokens
         credit = (
-            f"SELECT s.step, {shares}, max(c.max_abs) AS max_abs FROM credit_summary c "
+            f"SELECT s.step, {shares}{excess}, max(c.max_abs) AS max_abs FROM credit_summary c "
             "JOIN rollout_summary s ON s.run_id = c.run_id AND s.rollout_id = c.rollout_id "
             "WHERE c.run_id = ? AND c.estimator = ? AND c.config_hash = ? AND c.channel = ? "
             "AND c.classes = ? GROUP BY s.step"
         )
         parts.append(f"LEFT JOIN ({credit}) cr USING (step)")
         all_params += [spec.run_id, k.estimator, k.config_hash, k.channel, list(k.classes)]
-        select += [f"cr.{_alias(a)}" for a, _ in spec.class_columns] + ["cr.max_abs"]
+        select += [f"cr.{_alias(a)}" for a, _ in spec.class_columns]
+        select += [f"cr.{_alias(a)}" for a, sign, _ in spec.excess_columns if not sign] + ["cr.max_abs"]
     sql = f"SELECT {', '.join(select)} FROM {' '.join(parts)} ORDER BY b.step"
     frame = store.con.execute(sql, all_params).df()
     if spec.credit is not None and quantiles:
         # Its own query (the merge is of one row per step): joined into the one above it ran 4x slower.
-        frame = frame.merge(_step_quantiles(store, spec.run_id, spec.credit), on="step", how="left")
+        key = spec.estimate or spec.credit  # the estimator's own advantages (A_final is not cached per token)
+        frame = frame.merge(_step_quantiles(store, spec.run_id, key), on="step", how="left")
     return frame
 
 

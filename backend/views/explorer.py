@@ -11,8 +11,12 @@ Columns: rollout_id, step, group_id, length, turns and tool_calls (agent runs: r
 calls count the tool and environment turns), score_<channel>..., metric_<name>... (the run's per-rollout
 metrics, migration 008: numbers logged beside the reward, never summed into it), reward (sum of channel
 scores), zero_variance, truncated, repetition, mean_entropy, kl; with an estimator share_<class>... (of Σ|A|),
-pos_share_<class>... and neg_share_<class>... (of the positive and of the negative credit), max_abs,
-logged_gap (only when the run has a logged advantage), spearman (with a second estimator); and `preview`.
+pos_share_<class>... and neg_share_<class>... (of the positive and of the negative credit), excess_<class>...
+(share of |A| − share of tokens: 0 over the classes of a rollout; `excess_pos_`/`excess_neg_` its signed
+parts), max_abs, logged_gap (only when the run has a logged advantage), spearman (with a second estimator);
+and `preview`. The credit is A_final by default (`credit="final"`: Σ_c β_c·Ã_c, what the Rollout view
+colours, backend/credit/final_credit.py), or the estimator's output on its channel (`credit="channel"`);
+the Spearman, logged gap and quantiles are always of the estimator's output (issue 43).
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ if TYPE_CHECKING:
     from backend.credit import estimates
 
 FLAG_COLUMNS = ("zero_variance", "truncated")
+CREDITS = ("final", "channel")
+"""What the share columns describe: A_final (the default) or the estimator's output on its channel."""
 Progress = Callable[[int, int, str], None]
 
 
@@ -105,6 +111,8 @@ class ExplorerQuery:
     filters: tuple[Filter, ...] = ()
     limit: int | None = 50
     offset: int = 0
+    credit: str = "final"
+    """The share columns' credit: "final" (A_final) or "channel" (the estimator's output on its channel)."""
 
 
 @dataclass
@@ -115,9 +123,9 @@ class ExplorerPage:
     notes: list[str] = field(default_factory=list)
 
 
-def _key(store: Store, run: str, name: str, config: tuple) -> tuple[CreditKey, Any]:
+def _key(store: Store, run: str, name: str, config: tuple, credit: str = "channel") -> tuple[CreditKey, Any]:
     """The credit summaries' key of estimator `name` with `config` (on the run's main channel unless the
-    config names a channel)."""
+    config names a channel); credit "final": of A_final with that estimator."""
     # On use: the estimators (torch) load only when a query names one; the table without credit columns
     # is SQL over the summaries (`creditlens rollouts` without --estimator never imports torch).
     from backend.credit import credit_summary, estimates  # noqa: PLC0415 - heavy (torch); only with an estimator
@@ -130,10 +138,13 @@ def _key(store: Store, run: str, name: str, config: tuple) -> tuple[CreditKey, A
         raise InputError(str(exc)) from None
     except ValueError as exc:
         raise InputError(f"estimator {name!r}: {exc}") from None
+    if credit not in CREDITS:
+        raise InputError(f"credit={credit!r}: one of {', '.join(CREDITS)}")
+    channel = estimates.channel_key(built)
     key = CreditKey(
         name,
         registry.config_hash(name, built),
-        estimates.channel_key(built),
+        f"final:{channel}" if credit == "final" else channel,
         credit_summary.credit_classes(store, run),
     )
     return key, built
@@ -152,7 +163,13 @@ def logged_gap_available(store: Store, run: str) -> bool:
 
 
 def _spec(
-    store: Store, run: str, estimator: str | None, config: tuple, compare: str | None, compare_config: tuple
+    store: Store,
+    run: str,
+    estimator: str | None,
+    config: tuple,
+    compare: str | None,
+    compare_config: tuple,
+    credit: str = "final",
 ) -> TableSpec:
     run_id = store.run_id(run)
     scores = _unique("score", queries.run_channels(store, run_id))
@@ -162,9 +179,10 @@ def _spec(
         if compare is not None:
             raise InputError("--compare needs --estimator (the Spearman is between the two)")
         return TableSpec(run_id, scores, metric_columns=metrics, turn_columns=turns)
-    key, _ = _key(store, run, estimator, config)
+    key, _ = _key(store, run, estimator, config, credit)
+    own = _key(store, run, estimator, config)[0] if credit == "final" else None
     other = _key(store, run, compare, compare_config)[0] if compare is not None else None
-    if other is not None and other.channel != key.channel:
+    if other is not None and other.channel != (own or key).channel:
         raise InputError(f"--compare {compare}: its channel {other.channel!r} differs from {key.channel!r}")
     signed = tuple(
         (alias, sign, name)
@@ -180,7 +198,13 @@ def _spec(
         logged_gap_available(store, run),
         metrics,
         signed,
-        turns,
+        turn_columns=turns,
+        excess_columns=tuple(
+            (alias, sign, name)
+            for sign in ("", "pos", "neg")
+            for alias, name in _unique("_".join(filter(None, ("excess", sign))), list(key.classes))
+        ),
+        estimate=own,
     )
 
 
@@ -192,10 +216,11 @@ def prepare(
     compare: str | None = None,
     compare_config: tuple = (),
     progress: Progress | None = None,
+    credit: str = "final",
 ) -> list[str]:
     """Fill the summaries a query needs that the store lacks (stores older than migration 003, estimator
-    outputs not yet computed, a new pair of estimators); returns notes for the user. Opens one read
-    connection when nothing is missing; writes to the store otherwise."""
+    outputs not yet computed, a new pair of estimators, A_final's with `credit` "final"); returns notes for
+    the user. Opens one read connection when nothing is missing; writes to the store otherwise."""
     notes: list[str] = []
     wanted = [(estimator, config)] if estimator is not None else []
     wanted += [(compare, compare_config)] if compare is not None and estimator is not None else []
@@ -210,6 +235,10 @@ def prepare(
             complete = queries.credit_summary_rows(store, run_id, key) == n and cached == n
             keys.append((key, built, complete))
         agreement = len(keys) == 2 and queries.agreement_rows(store, run_id, keys[0][0], keys[1][0]) > 0
+        final = None
+        if estimator is not None and credit == "final":
+            final, _ = _key(store, run, estimator, config, credit)
+            final = None if queries.credit_summary_rows(store, run_id, final) == n else final
     if missing_summary:
         with handle.write() as store, store.transaction():
             queries.fill_rollout_summary(store, run_id)
@@ -225,6 +254,11 @@ def prepare(
             have = queries.credit_summary_rows(store, run_id, key)
         if have != n:  # read from a cache filled before the credit summaries existed
             _fill_credit_from_cache(handle, run, key, scoped)
+    if final is not None:
+        from backend.credit import final_credit  # noqa: PLC0415 - heavy (torch); only when A_final's is missing
+
+        on_main = main_channel.on_channel(estimator, config, keys[0][0].channel)
+        notes += final_credit.fill(handle, run, final, estimator, on_main, progress)
     if len(keys) == 2 and not (agreement and all(c for _, _, c in keys)):
         try:
             with handle.write() as store, store.transaction():
@@ -283,12 +317,22 @@ def rollout_table(
 ) -> ExplorerPage:
     """One page of the Explorer's rollout table (see the module docstring for the columns)."""
     notes = (
-        prepare(handle, run, query.estimator, query.config, query.compare, query.compare_config)
+        prepare(
+            handle,
+            run,
+            query.estimator,
+            query.config,
+            query.compare,
+            query.compare_config,
+            credit=query.credit,
+        )
         if prepare_missing
         else []
     )
     with handle.read() as store:
-        spec = _spec(store, run, query.estimator, query.config, query.compare, query.compare_config)
+        spec = _spec(
+            store, run, query.estimator, query.config, query.compare, query.compare_config, query.credit
+        )
         columns = queries.table_columns(store, spec)
         _check_column(query.sort, columns, "--sort", query)
         for f in query.filters:
@@ -316,7 +360,9 @@ def rollout_table(
 def column_ranges(handle: StoreHandle, run: str, query: ExplorerQuery, columns: list[str]) -> dict:
     """min/max of numeric columns over the whole run (bounds for filter sliders)."""
     with handle.read() as store:
-        spec = _spec(store, run, query.estimator, query.config, query.compare, query.compare_config)
+        spec = _spec(
+            store, run, query.estimator, query.config, query.compare, query.compare_config, query.credit
+        )
         return queries.column_ranges(store, spec, columns)
 
 
@@ -328,28 +374,38 @@ def step_trends(
     *,
     prepare_missing: bool = True,
     quantiles: bool = True,
+    credit: str = "final",
 ) -> pd.DataFrame:
     """One row per step: rollouts, groups, reward, length, mean_entropy, kl (NULL without reference
     logprobs), zero_variance_share, truncated_share, repetition, score_<channel>...; with an estimator
-    share_<class>..., max_abs and (unless not `quantiles`) the quantiles q05, q25, q50, q75, q95 of A over
-    the step's tokens (a sort of every token: the slow part on big runs)."""
+    share_<class>... and excess_<class>... (of A_final, or with `credit` "channel" of the estimator's
+    output), max_abs and (unless not `quantiles`) the quantiles q05, q25, q50, q75, q95 of the estimator's
+    A over the step's tokens (a sort of every token: the slow part on big runs)."""
     if prepare_missing:
-        prepare(handle, run, estimator, config)
+        prepare(handle, run, estimator, config, credit=credit)
     with handle.read() as store:
-        return step_trends_in(store, run, estimator, config, quantiles=quantiles)
+        return step_trends_in(store, run, estimator, config, quantiles=quantiles, credit=credit)
 
 
 def step_trends_in(
-    store: Store, run: str, estimator: str | None = None, config: tuple = (), *, quantiles: bool = True
+    store: Store,
+    run: str,
+    estimator: str | None = None,
+    config: tuple = (),
+    *,
+    quantiles: bool = True,
+    credit: str = "channel",
 ) -> pd.DataFrame:
     """`step_trends` on an open store, summaries as they are (the monitors read it beside their other
     numbers on one connection: opening one costs 0.1-0.3 s on a 150 MB store)."""
-    spec = _spec(store, run, estimator, config, None, ())
+    spec = _spec(store, run, estimator, config, None, (), credit)
     return trend_queries.step_trends(store, spec, quantiles=quantiles)
 
 
 def table_columns(handle: StoreHandle, run: str, query: ExplorerQuery) -> list[str]:
     """The columns `rollout_table` returns for this query (without computing anything), `preview` last."""
     with handle.read() as store:
-        spec = _spec(store, run, query.estimator, query.config, query.compare, query.compare_config)
+        spec = _spec(
+            store, run, query.estimator, query.config, query.compare, query.compare_config, query.credit
+        )
         return queries.table_columns(store, spec) + ["preview"]

@@ -21,7 +21,7 @@ from backend.ingest import import_records
 from backend.store import Store, StoreHandle
 from backend.views import explorer
 from backend.views.explorer import ExplorerQuery, Filter, parse_where
-from tests.conftest import run_cli_here
+from tests.conftest import copy_store, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -171,7 +171,7 @@ def shares_in_numpy(handle: StoreHandle, name: str) -> pd.DataFrame:
 
 @pytest.mark.parametrize("name", ["entropy", "high_entropy_mask"])  # group scope, step scope
 def test_credit_shares_match_the_estimate(handle, name):
-    got = everything(handle, estimator=name).set_index("rollout_id")
+    got = everything(handle, estimator=name, credit="channel").set_index("rollout_id")
     want = shares_in_numpy(handle, name)
     share_columns = [explorer.column_name("share", c) for c in credit_shares.CREDIT_CLASSES]
     assert [c for c in got.columns if c.startswith("share_")] == share_columns
@@ -262,7 +262,7 @@ def test_bad_columns_and_filters_are_clear_errors(handle):
 
 
 def test_trends_match_pandas(handle):
-    trends = explorer.step_trends(handle, "run", "entropy")
+    trends = explorer.step_trends(handle, "run", "entropy", credit="channel")  # the estimator alone
     with handle.read() as store:
         want = expected_summary(store)
     table = everything(handle, estimator="entropy")
@@ -419,3 +419,41 @@ def test_cli_bad_input_is_one_line_exit_2(handle):
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     done = run_cli_here("trends", "--db", str(handle.path), "--run", "missing", "--json")
     assert done.returncode == 2 and "no run named 'missing'" in done.stderr
+
+
+def test_final_credit_shares_and_excess_are_of_what_the_rollout_view_colours(bundled_template, tmp_path):
+    """Issue 43: by default the shares are of A_final (every channel, as `explain` and the Rollout view give
+    it), and `excess_<class>` = share of |A| − share of tokens sums to 0 per rollout. Demo rollout 354's
+    filler tail carries the format and style penalties: its filler excess is clearly positive (under the
+    task channel alone its filler share was just the filler share of tokens)."""
+    from backend.views import explain  # noqa: PLC0415 - torch
+
+    db = copy_store(bundled_template, tmp_path / "runs.duckdb")
+    handle = StoreHandle(db)
+    table = explorer.rollout_table(
+        handle, "demo", ExplorerQuery(estimator="grpo", limit=None)
+    ).rows.set_index("rollout_id")
+    excess = [
+        c
+        for c in table.columns
+        if c.startswith("excess_") and not c.startswith(("excess_pos_", "excess_neg_"))
+    ]
+    credited = table["max_abs"] > 0
+    np.testing.assert_allclose(table.loc[credited, excess].astype(float).sum(axis=1), 0.0, atol=1e-9)
+    for c in excess:  # its signed parts sum to it
+        name = c.removeprefix("excess_")
+        parts = table[f"excess_pos_{name}"].astype(float) + table[f"excess_neg_{name}"].astype(float)
+        np.testing.assert_allclose(parts[credited], table.loc[credited, c].astype(float), atol=1e-9)
+    assert table.loc[354, "excess_filler"] > 0.05
+    # the same A_final as `explain` (the Rollout view's function) gives
+    result = explain.explain_rollout(handle, "demo", 354, "grpo")
+    labels = np.asarray(token_classes.labels(result.batch, result.row))
+    magnitude = np.abs(np.asarray(result.final, dtype=np.float64))
+    filler = magnitude[labels == "filler"].sum() / magnitude.sum()
+    assert table.loc[354, "share_filler"] == pytest.approx(filler, abs=1e-5)
+    assert table.loc[354, "excess_filler"] == pytest.approx(filler - (labels == "filler").mean(), abs=1e-5)
+    channel = explorer.rollout_table(
+        handle, "demo", ExplorerQuery(estimator="grpo", limit=None, credit="channel")
+    )
+    alone = channel.rows.set_index("rollout_id")
+    assert abs(alone.loc[354, "excess_filler"]) < 1e-6  # grpo on task alone: the same A on every token
