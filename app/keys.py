@@ -46,6 +46,9 @@ url_field = "{}.{}".format  # (estimator, field) a config field off its default:
 url_beta = "beta_{}".format  # (channel) Tune's β
 url_normalization = "norm_{}".format  # (channel)
 url_tau = "tau_{}".format  # (channel)
+url_violation = "viol_{}".format  # (channel) Tune's violation threshold
+URL_TUNED = "tuned"  # the tuned β every view uses: channel:β,... (app/ui/tuned_beta.py)
+URL_EFFECT_OF = "effect"  # Tune: the β whose run-level effect is drawn (replay or sliders)
 
 
 # ---- session keys: the store, the shared selection and the URL (app/data.py, app/state.py) ------------
@@ -128,6 +131,9 @@ TUNE_REPLAY_TABLE_OPEN = "tune_replay_table_open"
 tune_beta = "tune_beta_{}".format  # (channel)
 tune_normalization = "tune_norm_{}".format  # (channel)
 tune_tau = "tune_tau_{}".format  # (channel)
+tune_violation = "tune_viol_{}".format  # (channel)
+TUNED_BETAS = "_tuned_betas"  # {"run": run, "betas": {channel: β}}: Apply on the Tune view, for every view
+TUNE_EFFECT_OF = "tune_effect_of"
 
 RESAMPLE_POSITIONS = "resample_positions"
 RESAMPLE_SUGGESTED = "resample_suggested"  # the kind of the last suggestion

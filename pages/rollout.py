@@ -4,7 +4,7 @@ per-token strips under it, and why a token got its credit."""
 import streamlit as st
 
 from app import keys, state
-from app.ui import cliff_marker, fmt, heatmaps, panels, scales, turns, widgets
+from app.ui import cliff_marker, fmt, heatmaps, panels, scales, tuned_beta, turns, widgets
 from app.view_data import shared
 
 sel = panels.rollout_selection()
@@ -23,6 +23,7 @@ with params, st.expander("Estimator parameters"):
         estimator, widgets.estimator_form(estimator, key=keys.ROLLOUT_FORM), channel
     )
 widgets.unavailable_note(shared.unavailable(sel.db, sel.run, sel.group))
+tuned = tuned_beta.mark(sel.run, "rollout")  # the β applied on the Tune view, if any
 
 view = panels.compute_or_explain(
     shared.rollout_view,
@@ -32,6 +33,7 @@ view = panels.compute_or_explain(
     sel.rollout,
     estimator,
     config,
+    tuned,
     classes=sel.classes,
     channel=channel,
 )

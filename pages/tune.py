@@ -4,13 +4,17 @@ ascent (β trajectories and violation rates against τ) over the run's steps.
 
 The β panel and the replay are separate fragments: moving a β slider redraws only the heatmap and
 the shares; the replay starts from the sliders' β as they were when it last ran (its widgets or its button
-rerun it), and says so. Applying the replayed β sets the sliders (clamped to their range), so the URL, the
-heatmap and the next replay all start from what the sliders show."""
+rerun it), and says so. The replay, each channel's violation threshold and a β's effect on the whole run are
+`creditlens tune`'s numbers. Applying the replayed β makes it the session's tuned β (app/ui/tuned_beta.py):
+the sliders, the URL and every view that weighs channels (Rollout) then use it, with a "tuned β" mark and a
+reset; the sliders reach any β the replay gives."""
+
+import math
 
 import streamlit as st
 
-from app import data, keys, state
-from app.ui import charts, heatmaps, panels, scales, text, widgets
+from app import keys, state
+from app.ui import charts, heatmaps, panels, scales, text, tune_charts, tuned_beta, widgets
 from app.view_data import shared
 from app.view_data import tune as tune_data
 
@@ -25,9 +29,36 @@ if estimator_channel == shared.ALL_CHANNELS:
         "channel to weigh the others separately."
     )
 defaults = tune_data.default_betas(sel.db, sel.run, sel.group, estimator_channel)
+tuned = dict(tuned_beta.mark(sel.run, "tune"))
+start_betas = {c: tuned.get(c, b) for c, b in defaults.items()}  # the sliders start at the tuned β
 BASELINES = {"default": "the default β", "summed": "the summed reward (mixed)"}
 default_norms = tune_data.default_normalizations(sel.db, sel.run, sel.group, estimator_channel)
-BETA_LOW, BETA_HIGH = 0.0, 3.0  # the β sliders' range
+BETA_LOW = 0.0
+
+
+def _linked(channel: str) -> float:
+    try:
+        return float(state.url_value(keys.url_beta(channel)) or 0.0)
+    except ValueError:
+        return 0.0
+
+
+# The sliders reach 3, or the largest β applied, linked or replayed (rounded up): no replayed β is cut.
+BETA_HIGH = float(
+    max(
+        3,
+        math.ceil(
+            max(
+                [
+                    *start_betas.values(),
+                    *map(_linked, defaults),
+                    *st.session_state.get(keys.TUNE_APPLIED, {}).values(),
+                    0.0,
+                ]
+            )
+        ),
+    )
+)
 
 
 @st.fragment
@@ -35,7 +66,7 @@ def channel_weights() -> None:
     # controls in a row above, the heatmaps at full width below (token text needs the width)
     st.markdown("**β per channel**")
     betas = {}
-    for column, (c, b0) in zip(st.columns(max(len(defaults), 3)), defaults.items(), strict=False):
+    for column, (c, b0) in zip(st.columns(max(len(defaults), 3)), start_betas.items(), strict=False):
         with column:
             betas[c] = widgets.url_slider(
                 f"β {c}",
@@ -46,16 +77,13 @@ def channel_weights() -> None:
                 high=BETA_HIGH,
                 step=0.05,
             )
-    clamped = st.session_state.pop(keys.TUNE_APPLIED, None)
-    if clamped:
-        st.warning(
-            "The replayed β was outside the sliders' range [0, 3] and was clamped: "
-            + ", ".join(
-                f"{text.plain(c)} {b:.2f} → {min(max(b, BETA_LOW), BETA_HIGH):g}" for c, b in clamped.items()
-            )
+    applied = st.session_state.pop(keys.TUNE_APPLIED, None)
+    if applied is not None:
+        st.success(
+            "Applied the replayed β: "
+            + ", ".join(f"{text.plain(c)} {b:g}" for c, b in applied.items())
+            + ". Every view of this session uses it (the mark above; reset there)."
         )
-    elif clamped is not None:
-        st.success("Applied the replayed β to the sliders.")
     controls, options = st.columns([1, 1])
     chart = st.container()
     with options:
@@ -184,35 +212,41 @@ def baseline_chart(view, window: dict, peaks: dict, mode: str, how: str, against
 
 
 def apply_betas(betas: dict[str, float]) -> None:
-    """Set the β sliders to the replay's last step, clamped to their range (a callback: it runs before the
-    sliders are drawn). The replay is a fragment, so its button reruns only the replay: the page is rerun
-    whole after this (`dual_ascent_replay`), so the sliders, the URL and the heatmap show the new β."""
-    clamped = {}
-    for channel, beta in betas.items():
-        shown = float(min(max(beta, BETA_LOW), BETA_HIGH))
-        st.session_state[keys.tune_beta(channel)] = shown
-        if shown != beta:
-            clamped[channel] = beta
-    st.session_state[keys.TUNE_APPLIED] = clamped
+    """Make the replay's last-step β the session's tuned β (the other channels keep the sliders' β) and set
+    the sliders to it (a callback: it runs before the sliders are drawn). The replay is a fragment, so its
+    button reruns only the replay: the page is rerun whole after this (`dual_ascent_replay`)."""
+    current = {c: float(st.session_state.get(keys.tune_beta(c), b)) for c, b in start_betas.items()}
+    applied = tuned_beta.apply(sel.run, {**current, **betas})
+    for channel, beta in applied.items():
+        st.session_state[keys.tune_beta(channel)] = beta
+    st.session_state[keys.TUNE_APPLIED] = {c: applied[c] for c in betas}
 
 
 @st.fragment
 def dual_ascent_replay() -> None:
-    st.subheader("Dual ascent replay")
+    st.subheader("Dual ascent replay over the run")
     st.caption(
-        f"Constraint mode: maximize {text.plain(estimator_channel)} subject to violation rate_c ≤ τ_c, with "
-        "β_c ← max(0, β_c + η (rate_c − τ_c)) at each logged step. A violation is a negative score. "
-        "Projected: every channel's β moves at once by its own violation. Lexicographic: channels are "
-        "served in priority order (the order of the τ sliders): a channel's β moves only while every "
-        "channel before it meets its τ."
+        "Constraint mode: keep each channel's violation rate_c ≤ τ_c, with β_c ← max(0, β_c + η (rate_c − "
+        "τ_c)) at each logged step. A violation is a score below the channel's threshold (default: 0 for a "
+        "channel that goes negative, 1 for a 0/1 reward, 0.5 for scores in [0, 1]). Projected: every "
+        "channel's β moves at once by its own violation. Lexicographic: channels are served in priority "
+        "order (the order of the τ sliders). The numbers of `creditlens tune`."
     )
-    means = data.step_channel_means(sel.db, sel.run)
-    constrained = [c for c in dict.fromkeys(means["channel"]) if c != estimator_channel]
-    if not constrained or means["step"].nunique() < 1:
-        st.info(f"This run has no scored channels besides {text.plain(estimator_channel)} to constrain.")
+    constrained = tune_data.constrained(sel.db, sel.run, estimator_channel)
+    if not constrained:
+        st.info(
+            f"No channel to constrain on {text.plain(estimator_channel)}: "
+            + (
+                "the channel scores are summed and share one β, so no τ has a β to follow; pick one "
+                "channel above to weigh the others separately."
+                if estimator_channel == shared.ALL_CHANNELS
+                else "the run has no other scored channel with a β of its own."
+            )
+        )
         return
+    limits = tune_data.thresholds(sel.db, sel.run)
     cols = st.columns(len(constrained) + 2)
-    tau = {}
+    tau, violation = {}, {}
     for col, channel in zip(cols, constrained, strict=False):
         with col:
             tau[channel] = widgets.url_slider(
@@ -223,6 +257,17 @@ def dual_ascent_replay() -> None:
                 low=0.0,
                 high=1.0,
                 step=0.01,
+            )
+            t = limits[channel]
+            violation[channel] = state.url_widget(
+                st.number_input,
+                f"violation: {channel} below",
+                key=keys.tune_violation(channel),
+                url=keys.url_violation(channel),
+                default=float(t.default),
+                cast=float,
+                step=0.05,
+                help=f"Scores in [{t.low:g}, {t.high:g}]; the default {t.default:g}: {t.why}.",
             )
     with cols[-2]:
         eta = widgets.url_slider(
@@ -238,18 +283,20 @@ def dual_ascent_replay() -> None:
             options=["projected", "lexicographic"],
         )
     # The β sliders above, as they are now (this fragment does not rerun when they move).
-    beta0 = {c: float(st.session_state.get(keys.tune_beta(c), defaults.get(c, 1.0))) for c in tau}
+    beta0 = {c: float(st.session_state.get(keys.tune_beta(c), start_betas.get(c, 1.0))) for c in start_betas}
     start, button = st.columns([4, 1])
-    start.caption("Starts from β " + ", ".join(f"{text.plain(c)} {b:g}" for c, b in beta0.items()))
+    start.caption("Starts from β " + ", ".join(f"{text.plain(c)} {beta0[c]:g}" for c in tau))
     button.button("Replay from the current β", key="tune_replay_button")
-    replay = tune_data.dual_ascent(sel.db, sel.run, tuple(tau.items()), eta, tuple(beta0.items()), mode)
-    st.plotly_chart(charts.beta_trajectories(replay), key="tune_replay", width="stretch")
+    replay = tune_data.dual_ascent(
+        sel.db, sel.run, tuple(tau.items()), eta, tuple(beta0.items()), mode, tuple(sorted(violation.items()))
+    )
+    st.plotly_chart(tune_charts.replay_figure(replay, beta0), key="tune_replay", width="stretch")
     last = replay[replay["step"] == replay["step"].max()] if len(replay) else replay
     replayed = {str(r.channel): float(r.beta) for r in last.itertuples(index=False)}
     if replayed:
         st.button(
-            "Apply the replayed β (last step): "
-            + ", ".join(f"{text.plain(c)} {b:.2f}" for c, b in replayed.items()),
+            "Apply the replayed β (last step) to every view: "
+            + ", ".join(f"{text.plain(c)} {b:.4g}" for c, b in replayed.items()),
             key="tune_apply_replayed",
             on_click=apply_betas,
             args=(replayed,),
@@ -259,6 +306,40 @@ def dual_ascent_replay() -> None:
     table = widgets.lazy_expander("The replay as a table: β per step", keys.TUNE_REPLAY_TABLE_OPEN)
     if table is not None:
         table.dataframe(replay.pivot(index="step", columns="channel", values="beta"), width="stretch")
+    run_effect(beta0, replayed)
+
+
+def run_effect(beta0: dict[str, float], replayed: dict[str, float]) -> None:
+    """What a β does to the whole run against the default β: `creditlens tune`'s effect."""
+    st.subheader("Effect on the whole run")
+    which = state.url_widget(
+        st.radio,
+        "Effect of",
+        key=keys.TUNE_EFFECT_OF,
+        url=keys.URL_EFFECT_OF,
+        default="replay",
+        options=["replay", "sliders"],
+        format_func={"replay": "the replayed β (last step)", "sliders": "the sliders' β"}.get,
+        horizontal=True,
+    )
+    after = {**beta0, **replayed} if which == "replay" else beta0
+    st.caption(
+        "Before: the default β (" + ", ".join(f"{text.plain(c)} {b:g}" for c, b in defaults.items()) + "); "
+        "after: " + ", ".join(f"{text.plain(c)} {b:.4g}" for c, b in after.items()) + ". Channel shares are "
+        "of Σ|β_c Ã_c|, class shares of Σ|A_final| (the dash: the class's share of tokens), over every "
+        "rollout of the run."
+    )
+    effect = panels.compute_or_explain(
+        tune_data.run_effect,
+        sel.db,
+        sel.run,
+        estimator,
+        (),
+        estimator_channel,
+        tuple(sorted(after.items())),
+    )
+    st.plotly_chart(tune_charts.effect_figure(effect), key="tune_effect", width="stretch")
+    st.plotly_chart(tune_charts.effect_steps_figure(effect), key="tune_effect_steps", width="stretch")
 
 
 channel_weights()

@@ -1,5 +1,6 @@
 """The Tune view's numbers: the default β and normalizations of a group's channels, the shares of |A| per
-channel under chosen β, the summed-reward baseline, and the replay of dual ascent over the run's steps."""
+channel under chosen β, the summed-reward baseline, and β/τ on the whole run (`backend.views.tune`, the
+numbers of `creditlens tune`): thresholds, the replay of dual ascent over the run's steps, a β's effect."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from app import data
 from app.view_data import shared
 from backend.credit import channel_credit, credit_shares, estimates, main_channel
 from backend.estimators import registry
+from backend.views import tune as tuning
 
 
 @st.cache_data(show_spinner=shared.SCOPED_SPINNER, max_entries=32)
@@ -58,8 +60,31 @@ def group_shares(
     return credit_shares.abs_shares(credit.contributions)
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def thresholds(db: str, run: str) -> dict[str, tuning.Threshold]:
+    """Every scored channel's default violation threshold (`creditlens tune` prints them)."""
+    return tuning.thresholds(data.store_handle(db), run)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def constrained(db: str, run: str, channel: str | None) -> list[str]:
+    """The channels a τ can constrain on `channel`: those with a β of their own."""
+    return tuning.constrained(data.store_handle(db), run, channel)
+
+
 @st.cache_data(show_spinner=False, max_entries=64)
-def dual_ascent(db: str, run: str, tau: tuple, eta: float, beta0: tuple, mode: str) -> pd.DataFrame:
-    return channel_credit.dual_ascent_replay(
-        data.step_channel_means(db, run), dict(tau), eta, dict(beta0), mode, priority=tuple(c for c, _ in tau)
+def dual_ascent(
+    db: str, run: str, tau: tuple, eta: float, beta0: tuple, mode: str, violation: tuple = ()
+) -> pd.DataFrame:
+    """The replay `creditlens tune` prints: rows (step, channel, violation_rate, beta, tau, threshold, n)."""
+    return tuning.replay(data.store_handle(db), run, dict(tau), eta, dict(beta0), mode, dict(violation))
+
+
+@st.cache_data(show_spinner=shared.SCOPED_SPINNER, max_entries=16)
+def run_effect(
+    db: str, run: str, estimator: str, config: tuple, channel: str | None, after: tuple, norms: tuple = ()
+) -> pd.DataFrame:
+    """The effect of β `after` on the whole run against the default β (`creditlens tune`'s `effect`)."""
+    return tuning.run_effect(
+        data.store_handle(db), run, estimator, config, channel, dict(after), dict(norms) or None
     )
