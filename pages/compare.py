@@ -25,6 +25,10 @@ chosen = widgets.url_multiselect(
     resolve=widgets.canonical_estimator,
     format_func=widgets.described,
 )
+for name, reason in widgets.link_dropped(
+    keys.URL_ESTIMATORS, options, unavailable, widgets.canonical_estimator
+).items():
+    st.warning(f"{text.plain(name)} (from the link) is not compared: {text.plain(reason)}")
 widgets.unavailable_note(unavailable)
 if len(chosen) < 2:
     st.warning("Pick at least two estimators.")

@@ -65,11 +65,18 @@ def rank_agreement_figure(matrix: pd.DataFrame) -> go.Figure:
     return fig
 
 
+# Estimators' colours in the class-mass bars: Dark2 without red or blue (they mean the sign of credit).
+ESTIMATOR_COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#66a61e", "#e6ab02", "#a6761d")
+
+
 def class_mass_figure(frame: pd.DataFrame) -> go.Figure:
     """Credit share per token class and estimator (bars) against the class's share of tokens (marks)."""
     fig = go.Figure()
-    for name, part in frame.groupby("estimator", sort=False):
-        fig.add_trace(go.Bar(x=part["token_class"], y=part["credit_share"], name=safe(name)))
+    for i, (name, part) in enumerate(frame.groupby("estimator", sort=False)):
+        colour = ESTIMATOR_COLOURS[i % len(ESTIMATOR_COLOURS)]  # never red/blue: those mean the credit's sign
+        fig.add_trace(
+            go.Bar(x=part["token_class"], y=part["credit_share"], name=safe(name), marker_color=colour)
+        )
     counts = frame.drop_duplicates("token_class")
     fig.add_trace(
         go.Scatter(

@@ -415,3 +415,14 @@ def follow_job(job, shown_key: str, verb: str, unit: str) -> bool:
     if job.error:
         st.error(job.error)
     return job.error is None and job.result is not None
+
+
+def link_dropped(url: str, options: list, unavailable: dict[str, str], resolve=None) -> dict[str, str]:
+    """The names a link's `?url=a,b` gives that are not among `options`, each with why (issue 43 item 4: an
+    estimator in a Compare link that cannot run on the run is listed with its reason, never dropped)."""
+    named = [(resolve or str)(n) for n in (state.url_value(url) or "").split(",") if n]
+    return {
+        n: unavailable.get(n, "not a known estimator (`creditlens estimators` lists them)")
+        for n in dict.fromkeys(named)
+        if n not in options
+    }

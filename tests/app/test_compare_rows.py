@@ -1,0 +1,32 @@
+"""Compare keeps rows distinguishable (issue 43 item 4): an estimator a link names that cannot run on the run
+is listed with its reason (before: dropped silently), and the class-mass bars never use red or blue."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from app.ui import charts
+from tests.app.conftest import open_app
+
+
+def test_a_compare_link_names_the_estimator_it_cannot_run(app_db):
+    query = {"run": "demo", "rollout": "0", "ests": "grpo,entropy,no_such_estimator"}
+    at = open_app(app_db, "compare", query)
+    warnings = [w.value.replace("\\", "") for w in at.warning]  # markdown escapes
+    assert any("no_such_estimator (from the link) is not compared" in w for w in warnings), warnings
+
+
+def test_class_mass_bars_use_neither_red_nor_blue():
+    frame = pd.DataFrame(
+        [
+            {"estimator": e, "token_class": c, "credit_share": 0.5, "token_share": 0.5}
+            for e in ("grpo", "entropy", "prefix_tree", "gae")
+            for c in ("digits", "other")
+        ]
+    )
+    bars = [t for t in charts.class_mass_figure(frame).data if t.type == "bar"]
+    colours = [t.marker.color for t in bars]
+    assert all(c is not None for c in colours) and len(set(colours)) == len(bars)
+    for colour in colours:
+        r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+        assert not (r > 150 and g < 90 and b < 90) and not (b > 150 and r < 90 and g < 120), colour
