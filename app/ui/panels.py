@@ -134,17 +134,11 @@ def why_this_credit(
             config={"displayModeBar": False},
         )
     looked_at = explained.channel
-    order = sorted(parts["channels"], key=lambda c: (c != looked_at, -abs(contributions[c])))
-    zero = [c for c in order if contributions[c] == 0 and c != looked_at]
-    for c in order:
-        if c in zero:
-            continue
+    # the waterfall's rows: the channel looked at first, then by the size of their term (a 0 says why too)
+    for c in sorted(parts["channels"], key=lambda c: (c != looked_at, -abs(contributions[c]))):
         value, lines = parts["channels"][c]
         st.markdown(f"**{plain(c)}** {fmt.nice(value, 4)}")
         text_block("\n".join(lines))
-    if zero:
-        named = ", ".join(plain(c) for c in zero)
-        st.caption(f"0 at this token: {named} (their derivations: `creditlens explain --pos`).")
     text_block("\n".join(parts["final"]))
     if parts["what_if"] is not None:
         label, value, lines = parts["what_if"]

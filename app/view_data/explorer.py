@@ -44,7 +44,9 @@ def credit_caption(estimator: str, channel: str, credit: str) -> str:
         f"share_<class>: the class's share of the rollout's Σ|A|, A being {of}; excess_<class>: that share "
         "minus the class's share of the rollout's tokens (> 0: more credit than its text; the classes' "
         "excesses sum to 0), excess_pos_/excess_neg_<class> its parts from the positive and the negative "
-        "credit (they sum to it)."
+        "credit (they sum to it). The key class is a marker only a run can give (`extras.key_mask`, e.g. the "
+        "synthetic oracle run): on a run without it (the demo, imported logs) no token is key, so its share "
+        "is 0."
     )
 
 
