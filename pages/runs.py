@@ -54,9 +54,10 @@ else:
     st.info("No runs yet.")
 
 if sel.run is not None:
-    st.subheader(f"Reward rates · {text.plain(sel.run)}")
+    st.subheader(f"Mean score per step and channel · {text.plain(sel.run)}")
     means = data.step_channel_means(sel.db, sel.run)
     if len(means):
+        st.caption("The mean of each channel's sequence score over the step's rollouts (not a success rate).")
         st.dataframe(means.pivot(index="step", columns="channel", values="mean"), width="stretch")
 
 settings = data.settings()
