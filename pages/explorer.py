@@ -154,7 +154,9 @@ st.caption(
     "metric_<name>: a number the trainer logged for the rollout (e.g. verl's acc), not a reward. "
     "turns / tool_calls (an agent run): the response's turns and its tool or environment turns. "
     "pos_share_<class> / neg_share_<class>: the class's share of the rollout's positive / negative credit. "
-    "An empty share (None) means the rollout got no credit at all (Σ|A| = 0, e.g. a zero-variance group)."
+    "An empty share (None) means the rollout got no credit at all (Σ|A| = 0, e.g. a zero-variance group); "
+    "an empty spearman, that one of the two estimators gives the rollout the same A on every token (grpo "
+    "always does), so no ranking exists to correlate."
 )
 st.session_state[keys.EXPLORER_IDS] = [int(r) for r in page.rows["rollout_id"]]
 
