@@ -14,7 +14,7 @@ script each) are in the top-level `pages/`; app/ holds what they share.
     ui/             view helpers: figures, widgets mirrored to the URL, panels several views share
     server/         `creditlens app` (launch), the ASGI app behind its token gate (asgi, gate, auth), warm-up
 
-Layers (tests/test_architecture.py): nothing imports a view (pages/); a view reaches backend/ only through app/; a
-view's data module imports only data.py and `shared`; ui/ never imports server/ or access.py; the server
-imports no view code, and in app/ only main.py imports it.
+Layers (tests/test_architecture.py): nothing imports a view (pages/); a view reaches backend/ only through
+app/; a view's data module imports only data.py and `shared`; ui/ never imports server/ or access.py; the
+server imports no view code, and in app/ only main.py imports it.
 """

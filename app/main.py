@@ -40,7 +40,11 @@ navigation = st.navigation(
         )
         for i, (script, title, url_path, icon) in enumerate(VIEWS)
     ]
-    + [st.Page(str(VIEW_DIR / landing_script), title=landing_title, url_path=landing_path, visibility="hidden")]
+    + [
+        st.Page(
+            str(VIEW_DIR / landing_script), title=landing_title, url_path=landing_path, visibility="hidden"
+        )
+    ]
 )
 data.refresh_if_store_changed(data.db_path())  # another process may have imported or deleted a run
 # The run's reads share one read-only connection (backend/store/handle.py: `kept_open`), closed when it ends.
