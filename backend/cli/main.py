@@ -26,6 +26,7 @@ from backend.cli import (
 )
 from backend.core.batch_fields import BatchError
 from backend.core.errors import InputError, StoreError
+from backend.store.connection import interrupted
 
 # Areas that contribute subcommands, in the order `creditlens --help` lists them.
 COMMAND_MODULES = (
@@ -87,7 +88,9 @@ def _run(argv: list[str] | None) -> int:
     except (InputError, StoreError, BatchError) as exc:
         print(f"creditlens {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, RuntimeError) as exc:  # a RuntimeError: DuckDB's Ctrl-C inside a query
+        if not interrupted(exc):
+            raise
         print(f"creditlens {args.command}: interrupted; nothing was committed", file=sys.stderr)
         return 130
 

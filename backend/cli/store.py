@@ -13,6 +13,7 @@ from backend.credit import main_channel, token_classes
 from backend.ingest import FORMATS, import_path
 from backend.ingest.follow import follow
 from backend.store import open_store
+from backend.store.connection import interrupted
 from backend.store.handle import kept_only_on_success
 
 
@@ -50,18 +51,36 @@ def cmd_import(args) -> int:
     if args.follow:
         return _follow(args, options)
     with kept_only_on_success(args.db), open_store(args.db, create=True) as store:
-        report = import_path(
-            store,
-            args.path,
-            args.run,
-            fmt=args.format,
-            show_progress=not args.quiet,
-            **options,
-        )
-    if args.format is None:
-        print(f"detected format: {report.format}", file=sys.stderr)
-    print(report.message())
+        before = _rollouts_in(store, args.run)
+        try:
+            report = import_path(
+                store,
+                args.path,
+                args.run,
+                fmt=args.format,
+                show_progress=not args.quiet,
+                **options,
+            )
+            if args.format is None:
+                print(f"detected format: {report.format}", file=sys.stderr)
+            print(report.message())
+        except BaseException as exc:
+            # Ctrl-C can land after the import's COMMIT, or inside it and the COMMIT still lands: the store
+            # says which. Nothing committed goes on to the usual "nothing was committed" (exit 130).
+            added = _rollouts_in(store, args.run) - before if interrupted(exc) else 0
+            if not added:
+                raise
+            print(
+                f"creditlens import: interrupted after the import was committed: run {args.run!r} has its "
+                f"{added} new rollouts",
+                file=sys.stderr,
+            )
+            return 130
     return 0
+
+
+def _rollouts_in(store, run: str) -> int:
+    return store.next_rollout_id(store.run_id(run)) if store.has_run(run) else 0
 
 
 def _follow(args, options: dict) -> int:

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from backend.core.batch_fields import ALL_CHANNELS
 from backend.core.errors import InputError, StoreError
 from backend.ingest import append as append_rules
 from backend.ingest import formats, native, sniff
@@ -368,6 +369,8 @@ def _import(
             )
         for line in append_rules.empty_channels(store, staging_id, notes, origin) if n_records else ():
             notes.add(line)  # a reward column without a value anywhere makes no channel: said, not silent
+        if target_id is None and n_records and main_channel != ALL_CHANNELS:
+            _require_a_score(store, staging_id, notes, origin)
         with store.memory_limit(IMPORT_MEMORY_LIMIT), store.transaction():  # DuckDB spills beyond it
             run_id = target_id  # every record already in the run: nothing to publish
             if n_records:
@@ -386,7 +389,7 @@ def _import(
             store.discard_run_rows(staging_id)
     except BaseException:
         try:
-            store.discard_run_rows(staging_id)
+            store.discard_staging_run(staging_id)  # not once published (a COMMIT under Ctrl-C may land)
         except Exception:  # noqa: BLE001 - e.g. a full disk; the next writer discards the staging run
             pass
         raise
@@ -402,6 +405,17 @@ def _import(
         unscorable=notes.unscorable,
         notes=list(notes.lines),
     )
+
+
+def _require_a_score(store: Store, staging_id: int, notes: ReadNotes | None, origin: str) -> None:
+    """A new run needs a score somewhere (its main channel is one): refused naming the file, without one."""
+    if not store.channels_of(staging_id):
+        named = list(notes.channels) if notes is not None else []
+        channels = f" (channel{'s' * (len(named) > 1)} {', '.join(map(repr, named))})" if named else ""
+        raise InputError(
+            f"{origin}: no reward values: every reward column is null or NaN in every row{channels}, so no "
+            "rollout has a score"
+        )
 
 
 def _stage(

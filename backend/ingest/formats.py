@@ -17,12 +17,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from backend.core.errors import InputError
 from backend.ingest import token_dumps
 from backend.ingest.sources import (
+    PARQUET_ERRORS,
     Progress,
     ReadNotes,
     first_record,
@@ -169,7 +169,7 @@ def check_options(path: Path, spec: FormatSpec, **given) -> None:
 def parquet_columns(path: Path) -> list[str]:
     try:
         return pq.read_schema(path).names
-    except (pa.ArrowInvalid, OSError) as exc:
+    except PARQUET_ERRORS as exc:
         raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
 
 

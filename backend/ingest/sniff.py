@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from backend.core.errors import InputError
 from backend.ingest import formats
-from backend.ingest.sources import first_record
+from backend.ingest.sources import PARQUET_ERRORS, first_record
 
 
 def file_kind(path: Path) -> str:
@@ -49,7 +48,7 @@ def content_format(path: Path, kind: str) -> str | None:
     if kind == "Parquet":
         try:
             names = pq.read_schema(path).names
-        except (pa.ArrowInvalid, OSError):
+        except PARQUET_ERRORS:
             return None
         return _first_match(lambda spec: spec.columns is not None and spec.columns(names))
     if kind != "JSONL":

@@ -22,6 +22,9 @@ import pyarrow.parquet as pq
 from backend.core.errors import InputError
 from backend.ingest.canonical import record_key_of_text
 
+PARQUET_ERRORS = (pa.ArrowException, OSError, UnicodeDecodeError)
+"""What pyarrow raises for a damaged Parquet file: its own errors, the OS's, and a UnicodeDecodeError where a
+damaged footer's column names are not UTF-8."""
 Progress = Callable[[int], None]  # called with bytes (or rows) consumed since the last call
 
 
@@ -52,7 +55,7 @@ def iter_parquet_rows(
 ) -> Iterator[tuple[str, dict]]:
     try:
         reader = pq.ParquetFile(path, pre_buffer=False)  # bounded memory: see __init__
-    except (pa.ArrowInvalid, OSError) as exc:
+    except PARQUET_ERRORS as exc:
         raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
     offset = 0
     for batch in read_batches(reader, path, batch_size):
@@ -73,12 +76,26 @@ def read_batches(reader: pq.ParquetFile, path: Path, batch_size: int) -> Iterato
             batch = next(batches)
         except StopIteration:
             return
-        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+        except PARQUET_ERRORS as exc:
             raise InputError(
                 f"{path}: record {offset + 1} onwards: damaged Parquet data ({str(exc).splitlines()[0]})"
             ) from None
+        check_columns(batch, f"{path}: record {offset + 1} onwards")
         offset += batch.num_rows
         yield batch
+
+
+def check_columns(data: pa.RecordBatch | pa.Table, where: str) -> None:
+    """Every column of `data` whole, its strings UTF-8 included: Parquet's reader leaves them unchecked, and
+    bytes that are not UTF-8 would fail later, in `to_pylist`, as a UnicodeDecodeError that names nothing."""
+    for name, column in zip(data.column_names, data.columns, strict=True):
+        try:
+            for chunk in getattr(column, "chunks", [column]):  # a Table's column is chunked
+                chunk.validate(full=True)
+        except pa.ArrowException as exc:
+            raise InputError(
+                f"{where}: damaged Parquet data (column {name!r}: {str(exc).splitlines()[0]})"
+            ) from None
 
 
 def _sorted_step_files(directory: Path, pattern: str) -> list[Path]:

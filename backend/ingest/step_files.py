@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
+
+from backend.ingest.sources import PARQUET_ERRORS
 
 STEP_FILE = "step_{step:06d}{part}.parquet"
 """The name of a step's file; `part` is "" or "-<k>" for a step's k-th further generation."""
@@ -33,5 +34,5 @@ def native_files(path: Path) -> list[Path]:
     found = sorted((p for p in path.glob("*.parquet") if p.is_file()), key=_step_key)
     try:
         return found if found and "response" in pq.read_schema(found[0]).names else []
-    except (pa.ArrowInvalid, OSError):
+    except PARQUET_ERRORS:
         return []

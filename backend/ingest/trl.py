@@ -14,7 +14,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from backend.core.errors import InputError
-from backend.ingest.sources import Progress, ReadNotes, _channel_list, _plain, iter_parquet_rows, record_key
+from backend.ingest.sources import (
+    PARQUET_ERRORS,
+    Progress,
+    ReadNotes,
+    _channel_list,
+    _plain,
+    check_columns,
+    iter_parquet_rows,
+    record_key,
+)
 
 TRL_RESERVED = {"step", "prompt", "completion", "advantage", "image", "images"}
 TRL_EPSILON = 1e-4
@@ -98,8 +107,9 @@ def _prompt_keys(path: Path, has_step: bool) -> tuple[np.ndarray, np.ndarray]:
     """(N,) int64 hashes of the prompts (text or messages) and of the steps of a TRL table."""
     try:
         head = pq.read_table(path, columns=["prompt", *(["step"] if has_step else [])])
-    except (pa.ArrowException, OSError) as exc:
+    except PARQUET_ERRORS as exc:
         raise InputError(f"{path}: damaged Parquet data ({str(exc).splitlines()[0]})") from None
+    check_columns(head, str(path))
     keys = np.fromiter(
         (
             hash(p if isinstance(p, str) else json.dumps(p, sort_keys=True, default=str))
@@ -185,7 +195,7 @@ def _read_prompts(files: list[Path]) -> tuple[dict, dict]:
     for path in files:
         try:
             schemas[path] = pq.read_schema(path)
-        except (pa.ArrowInvalid, OSError) as exc:
+        except PARQUET_ERRORS as exc:
             raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
         for name in ("prompt", "completion"):
             if name not in schemas[path].names:

@@ -41,6 +41,16 @@ INSERTABLE = frozenset(
 )
 
 
+def interrupted(exc: BaseException) -> bool:
+    """Ctrl-C, as Python raises it, or as DuckDB does when the signal lands inside a query: a RuntimeError
+    'Query interrupted' (or an InterruptException). A COMMIT it interrupts has still landed whenever we looked
+    (DuckDB 2.0.1 finishes the commit, then raises), so what an interrupted write left is read back, never
+    assumed."""
+    return isinstance(exc, (KeyboardInterrupt, duckdb.InterruptException)) or (
+        isinstance(exc, RuntimeError) and str(exc) == "Query interrupted"
+    )
+
+
 def default_db_path() -> Path:
     return Path(os.environ.get("CREDITLENS_DB", Path.home() / ".creditlens" / "runs.duckdb"))
 
@@ -126,7 +136,8 @@ class Connection:
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """BEGIN ... COMMIT, or ROLLBACK on any exception (the store is then exactly as before)."""
+        """BEGIN ... COMMIT, or ROLLBACK on any exception: the store is then exactly as before, unless Ctrl-C
+        landed in the COMMIT itself (`interrupted`). DuckDB's interruptions come out as KeyboardInterrupt."""
         with self._lock:
             try:
                 self.con.execute("BEGIN TRANSACTION")
@@ -139,7 +150,9 @@ class Connection:
                 try:
                     self.con.execute("ROLLBACK")
                 except duckdb.Error:
-                    pass  # already rolled back by DuckDB (failed COMMIT, invalidated database)
+                    pass  # already ended: a failed COMMIT (rolled back) or one Ctrl-C interrupted (landed)
+                if interrupted(exc):
+                    raise KeyboardInterrupt from None
                 if isinstance(exc, duckdb.Error):
                     raise self._write_error(exc) from None
                 raise

@@ -117,6 +117,12 @@ class Runs(Connection):
             for table in RUN_TABLES:
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
 
+    def discard_staging_run(self, staging_id: int) -> None:
+        """Discard an import's staging run unless it was published: a COMMIT that Ctrl-C interrupts can still
+        land (`backend.store.connection.interrupted`), and the run it published is the import, not debris."""
+        if self._first("SELECT 1 FROM runs WHERE run_id = ? AND status = 'importing'", [staging_id]):
+            self.discard_run_rows(staging_id)
+
     def discard_abandoned_imports(self) -> list[int]:
         """Staging runs of other processes: with the write lock held here, none of them is running."""
         prefix = f"{self.STAGING_PREFIX}{os.getpid()}/"

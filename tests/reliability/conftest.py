@@ -110,6 +110,7 @@ FILE_LEVEL = (
     "unknown Parquet layout",
     "unknown format",
     "no reward columns",
+    "no reward values",
     "missing required TRL column",
     "no such file",
     "no verl files",

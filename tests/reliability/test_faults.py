@@ -19,7 +19,7 @@ from tests.conftest import make_records
 from tests.reliability.conftest import LONG, PYTHON, ROOT, run_cli, store_digest, tally
 from tests.reliability.fuzzing import write_jsonl
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(900 if LONG else 180)  # the long mode: 12 kills, not 3
 KILLS = 12 if LONG else 3
 
 # A child that imports with a progress callback printing the fraction done, so the parent can kill it
@@ -299,7 +299,23 @@ CLI_CHILD = textwrap.dedent(
 )
 
 
-def test_ctrl_c_during_import_commits_nothing(db_with_base, tmp_path):
+def _ctrl_c_outcome(returncode: int, err: str, db: Path, before: dict, n: int) -> str:
+    """Exit 130 and one line that says truthfully what the store holds: nothing new (and the store exactly as
+    before), or the whole import (the Ctrl-C came after its COMMIT, or inside it and the COMMIT landed)."""
+    assert "Traceback" not in err, err[-3000:]
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("detected format")]
+    assert returncode == 130 and len(lines) == 1, (returncode, err[-3000:])
+    if "interrupted; nothing was committed" in lines[0]:
+        assert store_digest(db) == before
+        return "nothing committed"
+    assert f"interrupted after the import was committed: run 'big' has its {n} new rollouts" in lines[0], (
+        lines
+    )
+    assert _consistent(db, n) == "complete"
+    return "committed, said so"
+
+
+def test_ctrl_c_during_import_commits_nothing_or_says_what_it_committed(db_with_base, tmp_path):
     db = db_with_base
     big = _big_jsonl(tmp_path / "big.jsonl", n_records=4000)
     before = store_digest(db)
@@ -316,7 +332,68 @@ def test_ctrl_c_during_import_commits_nothing(db_with_base, tmp_path):
     _, err = child.communicate(timeout=60)
     if child.returncode == 0:  # it finished before the signal landed
         assert _consistent(db, 4000) == "complete"
+        outcome = "completed"
     else:
-        assert child.returncode == 130 and "nothing was committed" in err, err[-2000:]
-        assert store_digest(db) == before
-    tally("Ctrl-C during import", "nothing committed" if child.returncode else "completed")
+        outcome = _ctrl_c_outcome(child.returncode, err, db, before, 4000)
+    tally("Ctrl-C during import", outcome)
+
+
+# The import's last COMMIT, where Ctrl-C used to end in a traceback ("Query interrupted", exit 1) or in
+# "nothing was committed" over a committed run: the signal is sent from inside the child, at one point.
+CTRL_C_AT = textwrap.dedent(
+    """
+    import os, signal, sys, threading
+    import duckdb
+    from backend import cli
+    from backend.cli import store as commands
+
+    point, published = sys.argv[1], []
+    connect, import_path = duckdb.connect, commands.import_path
+
+    def ctrl_c():
+        os.kill(os.getpid(), signal.SIGINT)
+
+    class Connection:  # the store's DuckDB connection, sending the signal at `point`
+        def __init__(self, con):
+            self._con = con
+
+        def __getattr__(self, name):
+            return getattr(self._con, name)
+
+        def execute(self, sql, *args):
+            published.extend(["publish"] if sql.startswith("UPDATE runs SET name") else [])
+            last = published and sql == "COMMIT"
+            if last and point == "inside the COMMIT":  # lands while DuckDB commits
+                threading.Timer(0.001, ctrl_c).start()
+            result = self._con.execute(sql, *args)
+            if last and point == "just after the COMMIT":
+                ctrl_c()
+            return result
+
+    def import_then_ctrl_c(*args, **kwargs):
+        report = import_path(*args, **kwargs)
+        if point == "after the import returned":
+            ctrl_c()
+        return report
+
+    duckdb.connect = lambda *args, **kwargs: Connection(connect(*args, **kwargs))
+    commands.import_path = import_then_ctrl_c
+    cli.build_parser()
+    sys.exit(cli.main(sys.argv[2:]))
+    """
+)
+
+
+@pytest.mark.parametrize("point", ["inside the COMMIT", "just after the COMMIT", "after the import returned"])
+def test_ctrl_c_at_the_import_commit_says_truthfully_what_was_committed(db_with_base, tmp_path, point):
+    db = db_with_base
+    big = _big_jsonl(tmp_path / "big.jsonl", n_records=400)
+    before = store_digest(db)
+    args = ["import", str(big), "--db", str(db), "--run", "big", "--quiet"]
+    proc = subprocess.run(
+        [PYTHON, "-c", CTRL_C_AT, point, *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    outcome = _ctrl_c_outcome(proc.returncode, proc.stderr, db, before, 400)
+    if point != "inside the COMMIT":  # the COMMIT surely landed: saying "nothing" would be false
+        assert outcome == "committed, said so"
+    tally(f"Ctrl-C {point} of an import", outcome)

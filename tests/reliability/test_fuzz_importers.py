@@ -10,12 +10,12 @@ import json
 import random
 import subprocess
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
 from tests.backend.ingest.test_token_formats import (
@@ -26,7 +26,6 @@ from tests.backend.ingest.test_token_formats import (
     write_nemo_rl_step,
     write_prime_rl_step,
 )
-from tests.conftest import make_records
 from tests.reliability.conftest import (
     LONG,
     PYTHON,
@@ -37,19 +36,21 @@ from tests.reliability.conftest import (
     store_digest,
     tally,
 )
-from tests.reliability.fuzzing import (
-    check_import,
-    mutate_bytes,
-    mutate_record,
-    native_record,
-    native_table,
-    trl_table,
-    try_write_parquet,
-    verl_line,
-    write_jsonl,
+from tests.reliability.fuzzing import check_import, mutate_bytes, write_jsonl
+from tests.reliability.loops import (
+    PROPERTY_CASES,
+    jsonl_byte_mutations,
+    native_records_case,
+    native_table_case,
+    parquet_byte_mutations,
+    record_mutations,
+    trl_case,
+    verl_case,
 )
 
-pytestmark = pytest.mark.timeout(120)
+# A hang fails within two minutes; the long mode runs 33x the cases (2,000 mutations take 3-4 minutes on a
+# busy 2-core box, where 120 s cut them short: a timeout, not a finding).
+pytestmark = pytest.mark.timeout(1800 if LONG else 120)
 
 EXAMPLES = 400 if LONG else 20
 MUTATIONS = 2000 if LONG else 60
@@ -79,127 +80,40 @@ def _instance_held(request, base_store):
 
 # --- property-based ------------------------------------------------------------------------------
 @FUZZ
-@given(records=st.lists(native_record(), min_size=1, max_size=4), dup=st.booleans())
+@given(**PROPERTY_CASES["native records"].draws)
 def test_native_records_fuzzed_as_jsonl_and_parquet(base_store, tmp_path_factory, records, dup):
-    if dup:
-        records = records + records[:1]  # duplicate records are legal: they become separate rollouts
-    d = tmp_path_factory.mktemp("native")
-    check_import(base_store, write_jsonl(d / "run.jsonl", records), "native jsonl (hypothesis)")
-    parquet = try_write_parquet(d / "run.parquet", records)
-    if parquet is not None:
-        check_import(base_store, parquet, "native parquet (hypothesis)")
+    native_records_case(base_store, tmp_path_factory, records=records, dup=dup)
 
 
 @FUZZ
-@given(table=native_table())
+@given(**PROPERTY_CASES["native table"].draws)
 def test_native_parquet_fast_path_fuzzed(base_store, tmp_path_factory, table):
-    path = tmp_path_factory.mktemp("fast") / "run.parquet"
-    pq.write_table(table, path)
-    check_import(base_store, path, "native parquet typed (hypothesis)")
+    native_table_case(base_store, tmp_path_factory, table=table)
 
 
 @FUZZ
-@given(lines=st.lists(verl_line(), min_size=1, max_size=4), as_dir=st.booleans())
+@given(**PROPERTY_CASES["verl"].draws)
 def test_verl_dumps_fuzzed(base_store, tmp_path_factory, lines, as_dir):
-    d = tmp_path_factory.mktemp("verl")
-    if as_dir:
-        write_jsonl(d / "3.jsonl", lines)
-        check_import(base_store, d, "verl dir (hypothesis)", fmt="verl")
-    else:
-        check_import(base_store, write_jsonl(d / "7.jsonl", lines), "verl file (hypothesis)", fmt="verl")
+    verl_case(base_store, tmp_path_factory, lines=lines, as_dir=as_dir)
 
 
 @FUZZ
-@given(table=trl_table())
+@given(**PROPERTY_CASES["trl"].draws)
 def test_trl_completions_fuzzed(base_store, tmp_path_factory, table):
-    d = tmp_path_factory.mktemp("trl")
-    (d / "completions").mkdir()
-    pq.write_table(table, d / "completions" / "completions_00010.parquet")
-    check_import(base_store, d, "trl (hypothesis)", fmt="trl")
+    trl_case(base_store, tmp_path_factory, table=table)
 
 
-# --- mutation -------------------------------------------------------------------------------------
-def _valid_files(d):
-    records = make_records(n_groups=2, group_size=3, steps=2, seed=3)
-    native = write_jsonl(d / "native.jsonl", records)
-    verl = write_jsonl(
-        d / "5.jsonl",
-        [
-            {
-                "input": r["prompt"],
-                "output": r["response"],
-                "score": r["rewards"]["task"],
-                "acc": True,
-                "gts": "4",
-                "step": 5,
-            }
-            for r in records
-        ],
-    )
-    return records, native, verl
-
-
+# --- mutation: each loop from its own seed (the time-boxed share runs them on from others) -----------------
 def test_byte_mutations_of_jsonl_files(base_store, tmp_path):
-    rng = random.Random(1)
-    _, native, verl = _valid_files(tmp_path)
-    for k in range(MUTATIONS):
-        source, fmt = (native, "native") if k % 2 == 0 else (verl, "verl")
-        op, data = mutate_bytes(source.read_bytes(), rng)
-        path = tmp_path / f"m{k}.jsonl"
-        path.write_bytes(data)
-        check_import(base_store, path, f"{fmt} jsonl byte mutation ({op})", fmt=fmt)
-        path.unlink()
+    jsonl_byte_mutations(base_store, tmp_path, random.Random(1), range(MUTATIONS))
 
 
 def test_structural_mutations_of_records(base_store, tmp_path):
-    rng = random.Random(2)
-    records, _, _ = _valid_files(tmp_path)
-    for k in range(MUTATIONS):
-        bad = list(records)
-        i = rng.randrange(len(bad))
-        op, bad[i] = mutate_record(bad[i], rng)
-        check_import(base_store, write_jsonl(tmp_path / f"s{k}.jsonl", bad), "native jsonl field mutation")
-        if k % 3 == 0:
-            parquet = try_write_parquet(tmp_path / f"s{k}.parquet", bad)
-            if parquet is not None:
-                check_import(base_store, parquet, "native parquet field mutation")
+    record_mutations(base_store, tmp_path, random.Random(2), range(MUTATIONS))
 
 
 def test_byte_mutations_of_parquet_files(base_store, tmp_path):
-    rng = random.Random(3)
-    records = make_records(n_groups=4, group_size=4, seed=5)
-    src = tmp_path / "run.parquet"
-    pq.write_table(pa.Table.from_pylist(records), src, row_group_size=5, compression="none")
-    trl_src = tmp_path / "trl.parquet"
-    pq.write_table(
-        pa.table(
-            {
-                "step": [1] * 16,
-                "prompt": [r["prompt"] for r in records],
-                "completion": [r["response"] for r in records],
-                "accuracy": [1.0] * 16,
-            }
-        ),
-        trl_src,
-        row_group_size=5,
-        compression="none",
-    )
-    for k in range(MUTATIONS // 2):
-        for source, fmt in ((src, "native"), (trl_src, "trl")):
-            data = bytearray(source.read_bytes())
-            op = rng.choice(["flip page bytes", "truncate", "zero a run"])
-            if op == "truncate":
-                data = data[: rng.randrange(len(data))]
-            elif op == "zero a run":
-                i = rng.randrange(4, len(data) - 300)
-                data[i : i + rng.randint(1, 64)] = bytes(rng.randint(1, 64))[: len(data[i : i + 64])]
-            else:  # damage data pages but keep the footer, so the failure comes mid-read
-                for _ in range(rng.randint(1, 6)):
-                    data[rng.randrange(4, len(data) - 300)] = rng.randrange(256)
-            path = tmp_path / f"p{k}.parquet"
-            path.write_bytes(bytes(data))
-            check_import(base_store, path, f"{fmt} parquet byte mutation ({op})", fmt=fmt)
-            path.unlink()
+    parquet_byte_mutations(base_store, tmp_path, random.Random(3), range(MUTATIONS // 2))
 
 
 # --- named edge cases -------------------------------------------------------------------------------
@@ -287,6 +201,49 @@ def test_empty_and_zero_row_parquet(base_store, tmp_path):
         trl / "completions" / "completions_1.parquet",
     )
     check_import(base_store, trl, "trl edge case", fmt="trl", expect="clean error")
+
+
+def _not_utf8(texts: list[bytes]) -> pa.Array:
+    """A string column holding these bytes as they are: Parquet files carry such strings (a damaged page, a
+    writer that does not check), and Parquet's reader hands them on unchecked."""
+    offsets = np.cumsum([0, *map(len, texts)]).astype(np.int32)
+    return pa.Array.from_buffers(
+        pa.string(), len(texts), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(texts))]
+    )
+
+
+def test_strings_that_are_not_utf8_in_parquet_fail_cleanly(base_store, tmp_path):
+    bad = _not_utf8([b"what is 2+2?", b"ab\xffcd"])
+    trl = tmp_path / "trl"
+    (trl / "completions").mkdir(parents=True)
+    for column in ("prompt", "completion"):  # the prompts are read first, on their own (groups)
+        columns = {"step": [1, 1], "prompt": ["p", "p"], "completion": ["a", "b"], "accuracy": [1.0, 0.0]}
+        pq.write_table(pa.table({**columns, column: bad}), trl / "completions" / "completions_00001.parquet")
+        check_import(base_store, trl, "trl edge case", fmt="trl", expect="clean error")
+    # a footer whose column names are not UTF-8: every reader of the schema meets it first (format detection)
+    data = bytearray((trl / "completions" / "completions_00001.parquet").read_bytes())
+    footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    data[data.index(b"completion", footer) + 3] = 0xD6
+    (trl / "completions" / "completions_00001.parquet").write_bytes(bytes(data))
+    for fmt in ("trl", None):
+        check_import(base_store, trl, "trl edge case", fmt=fmt, expect="clean error")
+    native = tmp_path / "native.parquet"
+    pq.write_table(pa.table({"prompt": ["p", "q"], "response": bad, "rewards": [{"task": 1.0}] * 2}), native)
+    check_import(base_store, native, "native parquet edge case", expect="clean error")
+    msg = assert_clean_error(run_cli(["import", native, "--db", base_store, "--run", "x", "--quiet"]), native)
+    assert "column 'response'" in msg and "UTF8" in msg, msg
+
+
+def test_a_trl_log_whose_only_reward_is_null_everywhere_names_the_file(base_store, tmp_path):
+    trl = tmp_path / "trl_null"
+    (trl / "completions").mkdir(parents=True)
+    table = pa.table(
+        {"prompt": ["p", "p"], "completion": ["a", "b"], "r": pa.array([None, None], pa.float64())}
+    )
+    pq.write_table(table, trl / "completions" / "completions_00001.parquet")
+    check_import(base_store, trl, "trl edge case", fmt="trl", expect="clean error")
+    msg = assert_clean_error(run_cli(["import", trl, "--db", base_store, "--run", "x", "--quiet"]), trl)
+    assert "no reward values" in msg and "'task'" in msg, msg
 
 
 def test_a_100k_token_response_imports_in_both_formats(base_store, tmp_path):
