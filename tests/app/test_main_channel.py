@@ -288,9 +288,10 @@ def test_explorer_and_trends_show_credit_on_the_main_channel(trl_db):
     assert "--channel all" in " ".join(text_blocks(at))
     at.selectbox(key="explorer_channel").set_value("newline_reward").run()
     assert not at.exception
-    assert not np.allclose(at.dataframe[0].value["max_abs"], table["max_abs"])
+    # the table's credit is the final advantage's (issue 43): the channel picked does not change it
+    assert np.allclose(at.dataframe[0].value["max_abs"], table["max_abs"])
     at = _open(trl_db, "trends")
-    assert "all channel" in _texts(at)
+    assert "advantages on all" in _texts(at)
     assert "summed score does not vary" in json.dumps(chart(at, "trends_groups"))  # not "zero all variance"
 
 
@@ -342,10 +343,11 @@ def test_group_labels_the_estimator_and_scores_by_channel(trl_db):
 
 def test_tune_maximizes_the_chosen_channel(trl_db):
     at = _open(trl_db, "tune")
-    assert "maximize task" not in _texts(at) and "maximize all" in _texts(at)
+    assert not at.exception
+    # a run whose main channel is the sum opens split (issue 43): a β for every channel
+    assert {s.label for s in at.slider} >= {"β digits_reward", "β newline_reward"}
     at.selectbox(key="tune_channel").set_value("digits_reward").run()
     assert not at.exception
-    assert "maximize digits_reward" in _texts(at)
     assert {s.label for s in at.slider} >= {"β digits_reward", "β newline_reward", "τ newline_reward"}
 
 

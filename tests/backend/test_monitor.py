@@ -456,6 +456,7 @@ def test_the_watched_series_are_the_trends_numbers(runs, report):
         positive = store.con.execute(
             "SELECT s.step, sum(c.class_pos[2]) / sum(list_sum(c.class_pos)) FROM credit_summary c JOIN "
             "rollout_summary s USING (run_id, rollout_id) WHERE c.run_id = ? AND c.estimator = 'grpo' "
+            "AND c.channel = 'task' "
             "GROUP BY s.step ORDER BY s.step",
             [store.run_id("healthy0")],
         ).fetchall()

@@ -111,7 +111,7 @@ def test_creditlens_app_opens_on_the_bundled_demo(installed, tab, tmp_path):
         while not _healthy(port):
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.5)
-        assert "imported bundled runs: demo" in log.read_text()
+        assert "imported bundled runs:" in log.read_text() and " demo," in log.read_text()
         assert (home / ".creditlens" / "runs.duckdb").is_file()
         tab.goto(f"http://127.0.0.1:{port}/explorer")
         tab.wait_for_selector("h1:has-text('Explorer · demo')", timeout=120_000)

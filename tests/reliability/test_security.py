@@ -99,6 +99,7 @@ FRAGMENTS = {
     "' '.join(parts)",
     "score_select",
     "shares",
+    "excess",
     "qsel",
     "joins",
     "cond",
