@@ -35,7 +35,7 @@ app: $(STAMP)
 test: $(STAMP) browser-deps
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m compileall -q -j 0 app backend bench creditlens tests
+	$(BIN)/python -m compileall -q -j 0 app pages backend bench creditlens tests
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n logical --dist loadgroup
 
 # A quicker loop while working: the tests marked `slow` (whole-run imports, CLI round trips, Ray,

@@ -7,6 +7,7 @@ One read-write connection per process; other processes may open the file read-on
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -65,6 +66,11 @@ def _migrations() -> list[tuple[int, str, str]]:
     return sorted(out)
 
 
+@functools.cache
+def _migration_versions() -> frozenset[int]:
+    return frozenset(version for version, _, _ in _migrations())
+
+
 class Connection:
     """A DuckDB file, created and migrated on first use (the base of `Store`)."""
 
@@ -89,6 +95,15 @@ class Connection:
                     f"open read-only ({msg})"
                 ) from None
             raise StoreError(f"{self.path}: cannot open the store ({msg})") from None
+        if read_only and self._behind():
+            # A store written by an older Credit Lens: read-only commands read the new schema, so the store is
+            # migrated once, as a writer (a writer elsewhere holding the lock migrates it itself).
+            self.con.close()
+            try:
+                type(self)(self.path).close()
+            except StoreError:
+                pass
+            self.con = duckdb.connect(str(self.path), read_only=True)
         if not read_only:
             try:
                 self.migrate()
@@ -112,6 +127,14 @@ class Connection:
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor for another thread (DuckDB connections are not shared across threads)."""
         return self.con.cursor()
+
+    def _behind(self) -> bool:
+        """Whether a numbered migration is missing from this store (one small query)."""
+        try:
+            done = {row[0] for row in self.con.execute("SELECT version FROM schema_migrations").fetchall()}
+        except duckdb.Error:  # not a store of ours yet: the reads that follow say so
+            return False
+        return any(version not in done for version in _migration_versions())
 
     def migrate(self) -> list[int]:
         """Apply pending numbered migrations in one transaction; returns the versions applied."""

@@ -46,6 +46,22 @@ def test_a_version_1_store_is_upgraded_in_place(db_path):
         assert [r["name"] for r in store.list_runs()] == ["old", "new"]
 
 
+def test_a_read_only_open_migrates_a_store_written_by_an_older_version(db_path):
+    """A store made before the last migration (agent turns, 012) is read by read-only commands as it is
+    after the upgrade: the read-only open migrates it once, as a writer, first."""
+    with Store(db_path) as store:
+        import_records(store, "r", make_records(n_groups=1))
+    con = duckdb.connect(str(db_path))  # undo 012 as an older Credit Lens left the store
+    for column in ("loss_mask", "turns", "turn_rewards"):
+        con.execute(f"ALTER TABLE rollouts DROP COLUMN {column}")
+    con.execute("DELETE FROM schema_migrations WHERE version = 12")
+    con.close()
+    with Store(db_path, read_only=True) as store:
+        assert [r["name"] for r in store.list_runs()] == ["r"]
+        assert store.con.execute("SELECT max(version) FROM schema_migrations").fetchone()[0] >= 12
+        assert store.con.execute("SELECT count(loss_mask IS NULL) FROM rollouts").fetchone()[0] > 0
+
+
 def test_a_failed_import_leaves_no_staging_rows(store):
     bad = make_records(n_groups=2) + [{"prompt": "p"}]
     before = snapshot(store)
