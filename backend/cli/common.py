@@ -13,6 +13,13 @@ def add_db_arg(parser) -> None:
     parser.add_argument("--db", type=Path, default=None, help=f"store file (default {default_db_path()})")
 
 
+def add_set_arg(parser, help: str = "estimator parameter, repeatable") -> None:
+    """`--set KEY=VALUE`, repeatable, into `args.overrides` (parsed by `parse_overrides`)."""
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides", help=help
+    )
+
+
 def add_model_args(parser, engines: bool = True) -> None:
     parser.add_argument(
         "--model",

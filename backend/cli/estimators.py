@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from backend.cli import estimator_catalog
-from backend.cli.common import add_db_arg, parse_overrides
+from backend.cli.common import add_db_arg, add_set_arg, parse_overrides
 from backend.core.chunks import DEFAULT_CHUNK_ROLLOUTS
 from backend.core.errors import InputError
 from backend.store import store_handle
@@ -30,14 +30,7 @@ def add_commands(sub) -> None:
     add_db_arg(p)
     p.add_argument("--run", required=True, help="run name")
     p.add_argument("--estimator", required=True, help="estimator name (see `creditlens estimators`)")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="overrides",
-        help="estimator parameter, repeatable",
-    )
+    add_set_arg(p)
     p.add_argument(
         "--channel",
         default=None,
@@ -66,14 +59,7 @@ def add_commands(sub) -> None:
     p.add_argument("--run", required=True, help="run name")
     p.add_argument("--rollout", required=True, type=int, help="rollout id")
     p.add_argument("--estimator", required=True, help="estimator on the channel (--channel)")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="overrides",
-        help="estimator parameter, repeatable",
-    )
+    add_set_arg(p)
     p.add_argument(
         "--channel",
         default=None,
@@ -108,13 +94,9 @@ def add_commands(sub) -> None:
     add_db_arg(p)
     p.add_argument("--run", required=True, help="run name")
     p.add_argument("--estimator", default="grpo", help="the recomputing estimator (default grpo)")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="overrides",
-        help="estimator parameter, repeatable (default: the trainer's epsilon and scaling where the run "
+    add_set_arg(
+        p,
+        "estimator parameter, repeatable (default: the trainer's epsilon and scaling where the run "
         "keeps them, as TRL imports and recordings do)",
     )
     p.add_argument(

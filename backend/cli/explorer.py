@@ -5,6 +5,7 @@ Both call `backend.views.explorer`, the functions the Explorer and Trends views 
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -14,11 +15,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from backend.cli.common import add_db_arg, parse_overrides, whole_number
+from backend.cli.common import add_db_arg, add_set_arg, parse_overrides, whole_number
 from backend.core.errors import InputError
 from backend.credit import main_channel
 from backend.store import store_handle
-from backend.views import explorer
+from backend.views import compare_runs, explorer
 
 
 def add_commands(sub) -> None:
@@ -64,27 +65,35 @@ def add_commands(sub) -> None:
     p.add_argument("--offset", type=whole_number(0), default=0, help="skip this many rows first (default: 0)")
     p.set_defaults(func=cmd_rollouts)
 
+    p = sub.add_parser("group", help="one group's facts: responses, lengths, each channel's scores over them")
+    add_db_arg(p)
+    p.add_argument("--run", required=True, help="run name")
+    p.add_argument("--group", required=True, type=whole_number(0), help="group id (as `rollouts` shows it)")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.set_defaults(func=cmd_group)
+
     p = sub.add_parser("trends", help="one row per step: scores, length, entropy, KL, credit share by class")
-    _common(p)
+    _common(p, several=True)
     p.set_defaults(func=cmd_trends)
 
 
-def _common(p) -> None:
+def _common(p, several: bool = False) -> None:
     add_db_arg(p)
-    p.add_argument("--run", required=True, help="run name")
+    if several:
+        p.add_argument(
+            "--run",
+            action="append",
+            required=True,
+            help="run name; repeat it for several runs: their rows, each with a `run` field",
+        )
+    else:
+        p.add_argument("--run", required=True, help="run name")
     p.add_argument(
         "--estimator",
         default=None,
         help="estimator whose credit is summarized (share_<class>, max_abs); default: none",
     )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="overrides",
-        help="estimator parameter, repeatable",
-    )
+    add_set_arg(p)
     p.add_argument(
         "--channel",
         default=None,
@@ -160,8 +169,38 @@ def cmd_rollouts(args) -> int:
     return 0
 
 
+def cmd_group(args) -> int:
+    summary = group_summary.group_summary(store_handle(args.db), args.run, args.group)
+    if args.json:
+        sys.stdout.write(json.dumps(summary.as_dict()) + "\n")
+        return 0
+    print(
+        f"group {summary.group} · steps {', '.join(map(str, summary.steps))} · {summary.rollouts} responses · "
+        f"length {summary.length_min}–{summary.length_max} (mean {summary.length_mean:.1f})"
+        + (" · zero variance" if summary.zero_variance else "")
+    )
+    for c in summary.channels:
+        if c.mean is None:
+            print(f"  {c.channel}: no scores")
+        else:
+            print(f"  {c.channel}: mean {c.mean:+.3f}, min {c.min:+.3f}, max {c.max:+.3f} ({c.distinct} distinct)")
+    return 0
+
+
 def cmd_trends(args) -> int:
     handle = store_handle(args.db)
+    if len(args.run) > 1:  # each run's rows are its own single-run command's (backend/views/compare_runs.py)
+        overrides = parse_overrides(args.overrides)
+        frame = compare_runs.run_trends(
+            handle, args.run, args.estimator, overrides, args.channel, credit=args.credit
+        )
+        _emit(frame, args)
+        print(
+            f"{len(frame)} steps of {len(args.run)} runs" + (f" written to {args.out}" if args.out else ""),
+            file=sys.stderr,
+        )
+        return 0
+    args.run = args.run[0]
     frame = explorer.step_trends(
         handle,
         args.run,

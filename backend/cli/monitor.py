@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backend.cli.common import add_db_arg, parse_overrides
+from backend.cli.common import add_db_arg, add_set_arg, parse_overrides
 from backend.core.errors import InputError
 from backend.credit import main_channel
 from backend.monitor import config as monitor_config
@@ -28,14 +28,7 @@ def add_commands(sub) -> None:
     add_db_arg(p)
     p.add_argument("--run", default=None, help="run name")
     p.add_argument("--estimator", default="grpo", help="estimator whose credit is watched (default grpo)")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="overrides",
-        help="estimator parameter, repeatable",
-    )
+    add_set_arg(p)
     p.add_argument(
         "--channel",
         default=None,

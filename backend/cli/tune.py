@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 
-from backend.cli.common import add_db_arg, parse_overrides
+from backend.cli.common import add_db_arg, add_set_arg, parse_overrides
 from backend.core.errors import InputError
 from backend.credit import main_channel
 from backend.store import store_handle
@@ -25,14 +25,7 @@ def add_commands(sub) -> None:
     add_db_arg(p)
     p.add_argument("--run", required=True, help="run name")
     p.add_argument("--estimator", default="grpo", help="estimator of the outcome channels (default grpo)")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="overrides",
-        help="estimator parameter",
-    )
+    add_set_arg(p)
     p.add_argument(
         "--channel",
         default=None,

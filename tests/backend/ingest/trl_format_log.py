@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.backend.ingest.trl_logs import DEMO_POLICY
+from tests.backend.ingest.trl_logs import train_logged
 
 NUM_GENERATIONS = 8
 
@@ -29,36 +29,12 @@ def digits_reward(completions, **kwargs):
 
 def run_format_grpo(output_dir: Path, steps: int = 3) -> Path:
     """Train `steps` GRPO steps (one group of 8 per step) and return TRL's completion log directory."""
-    from datasets import Dataset  # noqa: PLC0415 - heavy, only for the fixture that trains
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415 - heavy, idem
-    from trl import GRPOConfig, GRPOTrainer  # noqa: PLC0415 - heavy, idem
-
-    tokenizer = AutoTokenizer.from_pretrained(DEMO_POLICY, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(DEMO_POLICY, local_files_only=True)
     rows = [{"prompt": p} for p in ["12+34=?\n", "5+7=?\n", "40+2=?\n", "9+9=?\n"]]
-    config = GRPOConfig(
-        output_dir=str(output_dir),
-        max_steps=steps,
-        per_device_train_batch_size=NUM_GENERATIONS,
+    return train_logged(
+        output_dir,
+        rows,
+        [digits_reward, format_ok],
+        steps=steps,
         num_generations=NUM_GENERATIONS,
-        max_completion_length=16,
-        learning_rate=1e-4,
-        logging_steps=1,
-        log_completions=True,
-        num_completions_to_print=0,
-        shuffle_dataset=False,
-        report_to=[],
-        save_strategy="no",
-        use_cpu=True,
-        seed=0,
-        temperature=1.0,
+        batch_size=NUM_GENERATIONS,
     )
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=[digits_reward, format_ok],
-        args=config,
-        train_dataset=Dataset.from_list(rows),
-        processing_class=tokenizer,
-    )
-    trainer.train()
-    return output_dir / "completions"

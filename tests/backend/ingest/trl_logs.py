@@ -48,6 +48,32 @@ def _text(completion) -> str:
 
 def run_grpo(output_dir: Path, conversational: bool, steps: int = 2) -> Path:
     """Train `steps` GRPO steps and return the directory of TRL's completion logs."""
+    if conversational:
+        rows = [{"prompt": [{"role": "user", "content": p}]} for p in PROMPTS]
+    else:
+        rows = [{"prompt": p} for p in PROMPTS]
+    return train_logged(
+        output_dir,
+        rows,
+        [digits_reward, newline_reward],
+        steps=steps,
+        num_generations=NUM_GENERATIONS,
+        batch_size=PROMPTS_PER_STEP * NUM_GENERATIONS,
+        chat_template=CHAT_TEMPLATE if conversational else None,
+    )
+
+
+def train_logged(
+    output_dir: Path,
+    rows: list[dict],
+    reward_funcs: list,
+    *,
+    steps: int,
+    num_generations: int,
+    batch_size: int,
+    chat_template: str | None = None,
+) -> Path:
+    """Train the demo policy with TRL's GRPOTrainer on `rows`, logging completions; return the log folder."""
     # Heavy (seconds to import), needed only by the session fixtures that train; TRL and datasets are pinned
     # test dependencies, so a missing one fails here rather than skipping.
     from datasets import Dataset  # noqa: PLC0415 - heavy, only here
@@ -55,17 +81,14 @@ def run_grpo(output_dir: Path, conversational: bool, steps: int = 2) -> Path:
     from trl import GRPOConfig, GRPOTrainer  # noqa: PLC0415 - heavy, only here
 
     tokenizer = AutoTokenizer.from_pretrained(DEMO_POLICY, local_files_only=True)
-    if conversational:
-        tokenizer.chat_template = CHAT_TEMPLATE
-        rows = [{"prompt": [{"role": "user", "content": p}]} for p in PROMPTS]
-    else:
-        rows = [{"prompt": p} for p in PROMPTS]
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
     model = AutoModelForCausalLM.from_pretrained(DEMO_POLICY, local_files_only=True)
     config = GRPOConfig(
         output_dir=str(output_dir),
         max_steps=steps,
-        per_device_train_batch_size=PROMPTS_PER_STEP * NUM_GENERATIONS,
-        num_generations=NUM_GENERATIONS,
+        per_device_train_batch_size=batch_size,
+        num_generations=num_generations,
         max_completion_length=16,
         learning_rate=1e-4,
         logging_steps=1,
@@ -80,7 +103,7 @@ def run_grpo(output_dir: Path, conversational: bool, steps: int = 2) -> Path:
     )
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=[digits_reward, newline_reward],
+        reward_funcs=reward_funcs,
         args=config,
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
