@@ -116,6 +116,7 @@ COMPARE_DIFF_A = "compare_diff_a"
 COMPARE_DIFF_B = "compare_diff_b"
 COMPARE_WINDOW = "compare_window"
 COMPARE_NUMBERS_OPEN = "compare_numbers_open"
+COMPARE_CREDIT = "compare_credit"
 CLASS_EDITOR_OPEN = "class_editor_open"
 
 TUNE_ESTIMATOR = "tune_estimator"

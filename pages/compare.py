@@ -4,7 +4,7 @@ where the credit lands by token class (the "why did filler get credit" answer)."
 import streamlit as st
 
 from app import keys, state
-from app.ui import charts, class_editor, fmt, heatmaps, panels, scales, text, widgets
+from app.ui import charts, class_editor, fmt, heatmaps, panels, scales, text, tuned_beta, widgets
 from app.view_data import compare as compare_data
 from app.view_data import shared
 
@@ -34,7 +34,12 @@ if len(chosen) < 2:
     st.warning("Pick at least two estimators.")
     st.stop()
 
-channel = widgets.channel_picker(sel, "compare")
+channel_box, credit_box = st.columns(2)
+with channel_box:
+    channel = widgets.channel_picker(sel, "compare")
+with credit_box:
+    credit = widgets.credit_picker(keys.COMPARE_CREDIT)  # what the class-mass bars describe
+tuned = tuned_beta.mark(sel.run, "compare")  # the β applied on the Tune view: in every A_final here
 configs = []
 with st.expander("Parameters", expanded=False):
     for column, name in zip(st.columns(len(chosen)), chosen, strict=True):
@@ -48,7 +53,7 @@ with st.expander("Parameters", expanded=False):
             )
 
 result = panels.compute_or_explain(
-    compare_data.compare, sel.db, sel.run, sel.group, sel.rollout, tuple(configs), sel.classes
+    compare_data.compare, sel.db, sel.run, sel.group, sel.rollout, tuple(configs), sel.classes, credit, tuned
 )
 for label, message in result["errors"].items():
     st.error(f"{text.plain(label)} cannot run on this run: {text.plain(message)}")
@@ -61,7 +66,7 @@ shown = "all channels (scores summed first)" if summed else f"the {channel} chan
 st.caption(
     f"Each estimator's advantage on {text.plain(shown)} for this rollout, one row each, aligned by token."
 )
-mode, _ = widgets.scale_controls("compare", rows=result["rollout"])
+mode = widgets.row_scale_toggle("compare", result["rollout"])
 peaks = scales.scale_peaks(result["rollout"], mode)
 L = len(result["tokens"])
 start, stop = panels.token_window(L, keys.COMPARE_WINDOW, result["rollout"][next(iter(result["rollout"]))])
@@ -115,12 +120,16 @@ st.plotly_chart(
     config={"displayModeBar": False},
 )
 
-if result["mass"]["credit_share"].isna().all():  # every estimator gives the group no credit at all
+if result["silent"]:  # every estimator gives the group no credit at all
+    undefined = (
+        "Rank agreement is undefined here, and the credit mass by class is the other channels' credit alone"
+        if credit == "final"
+        else "Rank agreement and credit mass by class are undefined here"
+    )
     st.info(
         f"None of these estimators gives this group any credit on {text.plain(shown)} (every token's "
-        "A is 0; e.g. a zero-variance group, whose responses all have the same score). Rank agreement "
-        "and credit mass by class are undefined here: pick a rollout of a group whose scores differ (the "
-        "Explorer's zero-variance filter finds them)."
+        f"A is 0; e.g. a zero-variance group, whose responses all have the same score). {undefined}: pick a "
+        "rollout of a group whose scores differ (the Explorer's zero-variance filter finds them)."
     )
 left, right = st.columns(2)
 with left:
@@ -131,9 +140,15 @@ with left:
     )
 with right:
     st.subheader("Credit mass by token class")
+    of = (
+        "each estimator's final A = Σ_c β_c·Ã_c (it on the outcome channels, every other channel by its "
+        f"own projection{', with the tuned β' if tuned else ''}: what the Rollout view colours)"
+        if credit == "final"
+        else f"each estimator's A on {text.plain(shown)} alone (the rows above)"
+    )
     st.caption(
-        "Share of Σ|A| over the group per class; the dash is the class's share of tokens. A bar above "
-        "its dash means that class gets more credit than its count."
+        f"Share of Σ|A| over the group per class, A being {of}; the dash is the class's share of tokens. "
+        "A bar above its dash means that class gets more credit than its count."
     )
     st.plotly_chart(charts.class_mass_figure(result["mass"]), key="compare_mass", width="stretch")
 numbers = widgets.lazy_expander("The numbers: share of Σ|A| per class", keys.COMPARE_NUMBERS_OPEN)

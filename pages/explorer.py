@@ -5,7 +5,7 @@ import math
 import streamlit as st
 
 from app import keys, state
-from app.ui import monitor_panel, panels, text, widgets
+from app.ui import monitor_panel, panels, text, tuned_beta, widgets
 from app.view_data import explorer as explorer_data
 
 state.follow_rollout_request()  # a row clicked in the last rerun opens the Rollout view
@@ -39,6 +39,8 @@ with params, st.expander("Estimator parameters"):
         estimator, widgets.estimator_form(estimator, key=keys.EXPLORER_FORM), channel
     )
 compare = None if compare == "none" else compare
+tuned = tuned_beta.mark(sel.run, "explorer")  # the β applied on the Tune view: in A_final's shares
+betas = tuned if credit == "final" else ()
 compare_config = () if compare is None else widgets.with_channel(compare, (), channel)
 
 search_box, sort_box, order_box, size_box = st.columns([3, 2, 1, 1])
@@ -52,7 +54,12 @@ with search_box:
         placeholder="text in the prompt or the response",
     )
 base = explorer_data.ExplorerQuery(
-    estimator=estimator, config=config, compare=compare, compare_config=compare_config, credit=credit
+    estimator=estimator,
+    config=config,
+    compare=compare,
+    compare_config=compare_config,
+    credit=credit,
+    betas=betas,
 )
 columns = panels.compute_or_explain(explorer_data.explorer_columns, sel.db, sel.run, base)
 sortable = [c for c in columns if c != "preview"]
@@ -119,7 +126,7 @@ with st.expander("Filters: flags and ranges"):
             filters.append(explorer_data.Filter(column, "<=", chosen[1]))
 
 # A new search, sort or filter starts again at page 1.
-signature = (estimator, config, compare, credit, search, sort, descending, size, tuple(filters))
+signature = (estimator, config, compare, credit, betas, search, sort, descending, size, tuple(filters))
 if st.session_state.get(keys.EXPLORER_SIGNATURE) != signature:
     st.session_state[keys.EXPLORER_SIGNATURE] = signature
     st.session_state[keys.EXPLORER_PAGE_NO] = 1
@@ -137,6 +144,7 @@ query = explorer_data.ExplorerQuery(
     limit=size,
     offset=(page_no - 1) * size,
     credit=credit,
+    betas=betas,
 )
 page = panels.compute_or_explain(explorer_data.explorer_page, sel.db, sel.run, query)
 for note in page.notes:
@@ -148,7 +156,7 @@ if page_no > pages:  # the rows shrank under the page (another process deleted s
 
 st.caption(
     f"{page.total} rollouts match · page {page_no} of {pages} · click a row to open it in the Rollout view. "
-    + explorer_data.credit_caption(estimator, text.plain(channel), credit)
+    + explorer_data.credit_caption(estimator, text.plain(channel), credit, bool(betas))
     + " max_abs: its largest "
     "|A|; repetition: share of 16-token windows that repeat an earlier one; kl: mean logprob − ref logprob; "
     "metric_<name>: a number the trainer logged for the rollout (e.g. verl's acc), not a reward. "
@@ -199,6 +207,7 @@ with st.expander("The same table on the command line"):
     parts += [f"--set {k}={v}" for k, v in config if k != "channel"] + [f"--channel {channel}"]
     parts += [f"--compare {compare}"] if compare else []
     parts += [] if credit == "final" else [f"--credit {credit}"]
+    parts += [f"--beta {c}={b:g}" for c, b in betas]
     parts += [f"--sort={'-' if descending else ''}{sort}"]
     parts += [f"--search '{search}'"] if search else []
     parts += [f"--where '{f.column}{f.op}{str(f.value).lower()}'" for f in filters]

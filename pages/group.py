@@ -2,15 +2,15 @@
 
 import streamlit as st
 
-from app import keys, state
-from app.ui import charts, heatmaps, panels, scales, text, widgets
+from app import data, keys, state
+from app.ui import charts, heatmaps, panels, scales, text, tuned_beta, widgets
 from app.view_data import group as group_data
 from app.view_data import shared
 
 state.follow_rollout_request()  # a response picked below in the last rerun opens the Rollout view
 sel = panels.rollout_selection()
 st.title(f"Group {sel.group}")
-record = panels.prompt_and_response(sel)
+panels.group_header(sel, group_data.summary(sel.db, sel.run, sel.group), data.main_channel(sel.db, sel.run))
 
 pick, channel_box = st.columns([2, 1])
 with pick:
@@ -18,14 +18,16 @@ with pick:
 with channel_box:
     channel = widgets.channel_picker(sel, "group")
 config = widgets.with_channel(estimator, (), channel)
+tuned = tuned_beta.mark(sel.run, "group")  # the β applied on the Tune view: in every row's final A
 values, tokens, ids = panels.compute_or_explain(
-    group_data.group_rows, sel.db, sel.run, sel.group, estimator, config, (), channel
+    group_data.group_rows, sel.db, sel.run, sel.group, estimator, config, tuned, channel
 )
 
 st.subheader("Responses aligned by position")
 st.caption(
     f"One row per response: its final advantage, {text.plain(estimator)} on the {text.plain(channel)} "
-    "channel combined with every other channel's credit (as the Rollout view's final row). Rows labelled by "
+    f"channel combined with every other channel's credit{' under the tuned β' if tuned else ''} (as the "
+    "Rollout view's final row). Rows labelled by "
     f"rollout id and R, the score on {text.plain(channel)}. Hover a cell for the token."
 )
 mode, _ = widgets.scale_controls("group", rows=values)

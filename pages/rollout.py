@@ -104,4 +104,4 @@ with st.expander("Per-token strips: logprob, reference, log-ratio, entropy, valu
     panels.token_strips(view, window, pos, key="rollout_strips")
 
 st.subheader(f"Why this credit: token {pos} {panels.quoted(view.tokens[pos]) if view.tokens else ''}")
-panels.why_this_credit(sel, view, pos, estimator, config, channel)
+panels.why_this_credit(sel, view, pos, estimator, config, channel, tuned)

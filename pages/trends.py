@@ -3,7 +3,7 @@
 import streamlit as st
 
 from app import data, keys, state
-from app.ui import charts, monitor_panel, panels, text, widgets
+from app.ui import charts, monitor_panel, panels, text, tuned_beta, widgets
 from app.ui.fmt import safe
 from app.view_data import shared
 from app.view_data import trends as trends_data
@@ -24,12 +24,15 @@ with credit_box:
     credit = widgets.credit_picker(keys.TRENDS_CREDIT)
 with params, st.expander("Estimator parameters"):
     config = widgets.with_channel(estimator, widgets.estimator_form(estimator, key=keys.TRENDS_FORM), channel)
-frame = panels.compute_or_explain(trends_data.trends, sel.db, sel.run, estimator, config, credit)
+tuned = tuned_beta.mark(sel.run, "trends")  # the β applied on the Tune view: in A_final's shares
+betas = tuned if credit == "final" else ()
+frame = panels.compute_or_explain(trends_data.trends, sel.db, sel.run, estimator, config, credit, betas)
 main = data.main_channel(sel.db, sel.run)
 st.caption(
     f"One point per training step ({len(frame)} steps). Class shares are of "
     + (
-        f"the final advantage (every channel, {estimator} on the outcome channels)"
+        f"the final advantage (every channel, {estimator} on the outcome channels"
+        + (", β the tuned β)" if betas else ")")
         if credit == "final"
         else f"{estimator}'s advantages on the {text.plain(channel)} channel"
     )
@@ -121,5 +124,6 @@ if numbers is not None:
             f"creditlens trends --db {sel.db} --run {sel.run} --estimator {estimator} --channel {channel}"
             + "".join(f" --set {k}={v}" for k, v in config if k != "channel")
             + ("" if credit == "final" else f" --credit {credit}")
+            + "".join(f" --beta {c}={b:g}" for c, b in betas)
             + " --json"
         )

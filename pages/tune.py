@@ -6,8 +6,9 @@ The β panel and the replay are separate fragments: moving a β slider redraws o
 the shares; the replay starts from the sliders' β as they were when it last ran (its widgets or its button
 rerun it), and says so. The replay, each channel's violation threshold and a β's effect on the whole run are
 `creditlens tune`'s numbers. Applying the replayed β makes it the session's tuned β (app/ui/tuned_beta.py):
-the sliders, the URL and every view that weighs channels (Rollout) then use it, with a "tuned β" mark and a
-reset; the sliders reach any β the replay gives."""
+the sliders, the URL and every view whose numbers weigh channels (Explorer and Trends shares of A_final,
+Rollout, Group, Compare) then use it, with a "tuned β" mark and a reset; the sliders reach any β the
+replay gives."""
 
 import math
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 
 
 def safe(text: str) -> str:
@@ -71,3 +72,25 @@ def significant(v, digits: int = 2, signed: bool = True) -> str:
         return f"{v:{sign}.{max(digits - 1 - magnitude, 0)}f}"
     mantissa, exponent = f"{v:{sign}.{digits - 1}e}".split("e")
     return f"{mantissa}e{int(exponent)}"
+
+
+# A sentence ends at ". " before a capital, after a word of 3+ letters: not "Dr. GRPO", "Eq. 5", "et al. ".
+_SENTENCE_END = re.compile(r"(?<=[A-Za-z0-9)\]]{3})\.\s+(?=[A-Z(])")
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of `text` (whitespace collapsed), without its full stop."""
+    text = " ".join(str(text).split())
+    return _SENTENCE_END.split(text, maxsplit=1)[0].rstrip(".")
+
+
+def clip_words(text: str, width: int) -> str:
+    """`text` in at most `width` characters, cut at a word boundary with "…" (never mid-word; a first word
+    longer than `width` is the only thing cut inside)."""
+    text = " ".join(str(text).split())
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1]
+    if text[width - 1] != " " and " " in cut:
+        cut = cut[: cut.rfind(" ")]
+    return cut.rstrip(" ,;:(—-") + "…"

@@ -52,6 +52,28 @@ def prompt_and_response(sel: Selection) -> dict:
     return record
 
 
+def group_header(sel: Selection, summary, main: str | None = None) -> None:
+    """The Group view's caption: the whole group's facts (responses, lengths, each channel's mean and range
+    over the responses; `creditlens group`), the main channel first, then the group's prompt."""
+    steps = ", ".join(map(str, summary.steps))
+    channels = sorted(summary.channels, key=lambda c: c.channel != main)
+    scores = " · ".join(
+        f"{c.channel}: no scores"
+        if c.mean is None
+        else f"{c.channel} mean {fmt.nice(c.mean)} (min {fmt.nice(c.min)}, max {fmt.nice(c.max)})"
+        for c in channels
+    )
+    flat = " · zero variance (every response scores the same on the main channel)" * summary.zero_variance
+    st.caption(
+        f"run {plain(sel.run)} · step {steps} · {summary.rollouts} responses · "
+        f"{summary.length_min}–{summary.length_max} tokens (mean {summary.length_mean:.1f}){flat}"
+    )
+    st.caption(f"Scores over the group: {plain(scores)}")
+    record = data.rollout(sel.db, sel.run, sel.rollout)
+    with st.expander("Prompt", expanded=False):
+        text_block(record["prompt"] or "")
+
+
 def saved_classes_note(sel: Selection) -> None:
     """Say so when this session's token classes are not the run's saved ones: the Explorer's and Trends'
     shares by class are summaries computed with the saved classes."""
@@ -105,8 +127,10 @@ def why_this_credit(
     estimator: str = "grpo",
     config: tuple = (),
     channel: str | None = None,
+    betas: tuple = (),
 ) -> None:
-    """Why the token got its final advantage: the waterfall of A_final into the channels' terms β_c·Ã_c and,
+    """Why the token got its final advantage (`betas`: the tuned β as (channel, β) pairs, or none): the
+    waterfall of A_final into the channels' terms β_c·Ã_c and,
     as its rows, every channel's derivation with the numbers (`creditlens explain --pos`); `channel` (None:
     the run's main channel) is the one opened first, never a change to the credit. On `all`, the estimator
     on the scores summed first is a labelled what-if under them. Then the token's facts."""
@@ -115,7 +139,7 @@ def why_this_credit(
         return
     pos = min(max(int(pos), 0), len(view.tokens) - 1)
     explained = compute_or_explain(
-        rollout_data.explanation, sel.db, sel.run, sel.rollout, estimator, config, channel
+        rollout_data.explanation, sel.db, sel.run, sel.rollout, estimator, config, channel, betas
     )
     terms = explained.terms
     parts = rollout_data.derivations(explained, pos)

@@ -1,6 +1,6 @@
-"""Colour scales of credit: diverging around 0, shared, per row or quantile (or `auto`: shared unless one
-spike would wash out the rest, then quantile), lockable; what the active scale is, in words; and the colour
-of one value (the text view) or a figure's colour axes (the heatmaps)."""
+"""Colour scales of credit: diverging around 0, shared, per row, quantile or robust (or `auto`: shared unless
+one spike would wash out the rest, then quantile), lockable; what the active scale is and which rows saturate
+it, in words; and the colour of one value (the text view) or a figure's colour axes (the heatmaps)."""
 
 from __future__ import annotations
 
@@ -29,12 +29,13 @@ def symmetric_range(*arrays: np.ndarray) -> float:
     return peak if peak > 0 else 1.0
 
 
-SCALES = ("auto", "shared", "row", "quantile")
+SCALES = ("auto", "shared", "row", "quantile", "robust")
 SCALE_LABELS = {
     "auto": "auto (shared, or quantile when one spike would wash out the rest)",
     "shared": "shared (max |A| of all rows)",
     "row": "per row (each row its own max |A|)",
     "quantile": "quantile (98th percentile of |A|: robust to one spike)",
+    "robust": "robust shared (the rows' middle 98th percentile of |A|: robust to one row)",
 }
 OWN_SCALE_ROWS = ("true credit",)  # ground truth in its own units: never on an estimator's scale
 QUANTILE = 0.98
@@ -55,11 +56,47 @@ def quantile_range(*arrays: np.ndarray, q: float = QUANTILE) -> float:
     return peak if peak > 0 else symmetric_range(*arrays)
 
 
+def robust_range(*arrays: np.ndarray, q: float = QUANTILE) -> float:
+    """A shared half-width no single row can set: each row's q-quantile of |value| (its own spikes do not
+    count), then the lower median over the rows. An added row with 20 times the others' credit moves it by
+    one rank at most, so it saturates (named by `saturation`) instead of washing the others out; with two
+    rows it is the smaller. Falls back to `symmetric_range` when it is 0."""
+    peaks = sorted(quantile_range(a, q=q) for a in arrays if np.isfinite(np.asarray(a, np.float64)).any())
+    if not peaks:
+        return 1.0
+    peak = peaks[(len(peaks) - 1) // 2]
+    return peak if peak > 0 else symmetric_range(*arrays)
+
+
+def saturation(rows: dict[str, np.ndarray], peaks: dict[str, float]) -> list[tuple[str, int, float, float]]:
+    """(row, tokens beyond ±its half-width, its max |A|, the half-width) for every row drawn at the colour
+    bar's ends somewhere: the rows a shared scale saturates, and by how much."""
+    out = []
+    for name, values in rows.items():
+        a = np.abs(np.asarray(values, dtype=np.float64))
+        a = a[np.isfinite(a)]
+        peak = peaks.get(name, 0.0)
+        beyond = int((a > peak * (1 + 1e-9)).sum()) if peak > 0 else 0
+        if beyond:
+            out.append((name, beyond, float(a.max()), peak))
+    return out
+
+
+def saturation_note(rows: dict[str, np.ndarray], peaks: dict[str, float]) -> str:
+    """'row X saturates: N tokens beyond ±s, max |A| m.' for each saturating row ('' when none does)."""
+    return " ".join(
+        f"{name} saturates: {n} token{'s' if n != 1 else ''} beyond ±{significant(peak, 2, signed=False)}, "
+        f"max |A| {significant(top, 2, signed=False)}."
+        for name, n, top, peak in saturation(rows, peaks)
+    )
+
+
 def scale_peaks(
     rows: dict[str, np.ndarray], mode: str = "shared", locked: float | None = None
 ) -> dict[str, float]:
     """The colour half-width of each row: `shared` (one max |A| for all), `row` (each its own), `quantile`
-    (one robust half-width), `auto` (`shared`, or `quantile` when `washed_out`). `locked` replaces the
+    (one half-width robust to spikes), `robust` (one half-width robust to a row: `robust_range`), `auto`
+    (`shared`, or `quantile` when `washed_out`). `locked` replaces the
     shared half-width (a β move does not rescale). Rows in OWN_SCALE_ROWS always get their own."""
     if mode not in SCALES:
         raise ValueError(f"unknown colour scale {mode!r}; use one of {', '.join(SCALES)}")
@@ -72,6 +109,8 @@ def scale_peaks(
         peak = float(locked)
     elif mode == "quantile" or (mode == "auto" and washed_out(*rest)):
         peak = quantile_range(*rest)
+    elif mode == "robust":
+        peak = robust_range(*rest)
     else:
         peak = symmetric_range(*rest)
     return {n: own.get(n, peak) for n in names}
@@ -94,6 +133,8 @@ def active_scale(rows: dict[str, np.ndarray], mode: str = "auto", locked: float 
         peak = peaks[names[0]] if names else 1.0
         if locked is not None and locked > 0 and mode != "row":
             what = "locked"
+        elif mode == "robust":
+            what = f"robust shared (the middle row's {QUANTILE:.0%} of |A|, so no one row sets it)"
         elif mode == "quantile" or (mode == "auto" and washed_out(*rest)):
             what = f"{'auto → ' if mode == 'auto' else ''}quantile ({QUANTILE:.0%} of |A|)"
         else:
@@ -101,6 +142,9 @@ def active_scale(rows: dict[str, np.ndarray], mode: str = "auto", locked: float 
         text = f"Colour scale: {what}, ±{significant(peak, 2, signed=False)}."
         beyond = [(n, largest_abs(rows[n])) for n in names]
         beyond = [(n, m) for n, m in beyond if m > peak * (1 + 1e-9)]
+        if mode == "robust":
+            beyond = []
+            text += " " + (saturation_note({n: rows[n] for n in names}, peaks) or "No row saturates it.")
         if beyond:
             text += (
                 " Beyond it (drawn at the scale's end; the hover has the value): "

@@ -10,7 +10,7 @@ import streamlit as st
 import streamlit.components.v2  # noqa: F401 - registers st.components.v2
 
 from app import data, keys, navigation, state
-from app.ui import scales
+from app.ui import fmt, scales
 from app.ui.text import plain, with_code
 from backend.core.batch import ALL_CHANNELS
 from backend.credit.main_channel import on_channel
@@ -85,11 +85,9 @@ def estimator_picker(key: str, unavailable: dict[str, str] | None = None) -> str
 
 @st.cache_data(show_spinner=False)
 def described(name: str) -> str:
-    """`name — what it does` for pickers (the registry's description, cut to one short line)."""
-    text = " ".join(str(registry.get(name).description).split())
-    text = text.split(". ")[0].rstrip(".")
-    if len(text) > 70:
-        text = text[:69].rstrip() + "…"
+    """`name — what it does` for pickers: the registry description's first sentence, cut at a word boundary
+    to one short line."""
+    text = fmt.clip_words(fmt.first_sentence(registry.get(name).description), 70)
     return f"{name} — {text}" if text else name
 
 
@@ -319,6 +317,27 @@ def credit_text(html_text: str, key: str) -> int | None:
     result = _credit_text_component(data=html_text, key=key, on_clicked_change=lambda: None)
     clicked = getattr(result, "clicked", None)
     return None if clicked is None else int(clicked)
+
+
+def row_scale_toggle(key: str, rows: dict) -> str:
+    """Compare's colour scale, one click between a robust shared scale (the default: `scales.robust_range`,
+    which no added row can stretch; a caption names each row it saturates and by how much) and per-row
+    scales (each row labelled with its range). Mirrored to `?scale=robust|row`; returns the mode."""
+    session_key = keys.scale_mode(key)
+    if session_key not in st.session_state:
+        raw = state.url_value(keys.URL_SCALE)
+        if raw not in (None, "row", "robust"):
+            state.link_warning(keys.URL_SCALE, raw, "Compare's scale is robust or row", "the robust scale")
+        st.session_state[session_key] = raw == "row"
+    per_row = st.toggle(
+        "Per-row scales",
+        key=session_key,
+        help="Each row on its own scale, its range beside its label; off: one robust scale for every row.",
+    )
+    mode = "row" if per_row else "robust"
+    state.publish(keys.URL_SCALE, mode)
+    st.caption(plain(scales.active_scale(rows, mode)))
+    return mode
 
 
 def scale_controls(

@@ -32,11 +32,11 @@ def explorer_ranges(db: str, run: str, query, columns: tuple[str, ...]) -> dict:
     return explorer.column_ranges(data.store_handle(db), run, query, list(columns))
 
 
-def credit_caption(estimator: str, channel: str, credit: str) -> str:
-    """What the share and excess columns mean, for the table's caption."""
+def credit_caption(estimator: str, channel: str, credit: str, tuned: bool = False) -> str:
+    """What the share and excess columns mean, for the table's caption (`tuned`: under a tuned β)."""
     of = (
         f"the final advantage A = Σ_c β_c·Ã_c ({estimator} on the outcome channels, every other channel by "
-        "its own projection: what the Rollout view colours)"
+        f"its own projection{', β the tuned β' if tuned else ''}: what the Rollout view colours)"
         if credit == "final"
         else f"{estimator}'s advantage on the {channel} channel alone"
     )

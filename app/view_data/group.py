@@ -1,5 +1,5 @@
-"""The Group view's numbers: one row of final credit per response of the group; its prefix tree is
-`shared.group_tree`."""
+"""The Group view's numbers: the group's facts (`creditlens group`), one row of final credit per response of
+the group; its prefix tree is `shared.group_tree`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,13 @@ import streamlit as st
 from app import data
 from app.view_data import shared
 from backend.credit import estimates, main_channel
+from backend.views import group_summary
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def summary(db: str, run: str, group: int) -> group_summary.GroupSummary:
+    """The group's responses, lengths and each channel's scores over them (what `creditlens group` prints)."""
+    return group_summary.group_summary(data.store_handle(db), run, group)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)

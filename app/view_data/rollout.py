@@ -24,10 +24,19 @@ def terms(
 
 @st.cache_data(show_spinner="Deriving every channel's term…", max_entries=32)
 def explanation(
-    db: str, run: str, rollout_id: int, estimator: str, config: tuple, channel: str | None = None
+    db: str,
+    run: str,
+    rollout_id: int,
+    estimator: str,
+    config: tuple,
+    channel: str | None = None,
+    betas: tuple = (),
 ) -> explain.Explanation:
-    """`explain.explain_rollout`, the function behind `creditlens explain` (channel: the one looked at)."""
-    return explain.explain_rollout(data.store_handle(db), run, rollout_id, estimator, config, channel)
+    """`explain.explain_rollout`, the function behind `creditlens explain` (channel: the one looked at;
+    betas: (channel, β) pairs overriding the run's β, as `explain --beta`)."""
+    return explain.explain_rollout(
+        data.store_handle(db), run, rollout_id, estimator, config, channel, dict(betas) or None
+    )
 
 
 def derivations(explained: explain.Explanation, pos: int) -> dict:

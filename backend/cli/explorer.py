@@ -16,10 +16,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from backend.cli.common import add_db_arg, add_set_arg, parse_overrides, whole_number
+from backend.cli.tune import numbers
 from backend.core.errors import InputError
 from backend.credit import main_channel
 from backend.store import store_handle
-from backend.views import compare_runs, explorer
+from backend.views import compare_runs, explorer, group_summary
 
 
 def add_commands(sub) -> None:
@@ -107,6 +108,13 @@ def _common(p, several: bool = False) -> None:
         help="what the share_/excess_ columns describe: final (default), A_final = Σ_c β_c·Ã_c as the "
         "Rollout view colours it; channel: the estimator's output on --channel alone",
     )
+    p.add_argument(
+        "--beta",
+        action="append",
+        default=[],
+        metavar="CHANNEL=VALUE",
+        help="β of a channel in A_final, repeatable (default: the run's; the app's tuned β, ?tuned=)",
+    )
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--json", action="store_true", help="print the rows as a JSON list of objects")
     out.add_argument("--out", type=Path, default=None, help="write the rows to this .parquet file")
@@ -118,6 +126,15 @@ def _config(handle, args, estimator: str | None, pairs: list[str]) -> tuple:
     if estimator is None:
         return tuple(sorted(parse_overrides(pairs).items()))
     return main_channel.config_on_channel(handle, args.run, estimator, parse_overrides(pairs), args.channel)
+
+
+def _betas(args) -> tuple:
+    """`--beta C=X ...` as sorted (channel, β) pairs, each β ≥ 0 (an InputError names the bad one)."""
+    betas = numbers(args.beta, "--beta")
+    for channel, beta in betas.items():
+        if beta < 0:
+            raise InputError(f"--beta {channel}={beta:g}: β is ≥ 0")
+    return tuple(sorted(betas.items()))
 
 
 def _emit(frame: pd.DataFrame, args) -> None:
@@ -157,6 +174,7 @@ def cmd_rollouts(args) -> int:
         limit=args.limit,
         offset=args.offset,
         credit=args.credit,
+        betas=_betas(args),
     )
     page = explorer.rollout_table(handle, args.run, query)
     for note in page.notes:
@@ -175,21 +193,27 @@ def cmd_group(args) -> int:
         sys.stdout.write(json.dumps(summary.as_dict()) + "\n")
         return 0
     print(
-        f"group {summary.group} · steps {', '.join(map(str, summary.steps))} · {summary.rollouts} responses · "
-        f"length {summary.length_min}–{summary.length_max} (mean {summary.length_mean:.1f})"
+        f"group {summary.group} · steps {', '.join(map(str, summary.steps))} · "
+        f"{summary.rollouts} responses · length {summary.length_min}–{summary.length_max} "
+        f"(mean {summary.length_mean:.1f})"
         + (" · zero variance" if summary.zero_variance else "")
     )
     for c in summary.channels:
         if c.mean is None:
             print(f"  {c.channel}: no scores")
         else:
-            print(f"  {c.channel}: mean {c.mean:+.3f}, min {c.min:+.3f}, max {c.max:+.3f} ({c.distinct} distinct)")
+            print(
+                f"  {c.channel}: mean {c.mean:+.3f}, min {c.min:+.3f}, max {c.max:+.3f} "
+                f"({c.distinct} distinct)"
+            )
     return 0
 
 
 def cmd_trends(args) -> int:
     handle = store_handle(args.db)
     if len(args.run) > 1:  # each run's rows are its own single-run command's (backend/views/compare_runs.py)
+        if args.beta:
+            raise InputError("--beta: a tuned β belongs to one run; give one --run with it")
         overrides = parse_overrides(args.overrides)
         frame = compare_runs.run_trends(
             handle, args.run, args.estimator, overrides, args.channel, credit=args.credit
@@ -207,6 +231,7 @@ def cmd_trends(args) -> int:
         args.estimator,
         _config(handle, args, args.estimator, args.overrides),
         credit=args.credit,
+        betas=_betas(args),
     )
     _emit(frame, args)
     print(f"{len(frame)} steps" + (f" written to {args.out}" if args.out else ""), file=sys.stderr)

@@ -1,17 +1,19 @@
 """Credit summaries of A_final (issue 43): per rollout, |A|, positive and negative credit per token class of
 the split-channel final advantage Σ_c β_c·Ã_c (every outcome channel by the estimator, every token-level
-channel by its own projection, the run's default β and normalizations), the numbers the Rollout view
-colours with. The Explorer, Trends and `creditlens rollouts` read them by default, so a class's share and
-its excess (share of |A| − share of tokens) describe the credit the user sees.
+channel by its own projection, the run's default β and normalizations, or a tuned β), the numbers the
+Rollout view colours with. The Explorer, Trends and `creditlens rollouts` read them by default, so a
+class's share and its excess (share of |A| − share of tokens) describe the credit the user sees.
 
 They live in `credit_summary` beside the estimator outputs' own, under the channel `final:<channel>`
-(`final_channel`), and go with the run's estimates when its inputs change.
+(`final_channel`; `final:<channel>|β:c=x,...` with a tuned β), and go with the run's estimates when its
+inputs change.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from backend.core.errors import InputError
 from backend.credit import channel_credit, channels, credit_summary, estimates
 from backend.store import StoreHandle
 from backend.store.explorer_queries import CreditKey
@@ -20,9 +22,11 @@ from backend.store.handle import StoreBusy
 FINAL = "final"
 
 
-def final_channel(channel: str) -> str:
-    """The credit summary's channel of A_final with an estimator config reading `channel`."""
-    return f"{FINAL}:{channel}"
+def final_channel(channel: str, betas: tuple = ()) -> str:
+    """The credit summary's channel of A_final with an estimator config reading `channel`; `betas`:
+    (channel, β) pairs overriding the run's β (a tuned β), each summarized under its own name."""
+    tuned = ",".join(f"{c}={float(b):.6g}" for c, b in sorted(betas))
+    return f"{FINAL}:{channel}" + (f"|β:{tuned}" if tuned else "")
 
 
 def fill(
@@ -32,16 +36,21 @@ def fill(
     estimator: str,
     config: tuple,
     progress: Callable[[int, int, str], None] | None = None,
+    betas: tuple = (),
 ) -> list[str]:
     """Compute and save the A_final credit summary of every rollout of `run` under `key` (a step at a
     time; each outcome channel's estimator at its declared scope through the store's cache). config: the
-    estimator's (key, value) pairs, its channel included. Returns notes for the user."""
+    estimator's (key, value) pairs, its channel included; betas: (channel, β) pairs overriding the run's β
+    (an InputError names a channel without a β). Returns notes for the user."""
     channel = dict(config).get("channel")
     with handle.read() as store:
         steps = sorted(int(s) for s in store.rollout_keys(run)["step"].unique())
         first = store.load_batch(run, steps=steps[:1])
         definitions = credit_summary.run_classes(store, run)
     specs = channel_credit.channel_specs(first, estimator, config, channel=channel)
+    unknown = sorted(set(dict(betas)) - set(specs))
+    if unknown:
+        raise InputError(f"--beta {unknown[0]}: the channels with a β on {channel} are {sorted(specs)}")
     notes: list[str] = []
     scoped = {}
     for name, spec in specs.items():
@@ -57,7 +66,9 @@ def fill(
             batch = store.load_batch(run, steps=[step])
             ids = batch.rollout_ids.tolist()
             projected = {c: s.padded(ids, batch.T) for c, s in scoped.items()}
-            credit = channel_credit.channel_credit(batch, estimator, config, None, projected, channel=channel)
+            credit = channel_credit.channel_credit(
+                batch, estimator, config, dict(betas) or None, projected, channel=channel
+            )
             rows.append(credit_summary.credit_rows(batch, credit.final, key.classes, definitions))
     try:
         with handle.write() as store, store.transaction():

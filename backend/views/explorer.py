@@ -51,7 +51,8 @@ def column_name(prefix: str, name: str) -> str:
     return f"{prefix}_{slug}"
 
 
-def _unique(prefix: str, names: list[str]) -> tuple[tuple[str, str], ...]:
+def unique_columns(prefix: str, names: list[str]) -> tuple[tuple[str, str], ...]:
+    """(column, name) for each name: `column_name(prefix, name)`, made unique in order."""
     out, seen = [], set()
     for name in names:
         alias = column_name(prefix, name)
@@ -113,6 +114,8 @@ class ExplorerQuery:
     offset: int = 0
     credit: str = "final"
     """The share columns' credit: "final" (A_final) or "channel" (the estimator's output on its channel)."""
+    betas: tuple = ()
+    """(channel, β) pairs overriding the run's β in A_final (a tuned β; `--beta C=X`); credit "final" only."""
 
 
 @dataclass
@@ -123,12 +126,18 @@ class ExplorerPage:
     notes: list[str] = field(default_factory=list)
 
 
-def _key(store: Store, run: str, name: str, config: tuple, credit: str = "channel") -> tuple[CreditKey, Any]:
+def _key(
+    store: Store, run: str, name: str, config: tuple, credit: str = "channel", betas: tuple = ()
+) -> tuple[CreditKey, Any]:
     """The credit summaries' key of estimator `name` with `config` (on the run's main channel unless the
-    config names a channel); credit "final": of A_final with that estimator."""
+    config names a channel); credit "final": of A_final with that estimator (and `betas`, a tuned β)."""
     # On use: the estimators (torch) load only when a query names one; the table without credit columns
     # is SQL over the summaries (`creditlens rollouts` without --estimator never imports torch).
-    from backend.credit import credit_summary, estimates  # noqa: PLC0415 - heavy (torch); only with an estimator
+    from backend.credit import (  # noqa: PLC0415 - heavy (torch); only with an estimator
+        credit_summary,
+        estimates,
+        final_credit,
+    )
     from backend.estimators import registry  # noqa: PLC0415 - heavy (torch, every estimator); idem
 
     try:
@@ -140,11 +149,16 @@ def _key(store: Store, run: str, name: str, config: tuple, credit: str = "channe
         raise InputError(f"estimator {name!r}: {exc}") from None
     if credit not in CREDITS:
         raise InputError(f"credit={credit!r}: one of {', '.join(CREDITS)}")
+    if betas and credit != "final":
+        raise InputError("--beta: a β weighs the channels of A_final; it needs --credit final")
+    for c, b in betas:
+        if not (isinstance(b, (int, float)) and 0 <= b < float("inf")):
+            raise InputError(f"--beta {c}={b}: β is a number ≥ 0")
     channel = estimates.channel_key(built)
     key = CreditKey(
         name,
         registry.config_hash(name, built),
-        f"final:{channel}" if credit == "final" else channel,
+        final_credit.final_channel(channel, betas) if credit == "final" else channel,
         credit_summary.credit_classes(store, run),
     )
     return key, built
@@ -170,16 +184,17 @@ def _spec(
     compare: str | None,
     compare_config: tuple,
     credit: str = "final",
+    betas: tuple = (),
 ) -> TableSpec:
     run_id = store.run_id(run)
-    scores = _unique("score", queries.run_channels(store, run_id))
-    metrics = _unique("metric", queries.run_metrics(store, run_id))
+    scores = unique_columns("score", queries.run_channels(store, run_id))
+    metrics = unique_columns("metric", queries.run_metrics(store, run_id))
     turns = queries.has_turns(store, run_id)
     if estimator is None:
         if compare is not None:
             raise InputError("--compare needs --estimator (the Spearman is between the two)")
         return TableSpec(run_id, scores, metric_columns=metrics, turn_columns=turns)
-    key, _ = _key(store, run, estimator, config, credit)
+    key, _ = _key(store, run, estimator, config, credit, betas)
     own = _key(store, run, estimator, config)[0] if credit == "final" else None
     other = _key(store, run, compare, compare_config)[0] if compare is not None else None
     if other is not None and other.channel != (own or key).channel:
@@ -187,13 +202,13 @@ def _spec(
     signed = tuple(
         (alias, sign, name)
         for sign in ("pos", "neg")
-        for alias, name in _unique(f"{sign}_share", list(key.classes))
+        for alias, name in unique_columns(f"{sign}_share", list(key.classes))
     )
     return TableSpec(
         run_id,
         scores,
         key,
-        _unique("share", list(key.classes)),
+        unique_columns("share", list(key.classes)),
         other,
         logged_gap_available(store, run),
         metrics,
@@ -202,7 +217,7 @@ def _spec(
         excess_columns=tuple(
             (alias, sign, name)
             for sign in ("", "pos", "neg")
-            for alias, name in _unique("_".join(filter(None, ("excess", sign))), list(key.classes))
+            for alias, name in unique_columns("_".join(filter(None, ("excess", sign))), list(key.classes))
         ),
         estimate=own,
     )
@@ -217,6 +232,7 @@ def prepare(
     compare_config: tuple = (),
     progress: Progress | None = None,
     credit: str = "final",
+    betas: tuple = (),
 ) -> list[str]:
     """Fill the summaries a query needs that the store lacks (stores older than migration 003, estimator
     outputs not yet computed, a new pair of estimators, A_final's with `credit` "final"); returns notes for
@@ -237,7 +253,7 @@ def prepare(
         agreement = len(keys) == 2 and queries.agreement_rows(store, run_id, keys[0][0], keys[1][0]) > 0
         final = None
         if estimator is not None and credit == "final":
-            final, _ = _key(store, run, estimator, config, credit)
+            final, _ = _key(store, run, estimator, config, credit, betas)
             final = None if queries.credit_summary_rows(store, run_id, final) == n else final
     if missing_summary:
         with handle.write() as store, store.transaction():
@@ -258,7 +274,7 @@ def prepare(
         from backend.credit import final_credit  # noqa: PLC0415 - heavy (torch); only when A_final's is missing
 
         on_main = main_channel.on_channel(estimator, config, keys[0][0].channel)
-        notes += final_credit.fill(handle, run, final, estimator, on_main, progress)
+        notes += final_credit.fill(handle, run, final, estimator, on_main, progress, betas)
     if len(keys) == 2 and not (agreement and all(c for _, _, c in keys)):
         try:
             with handle.write() as store, store.transaction():
@@ -325,13 +341,21 @@ def rollout_table(
             query.compare,
             query.compare_config,
             credit=query.credit,
+            betas=query.betas,
         )
         if prepare_missing
         else []
     )
     with handle.read() as store:
         spec = _spec(
-            store, run, query.estimator, query.config, query.compare, query.compare_config, query.credit
+            store,
+            run,
+            query.estimator,
+            query.config,
+            query.compare,
+            query.compare_config,
+            query.credit,
+            query.betas,
         )
         columns = queries.table_columns(store, spec)
         _check_column(query.sort, columns, "--sort", query)
@@ -361,7 +385,14 @@ def column_ranges(handle: StoreHandle, run: str, query: ExplorerQuery, columns: 
     """min/max of numeric columns over the whole run (bounds for filter sliders)."""
     with handle.read() as store:
         spec = _spec(
-            store, run, query.estimator, query.config, query.compare, query.compare_config, query.credit
+            store,
+            run,
+            query.estimator,
+            query.config,
+            query.compare,
+            query.compare_config,
+            query.credit,
+            query.betas,
         )
         return queries.column_ranges(store, spec, columns)
 
@@ -375,16 +406,18 @@ def step_trends(
     prepare_missing: bool = True,
     quantiles: bool = True,
     credit: str = "final",
+    betas: tuple = (),
 ) -> pd.DataFrame:
     """One row per step: rollouts, groups, reward, length, mean_entropy, kl (NULL without reference
     logprobs), zero_variance_share, truncated_share, repetition, score_<channel>...; with an estimator
     share_<class>... and excess_<class>... (of A_final, or with `credit` "channel" of the estimator's
     output), max_abs and (unless not `quantiles`) the quantiles q05, q25, q50, q75, q95 of the estimator's
-    A over the step's tokens (a sort of every token: the slow part on big runs)."""
+    A over the step's tokens (a sort of every token: the slow part on big runs). betas: a tuned β in
+    A_final, as `ExplorerQuery.betas`."""
     if prepare_missing:
-        prepare(handle, run, estimator, config, credit=credit)
+        prepare(handle, run, estimator, config, credit=credit, betas=betas)
     with handle.read() as store:
-        return step_trends_in(store, run, estimator, config, quantiles=quantiles, credit=credit)
+        return step_trends_in(store, run, estimator, config, quantiles=quantiles, credit=credit, betas=betas)
 
 
 def step_trends_in(
@@ -395,10 +428,11 @@ def step_trends_in(
     *,
     quantiles: bool = True,
     credit: str = "channel",
+    betas: tuple = (),
 ) -> pd.DataFrame:
     """`step_trends` on an open store, summaries as they are (the monitors read it beside their other
     numbers on one connection: opening one costs 0.1-0.3 s on a 150 MB store)."""
-    spec = _spec(store, run, estimator, config, None, (), credit)
+    spec = _spec(store, run, estimator, config, None, (), credit, betas)
     return trend_queries.step_trends(store, spec, quantiles=quantiles)
 
 
@@ -406,6 +440,13 @@ def table_columns(handle: StoreHandle, run: str, query: ExplorerQuery) -> list[s
     """The columns `rollout_table` returns for this query (without computing anything), `preview` last."""
     with handle.read() as store:
         spec = _spec(
-            store, run, query.estimator, query.config, query.compare, query.compare_config, query.credit
+            store,
+            run,
+            query.estimator,
+            query.config,
+            query.compare,
+            query.compare_config,
+            query.credit,
+            query.betas,
         )
         return queries.table_columns(store, spec) + ["preview"]

@@ -124,7 +124,7 @@ def test_shared_link_restores_a_configured_compare_view(page):
         "() => document.querySelector('.st-key-compare_difference .js-plotly-plot').layout.yaxis.ticktext"
     )
     assert ticks[0].startswith(f"grpo − {other}")
-    assert page.locator(".st-key-compare_scale input[type=radio]").nth(2).is_checked()  # auto, shared, row
+    assert page.locator(".st-key-compare_scale input").is_checked()  # the per-row scales toggle
     for part in (f"{other}.{field}={value}", "grpo.norm_by_std=False", f"diff={other}%2Cgrpo", "scale=row"):
         assert part in page.url, part  # the view's URL is still the whole view: it can be shared again
     assert page.locator("[data-testid=stAlert]").filter(has_text="cannot be honoured").count() == 0
