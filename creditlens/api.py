@@ -12,11 +12,12 @@ from backend.core.errors import InputError
 from backend.credit import main_channel
 from backend.credit.token_rows import TOKEN_ROWS_SCHEMA, estimate_config, token_tables
 from backend.estimators import registry
+from backend.monitor import compare_runs as run_comparison
 from backend.monitor import config as monitor_config
 from backend.monitor import monitors as monitor
 from backend.store import StoreHandle, store_handle
 from backend.store.runs import RUN_FIELDS
-from backend.views import explain, explorer
+from backend.views import compare_runs, explain, explorer
 
 # Errors name what a Python user wrote: keyword arguments, not the command line's `--set` and `--channel`.
 CHANNEL_AS = "channel={!r}"
@@ -44,11 +45,58 @@ class Lens:
         with self.handle.read() as store:
             return pd.DataFrame(store.list_runs(), columns=list(RUN_FIELDS))
 
+    def trends(
+        self,
+        runs: list[str] | tuple[str, ...],
+        estimator: str | None = None,
+        *,
+        channel: str | None = None,
+        credit: str = "final",
+        **params,
+    ) -> pd.DataFrame:
+        """Several runs' trends (`creditlens trends --run a --run b ...`): one row per run and step, `run`
+        first; each run's rows are its `run(name).trends(...)`."""
+        runs = list(runs)
+        if estimator is not None:
+            _check_params(estimator, params)
+        return compare_runs.run_trends(
+            self.handle, runs, estimator, params, channel, credit=credit, channel_as=CHANNEL_AS
+        )
+
+    def compare(
+        self,
+        runs: list[str] | tuple[str, ...],
+        estimator: str = "grpo",
+        *,
+        channel: str | None = None,
+        config: str | Path | None = None,
+        **params,
+    ) -> pd.DataFrame:
+        """Runs side by side (`creditlens compare-runs --json`): one row per run with its size, last and
+        best mean score per channel, credit shares by token class at its first and last step, entropy, KL
+        and length at its last step, the monitors' earliest warning (`first_alert_step`, None when quiet) and
+        `config.<key>` for the configuration keys that differ. `config`: the monitors' TOML settings."""
+        _check_params(estimator, params)
+        settings = monitor_config.load_settings(config)
+        return run_comparison.compare_runs(
+            self.handle, list(runs), estimator, params, channel, settings=settings, channel_as=CHANNEL_AS
+        )
+
     def run(self, name: str) -> Run:
         """The run called `name` (an InputError naming the known runs when there is none)."""
         with self.handle.read() as store:
             store.run_id(name)
         return Run(self.handle, name)
+
+
+def _check_params(estimator: str, params: dict[str, Any]) -> None:
+    """Bad estimator names and keyword values fail here, as `--set` does."""
+    try:
+        registry.make_config(estimator, **params)
+    except registry.UnknownEstimator as exc:
+        raise InputError(str(exc)) from None
+    except ValueError as exc:
+        raise InputError(f"{estimator} keyword arguments: {exc}") from None
 
 
 class Run:
@@ -69,12 +117,7 @@ class Run:
         """The sorted (field, value) pairs the Explorer functions take, on `channel` (default: main)."""
         if estimator is None:
             return ()
-        try:
-            registry.make_config(estimator, **params)  # bad names and values fail here, as `--set` does
-        except registry.UnknownEstimator as exc:
-            raise InputError(str(exc)) from None
-        except ValueError as exc:
-            raise InputError(f"{estimator} keyword arguments: {exc}") from None
+        _check_params(estimator, params)
         return main_channel.config_on_channel(self.handle, self.name, estimator, params, channel, CHANNEL_AS)
 
     def rollouts(

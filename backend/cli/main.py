@@ -13,6 +13,7 @@ import sys
 from backend.cli import (
     app_server,
     checkpoints,
+    compare_runs,
     estimators,
     explorer,
     model_credit,
@@ -39,6 +40,7 @@ COMMAND_MODULES = (
     steps,
     synthetic,
     explorer,
+    compare_runs,
     monitor,
     tune,
     app_server,

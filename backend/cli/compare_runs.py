@@ -1,0 +1,69 @@
+"""`creditlens compare-runs --run A --run B ...`: one row per run (`backend.monitor.compare_runs`, the
+function `creditlens.open().compare([...])` and the Runs comparison view call): size, scores, credit shares
+by token class at the first and last step, entropy/KL/length at the last step, the monitors' earliest warning
+and the configuration keys that differ."""
+
+from __future__ import annotations
+
+import sys
+
+import pandas as pd
+
+from backend.cli.common import add_db_arg, parse_overrides
+from backend.store import store_handle
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser(
+        "compare-runs",
+        help="runs side by side: one row per run with scores, credit shares by class, the monitors' "
+        "earliest warning and the configuration keys that differ",
+    )
+    add_db_arg(p)
+    p.add_argument(
+        "--run", action="append", required=True, help="run name; repeat for each run (in the order wanted)"
+    )
+    p.add_argument(
+        "--estimator",
+        default="grpo",
+        help="estimator whose credit shares and monitors are given (default grpo)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="estimator parameter, repeatable",
+    )
+    p.add_argument(
+        "--channel",
+        default=None,
+        help="reward channel the estimator reads on every run (default: each run's own main channel)",
+    )
+    p.add_argument("--json", action="store_true", help="print the rows as a JSON list of objects")
+    p.set_defaults(func=cmd_compare_runs)
+
+
+def cmd_compare_runs(args) -> int:
+    from backend.monitor import compare_runs  # noqa: PLC0415 - heavy (torch, estimators); see backend/cli/__init__.py
+
+    handle = store_handle(args.db)
+    frame = compare_runs.compare_runs(
+        handle, args.run, args.estimator, parse_overrides(args.overrides), args.channel
+    )
+    if args.json:
+        sys.stdout.write(frame.to_json(orient="records", double_precision=15))
+        sys.stdout.write("\n")
+    else:
+        print(as_text(frame))
+    print(f"{len(frame)} runs compared ({args.estimator})", file=sys.stderr)
+    return 0
+
+
+def as_text(frame: pd.DataFrame) -> str:
+    """The rows as a table with a column per run (rows are wide, runs are few); the full configuration is
+    left out (the `config.<key>` rows show the keys that differ; --json has it all)."""
+    shown = frame.drop(columns=["config"]).set_index("run").T
+    shown.columns.name = None  # the header line is the runs' names alone
+    return shown.map(lambda v: "-" if v is None or v is pd.NA or v != v else v).to_string()

@@ -1,0 +1,119 @@
+"""Runs side by side (issue 45): the trends of several runs in one table, and one summary row per run.
+
+`run_trends` is `creditlens trends --run a --run b ...`, `creditlens.open().trends([...])` and the Trends
+view over several runs: each run's rows are exactly `explorer.step_trends` of that run (its single-run
+command), with a `run` column first. `summary_row` and `add_config_differences` build the rows of
+`creditlens compare-runs` (`backend.monitor.compare_runs`, a layer up because it runs the monitors): per run
+its size, last and best mean score per channel, credit shares by token class at its first and last step,
+entropy/KL/length at its last step and the trainer configuration keys that differ between the runs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from backend.core.errors import InputError
+from backend.credit import main_channel
+from backend.store import StoreHandle
+from backend.views import explorer, run_config
+
+LAST_AT_STEP = ("mean_entropy", "kl", "length")
+"""The step statistics a comparison row gives at the run's last step (`last_<name>`)."""
+
+
+def check_runs(runs: list[str] | tuple[str, ...], given_as: str = "--run") -> list[str]:
+    """The run names in order; an InputError for none or for a name given twice."""
+    runs = [str(r) for r in runs]
+    if not runs:
+        raise InputError(f"{given_as}: name at least one run")
+    seen = set()
+    for run in runs:
+        if run in seen:
+            raise InputError(f"{given_as} {run!r}: given twice; name each run once")
+        seen.add(run)
+    return runs
+
+
+def estimator_config(
+    handle: StoreHandle,
+    run: str,
+    estimator: str | None,
+    overrides: dict,
+    channel: str | None,
+    channel_as: str = main_channel.CLI_CHANNEL,
+) -> tuple:
+    """The (field, value) pairs `run`'s rows are looked up by: the overrides on `channel` (default: that
+    run's own main channel), as the single-run command computes them."""
+    if estimator is None:
+        return tuple(sorted(overrides.items()))
+    return main_channel.config_on_channel(handle, run, estimator, overrides, channel, channel_as)
+
+
+def run_trends(
+    handle: StoreHandle,
+    runs: list[str] | tuple[str, ...],
+    estimator: str | None = None,
+    overrides: dict | None = None,
+    channel: str | None = None,
+    *,
+    credit: str = "final",
+    channel_as: str = main_channel.CLI_CHANNEL,
+) -> pd.DataFrame:
+    """One row per run and step: `run`, then each run's `explorer.step_trends` columns (their union, in
+    first-seen order; a column another run lacks is empty on this run's rows)."""
+    frames = []
+    for run in check_runs(runs):
+        config = estimator_config(handle, run, estimator, dict(overrides or {}), channel, channel_as)
+        frame = explorer.step_trends(handle, run, estimator, config, credit=credit)
+        frame.insert(0, "run", run)
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True, sort=False)
+
+
+def summary_row(run: str, size: dict, trends: pd.DataFrame, meta: dict) -> dict:
+    """A comparison row without the monitors' columns: `size` is the run's `list_runs` entry, `trends` its
+    `step_trends` (with the estimator whose shares are given), `meta` its run meta (the configuration)."""
+    first, last = (trends.iloc[0], trends.iloc[-1]) if len(trends) else (None, None)
+    row: dict = {
+        "run": run,
+        "source": size["source"],
+        "steps": size["steps"],
+        "rollouts": size["rollouts"],
+        "tokens": size["tokens"],
+        "first_step": _number(first, "step"),
+        "last_step": _number(last, "step"),
+    }
+    scores = [c for c in trends.columns if c.startswith("score_")]
+    for column in scores:
+        row[f"last_{column}"] = _number(last, column)
+        best = trends[column].max()
+        row[f"best_{column}"] = None if pd.isna(best) else float(best)
+    for column in [c for c in trends.columns if c.startswith("share_")]:
+        row[f"first_{column}"] = _number(first, column)
+        row[f"last_{column}"] = _number(last, column)
+    for name in LAST_AT_STEP:
+        row[f"last_{name}"] = _number(last, name)
+    row["config_source"] = meta.get(run_config.SOURCE_KEY)
+    row["config"] = run_config.flatten(meta.get(run_config.CONFIG_KEY))
+    return row
+
+
+def add_config_differences(rows: list[dict]) -> None:
+    """Add `config.<key>` to every row for each configuration key whose value differs between the rows'
+    runs (None where a run lacks it)."""
+    configs = {row["run"]: row["config"] for row in rows}
+    for key in run_config.differing_keys(configs):
+        for row in rows:
+            row[f"config.{key}"] = row["config"].get(key)
+
+
+def _number(series: pd.Series | None, column: str) -> float | int | None:
+    """The value of `column` in one trends row as a plain number; None when absent or empty (NaN)."""
+    if series is None or column not in series.index:
+        return None
+    value = series[column]
+    if value is None or (isinstance(value, float) and math.isnan(value)) or pd.isna(value):
+        return None
+    return int(value) if column == "step" else float(value)

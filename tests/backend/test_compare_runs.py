@@ -1,0 +1,151 @@
+"""Runs side by side (issue 45): multi-run trends are each run's own single-run rows, and `compare-runs` gives
+the monitors' onset of a planted pathology in `first_alert_step` (null on a healthy run), the run's numbers
+as its trends give them, and the configuration keys that differ. Runs from the monitor tests' generator."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+import creditlens
+from backend.cli import compare_runs as cli_compare
+from backend.ingest import import_records
+from backend.monitor import compare_runs
+from backend.store import Store, StoreHandle
+from backend.views import explorer, run_config
+from tests.backend.test_monitor import ONSET, monitor_records
+from tests.conftest import run_cli_here
+
+RUNS = ("healthy", "entropy_collapse", "truncation")
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    """A healthy run and two with a pathology planted at step ONSET; the first two with a stored config
+    that differs in one key (and one nested key), the third with none."""
+    path = tmp_path_factory.mktemp("compare_runs") / "runs.duckdb"
+    with Store(path) as store:
+        import_records(store, "healthy", monitor_records(None, seed=0), content_key="healthy")
+        for plant in RUNS[1:]:
+            import_records(store, plant, monitor_records(plant, seed=2), content_key=plant)
+        base = {"beta": 0.04, "learning_rate": 1e-6, "model": {"name": "tiny", "dtype": "bf16"}}
+        store.set_run_meta("healthy", run_config.CONFIG_KEY, base)
+        store.set_run_meta(
+            "entropy_collapse",
+            run_config.CONFIG_KEY,
+            {**base, "beta": 0.0, "model": {"name": "tiny", "dtype": "fp32"}},
+        )
+        store.set_run_meta("entropy_collapse", run_config.SOURCE_KEY, "trl args")
+    return path
+
+
+@pytest.fixture(scope="module")
+def printed(db) -> list[dict]:
+    """`creditlens compare-runs --json` on the three runs, as printed."""
+    done = run_cli_here("compare-runs", "--db", db, *[a for r in RUNS for a in ("--run", r)], "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def compared(printed) -> pd.DataFrame:
+    return pd.DataFrame(printed)
+
+
+def _command_rows(*args) -> list[dict]:
+    done = run_cli_here("trends", *args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.slow
+def test_multi_run_trends_rows_are_each_runs_own_command(db):
+    both = _command_rows("--db", db, "--run", "truncation", "--run", "healthy", "--estimator", "grpo")
+    assert [r["run"] for r in both] == ["truncation"] * 14 + ["healthy"] * 14  # the order given
+    for run in ("truncation", "healthy"):
+        own = _command_rows("--db", db, "--run", run, "--estimator", "grpo")
+        mine = [{k: v for k, v in r.items() if k != "run"} for r in both if r["run"] == run]
+        assert mine == own, run
+        assert "run" not in own[0]  # one run: the table as it always was
+    assert {"share_filler", "q50", "kl"} <= set(both[0])
+    # the Python API returns the same table
+    lens_rows = creditlens.open(db).trends(["truncation", "healthy"], estimator="grpo")
+    assert json.loads(lens_rows.to_json(orient="records", double_precision=15)) == both
+
+
+def test_multi_run_trends_refuse_a_run_twice_and_name_an_unknown_one(db):
+    done = run_cli_here("trends", "--db", db, "--run", "healthy", "--run", "healthy", "--json")
+    assert done.returncode == 2 and "'healthy': given twice" in done.stderr
+    done = run_cli_here("trends", "--db", db, "--run", "healthy", "--run", "nope", "--json")
+    assert done.returncode == 2 and "no run named 'nope'" in done.stderr and "healthy" in done.stderr
+
+
+def test_first_alert_step_is_the_planted_onset_and_null_when_healthy(printed):
+    rows = {row["run"]: row for row in printed}
+    assert list(rows) == list(RUNS)
+    healthy = rows["healthy"]
+    assert healthy["first_alert_step"] is None and healthy["first_alert_detector"] is None  # JSON null
+    assert healthy["warnings"] == 0
+    for plant in RUNS[1:]:
+        assert rows[plant]["first_alert_step"] == ONSET, plant
+        assert rows[plant]["first_alert_detector"] == plant
+        assert rows[plant]["warnings"] >= 1
+
+
+def test_the_row_holds_the_runs_trends_numbers(db, compared):
+    handle = StoreHandle(db)
+    row = compared.set_index("run").loc["truncation"]
+    trends = explorer.step_trends(handle, "truncation", "grpo", (("channel", "task"),))
+    assert (row["steps"], row["rollouts"], row["first_step"], row["last_step"]) == (14, 14 * 40, 0, 13)
+    assert row["tokens"] > 14 * 40 * 30
+    last, first = trends.iloc[-1], trends.iloc[0]
+    assert row["last_score_task"] == pytest.approx(last["score_task"])
+    assert row["best_score_task"] == pytest.approx(trends["score_task"].max())
+    assert row["best_score_task"] > row["last_score_task"] or trends["score_task"].idxmax() == 13
+    for name in ("mean_entropy", "kl", "length"):
+        assert row[f"last_{name}"] == pytest.approx(last[name]), name
+    assert row["first_share_filler"] == pytest.approx(first["share_filler"])
+    assert row["last_share_filler"] == pytest.approx(last["share_filler"])
+    assert row["last_share_filler"] != pytest.approx(row["first_share_filler"])
+
+
+def test_the_configuration_keys_that_differ(compared):
+    rows = compared.set_index("run")
+    differing = sorted(c for c in compared.columns if c.startswith("config."))
+    assert differing == ["config.beta", "config.model.dtype"]  # learning_rate and model.name agree
+    assert rows.loc["healthy", "config.beta"] == 0.04 and rows.loc["entropy_collapse", "config.beta"] == 0.0
+    assert rows.loc["entropy_collapse", "config.model.dtype"] == "fp32"
+    assert pd.isna(rows.loc["truncation", "config.beta"])  # nothing stored: not compared, shown empty
+    assert rows.loc["truncation", "config"] == {}
+    assert rows.loc["entropy_collapse", "config_source"] == "trl args"
+    assert rows.loc["healthy", "config"]["model.name"] == "tiny"
+
+
+def test_the_python_api_and_the_text_table_give_the_same_rows(db, compared):
+    lens = creditlens.open(db).compare(list(RUNS))
+    assert json.loads(lens.to_json(orient="records", double_precision=15)) == json.loads(
+        compared.to_json(orient="records", double_precision=15)
+    )
+    lines = cli_compare.as_text(lens).splitlines()  # what the command prints without --json
+    assert lines[0].split() == list(RUNS)
+    assert next(line for line in lines if line.startswith("first_alert_step")).split()[1:] == ["-", "9", "9"]
+    assert next(line for line in lines if line.startswith("config.beta")).split()[1:] == ["0.04", "0.0", "-"]
+
+
+def test_compare_runs_function_errors_name_the_run(db):
+    handle = StoreHandle(db)
+    with pytest.raises(Exception, match="no run named 'nope'"):
+        compare_runs.compare_runs(handle, ["healthy", "nope"])
+    done = run_cli_here("compare-runs", "--db", db, "--run", "healthy", "--estimator", "nope")
+    assert done.returncode == 2 and "nope" in done.stderr and "grpo" in done.stderr
+
+
+def test_flatten_and_differing_keys():
+    flat = run_config.flatten({"a": {"b": 1, "c": [1, 2]}, "d": None})
+    assert flat == {"a.b": 1, "a.c": "[1, 2]", "d": None}
+    assert run_config.differing_keys({"x": {"k": 1}, "y": {"k": 1.0}}) == []  # 1 and 1.0: the same setting
+    assert run_config.differing_keys({"x": {"k": 1}, "y": {"k": True}}) == ["k"]
+    assert run_config.differing_keys({"x": {"k": 1}, "y": {}}) == []  # y stores nothing
+    assert run_config.differing_keys({"x": {"k": 1}, "y": {"j": 1}}) == ["j", "k"]
