@@ -10,7 +10,6 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from app.ui.fmt import safe
 from app.ui.scales import DIVERGING, symmetric_range
@@ -65,28 +64,37 @@ def rank_agreement_figure(matrix: pd.DataFrame) -> go.Figure:
     return fig
 
 
-# Estimators' colours in the class-mass bars: Dark2 without red or blue (they mean the sign of credit).
-ESTIMATOR_COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#66a61e", "#e6ab02", "#a6761d")
+# Series colours (estimators in the class-mass bars, channels in Tune's replay): Dark2 without red or blue,
+# which mean the sign of credit.
+SERIES_COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#66a61e", "#e6ab02", "#a6761d")
+
+
+def token_share_marks(classes, token_share) -> go.Scatter:
+    """The dash at each token class's share of tokens, drawn over its credit-share bars."""
+    return go.Scatter(
+        x=[safe(c) for c in classes],
+        y=token_share,
+        mode="markers",
+        marker={"symbol": "line-ew-open", "size": 24, "line": {"width": 3}, "color": "#333"},
+        name="share of tokens",
+    )
 
 
 def class_mass_figure(frame: pd.DataFrame) -> go.Figure:
     """Credit share per token class and estimator (bars) against the class's share of tokens (marks)."""
     fig = go.Figure()
     for i, (name, part) in enumerate(frame.groupby("estimator", sort=False)):
-        colour = ESTIMATOR_COLOURS[i % len(ESTIMATOR_COLOURS)]  # never red/blue: those mean the credit's sign
+        colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]  # never red/blue: those mean the credit's sign
         fig.add_trace(
-            go.Bar(x=part["token_class"], y=part["credit_share"], name=safe(name), marker_color=colour)
+            go.Bar(
+                x=[safe(c) for c in part["token_class"]],
+                y=part["credit_share"],
+                name=safe(name),
+                marker_color=colour,
+            )
         )
     counts = frame.drop_duplicates("token_class")
-    fig.add_trace(
-        go.Scatter(
-            x=counts["token_class"],
-            y=counts["token_share"],
-            mode="markers",
-            marker={"symbol": "line-ew-open", "size": 28, "line": {"width": 3}, "color": "#333"},
-            name="share of tokens",
-        )
-    )
+    fig.add_trace(token_share_marks(counts["token_class"], counts["token_share"]))
     fig.update_layout(
         barmode="group",
         height=360,
@@ -160,51 +168,7 @@ def prefix_tree_figure(frame: pd.DataFrame, zmax: float | None = None) -> go.Fig
     return fig
 
 
-def beta_trajectories(frame: pd.DataFrame) -> go.Figure:
-    """Dual-ascent replay: β_c over steps (top) and violation rates against τ_c (bottom).
-
-    frame: rows (step, channel, beta, rate, tau)."""
-    fig = make_subplots(
-        rows=2, cols=1, shared_xaxes=True, subplot_titles=("β per channel", "violation rate vs τ")
-    )
-    palette = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d"]
-    for i, (channel, part) in enumerate(frame.groupby("channel", sort=False)):
-        color = palette[i % len(palette)]
-        name = safe(channel)
-        for row, column, label in ((1, "beta", name), (2, "rate", f"{name} rate")):
-            fig.add_trace(
-                go.Scatter(
-                    x=part["step"],
-                    y=part[column],
-                    mode=_line_mode(part["step"]),
-                    name=label,
-                    line={"color": color},
-                    legendgroup=name,
-                    showlegend=row == 1,
-                ),
-                row=row,
-                col=1,
-            )
-        fig.add_trace(
-            go.Scatter(
-                x=part["step"],
-                y=part["tau"],
-                mode="lines",
-                name=f"τ {name}",
-                line={"color": color, "dash": "dash"},
-                legendgroup=name,
-                showlegend=False,
-            ),
-            row=2,
-            col=1,
-        )
-    fig.update_layout(height=460, margin={"l": 10, "r": 10, "t": 30, "b": 10})
-    fig.update_xaxes(tickformat="d", dtick=_step_tick(frame["step"]))
-    fig.update_xaxes(title="step", row=2, col=1)
-    return fig
-
-
-def _step_tick(steps) -> int:
+def step_tick(steps) -> int:
     """An integer tick spacing showing at most about 10 steps."""
     span = int(np.nanmax(steps) - np.nanmin(steps)) if len(steps) else 0
     return max(1, math.ceil(span / 10))
@@ -287,7 +251,7 @@ def _trend_layout(fig: go.Figure, title: str, steps: pd.Series, yaxis: dict | No
         height=TREND_HEIGHT,
         # whole steps, at most about 10 labels: a tick per step drew (and measured) every label of a long
         # run, 150 steps x 9 charts took Trends 14.7 s to draw
-        xaxis={"title": "step", "tickformat": "d", "dtick": _step_tick(steps)},
+        xaxis={"title": "step", "tickformat": "d", "dtick": step_tick(steps)},
         yaxis=yaxis or {},
         margin={"l": 10, "r": 10, "t": 76, "b": 10},
         # below the axis title, growing downwards: a legend of two or three rows never covers "step"
@@ -300,7 +264,7 @@ def _trend_layout(fig: go.Figure, title: str, steps: pd.Series, yaxis: dict | No
 MARKED_STEPS = 40  # a marker per step up to this many; beyond, markers hide the line and slow the draw
 
 
-def _line_mode(steps: pd.Series) -> str:
+def line_mode(steps: pd.Series) -> str:
     return "lines+markers" if len(steps) <= MARKED_STEPS else "lines"
 
 
@@ -320,7 +284,7 @@ def trend_lines(frame: pd.DataFrame, columns: dict[str, str], title: str, percen
         if values.isna().all():
             empty.append(safe(label))
             continue
-        fig.add_trace(go.Scatter(x=frame["step"], y=values, mode=_line_mode(frame["step"]), name=safe(label)))
+        fig.add_trace(go.Scatter(x=frame["step"], y=values, mode=line_mode(frame["step"]), name=safe(label)))
     for label in empty:  # in the legend, where its line would be (under the title it read as the title's)
         fig.add_trace(
             go.Scatter(
@@ -349,7 +313,7 @@ def class_share_trend(
                 x=frame["step"],
                 y=frame[column].astype(float),
                 name=safe(label),
-                mode=_line_mode(frame["step"]),
+                mode=line_mode(frame["step"]),
                 connectgaps=False,
                 hovertemplate="%{y:.1%}",
             )
@@ -392,7 +356,7 @@ def quantile_band(frame: pd.DataFrame) -> go.Figure:
         go.Scatter(
             x=step,
             y=frame["q50"].astype(float),
-            mode=_line_mode(step),
+            mode=line_mode(step),
             name="median",
             line={"color": "#4575b4"},
         )

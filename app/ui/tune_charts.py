@@ -1,20 +1,19 @@
 """The Tune view's run-level figures (issue 43 item 3): the dual-ascent replay (β and violation rate per
 logged step and channel, against τ and each channel's threshold) and a β's effect on the whole run (channel
 and class shares of |A| before and after, over the run and per step). Frames from backend/views/tune.py in,
-`go.Figure` out; names are escaped."""
+`go.Figure` out; names are escaped. Colours, step ticks, line modes and the token-share dash are
+`app.ui.charts`' own, so Tune's figures read like the other views'."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from app.ui.charts import SERIES_COLOURS, line_mode, step_tick, token_share_marks
 from app.ui.fmt import safe
 
-PALETTE = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d"]
 BEFORE, AFTER = "#9e9e9e", "#1b9e77"  # grey and green: never red/blue, which mean negative/positive credit
 
 
@@ -23,11 +22,7 @@ def _steps_axis(fig: go.Figure, steps) -> None:
     steps = sorted({int(s) for s in steps})
     if steps:
         pad = 0.5 if len(steps) > 1 else 1.0
-        fig.update_xaxes(
-            range=[steps[0] - pad, steps[-1] + pad],
-            tickformat="d",
-            dtick=max(1, math.ceil((steps[-1] - steps[0]) / 10)),
-        )
+        fig.update_xaxes(range=[steps[0] - pad, steps[-1] + pad], tickformat="d", dtick=step_tick(steps))
 
 
 def replay_figure(frame: pd.DataFrame, start: dict[str, float]) -> go.Figure:
@@ -37,8 +32,8 @@ def replay_figure(frame: pd.DataFrame, start: dict[str, float]) -> go.Figure:
         rows=2, cols=1, shared_xaxes=True, subplot_titles=("β per channel", "violation rate vs τ")
     )
     for i, (channel, part) in enumerate(frame.groupby("channel", sort=False)):
-        color, name = PALETTE[i % len(PALETTE)], safe(channel)
-        mode = "lines+markers" if len(part) < 30 else "lines"
+        color, name = SERIES_COLOURS[i % len(SERIES_COLOURS)], safe(channel)
+        mode = line_mode(part["step"])
         fig.add_trace(
             go.Scatter(
                 x=part["step"], y=part["beta"], mode=mode, name=name, line={"color": color}, legendgroup=name
@@ -124,17 +119,7 @@ def effect_figure(frame: pd.DataFrame) -> go.Figure:
                 col=col,
             )
     classes = whole[(whole["kind"] == "class") & (whole["which"] == "before")]
-    fig.add_trace(
-        go.Scatter(
-            x=[safe(n) for n in classes["name"]],
-            y=classes["token_share"],
-            mode="markers",
-            marker={"symbol": "line-ew-open", "size": 22, "line": {"width": 3}, "color": "#333"},
-            name="share of tokens",
-        ),
-        row=1,
-        col=2,
-    )
+    fig.add_trace(token_share_marks(classes["name"], classes["token_share"]), row=1, col=2)
     fig.update_layout(
         barmode="group",
         height=380,
@@ -151,14 +136,14 @@ def effect_steps_figure(frame: pd.DataFrame) -> go.Figure:
     steps = frame[frame["step"].notna() & (frame["kind"] == "channel")]
     fig = go.Figure()
     for i, (channel, part) in enumerate(steps.groupby("name", sort=False)):
-        color, name = PALETTE[i % len(PALETTE)], safe(channel)
+        color, name = SERIES_COLOURS[i % len(SERIES_COLOURS)], safe(channel)
         for which, dash in (("before", "dot"), ("after", "solid")):
             rows = part[part["which"] == which]
             fig.add_trace(
                 go.Scatter(
                     x=rows["step"].astype(int),
                     y=rows["share"],
-                    mode="lines+markers",
+                    mode=line_mode(rows["step"]),
                     name=f"{name} ({which})",
                     line={"color": color, "dash": dash},
                     legendgroup=name,

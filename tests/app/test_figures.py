@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.io as pio
 import pytest
 
-from app.ui import charts, fmt, heatmaps, scales, strip_figures
+from app.ui import charts, fmt, heatmaps, scales, strip_figures, tune_charts
 from tests.app.conftest import IMG, SCRIPT
 
 
@@ -152,11 +152,12 @@ def test_beta_replay_has_integer_step_ticks():
             "step": [0, 1, 2],
             "channel": ["style"] * 3,
             "beta": [1.0, 1.1, 1.2],
-            "rate": [0.3, 0.2, 0.1],
+            "violation_rate": [0.3, 0.2, 0.1],
             "tau": [0.1] * 3,
+            "threshold": [0.0] * 3,
         }
     )
-    fig = charts.beta_trajectories(frame)
+    fig = tune_charts.replay_figure(frame, {"style": 1.0})
     assert fig.layout.xaxis.tickformat == "d" and fig.layout.xaxis.dtick == 1
 
 
@@ -197,16 +198,18 @@ def test_every_builder_escapes_names():
                 }
             )
         ),
-        charts.beta_trajectories(
+        tune_charts.replay_figure(
             pd.DataFrame(
                 {
                     "step": [0, 1],
                     "channel": [bad, bad],
                     "beta": [1.0, 1.2],
-                    "rate": [0.3, 0.2],
+                    "violation_rate": [0.3, 0.2],
                     "tau": [0.1, 0.1],
+                    "threshold": [0.0, 0.0],
                 }
-            )
+            ),
+            {bad: 1.0},
         ),
         charts.oracle_metrics_figure(pd.DataFrame({"estimator": [bad], "auroc": [0.7]}), ["auroc"]),
     ]
@@ -269,5 +272,5 @@ def test_trend_charts_of_a_long_run_label_about_ten_whole_steps_and_drop_the_mar
             assert fig.layout.xaxis.tickformat == "d" and fig.layout.xaxis.dtick == dtick
         assert charts.trend_lines(frame, {"length": "mean length"}, "length").data[0].mode == mode
         assert charts.quantile_band(frame).data[-1].mode == mode
-        replay = frame.assign(channel="style", beta=1.0, rate=0.1, tau=0.1)
-        assert charts.beta_trajectories(replay).data[0].mode == mode  # Tune's dual-ascent replay
+        replay = frame.assign(channel="style", beta=1.0, violation_rate=0.1, tau=0.1, threshold=0.0)
+        assert tune_charts.replay_figure(replay, {}).data[0].mode == mode  # Tune's dual-ascent replay
