@@ -7,6 +7,9 @@ given to that turn's trained tokens.
 - `turn_credit` (PrimeIntellect-ai/prime-rl, `src/prime_rl/orchestrator/algo/turn_credit.py`
   `TurnCreditAlgorithm`, `deltas`, `smear`): a GRPO level over the return shaped by each turn's progress,
   plus β times each turn's centered, backward-smeared progress.
+- `gigpo` (langfengQ/verl-agent, `gigpo/core_gigpo.py` `compute_gigpo_outcome_advantage`): the episode's
+  group-relative advantage plus `step_advantage_w` times a step advantage relative to the other steps of the
+  group that acted on the same observation (an anchor state).
 
 Turns come from `batch.turns` as column spans; the batch an estimator sees has untrained tokens (a tool's
 output) out of `response_mask` already (`RolloutBatch.trained`), so "the turn's tokens" are its trained
@@ -37,6 +40,11 @@ PA_SOURCE = (
 TURN_CREDIT_SOURCE = (
     "prime-rl turn credit: PrimeIntellect-ai/prime-rl src/prime_rl/orchestrator/algo/turn_credit.py "
     "TurnCreditAlgorithm, deltas, smear (commit 510fde36c3472ce884a3523e8969da4f9c6f897d)"
+)
+GIGPO_SOURCE = (
+    "GiGPO (arXiv 2505.10978): langfengQ/verl-agent gigpo/core_gigpo.py compute_gigpo_outcome_advantage, "
+    "episode_norm_reward, build_step_group, step_norm_reward, compute_step_discounted_returns (commit "
+    "29e3e8b3e3412aff53b1e4a461dac77a8eec19bd, read in the fork cq-dong/verl-agent)"
 )
 TokenAgg = Literal["mean", "sum", "last", "min", "max"]
 
@@ -247,5 +255,118 @@ def turn_credit(batch: RolloutBatch, config: TurnCreditConfig) -> EstimatorResul
         "center": center.to(torch.float32),
         "turn": index.to(torch.float32),
         "credit": credit.to(torch.float32),
+    }
+    return EstimatorResult(torch.where(mask, adv.to(torch.float32), 0.0), diagnostics)
+
+
+# --- GiGPO ------------------------------------------------------------------------------------------------
+
+
+def anchor_keys(batch: RolloutBatch, row: int) -> list[tuple]:
+    """The observation each assistant turn of `row` acts on, as a hashable key: the prompt for the first
+    turn (a group shares its prompt), else the token ids written since the previous assistant turn (a
+    tool's answer, an environment's observation). verl-agent's `anchor_obs` is the environment's
+    observation without history; on a response this is the closest thing the log holds."""
+    spans = assistant_spans(batch, row)
+    ids = batch.token_ids[row].tolist()
+    keys, previous_end = [], None
+    for start, end in spans:
+        keys.append(("prompt",) if previous_end is None else ("obs", *ids[previous_end:start]))
+        previous_end = end
+    return keys
+
+
+def _relative(values: dict, members: dict, singleton_mean_zero: bool, std_norm: bool, eps: float) -> dict:
+    """Each key's value minus its member group's mean, over the group's unbiased std + ε when `std_norm`; a
+    group of one has std 1 and mean 0 (episodes) or its own value (steps), as verl-agent's code has it."""
+    out = {}
+    for keys in members.values():
+        vals = torch.tensor([values[k] for k in keys], dtype=torch.float64)
+        if len(keys) == 1:
+            mean, std = (0.0 if singleton_mean_zero else float(vals[0])), 1.0
+        else:
+            mean, std = float(vals.mean()), float(vals.std())
+        for k in keys:
+            out[k] = (values[k] - mean) / (std + eps) if std_norm else values[k] - mean
+    return out
+
+
+@dataclass(frozen=True)
+class GiGPOConfig(Config):
+    """GiGPO: episode group advantage + step_advantage_w × step advantage over anchor-state groups."""
+
+    channel: str = param("task", help="Reward channel whose sequence score is the episode reward")
+    gamma: float = param(
+        0.95, low=0.0, high=1.0, help="γ: discount of the step returns (verl-agent's scripts use 0.95)"
+    )
+    step_advantage_w: float = param(1.0, low=0.0, high=100.0, help="ω: weight of the step advantage")
+    mode: Literal["mean_norm", "mean_std_norm"] = param(
+        "mean_norm", help="mean_norm: subtract the group mean; mean_std_norm: also divide by std + ε"
+    )
+    epsilon: float = param(1e-6, low=0.0, high=1.0, help="ε added to the std (mean_std_norm)")
+
+
+def explain_gigpo(v: Terms) -> list[str]:
+    """A_t = A_episode + ω A_step of the token's turn."""
+    turn = v.at("turn")
+    if turn is None or turn < 0:
+        return ["not in an assistant turn: A_t = 0"]
+    w = float(v.cfg.get("step_advantage_w", 1.0))
+    return [
+        f"episode: R = {v.seq.get('R', float('nan')):.4g}, relative to the group's steps: "
+        f"A_episode = {v.at('episode_advantage'):.4g}",
+        f"step (turn {int(turn) + 1}): return γ^(K−1−k) R = {v.at('step_return'):.4g} among "
+        f"{int(v.at('anchor_size'))} step(s) on the same observation: A_step = {v.at('step_advantage'):.4g}",
+        f"A_t = A_episode + ω A_step = {v.at('episode_advantage'):.4g} + {w:g} × "
+        f"{v.at('step_advantage'):.4g} = {v.A:.4g}",
+    ]
+
+
+@register(
+    "gigpo",
+    GiGPOConfig,
+    "GiGPO (verl-agent): episode group advantage plus step_advantage_w x the step's advantage among the "
+    "group's steps on the same observation",
+    family="turn",
+    source=GIGPO_SOURCE,
+    explain=explain_gigpo,
+)
+def gigpo(batch: RolloutBatch, config: GiGPOConfig) -> EstimatorResult:
+    """Each assistant turn k of K is a step; its reward is R on the last turn and 0 before, so its return is
+    γ^(K−1−k) R. A_episode: R relative to the group's steps (every step of a response counts, verl-agent's
+    compute_mean_std_cross_steps); A_step: the return relative to the group's steps with the same anchor
+    observation. A_{i,t} = A_episode + ω A_step on the trained tokens of the turn: (B, T), 0 elsewhere."""
+    mask = batch.response_mask
+    R = scores_of(batch, config.channel).tolist()  # (B,) NaN: no score, left out
+    index, counts = turn_index(batch)  # (B, T)
+    groups = batch.group_ids.tolist()
+    episode, step, episodes_of, anchors_of = {}, {}, {}, {}
+    for row in range(batch.B):
+        if math.isnan(R[row]):
+            continue
+        for k, key in enumerate(anchor_keys(batch, row)):
+            episode[row, k] = R[row]
+            step[row, k] = config.gamma ** (counts[row] - 1 - k) * R[row]
+            episodes_of.setdefault(groups[row], []).append((row, k))
+            anchors_of.setdefault((groups[row], key), []).append((row, k))
+    std_norm = config.mode == "mean_std_norm"
+    a_episode = _relative(episode, episodes_of, True, std_norm, config.epsilon)
+    a_step = _relative(step, anchors_of, False, std_norm, config.epsilon)
+    size = {k: len(keys) for keys in anchors_of.values() for k in keys}
+    per_turn = torch.zeros(4, int(sum(counts)) + 1, dtype=torch.float64)  # column 0: not in a turn
+    offsets = torch.tensor([0, *counts], device=batch.device).cumsum(0)[:-1]  # (B,)
+    for (row, k), value in a_episode.items():
+        col = 1 + int(offsets[row]) + k
+        per_turn[:, col] = torch.tensor([value, a_step[row, k], step[row, k], size[row, k]])
+    segment = torch.where(index >= 0, index + offsets[:, None] + 1, 0)  # (B, T) column of the token's turn
+    episode_adv, step_adv, step_return, anchor_size = per_turn.to(batch.device)[:, segment]  # each (B, T)
+    adv = episode_adv + config.step_advantage_w * step_adv  # (B, T)
+    diagnostics = {
+        "R": torch.tensor(R, dtype=torch.float32),
+        "turn": index.to(torch.float32),
+        "episode_advantage": episode_adv.to(torch.float32),
+        "step_advantage": step_adv.to(torch.float32),
+        "step_return": step_return.to(torch.float32),
+        "anchor_size": anchor_size.to(torch.float32),
     }
     return EstimatorResult(torch.where(mask, adv.to(torch.float32), 0.0), diagnostics)

@@ -90,3 +90,48 @@ def turn_credit_twin(batch: RolloutBatch, config) -> torch.Tensor:
                 value[t] = level + config.beta * (credit[k] - center)
         out.append([value[t] if weight else level for t in cols])
     return to_tensor(batch, rows, out)
+
+
+def _anchor(batch: RolloutBatch, row: int) -> list[tuple]:
+    """Per assistant turn of `row`: ("prompt",) for the first, else the ids between it and the turn before."""
+    turns = batch.turns[row] if batch.turns is not None else []
+    spans = [(s, e) for role, s, e in turns if role == "assistant"] if turns else [(0, batch.T)]
+    ids = batch.token_ids[row].tolist()
+    return [("prompt",) if k == 0 else ("obs", *ids[spans[k - 1][1] : s]) for k, (s, _) in enumerate(spans)]
+
+
+def _normalized(value: float, mates: list[float], singleton_mean: float, config) -> float:
+    if len(mates) == 1:
+        mean, std = singleton_mean, 1.0
+    else:
+        mean = sum(mates) / len(mates)
+        std = math.sqrt(sum((m - mean) ** 2 for m in mates) / (len(mates) - 1))
+    return (value - mean) / (std + config.epsilon) if config.mode == "mean_std_norm" else value - mean
+
+
+@twin("gigpo")
+def gigpo_twin(batch: RolloutBatch, config) -> torch.Tensor:
+    rows = real_columns(batch)
+    R = batch.scores[config.channel].tolist()
+    groups = batch.group_ids.tolist()
+    steps = []  # (row, k, group, anchor, R, return)
+    for i in range(batch.B):
+        if math.isnan(R[i]):
+            continue
+        keys = _anchor(batch, i)
+        for k, key in enumerate(keys):
+            steps.append((i, k, groups[i], key, R[i], config.gamma ** (len(keys) - 1 - k) * R[i]))
+    value = {}
+    for i, k, g, key, r, ret in steps:
+        episode = _normalized(r, [s[4] for s in steps if s[2] == g], 0.0, config)
+        step = _normalized(ret, [s[5] for s in steps if s[2] == g and s[3] == key], ret, config)
+        value[i, k] = episode + config.step_advantage_w * step
+    out = []
+    for i, cols in enumerate(rows):
+        turns = _turn_columns(batch, i, cols)
+        per_col = dict.fromkeys(cols, 0.0)
+        for k, turn in enumerate(turns):
+            for t in turn:
+                per_col[t] = value.get((i, k), 0.0)
+        out.append([per_col[t] for t in cols])
+    return to_tensor(batch, rows, out)

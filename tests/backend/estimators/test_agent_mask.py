@@ -127,6 +127,9 @@ def agent_records(seed: int = 0, n_groups: int = 4, group_size: int = 4) -> tupl
 
 
 NAMES = [n for n in registry.names() if registry.MODEL not in registry.get(n).needs]
+# GiGPO groups steps by the observation they act on, which on a response is the tool's output before the
+# turn: without those tokens its anchor groups are different ones, so the compact batch is no reference.
+READS_TOOL_OUTPUT = {"gigpo"}
 
 
 def _runs(name, batch):
@@ -154,9 +157,10 @@ def test_every_estimator_gives_masked_tokens_zero_and_trained_tokens_their_unmas
         assert adv.shape == full.response_mask.shape  # masked tokens stay in the rows
         assert torch.equal(adv[masked_out], torch.zeros(int(masked_out.sum()))), name
         expected = registry.estimate(name, compact).advantages[compact.response_mask]
-        torch.testing.assert_close(
-            adv[full.trained_mask], expected, atol=2e-5, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}"
-        )
+        if name not in READS_TOOL_OUTPUT:
+            torch.testing.assert_close(
+                adv[full.trained_mask], expected, atol=2e-5, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}"
+            )
         slow = reference_advantages(name, full)
         assert torch.equal(slow[masked_out], torch.zeros(int(masked_out.sum()))), f"{name} twin"
         torch.testing.assert_close(adv, slow, atol=2e-5, rtol=1e-4, msg=lambda m, n=name: f"{n} twin: {m}")

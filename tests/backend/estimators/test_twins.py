@@ -30,6 +30,7 @@ def test_fast_equals_twin(name, seed, holes):
 
 
 VARIANTS = [
+    ("gigpo", {"mode": "mean_std_norm", "gamma": 0.8, "step_advantage_w": 0.5}),
     ("recency", {"then_gae": True, "value_source": "stored", "gamma": 0.99, "lam": 0.9, "outcome": "rloo"}),
     ("entropy", {"then_gae": True, "value_source": "prefix_tree", "p": 2.0}),
     ("decaying_trace", {"mode": "both", "outcome": "dr_grpo", "trace_lam": 0.8}),
