@@ -28,7 +28,7 @@ from tqdm import tqdm
 from backend.core.batch_fields import ALL_CHANNELS
 from backend.core.errors import InputError, StoreError
 from backend.ingest import append as append_rules
-from backend.ingest import formats, native, sniff
+from backend.ingest import formats, native, run_config, sniff
 from backend.ingest.formats import FormatSpec, ReadContext
 from backend.ingest.records import ChunkBuffer, validate_record
 from backend.ingest.sources import ReadNotes
@@ -191,6 +191,7 @@ def import_path(
     if group_size is not None and group_size < 1:
         raise InputError(f"--group-size must be at least 1, got {group_size}")
     files = _files_of(path, format_spec)
+    config = run_config.find(path)  # first: a broken configuration file stops the import before it starts
     fmt = format_spec.name
     model_spec = parse_model_spec(model_dir)  # a folder, a {step} template or a step -> folder file
     model_dir = model_spec.tokenizer_dir
@@ -224,6 +225,7 @@ def import_path(
         )
     finally:
         bar.close()
+    run_config.keep(store, run, config)
     note = attach_from_spec(store, run, model_spec)  # the steps this import brought get their checkpoints too
     if note is not None:
         report.notes.append(note)

@@ -14,10 +14,11 @@ import math
 
 import pandas as pd
 
+from backend.core import run_config
 from backend.core.errors import InputError
 from backend.credit import main_channel
 from backend.store import StoreHandle
-from backend.views import explorer, run_config
+from backend.views import explorer
 
 LAST_AT_STEP = ("mean_entropy", "kl", "length")
 """The step statistics a comparison row gives at the run's last step (`last_<name>`)."""

@@ -32,11 +32,16 @@ the recorder writes one native Parquet step file (`backend.ingest.native_writer`
   `creditlens logged-gap` recomputes with), temperature; loss_masked for rows TRL masked
   (mask_truncated_completions);
   loss_mask per token for multi-turn tool tokens (0: not trained, TRL's tool_mask) and the turns it implies.
+
+`record` also writes the trainer's `args` into the folder (`trainer_config.json`); the import keeps them with
+the run (`creditlens compare-runs` shows the settings two runs differ by).
 """
 
 from __future__ import annotations
 
 import inspect
+import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +58,7 @@ except ImportError as exc:  # say what to install, not only which module is miss
         f"(pip install trl==1.16.0): {exc}"
     ) from exc
 
+from backend.core import run_config
 from backend.core.turns import spans_from_mask
 from backend.ingest.native_writer import StepRecords, write_atomic
 from backend.ingest.step_files import step_file_name
@@ -298,10 +304,22 @@ def record(trainer: GRPOTrainer, path: str | Path, entropies: bool = False) -> R
             "`creditlens import --append`)"
         )
     directory.mkdir(parents=True, exist_ok=True)
+    _write_config(trainer, directory)
     recorder = Recorder(trainer, directory, entropies)
     recorder._original = trainer._generate_and_score_completions
     trainer._generate_and_score_completions = recorder._hooked
     return recorder
+
+
+def _write_config(trainer: GRPOTrainer, directory: Path) -> None:
+    """The trainer's `args` (`GRPOConfig.to_dict()`: β, learning rate, temperature, num_generations,
+    loss_type, scale_rewards, ...) as `trainer_config.json` beside the step files: the import keeps it with
+    the run, and `creditlens compare-runs` shows the keys two runs differ by. Written atomically."""
+    text = json.dumps(trainer.args.to_dict(), indent=1, sort_keys=True, default=str)
+    target = directory / run_config.CONFIG_FILE
+    partial = directory / f".{run_config.CONFIG_FILE}.tmp"
+    partial.write_text(text + "\n")
+    os.replace(partial, target)
 
 
 def _tool_turns(

@@ -11,10 +11,11 @@ import pytest
 
 import creditlens
 from backend.cli import compare_runs as cli_compare
+from backend.core import run_config
 from backend.ingest import import_records
 from backend.monitor import compare_runs
 from backend.store import Store, StoreHandle
-from backend.views import explorer, run_config
+from backend.views import explorer
 from tests.backend.test_monitor import ONSET, monitor_records
 from tests.conftest import run_cli_here
 

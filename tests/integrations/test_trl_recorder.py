@@ -179,6 +179,16 @@ def test_each_step_is_written_and_followed_as_it_lands(recorded):
         info = store.run_info("live")
         assert set(store.channels_of(store.run_id("live"))) == {"digits_reward", "newline_reward"}
     assert info["source"] and len(table) == _followed_rollouts(recorded["db"])
+    # the trainer's args, written beside the step files, are kept with the followed run (issue 45)
+    kept = info["meta"]["config"]
+    args = recorded["trainer"].args
+    assert (kept["beta"], kept["num_generations"], kept["loss_type"]) == (
+        args.beta,
+        NUM_GENERATIONS,
+        args.loss_type,
+    )
+    assert kept["learning_rate"] == args.learning_rate
+    assert info["meta"]["config_source"].startswith("trl args")
 
 
 def test_grpo_on_all_channels_equals_the_recorded_trainer_advantage(recorded, tmp_path):

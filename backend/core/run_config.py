@@ -1,7 +1,9 @@
 """A run's trainer configuration as stored with it, flattened, and the keys that differ between runs.
 
-The TRL recorder keeps the trainer's `args`, the verl importer the run's Hydra config; both land in the run's
-JSON meta under `config` (`CONFIG_KEY`, beside `config_source`). Nested sections are flattened to dotted keys
+The TRL recorder writes the trainer's `args` beside its step files (`CONFIG_FILE`); an import finds that file,
+or a Hydra config (`.hydra/config.yaml`, verl's) in the imported folder or its parent
+(`backend.ingest.run_config`), and keeps it in the run's JSON meta under `config` (`CONFIG_KEY`, beside
+`config_source`). Nested sections are flattened to dotted keys
 (`actor_rollout_ref.actor.kl_loss_coef`) so two runs compare key by key; lists become their JSON text (a
 value that compares and prints the same everywhere).
 """
@@ -11,6 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+CONFIG_FILE = "trainer_config.json"
+"""The file the TRL recorder writes into its folder: the trainer's `args` as a JSON object."""
 CONFIG_KEY = "config"
 """The run meta's key holding the trainer's configuration (a JSON object)."""
 SOURCE_KEY = "config_source"
