@@ -17,7 +17,7 @@ from backend.monitor import config as monitor_config
 from backend.monitor import monitors as monitor
 from backend.store import StoreHandle, store_handle
 from backend.store.runs import RUN_FIELDS
-from backend.views import compare_runs, explain, explorer
+from backend.views import compare_runs, explain, explorer, turns
 
 # Errors name what a Python user wrote: keyword arguments, not the command line's `--set` and `--channel`.
 CHANNEL_AS = "channel={!r}"
@@ -163,6 +163,16 @@ class Run:
         quantiles of the estimator's A."""
         config = self._explorer_config(estimator, params, channel)
         return explorer.step_trends(self.handle, self.name, estimator, config, credit=credit)
+
+    def turns(
+        self, estimator: str = "grpo", *, group: int | None = None, channel: str | None = None, **params
+    ) -> pd.DataFrame:
+        """An agent run by turn (`creditlens turns`): per step and assistant turn index the share of
+        |A_final|; with `group`, that group's responses turn by turn (role, span, trained, credit, text)."""
+        config = self._explorer_config(estimator, params, channel)
+        if group is None:
+            return turns.turn_shares(self.handle, self.name, estimator, config)
+        return turns.group_turns(self.handle, self.name, group, estimator, config)
 
     def estimate(
         self, estimator: str, *, channel: str | None = None, use_cache: bool = True, **params

@@ -11,6 +11,7 @@ import os
 import sys
 
 from backend.cli import (
+    agent_turns,
     app_server,
     checkpoints,
     compare_runs,
@@ -41,6 +42,7 @@ COMMAND_MODULES = (
     synthetic,
     explorer,
     compare_runs,
+    agent_turns,
     monitor,
     tune,
     app_server,
