@@ -87,6 +87,14 @@ def _common(p, several: bool = False) -> None:
             required=True,
             help="run name; repeat it for several runs: their rows, each with a `run` field",
         )
+        p.add_argument(
+            "--smooth",
+            type=float,
+            default=0.0,
+            metavar="W",
+            help="EMA weight in [0, 1): each run's numbers as their moving average over steps, as the "
+            "Trends view's smoothing slider draws them (default 0: none)",
+        )
     else:
         p.add_argument("--run", required=True, help="run name")
     p.add_argument(
@@ -210,6 +218,8 @@ def cmd_group(args) -> int:
 
 
 def cmd_trends(args) -> int:
+    if not 0 <= args.smooth < 1:  # before anything is computed
+        raise InputError(f"--smooth {args.smooth:g}: an EMA weight in [0, 1) (0: none, 0.9: heavy)")
     handle = store_handle(args.db)
     if len(args.run) > 1:  # each run's rows are its own single-run command's (backend/views/compare_runs.py)
         if args.beta:
@@ -218,7 +228,7 @@ def cmd_trends(args) -> int:
         frame = compare_runs.run_trends(
             handle, args.run, args.estimator, overrides, args.channel, credit=args.credit
         )
-        _emit(frame, args)
+        _emit(compare_runs.smooth(frame, args.smooth), args)
         print(
             f"{len(frame)} steps of {len(args.run)} runs" + (f" written to {args.out}" if args.out else ""),
             file=sys.stderr,
@@ -233,6 +243,6 @@ def cmd_trends(args) -> int:
         credit=args.credit,
         betas=_betas(args),
     )
-    _emit(frame, args)
+    _emit(compare_runs.smooth(frame, args.smooth), args)
     print(f"{len(frame)} steps" + (f" written to {args.out}" if args.out else ""), file=sys.stderr)
     return 0

@@ -10,6 +10,7 @@ entropy/KL/length at its last step and the trainer configuration keys that diffe
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -71,6 +72,52 @@ def run_trends(
         frame.insert(0, "run", run)
         frames.append(frame)
     return pd.concat(frames, ignore_index=True, sort=False)
+
+
+NOT_SMOOTHED = ("run", "step", "rollouts", "groups")
+"""Columns `smooth` leaves as they are: the keys and the counts."""
+
+
+def smooth(frame: pd.DataFrame, weight: float) -> pd.DataFrame:
+    """Each numeric column of each run (`run` column; the whole frame when there is none) as its
+    exponential moving average over steps, TensorBoard's smoothing with its start debiased: s_t =
+    Σ_k w^k·x_{t−k} / Σ_k w^k over the steps with a value (weight w in [0, 1); 0 leaves the values). A step
+    without a value stays without one (a gap, not the average carried on)."""
+    if not 0 <= weight < 1:
+        raise InputError(f"smoothing weight {weight!r}: must be in [0, 1) (0: none, 0.9: heavy)")
+    out = frame.copy()
+    if weight == 0 or not len(frame):
+        return out
+    columns = [
+        c
+        for c in frame.columns
+        if c not in NOT_SMOOTHED
+        and pd.api.types.is_numeric_dtype(frame[c])
+        and not pd.api.types.is_bool_dtype(frame[c])
+    ]
+    groups = frame.groupby("run", sort=False) if "run" in frame.columns else [(None, frame)]
+    for _, part in groups:
+        values = part[columns].astype(float)
+        averaged = values.ewm(alpha=1 - weight, adjust=True, ignore_na=True).mean()  # (steps, columns)
+        out.loc[part.index, columns] = averaged.where(values.notna())
+    return out
+
+
+def differing_columns(frame: pd.DataFrame, keys: tuple[str, ...] = ("run",)) -> list[str]:
+    """The columns of a comparison whose values are not the same on every row (an empty value differs from
+    a number), `keys` left out: what the Runs comparison view highlights."""
+    out = []
+    for column in frame.columns:
+        if column in keys:
+            continue
+        values = {None if _empty(v) else json.dumps(v, sort_keys=True, default=str) for v in frame[column]}
+        if len(values) > 1:
+            out.append(column)
+    return out
+
+
+def _empty(value) -> bool:
+    return value is None or (not isinstance(value, (dict, list, str)) and bool(pd.isna(value)))
 
 
 def summary_row(run: str, size: dict, trends: pd.DataFrame, meta: dict) -> dict:

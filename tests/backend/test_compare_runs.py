@@ -15,6 +15,7 @@ from backend.core import run_config
 from backend.ingest import import_records
 from backend.monitor import compare_runs
 from backend.store import Store, StoreHandle
+from backend.views import compare_runs as compare_rows
 from backend.views import explorer
 from tests.backend.test_monitor import ONSET, monitor_records
 from tests.conftest import run_cli_here
@@ -150,3 +151,26 @@ def test_flatten_and_differing_keys():
     assert run_config.differing_keys({"x": {"k": 1}, "y": {"k": True}}) == ["k"]
     assert run_config.differing_keys({"x": {"k": 1}, "y": {}}) == []  # y stores nothing
     assert run_config.differing_keys({"x": {"k": 1}, "y": {"j": 1}}) == ["j", "k"]
+
+
+def test_smoothing_is_each_runs_own_debiased_ema(db):
+    runs = ("--db", db, "--run", "healthy", "--run", "truncation")
+    raw = pd.DataFrame(_command_rows(*runs))
+    smoothed = pd.DataFrame(_command_rows(*runs, "--smooth", "0.6"))
+    assert smoothed[["run", "step", "rollouts", "groups"]].equals(raw[["run", "step", "rollouts", "groups"]])
+    for run in ("healthy", "truncation"):
+        x = raw.loc[raw["run"] == run, "length"].to_numpy()
+        s = smoothed.loc[smoothed["run"] == run, "length"].to_numpy()
+        assert s[0] == pytest.approx(x[0])  # each run starts from its own first value, not the other run's
+        assert s[1] == pytest.approx((0.6 * x[0] + x[1]) / 1.6)
+        assert s[-1] != pytest.approx(x[-1])
+    done = run_cli_here("trends", *runs, "--smooth", "1", "--json")
+    assert done.returncode == 2 and "--smooth 1: an EMA weight in [0, 1)" in done.stderr
+
+
+def test_smoothing_keeps_gaps_and_differing_columns_ignore_equal_ones():
+    frame = pd.DataFrame({"run": ["a"] * 3, "step": [0, 1, 2], "kl": [1.0, float("nan"), 3.0]})
+    assert compare_rows.smooth(frame, 0.5)["kl"].tolist()[::2] == pytest.approx([1.0, (0.5 + 3) / 1.5])
+    assert pd.isna(compare_rows.smooth(frame, 0.5)["kl"].iloc[1])
+    rows = pd.DataFrame({"run": ["a", "b"], "same": [1, 1.0], "gap": [1, None], "cfg": [{"k": 1}, {"k": 1}]})
+    assert compare_rows.differing_columns(rows) == ["gap"]
