@@ -14,8 +14,8 @@ from backend.store import store_handle
 def add_commands(sub) -> None:
     p = sub.add_parser(
         "turns",
-        help="an agent run by turn: share of |A_final| per step and assistant turn index, or (--group) "
-        "each response of a group turn by turn",
+        help="an agent run by turn: each assistant turn index's share of the final credit per step, or "
+        "(--group) each response of a group turn by turn",
     )
     add_db_arg(p)
     p.add_argument("--run", required=True, help="run name")
