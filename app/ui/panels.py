@@ -66,7 +66,12 @@ def group_header(sel: Selection, summary, main: str | None = None) -> None:
     flat = " · zero variance (every response scores the same on the main channel)" * summary.zero_variance
     st.caption(
         f"run {plain(sel.run)} · step {steps} · {summary.rollouts} responses · "
-        f"{summary.length_min}–{summary.length_max} tokens (mean {summary.length_mean:.1f}){flat}"
+        + (
+            f"{summary.length_min} tokens each"
+            if summary.length_min == summary.length_max
+            else f"{summary.length_min}–{summary.length_max} tokens (mean {summary.length_mean:.1f})"
+        )
+        + flat
     )
     st.caption(f"Scores over the group: {plain(scores)}")
     record = data.rollout(sel.db, sel.run, sel.rollout)

@@ -81,7 +81,7 @@ def test_compare_class_mass_is_of_final_a_by_default(app_db):
     assert tuned_filler < share["final"]["filler"] - 0.02  # β 0 on the penalties: less credit on the filler
 
 
-def _cli(db, *args) -> list[dict]:
+def _cli_rows(db, *args) -> list[dict]:
     done = run_cli_here(*args, "--db", str(db), "--run", "demo", "--json")
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -92,8 +92,8 @@ def test_the_tuned_beta_reaches_the_explorer_as_rollouts_beta_gives_it(app_db):
     assert not at.exception, at.exception
     assert any("tuned β" in i.value for i in at.info), [i.value for i in at.info]
     table = at.dataframe[0].value.set_index("rollout_id")
-    tuned = _cli(app_db, "rollouts", "--estimator", "grpo", "--beta", "format=0", "--beta", "style=0")
-    plain = _cli(app_db, "rollouts", "--estimator", "grpo")
+    tuned = _cli_rows(app_db, "rollouts", "--estimator", "grpo", "--beta", "format=0", "--beta", "style=0")
+    plain = _cli_rows(app_db, "rollouts", "--estimator", "grpo")
     default = next(r for r in plain if r["rollout_id"] in table.index and (r["share_filler"] or 0) > 0.1)
     rid = default["rollout_id"]
     expected = next(r for r in tuned if r["rollout_id"] == rid)
