@@ -49,6 +49,8 @@ url_tau = "tau_{}".format  # (channel)
 url_violation = "viol_{}".format  # (channel) Tune's violation threshold
 URL_TUNED = "tuned"  # the tuned β every view uses: channel:β,... (app/ui/tuned_beta.py)
 URL_EFFECT_OF = "effect"  # Tune: the β whose run-level effect is drawn (replay or sliders)
+URL_RUNS = "runs"  # the runs side by side: a,b,c (Trends over several runs, Runs comparison; issue 45)
+URL_SMOOTH = "smooth"  # the EMA weight of the lines over several runs
 
 
 # ---- session keys: the store, the shared selection and the URL (app/data.py, app/state.py) ------------
@@ -98,6 +100,9 @@ EXPLORER_ALERT_LINK = "_explorer_alert_link"  # the alert link whose sort was ap
 TRENDS_ESTIMATOR = "trends_estimator"
 TRENDS_FORM = "trends_cfg"
 TRENDS_NUMBERS_OPEN = "trends_numbers_open"  # the lazy expanders (widgets.lazy_expander): open or not
+RUNS_COMPARED = "runs_compared"  # the runs side by side (the sidebar multiselect; issue 45)
+TRENDS_SMOOTH = "trends_smooth"
+RUNS_COMPARE_ESTIMATOR = "runs_compare_estimator"
 
 ROLLOUT_ESTIMATOR = "rollout_estimator"
 ROLLOUT_FORM = "rollout_cfg"

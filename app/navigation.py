@@ -16,6 +16,7 @@ VIEWS = (  # (script in pages/, title, url path, icon); the first is the landing
     ("resample.py", "Resample", "resample", ":material/casino:"),
     ("oracle.py", "Oracle", "oracle", ":material/verified:"),
     ("runs.py", "Runs", "runs", ":material/storage:"),
+    ("runs_compare.py", "Runs comparison", "runs-compare", ":material/difference:"),
 )
 
 

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from app import data, keys, state
-from app.ui import charts, monitor_panel, panels, text, tuned_beta, widgets
+from app.ui import charts, monitor_panel, panels, run_set, run_trends_panel, text, tuned_beta, widgets
 from app.ui.fmt import safe
 from app.view_data import shared
 from app.view_data import trends as trends_data
@@ -13,7 +13,8 @@ if sel.run is None:
     st.info("The store has no runs yet. Import one on the Runs page.")
     st.stop()
 
-st.title(f"Trends · {text.plain(sel.run)}")
+compared = run_set.compared_runs(sel)  # two or more: a line per run (issue 45)
+st.title(f"Trends · {text.plain(', '.join(compared) if len(compared) > 1 else sel.run)}")
 panels.saved_classes_note(sel)
 pick, channel_box, credit_box, params = st.columns([1, 1, 1, 2])
 with pick:
@@ -24,6 +25,9 @@ with credit_box:
     credit = widgets.credit_picker(keys.TRENDS_CREDIT)
 with params, st.expander("Estimator parameters"):
     config = widgets.with_channel(estimator, widgets.estimator_form(estimator, key=keys.TRENDS_FORM), channel)
+if len(compared) > 1:
+    run_trends_panel.draw(sel.db, compared, estimator, credit)
+    st.stop()
 tuned = tuned_beta.mark(sel.run, "trends")  # the β applied on the Tune view: in A_final's shares
 betas = tuned if credit == "final" else ()
 frame = panels.compute_or_explain(trends_data.trends, sel.db, sel.run, estimator, config, credit, betas)

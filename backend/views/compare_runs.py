@@ -95,6 +95,7 @@ def smooth(frame: pd.DataFrame, weight: float) -> pd.DataFrame:
         and pd.api.types.is_numeric_dtype(frame[c])
         and not pd.api.types.is_bool_dtype(frame[c])
     ]
+    out[columns] = out[columns].astype(float)  # float32 columns (DuckDB's FLOAT) take float64 averages
     groups = frame.groupby("run", sort=False) if "run" in frame.columns else [(None, frame)]
     for _, part in groups:
         values = part[columns].astype(float)

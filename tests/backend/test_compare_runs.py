@@ -169,7 +169,8 @@ def test_smoothing_is_each_runs_own_debiased_ema(db):
 
 
 def test_smoothing_keeps_gaps_and_differing_columns_ignore_equal_ones():
-    frame = pd.DataFrame({"run": ["a"] * 3, "step": [0, 1, 2], "kl": [1.0, float("nan"), 3.0]})
+    kl = pd.Series([1.0, float("nan"), 3.0], dtype="float32")  # DuckDB's FLOAT columns come as float32
+    frame = pd.DataFrame({"run": ["a"] * 3, "step": [0, 1, 2], "kl": kl})
     assert compare_rows.smooth(frame, 0.5)["kl"].tolist()[::2] == pytest.approx([1.0, (0.5 + 3) / 1.5])
     assert pd.isna(compare_rows.smooth(frame, 0.5)["kl"].iloc[1])
     rows = pd.DataFrame({"run": ["a", "b"], "same": [1, 1.0], "gap": [1, None], "cfg": [{"k": 1}, {"k": 1}]})

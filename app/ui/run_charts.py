@@ -1,0 +1,63 @@
+"""Figures of runs side by side: one trace per run, named by the run, the EMA-smoothed line over the raw
+points drawn faint in the same colour (Tinker's and TensorBoard's convention)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+
+from app.ui.charts import PERCENT_TICKS, _trend_layout
+from app.ui.fmt import safe
+
+RUN_COLOURS = px.colors.qualitative.D3
+RAW_OPACITY = 0.25
+
+
+def run_colour(runs: list[str], run: str) -> str:
+    return RUN_COLOURS[runs.index(run) % len(RUN_COLOURS)]
+
+
+def runs_trend(
+    raw: pd.DataFrame, smooth: pd.DataFrame, column: str, title: str, percent: bool = False
+) -> go.Figure:
+    """`column` over steps, a smoothed line per run (legend: the run's name, escaped) over its raw values as
+    faint points; a run without any value of `column` is named in the legend as having no data."""
+    fig = go.Figure()
+    runs = list(dict.fromkeys(raw["run"]))
+    for run in runs:
+        colour = run_colour(runs, run)
+        mine_raw, mine = raw[raw["run"] == run], smooth[smooth["run"] == run]
+        values = mine_raw[column].astype(float) if column in mine_raw else pd.Series(dtype=float)
+        if values.isna().all():
+            grey = {"color": "#999999", "dash": "dot"}
+            fig.add_trace(go.Scatter(x=[], y=[], mode="lines", name=f"{safe(run)}: no data", line=grey))
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=mine_raw["step"],
+                y=values,
+                mode="markers+lines",
+                marker={"size": 5, "color": colour},
+                line={"width": 1, "color": colour},
+                opacity=RAW_OPACITY,
+                name=f"{safe(run)} (raw)",
+                legendgroup=run,
+                showlegend=False,
+                hoverinfo="skip",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=mine["step"],
+                y=mine[column].astype(float),
+                mode="lines",
+                line={"width": 2.5, "color": colour},
+                name=safe(run),
+                legendgroup=run,
+                connectgaps=False,
+            )
+        )
+    fig.update_layout(showlegend=True)
+    yaxis = {"tickformat": PERCENT_TICKS} if percent else None
+    return _trend_layout(fig, safe(title), raw["step"] if len(raw) else pd.Series([0]), yaxis)

@@ -1,0 +1,34 @@
+"""The numbers of runs side by side (issue 45): several runs' trends (`creditlens trends --run a --run b
+[--smooth W]`) and the comparison rows (`creditlens compare-runs`), through the functions those commands
+call."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app import data
+from backend.monitor import compare_runs as run_comparison
+from backend.views import compare_runs
+
+
+@st.cache_data(show_spinner="Computing the runs' trends…", max_entries=16)
+def run_trends(db: str, runs: tuple[str, ...], estimator: str | None, credit: str = "final") -> pd.DataFrame:
+    """One row per run and step, each run on its own main channel (`creditlens trends --run ... --json`)."""
+    return compare_runs.run_trends(data.store_handle(db), list(runs), estimator, {}, None, credit=credit)
+
+
+def smoothed(frame: pd.DataFrame, weight: float) -> pd.DataFrame:
+    """Each run's EMA over steps (`creditlens trends ... --smooth W`)."""
+    return compare_runs.smooth(frame, weight)
+
+
+@st.cache_data(show_spinner="Comparing the runs (their monitors run once)…", max_entries=16)
+def comparison(db: str, runs: tuple[str, ...], estimator: str) -> pd.DataFrame:
+    """One row per run (`creditlens compare-runs --json`)."""
+    return run_comparison.compare_runs(data.store_handle(db), list(runs), estimator)
+
+
+def differing_columns(frame: pd.DataFrame) -> list[str]:
+    """The comparison's columns whose values differ between the runs (highlighted)."""
+    return compare_runs.differing_columns(frame)
