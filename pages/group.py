@@ -19,7 +19,7 @@ with channel_box:
     channel = widgets.channel_picker(sel, "group")
 config = widgets.with_channel(estimator, (), channel)
 tuned = tuned_beta.mark(sel.run, "group")  # the β applied on the Tune view: in every row's final A
-values, tokens, ids = panels.compute_or_explain(
+values, tokens, ids, untrained = panels.compute_or_explain(
     group_data.group_rows, sel.db, sel.run, sel.group, estimator, config, tuned, channel
 )
 
@@ -28,7 +28,8 @@ st.caption(
     f"One row per response: its final advantage, {text.plain(estimator)} on the {text.plain(channel)} "
     f"channel combined with every other channel's credit{' under the tuned β' if tuned else ''} (as the "
     "Rollout view's final row). Rows labelled by "
-    f"rollout id and R, the score on {text.plain(channel)}. Hover a cell for the token."
+    f"rollout id and R, the score on {text.plain(channel)}. Hover a cell for the token. Grey cells are "
+    "not trained (loss mask 0: a tool's or an environment's tokens) and get no credit."
 )
 mode, _ = widgets.scale_controls("group", rows=values)
 longest = max((len(v) for v in tokens.values()), default=0)
@@ -43,6 +44,7 @@ st.plotly_chart(
         peaks=peaks,
         offset=start,
         clickable=False,
+        untrained={k: v[start:stop] for k, v in untrained.items()},
     ),
     key="group_heatmap",
     width="stretch",
@@ -56,6 +58,16 @@ def _open_response() -> None:
     if picked is not None:
         state.request_rollout(picked)
 
+
+aligned = panels.compute_or_explain(group_data.aligned_turns, sel.db, sel.run, sel.group, estimator, config)
+if aligned is not None:  # an agent run: the responses side by side, turn by turn
+    st.subheader("Turns aligned")
+    st.caption(
+        "One row per response, one column per turn in order: its role, its mean final advantage over its "
+        "trained tokens (or 'not trained': a tool's output), and the start of its text. Same rows: "
+        f"creditlens turns --run {text.plain(sel.run)} --group {sel.group} --estimator {estimator}"
+    )
+    st.dataframe(aligned, hide_index=True, width="stretch")
 
 st.pills(
     "Open a response in the Rollout view",

@@ -112,6 +112,22 @@ for key, fig in shown:
 if frame["kl"].isna().all():
     st.caption("No KL chart: this run has no reference logprobs.")
 
+by_turn = trends_data.turn_shares(sel.db, sel.run, estimator or "grpo", config if estimator else ())
+if not by_turn.empty:  # an agent run: where the credit goes turn by turn
+    wide = trends_data.turn_share_columns(by_turn)
+    labels = {c: f"assistant turn {c.removeprefix('turn_')}" for c in wide.columns if c != "step"}
+    st.plotly_chart(
+        charts.trend_lines(wide, labels, "share of |A_final| by assistant turn", percent=True),
+        key="trends_turns",
+        width="stretch",
+        config=TOOLBAR,
+    )
+    st.caption(
+        f"Per step, each assistant turn index's share of Σ|A_final| ({estimator or 'grpo'} on the outcome "
+        "channels) over the trained tokens; tool and environment turns are not trained and get none. Same "
+        f"numbers: creditlens turns --run {text.plain(sel.run)} --estimator {estimator or 'grpo'}"
+    )
+
 st.subheader("Credit health")
 st.caption(
     "Each detector's onset: the first step departing from the run's own earlier steps by more than "

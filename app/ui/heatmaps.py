@@ -13,8 +13,10 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from app.ui import untrained_cells
 from app.ui.fmt import nice, safe, shown_token, significant, visible_token
 from app.ui.scales import BAR_DIGITS, colour_axis, credit_colour, symmetric_range
+from app.ui.untrained_cells import UNTRAINED_COLOURS
 
 BAND = 64  # tokens per heatmap line
 
@@ -83,6 +85,7 @@ def credit_heatmap(
     offset: int = 0,
     clickable: bool = True,
     highlight: Sequence[int] = (),
+    untrained: dict[str, np.ndarray] | None = None,
 ) -> go.Figure:
     """Token heatmap: one row per named series (channels, final, true credit), wrapped into bands.
 
@@ -98,6 +101,7 @@ def credit_heatmap(
     events); without it the heatmap carries the hover itself.
     highlight: absolute positions outlined across their band (the selected token, the chosen positions).
     peaks: each row's colour half-width (`scale_peaks`); default: one shared max |A| (`zmax` if given).
+    untrained: optional row -> (L,) bool, tokens not trained (loss mask 0): grey cells marked "not trained".
 
     Cells are sized to their token text (`cell_units`, about two characters a unit) and packed into bands
     `band` units wide, so a character-level run has `band` tokens a line and a subword run fewer, each
@@ -106,6 +110,8 @@ def credit_heatmap(
     The hover shows the true value.
     """
     names = list(rows)
+    if untrained:  # no colour from their 0: a grey layer (untrained_cells) draws them
+        rows = {k: untrained_cells.blank(v, untrained.get(k)) for k, v in rows.items()}
     if cell_text is None:
         cell_text = True if len(tokens) * len(names) <= CELL_TEXT_LIMIT else "last"
     peaks, common = _colour_scale(rows, names, peaks, zmax)
@@ -117,6 +123,8 @@ def credit_heatmap(
         trace, band_points = _band_trace(grid, bnd, rows, cell_text, hover, clickable)
         fig.add_trace(trace)
         points += band_points
+        if untrained:
+            fig.add_trace(untrained_cells.band_layer(grid, bnd, untrained, trace))
     # Heatmaps emit no selection events, so an invisible marker per cell carries hover and clicks.
     # SVG, not WebGL: headless/software-rendered browsers draw it several times faster.
     if clickable:
@@ -407,10 +415,6 @@ def _beyond(rows: dict[str, np.ndarray], names: list[str], peak: float) -> bool:
 def _row_label(name: str, peak: float, common: float) -> str:
     label = safe(name)
     return label if np.isclose(peak, common) else f"{label} (±{significant(peak, 2, signed=False)})"
-
-
-UNTRAINED_COLOURS = ("#e6e6e6", "#6b6b6b")
-"""Background and text of a token the trainer does not train (grey: no credit, not a zero of the scale)."""
 
 
 def credit_text_html(

@@ -13,6 +13,7 @@ import pandas as pd
 from backend.core.batch import RolloutBatch
 from backend.core.turns import POLICY_ROLE
 from backend.store import StoreHandle
+from backend.store import explorer_queries as queries
 from backend.views import explain
 
 TURN_SHARE_COLUMNS = ["step", "turn", "rollouts", "tokens", "abs_credit", "share", "mean_advantage"]
@@ -63,11 +64,16 @@ def group_turns(
     return pd.DataFrame(rows, columns=GROUP_TURN_COLUMNS)
 
 
-def turn_shares(handle: StoreHandle, run: str, estimator: str = "grpo", config: tuple = ()) -> pd.DataFrame:
+def turn_shares(
+    handle: StoreHandle, run: str, estimator: str | None = "grpo", config: tuple = ()
+) -> pd.DataFrame:
     """One row per step and assistant turn index (1-based): rollouts with such a turn, its trained tokens,
     abs_credit = Σ|A_final| over them, share = abs_credit over the step's Σ|A_final| (the shares of a step
     sum to 1), mean_advantage per trained token. Group by group, through the same credit as the Group view
-    (so `creditlens turns` and the views agree)."""
+    (so `creditlens turns` and the views agree). No rows for a run without turns (not an agent run)."""
+    with handle.read() as store:
+        if not queries.has_turns(store, store.run_id(run)):
+            return pd.DataFrame(columns=TURN_SHARE_COLUMNS)
     totals: dict[tuple[int, int], list[float]] = {}
     for group in _groups(handle, run):
         batch, credit = explain.group_channel_credit(handle, run, group, estimator, config, save=False)

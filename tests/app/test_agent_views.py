@@ -62,3 +62,35 @@ def test_explorer_of_the_agent_run_counts_turns_and_tool_calls(app_db):
     row = table.set_index("rollout_id").loc[31]
     assert (row["turns"], row["tool_calls"]) == (5, 2)
     assert "turns" not in open_app(app_db, "explorer", {"run": "demo"}).dataframe[0].value.columns
+
+
+def test_heatmap_draws_untrained_cells_grey_not_as_a_zero():
+    untrained = np.array([False, False, False, True, True, False])
+    fig = heatmaps.credit_heatmap(
+        {"#1": np.array([0.5, -0.5, 0.2, 0.0, 0.0, 0.1])},
+        [],
+        row_tokens={"#1": ["a", "b", "c", "<b>", "&", "d"]},
+        clickable=False,
+        untrained={"#1": untrained},
+    )
+    credit = [t for t in fig.data if t.name.startswith("band")]
+    grey = [t for t in fig.data if t.name.startswith("not trained")]
+    assert len(grey) == len(credit) >= 1
+    coloured = np.concatenate([np.asarray(t.z, dtype=float).ravel() for t in credit])
+    marked = np.concatenate([np.asarray(t.z, dtype=float).ravel() for t in grey])
+    assert np.isnan(coloured).sum() >= 2 and np.isfinite(coloured).sum() == 4  # the tool's two have no colour
+    assert np.isfinite(marked).sum() == 2 and "not trained" in grey[0].hovertemplate
+    assert grey[0].colorscale[0][1] == heatmaps.UNTRAINED_COLOURS[0]
+    assert all("<b>" not in str(c) for row in grey[0].customdata for c in (row if row is not None else []))
+
+
+def test_group_view_of_the_agent_run_aligns_turns_and_trends_shows_credit_by_turn(app_db):
+    at = open_app(app_db, "group", {"run": "agent", "rollout": "31", "est": "turn_credit"})
+    assert "Turns aligned" in [s.value for s in at.subheader]
+    table = at.dataframe[0].value
+    assert {"rollout_id", "turn 1", "turn 2", "turn 3"} <= set(table.columns)
+    assert table["turn 2"].str.startswith("tool · not trained").any()
+    assert table["turn 1"].str.startswith("assistant · A ").all()
+    assert "Turns aligned" not in [s.value for s in open_app(app_db, "group", {"run": "demo"}).subheader]
+    trends = open_app(app_db, "trends", {"run": "agent", "est": "grpo"})
+    assert any("assistant turn index's share" in c.value for c in trends.caption)
