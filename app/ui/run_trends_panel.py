@@ -42,7 +42,9 @@ def draw(db: str, runs: list[str], estimator: str, credit: str) -> None:
     charts += [(c, f"mean score · {c.removeprefix('score_')}", False) for c in scores]
     if classes:
         chosen = st.selectbox(
-            "Token class", classes, index=classes.index("filler") if "filler" in classes else 0,
+            "Token class",
+            classes,
+            index=classes.index("filler") if "filler" in classes else 0,
             key="trends_runs_class",
         )
         charts += [

@@ -203,8 +203,7 @@ def cmd_group(args) -> int:
     print(
         f"group {summary.group} · steps {', '.join(map(str, summary.steps))} · "
         f"{summary.rollouts} responses · length {summary.length_min}–{summary.length_max} "
-        f"(mean {summary.length_mean:.1f})"
-        + (" · zero variance" if summary.zero_variance else "")
+        f"(mean {summary.length_mean:.1f})" + (" · zero variance" if summary.zero_variance else "")
     )
     for c in summary.channels:
         if c.mean is None:

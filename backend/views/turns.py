@@ -18,8 +18,17 @@ from backend.views import explain
 
 TURN_SHARE_COLUMNS = ["step", "turn", "rollouts", "tokens", "abs_credit", "share", "mean_advantage"]
 GROUP_TURN_COLUMNS = [
-    "rollout_id", "turn", "assistant_turn", "role", "start", "end", "tokens", "trained", "mean_advantage",
-    "abs_share", "text",
+    "rollout_id",
+    "turn",
+    "assistant_turn",
+    "role",
+    "start",
+    "end",
+    "tokens",
+    "trained",
+    "mean_advantage",
+    "abs_share",
+    "text",
 ]
 
 
@@ -54,13 +63,21 @@ def group_turns(
             values = final[i, start:end][on]
             k += role == POLICY_ROLE
             text = "".join(batch.tokens[i][start:end]) if batch.tokens is not None else ""
-            rows.append({
-                "rollout_id": int(rid), "turn": n, "assistant_turn": k if role == POLICY_ROLE else np.nan,
-                "role": role, "start": int(start), "end": int(end), "tokens": int(end - start),
-                "trained": bool(on.any()), "mean_advantage": float(values.mean()) if len(values) else np.nan,
-                "abs_share": float(np.abs(values).sum()) / total if total > 0 and len(values) else np.nan,
-                "text": text,
-            })
+            rows.append(
+                {
+                    "rollout_id": int(rid),
+                    "turn": n,
+                    "assistant_turn": k if role == POLICY_ROLE else np.nan,
+                    "role": role,
+                    "start": int(start),
+                    "end": int(end),
+                    "tokens": int(end - start),
+                    "trained": bool(on.any()),
+                    "mean_advantage": float(values.mean()) if len(values) else np.nan,
+                    "abs_share": float(np.abs(values).sum()) / total if total > 0 and len(values) else np.nan,
+                    "text": text,
+                }
+            )
     return pd.DataFrame(rows, columns=GROUP_TURN_COLUMNS)
 
 

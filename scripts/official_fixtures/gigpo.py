@@ -32,19 +32,31 @@ FUNCTION = "gigpo/core_gigpo.py compute_gigpo_outcome_advantage with compute_ste
 
 # A group: trajectories as (episode reward, [(observation, tokens) per step]); every case runs both modes.
 CASES = [
-    {"gamma": 0.95, "step_advantage_w": 1.0, "group": [
-        (1.0, [("prompt", 2), ("a", 3), ("b", 2)]),
-        (0.0, [("prompt", 3), ("a", 2)]),
-        (1.0, [("prompt", 2), ("c", 2)]),
-        (0.0, [("prompt", 1), ("a", 2), ("a", 2), ("d", 1)])]},
-    {"gamma": 1.0, "step_advantage_w": 0.5, "group": [
-        (1.0, [("prompt", 2), ("a", 2)]),
-        (1.0, [("prompt", 2), ("b", 2)])]},
+    {
+        "gamma": 0.95,
+        "step_advantage_w": 1.0,
+        "group": [
+            (1.0, [("prompt", 2), ("a", 3), ("b", 2)]),
+            (0.0, [("prompt", 3), ("a", 2)]),
+            (1.0, [("prompt", 2), ("c", 2)]),
+            (0.0, [("prompt", 1), ("a", 2), ("a", 2), ("d", 1)]),
+        ],
+    },
+    {
+        "gamma": 1.0,
+        "step_advantage_w": 0.5,
+        "group": [(1.0, [("prompt", 2), ("a", 2)]), (1.0, [("prompt", 2), ("b", 2)])],
+    },
     {"gamma": 0.9, "step_advantage_w": 2.0, "group": [(0.5, [("prompt", 3), ("a", 1), ("a", 2)])]},
-    {"gamma": 0.5, "step_advantage_w": 1.0, "group": [
-        (0.25, [("prompt", 2)]),
-        (-1.0, [("prompt", 1), ("x", 2), ("y", 3)]),
-        (0.75, [("prompt", 2), ("y", 2)])]},
+    {
+        "gamma": 0.5,
+        "step_advantage_w": 1.0,
+        "group": [
+            (0.25, [("prompt", 2)]),
+            (-1.0, [("prompt", 1), ("x", 2), ("y", 3)]),
+            (0.75, [("prompt", 2), ("y", 2)]),
+        ],
+    },
 ]
 MODES = ["mean_norm", "mean_std_norm"]
 
@@ -105,14 +117,16 @@ def main() -> None:
                 step_advantage_w=case["step_advantage_w"],
                 mode=mode,
             )
-            fixture["cases"].append({
-                "gamma": case["gamma"],
-                "step_advantage_w": case["step_advantage_w"],
-                "mode": mode,
-                "group": [[reward, [list(s) for s in steps]] for reward, steps in case["group"]],
-                "step_rewards": [float(x) for x in step_rewards],
-                "advantages": [advantages[i, : r["tokens"][i]].tolist() for i in range(n)],
-            })
+            fixture["cases"].append(
+                {
+                    "gamma": case["gamma"],
+                    "step_advantage_w": case["step_advantage_w"],
+                    "mode": mode,
+                    "group": [[reward, [list(s) for s in steps]] for reward, steps in case["group"]],
+                    "step_rewards": [float(x) for x in step_rewards],
+                    "advantages": [advantages[i, : r["tokens"][i]].tolist() for i in range(n)],
+                }
+            )
     common.write("gigpo", fixture, args.out)
 
 

@@ -35,11 +35,18 @@ FILE_SHA256 = {
 # A trajectory: messages as ("assistant", logprobs, ref_logprobs) or ("tool", n_tokens); the fixture runs
 # every token_agg with beta 1 and 0.5.
 TRAJECTORIES = [
-    [("assistant", [-0.5, -1.25, -0.125], [-0.75, -1.0, -0.5]), ("tool", 2),
-     ("assistant", [-2.0, -0.25], [-1.5, -0.5])],
-    [("assistant", [-0.1], [-0.3]), ("tool", 3),
-     ("assistant", [-0.7, -0.2, -1.9, -0.05], [-0.6, -0.4, -1.2, -0.3]),
-     ("tool", 1), ("assistant", [-3.0, -0.01], [-2.5, -0.02])],
+    [
+        ("assistant", [-0.5, -1.25, -0.125], [-0.75, -1.0, -0.5]),
+        ("tool", 2),
+        ("assistant", [-2.0, -0.25], [-1.5, -0.5]),
+    ],
+    [
+        ("assistant", [-0.1], [-0.3]),
+        ("tool", 3),
+        ("assistant", [-0.7, -0.2, -1.9, -0.05], [-0.6, -0.4, -1.2, -0.3]),
+        ("tool", 1),
+        ("assistant", [-3.0, -0.01], [-2.5, -0.02]),
+    ],
     [("assistant", [-0.9, -0.4, -0.6, -0.2], [-0.9, -0.4, -0.6, -0.2])],
 ]
 TOKEN_AGGS = ["mean", "sum", "last", "min", "max"]
@@ -48,9 +55,12 @@ BETAS = [1.0, 0.5]
 
 def reach(checkout) -> tuple[str, str | None]:
     """The commit that ran and a note on how the code was reached."""
-    is_git = subprocess.run(
-        ["git", "-C", str(checkout), "rev-parse", "--is-inside-work-tree"], capture_output=True, text=True
-    ).stdout.strip() == "true"
+    is_git = (
+        subprocess.run(
+            ["git", "-C", str(checkout), "rev-parse", "--is-inside-work-tree"], capture_output=True, text=True
+        ).stdout.strip()
+        == "true"
+    )
     if is_git:
         return common.checkout_commit(checkout, COMMIT, "--any-commit" in sys.argv), None
     for name, digest in FILE_SHA256.items():
@@ -81,8 +91,10 @@ def caches(namespace, messages):
     is_action = [m[0] == "assistant" for m in messages]
     policy = [np.asarray(m[1], dtype=np.float32) if m[0] == "assistant" else empty for m in messages]
     ref = [np.asarray(m[2], dtype=np.float32) if m[0] == "assistant" else empty for m in messages]
-    return (step_cache(policy, [empty] * len(messages), is_action),
-            step_cache(ref, [empty] * len(messages), is_action))
+    return (
+        step_cache(policy, [empty] * len(messages), is_action),
+        step_cache(ref, [empty] * len(messages), is_action),
+    )
 
 
 def main() -> None:
@@ -99,12 +111,16 @@ def main() -> None:
         policy, reference = caches(namespace, messages)
         for token_agg in TOKEN_AGGS:
             for beta in BETAS:
-                fixture["cases"].append({
-                    "messages": [list(m) for m in messages],
-                    "token_agg": token_agg,
-                    "beta": beta,
-                    "per_step": namespace["per_step_progress_advantage"](policy, reference, token_agg, beta),
-                })
+                fixture["cases"].append(
+                    {
+                        "messages": [list(m) for m in messages],
+                        "token_agg": token_agg,
+                        "beta": beta,
+                        "per_step": namespace["per_step_progress_advantage"](
+                            policy, reference, token_agg, beta
+                        ),
+                    }
+                )
     common.write("progress_advantage", fixture, args.out)
 
 

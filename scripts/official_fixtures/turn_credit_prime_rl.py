@@ -31,27 +31,54 @@ FUNCTION = "src/prime_rl/orchestrator/algo/turn_credit.py TurnCreditAlgorithm.sc
 # shaped ones, and a group of three.
 A, T = "assistant", "tool"
 CASES = [
-    {"gamma": 0.9, "beta": 0.0, "group": [
-        (1.0, [(A, 2), (T, 1), (A, 2), (T, 1), (A, 2)], [0.0, 0.5, 1.0]),
-        (0.0, [(A, 2), (T, 1), (A, 2), (T, 1), (A, 2)], [0.0, 0.2, 0.0])]},
-    {"gamma": 0.9, "beta": 1.0, "group": [
-        (1.0, [(A, 2), (T, 1), (A, 2), (T, 1), (A, 2)], [0.0, 1.0, 0.5]),
-        (0.0, [(A, 2), (T, 1), (A, 2), (T, 1), (A, 2)], [0.5, 0.5, 0.5])]},
+    {
+        "gamma": 0.9,
+        "beta": 0.0,
+        "group": [
+            (1.0, [(A, 2), (T, 1), (A, 2), (T, 1), (A, 2)], [0.0, 0.5, 1.0]),
+            (0.0, [(A, 2), (T, 1), (A, 2), (T, 1), (A, 2)], [0.0, 0.2, 0.0]),
+        ],
+    },
+    {
+        "gamma": 0.9,
+        "beta": 1.0,
+        "group": [
+            (1.0, [(A, 2), (T, 1), (A, 2), (T, 1), (A, 2)], [0.0, 1.0, 0.5]),
+            (0.0, [(A, 2), (T, 1), (A, 2), (T, 1), (A, 2)], [0.5, 0.5, 0.5]),
+        ],
+    },
     {"gamma": 0.5, "beta": 1.0, "group": [(0.0, [(A, 2), (T, 1), (A, 2), (T, 1), (A, 2)], [0.0, 0.0, 1.0])]},
     {"gamma": 0.9, "beta": 1.0, "group": [(1.0, [(A, 3), (T, 2), (A, 3)], [0.0, 1.0])]},
-    {"gamma": 0.9, "beta": 1.0, "group": [
-        (1.0, [(A, 2), (T, 1), (A, 2)], [0.0, 1.0]),
-        (1.0, [(A, 2), (T, 1), (A, 2)], [0.0, 0.0])]},
-    {"gamma": 0.9, "beta": 1.0, "group": [
-        (0.0, [(A, 2), (T, 1), (A, 2), (T, 1), (A, 2)], [1.0, 1.0, 1.0]),
-        (0.0, [(A, 2), (T, 1), (A, 2), (T, 1), (A, 2)], [0.0, 0.0, 1.0])]},
-    {"gamma": 1.0, "beta": 0.5, "group": [
-        (1.0, [(A, 1), (T, 3), (A, 4), (T, 2), (A, 2), (T, 1), (A, 3)], [0.2, None, 0.7, 1.0]),
-        (0.0, [(A, 5), (T, 1), (A, 1)], None),
-        (0.5, [(A, 2), (T, 2), (A, 2), (T, 2), (A, 2)], [None, 0.4, -0.2])]},
-    {"gamma": 0.0, "beta": 2.0, "group": [
-        (0.25, [(A, 3), (T, 1), (A, 2), (T, 1), (A, 1)], [0.0, 0.3, 0.9]),
-        (0.75, [(A, 2), (T, 1), (A, 2), (T, 1), (A, 2)], [0.1, 0.1, 0.1])]},
+    {
+        "gamma": 0.9,
+        "beta": 1.0,
+        "group": [(1.0, [(A, 2), (T, 1), (A, 2)], [0.0, 1.0]), (1.0, [(A, 2), (T, 1), (A, 2)], [0.0, 0.0])],
+    },
+    {
+        "gamma": 0.9,
+        "beta": 1.0,
+        "group": [
+            (0.0, [(A, 2), (T, 1), (A, 2), (T, 1), (A, 2)], [1.0, 1.0, 1.0]),
+            (0.0, [(A, 2), (T, 1), (A, 2), (T, 1), (A, 2)], [0.0, 0.0, 1.0]),
+        ],
+    },
+    {
+        "gamma": 1.0,
+        "beta": 0.5,
+        "group": [
+            (1.0, [(A, 1), (T, 3), (A, 4), (T, 2), (A, 2), (T, 1), (A, 3)], [0.2, None, 0.7, 1.0]),
+            (0.0, [(A, 5), (T, 1), (A, 1)], None),
+            (0.5, [(A, 2), (T, 2), (A, 2), (T, 2), (A, 2)], [None, 0.4, -0.2]),
+        ],
+    },
+    {
+        "gamma": 0.0,
+        "beta": 2.0,
+        "group": [
+            (0.25, [(A, 3), (T, 1), (A, 2), (T, 1), (A, 1)], [0.0, 0.3, 0.9]),
+            (0.75, [(A, 2), (T, 1), (A, 2), (T, 1), (A, 2)], [0.1, 0.1, 0.1]),
+        ],
+    },
 ]
 
 
@@ -76,8 +103,13 @@ def load_algorithm(checkout) -> type:
         "prime_rl.orchestrator.trajectories": trajectories,
         "prime_rl.utils.logger": SimpleNamespace(get_logger=lambda: logger),
     }
-    for name in ("prime_rl", "prime_rl.configs", "prime_rl.orchestrator", "prime_rl.orchestrator.algo",
-                 "prime_rl.utils"):
+    for name in (
+        "prime_rl",
+        "prime_rl.configs",
+        "prime_rl.orchestrator",
+        "prime_rl.orchestrator.algo",
+        "prime_rl.utils",
+    ):
         stubs[name] = types.ModuleType(name)
     sys.modules.update(stubs)
     path = checkout / "src" / "prime_rl" / "orchestrator" / "algo" / "turn_credit.py"
@@ -85,9 +117,7 @@ def load_algorithm(checkout) -> type:
 
 
 def rollout(reward: float, turns: list, turn_rewards) -> SimpleNamespace:
-    nodes = [
-        SimpleNamespace(sampled=role == A, token_ids=[0] * n, mask=[role == A] * n) for role, n in turns
-    ]
+    nodes = [SimpleNamespace(sampled=role == A, token_ids=[0] * n, mask=[role == A] * n) for role, n in turns]
     out = SimpleNamespace(
         reward=reward,
         info={} if turn_rewards is None else {"turn_rewards": list(turn_rewards)},
@@ -111,15 +141,21 @@ def main() -> None:
         group = [rollout(*member) for member in case["group"]]
         config = SimpleNamespace(gamma=case["gamma"], beta=case["beta"], length_penalty=None)
         asyncio.run(algorithm_cls(config, policy_pool=None).score_group(group))
-        fixture["cases"].append({
-            "gamma": case["gamma"],
-            "beta": case["beta"],
-            "rollouts": [
-                {"reward": reward, "turns": [[role, n] for role, n in turns], "turn_rewards": scores,
-                 "assigned": r.advantages}
-                for (reward, turns, scores), r in zip(case["group"], group, strict=True)
-            ],
-        })
+        fixture["cases"].append(
+            {
+                "gamma": case["gamma"],
+                "beta": case["beta"],
+                "rollouts": [
+                    {
+                        "reward": reward,
+                        "turns": [[role, n] for role, n in turns],
+                        "turn_rewards": scores,
+                        "assigned": r.advantages,
+                    }
+                    for (reward, turns, scores), r in zip(case["group"], group, strict=True)
+                ],
+            }
+        )
     common.write("turn_credit_prime_rl", fixture, args.out)
 
 

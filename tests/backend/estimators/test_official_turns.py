@@ -17,10 +17,14 @@ from backend.estimators import registry
 from backend.estimators.reference import reference_advantages
 
 OFFICIAL = Path(__file__).parent / "fixtures" / "official"
-FIXTURES = {name: json.loads((OFFICIAL / f"{name}.json").read_text())
-            for name in ("turn_credit_prime_rl", "progress_advantage", "gigpo")}
+FIXTURES = {
+    name: json.loads((OFFICIAL / f"{name}.json").read_text())
+    for name in ("turn_credit_prime_rl", "progress_advantage", "gigpo")
+}
 ESTIMATOR = {
-    "turn_credit_prime_rl": "turn_credit", "progress_advantage": "progress_advantage", "gigpo": "gigpo"
+    "turn_credit_prime_rl": "turn_credit",
+    "progress_advantage": "progress_advantage",
+    "gigpo": "gigpo",
 }
 
 
@@ -32,8 +36,15 @@ def _record(rollout_id, group, reward, turns, **fields):
         ids += turn_ids
         mask += [int(role == "assistant")] * len(turn_ids)
         values += turn_values
-    return {"token_ids": ids, "group_id": group, "rollout_id": rollout_id, "scores": {"task": reward},
-            "loss_mask": mask, "turns": spans, **fields}, values
+    return {
+        "token_ids": ids,
+        "group_id": group,
+        "rollout_id": rollout_id,
+        "scores": {"task": reward},
+        "loss_mask": mask,
+        "turns": spans,
+        **fields,
+    }, values
 
 
 def _check(name, records, expected, **config):
@@ -54,8 +65,10 @@ def test_turn_credit_equals_prime_rl(case):
     entry = FIXTURES["turn_credit_prime_rl"]["cases"][case]
     records, expected = [], []
     for i, r in enumerate(entry["rollouts"]):
-        turns = [(role, [1 + k] * n, [1.0 if role == "assistant" else 0.0] * n)
-                 for k, (role, n) in enumerate(r["turns"])]
+        turns = [
+            (role, [1 + k] * n, [1.0 if role == "assistant" else 0.0] * n)
+            for k, (role, n) in enumerate(r["turns"])
+        ]
         record, trained = _record(i, 0, r["reward"], turns, turn_rewards=r["turn_rewards"])
         assigned = r["assigned"]  # a scalar is the level, on every trained token
         records.append(record)
@@ -102,8 +115,14 @@ def test_gigpo_equals_verl_agent(case):
             row += step_row
         records.append(_record(i, 0, reward, turns)[0])
         expected.append(row)
-    _check("gigpo", records, expected, gamma=entry["gamma"], step_advantage_w=entry["step_advantage_w"],
-           mode=entry["mode"])
+    _check(
+        "gigpo",
+        records,
+        expected,
+        gamma=entry["gamma"],
+        step_advantage_w=entry["step_advantage_w"],
+        mode=entry["mode"],
+    )
 
 
 def test_turn_fixtures_cite_the_estimators_commit():
