@@ -42,28 +42,28 @@ def hover_text(page, key: str, col: int = 0, row: int = 0) -> str:
     return label.first.text_content()
 
 
-def show_prompt_and_response(page) -> str:
-    page.get_by_text("Prompt and response").first.click()
+def show_prompt_and_response(page, label: str) -> str:
+    page.get_by_text(label, exact=True).first.click()
     page.wait_for_selector("pre.cl-text-block")
     return "\n".join(page.locator("pre.cl-text-block").all_inner_texts())
 
 
 @pytest.mark.parametrize(
-    "path, heatmap, n_rows",
+    "path, heatmap, text_panel",
     [
-        ("rollout?run=hostile&rollout=0", "rollout_heatmap", 4),  # style, task, final + gap rows: one band
-        ("group?run=hostile&rollout=0", "group_heatmap", 3),  # one row per response
-        ("compare?run=hostile&rollout=0", None, 1),
-        ("resample?run=hostile&rollout=0", "resample_heatmap", 1),
+        ("rollout?run=hostile&rollout=0", "rollout_heatmap", "Prompt and response"),
+        ("group?run=hostile&rollout=0", "group_heatmap", "Prompt"),  # the group's facts, then its one prompt
+        ("compare?run=hostile&rollout=0", None, None),
+        ("resample?run=hostile&rollout=0", "resample_heatmap", "Prompt and response"),
     ],
 )
-def test_model_text_is_inert_and_readable(page, path, heatmap, n_rows):
+def test_model_text_is_inert_and_readable(page, path, heatmap, text_panel):
     open_view(page, path)
     page.wait_for_selector(".js-plotly-plot .main-svg")
     assert page.evaluate(INJECTED) == CLEAN
 
     if heatmap is not None:
-        code = show_prompt_and_response(page)
+        code = show_prompt_and_response(page, text_panel)
         for payload in (XSS_SCRIPT, XSS_IMG, XSS_MARKDOWN, "$\\alpha$"):
             assert payload in code
         # token 0 is the <script> payload, token 1 the <img>: their hover labels show them literally
