@@ -40,7 +40,7 @@ def own_server(bundled_db, tmp_path):
 
 
 def test_two_sessions_keep_working_while_the_cli_imports(browser, own_server, tmp_path):
-    records = _long_records(n_groups=150)
+    records = _long_records(n_groups=60)
     source = write_jsonl(tmp_path / "big.jsonl", records)
     sessions = []
     for path in ("", "group"):  # two users, two views, warmed up before the import starts
