@@ -82,6 +82,21 @@ class Lens:
             self.handle, list(runs), estimator, params, channel, settings=settings, channel_as=CHANNEL_AS
         )
 
+    def compare_alerts(
+        self,
+        runs: list[str] | tuple[str, ...],
+        estimator: str = "grpo",
+        *,
+        channel: str | None = None,
+        **params,
+    ) -> pd.DataFrame:
+        """Every warning the monitors raise on each run (`creditlens compare-runs --alerts --json`): run,
+        step, severity, detector, statistic; the marks on the Trends view's run traces."""
+        _check_params(estimator, params)
+        return run_comparison.run_alerts(
+            self.handle, list(runs), estimator, params, channel, channel_as=CHANNEL_AS
+        )
+
     def run(self, name: str) -> Run:
         """The run called `name` (an InputError naming the known runs when there is none)."""
         with self.handle.read() as store:

@@ -19,10 +19,16 @@ def run_colour(runs: list[str], run: str) -> str:
 
 
 def runs_trend(
-    raw: pd.DataFrame, smooth: pd.DataFrame, column: str, title: str, percent: bool = False
+    raw: pd.DataFrame,
+    smooth: pd.DataFrame,
+    column: str,
+    title: str,
+    percent: bool = False,
+    alerts: pd.DataFrame | None = None,
 ) -> go.Figure:
     """`column` over steps, a smoothed line per run (legend: the run's name, escaped) over its raw values as
-    faint points; a run without any value of `column` is named in the legend as having no data."""
+    faint points; a run without any value of `column` is named in the legend as having no data. Each run's
+    rows of `alerts` (`creditlens compare-runs --alerts`) are marked ▼ on its line at their steps."""
     fig = go.Figure()
     runs = list(dict.fromkeys(raw["run"]))
     for run in runs:
@@ -58,6 +64,45 @@ def runs_trend(
                 connectgaps=False,
             )
         )
+        if alerts is not None:
+            _mark_alerts(fig, mine, column, alerts[alerts["run"] == run], run, colour)
     fig.update_layout(showlegend=True)
     yaxis = {"tickformat": PERCENT_TICKS} if percent else None
     return _trend_layout(fig, safe(title), raw["step"] if len(raw) else pd.Series([0]), yaxis)
+
+
+def _mark_alerts(
+    fig: go.Figure, line: pd.DataFrame, column: str, alerts: pd.DataFrame, run: str, colour: str
+):
+    """▼ on the run's smoothed line at each step with a warning (steps where the line has no value are left
+    out); the hover names the run, the step and each warning there, escaped."""
+    at = line.set_index(line["step"].astype(int))[column].astype(float)
+    steps = [int(s) for s in dict.fromkeys(alerts["step"]) if int(s) in at.index and at[int(s)] == at[int(s)]]
+    if not steps:
+        return
+    hover = [
+        f"{safe(run)} · step {s}<br>"
+        + "<br>".join(
+            f"{safe(a.severity)}: {safe(a.detector)} ({safe(a.statistic)})"
+            for a in alerts[alerts["step"] == s].itertuples()
+        )
+        for s in steps
+    ]
+    fig.add_trace(
+        go.Scatter(
+            x=steps,
+            y=[at[s] for s in steps],
+            mode="markers",
+            marker={
+                "symbol": "triangle-down",
+                "size": 12,
+                "color": colour,
+                "line": {"width": 1.5, "color": "#d55e00"},
+            },
+            name=f"{safe(run)} warnings",
+            legendgroup=run,
+            showlegend=False,
+            hovertext=hover,
+            hoverinfo="text",
+        )
+    )

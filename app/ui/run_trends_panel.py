@@ -28,12 +28,17 @@ def draw(db: str, runs: list[str], estimator: str, credit: str) -> None:
     )
     raw = runs_data.run_trends(db, tuple(runs), estimator, credit)
     smooth = runs_data.smoothed(raw, weight)
+    alerts = runs_data.run_alerts(db, tuple(runs), estimator or "grpo")
     shares_of = "the final advantage" if credit == "final" else f"{estimator}'s advantages"
-    command = " ".join(["creditlens trends", *(f"--run {r}" for r in runs), f"--estimator {estimator}"])
+    flags = " ".join([*(f"--run {r}" for r in runs), f"--estimator {estimator}"])
     st.caption(
         text.with_code(
             f"{len(runs)} runs, a line per run (x: training step), each on its own main channel; class "
-            f"shares of {shares_of} with {estimator}. Same numbers: `{command} --smooth {weight:g} --json`"
+            f"shares of {shares_of} with {estimator}. Same numbers: "
+            f"`creditlens trends {flags} --smooth {weight:g} --json`. "
+            f"▼ on a run's line: a warning of the monitors at that step (hover for the detector; "
+            f"{len(alerts)} on these runs). Same marks: "
+            f"`creditlens compare-runs {flags} --alerts`"
         )
     )
     classes = [c.removeprefix("share_") for c in raw.columns if c.startswith("share_")]
@@ -60,5 +65,5 @@ def draw(db: str, runs: list[str], estimator: str, credit: str) -> None:
     shown = [(c, title, pct) for c, title, pct in charts if c in raw.columns]
     for start in range(0, len(shown), 2):
         for box, (column, title, percent) in zip(st.columns(2), shown[start : start + 2], strict=False):
-            fig = run_charts.runs_trend(raw, smooth, column, title, percent)
+            fig = run_charts.runs_trend(raw, smooth, column, title, percent, alerts)
             box.plotly_chart(fig, key=f"trends_runs_{column}", width="stretch", config=TOOLBAR)

@@ -29,6 +29,12 @@ def comparison(db: str, runs: tuple[str, ...], estimator: str) -> pd.DataFrame:
     return run_comparison.compare_runs(data.store_handle(db), list(runs), estimator)
 
 
+@st.cache_data(show_spinner="Running the monitors on each run…", max_entries=16)
+def run_alerts(db: str, runs: tuple[str, ...], estimator: str) -> pd.DataFrame:
+    """Each run's warnings, one row each (`creditlens compare-runs --alerts --json`)."""
+    return run_comparison.run_alerts(data.store_handle(db), list(runs), estimator)
+
+
 def differing_columns(frame: pd.DataFrame) -> list[str]:
     """The comparison's columns whose values differ between the runs (highlighted)."""
     return compare_runs.differing_columns(frame)

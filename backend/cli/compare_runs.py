@@ -41,6 +41,12 @@ def add_commands(sub) -> None:
         default=None,
         help="reward channel the estimator reads on every run (default: each run's own main channel)",
     )
+    p.add_argument(
+        "--alerts",
+        action="store_true",
+        help="print every warning the monitors raise on each run instead (run, step, severity, detector, "
+        "statistic): the marks on the Trends view's run traces",
+    )
     p.add_argument("--json", action="store_true", help="print the rows as a JSON list of objects")
     p.set_defaults(func=cmd_compare_runs)
 
@@ -49,9 +55,16 @@ def cmd_compare_runs(args) -> int:
     from backend.monitor import compare_runs  # noqa: PLC0415 - heavy (torch, estimators); see backend/cli/__init__.py
 
     handle = store_handle(args.db)
-    frame = compare_runs.compare_runs(
-        handle, args.run, args.estimator, parse_overrides(args.overrides), args.channel
-    )
+    overrides = parse_overrides(args.overrides)
+    if args.alerts:
+        found = compare_runs.run_alerts(handle, args.run, args.estimator, overrides, args.channel)
+        if args.json:
+            sys.stdout.write(found.to_json(orient="records") + "\n")
+        else:
+            print(found.to_string(index=False) if len(found) else "no warnings on these runs")
+        print(f"{len(found)} warnings on {len(args.run)} runs ({args.estimator})", file=sys.stderr)
+        return 0
+    frame = compare_runs.compare_runs(handle, args.run, args.estimator, overrides, args.channel)
     if args.json:
         sys.stdout.write(frame.to_json(orient="records", double_precision=15))
         sys.stdout.write("\n")

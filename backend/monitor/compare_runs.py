@@ -47,9 +47,8 @@ def compare_runs(
         config = rows_of.estimator_config(handle, run, estimator, dict(overrides or {}), channel, channel_as)
         trends = explorer.step_trends(handle, run, estimator, config, quantiles=False)
         row = rows_of.summary_row(run, sizes[run], trends, metas[run])
-        report = monitors.run_monitors(handle, run, estimator, config, settings, prepare_missing=False)
-        warnings = [a for a in report.alerts if a.severity in WARNINGS]
-        earliest = min(warnings, key=lambda a: (a.step, a.detector, a.statistic)) if warnings else None
+        warnings = _warnings(handle, run, estimator, config, settings)
+        earliest = warnings[0] if warnings else None
         row["warnings"] = len(warnings)
         row["first_alert_step"] = None if earliest is None else int(earliest.step)
         row["first_alert_detector"] = None if earliest is None else earliest.detector
@@ -60,3 +59,50 @@ def compare_runs(
     for column in ("first_step", "last_step", "first_alert_step"):  # whole steps, empty where none
         frame[column] = frame[column].astype("Int64")
     return frame
+
+
+ALERT_COLUMNS = ("run", "step", "severity", "detector", "statistic")
+
+
+def run_alerts(
+    handle: StoreHandle,
+    runs: list[str] | tuple[str, ...],
+    estimator: str = "grpo",
+    overrides: dict | None = None,
+    channel: str | None = None,
+    *,
+    settings: MonitorSettings = MonitorSettings(),
+    channel_as: str = main_channel.CLI_CHANNEL,
+) -> pd.DataFrame:
+    """Every warning (warn or alert) the monitors raise on each run, one row each: run, step (the onset),
+    severity, detector, statistic; runs in the order given, each run's by step. `compare_runs`'s
+    first_alert_step is each run's first row here; the Trends view over several runs marks these rows on
+    each run's trace (`creditlens compare-runs --alerts`)."""
+    runs = rows_of.check_runs(runs)
+    with handle.read() as store:
+        for run in runs:
+            store.run_info(run)  # an unknown run: the error lists the known ones
+    rows = []
+    for run in runs:
+        config = rows_of.estimator_config(handle, run, estimator, dict(overrides or {}), channel, channel_as)
+        for a in _warnings(handle, run, estimator, config, settings, prepare_missing=True):
+            rows.append({"run": run, "step": int(a.step), "severity": a.severity, "detector": a.detector})
+            rows[-1]["statistic"] = a.statistic
+    frame = pd.DataFrame(rows, columns=list(ALERT_COLUMNS))
+    frame["step"] = frame["step"].astype("int64")
+    return frame
+
+
+def _warnings(
+    handle: StoreHandle,
+    run: str,
+    estimator: str,
+    config,
+    settings: MonitorSettings,
+    prepare_missing: bool = False,
+) -> list:
+    """The run's warn/alert onsets, earliest first (ties by detector and statistic); `prepare_missing`
+    computes the credit summaries the monitors read when they are not stored yet."""
+    report = monitors.run_monitors(handle, run, estimator, config, settings, prepare_missing=prepare_missing)
+    found = [a for a in report.alerts if a.severity in WARNINGS]
+    return sorted(found, key=lambda a: (a.step, a.detector, a.statistic))

@@ -96,6 +96,43 @@ def test_first_alert_step_is_the_planted_onset_and_null_when_healthy(printed):
         assert rows[plant]["warnings"] >= 1
 
 
+def test_alerts_are_each_runs_warnings_from_its_first_alert_step(db, printed):
+    """`compare-runs --alerts`: every warning, the earliest of each run being its first_alert_step; the
+    Python API gives the same rows; the Trends view marks them on each run's line."""
+    done = run_cli_here(
+        "compare-runs", "--db", db, *[a for r in RUNS for a in ("--run", r)], "--alerts", "--json"
+    )
+    assert done.returncode == 0, done.stderr
+    alerts = json.loads(done.stdout)
+    rows = {row["run"]: row for row in printed}
+    assert "healthy" not in {a["run"] for a in alerts}
+    for plant in RUNS[1:]:
+        mine = [a for a in alerts if a["run"] == plant]
+        assert len(mine) == rows[plant]["warnings"], plant
+        assert [a["step"] for a in mine] == sorted(a["step"] for a in mine)
+        assert (mine[0]["step"], mine[0]["detector"]) == (ONSET, plant)
+        assert {a["severity"] for a in mine} <= {"warn", "alert"}
+    api = creditlens.open(db).compare_alerts(list(RUNS))
+    assert json.loads(api.to_json(orient="records")) == alerts
+
+    # the figure: a ▼ trace per run with warnings, on the run's smoothed line at those steps
+    from app.ui import run_charts  # noqa: PLC0415 - the view's figure, drawn from the same rows
+
+    raw = compare_rows.run_trends(StoreHandle(db), list(RUNS), "grpo", {}, None)
+    smooth = compare_rows.smooth(raw, 0.6)
+    fig = run_charts.runs_trend(raw, smooth, "mean_entropy", "entropy", alerts=api)
+    marks = {t.name: t for t in fig.data if t.name.endswith(" warnings")}
+    assert set(marks) == {f"{plant} warnings" for plant in RUNS[1:]}
+    for plant in RUNS[1:]:
+        line = smooth[smooth["run"] == plant].set_index("step")["mean_entropy"]
+        mark = marks[f"{plant} warnings"]
+        assert ONSET in mark.x
+        assert list(mark.y) == [float(line[s]) for s in mark.x]
+        assert plant in mark.hovertext[list(mark.x).index(ONSET)]
+    empty = run_charts.runs_trend(raw, smooth, "mean_entropy", "entropy", alerts=api.iloc[:0])
+    assert not [t for t in empty.data if t.name.endswith(" warnings")]
+
+
 def test_the_row_holds_the_runs_trends_numbers(db, compared):
     handle = StoreHandle(db)
     row = compared.set_index("run").loc["truncation"]
