@@ -156,3 +156,5 @@ ORACLE_ESTIMATORS = "oracle_estimators"
 ORACLE_PIPELINE = "oracle_pipeline"
 
 RUNS_FLASH = "runs_flash"  # the message of the last import, delete or main-channel change
+COMPARE_SAME_PROMPT = "compare_same_prompt"  # the prompt shown across the runs side by side
+COMPARE_SAME_STEP = "compare_same_step"

@@ -97,6 +97,13 @@ class Lens:
             self.handle, list(runs), estimator, params, channel, channel_as=CHANNEL_AS
         )
 
+    def same_prompt(
+        self, runs: list[str] | tuple[str, ...], prompt: str | None = None, step: int | None = None
+    ) -> pd.DataFrame:
+        """The groups the runs were asked the same prompt in (`creditlens compare-runs --same-prompt --json`):
+        prompt, run, step, group_id, responses, for prompts two or more of the runs were asked."""
+        return compare_runs.same_prompt(self.handle, list(runs), prompt, step)
+
     def run(self, name: str) -> Run:
         """The run called `name` (an InputError naming the known runs when there is none)."""
         with self.handle.read() as store:

@@ -4,11 +4,24 @@ where the credit lands by token class (the "why did filler get credit" answer)."
 import streamlit as st
 
 from app import keys, state
-from app.ui import charts, class_editor, fmt, heatmaps, panels, scales, text, tuned_beta, widgets
+from app.ui import (
+    charts,
+    class_editor,
+    fmt,
+    heatmaps,
+    panels,
+    run_set,
+    same_prompt_panel,
+    scales,
+    text,
+    tuned_beta,
+    widgets,
+)
 from app.view_data import compare as compare_data
 from app.view_data import shared
 
 sel = panels.rollout_selection()
+side_by_side = run_set.compared_runs(sel)  # the sidebar's runs: their answers to this prompt, at the end
 st.title(f"Compare estimators · rollout #{sel.rollout}")
 
 unavailable = shared.unavailable(sel.db, sel.run, sel.group)
@@ -160,3 +173,4 @@ if numbers is not None:
         column_config={c: st.column_config.NumberColumn(c, format="percent") for c in shares.columns},
     )
 class_editor.show(sel)
+same_prompt_panel.draw(sel, side_by_side, chosen[0])

@@ -35,6 +35,12 @@ def run_alerts(db: str, runs: tuple[str, ...], estimator: str) -> pd.DataFrame:
     return run_comparison.run_alerts(data.store_handle(db), list(runs), estimator)
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def same_prompt(db: str, runs: tuple[str, ...]) -> pd.DataFrame:
+    """The groups the runs were asked the same prompt in (`creditlens compare-runs --same-prompt --json`)."""
+    return compare_runs.same_prompt(data.store_handle(db), list(runs))
+
+
 def differing_columns(frame: pd.DataFrame) -> list[str]:
     """The comparison's columns whose values differ between the runs (highlighted)."""
     return compare_runs.differing_columns(frame)

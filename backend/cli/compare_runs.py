@@ -47,6 +47,15 @@ def add_commands(sub) -> None:
         help="print every warning the monitors raise on each run instead (run, step, severity, detector, "
         "statistic): the marks on the Trends view's run traces",
     )
+    p.add_argument(
+        "--same-prompt",
+        action="store_true",
+        help="print the groups the runs were asked the same prompt in instead (prompt, run, step, group_id, "
+        "responses; prompts that two or more of the runs were asked): what the Compare view shows side by "
+        "side",
+    )
+    p.add_argument("--prompt", default=None, help="with --same-prompt: only this prompt (its exact text)")
+    p.add_argument("--step", type=int, default=None, help="with --same-prompt: only this step")
     p.add_argument("--json", action="store_true", help="print the rows as a JSON list of objects")
     p.set_defaults(func=cmd_compare_runs)
 
@@ -55,6 +64,19 @@ def cmd_compare_runs(args) -> int:
     from backend.monitor import compare_runs  # noqa: PLC0415 - heavy (torch, estimators); see backend/cli/__init__.py
 
     handle = store_handle(args.db)
+    if args.same_prompt:
+        from backend.views.compare_runs import same_prompt  # noqa: PLC0415 - beside the heavy import above
+
+        found = same_prompt(handle, args.run, args.prompt, args.step)
+        if args.json:
+            sys.stdout.write(found.to_json(orient="records") + "\n")
+        else:
+            print(found.to_string(index=False) if len(found) else "no prompt is shared by two of these runs")
+        print(f"{found['prompt'].nunique()} prompts shared, {len(found)} groups", file=sys.stderr)
+        return 0
+    if args.prompt is not None or args.step is not None:
+        print("creditlens compare-runs: --prompt and --step go with --same-prompt", file=sys.stderr)
+        return 2
     overrides = parse_overrides(args.overrides)
     if args.alerts:
         found = compare_runs.run_alerts(handle, args.run, args.estimator, overrides, args.channel)

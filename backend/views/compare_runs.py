@@ -166,3 +166,42 @@ def _number(series: pd.Series | None, column: str) -> float | int | None:
     if value is None or (isinstance(value, float) and math.isnan(value)) or pd.isna(value):
         return None
     return int(value) if column == "step" else float(value)
+
+
+SAME_PROMPT_COLUMNS = ("prompt", "run", "step", "group_id", "responses")
+
+
+def same_prompt(
+    handle: StoreHandle,
+    runs: list[str] | tuple[str, ...],
+    prompt: str | None = None,
+    step: int | None = None,
+) -> pd.DataFrame:
+    """The groups the runs were asked the same prompt in (`creditlens compare-runs --same-prompt`): one row
+    per prompt, run, step and group with its number of responses, for the prompts that two or more of the
+    runs were asked; prompts in the order the first run met them, then runs in the order given, then steps.
+    `prompt` and `step` keep only that prompt's or that step's rows. The Compare view draws one such
+    prompt's groups side by side."""
+    runs = check_runs(runs)
+    frames = []
+    with handle.read() as store:
+        for run in runs:
+            found = store.con.execute(
+                "SELECT prompt, step, group_id, count(*) AS responses, min(rollout_id) AS first "
+                "FROM rollouts WHERE run_id = ? AND prompt IS NOT NULL "
+                "GROUP BY prompt, step, group_id",
+                [store.run_id(run)],  # an unknown run: the error lists the known ones
+            ).df()
+            frames.append(found.assign(run=run, order=len(frames)))
+    rows = pd.concat(frames, ignore_index=True)
+    shared = rows.groupby("prompt")["run"].nunique()
+    rows = rows[rows["prompt"].isin(shared[shared >= 2].index)]
+    if prompt is not None:
+        rows = rows[rows["prompt"] == prompt]
+    if step is not None:
+        rows = rows[rows["step"] == int(step)]
+    met = rows.sort_values(["order", "first"]).drop_duplicates("prompt")["prompt"].tolist()
+    rows = rows.assign(p=rows["prompt"].map({p: i for i, p in enumerate(met)}))
+    rows = rows.sort_values(["p", "order", "step", "group_id"])
+    frame = rows[list(SAME_PROMPT_COLUMNS)].reset_index(drop=True)
+    return frame.astype({"step": "int64", "group_id": "int64", "responses": "int64"})
