@@ -43,6 +43,11 @@ README_VIEWS = (
     ("resample", "resample?run=demo&rollout=1", ".st-key-resample_heatmap .js-plotly-plot"),
     ("oracle", "oracle?run=oracle", ".js-plotly-plot"),
     ("runs", "runs", "[data-testid=stDataFrame]"),
+    (
+        "runs-side-by-side",
+        "trends?run=kl-0.0&runs=kl-0.0,kl-0.2&smooth=0",
+        ".st-key-trends_runs_kl .js-plotly-plot",
+    ),
 )
 MORE_VIEWS = tuple(
     (f"{view}-{run}-{rollout}", f"{path}?run={run}&rollout={rollout}", ".js-plotly-plot")

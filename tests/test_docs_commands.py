@@ -210,7 +210,14 @@ def test_the_readme_runs_as_written(bundled_template, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _my_grpo_run(tmp_path / "runs" / "my_grpo_run")
     readme = [e for e in examples() if e.page == "README.md"]
-    assert [e.argv[0] for e in readme] == ["import", "estimators", "explain", "rollouts", "monitor"]
+    assert [e.argv[0] for e in readme] == [
+        "import",
+        "estimators",
+        "explain",
+        "rollouts",
+        "monitor",
+        "compare-runs",
+    ]
     for example in readme:
         done = run_cli_here(*example.argv)
         assert done.returncode in ((0, 1) if example.argv[0] == "monitor" else (0,)), (
@@ -221,6 +228,10 @@ def test_the_readme_runs_as_written(bundled_template, tmp_path, monkeypatch):
             assert "detected format: native" in done.stderr and "imported 224 rollouts" in done.stdout
         if example.argv[0] == "rollouts":
             assert done.stdout.count('"rollout_id"') == 20
+        if example.argv[0] == "compare-runs":  # the bundled pair recorded from TRL: beta is what differs
+            assert [line.split() for line in done.stdout.splitlines() if line.startswith("config.")] == [
+                ["config.beta", "0.0", "0.2"]
+            ]
 
 
 @pytest.mark.parametrize(
