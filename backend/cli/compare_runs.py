@@ -65,13 +65,10 @@ def cmd_compare_runs(args) -> int:
 
     handle = store_handle(args.db)
     if args.same_prompt:
-        from backend.views.compare_runs import same_prompt  # noqa: PLC0415 - beside the heavy import above
+        from backend.views.compare_runs import same_prompt  # noqa: PLC0415 - as the import above
 
         found = same_prompt(handle, args.run, args.prompt, args.step)
-        if args.json:
-            sys.stdout.write(found.to_json(orient="records") + "\n")
-        else:
-            print(found.to_string(index=False) if len(found) else "no prompt is shared by two of these runs")
+        _print_rows(found, args.json, "no prompt is shared by two of these runs")
         print(f"{found['prompt'].nunique()} prompts shared, {len(found)} groups", file=sys.stderr)
         return 0
     if args.prompt is not None or args.step is not None:
@@ -80,10 +77,7 @@ def cmd_compare_runs(args) -> int:
     overrides = parse_overrides(args.overrides)
     if args.alerts:
         found = compare_runs.run_alerts(handle, args.run, args.estimator, overrides, args.channel)
-        if args.json:
-            sys.stdout.write(found.to_json(orient="records") + "\n")
-        else:
-            print(found.to_string(index=False) if len(found) else "no warnings on these runs")
+        _print_rows(found, args.json, "no warnings on these runs")
         print(f"{len(found)} warnings on {len(args.run)} runs ({args.estimator})", file=sys.stderr)
         return 0
     frame = compare_runs.compare_runs(handle, args.run, args.estimator, overrides, args.channel)
@@ -94,6 +88,14 @@ def cmd_compare_runs(args) -> int:
         print(as_text(frame))
     print(f"{len(frame)} runs compared ({args.estimator})", file=sys.stderr)
     return 0
+
+
+def _print_rows(frame: pd.DataFrame, as_json: bool, when_empty: str) -> None:
+    """A table of rows (--alerts, --same-prompt): JSON records, or a plain table (`when_empty` for none)."""
+    if as_json:
+        sys.stdout.write(frame.to_json(orient="records") + "\n")
+    else:
+        print(frame.to_string(index=False) if len(frame) else when_empty)
 
 
 def as_text(frame: pd.DataFrame) -> str:
