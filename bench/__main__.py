@@ -13,6 +13,7 @@ from bench import (
     monitor,
     oracle,
     reliability,
+    runs,
     scale,
     teacher,
 )
@@ -28,6 +29,7 @@ BENCHES = {
     "app": app,
     "reliability": reliability,
     "explorer": explorer,
+    "runs": runs,
     "scale": scale,
     "monitor": monitor,
 }
