@@ -60,6 +60,7 @@ RUN = "sel_run"  # the selected run and rollout (the sidebar pickers)
 ROLLOUT = "sel_rollout"
 SELECTION = "_selection"  # the Selection resolved in this rerun
 URL_AT_START = "_url_at_start"  # the query string the session started from (a bookmark, a link)
+URL_LIVE = "_url_live"  # the query string this script run was asked with (a page link, a switch_page)
 LINK_BOX = "_link_warnings_box"  # where the link warnings go, at the top of the view
 LINK_WARNED = "_link_warned"  # the link parameters already warned about
 SESSION_CLASSES = "_session_classes"  # run -> the token classes used in this session, not saved
@@ -95,6 +96,7 @@ EXPLORER_SIGNATURE = "_explorer_signature"  # the query of the last rerun: a new
 EXPLORER_IDS = "_explorer_ids"  # the rollout ids of the rows shown
 EXPLORER_TABLE = "explorer_table"
 EXPLORER_WHERE_CLEARED = "explorer_where_cleared"  # the alert's filter was cleared
+EXPLORER_WHERE = "_explorer_where"  # the filter a link in this session asked for (kept until cleared)
 EXPLORER_ALERT_LINK = "_explorer_alert_link"  # the alert link whose sort was applied
 
 TRENDS_ESTIMATOR = "trends_estimator"

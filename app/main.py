@@ -49,5 +49,6 @@ navigation = st.navigation(
 data.refresh_if_store_changed(data.db_path())  # another process may have imported or deleted a run
 # The run's reads share one read-only connection (backend/store/handle.py: `kept_open`), closed when it ends.
 with data.store_handle(data.db_path()).kept_open():
+    state.capture_live_url()
     st.session_state[keys.SELECTION] = state.init_selection()
     navigation.run()

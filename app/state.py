@@ -39,6 +39,18 @@ def _initial_url() -> dict[str, str]:
     return st.session_state[keys.URL_AT_START]
 
 
+def capture_live_url() -> None:
+    """Keep the query string this script run was asked with, before `init_selection` rewrites the URL: a
+    link followed within the session (`st.page_link`, `st.switch_page` with query parameters) carries
+    parameters a view reads once (the Explorer's `where`)."""
+    st.session_state[keys.URL_LIVE] = st.query_params.to_dict()
+
+
+def live_value(name: str) -> str | None:
+    """`?name=` as this script run was asked for it (`capture_live_url`), else None."""
+    return st.session_state.get(keys.URL_LIVE, {}).get(name)
+
+
 def link_warning(name: str, value: Any, reason: str, fallback: Any) -> None:
     """Say, once per session and parameter, that the link's `?name=value` cannot be honoured and why."""
     seen = st.session_state.setdefault(keys.LINK_WARNED, set())

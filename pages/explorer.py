@@ -63,7 +63,9 @@ base = explorer_data.ExplorerQuery(
 )
 columns = panels.compute_or_explain(explorer_data.explorer_columns, sel.db, sel.run, base)
 sortable = [c for c in columns if c != "preview"]
-monitor_panel.follow_alert_link(st.query_params.to_dict(), st.session_state, sortable)  # an alert's sort
+monitor_panel.follow_alert_link(
+    st.session_state[keys.URL_LIVE], st.session_state, sortable
+)  # an alert's sort
 with sort_box:
     sort = state.url_widget(
         st.selectbox,
@@ -95,10 +97,11 @@ with size_box:
 
 numeric = [c for c in sortable if c not in explorer_data.FLAG_COLUMNS and c not in ("rollout_id", "group_id")]
 # A Trends alert links here with its step and filter (`where=step=12,truncated=true`): its rollouts first.
-where = monitor_panel.linked_where(st.query_params.get(keys.URL_WHERE), state.url_value(keys.URL_WHERE))
+where = monitor_panel.linked_where(state.live_value(keys.URL_WHERE), state.url_value(keys.URL_WHERE))
+state.publish(keys.URL_WHERE, where)  # the filter stays in the link while it applies
 filters: list[explorer_data.Filter] = panels.compute_or_explain(monitor_panel.linked_filters, where)
 linked = ", ".join(f"{f.column}{f.op}{f.value}" for f in filters)
-if filters and st.button(f"Clear the alert's filter: {linked}", key="explorer_clear_where"):
+if filters and st.button(f"Clear the link's filter: {linked}", key="explorer_clear_where"):
     monitor_panel.clear_where()
     st.rerun()
 with st.expander("Filters: flags and ranges"):

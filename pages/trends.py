@@ -3,11 +3,12 @@
 import streamlit as st
 
 from app import data, keys, state
-from app.ui import charts, monitor_panel, panels, run_set, run_trends_panel, text, tuned_beta, widgets
+from app.ui import charts, drill, monitor_panel, panels, run_set, run_trends_panel, text, tuned_beta, widgets
 from app.ui.fmt import safe
 from app.view_data import shared
 from app.view_data import trends as trends_data
 
+drill.follow()  # a point clicked in the last run: its step's rollouts in the Explorer
 sel = state.selection()
 if sel.run is None:
     st.info("The store has no runs yet. Import one on the Runs page.")
@@ -97,6 +98,10 @@ charts_shown = [
 shown = [(key, fig) for key, fig in charts_shown if fig is not None]
 # The charts come first: the monitors' first run on a big run takes seconds, and the alert marks are
 # drawn into the same places once it is done (at once when this session has the report already).
+st.caption(
+    "Click a point to open that step's rollouts in the Explorer (the rows of "
+    f"`creditlens rollouts --run {text.plain(sel.run)} --where step=N`)."
+)
 ready = monitor_panel.report_ready(sel.db, sel.run, estimator, config)
 slots = {}
 for start in range(0, len(shown), 2):
@@ -105,9 +110,14 @@ for start in range(0, len(shown), 2):
         if not ready:
             slots[key].plotly_chart(fig, key=monitor_panel.unmarked_key(key), width="stretch", config=TOOLBAR)
 health = panels.compute_or_explain(monitor_panel.report_for_session, sel.db, sel.run, estimator, config)
-for key, fig in shown:
+for key, fig in shown:  # a click on a point opens that step's rollouts in the Explorer
     slots[key].plotly_chart(
-        monitor_panel.mark_alerts(fig, health.alerts), key=key, width="stretch", config=TOOLBAR
+        monitor_panel.mark_alerts(fig, health.alerts),
+        key=key,
+        width="stretch",
+        config=drill.CONFIG,
+        on_select=drill.on_click(sel.run, key),
+        selection_mode="points",
     )
 if frame["kl"].isna().all():
     st.caption("No KL chart: this run has no reference logprobs.")

@@ -125,12 +125,16 @@ def linked_where(live: str | None, at_start: str | None) -> str | None:
     link the session started from), until the user clears it."""
     if live:
         st.session_state.pop(keys.EXPLORER_WHERE_CLEARED, None)
+        st.session_state[keys.EXPLORER_WHERE] = live  # kept for the reruns that follow (the URL is rewritten)
         return live
-    return None if st.session_state.get(keys.EXPLORER_WHERE_CLEARED) else at_start
+    if st.session_state.get(keys.EXPLORER_WHERE_CLEARED):
+        return None
+    return st.session_state.get(keys.EXPLORER_WHERE) or at_start
 
 
 def clear_where() -> None:
     st.session_state[keys.EXPLORER_WHERE_CLEARED] = True
+    st.session_state.pop(keys.EXPLORER_WHERE, None)
     st.query_params.pop(keys.URL_WHERE, None)
 
 
