@@ -46,9 +46,14 @@ def capture_live_url() -> None:
     st.session_state[keys.URL_LIVE] = st.query_params.to_dict()
 
 
+def live_url() -> dict[str, str]:
+    """The query string this script run was asked with (`capture_live_url`)."""
+    return st.session_state.get(keys.URL_LIVE, {})
+
+
 def live_value(name: str) -> str | None:
-    """`?name=` as this script run was asked for it (`capture_live_url`), else None."""
-    return st.session_state.get(keys.URL_LIVE, {}).get(name)
+    """`?name=` as this script run was asked for it, else None."""
+    return live_url().get(name)
 
 
 def link_warning(name: str, value: Any, reason: str, fallback: Any) -> None:

@@ -63,9 +63,7 @@ base = explorer_data.ExplorerQuery(
 )
 columns = panels.compute_or_explain(explorer_data.explorer_columns, sel.db, sel.run, base)
 sortable = [c for c in columns if c != "preview"]
-monitor_panel.follow_alert_link(
-    st.session_state[keys.URL_LIVE], st.session_state, sortable
-)  # an alert's sort
+monitor_panel.follow_alert_link(state.live_url(), st.session_state, sortable)  # an alert's sort
 with sort_box:
     sort = state.url_widget(
         st.selectbox,

@@ -77,7 +77,7 @@ def _mark_alerts(
     """▼ on the run's smoothed line at each step with a warning (steps where the line has no value are left
     out); the hover names the run, the step and each warning there, escaped."""
     at = line.set_index(line["step"].astype(int))[column].astype(float)
-    steps = [int(s) for s in dict.fromkeys(alerts["step"]) if int(s) in at.index and at[int(s)] == at[int(s)]]
+    steps = [int(s) for s in dict.fromkeys(alerts["step"]) if int(s) in at.index and pd.notna(at[int(s)])]
     if not steps:
         return
     hover = [

@@ -85,9 +85,16 @@ def run_alerts(
     rows = []
     for run in runs:
         config = rows_of.estimator_config(handle, run, estimator, dict(overrides or {}), channel, channel_as)
-        for a in _warnings(handle, run, estimator, config, settings, prepare_missing=True):
-            rows.append({"run": run, "step": int(a.step), "severity": a.severity, "detector": a.detector})
-            rows[-1]["statistic"] = a.statistic
+        rows += [
+            {
+                "run": run,
+                "step": int(a.step),
+                "severity": a.severity,
+                "detector": a.detector,
+                "statistic": a.statistic,
+            }
+            for a in _warnings(handle, run, estimator, config, settings, prepare_missing=True)
+        ]
     frame = pd.DataFrame(rows, columns=list(ALERT_COLUMNS))
     frame["step"] = frame["step"].astype("int64")
     return frame
