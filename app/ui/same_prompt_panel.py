@@ -12,6 +12,14 @@ from app.ui import heatmaps, scales, text, widgets
 from app.view_data import group as group_data
 from app.view_data import runs as runs_data
 
+LATEST = "each run's latest"
+
+
+def _latest(rows):
+    """Each run's rows at the latest step it asked the prompt."""
+    last = rows.groupby("run")["step"].transform("max")
+    return rows[rows["step"] == last]
+
 
 def _short(prompt: str) -> str:
     flat = " ".join(str(prompt).split())
@@ -42,31 +50,46 @@ def draw(sel, runs: list[str], estimator: str) -> None:
     )
     mine = rows[rows["prompt"] == prompt]
     steps = sorted(set(mine["step"].tolist()))
-    step = step_box.selectbox("Step", steps, index=len(steps) - 1, key=keys.COMPARE_SAME_STEP)
-    at = mine[mine["step"] == step]
-    values, tokens, untrained, missing = {}, {}, {}, []
+    asking = mine.groupby("step")["run"].nunique()
+    together = [s for s in steps if asking[s] == mine["run"].nunique()]  # every run asking it, asked it then
+    options = [LATEST, *steps]
+    step = step_box.selectbox(
+        "Step",
+        options,
+        index=options.index(together[-1]) if together else 0,
+        key=keys.COMPARE_SAME_STEP,
+        help="A step at which the runs asked this prompt, or each run's latest step that asked it (runs "
+        "count their steps each their own way)",
+    )
+    at = mine[mine["step"] == step] if step != LATEST else _latest(mine)
+    values, tokens, untrained, missing, shown = {}, {}, {}, [], []
     for run in runs:
-        groups = at.loc[at["run"] == run, "group_id"].tolist()
+        groups = at.loc[at["run"] == run, ["group_id", "step"]].values.tolist()
         if not groups:
             missing.append(run)
             continue
+        shown.append(f"{run} step {groups[0][1]}")
         channel = data.main_channel(sel.db, run)
         config = widgets.with_channel(estimator, (), channel)
-        v, t, _, u = group_data.group_rows(sel.db, run, int(groups[0]), estimator, config, (), channel)
+        v, t, _, u = group_data.group_rows(sel.db, run, int(groups[0][0]), estimator, config, (), channel)
         for label in v:
             values[f"{run} · {label}"], tokens[f"{run} · {label}"] = v[label], t[label]
             untrained[f"{run} · {label}"] = u[label]
     flags = " ".join(f"--run {r}" for r in runs)
+    when = f"at step {step}" if step != LATEST else f"at its latest step asking it ({', '.join(shown)})"
     st.caption(
         text.with_code(
-            f"Each run's group asked this prompt at step {step}, one row per response: its final advantage "
-            f"with {text.plain(estimator)} on the run's main channel, as the Group view draws it, on one "
-            "colour scale (the largest |A| of all rows). Rows labelled run · rollout id and R, the score. "
-            f"The groups: `creditlens compare-runs {flags} --same-prompt --step {step} --json`"
+            f"Each run's group asked this prompt {text.plain(when)}, one row per response: its final "
+            f"advantage with {text.plain(estimator)} on the run's main channel, as the Group view draws it, "
+            "on one colour scale (the largest |A| of all rows). Rows labelled run · rollout id and R, the "
+            f"score. The groups: `creditlens compare-runs {flags} --same-prompt"
+            + (f" --step {step}" if step != LATEST else "")
+            + " --json`"
         )
     )
     if missing:
-        st.caption(f"Not asked this prompt at step {step}: {', '.join(map(text.plain, missing))}.")
+        never = "Never asked this prompt" if step == LATEST else f"Not asked this prompt at step {step}"
+        st.caption(f"{never}: {', '.join(map(text.plain, missing))}.")
     if not values:
         return
     st.plotly_chart(

@@ -76,3 +76,19 @@ def test_compare_draws_each_runs_group_of_the_prompt_on_one_scale(db):
 def test_compare_without_a_shared_prompt_says_so(db):
     at = open_app(db, "compare", {"run": "small", "rollout": "0", "runs": "small,demo"})
     assert any("No prompt is shared" in i.value for i in at.info)
+
+
+def test_runs_that_ask_a_prompt_at_other_steps_are_shown_each_at_its_latest(db):
+    """Runs count their steps their own way (a TRL log starts at 1): with no step that every run asked the
+    prompt at, the view opens on each run's latest step that asked it, not on one run alone."""
+    later = make_records(n_groups=2, group_size=4, steps=3, seed=9)
+    for rec in later:
+        rec["step"] += 10  # the same prompts, asked at steps 10-12
+    with Store(db) as store:
+        import_records(store, "later", later, content_key="later")
+    at = open_app(db, "compare", {"run": "small", "rollout": "0", "runs": "small,later"})
+    spec = chart(at, "compare_same_prompt_heatmap")
+    labels = " ".join(map(str, spec["layout"]["yaxis"]["ticktext"]))
+    assert labels.count("small · #") == 4 and labels.count("later · #") == 4
+    (caption,) = [c.value for c in at.caption if "latest step asking it" in c.value]  # markdown-escaped
+    assert "small step 0" in caption and "later step 10" in caption
