@@ -98,7 +98,10 @@ numeric = [c for c in sortable if c not in explorer_data.FLAG_COLUMNS and c not 
 where = monitor_panel.linked_where(state.live_value(keys.URL_WHERE), state.url_value(keys.URL_WHERE))
 state.publish(keys.URL_WHERE, where)  # the filter stays in the link while it applies
 filters: list[explorer_data.Filter] = panels.compute_or_explain(monitor_panel.linked_filters, where)
-linked = ", ".join(f"{f.column}{f.op}{f.value}" for f in filters)
+linked = ", ".join(
+    f"{f.column}{f.op}{f.value:g}" if isinstance(f.value, float) else f"{f.column}{f.op}{f.value}"
+    for f in filters
+)
 if filters and st.button(f"Clear the link's filter: {linked}", key="explorer_clear_where"):
     monitor_panel.clear_where()
     st.rerun()
