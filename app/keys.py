@@ -51,6 +51,7 @@ URL_TUNED = "tuned"  # the tuned β every view uses: channel:β,... (app/ui/tune
 URL_EFFECT_OF = "effect"  # Tune: the β whose run-level effect is drawn (replay or sliders)
 URL_RUNS = "runs"  # the runs side by side: a,b,c (Trends over several runs, Runs comparison; issue 45)
 URL_SMOOTH = "smooth"  # the EMA weight of the lines over several runs
+URL_LIVE_PAGE = "live"  # 1: follow the run while it trains; 0: do not (app/ui/live.py; issue 46)
 
 
 # ---- session keys: the store, the shared selection and the URL (app/data.py, app/state.py) ------------
@@ -71,6 +72,9 @@ CHANNEL_CHOICE = "_channel_choice"  # (run, main channel) -> the channel this se
 kept = "_keep_{}".format  # (widget key) its last value, kept while its view is not shown (Streamlit drops it)
 restored = "_restored_{}".format  # (widget key) set once the widget has been seeded from the link
 click_seen = "_{}_seen".format  # (chart key) the last click on the heatmap already acted on
+live = "_live_{}".format  # (run) whether the pages follow it (the Live toggle's value, kept across views)
+live_toggle = "live_toggle_{}".format  # (run) the Live toggle
+alerts_seen = "_alerts_seen_{}".format  # (run) the monitor alerts already drawn: a new one is also a toast
 
 # ---- session keys of the widgets in app/ui/ (one per view, from the view's prefix) --------------------
 

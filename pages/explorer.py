@@ -5,7 +5,7 @@ import math
 import streamlit as st
 
 from app import keys, state
-from app.ui import monitor_panel, panels, text, tuned_beta, widgets
+from app.ui import live, monitor_panel, panels, text, tuned_beta, widgets
 from app.view_data import explorer as explorer_data
 
 state.follow_rollout_request()  # a row clicked in the last rerun opens the Rollout view
@@ -14,6 +14,7 @@ if sel.run is None:
     st.info("The store has no runs yet. Import one on the Runs page.")
     st.stop()
 
+live.follow(sel.db, sel.run)  # Live: the table redraws when the run receives a step
 st.title(f"Explorer · {text.plain(sel.run)}")
 panels.saved_classes_note(sel)
 

@@ -4,10 +4,12 @@ import pandas as pd
 import streamlit as st
 
 from app import access, actions, data, keys, state
-from app.ui import text
+from app.ui import live, text
 from app.view_data import shared
 
 sel = state.selection()
+if sel.run is not None:
+    live.follow(sel.db, sel.run)  # Live: the page redraws when the selected run receives a step
 st.title("Runs")
 st.caption(f"Store: {data.db_path()}")
 if keys.RUNS_FLASH in st.session_state:

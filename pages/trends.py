@@ -3,7 +3,18 @@
 import streamlit as st
 
 from app import data, keys, state
-from app.ui import charts, drill, monitor_panel, panels, run_set, run_trends_panel, text, tuned_beta, widgets
+from app.ui import (
+    charts,
+    drill,
+    live,
+    monitor_panel,
+    panels,
+    run_set,
+    run_trends_panel,
+    text,
+    tuned_beta,
+    widgets,
+)
 from app.ui.fmt import safe
 from app.view_data import shared
 from app.view_data import trends as trends_data
@@ -14,6 +25,7 @@ if sel.run is None:
     st.info("The store has no runs yet. Import one on the Runs page.")
     st.stop()
 
+following = live.follow(sel.db, sel.run)  # Live: the page redraws when the run receives a step
 compared = run_set.compared_runs(sel)  # two or more: a line per run (issue 45)
 st.title(f"Trends · {text.plain(', '.join(compared) if len(compared) > 1 else sel.run)}")
 panels.saved_classes_note(sel)
@@ -110,6 +122,7 @@ for start in range(0, len(shown), 2):
         if not ready:
             slots[key].plotly_chart(fig, key=monitor_panel.unmarked_key(key), width="stretch", config=TOOLBAR)
 health = panels.compute_or_explain(monitor_panel.report_for_session, sel.db, sel.run, estimator, config)
+monitor_panel.toast_new(sel.run, health.alerts, following, (estimator, config))
 for key, fig in shown:  # a click on a point opens that step's rollouts in the Explorer
     slots[key].plotly_chart(
         monitor_panel.mark_alerts(fig, health.alerts),

@@ -130,9 +130,13 @@ def app_arguments(
     return out
 
 
-def _urls(host: str, port: int, token: str | None) -> list[str]:
+def _urls(host: str, port: int, token: str | None, view: str = "") -> list[str]:
+    """The addresses to print; `view`: the path and query they open (`trends?run=NAME&live=1`)."""
     hosts = [host] if host not in ("0.0.0.0", "::", "") else ["127.0.0.1", socket.getfqdn()]
-    query = f"/?{keys.URL_TOKEN}={quote(token, safe='')}" if token else "/"
+    path, _, query = view.lstrip("/").partition("?")
+    if token:
+        query = "&".join(q for q in (query, f"{keys.URL_TOKEN}={quote(token, safe='')}") if q)
+    query = f"/{path}" + (f"?{query}" if query else "")
     scheme = "https" if os.environ.get("STREAMLIT_SERVER_SSL_CERT_FILE") else "http"  # Streamlit's own TLS
     return [f"{scheme}://{'[' + h + ']' if ':' in h else h}:{port}{query}" for h in hosts]
 
@@ -180,7 +184,7 @@ def cmd_app(args) -> int:
         f"store {db}; path imports from: {', '.join(roots)}" + ("; read-only" if args.read_only else ""),
         file=sys.stderr,
     )
-    for url in _urls(args.host, args.port, token):
+    for url in _urls(args.host, args.port, token, args.open):
         print(f"Credit Lens on {url}", file=sys.stderr)
     return run_in_foreground(streamlit_command(db, args.port, args.host, app_args), env=env)
 
@@ -217,6 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIR",
         help="a folder path imports may read from (repeatable; default: the store's folder and the cwd)",
+    )
+    p.add_argument(
+        "--open",
+        default="",
+        metavar="VIEW",
+        help="the view and query of the printed address (default: the landing view), e.g. "
+        "'trends?run=NAME&live=1' (creditlens watch prints that one)",
     )
     p.add_argument(
         "--max-suffixes",

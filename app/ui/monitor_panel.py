@@ -37,6 +37,24 @@ def report_for_session(db: str, run: str, estimator: str, config: tuple = ()) ->
     return found
 
 
+def toast_new(run: str, alerts: list[monitor.Alert], live: bool, settings: tuple) -> None:
+    """While the page follows the run (Live), each warning or alert that this session had not drawn before is
+    also a toast: fired by a step that just arrived (an `info`, an onset not yet confirmed, is only marked).
+    `settings`: the estimator and its configuration (alerts under other settings are other alerts; the first
+    report under new settings toasts nothing)."""
+    seen_key = keys.alerts_seen(repr((run, settings)))
+    found = {(a.step, a.detector, a.severity) for a in alerts}
+    seen = st.session_state.get(seen_key)
+    st.session_state[seen_key] = found | (seen or set())
+    if not live or seen is None:
+        return
+    for a in sorted(alerts, key=lambda a: a.step):
+        if a.severity != "info" and (a.step, a.detector, a.severity) not in seen:
+            st.toast(
+                f"**{a.severity.upper()}** · step {a.step} · `{a.detector}` ({safe(a.statistic)})", icon="⚠️"
+            )
+
+
 def unmarked_key(key: str) -> str:
     """The widget key of a Trends chart drawn before its alert marks (not containing `key`: the marked
     chart keeps `key`)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import threading
+import time
 
 
 def run_in_foreground(command: list[str], **popen_kwargs) -> int:
@@ -25,3 +26,42 @@ def run_in_foreground(command: list[str], **popen_kwargs) -> int:
     finally:
         if forward:
             signal.signal(signal.SIGTERM, previous)
+
+
+def run_together(commands: list[list[str]], stop_seconds: float = 15.0, **popen_kwargs) -> int:
+    """Run the commands side by side as one process tree in the foreground (`creditlens watch`: a follower
+    and the app). When one ends, the others are stopped (SIGINT, as Ctrl-C: each finishes its unit of work);
+    Ctrl-C reaches every child directly (same process group) and a SIGTERM is passed on. A child that does
+    not stop within `stop_seconds` is killed. Returns 0 after Ctrl-C, else the first nonzero exit code."""
+    procs = [subprocess.Popen(command, **popen_kwargs) for command in commands]
+    forward = threading.current_thread() is threading.main_thread()
+    previous = (
+        signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in procs if p.poll() is None])
+        if forward
+        else None
+    )
+    interrupted = False
+    try:
+        try:
+            while all(p.poll() is None for p in procs):
+                time.sleep(0.2)
+        except KeyboardInterrupt:  # every child got the same Ctrl-C
+            interrupted = True
+        for p in procs:
+            if p.poll() is None and not interrupted:
+                p.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + stop_seconds
+        for p in procs:
+            while p.returncode is None:
+                try:
+                    p.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    deadline = time.monotonic() + stop_seconds  # reaped at once after SIGKILL
+                except KeyboardInterrupt:  # a second Ctrl-C: keep waiting for the children to stop
+                    interrupted = True
+    finally:
+        if forward:
+            signal.signal(signal.SIGTERM, previous)
+    codes = [p.returncode for p in procs]
+    return 0 if interrupted else next((c for c in codes if c), 0)

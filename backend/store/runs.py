@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 import uuid
 
 import pandas as pd
@@ -32,6 +33,9 @@ RUN_FIELDS = (
     "channels",
     "main_channel",
     "metrics",
+    "last_step",
+    "updated",
+    "imports",
 )
 """The fields of each run that `list_runs` gives, in order: `creditlens runs --json`, the columns of
 `creditlens.open().runs()`."""
@@ -200,8 +204,11 @@ class Runs(Connection):
 
     def list_runs(self) -> list[dict]:
         """Per run (`RUN_FIELDS`): name, source, model, verifier, created, rollouts, groups, steps, tokens,
-        channels (the reward channels with a score), main_channel and metrics (the names of its per-rollout
-        metrics, e.g. verl's `acc`: the Explorer's `metric_<name>` columns)."""
+        channels (the reward channels with a score), main_channel, metrics (the names of its per-rollout
+        metrics, e.g. verl's `acc`: the Explorer's `metric_<name>` columns), last_step (its highest step),
+        updated (when it last received rollouts: its latest import, as seconds since the epoch; None for a
+        run no import wrote) and imports (how many files were imported into it: more than one for a run that
+        grows step by step, `import --follow` or `--append`)."""
         rows = self.con.execute(
             """
             SELECT r.name, r.source, r.model_dir, r.verifier, r.created,
@@ -210,13 +217,20 @@ class Runs(Connection):
                    (SELECT list(DISTINCT s.channel ORDER BY s.channel) FROM scores s
                     WHERE s.run_id = r.run_id), r.main_channel,
                    (SELECT list(DISTINCT m.name ORDER BY m.name) FROM rollout_metrics m
-                    WHERE m.run_id = r.run_id)
+                    WHERE m.run_id = r.run_id),
+                   max(o.step),
+                   -- the age of the latest import, both sides cast in this connection's time zone (the
+                   -- column keeps the writer's local time; reader and writer share the machine's zone)
+                   (SELECT epoch_ms(current_timestamp::TIMESTAMP) - epoch_ms(max(i.imported_at))
+                    FROM imports i WHERE i.run_id = r.run_id),
+                   (SELECT count(*) FROM imports i WHERE i.run_id = r.run_id)
             FROM runs r LEFT JOIN rollouts o ON o.run_id = r.run_id
             WHERE r.status = 'ready'
             GROUP BY r.run_id, r.name, r.source, r.model_dir, r.verifier, r.created, r.main_channel
             ORDER BY r.run_id
             """
         ).fetchall()
+        now = time.time()
         return [
             {
                 "name": n,
@@ -231,8 +245,11 @@ class Runs(Connection):
                 "channels": list(ch or []),
                 "main_channel": main or default_main_channel(list(ch or [])),
                 "metrics": list(metrics or []),
+                "last_step": None if last is None else int(last),
+                "updated": None if age_ms is None else round(now - age_ms / 1000, 3),
+                "imports": int(imports),
             }
-            for n, s, m, v, c, nr, ng, ns, nt, ch, main, metrics in rows
+            for n, s, m, v, c, nr, ng, ns, nt, ch, main, metrics, last, age_ms, imports in rows
         ]
 
     def logged_conventions(self, run: str) -> list[tuple[float | None, str | None]]:

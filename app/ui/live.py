@@ -1,0 +1,55 @@
+"""Live (issue 46): a page that follows a run while it trains. In the sidebar, under the run picker, a Live
+toggle and the run's line, "step 11 · updated 4 s ago" (`backend.views.live`, the row `creditlens runs
+--json` prints). While Live is on, a fragment looks at the store every `POLL_SECONDS`: a stat of the file,
+and the run's row only when another process committed. When the run received rollouts it reruns the page
+(not a reload: widgets keep their state; main.py's `refresh_if_store_changed` has dropped the cached reads).
+
+Live is on by default for a run that grows (it received a step after its first import within the last ten
+minutes: `import --follow`, `creditlens watch`, `--append`); `?live=1` forces it on, `?live=0` off."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app import data, keys, state
+from backend.views import live
+
+POLL_SECONDS = 2.0
+
+
+def progress(db: str, run: str) -> live.Progress:
+    """The run's progress as this rerun reads the store (cached with the run list until the store changes)."""
+    return live.from_row(next((r for r in data.list_runs(db) if r["name"] == run), None), run)
+
+
+def follow(db: str, run: str) -> bool:
+    """Draw the Live toggle and the run's line in the sidebar; returns whether the page follows the run."""
+    drawn = progress(db, run)
+    stored = keys.live(run)
+    if stored not in st.session_state:
+        forced = state.url_value(keys.URL_LIVE_PAGE)
+        st.session_state[stored] = forced == "1" if forced in ("0", "1") else drawn.growing()
+    on = st.sidebar.toggle(
+        "Live",
+        value=st.session_state[stored],
+        key=keys.live_toggle(run),
+        help="Follow the run while it trains: the page redraws when a step arrives (creditlens watch, "
+        "import --follow). On by default for a run that received a step in the last ten minutes.",
+    )
+    st.session_state[stored] = on
+    state.publish(keys.URL_LIVE_PAGE, "1" if on else None)
+    if on:
+        with st.sidebar:
+            _ticker(db, run, drawn.fingerprint)
+    else:
+        st.sidebar.caption(drawn.line())
+    return on
+
+
+@st.fragment(run_every=POLL_SECONDS)
+def _ticker(db: str, run: str, drawn: tuple) -> None:
+    data.refresh_if_store_changed(db)  # a stat; drops the cached reads when another process committed
+    now = progress(db, run)
+    st.caption(f":material/radio_button_checked: {now.line()}")
+    if now.fingerprint != drawn:
+        st.rerun()  # the whole page, on the run as it is now
