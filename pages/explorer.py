@@ -165,7 +165,10 @@ st.caption(
     + " max_abs: its largest "
     "|A|; repetition: share of 16-token windows that repeat an earlier one; kl: mean logprob − ref logprob; "
     "metric_<name>: a number the trainer logged for the rollout (e.g. verl's acc), not a reward. "
-    "turns / tool_calls (an agent run): the response's turns and its tool or environment turns. "
+    "turns / assistant_turns / tool_calls (an agent run): the response's turns, the policy's and the tool "
+    "or environment turns; turn_share_first / turn_share_last: the first and the last assistant turn's share "
+    "of the rollout's Σ|A|, turn_share_calls: that of the assistant turns a tool answered (tool and "
+    "environment tokens are not trained: they get no credit). "
     "pos_share_<class> / neg_share_<class>: the class's share of the rollout's positive / negative credit. "
     "An empty share (None) means the rollout got no credit at all (Σ|A| = 0, e.g. a zero-variance group); "
     "an empty spearman, that one of the two estimators gives the rollout the same A on every token (grpo "
@@ -185,7 +188,7 @@ def _open_selected() -> None:
 percent = {
     c: st.column_config.NumberColumn(c, format="percent")
     for c in page.columns
-    if c.startswith(("share_", "pos_share_", "neg_share_", "excess_")) or c == "repetition"
+    if c.startswith(("share_", "pos_share_", "neg_share_", "excess_", "turn_share_")) or c == "repetition"
 }
 # The response, its scores, then the credit: the columns reordered for reading (the data is the CLI's).
 shown_order = explorer_data.reading_order(page.columns)

@@ -54,11 +54,12 @@ def reading_order(columns: list[str]) -> list[str]:
     """The table's columns for reading: the response, its scores and metrics, then the credit (excess
     first: sorting by it finds credit out of proportion to the text), then the rest."""
     first = ["rollout_id", "preview", "step", "group_id", "length"]
-    first += [c for c in ("turns", "tool_calls") if c in columns]  # an agent run's
+    first += [c for c in ("turns", "assistant_turns", "tool_calls") if c in columns]  # an agent run's
     first += [c for c in columns if c.startswith(("score_", "metric_")) or c == "reward"]
     signed = ("pos_share_", "neg_share_", "excess_pos_", "excess_neg_")
     credit = [c for c in columns if c.startswith("excess_") and not c.startswith(signed)]
     credit += [c for c in columns if c.startswith("share_")]
+    credit += [c for c in columns if c.startswith("turn_share_")]  # an agent run's credit by turn
     credit += [c for c in columns if c.startswith(signed)]
     credit += [c for c in ("max_abs", "logged_gap", "spearman") if c in columns]
     return first + credit + [c for c in columns if c not in first and c not in credit]

@@ -1,5 +1,5 @@
 """Per-rollout credit summaries of an estimator output: |A|, positive and negative credit per token class,
-max |A|, mean A.
+max |A|, mean A; on an agent run, |A| per assistant turn and on the turns that call a tool.
 
 `backend.credit.estimates` calls `credit_rows` on every batch whose advantages it saves to the store's cache,
 and saves the rows beside them (`save`), so the Explorer's share columns and trends are SQL over small rows.
@@ -13,6 +13,7 @@ import pyarrow as pa
 import torch
 
 from backend.core.batch import RolloutBatch
+from backend.core.turns import POLICY_ROLE
 from backend.credit import token_classes
 from backend.store import Store
 from backend.store.explorer_queries import CreditKey, save_credit_summary
@@ -30,6 +31,9 @@ def credit_classes(store: Store, run: str) -> tuple[str, ...]:
 
 
 Definitions = tuple[token_classes.TokenClass, ...]
+SUMMARY_FIELDS = (*token_classes.CLASS_FIELDS, "turns")
+"""The batch fields `credit_rows` reads besides the advantages: what token classes read, and the turns (an
+agent run's credit by turn). A streamed estimate that saves credit summaries loads them."""
 
 
 def flat_class_ids(
@@ -64,8 +68,8 @@ def credit_rows(
 ) -> pa.Table:
     """One row per rollout of `batch`: rollout_id, abs_total (Σ|A|), max_abs, mean_adv (mean A over the
     response's tokens), class_abs (Σ|A| per class, in `classes` order), class_pos and class_neg (the
-    positive credit Σ max(A, 0) and the negative credit Σ max(−A, 0) per class) and class_tokens (tokens per
-    class).
+    positive credit Σ max(A, 0) and the negative credit Σ max(−A, 0) per class), class_tokens (tokens per
+    class), and on a batch with turns turn_abs and call_abs (`turn_credit`; null without turns).
 
     advantages: (B, T), 0 on padding.
     """
@@ -114,8 +118,44 @@ def credit_rows(
             "class_pos": pa.ListArray.from_arrays(per_class, pa.array(class_pos.reshape(-1))),
             "class_neg": pa.ListArray.from_arrays(per_class, pa.array(class_neg.reshape(-1))),
             "class_tokens": pa.ListArray.from_arrays(per_class, pa.array(class_tokens.reshape(-1))),
+            **turn_credit(batch, np.asarray(advantages)),
         }
     )
+
+
+CALLED_BY = frozenset({"tool", "environment"})
+"""The roles whose turn answers the assistant turn before it: that assistant turn called a tool (or acted)."""
+
+
+def turn_credit(batch: RolloutBatch, advantages: np.ndarray) -> dict[str, pa.Array]:
+    """Per rollout of an agent run: turn_abs, Σ|A| on each assistant turn in order (a response without
+    turns is one assistant turn over its tokens, as `backend.views.turns` reads it), and call_abs, Σ|A| on
+    the assistant turns that a tool's or an environment's turn follows (the turns that called a tool);
+    both null on a batch without turns. Tokens outside the policy's turns are left out: the trainer does
+    not train them, so every estimator gives them 0.
+
+    advantages: (B, T), 0 on padding.
+    """
+    if batch.turns is None:
+        return {
+            "turn_abs": pa.nulls(batch.B, pa.list_(pa.float64())),
+            "call_abs": pa.nulls(batch.B, pa.float64()),
+        }
+    magnitude = np.abs(advantages.astype(np.float64))  # (B, T)
+    lengths = batch.lengths.tolist()
+    turn_abs, call_abs = [], []
+    for row, turns in enumerate(batch.turns):
+        turns = list(turns) or [(POLICY_ROLE, 0, int(lengths[row]))]
+        per_turn, calls = [], 0.0
+        for k, (role, start, end) in enumerate(turns):
+            if role != POLICY_ROLE:
+                continue
+            mass = float(magnitude[row, start:end].sum())
+            per_turn.append(mass)
+            calls += mass if k + 1 < len(turns) and turns[k + 1][0] in CALLED_BY else 0.0
+        turn_abs.append(per_turn)
+        call_abs.append(calls)
+    return {"turn_abs": pa.array(turn_abs, pa.list_(pa.float64())), "call_abs": pa.array(call_abs)}
 
 
 def save(store: Store, run: str, key: CreditKey, rows: list[pa.Table]) -> None:

@@ -249,7 +249,7 @@ def stream_run(
         return RunEstimate(name, config, scope, channel, "cache", chunks, notes, items)
     fields = None if chunk_rollouts is None else registry.fields_for(name, config)
     if fields is not None and save:
-        fields = fields | set(token_classes.CLASS_FIELDS)  # the credit summaries saved with the outputs
+        fields = fields | set(credit_summary.SUMMARY_FIELDS)  # the credit summaries saved with the outputs
     if fields is not None and with_tokens:
         fields = fields | TOKEN_FIELDS
     run_fit = None

@@ -195,8 +195,9 @@ def _meta(meta: Any, where: str) -> dict:
 
 def _token_ids(rec: dict, where: str, tokenizer: Tokenizer) -> tuple[list[int], list | None, str, str]:
     """(token ids, token labels or None, what the per-token lists are counted against, tokenization)."""
-    if rec.get("token_ids") is not None:
-        return _int_list(rec["token_ids"], where, "token_ids"), None, "'token_ids'", "ids"
+    if rec.get("token_ids") is not None:  # a reader that made them from text names its tokenization
+        tokenized = rec.get("tokenized_with") or "ids"
+        return _int_list(rec["token_ids"], where, "token_ids"), None, "'token_ids'", tokenized
     token_ids, tokens = tokenizer.encode(rec["response"])
     return token_ids, tokens, f"the re-tokenized response ({tokenizer.name})", tokenizer.name
 

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from backend.core.errors import InputError
+from backend.ingest import trl_turns
 from backend.ingest.sources import (
     PARQUET_ERRORS,
     Progress,
@@ -24,6 +25,7 @@ from backend.ingest.sources import (
     iter_parquet_rows,
     record_key,
 )
+from backend.ingest.tokenize import Tokenizer
 
 TRL_RESERVED = {"step", "prompt", "completion", "advantage", "image", "images"}
 TRL_EPSILON = 1e-4
@@ -143,9 +145,12 @@ def trl_records(
     NaN (a reward function returned None) is a missing score; a row with none is unscorable. Other
     numeric columns (`log_extra` numbers, float columns `channels` leaves out) are per-rollout metrics;
     the rest (strings, lists) go to meta per rollout. Conversational rows keep their
-    messages in meta; the response is the assistant content, the prompt the rendered messages.
+    messages in meta; the response is the assistant content, the prompt the rendered messages. A
+    tool-calling completion (a tool's message among them) is every message placed on tokens, with its
+    turns and loss mask (`backend.ingest.trl_turns`).
     """
     notes = notes if notes is not None else ReadNotes()
+    tokenizer = tokenizer if tokenizer is not None else Tokenizer()
     # First pass, prompts only: the run sizes of every file give the common group size.
     schemas, prompt_keys = _read_prompts(files)
     common, split = _common_group_size(prompt_keys, group_size, notes)
@@ -164,6 +169,10 @@ def trl_records(
             metrics = {c: row.get(c) for c in metric_cols}  # NaN (a null log_extra value): no value
             metrics = {c: v for c, v in metrics.items() if not (isinstance(v, float) and math.isnan(v))}
             prompt, completion, meta = _texts(where, row, meta_cols, tokenizer)
+            turns = {}
+            if _is_messages(row["completion"]) and trl_turns.has_other_roles(row["completion"]):
+                turns, note = trl_turns.completion_fields(row["prompt"], row["completion"], tokenizer)
+                notes.add(note)
             adv = row.get("advantage")
             if isinstance(adv, float) and math.isnan(adv):
                 adv = None
@@ -184,6 +193,7 @@ def trl_records(
                     "metrics": metrics,
                     "meta": meta,
                     "record_key": record_key(path.name, index, row),
+                    **turns,  # a tool-calling completion: its messages on tokens, turns and loss mask
                 },
             )
 

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from backend.store import turn_sql
 from backend.store.db import Store
 from backend.store.excess_sql import excess_sql
 from backend.store.runs import MAIN_SCORE_SQL
@@ -311,7 +312,7 @@ def has_logged_advantage(store: Store, run_id: int) -> bool:
 
 
 def has_turns(store: Store, run_id: int) -> bool:
-    """Whether any rollout of the run has turns (an agent run: the table gets `turns` and `tool_calls`)."""
+    """Whether any rollout of the run has turns (an agent run: the table gets `turn_sql`'s columns)."""
     query = "SELECT count(turns) > 0 FROM rollouts WHERE run_id = ?"
     return bool(store.con.execute(query, [run_id]).fetchall()[0][0])
 
@@ -347,7 +348,7 @@ class TableSpec:
     estimate: CreditKey | None = None
     """The estimator output behind `credit` when that is A_final: the Spearman, logged gap and quantiles."""
     turn_columns: bool = False
-    """Add `turns` (the rollout's turns, every role) and `tool_calls` (its tool and environment turns)."""
+    """Add an agent run's turn counts and, with `credit`, its credit by turn (`backend.store.turn_sql`)."""
 
 
 def metrics_select(spec: TableSpec, aggregate: str) -> tuple[str, list]:
@@ -371,19 +372,14 @@ def _table_sql(spec: TableSpec) -> tuple[str, list]:
     params += [c for _, c in spec.score_columns]
     params.append(spec.run_id)
     cols = ["s.rollout_id", "s.step", "s.group_id", "s.length"]
-    cols += ["tu.turns", "tu.tool_calls"] if spec.turn_columns else []
+    cols += turn_sql.count_columns() if spec.turn_columns else []
     cols += [f"sc.{_alias(a)}" for a, _ in spec.score_columns]
     cols += [f"m.{_alias(a)}" for a, _ in spec.metric_columns]
     cols += ["s.reward", "s.zero_variance", "s.truncated", "s.repetition", "s.mean_entropy", "s.kl"]
     joins = ""
     join_params: list = []
     if spec.turn_columns:
-        joins += (
-            " LEFT JOIN (SELECT rollout_id, json_array_length(turns)::INTEGER AS turns, "
-            "len(list_filter(json_extract_string(turns, '$[*].role'), "
-            "lambda r: r IN ('tool', 'environment')))::INTEGER AS tool_calls "
-            "FROM rollouts WHERE run_id = ?) tu ON tu.rollout_id = s.rollout_id"
-        )
+        joins += turn_sql.counts_join()
         join_params.append(spec.run_id)
     if spec.metric_columns:
         select, names = metrics_select(spec, "max")
@@ -401,6 +397,7 @@ def _table_sql(spec: TableSpec) -> tuple[str, list]:
             cols.append(f"c.{column}[{int(index)}] / nullif(list_sum(c.{column}), 0) AS {_alias(alias)}")
         for alias, sign, name in spec.excess_columns:
             cols.append(f"{excess_sql(spec.credit.classes.index(name) + 1, sign)} AS {_alias(alias)}")
+        cols += turn_sql.share_columns() if spec.turn_columns else []
         cols.append("c.max_abs")
         k, e = spec.credit, spec.estimate or spec.credit
         if spec.logged_gap:

@@ -7,16 +7,18 @@ rollouts` / `creditlens trends` print. Both are SQL over small per-rollout summa
 `prepare` makes sure the summaries a query needs exist, computing the estimator outputs at their declared
 scope through the store's cache (so the share columns describe exactly what `creditlens estimate` gives).
 
-Columns: rollout_id, step, group_id, length, turns and tool_calls (agent runs: rollouts with turns; tool
-calls count the tool and environment turns), score_<channel>..., metric_<name>... (the run's per-rollout
-metrics, migration 008: numbers logged beside the reward, never summed into it), reward (sum of channel
-scores), zero_variance, truncated, repetition, mean_entropy, kl; with an estimator share_<class>... (of Σ|A|),
-pos_share_<class>... and neg_share_<class>... (of the positive and of the negative credit), excess_<class>...
-(share of |A| − share of tokens: 0 over the classes of a rollout; `excess_pos_`/`excess_neg_` its signed
-parts), max_abs, logged_gap (only when the run has a logged advantage), spearman (with a second estimator);
-and `preview`. The credit is A_final by default (`credit="final"`: Σ_c β_c·Ã_c, what the Rollout view
-colours, backend/credit/final_credit.py), or the estimator's output on its channel (`credit="channel"`);
-the Spearman, logged gap and quantiles are always of the estimator's output (issue 43).
+Columns: rollout_id, step, group_id, length, turns, assistant_turns and tool_calls (agent runs: rollouts with
+turns; tool calls count the tool and environment turns), score_<channel>..., metric_<name>... (the run's
+per-rollout metrics, migration 008: numbers logged beside the reward, never summed into it), reward (sum of
+channel scores), zero_variance, truncated, repetition, mean_entropy, kl; with an estimator share_<class>...
+(of Σ|A|), pos_share_<class>... and neg_share_<class>... (of the positive and of the negative credit),
+excess_<class>... (share of |A| − share of tokens: 0 over the classes of a rollout;
+`excess_pos_`/`excess_neg_` its signed parts), on an agent run turn_share_first, turn_share_last and
+turn_share_calls (the first and the last assistant turn's share of Σ|A| and that of the turns that called a
+tool: backend/store/turn_sql.py), max_abs, logged_gap (only when the run has a logged advantage), spearman
+(with a second estimator); and `preview`. The credit is A_final by default (`credit="final"`: Σ_c β_c·Ã_c,
+what the Rollout view colours, backend/credit/final_credit.py), or the estimator's output on its channel
+(`credit="channel"`); the Spearman, logged gap and quantiles are always of the estimator's output (issue 43).
 """
 
 from __future__ import annotations

@@ -5,9 +5,12 @@ the untrained tool tokens and says they are not trained (escaped); the Explorer'
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from app.ui import heatmaps
 from app.ui.turns import turn_labels, turns_caption
+from backend.store import StoreHandle
+from backend.views import explorer
 from tests.app.conftest import open_app
 
 TURNS = [
@@ -62,6 +65,18 @@ def test_explorer_of_the_agent_run_counts_turns_and_tool_calls(app_db):
     row = table.set_index("rollout_id").loc[31]
     assert (row["turns"], row["tool_calls"]) == (5, 2)
     assert "turns" not in open_app(app_db, "explorer", {"run": "demo"}).dataframe[0].value.columns
+
+
+def test_explorer_of_the_agent_run_splits_the_credit_by_turn_as_the_command_does(app_db):
+    """With an estimator, the Explorer's credit by turn is `creditlens rollouts`' (backend.views.explorer)."""
+    at = open_app(app_db, "explorer", {"run": "agent", "est": "turn_credit"})
+    table = at.dataframe[0].value.set_index("rollout_id")
+    query = explorer.ExplorerQuery(estimator="turn_credit", config=(("channel", "task"),), limit=None)
+    want = explorer.rollout_table(StoreHandle(app_db), "agent", query).rows.set_index("rollout_id")
+    columns = ["assistant_turns", "turn_share_first", "turn_share_last", "turn_share_calls"]
+    assert table.loc[31, "assistant_turns"] == 3
+    assert table[columns].notna().any().all()
+    pd.testing.assert_frame_equal(table[columns], want.loc[table.index, columns], check_dtype=False)
 
 
 def test_heatmap_draws_untrained_cells_grey_not_as_a_zero():

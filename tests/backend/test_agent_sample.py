@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from backend.demo.agent import calculator
 from backend.estimators import registry
-from backend.store import Store, StoreHandle
-from backend.views import explorer
+from backend.store import Store, StoreHandle, turn_sql
+from backend.views import explorer, turns
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_runs" / "agent_run.jsonl"
 
@@ -74,3 +75,59 @@ def test_rollouts_table_counts_turns_and_tool_calls(bundled_template):
     assert list(zip(rows["turns"], rows["tool_calls"], strict=True)) == want
     assert explorer.rollout_table(handle, "agent", explorer.ExplorerQuery(sort="tool_calls")).total == 72
     assert "turns" not in explorer.table_columns(handle, "demo", explorer.ExplorerQuery())
+
+
+def _turn_shares_by_hand(advantages, lengths, turns) -> tuple[float, float, float] | None:
+    """The first and the last assistant turn's share of Σ|A| over the response, and that of the assistant
+    turns a tool or environment turn follows, from per-token advantages and the record's turns."""
+    magnitude = np.abs(np.asarray(advantages, dtype=np.float64)[:lengths])
+    total = magnitude.sum()
+    if total == 0:
+        return None
+    mass = [magnitude[t["start"] : t["end"]].sum() for t in turns]
+    assistant = [k for k, t in enumerate(turns) if t["role"] == "assistant"]
+    calls = [k for k in assistant if k + 1 < len(turns) and turns[k + 1]["role"] in ("tool", "environment")]
+    return mass[assistant[0]] / total, mass[assistant[-1]] / total, sum(mass[k] for k in calls) / total
+
+
+def test_rollouts_table_splits_the_credit_by_turn_as_the_tokens_do(bundled_db):
+    """`creditlens rollouts` (the Explorer's table) on the agent run: assistant_turns, and turn_share_first /
+    _last / _calls equal the shares computed here from the records' turns and turn_credit's per-token
+    advantages (--credit channel), and from grpo's per-token A_final in `creditlens turns --group` (the
+    default --credit final)."""
+    handle = StoreHandle(bundled_db)
+    records = {i: r for i, r in enumerate(json.loads(line) for line in SAMPLE.open())}
+    query = explorer.ExplorerQuery(estimator="turn_credit", credit="channel", limit=None)
+    rows = explorer.rollout_table(handle, "agent", query).rows.set_index("rollout_id")
+    assert {"assistant_turns", *turn_sql.SHARE_COLUMNS} <= set(rows.columns)
+    with handle.read() as store:
+        batch = store.load_batch("agent")
+    advantages = registry.estimate("turn_credit", batch).advantages.numpy()  # (B, T), every group at once
+    shares = ["turn_share_first", "turn_share_last", "turn_share_calls"]
+    compared = 0
+    for i, rid in enumerate(batch.rollout_ids.tolist()):
+        record = records[rid]
+        assert rows.loc[rid, "assistant_turns"] == sum(t["role"] == "assistant" for t in record["turns"])
+        want = _turn_shares_by_hand(advantages[i], int(batch.lengths[i]), record["turns"])
+        if want is None:  # a zero-variance group: no credit, no share
+            assert rows.loc[rid, shares].isna().all()
+            continue
+        assert rows.loc[rid, shares].to_numpy(dtype=float) == pytest.approx(want, abs=1e-6)
+        compared += 1
+    assert compared >= 18 and (rows["turn_share_calls"] > 0).any() and (rows["turn_share_last"] < 1).any()
+
+    final = explorer.rollout_table(handle, "agent", explorer.ExplorerQuery(estimator="grpo", limit=None))
+    final_rows = final.rows.set_index("rollout_id")
+    for group in sorted(set(batch.group_ids.tolist()))[:4]:
+        by_turn = turns.group_turns(handle, "agent", int(group), "grpo")
+        for rid, own in by_turn.groupby("rollout_id"):
+            assistant = own[own["role"] == "assistant"]
+            if assistant["abs_share"].isna().all():
+                assert final_rows.loc[rid, shares].isna().all()
+                continue
+            assert assistant["abs_share"].sum() == pytest.approx(1.0)  # the tool's tokens hold none of it
+            called = own["role"].shift(-1).isin(["tool", "environment"])
+            want = [assistant["abs_share"].iloc[0], assistant["abs_share"].iloc[-1]]
+            want.append(own.loc[called & (own["role"] == "assistant"), "abs_share"].sum())
+            assert final_rows.loc[rid, shares].to_numpy(dtype=float) == pytest.approx(want, abs=1e-6)
+    assert "turn_share_first" not in explorer.table_columns(handle, "demo", query)
