@@ -50,23 +50,34 @@ class Chunk:
         return f"{self.rollouts} rollouts ({scope} scope, ids {self.first}..{self.last})"
 
 
-def plan(index: pd.DataFrame, scope: str, chunk_rollouts: int | None = DEFAULT_CHUNK_ROLLOUTS) -> list[Chunk]:
+def plan(
+    index: pd.DataFrame,
+    scope: str,
+    chunk_rollouts: int | None = DEFAULT_CHUNK_ROLLOUTS,
+    only: set[int] | None = None,
+) -> list[Chunk]:
     """The chunks of a run whose rollouts are `index` (rollout_id, group_id, step), in order of their first
     rollout. `chunk_rollouts=None` keeps the in-memory plan: one batch for the run, one per step for
-    step scope."""
+    step scope. `only` (step or group scope): the steps (groups) to cover, the others left out; a chunk
+    still names its steps (groups) when other rollouts of the run fall inside its id range."""
     if len(index) == 0:
         return []
     if chunk_rollouts is not None and chunk_rollouts < 1:
         raise ValueError(f"chunk_rollouts must be at least 1, got {chunk_rollouts}")
     ids = np.sort(index["rollout_id"].to_numpy())
-    if scope == "run" or (scope == "group" and chunk_rollouts is None):
+    if scope == "run" or (scope == "group" and chunk_rollouts is None and only is None):
         return [Chunk(int(ids[0]), int(ids[-1]), len(ids))]
     key = "step" if scope == "step" else "group_id"
     units = index.groupby(key)["rollout_id"].agg(["min", "max", "size"]).sort_values("min")
+    if only is not None:
+        units = units[units.index.isin(list(only))]
+        if units.empty:
+            return []
+    limit = float("inf") if chunk_rollouts is None else chunk_rollouts
     packs: list[list[int]] = [[]]
     filled = 0
     for position in range(len(units)):
-        if packs[-1] and (scope == "step" or filled >= chunk_rollouts):
+        if packs[-1] and (scope == "step" or filled >= limit):
             packs.append([])
             filled = 0
         packs[-1].append(position)

@@ -135,6 +135,7 @@ def estimate_rollouts(
 
     advantages: dict[int, np.ndarray] = {}
     if rollout_ids is None or scope == "run":
+        grew = use_cache and rollout_ids is None and bool(cached)  # a run that grew: its new steps only
         streamed = stream_run(
             handle,
             run,
@@ -144,9 +145,12 @@ def estimate_rollouts(
             use_cache=False,
             save=save,
             progress=progress,
+            missing_only=grew,
         )
         keep = set(wanted_ids)
-        for batch, adv in streamed:
+        if grew:
+            advantages.update((r, a) for r, a in cached.items() if r in keep)
+        for batch, adv in streamed:  # computed outputs replace cached ones of the same rollouts
             advantages.update((r, a) for r, a in _per_rollout(batch, adv).items() if r in keep)
         return ScopedEstimate(name, config, scope, channel, advantages, "computed", streamed.notes)
 
@@ -227,6 +231,7 @@ def stream_run(
     save: bool = True,
     with_tokens: bool = False,
     progress: Progress | None = None,
+    missing_only: bool = False,
 ) -> RunEstimate:
     """Estimator `name` on every rollout of `run`, chunk by chunk (`backend.core.chunks.plan`): each chunk is
     loaded with only the fields the estimator reads (`registry.fields_for`; and what token classes read
@@ -235,15 +240,25 @@ def stream_run(
     Computed outputs are staged in a temporary Parquet file (`EstimateStage`) and saved to the cache (with
     the Explorer's credit summaries) in one transaction once the last chunk is done; a cache holding the
     whole run is read back chunk by chunk instead (`how` says which). `chunk_rollouts=None`: the
-    in-memory plan."""
+    in-memory plan.
+
+    `missing_only` (a run that grew, issue 46): only the steps (step scope) or groups (group scope) holding
+    a rollout without a cached output are computed and saved, and only they are yielded: a new step costs
+    its own tokens. A run-scoped estimator computes the whole run (an append drops its outputs whole:
+    `Runs.publish_staging_run`)."""
     spec, name, config, scope, key, channel = _resolve(name, config)
     with handle.read() as store:
         index = store.rollout_keys(run)
-        cached = use_cache and len(index) > 0 and store.cached_rollouts(run, name, key, channel) >= len(index)
+        have = store.cached_rollout_ids(run, name, key, channel) if use_cache or missing_only else set()
+    cached = use_cache and len(index) > 0 and len(have) >= len(index)
     # A run-scoped estimator whose only run-wide part is a fitted model streams in groups, in two passes
     two_pass = scope == "run" and chunk_rollouts is not None and fitting.chunk_scope(spec, config) == "group"
-    chunks = plan(index, "group" if two_pass else scope, chunk_rollouts)
     notes: list[str] = []
+    only = None
+    if missing_only and have and not cached and scope != "run":  # a run-scoped output reads the whole run
+        unit = "step" if scope == "step" else "group_id"
+        only = {int(u) for u in index.loc[~index["rollout_id"].isin(list(have)), unit].unique()}
+    chunks = plan(index, "group" if two_pass else scope, chunk_rollouts, only=only)
     if cached:
         items = _from_cache(handle, run, (name, key, channel), chunks, with_tokens, progress)
         return RunEstimate(name, config, scope, channel, "cache", chunks, notes, items)
@@ -256,7 +271,7 @@ def stream_run(
     if two_pass:
         with handle.read() as store:
             run_fit = fitting.RunFit.of_layout(store.rollout_lengths(run))
-    items = _computed(handle, run, name, config, chunks, fields, save, progress, notes, run_fit)
+    items = _computed(handle, run, name, config, chunks, fields, save, progress, notes, run_fit, only is None)
     return RunEstimate(name, config, scope, channel, "computed", chunks, notes, items)
 
 
@@ -292,6 +307,7 @@ def _computed(
     progress: Progress | None,
     notes: list[str],
     run_fit: fitting.RunFit | None = None,
+    whole: bool = True,
 ) -> Iterator[tuple[RolloutBatch, torch.Tensor]]:
     """Each chunk's batch and advantages. With `run_fit` (a run-scoped estimator that fits a model on the
     run, streamed in groups) a first pass over the chunks collects the fits' statistics and solves them
@@ -306,7 +322,7 @@ def _computed(
         if progress is not None:
             what = (
                 chunk.describe("group" if run_fit is not None else scope)
-                if len(chunks) > 1
+                if len(chunks) > 1 or not whole
                 else f"the whole run {run!r}"
             )
             progress(i, total, f"fitting on {what}" if first_pass else what)
@@ -425,7 +441,8 @@ def _save(
     """Save to the cache; False when the store cannot be written now."""
     try:
         with handle.write() as store, store.memory_limit(STREAM_MEMORY_LIMIT):
-            store.save_estimate(run, name, key, dataclasses.asdict(config), channel, advantages)
+            scope = registry.get(name).scope_for(config)
+            store.save_estimate(run, name, key, dataclasses.asdict(config), channel, advantages, scope)
             with store.transaction():
                 credit_summary.save(store, run, credit_key, credit)
     except StoreError:  # StoreBusy included

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from backend.core.errors import InputError
 from backend.credit import channel_credit, channels, credit_summary, estimates
 from backend.store import StoreHandle
-from backend.store.explorer_queries import CreditKey
+from backend.store.explorer_queries import CreditKey, credit_summary_ids
 from backend.store.handle import StoreBusy
 
 FINAL = "final"
@@ -38,13 +38,20 @@ def fill(
     progress: Callable[[int, int, str], None] | None = None,
     betas: tuple = (),
 ) -> list[str]:
-    """Compute and save the A_final credit summary of every rollout of `run` under `key` (a step at a
-    time; each outcome channel's estimator at its declared scope through the store's cache). config: the
-    estimator's (key, value) pairs, its channel included; betas: (channel, β) pairs overriding the run's β
-    (an InputError names a channel without a β). Returns notes for the user."""
+    """Compute and save the A_final credit summary of every rollout of `run` under `key` that lacks one (a
+    step at a time: a run that grew gets its new steps' only; each outcome channel's estimator at its
+    declared scope through the store's cache). config: the estimator's (key, value) pairs, its channel
+    included; betas: (channel, β) pairs overriding the run's β (an InputError names a channel without a β).
+    Returns notes for the user."""
     channel = dict(config).get("channel")
     with handle.read() as store:
-        steps = sorted(int(s) for s in store.rollout_keys(run)["step"].unique())
+        index = store.rollout_keys(run)
+        done = credit_summary_ids(store, store.run_id(run), key)
+        wanted = index[~index["rollout_id"].isin(list(done))]
+        steps = sorted(int(s) for s in wanted["step"].unique())
+        if not steps:
+            return []
+        wanted = index[index["step"].isin(steps)]  # a step is summarized whole (its batch normalizes)
         first = store.load_batch(run, steps=steps[:1])
         definitions = credit_summary.run_classes(store, run)
     specs = channel_credit.channel_specs(first, estimator, config, channel=channel)
@@ -55,11 +62,16 @@ def fill(
     scoped = {}
     for name, spec in specs.items():
         if spec.projection == "estimator":
-            done = estimates.estimate_rollouts(
-                handle, run, spec.estimator, channels.estimator_config(spec), progress=progress
+            found = estimates.estimate_rollouts(
+                handle,
+                run,
+                spec.estimator,
+                channels.estimator_config(spec),
+                [int(r) for r in wanted["rollout_id"]] if done else None,
+                progress=progress,
             )
-            notes += done.notes
-            scoped[name] = done
+            notes += found.notes
+            scoped[name] = found
     rows = []
     with handle.read() as store:
         for step in steps:

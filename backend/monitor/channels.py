@@ -45,14 +45,24 @@ def channel_key(estimator: str, config: tuple, channel: str, groups_per_step: in
     return ChannelKey(estimator, registry.config_hash(estimator, built), channel, int(groups_per_step))
 
 
-def _step_credits(store: Store, run: str, estimator: str, config: tuple, channel: str, groups_per_step: int):
-    """(step, rollout ids (B,), channel -> (B,) float64 Σ_t|β_c·Ã_c|) per step, the estimator run on one
-    step at a time (its true number for group- and step-scoped estimators); groups_per_step > 0 reads only
-    the step's first that many groups (by group id)."""
+def _step_credits(
+    store: Store,
+    run: str,
+    estimator: str,
+    config: tuple,
+    channel: str,
+    groups_per_step: int,
+    steps: set[int] | None = None,
+):
+    """(step, rollout ids (B,), channel -> (B,) float64 Σ_t|β_c·Ã_c|) per step (of `steps` when given), the
+    estimator run on one step at a time (its true number for group- and step-scoped estimators);
+    groups_per_step > 0 reads only the step's first that many groups (by group id)."""
     built = registry.make_config(estimator, **dict(config))
     needs = registry.fields_for(estimator, built)
     fields = None if needs is None else needs | {"token_rewards", "logprobs", "ref_logprobs"}
     for step, group_ids in queries.step_groups(store, store.run_id(run), groups_per_step).items():
+        if steps is not None and step not in steps:
+            continue
         batch = store.load_batch(run, group_ids=group_ids, fields=fields)
         if channel == SPLIT:
             credit = channel_credit.split_channel_credit(batch, estimator, config)
@@ -84,13 +94,20 @@ def channel_step_shares(
 
 
 def rollout_magnitudes(
-    store: Store, run: str, estimator: str, config: tuple, channel: str, groups_per_step: int
+    store: Store,
+    run: str,
+    estimator: str,
+    config: tuple,
+    channel: str,
+    groups_per_step: int,
+    steps: set[int] | None = None,
 ) -> pa.Table:
     """The rows of the channel summary: rollout_id, part_index, part, magnitude (Σ_t|β_c·Ã_c| in float64
-    over the rollout's tokens, channel `part` the `part_index`-th of the split-channel credit)."""
+    over the rollout's tokens, channel `part` the `part_index`-th of the split-channel credit), of `steps`
+    when given."""
     parts = []
     for _, rollout_ids, contributions in _step_credits(
-        store, run, estimator, config, channel, groups_per_step
+        store, run, estimator, config, channel, groups_per_step, steps
     ):
         for index, (name, values) in enumerate(contributions.items()):
             parts.append(
@@ -109,9 +126,10 @@ def rollout_magnitudes(
 def read_step_shares(
     store: Store, run_id: int, key: ChannelKey
 ) -> tuple[pd.DataFrame, dict[int, pd.DataFrame]] | None:
-    """`channel_step_shares`'s two results from the stored summary under `key`; None when it is not
-    stored."""
-    if not queries.has_channel_summary(store, run_id, key):
+    """`channel_step_shares`'s two results from the stored summary under `key`; None when it lacks a step
+    of the run (not stored yet, or the run grew)."""
+    have = queries.channel_summary_steps(store, run_id, key)
+    if not have or have != set(queries.step_groups(store, run_id)):
         return None
     long = queries.step_channel_shares(store, run_id, key)
     parts = list(dict.fromkeys(long.sort_values("part_index", kind="stable")["part"]))
@@ -136,15 +154,16 @@ def stored_step_shares(
     handle: StoreHandle, run: str, estimator: str, config: tuple, channel: str, groups_per_step: int = 0
 ) -> tuple[pd.DataFrame, dict[int, pd.DataFrame]]:
     """`channel_step_shares` from the store's channel summary, computed and saved first when the store lacks
-    it; when the store cannot be written (another process writing, a read-only file) the reference's
-    numbers, computed in memory."""
+    it (only the steps it lacks: a run that grew by a step costs that step); when the store cannot be written
+    (another process writing, a read-only file) the reference's numbers, computed in memory."""
     key = channel_key(estimator, config, channel, groups_per_step)
     with handle.read() as store:
         run_id = store.run_id(run)
         found = read_step_shares(store, run_id, key)
         if found is not None:
             return found
-        rows = rollout_magnitudes(store, run, estimator, config, channel, groups_per_step)
+        missing = set(queries.step_groups(store, run_id)) - queries.channel_summary_steps(store, run_id, key)
+        rows = rollout_magnitudes(store, run, estimator, config, channel, groups_per_step, missing)
     if rows.num_rows == 0:  # a run without steps: nothing to store
         return pd.DataFrame(), {}
     try:

@@ -216,6 +216,16 @@ def credit_summary_rows(store: Store, run_id: int, key: CreditKey) -> int:
     )
 
 
+def credit_summary_ids(store: Store, run_id: int, key: CreditKey) -> set[int]:
+    """The rollouts with a credit summary under `key`."""
+    rows = store.con.execute(
+        "SELECT rollout_id FROM credit_summary WHERE run_id = ? AND estimator = ? AND config_hash = ? "
+        "AND channel = ? AND classes = ?",
+        [run_id, key.estimator, key.config_hash, key.channel, list(key.classes)],
+    ).fetchall()
+    return {int(r) for (r,) in rows}
+
+
 def estimate_rows(store: Store, run_id: int, estimator: str, config_hash: str, channel: str) -> int:
     return int(
         store.con.execute(

@@ -118,9 +118,12 @@ _CHANNEL_KEY = (
 
 
 def save_channel_summary(store: Store, run_id: int, key: ChannelKey, rows: pa.Table) -> None:
-    """Replace the run's channel summary under `key`. rows: rollout_id, part_index, part, magnitude (Σ_t
-    |β_c·Ã_c| of channel `part` over the rollout). Call inside a transaction."""
-    store.con.execute("DELETE FROM channel_summary c WHERE " + _CHANNEL_KEY, [run_id, *key.params()])
+    """Replace the channel summary under `key` of the rollouts in `rows` (rollout_id, part_index, part,
+    magnitude: Σ_t |β_c·Ã_c| of channel `part` over the rollout). Call inside a transaction."""
+    store.con.execute(
+        "DELETE FROM channel_summary c WHERE " + _CHANNEL_KEY + " AND list_contains(?, c.rollout_id)",
+        [run_id, *key.params(), sorted(set(rows.column("rollout_id").to_pylist()))],
+    )
     n = rows.num_rows
     data = rows
     for name, value in (
@@ -134,12 +137,14 @@ def save_channel_summary(store: Store, run_id: int, key: ChannelKey, rows: pa.Ta
     store.insert_arrow("channel_summary", data)
 
 
-def has_channel_summary(store: Store, run_id: int, key: ChannelKey) -> bool:
-    return bool(
-        store.con.execute(
-            "SELECT count(*) > 0 FROM channel_summary c WHERE " + _CHANNEL_KEY, [run_id, *key.params()]
-        ).fetchall()[0][0]
-    )
+def channel_summary_steps(store: Store, run_id: int, key: ChannelKey) -> set[int]:
+    """The steps with a channel summary under `key` (a run that grew lacks its new steps')."""
+    rows = store.con.execute(
+        "SELECT DISTINCT s.step FROM channel_summary c JOIN rollout_summary s ON s.run_id = c.run_id AND "
+        f"s.rollout_id = c.rollout_id WHERE {_CHANNEL_KEY}",
+        [run_id, *key.params()],
+    ).fetchall()
+    return {int(step) for (step,) in rows}
 
 
 def channel_magnitudes(store: Store, run_id: int, key: ChannelKey) -> pd.DataFrame:

@@ -59,6 +59,15 @@ class Results(Runs):
             )[0]
         )
 
+    def cached_rollout_ids(self, run: str, estimator: str, config_hash: str, channel: str) -> set[int]:
+        """The rollouts of `run` with a cached output under this key."""
+        rows = self.con.execute(
+            "SELECT rollout_id FROM estimates WHERE run_id = ? AND estimator = ? AND config_hash = ? "
+            "AND channel = ?",
+            [self.run_id(run), estimator, config_hash, channel],
+        ).fetchall()
+        return {int(r) for (r,) in rows}
+
     def save_estimate(
         self,
         run: str,
@@ -67,12 +76,14 @@ class Results(Runs):
         config: dict,
         channel: str,
         advantages: dict[int, np.ndarray] | EstimateRows | EstimateStage,
+        scope: str | None = None,
     ) -> None:
         """Cache `advantages` of `run` under the key (rollout id -> (L,) float32, `EstimateRows`, or an
         `EstimateStage` whose file holds a streamed run's rows); the rollouts' earlier rows under the key
-        are replaced, in one transaction."""
+        are replaced, in one transaction. `scope`: the estimator's scope (None: unknown, read as run)."""
         run_id = self.run_id(run)
-        key = [run_id, estimator, config_hash, json.dumps(config, sort_keys=True, default=str), channel]
+        config_json = json.dumps(config, sort_keys=True, default=str)
+        key = [run_id, estimator, config_hash, config_json, channel, scope]
         if isinstance(advantages, EstimateStage):
             advantages.close()
             self._replace_estimates(key, "read_parquet(?)", [str(advantages.path)])  # the path: a parameter
@@ -86,10 +97,10 @@ class Results(Runs):
             self.con.unregister(view)
 
     def _replace_estimates(self, key: list, view: str, params: list) -> None:
-        """Delete the cached rows under `key` (run id, estimator, config hash, config JSON, channel) of the
-        rollouts in `view` (rollout_id, advantages: a view registered here, or `read_parquet(?)` with the
-        file in `params`), and insert those."""
-        run_id, estimator, config_hash, config, channel = key
+        """Delete the cached rows under `key` (run id, estimator, config hash, config JSON, channel, scope) of
+        the rollouts in `view` (rollout_id, advantages: a view registered here, or `read_parquet(?)` with
+        the file in `params`), and insert those."""
+        run_id, estimator, config_hash, config, channel, scope = key
         with self.transaction() as con:
             # Only these rollouts: a step-scoped estimate is saved one step at a time.
             con.execute(
@@ -99,10 +110,10 @@ class Results(Runs):
             )
             con.execute(
                 "INSERT INTO estimates "
-                "(run_id, estimator, config_hash, config, channel, rollout_id, advantages) "
+                "(run_id, estimator, config_hash, config, channel, rollout_id, advantages, scope) "
                 "SELECT CAST(? AS INTEGER), CAST(? AS VARCHAR), CAST(? AS VARCHAR), CAST(? AS JSON), "
-                f"CAST(? AS VARCHAR), rollout_id, advantages FROM {view}",
-                [run_id, estimator, config_hash, config, channel, *params],
+                f"CAST(? AS VARCHAR), rollout_id, advantages, CAST(? AS VARCHAR) FROM {view}",
+                [run_id, estimator, config_hash, config, channel, scope, *params],
             )
 
     # --- resampling results --------------------------------------------------------------------

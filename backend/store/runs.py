@@ -112,7 +112,7 @@ class Runs(Connection):
         for table in IMPORTED_TABLES:
             self.con.execute(f"UPDATE {table} SET run_id = ? WHERE run_id = ?", [target_id, staging_id])
         self.con.execute("DELETE FROM runs WHERE run_id = ?", [staging_id])
-        self._drop_cached_estimates(target_id)  # new rollouts join groups: cached outputs are stale
+        self._drop_outputs_a_growth_changes(target_id, first_rollout_id)
         return target_id
 
     def discard_run_rows(self, run_id: int) -> None:
@@ -433,6 +433,39 @@ class Runs(Connection):
                 con.unregister(view)
             self._drop_cached_estimates(run_id)
         return len(rows)
+
+    def _drop_outputs_a_growth_changes(self, run_id: int, first_new: int) -> None:
+        """After rollouts `first_new`.. were appended to the run: drop the cached outputs they make stale,
+        keep the rest (a run that grows by a step then costs that step: issue 46). Stale: every output of
+        the steps and groups the new rollouts fall in, and every output of an estimator that is not step-
+        or group-scoped (run-scoped, or of unknown scope: `estimates.scope` NULL) with its summaries and
+        agreements. Call in a transaction."""
+        stale = (
+            "SELECT rollout_id FROM rollouts WHERE run_id = $run AND (step IN (SELECT step FROM rollouts "
+            "WHERE run_id = $run AND rollout_id >= $first) OR group_id IN (SELECT group_id FROM rollouts "
+            "WHERE run_id = $run AND rollout_id >= $first))"
+        )
+        local = (  # the (estimator, config hash) pairs whose outputs read no more than a step
+            "SELECT estimator, config_hash FROM estimates WHERE run_id = $run GROUP BY ALL "
+            "HAVING bool_and(coalesce(scope IN ('step', 'group'), false))"
+        )
+        kept = {"run": run_id, "first": first_new}
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE _local_outputs AS {local}", {"run": run_id})
+        try:
+            for table in ("estimates", "credit_summary", "channel_summary"):
+                self.con.execute(
+                    f"DELETE FROM {table} WHERE run_id = $run AND (rollout_id IN ({stale}) OR "
+                    "(estimator, config_hash) NOT IN (SELECT * FROM _local_outputs))",
+                    kept,
+                )
+            self.con.execute(
+                f"DELETE FROM credit_agreement WHERE run_id = $run AND (rollout_id IN ({stale}) OR "
+                "(estimator_a, hash_a) NOT IN (SELECT * FROM _local_outputs) OR "
+                "(estimator_b, hash_b) NOT IN (SELECT * FROM _local_outputs))",
+                kept,
+            )
+        finally:
+            self.con.execute("DROP TABLE IF EXISTS _local_outputs")
 
     def _drop_cached_estimates(self, run_id: int) -> None:
         for table in ESTIMATE_TABLES:

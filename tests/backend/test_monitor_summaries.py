@@ -110,8 +110,14 @@ def test_the_channel_summary_is_dropped_when_the_run_changes(planted, monkeypatc
         r["step"], r["group"] = 14, f"late-{r['group']}"
     with Store(planted.path) as store:
         import_records(store, "grown", more, content_key="more", append=True)
-    assert _summary_rows(planted, "grown") == 0  # appended rollouts: stale credit is never read
+    kept = _summary_rows(planted, "grown")  # a new step: the other steps' summaries stay (issue 46)
+    assert kept > 0
+    with Store(planted.path, read_only=True) as store:
+        late = store.con.execute(
+            "SELECT count(*) FROM channel_summary JOIN rollouts USING (run_id, rollout_id) WHERE step = 14"
+        ).fetchall()[0][0]
+    assert late == 0
     fast = monitor.run_monitors(planted, "grown")
-    assert len(fast.series) == 15 and _summary_rows(planted, "grown") > 0
+    assert len(fast.series) == 15 and _summary_rows(planted, "grown") > kept
     slow = _reference_report(planted, "grown", monkeypatch)
     pd.testing.assert_frame_equal(fast.series, slow.series, rtol=1e-12)
