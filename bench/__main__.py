@@ -8,6 +8,7 @@ from bench import (
     explorer,
     heads,
     ingest,
+    live,
     model_credit,
     models,
     monitor,
@@ -30,6 +31,7 @@ BENCHES = {
     "reliability": reliability,
     "explorer": explorer,
     "runs": runs,
+    "live": live,
     "scale": scale,
     "monitor": monitor,
 }

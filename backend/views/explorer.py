@@ -32,7 +32,7 @@ import pandas as pd
 
 from backend.core.errors import InputError
 from backend.credit import main_channel
-from backend.store import Store, StoreHandle, trend_queries
+from backend.store import Store, StoreHandle, agreement_sql, trend_queries
 from backend.store import explorer_queries as queries
 from backend.store.explorer_queries import OPERATORS, CreditKey, TableSpec
 from backend.store.handle import StoreBusy
@@ -252,7 +252,9 @@ def prepare(
             cached = queries.estimate_rows(store, run_id, key.estimator, key.config_hash, key.channel)
             complete = queries.credit_summary_rows(store, run_id, key) == n and cached == n
             keys.append((key, built, complete))
-        agreement = len(keys) == 2 and queries.agreement_rows(store, run_id, keys[0][0], keys[1][0]) > 0
+        agreement = (
+            len(keys) == 2 and agreement_sql.agreement_rows(store, run_id, keys[0][0], keys[1][0]) == n
+        )
         final = None
         if estimator is not None and credit == "final":
             final, _ = _key(store, run, estimator, config, credit, betas)
@@ -280,7 +282,7 @@ def prepare(
     if len(keys) == 2 and not (agreement and all(c for _, _, c in keys)):
         try:
             with handle.write() as store, store.transaction():
-                queries.fill_agreement(store, run_id, keys[0][0], keys[1][0])
+                agreement_sql.fill_agreement(store, run_id, keys[0][0], keys[1][0])
         except StoreBusy:
             notes.append("the store is busy; the Spearman column is empty until the next try")
     return notes
