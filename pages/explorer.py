@@ -165,11 +165,15 @@ st.caption(
     + " max_abs: its largest "
     "|A|; repetition: share of 16-token windows that repeat an earlier one; kl: mean logprob − ref logprob; "
     "metric_<name>: a number the trainer logged for the rollout (e.g. verl's acc), not a reward. "
-    "turns / assistant_turns / tool_calls (an agent run): the response's turns, the policy's and the tool "
-    "or environment turns; turn_share_first / turn_share_last: the first and the last assistant turn's share "
-    "of the rollout's Σ|A|, turn_share_calls: that of the assistant turns a tool answered (tool and "
-    "environment tokens are not trained: they get no credit). "
-    "pos_share_<class> / neg_share_<class>: the class's share of the rollout's positive / negative credit. "
+    + (
+        "turns / assistant_turns / tool_calls: the response's turns, the policy's and the tool or "
+        "environment turns; turn_share_first / turn_share_last: the first and the last assistant turn's "
+        "share of the rollout's Σ|A|, turn_share_calls: that of the assistant turns a tool answered (tool "
+        "and environment tokens are not trained: they get no credit). "
+        if "turns" in page.rows.columns
+        else ""
+    )
+    + "pos_share_<class> / neg_share_<class>: the class's share of the rollout's positive / negative credit. "
     "An empty share (None) means the rollout got no credit at all (Σ|A| = 0, e.g. a zero-variance group); "
     "an empty spearman, that one of the two estimators gives the rollout the same A on every token (grpo "
     "always does), so no ranking exists to correlate."

@@ -45,6 +45,7 @@ tuned = tuned_beta.mark(sel.run, "trends")  # the β applied on the Tune view: i
 betas = tuned if credit == "final" else ()
 frame = panels.compute_or_explain(trends_data.trends, sel.db, sel.run, estimator, config, credit, betas)
 main = data.main_channel(sel.db, sel.run)
+rewards = trends_data.reward_histogram(sel.db, sel.run)  # a dot per step and reward bin: a click opens them
 st.caption(
     f"One point per training step ({len(frame)} steps). Class shares are of "
     + (
@@ -69,6 +70,7 @@ charts_shown = [
         "trends_scores",
         charts.trend_lines(frame, {**scores, "reward": "reward (sum)"}, "mean score per channel"),
     ),
+    ("trends_rewards", charts.reward_bubbles(rewards) if len(rewards) else None),
     (
         "trends_metrics",
         charts.trend_lines(frame, metrics, "logged metrics (mean; not rewards)") if metrics else None,
@@ -112,7 +114,8 @@ shown = [(key, fig) for key, fig in charts_shown if fig is not None]
 # drawn into the same places once it is done (at once when this session has the report already).
 st.caption(
     "Click a point to open that step's rollouts in the Explorer (the rows of "
-    f"`creditlens rollouts --run {text.plain(sel.run)} --where step=N`)."
+    f"`creditlens rollouts --run {text.plain(sel.run)} --where step=N`); a class's point, sorted by that "
+    "class's share; a reward dot, the rollouts of its bin (`creditlens histogram` names each bin's filter)."
 )
 ready = monitor_panel.report_ready(sel.db, sel.run, estimator, config)
 slots = {}

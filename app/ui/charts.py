@@ -315,15 +315,41 @@ def class_share_trend(
                 name=safe(label),
                 mode=line_mode(frame["step"]),
                 connectgaps=False,
-                hovertemplate="%{y:.1%}",
+                customdata=[[column]] * len(frame),  # a click opens the step sorted by this share (drill.py)
+                hovertemplate=f"{safe(label)}: %{{y:.1%}} at step %{{x}}<extra></extra>",
             )
         )
-    return _trend_layout(
+    fig = _trend_layout(
         fig,
         title,
         frame["step"],
         {"title": "share of Σ|A|", "tickformat": ".0%", "range": [0, 1]},
     )
+    return fig.update_layout(hovermode="closest")  # a click picks the class under the pointer
+
+
+def reward_bubbles(histogram: pd.DataFrame, title: str = "reward per step (a dot per bin)") -> go.Figure:
+    """The reward histogram of each step (`creditlens histogram`): a dot per step and bin at the bin's middle,
+    its area the bin's count; customdata: the bin's Explorer filter (a click opens its rollouts)."""
+    middle = (histogram["low"] + histogram["high"]) / 2
+    largest = max(int(histogram["rollouts"].max()), 1) if len(histogram) else 1
+    fig = go.Figure(
+        go.Scatter(
+            x=histogram["step"],
+            y=middle,
+            mode="markers",
+            marker={
+                "size": (histogram["rollouts"] / largest) ** 0.5 * 22 + 4,
+                "color": "#4477aa",
+                "opacity": 0.7,
+            },
+            customdata=histogram[["where", "label", "rollouts"]].to_numpy(),
+            hovertemplate="step %{x} · reward %{customdata[1]}: %{customdata[2]} rollouts<extra></extra>",
+            showlegend=False,
+        )
+    )
+    fig = _trend_layout(fig, title, histogram["step"], {"title": "reward (sum of the channels)"})
+    return fig.update_layout(hovermode="closest")
 
 
 def quantile_band(frame: pd.DataFrame) -> go.Figure:

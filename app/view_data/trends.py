@@ -8,6 +8,7 @@ import streamlit as st
 
 from app import data
 from backend.views import explorer, turns
+from backend.views import reward_histogram as histogram
 
 
 @st.cache_data(show_spinner="Computing trends over steps…", max_entries=32)
@@ -17,6 +18,12 @@ def trends(
     """One row per step (what `creditlens trends` prints); credit: what the class shares describe, A_final
     ("final") or the estimator's output on its channel ("channel"); betas: a tuned β in A_final."""
     return explorer.step_trends(data.store_handle(db), run, estimator, config, credit=credit, betas=betas)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def reward_histogram(db: str, run: str) -> pd.DataFrame:
+    """The reward of each step as a histogram (`creditlens histogram`), each bin with its Explorer filter."""
+    return histogram.reward_histogram(data.store_handle(db), run)
 
 
 @st.cache_data(show_spinner="Computing the credit by turn…", max_entries=16)

@@ -20,7 +20,7 @@ from backend.cli.tune import numbers
 from backend.core.errors import InputError
 from backend.credit import main_channel
 from backend.store import store_handle
-from backend.views import compare_runs, explorer, group_summary
+from backend.views import compare_runs, explorer, group_summary, reward_histogram
 
 
 def add_commands(sub) -> None:
@@ -72,6 +72,23 @@ def add_commands(sub) -> None:
     p.add_argument("--group", required=True, type=whole_number(0), help="group id (as `rollouts` shows it)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.set_defaults(func=cmd_group)
+
+    p = sub.add_parser(
+        "histogram",
+        help="the reward of each step as a histogram: a row per step and bin with the --where filter "
+        "that lists its rollouts (the Trends view's reward bubbles)",
+    )
+    add_db_arg(p)
+    p.add_argument("--run", required=True, help="run name")
+    p.add_argument(
+        "--bins",
+        type=whole_number(1),
+        default=10,
+        help=f"equal-width bins over the run's rewards (default 10; at most {reward_histogram.MAX_VALUES} "
+        "distinct rewards get a bin each)",
+    )
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.set_defaults(func=cmd_histogram)
 
     p = sub.add_parser("trends", help="one row per step: scores, length, entropy, KL, credit share by class")
     _common(p, several=True)
@@ -192,6 +209,17 @@ def cmd_rollouts(args) -> int:
         f"{len(page.rows)} of {page.total} rollouts" + (f" written to {args.out}" if args.out else ""),
         file=sys.stderr,
     )
+    return 0
+
+
+def cmd_histogram(args) -> int:
+    frame = reward_histogram.reward_histogram(store_handle(args.db), args.run, args.bins)
+    if args.json:
+        sys.stdout.write(frame.to_json(orient="records", double_precision=15) + "\n")
+        return 0
+    print(f"{'step':>5} {'reward':<22} {'rollouts':>8}  where")
+    for row in frame.itertuples():
+        print(f"{row.step:>5} {row.label:<22} {row.rollouts:>8}  {row.where}")
     return 0
 
 

@@ -20,6 +20,17 @@ from backend.store.connection import ESTIMATE_TABLES, IMPORTED_TABLES, RUN_TABLE
 MAIN_SCORE_SQL = "CASE WHEN ? THEN sum(score) ELSE max(score) FILTER (WHERE channel = ?) END"
 """A rollout's score on the run's main channel, over its rows of `scores` (`all`: their sum); parameters:
 `Runs.main_score_params`."""
+GROWTH_STALE_SQL = (
+    "SELECT rollout_id FROM rollouts WHERE run_id = $run AND (step IN (SELECT step FROM rollouts "
+    "WHERE run_id = $run AND rollout_id >= $first) OR group_id IN (SELECT group_id FROM rollouts "
+    "WHERE run_id = $run AND rollout_id >= $first))"
+)
+"""The rollouts of run `$run` in a step or group that rollouts `$first`.. joined (an append)."""
+LOCAL_OUTPUTS_SQL = (
+    "SELECT estimator, config_hash FROM estimates WHERE run_id = $run GROUP BY ALL "
+    "HAVING bool_and(coalesce(scope IN ('step', 'group'), false))"
+)
+"""The (estimator, config hash) pairs of run `$run` whose cached outputs each read no more than a step."""
 RUN_FIELDS = (
     "name",
     "source",
@@ -440,26 +451,20 @@ class Runs(Connection):
         the steps and groups the new rollouts fall in, and every output of an estimator that is not step-
         or group-scoped (run-scoped, or of unknown scope: `estimates.scope` NULL) with its summaries and
         agreements. Call in a transaction."""
-        stale = (
-            "SELECT rollout_id FROM rollouts WHERE run_id = $run AND (step IN (SELECT step FROM rollouts "
-            "WHERE run_id = $run AND rollout_id >= $first) OR group_id IN (SELECT group_id FROM rollouts "
-            "WHERE run_id = $run AND rollout_id >= $first))"
-        )
-        local = (  # the (estimator, config hash) pairs whose outputs read no more than a step
-            "SELECT estimator, config_hash FROM estimates WHERE run_id = $run GROUP BY ALL "
-            "HAVING bool_and(coalesce(scope IN ('step', 'group'), false))"
-        )
         kept = {"run": run_id, "first": first_new}
-        self.con.execute(f"CREATE OR REPLACE TEMP TABLE _local_outputs AS {local}", {"run": run_id})
+        self.con.execute(
+            f"CREATE OR REPLACE TEMP TABLE _local_outputs AS {LOCAL_OUTPUTS_SQL}", {"run": run_id}
+        )
         try:
             for table in ("estimates", "credit_summary", "channel_summary"):
                 self.con.execute(
-                    f"DELETE FROM {table} WHERE run_id = $run AND (rollout_id IN ({stale}) OR "
+                    f"DELETE FROM {table} WHERE run_id = $run AND (rollout_id IN ({GROWTH_STALE_SQL}) OR "
                     "(estimator, config_hash) NOT IN (SELECT * FROM _local_outputs))",
                     kept,
                 )
             self.con.execute(
-                f"DELETE FROM credit_agreement WHERE run_id = $run AND (rollout_id IN ({stale}) OR "
+                "DELETE FROM credit_agreement WHERE run_id = $run AND "
+                f"(rollout_id IN ({GROWTH_STALE_SQL}) OR "
                 "(estimator_a, hash_a) NOT IN (SELECT * FROM _local_outputs) OR "
                 "(estimator_b, hash_b) NOT IN (SELECT * FROM _local_outputs))",
                 kept,

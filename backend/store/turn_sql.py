@@ -13,14 +13,16 @@ COUNT_COLUMNS = ("turns", "assistant_turns", "tool_calls")
 SHARE_COLUMNS = ("turn_share_first", "turn_share_last", "turn_share_calls")
 
 
+ROLES_SQL = "json_extract_string(turns, '$[*].role')"  # a rollout's turn roles, in order
+
+
 def counts_join() -> str:
     """A LEFT JOIN, aliased `tu`, of the turn counts per rollout onto a table aliased `s`; its one
     parameter is the run id."""
-    roles = "json_extract_string(turns, '$[*].role')"
     return (
         " LEFT JOIN (SELECT rollout_id, json_array_length(turns)::INTEGER AS turns, "
-        f"len(list_filter({roles}, lambda r: r = 'assistant'))::INTEGER AS assistant_turns, "
-        f"len(list_filter({roles}, lambda r: r IN ('tool', 'environment')))::INTEGER AS tool_calls "
+        f"len(list_filter({ROLES_SQL}, lambda r: r = 'assistant'))::INTEGER AS assistant_turns, "
+        f"len(list_filter({ROLES_SQL}, lambda r: r IN ('tool', 'environment')))::INTEGER AS tool_calls "
         "FROM rollouts WHERE run_id = ?) tu ON tu.rollout_id = s.rollout_id"
     )
 
