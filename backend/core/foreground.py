@@ -28,6 +28,19 @@ def run_in_foreground(command: list[str], **popen_kwargs) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+GRACE_SECONDS = 2.0
+"""After a Ctrl-C, how long the children have to stop on their own before they are sent one."""
+
+
+def _wait_all(procs: list[subprocess.Popen], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        try:
+            time.sleep(0.05)
+        except KeyboardInterrupt:  # a second Ctrl-C: the children have it too
+            pass
+
+
 def run_together(commands: list[list[str]], stop_seconds: float = 15.0, **popen_kwargs) -> int:
     """Run the commands side by side as one process tree in the foreground (`creditlens watch`: a follower
     and the app). When one ends, the others are stopped (SIGINT, as Ctrl-C: each finishes its unit of work);
@@ -45,10 +58,13 @@ def run_together(commands: list[list[str]], stop_seconds: float = 15.0, **popen_
         try:
             while all(p.poll() is None for p in procs):
                 time.sleep(0.2)
-        except KeyboardInterrupt:  # every child got the same Ctrl-C
+        except (
+            KeyboardInterrupt
+        ):  # from a terminal every child got the same Ctrl-C; from `kill -INT` only we did
             interrupted = True
+            _wait_all(procs, GRACE_SECONDS)
         for p in procs:
-            if p.poll() is None and not interrupted:
+            if p.poll() is None:
                 p.send_signal(signal.SIGINT)
         deadline = time.monotonic() + stop_seconds
         for p in procs:

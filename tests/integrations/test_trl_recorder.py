@@ -1,5 +1,6 @@
 """The TRL recorder on a real `GRPOTrainer` (TRL 1.16, the bundled demo policy, CPU): three steps recorded
-while `creditlens import --follow` runs in another process, then every number checked against its source:
+while `creditlens watch` follows the folder in another process tree and its Trends page, open in headless
+Chromium, shows each new step as it lands (issue 46), then every number checked against its source:
 the trainer's advantage (`estimate grpo --channel all`), a rescoring of the recorded tokens with the
 recorded checkpoint (logprobs, entropies) and with the initial weights (the reference logprobs)."""
 
@@ -11,7 +12,9 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
+from urllib.parse import urljoin
 
 import numpy as np
 import pandas as pd
@@ -21,7 +24,7 @@ import pytest
 from backend.ingest.native_writer import StepRecords
 from backend.store import Store
 from tests.backend.ingest.trl_logs import DEMO_POLICY, NUM_GENERATIONS, PROMPTS, digits_reward, newline_reward
-from tests.conftest import run_cli_here
+from tests.conftest import free_test_port, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 3
@@ -70,66 +73,87 @@ def _trainer(output_dir: Path, steps: int = STEPS, save: bool = True):
 def _followed_rollouts(db: Path) -> int:
     try:
         with Store(db, read_only=True) as store:
-            return store.list_runs()[0]["rollouts"] if store.has_run("live") else 0
-    except Exception:  # noqa: BLE001 - the follower holds the write lock for a moment
+            return next((r["rollouts"] for r in store.list_runs() if r["name"] == "live"), 0)
+    except Exception:  # noqa: BLE001 - the follower (or the app, importing the bundled runs) holds the lock
         return -1
+
+
+SIDEBAR_SAYS = "(text) => document.querySelector('[data-testid=stSidebar]')?.innerText.includes(text)"
+
+
+def _served_url(log: Path, watch: subprocess.Popen, timeout: float = 180) -> str:
+    """The Trends address `creditlens watch` printed, once its server answers."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert watch.poll() is None, log.read_text()
+        printed = [line for line in log.read_text().splitlines() if line.startswith("Credit Lens on ")]
+        if printed:
+            url = printed[0].removeprefix("Credit Lens on ").strip()
+            try:
+                with urllib.request.urlopen(urljoin(url, "/_stcore/health"), timeout=2):
+                    return url
+            except OSError:
+                pass
+        time.sleep(0.2)
+    raise AssertionError(f"creditlens watch served nothing in {timeout:.0f} s:\n{log.read_text()}")
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> dict:
-    """Train STEPS steps with the recorder while `creditlens import --follow` tails the folder. At the end of
-    every step a callback waits until the follower has that step's rollouts: each step lands while the
-    trainer is still running."""
+    """Train STEPS steps with the recorder while `creditlens watch` follows the folder (import --follow with
+    the monitors, and the app on the run). At the end of every step a callback waits until the follower has
+    that step's rollouts, and until the run's Trends page, open since the first step, says so without a
+    reload: each step lands while the trainer is still running."""
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - browser only
     from transformers import TrainerCallback  # noqa: PLC0415 - heavy, only here
 
+    from bench.chromium import CHROMIUM, launch  # noqa: PLC0415 - browser only
     from creditlens.integrations import trl as lens_trl  # noqa: PLC0415 - imports TRL
 
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("chromium is not installed (make browser-deps)")
     base = tmp_path_factory.mktemp("recorder")
-    folder, db = base / "runs" / "live", base / "live.duckdb"
+    folder, db, log = base / "runs" / "live", base / "live.duckdb", base / "watch.log"
     trainer = _trainer(base / "trainer")
     recorder = lens_trl.record(trainer, folder, entropies=True)
-    follower = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "backend.cli",
-            "import",
-            str(folder),
-            "--db",
-            str(db),
-            "--run",
-            "live",
-            "--follow",
-            "--poll",
-            "0.1",
-            "--quiet",
-        ],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    seen_during_training = []
+    command = [sys.executable, "-m", "backend.cli", "watch", str(folder), "--db", str(db), "--run", "live"]
+    with open(log, "w") as out:
+        watch = subprocess.Popen(
+            [*command, "--poll", "0.1", "--port", str(free_test_port())],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "CREDITLENS_WARMUP": "0"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+    seen_during_training, shown_during_training = [], []
+    playwright = sync_playwright().start()
+    page = launch(playwright).new_page(viewport={"width": 1400, "height": 1000})
 
     class WaitForFollower(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             want = sum(pq.ParquetFile(f).metadata.num_rows for f in recorder.files)
             deadline = time.monotonic() + 120
             while _followed_rollouts(db) != want:
-                assert follower.poll() is None, follower.stderr.read()
+                assert watch.poll() is None, log.read_text()
                 assert time.monotonic() < deadline, f"the follower has {_followed_rollouts(db)} of {want}"
                 time.sleep(0.1)
             seen_during_training.append((state.global_step, want))
+            if state.global_step == 1:  # the page opens once, on the run as the first step left it
+                page.goto(_served_url(log, watch))
+                page.evaluate("window.sameDocument = true")
+            page.wait_for_function(SIDEBAR_SAYS, arg=f"step {state.global_step} · updated", timeout=60_000)
+            shown_during_training.append((state.global_step, page.evaluate("window.sameDocument === true")))
 
     trainer.add_callback(WaitForFollower())
     try:
         trainer.train()
     finally:
-        follower.send_signal(signal.SIGINT)
-        stdout, stderr = follower.communicate(timeout=60)
-    assert follower.returncode == 0, stderr
+        playwright.stop()
+        watch.send_signal(signal.SIGINT)  # Ctrl-C: the follower and the app stop
+        watch.wait(timeout=60)
+    stdout = log.read_text()
+    assert watch.returncode == 0, stdout
     frames = [pq.read_table(f).to_pandas() for f in recorder.files]
     return {
         "trainer": trainer,
@@ -138,6 +162,7 @@ def recorded(tmp_path_factory) -> dict:
         "db": db,
         "stdout": stdout,
         "seen": seen_during_training,
+        "shown": shown_during_training,
         "table": pd.concat(frames, ignore_index=True),
         "base": base,
     }
@@ -152,6 +177,8 @@ def test_each_step_is_written_and_followed_as_it_lands(recorded):
     assert recorder.unscorable == STEPS * PROMPTS_PER_STEP
     assert len(table) == STEPS * (per_step - PROMPTS_PER_STEP)
     assert [s for s, _ in recorded["seen"]] == list(range(1, STEPS + 1))
+    # the page open since step 1 showed steps 2 and 3 as they landed, without a reload (issue 46)
+    assert recorded["shown"] == [(s, True) for s in range(1, STEPS + 1)]
     assert [n for _, n in recorded["seen"]] == [len(table) // STEPS * k for k in range(1, STEPS + 1)]
     assert f"{STEPS * (per_step - PROMPTS_PER_STEP)} rollouts from {STEPS} files" in recorded["stdout"]
     assert {
