@@ -51,6 +51,7 @@ URL_TUNED = "tuned"  # the tuned β every view uses: channel:β,... (app/ui/tune
 URL_EFFECT_OF = "effect"  # Tune: the β whose run-level effect is drawn (replay or sliders)
 URL_RUNS = "runs"  # the runs side by side: a,b,c (Trends over several runs, Runs comparison; issue 45)
 URL_SMOOTH = "smooth"  # the EMA weight of the lines over several runs
+URL_X = "x"  # the x axis of Trends over several runs: step or tokens_seen
 URL_LIVE_PAGE = "live"  # 1: follow the run while it trains; 0: do not (app/ui/live.py; issue 46)
 
 
@@ -108,6 +109,7 @@ TRENDS_FORM = "trends_cfg"
 TRENDS_NUMBERS_OPEN = "trends_numbers_open"  # the lazy expanders (widgets.lazy_expander): open or not
 RUNS_COMPARED = "runs_compared"  # the runs side by side (the sidebar multiselect; issue 45)
 TRENDS_SMOOTH = "trends_smooth"
+TRENDS_X = "trends_x"
 RUNS_COMPARE_ESTIMATOR = "runs_compare_estimator"
 
 ROLLOUT_ESTIMATOR = "rollout_estimator"

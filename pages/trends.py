@@ -41,6 +41,11 @@ with params, st.expander("Estimator parameters"):
 if len(compared) > 1:
     run_trends_panel.draw(sel.db, compared, estimator, credit)
     st.stop()
+if following and widgets.schema(estimator)["scope"] == "run":
+    st.caption(
+        f"Live: {estimator} is run-scoped (each of its numbers reads the whole run), so every new step "
+        "recomputes it over the whole run; step- and group-scoped estimators compute the new step only."
+    )
 tuned = tuned_beta.mark(sel.run, "trends")  # the β applied on the Tune view: in A_final's shares
 betas = tuned if credit == "final" else ()
 frame = panels.compute_or_explain(trends_data.trends, sel.db, sel.run, estimator, config, credit, betas)

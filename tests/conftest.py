@@ -268,3 +268,19 @@ def pytest_testnodedown(node, error):
 def pytest_terminal_summary(terminalreporter):
     """A run with workers (a run without them prints from tests/reliability/conftest.py)."""
     write_summary(terminalreporter, WORKER_TALLIES)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Debian Chromium, one per worker (tests/browser, and the TRL recorder's page): a process can
+    hold one Playwright sync session at a time."""
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - browser tests only
+
+    from bench.chromium import CHROMIUM, launch  # noqa: PLC0415 - browser tests only
+
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("chromium is not installed (make browser-deps)")
+    with sync_playwright() as p:
+        b = launch(p)
+        yield b
+        b.close()

@@ -25,10 +25,13 @@ def runs_trend(
     title: str,
     percent: bool = False,
     alerts: pd.DataFrame | None = None,
+    x: str = "step",
 ) -> go.Figure:
     """`column` over steps, a smoothed line per run (legend: the run's name, escaped) over its raw values as
     faint points; a run without any value of `column` is named in the legend as having no data. Each run's
-    rows of `alerts` (`creditlens compare-runs --alerts`) are marked ▼ on its line at their steps."""
+    rows of `alerts` (`creditlens compare-runs --alerts`) are marked ▼ on its line at their steps. x: the
+    column of the x axis, "step" or "tokens_seen" (the response tokens up to the step: runs of different
+    batch sizes or lengths side by side)."""
     fig = go.Figure()
     runs = list(dict.fromkeys(raw["run"]))
     for run in runs:
@@ -41,7 +44,7 @@ def runs_trend(
             continue
         fig.add_trace(
             go.Scatter(
-                x=mine_raw["step"],
+                x=mine_raw[x],
                 y=values,
                 mode="markers+lines",
                 marker={"size": 5, "color": colour},
@@ -55,7 +58,7 @@ def runs_trend(
         )
         fig.add_trace(
             go.Scatter(
-                x=mine["step"],
+                x=mine[x],
                 y=mine[column].astype(float),
                 mode="lines",
                 line={"width": 2.5, "color": colour},
@@ -65,18 +68,28 @@ def runs_trend(
             )
         )
         if alerts is not None:
-            _mark_alerts(fig, mine, column, alerts[alerts["run"] == run], run, colour)
+            _mark_alerts(fig, mine, column, alerts[alerts["run"] == run], run, colour, x)
     fig.update_layout(showlegend=True)
     yaxis = {"tickformat": PERCENT_TICKS} if percent else None
-    return _trend_layout(fig, safe(title), raw["step"] if len(raw) else pd.Series([0]), yaxis)
+    fig = _trend_layout(fig, safe(title), raw["step"] if len(raw) else pd.Series([0]), yaxis)
+    if x == "tokens_seen":
+        fig.update_xaxes(title="response tokens seen", tickformat="~s", dtick=None)
+    return fig
 
 
 def _mark_alerts(
-    fig: go.Figure, line: pd.DataFrame, column: str, alerts: pd.DataFrame, run: str, colour: str
+    fig: go.Figure,
+    line: pd.DataFrame,
+    column: str,
+    alerts: pd.DataFrame,
+    run: str,
+    colour: str,
+    x: str = "step",
 ):
     """▼ on the run's smoothed line at each step with a warning (steps where the line has no value are left
-    out); the hover names the run, the step and each warning there, escaped."""
+    out), placed on the x axis `x`; the hover names the run, the step and each warning there, escaped."""
     at = line.set_index(line["step"].astype(int))[column].astype(float)
+    place = line.set_index(line["step"].astype(int))[x]
     steps = [int(s) for s in dict.fromkeys(alerts["step"]) if int(s) in at.index and pd.notna(at[int(s)])]
     if not steps:
         return
@@ -90,7 +103,7 @@ def _mark_alerts(
     ]
     fig.add_trace(
         go.Scatter(
-            x=steps,
+            x=[place[s] for s in steps],
             y=[at[s] for s in steps],
             mode="markers",
             marker={

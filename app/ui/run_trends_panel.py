@@ -10,6 +10,7 @@ from app.ui import run_charts, text
 from app.view_data import runs as runs_data
 
 TOOLBAR = {"displayModeBar": True, "displaylogo": False}
+AXES = {"step": "training step", "tokens_seen": "response tokens seen, up to and including the step"}
 
 
 def draw(db: str, runs: list[str], estimator: str, credit: str) -> None:
@@ -26,6 +27,17 @@ def draw(db: str, runs: list[str], estimator: str, credit: str) -> None:
         step=0.05,
         help="Each run's exponential moving average over steps (0: none); the raw points stay, faint",
     )
+    x = state.url_widget(
+        st.radio,
+        "x axis",
+        key=keys.TRENDS_X,
+        url=keys.URL_X,
+        default="step",
+        options=["step", "tokens_seen"],
+        format_func=AXES.get,
+        horizontal=True,
+        help="Runs of different batch sizes or response lengths compare better by the tokens they trained on",
+    )
     raw = runs_data.run_trends(db, tuple(runs), estimator, credit)
     smooth = runs_data.smoothed(raw, weight)
     alerts = runs_data.run_alerts(db, tuple(runs), estimator or "grpo")
@@ -33,7 +45,7 @@ def draw(db: str, runs: list[str], estimator: str, credit: str) -> None:
     flags = " ".join([*(f"--run {r}" for r in runs), f"--estimator {estimator}"])
     st.caption(
         text.with_code(
-            f"{len(runs)} runs, a line per run (x: training step), each on its own main channel; class "
+            f"{len(runs)} runs, a line per run (x: {AXES[x]}), each on its own main channel; class "
             f"shares of {shares_of} with {estimator}. Same numbers: "
             f"`creditlens trends {flags} --smooth {weight:g} --json`. "
             f"▼ on a run's line: a warning of the monitors at that step (hover for the detector; "
@@ -65,5 +77,5 @@ def draw(db: str, runs: list[str], estimator: str, credit: str) -> None:
     shown = [(c, title, pct) for c, title, pct in charts if c in raw.columns]
     for start in range(0, len(shown), 2):
         for box, (column, title, percent) in zip(st.columns(2), shown[start : start + 2], strict=False):
-            fig = run_charts.runs_trend(raw, smooth, column, title, percent, alerts)
+            fig = run_charts.runs_trend(raw, smooth, column, title, percent, alerts, x)
             box.plotly_chart(fig, key=f"trends_runs_{column}", width="stretch", config=TOOLBAR)

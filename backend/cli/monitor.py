@@ -96,7 +96,7 @@ def live_monitor(args):
     from backend.monitor import monitors as monitor  # noqa: PLC0415 - heavy (torch, estimators); see backend/cli/__init__.py
 
     settings = monitor_config.load_settings(args.monitor_config)
-    handle = store_handle(args.db)
+    handle = store_handle(args.db, create=True)  # the follower creates the store with its first import
     watchers: dict[str, monitor.LiveMonitor] = {}
 
     def watch(run: str) -> None:

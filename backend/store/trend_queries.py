@@ -14,10 +14,11 @@ QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
 def step_trends(store: Store, spec: TableSpec, quantiles: bool = True) -> pd.DataFrame:
     """One row per step: rollouts, groups, score_<channel> means, metric_<name> means, reward, length,
-    mean_entropy and kl (token-weighted), zero_variance_share (of groups), truncated_share, repetition;
-    with a credit key also share_<class> (Σ|A| on the class / Σ|A| over the step), excess_<class> (that
-    share minus the class's share of the step's tokens) and the estimator's advantage quantiles q05..q95
-    over the step's tokens."""
+    tokens_seen (the response tokens of this step and every earlier one: an x axis that compares runs of
+    different batch sizes or lengths), mean_entropy and kl (token-weighted), zero_variance_share (of groups),
+    truncated_share, repetition; with a credit key also share_<class> (Σ|A| on the class / Σ|A| over the
+    step), excess_<class> (that share minus the class's share of the step's tokens) and the estimator's
+    advantage quantiles q05..q95 over the step's tokens."""
     params: list = []
     score_select = "".join(
         f", avg(sc.score) FILTER (WHERE sc.channel = ?) AS {_alias(a)}" for a, _ in spec.score_columns
@@ -27,6 +28,7 @@ def step_trends(store: Store, spec: TableSpec, quantiles: bool = True) -> pd.Dat
     base = (
         "SELECT s.step, count(*) AS rollouts, count(DISTINCT s.group_id) AS groups, "
         "avg(s.reward) AS reward, avg(s.length) AS length, "
+        "sum(sum(s.length)) OVER (ORDER BY s.step) AS tokens_seen, "
         "sum(s.mean_entropy * s.length) / sum(s.length) FILTER (WHERE s.mean_entropy IS NOT NULL) "
         "AS mean_entropy, sum(s.kl * s.length) / sum(s.length) FILTER (WHERE s.kl IS NOT NULL) AS kl, "
         "count(DISTINCT s.group_id) FILTER (WHERE s.zero_variance) / count(DISTINCT s.group_id) "

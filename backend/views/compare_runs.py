@@ -74,7 +74,7 @@ def run_trends(
     return pd.concat(frames, ignore_index=True, sort=False)
 
 
-NOT_SMOOTHED = ("run", "step", "rollouts", "groups")
+NOT_SMOOTHED = ("run", "step", "tokens_seen", "rollouts", "groups")
 """Columns `smooth` leaves as they are: the keys and the counts."""
 
 

@@ -106,3 +106,10 @@ def test_a_warning_fired_by_a_new_step_is_a_toast(app_db):
     assert all("INFO" not in t for t in toasts)
     at.run()
     assert not at.toast  # said once
+
+
+def test_live_says_when_the_estimator_recomputes_the_whole_run(app_db):
+    gae = open_app(app_db, "trends", {"run": "demo", "live": "1", "est": "gae"})
+    assert any("gae is run-scoped" in c.value for c in gae.caption)
+    grpo = open_app(app_db, "trends", {"run": "demo", "live": "1", "est": "grpo"})
+    assert not any("run-scoped" in c.value for c in grpo.caption)

@@ -194,7 +194,8 @@ def test_smoothing_is_each_runs_own_debiased_ema(db):
     runs = ("--db", db, "--run", "healthy", "--run", "truncation")
     raw = pd.DataFrame(_command_rows(*runs))
     smoothed = pd.DataFrame(_command_rows(*runs, "--smooth", "0.6"))
-    assert smoothed[["run", "step", "rollouts", "groups"]].equals(raw[["run", "step", "rollouts", "groups"]])
+    kept = ["run", "step", "tokens_seen", "rollouts", "groups"]
+    assert smoothed[kept].equals(raw[kept])
     for run in ("healthy", "truncation"):
         x = raw.loc[raw["run"] == run, "length"].to_numpy()
         s = smoothed.loc[smoothed["run"] == run, "length"].to_numpy()
@@ -212,3 +213,14 @@ def test_smoothing_keeps_gaps_and_differing_columns_ignore_equal_ones():
     assert pd.isna(compare_rows.smooth(frame, 0.5)["kl"].iloc[1])
     rows = pd.DataFrame({"run": ["a", "b"], "same": [1, 1.0], "gap": [1, None], "cfg": [{"k": 1}, {"k": 1}]})
     assert compare_rows.differing_columns(rows) == ["gap"]
+
+
+def test_tokens_seen_counts_each_runs_response_tokens_up_to_the_step(db):
+    """The x axis that compares runs of different batch sizes: the run's response tokens through the step."""
+    rows = pd.DataFrame(_command_rows("--db", db, "--run", "healthy", "--run", "truncation"))
+    with Store(db, read_only=True) as store:
+        for run in ("healthy", "truncation"):
+            lengths = store.rollout_lengths(run).merge(store.rollout_keys(run), on=["rollout_id", "group_id"])
+            through = lengths.groupby("step")["length"].sum().cumsum()
+            mine = rows[rows["run"] == run].set_index("step")["tokens_seen"]
+            assert mine.astype(int).to_dict() == through.astype(int).to_dict()

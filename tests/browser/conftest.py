@@ -24,7 +24,7 @@ from app.server.launch import Server
 from backend.demo.subword import subword_records
 from backend.ingest import import_records
 from backend.store import Store
-from bench.chromium import CHROMIUM, launch
+from bench.chromium import CHROMIUM
 from tests.conftest import copy_store, free_test_port, make_records
 
 SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
@@ -78,18 +78,6 @@ def server(bundled_template, tmp_path_factory):
         import_records(store, "simple", simple, content_key="simple-tokens")
     with serving(db, warm=True, log=root / "streamlit.log") as srv:
         yield srv
-
-
-@pytest.fixture(scope="session")
-def browser():
-    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - browser tests only
-
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("chromium is not installed (make browser-deps)")
-    with sync_playwright() as p:
-        b = launch(p)
-        yield b
-        b.close()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -99,19 +99,15 @@ def _served_url(log: Path, watch: subprocess.Popen, timeout: float = 180) -> str
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> dict:
+def recorded(tmp_path_factory, browser) -> dict:
     """Train STEPS steps with the recorder while `creditlens watch` follows the folder (import --follow with
     the monitors, and the app on the run). At the end of every step a callback waits until the follower has
     that step's rollouts, and until the run's Trends page, open since the first step, says so without a
     reload: each step lands while the trainer is still running."""
-    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - browser only
     from transformers import TrainerCallback  # noqa: PLC0415 - heavy, only here
 
-    from bench.chromium import CHROMIUM, launch  # noqa: PLC0415 - browser only
     from creditlens.integrations import trl as lens_trl  # noqa: PLC0415 - imports TRL
 
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("chromium is not installed (make browser-deps)")
     base = tmp_path_factory.mktemp("recorder")
     folder, db, log = base / "runs" / "live", base / "live.duckdb", base / "watch.log"
     trainer = _trainer(base / "trainer")
@@ -127,8 +123,8 @@ def recorded(tmp_path_factory) -> dict:
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
     seen_during_training, shown_during_training = [], []
-    playwright = sync_playwright().start()
-    page = launch(playwright).new_page(viewport={"width": 1400, "height": 1000})
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
 
     class WaitForFollower(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
@@ -149,7 +145,7 @@ def recorded(tmp_path_factory) -> dict:
     try:
         trainer.train()
     finally:
-        playwright.stop()
+        context.close()
         watch.send_signal(signal.SIGINT)  # Ctrl-C: the follower and the app stop
         watch.wait(timeout=60)
     stdout = log.read_text()
