@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from pathlib import Path
 
 from backend.cli.common import add_db_arg
 from backend.cli.monitor import live_monitor
-from backend.core.errors import InputError
+from backend.core.errors import InputError, StoreError
 from backend.credit import main_channel, token_classes
 from backend.ingest import FORMATS, import_path
 from backend.ingest.follow import follow
@@ -50,24 +51,29 @@ def cmd_import(args) -> int:
     }
     if args.follow:
         return _follow(args, options)
-    with kept_only_on_success(args.db), open_store(args.db, create=True) as store:
-        before = _rollouts_in(store, args.run)
+    with kept_only_on_success(args.db):
+        before = None
         try:
-            report = import_path(
-                store,
-                args.path,
-                args.run,
-                fmt=args.format,
-                show_progress=not args.quiet,
-                **options,
-            )
+            with open_store(args.db, create=True) as store:
+                before = _rollouts_in(store, args.run)
+                report = import_path(
+                    store,
+                    args.path,
+                    args.run,
+                    fmt=args.format,
+                    show_progress=not args.quiet,
+                    **options,
+                )
             if args.format is None:
                 print(f"detected format: {report.format}", file=sys.stderr)
             print(report.message())
         except BaseException as exc:
             # Ctrl-C can land after the import's COMMIT, or inside it and the COMMIT still lands: the store
             # says which. Nothing committed goes on to the usual "nothing was committed" (exit 130).
-            added = _rollouts_in(store, args.run) - before if interrupted(exc) else 0
+            if not interrupted(exc) or before is None:
+                raise
+            exc.__traceback__ = None  # its frames hold the interrupted import's store
+            added = _committed(args.db, args.run) - before
             if not added:
                 raise
             print(
@@ -77,6 +83,18 @@ def cmd_import(args) -> int:
             )
             return 130
     return 0
+
+
+def _committed(db, run: str) -> int:
+    """The run's rollouts as the store file holds them, read on a new connection once the import's is
+    closed: a COMMIT that Ctrl-C interrupted can still have been written (its WAL replays on the next open)
+    while the interrupted connection reads the store as before it."""
+    gc.collect()  # the interrupted import's connections, held by the traceback's frames until collected
+    try:
+        with open_store(db, read_only=True) as store:
+            return _rollouts_in(store, run)
+    except StoreError:  # no store file: nothing was committed
+        return 0
 
 
 def _rollouts_in(store, run: str) -> int:
