@@ -26,7 +26,9 @@ if runs:
             "rollouts",
             "groups",
             "steps",
+            "last_step",
             "tokens",
+            "updated",
             "main_channel",
             "channels",
             "metrics",
@@ -37,6 +39,7 @@ if runs:
     for listed in ("channels", "metrics"):
         table[listed] = table[listed].map(lambda names: ", ".join(names) or "–")
     table["model"] = table["model"].fillna("").replace("", "–")  # pandas 3 keeps NA through map()
+    table["updated"] = pd.to_datetime(table["updated"], unit="s", utc=True)  # its latest import (UTC)
     st.dataframe(
         table,
         hide_index=True,
@@ -46,6 +49,11 @@ if runs:
                 "main channel", help="What every view and command reads when no channel is chosen"
             ),
             "channels": st.column_config.TextColumn(help="The reward channels the run scores"),
+            "last_step": st.column_config.NumberColumn("last step", help="The run's highest training step"),
+            "updated": st.column_config.DatetimeColumn(
+                help="When the run last received rollouts (its latest import, UTC); a followed run grows",
+                format="YYYY-MM-DD HH:mm:ss",
+            ),
             "metrics": st.column_config.TextColumn(
                 help="Per-rollout numbers that are not rewards (e.g. verl's acc): the Explorer's "
                 "metric_<name> columns, charted in Trends"
