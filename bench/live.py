@@ -45,10 +45,12 @@ LAST_STEP_DRAWN = """(key) => {
 
 
 def _trends_work(handle: StoreHandle, run: str) -> float:
-    """Seconds of what the Live Trends page recomputes: the trends (grpo, A_final shares) and the monitors."""
+    """Seconds of what the Live Trends page recomputes: the trends (grpo, A_final shares) and the monitors,
+    the reads sharing one connection as in the app's script run (`StoreHandle.kept_open`)."""
     start = time.perf_counter()
-    explorer.step_trends(handle, run, "grpo", CONFIG)
-    monitors.run_monitors(handle, run, "grpo", CONFIG)
+    with handle.kept_open():
+        explorer.step_trends(handle, run, "grpo", CONFIG)
+        monitors.run_monitors(handle, run, "grpo", CONFIG)
     return time.perf_counter() - start
 
 

@@ -121,3 +121,30 @@ def test_a_plan_over_some_steps_or_groups_names_them_when_others_fall_inside():
     (in_memory,) = chunks.plan(index, "group", chunk_rollouts=None, only={2, 3})
     assert (in_memory.first, in_memory.last, in_memory.rollouts) == (4, 7, 4)
     assert chunks.plan(index, "step", only=set()) == []
+
+
+def test_the_rollout_summary_of_a_grown_run_is_the_whole_runs(tmp_path):
+    """The repetition of the rollouts already summarized is kept across the rebuild an append makes (only
+    the new ones are computed); every summary column equals the run imported at once."""
+    records = make_records(n_groups=3, group_size=4, seed=9, steps=STEPS)
+    for i, record in enumerate(records):  # long responses with repeats: repetition defined and non-zero
+        record["token_ids"] = (record["token_ids"] * 8)[:40] if i % 2 else record["token_ids"] * 5
+        for name in ("tokens", "logprobs", "entropies"):
+            record[name] = (record[name] * 8)[: len(record["token_ids"])]
+        record["token_rewards"] = {"style": [0.0] * len(record["token_ids"])}
+    grown = _store(tmp_path / "g.duckdb", records, [range(3), range(3, 5)])
+    with grown.write() as store:  # a mark on a summarized rollout: kept, not computed again, by the append
+        store.con.execute("UPDATE rollout_summary SET repetition = 0.123 WHERE rollout_id = 0")
+        import_records(store, "r", [x for x in records if x["step"] == 5], content_key="p2", append=True)
+        assert store.con.execute(
+            "SELECT repetition FROM rollout_summary WHERE rollout_id = 0"
+        ).fetchall() == [(0.123,)]
+        store.con.execute("UPDATE rollout_summary SET repetition = NULL WHERE rollout_id = 0")
+        store.con.execute("DELETE FROM rollout_summary WHERE rollout_id = 0")  # rebuilt whole below
+    explorer.prepare(grown, "r")  # a missing row: the summary is rebuilt, rollout 0's computed again
+    whole = _store(tmp_path / "w.duckdb", records, [range(STEPS)])
+    query = "SELECT * EXCLUDE (run_id) FROM rollout_summary ORDER BY rollout_id"
+    with grown.read() as a, whole.read() as b:
+        mine, theirs = a.con.execute(query).df(), b.con.execute(query).df()
+    assert mine["repetition"].notna().sum() > 0 and (mine["repetition"] > 0).any()
+    pd.testing.assert_frame_equal(mine, theirs)
