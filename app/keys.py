@@ -75,6 +75,7 @@ restored = "_restored_{}".format  # (widget key) set once the widget has been se
 click_seen = "_{}_seen".format  # (chart key) the last click on the heatmap already acted on
 live = "_live_{}".format  # (run) whether the pages follow it (the Live toggle's value, kept across views)
 live_toggle = "live_toggle_{}".format  # (run) the Live toggle
+AWAITED_RUN = "_awaited_run"  # a live link's run that has no step yet: selected when its first one lands
 alerts_seen = "_alerts_seen_{}".format  # (run) the monitor alerts already drawn: a new one is also a toast
 
 # ---- session keys of the widgets in app/ui/ (one per view, from the view's prefix) --------------------

@@ -113,7 +113,11 @@ def init_selection() -> Selection:
     if run not in names:
         wanted = url.get(keys.URL_RUN)
         run = wanted if wanted in names else (DEFAULT_RUN if DEFAULT_RUN in names else names[0])
-        if wanted is not None and wanted != run:
+        if wanted is not None and wanted != run and url.get(keys.URL_LIVE_PAGE) == "1":
+            st.session_state[keys.AWAITED_RUN] = (
+                wanted  # a followed run before its first step (app/ui/live.py)
+            )
+        elif wanted is not None and wanted != run:
             link_warning(keys.URL_RUN, wanted, "the store has no run of that name", f"run {run}")
         st.session_state[keys.RUN] = run
         st.session_state[keys.ROLLOUT] = (

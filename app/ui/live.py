@@ -5,13 +5,17 @@ and the run's row only when another process committed. When the run received rol
 (not a reload: widgets keep their state; main.py's `refresh_if_store_changed` has dropped the cached reads).
 
 Live is on by default for a run that grows (it received a step after its first import within the last ten
-minutes: `import --follow`, `creditlens watch`, `--append`); `?live=1` forces it on, `?live=0` off."""
+minutes: `import --follow`, `creditlens watch`, `--append`); `?live=1` forces it on, `?live=0` off. A live
+link to a run that has no step yet (`creditlens watch` started before the trainer wrote one) waits for it:
+the page shows another run meanwhile and switches to it when its first step lands (`take_awaited_run`,
+`wait_for_run`)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
 from app import data, keys, state
+from app.ui import text
 from backend.views import live
 
 POLL_SECONDS = 2.0
@@ -53,3 +57,27 @@ def _ticker(db: str, run: str, drawn: tuple) -> None:
     st.caption(f":material/radio_button_checked: {now.line()}")
     if now.fingerprint != drawn:
         st.rerun()  # the whole page, on the run as it is now
+
+
+def take_awaited_run(db: str) -> None:
+    """Select the run a live link waits for once the store has it (call before the run picker is drawn)."""
+    awaited = st.session_state.get(keys.AWAITED_RUN)
+    if awaited is not None and any(r["name"] == awaited for r in data.list_runs(db)):
+        del st.session_state[keys.AWAITED_RUN]
+        st.session_state[keys.RUN], st.session_state[keys.ROLLOUT] = awaited, None
+
+
+def wait_for_run(db: str) -> None:
+    """While a live link's run has no step: say so in the sidebar, and rerun the page when it lands."""
+    awaited = st.session_state.get(keys.AWAITED_RUN)
+    if awaited is not None:
+        with st.sidebar:
+            _waiting(db, awaited)
+
+
+@st.fragment(run_every=POLL_SECONDS)
+def _waiting(db: str, awaited: str) -> None:
+    data.refresh_if_store_changed(db)
+    if any(r["name"] == awaited for r in data.list_runs(db)):
+        st.rerun()  # the whole page: `take_awaited_run` selects it
+    st.info(f"Waiting for run {text.plain(awaited)}: the page switches to it when its first step lands.")

@@ -113,3 +113,18 @@ def test_live_says_when_the_estimator_recomputes_the_whole_run(app_db):
     assert any("gae is run-scoped" in c.value for c in gae.caption)
     grpo = open_app(app_db, "trends", {"run": "demo", "live": "1", "est": "grpo"})
     assert not any("run-scoped" in c.value for c in grpo.caption)
+
+
+def test_a_live_link_to_a_run_without_steps_waits_for_it(app_db):
+    """`creditlens watch` prints its address before the trainer wrote a step: the page waits for the run
+    (another run shown meanwhile, no warning) and switches to it when its first step lands."""
+    at = open_app(app_db, "trends", {"run": "future", "live": "1"})
+    assert any("Waiting for run future" in i.value for i in at.sidebar.info)
+    assert not any("cannot be honoured" in w.value for w in at.warning)
+    with Store(app_db) as store:
+        import_records(store, "future", make_records(n_groups=2, group_size=3, seed=6), content_key="f0")
+    at.run()
+    assert not at.exception, at.exception
+    assert at.title[0].value == "Trends · future"
+    assert not any("Waiting for run" in i.value for i in at.sidebar.info)
+    assert _toggle(at).value is True

@@ -1,6 +1,6 @@
 """Live (issue 46): `creditlens watch` follows a folder that a trainer writes step files to and serves the app
-on its run; the Trends page it prints, open in headless Chromium, reaches each new step without a reload;
-Ctrl-C stops the whole process tree."""
+on its run; the Trends page it prints, open in headless Chromium before the first step, waits for the run
+and then reaches each new step without a reload; Ctrl-C stops the whole process tree."""
 
 from __future__ import annotations
 
@@ -61,8 +61,6 @@ def test_watch_serves_a_page_that_follows_the_run_and_ctrl_c_stops_it(browser, b
     folder = tmp_path / "steps"
     folder.mkdir()
     records = make_records(n_groups=4, group_size=4, seed=3, steps=12)
-    for step in range(6):
-        write_step(folder, records, step)
     log = tmp_path / "watch.log"
     command = [sys.executable, "-m", "backend.cli", "watch", str(folder), "--run", "live"]
     command += ["--db", str(bundled_db), "--port", str(free_test_port())]
@@ -81,9 +79,13 @@ def test_watch_serves_a_page_that_follows_the_run_and_ctrl_c_stops_it(browser, b
         assert url.endswith("/trends?run=live&live=1"), url
         page = context.new_page()
         page.set_default_timeout(60_000)
-        page.goto(url)
-        page.wait_for_function(SIDEBAR_SAYS, arg="step 5 · updated", timeout=90_000)
+        page.goto(url)  # before the trainer wrote a step: the page waits for the run
+        page.wait_for_function(SIDEBAR_SAYS, arg="Waiting for run live", timeout=90_000)
         page.evaluate("window.sameDocument = true")  # gone if the page were reloaded
+        for step in range(6):
+            write_step(folder, records, step)
+        page.wait_for_function(SIDEBAR_SAYS, arg="step 5 · updated", timeout=60_000)
+        assert "Trends · live" in page.locator("h1").first.inner_text()
         for step in range(6, 12):  # six more steps land while the page is open
             write_step(folder, records, step)
         page.wait_for_function(SIDEBAR_SAYS, arg="step 11 · updated", timeout=30_000)
