@@ -25,8 +25,8 @@ if sel.run is None:
     st.info("The store has no runs yet. Import one on the Runs page.")
     st.stop()
 
-following = live.follow(sel.db, sel.run)  # Live: the page redraws when the run receives a step
 compared = run_set.compared_runs(sel)  # two or more: a line per run (issue 45)
+following = live.follow(sel.db, sel.run, tuple(compared))  # Live: a step of any of them redraws the page
 st.title(f"Trends · {text.plain(', '.join(compared) if len(compared) > 1 else sel.run)}")
 panels.saved_classes_note(sel)
 pick, channel_box, credit_box, params = st.columns([1, 1, 1, 2])

@@ -26,9 +26,11 @@ def progress(db: str, run: str) -> live.Progress:
     return live.from_row(next((r for r in data.list_runs(db) if r["name"] == run), None), run)
 
 
-def follow(db: str, run: str) -> bool:
-    """Draw the Live toggle and the run's line in the sidebar; returns whether the page follows the run."""
+def follow(db: str, run: str, others: tuple[str, ...] = ()) -> bool:
+    """Draw the Live toggle and the run's line in the sidebar; returns whether the page follows the run
+    (and `others`, runs drawn beside it: a step of any of them redraws the page)."""
     drawn = progress(db, run)
+    followed = (run, *(r for r in others if r != run))
     stored = keys.live(run)
     if stored not in st.session_state:
         forced = state.url_value(keys.URL_LIVE_PAGE)
@@ -44,19 +46,23 @@ def follow(db: str, run: str) -> bool:
     state.publish(keys.URL_LIVE_PAGE, "1" if on else None)
     if on:
         with st.sidebar:
-            _ticker(db, run, drawn.fingerprint)
+            _ticker(db, followed, _fingerprint(db, followed))
     else:
         st.sidebar.caption(drawn.line())
     return on
 
 
+def _fingerprint(db: str, runs: tuple[str, ...]) -> tuple:
+    rows = {r["name"]: r for r in data.list_runs(db)}
+    return tuple(live.from_row(rows.get(run), run).fingerprint if run in rows else None for run in runs)
+
+
 @st.fragment(run_every=POLL_SECONDS)
-def _ticker(db: str, run: str, drawn: tuple) -> None:
+def _ticker(db: str, runs: tuple[str, ...], drawn: tuple) -> None:
     data.refresh_if_store_changed(db)  # a stat; drops the cached reads when another process committed
-    now = progress(db, run)
-    st.caption(f":material/radio_button_checked: {now.line()}")
-    if now.fingerprint != drawn:
-        st.rerun()  # the whole page, on the run as it is now
+    st.caption(f":material/radio_button_checked: {progress(db, runs[0]).line()}")
+    if _fingerprint(db, runs) != drawn:
+        st.rerun()  # the whole page, on the runs as they are now
 
 
 def take_awaited_run(db: str) -> None:

@@ -128,3 +128,20 @@ def test_a_live_link_to_a_run_without_steps_waits_for_it(app_db):
     assert at.title[0].value == "Trends · future"
     assert not any("Waiting for run" in i.value for i in at.sidebar.info)
     assert _toggle(at).value is True
+
+
+def test_a_step_of_a_run_drawn_beside_the_selected_one_changes_what_live_watches(app_db):
+    """Trends with runs side by side follows each of them: the fingerprint Live compares changes when the
+    second run, not the selected one, receives a step."""
+    from app import data  # noqa: PLC0415 - the app's cached reads, outside a page
+    from app.ui import live as live_ui  # noqa: PLC0415
+
+    records = make_records(n_groups=2, group_size=3, seed=8, steps=2)
+    with Store(app_db) as store:
+        import_records(store, "beside", [r for r in records if r["step"] == 0], content_key="b0")
+    before = live_ui._fingerprint(str(app_db), ("demo", "beside"))
+    with Store(app_db) as store:
+        import_records(store, "beside", [r for r in records if r["step"] == 1], content_key="b1", append=True)
+    data.invalidate()  # what the ticker's refresh_if_store_changed does when another process committed
+    after = live_ui._fingerprint(str(app_db), ("demo", "beside"))
+    assert before[0] == after[0] and before[1] != after[1]
