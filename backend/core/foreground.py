@@ -9,9 +9,14 @@ import subprocess
 import threading
 import time
 
+GRACE_SECONDS = 2.0
+"""After a Ctrl-C, how long the children have to stop on their own before they are sent one."""
+
 
 def run_in_foreground(command: list[str], **popen_kwargs) -> int:
-    """The child's exit code; 0 when it stopped on Ctrl-C."""
+    """The child's exit code; 0 when it stopped on Ctrl-C. A Ctrl-C from the terminal reaches the child too;
+    one sent to this process alone (`kill -INT`, `creditlens watch` stopping its app) is passed on to the
+    child when it has not stopped within `GRACE_SECONDS`, so the child is never left running."""
     proc = subprocess.Popen(command, **popen_kwargs)
     forward = threading.current_thread() is threading.main_thread()  # signal handlers: main thread only
     previous = signal.signal(signal.SIGTERM, lambda *_: proc.terminate()) if forward else None
@@ -19,17 +24,21 @@ def run_in_foreground(command: list[str], **popen_kwargs) -> int:
     try:
         while True:
             try:
-                code = proc.wait()
+                code = proc.wait(timeout=GRACE_SECONDS if interrupted else None)
                 return 0 if interrupted else code
-            except KeyboardInterrupt:  # the child got the same Ctrl-C; wait for it to finish stopping
+            except KeyboardInterrupt:  # the child got the same Ctrl-C, or not: see the timeout above
                 interrupted = True
+            except subprocess.TimeoutExpired:  # this process alone was interrupted
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                return 0
     finally:
         if forward:
             signal.signal(signal.SIGTERM, previous)
-
-
-GRACE_SECONDS = 2.0
-"""After a Ctrl-C, how long the children have to stop on their own before they are sent one."""
 
 
 def _wait_all(procs: list[subprocess.Popen], seconds: float) -> None:

@@ -105,3 +105,41 @@ def test_watch_serves_a_page_that_follows_the_run_and_ctrl_c_stops_it(browser, b
     assert "stopped following" in printed and "step_000011.parquet: live: imported 16 rollouts" in printed
     with pytest.raises(ProcessLookupError):  # no child left behind: the group is empty
         os.killpg(proc.pid, 0)
+
+
+def test_a_ctrl_c_sent_to_watch_alone_stops_every_process_it_started(bundled_db, tmp_path):
+    """`kill -INT` of the watch process only (not its group, as a terminal's Ctrl-C would): it passes the
+    signal on, its app launcher passes it to Streamlit, and nothing is left running."""
+    folder = tmp_path / "steps"
+    folder.mkdir()
+    log = tmp_path / "watch.log"
+    command = [sys.executable, "-m", "backend.cli", "watch", str(folder), "--run", "quiet"]
+    command += ["--db", str(bundled_db), "--port", str(free_test_port())]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, CREDITLENS_WARMUP="0"),
+            start_new_session=True,
+        )
+    try:
+        _served_url(log, proc)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while True:  # the group empties once the children have stopped
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            assert time.monotonic() < deadline, "a process of watch's tree is still running"
+            time.sleep(0.2)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == 0, log.read_text()
+    assert "stopped following" in log.read_text()
