@@ -39,21 +39,24 @@ def compare_runs(
     `config.<key>` for each configuration key whose value differs between the runs. Each run reads
     `channel` (default: its own main channel) with the `overrides` (`--set` pairs)."""
     runs = rows_of.check_runs(runs)
-    with handle.read() as store:
-        metas = {run: store.run_info(run)["meta"] for run in runs}  # an unknown run: the error lists them
-        sizes = {r["name"]: r for r in store.list_runs()}
     rows = []
-    for run in runs:
-        config = rows_of.estimator_config(handle, run, estimator, dict(overrides or {}), channel, channel_as)
-        trends = explorer.step_trends(handle, run, estimator, config, quantiles=False)
-        row = rows_of.summary_row(run, sizes[run], trends, metas[run])
-        warnings = _warnings(handle, run, estimator, config, settings)
-        earliest = warnings[0] if warnings else None
-        row["warnings"] = len(warnings)
-        row["first_alert_step"] = None if earliest is None else int(earliest.step)
-        row["first_alert_detector"] = None if earliest is None else earliest.detector
-        row["first_alert_statistic"] = None if earliest is None else earliest.statistic
-        rows.append(row)
+    with handle.kept_open():  # the reads share one connection (opening one costs ~12 ms; 13 were opened)
+        with handle.read() as store:
+            metas = {run: store.run_info(run)["meta"] for run in runs}  # an unknown run: the error lists them
+            sizes = {r["name"]: r for r in store.list_runs()}
+        for run in runs:
+            config = rows_of.estimator_config(
+                handle, run, estimator, dict(overrides or {}), channel, channel_as
+            )
+            trends = explorer.step_trends(handle, run, estimator, config, quantiles=False)
+            row = rows_of.summary_row(run, sizes[run], trends, metas[run])
+            warnings = _warnings(handle, run, estimator, config, settings)
+            earliest = warnings[0] if warnings else None
+            row["warnings"] = len(warnings)
+            row["first_alert_step"] = None if earliest is None else int(earliest.step)
+            row["first_alert_detector"] = None if earliest is None else earliest.detector
+            row["first_alert_statistic"] = None if earliest is None else earliest.statistic
+            rows.append(row)
     rows_of.add_config_differences(rows)
     frame = pd.DataFrame(rows)
     for column in ("first_step", "last_step", "first_alert_step"):  # whole steps, empty where none
@@ -83,18 +86,21 @@ def run_alerts(
         for run in runs:
             store.run_info(run)  # an unknown run: the error lists the known ones
     rows = []
-    for run in runs:
-        config = rows_of.estimator_config(handle, run, estimator, dict(overrides or {}), channel, channel_as)
-        rows += [
-            {
-                "run": run,
-                "step": int(a.step),
-                "severity": a.severity,
-                "detector": a.detector,
-                "statistic": a.statistic,
-            }
-            for a in _warnings(handle, run, estimator, config, settings, prepare_missing=True)
-        ]
+    with handle.kept_open():  # the reads share one connection
+        for run in runs:
+            config = rows_of.estimator_config(
+                handle, run, estimator, dict(overrides or {}), channel, channel_as
+            )
+            rows += [
+                {
+                    "run": run,
+                    "step": int(a.step),
+                    "severity": a.severity,
+                    "detector": a.detector,
+                    "statistic": a.statistic,
+                }
+                for a in _warnings(handle, run, estimator, config, settings, prepare_missing=True)
+            ]
     frame = pd.DataFrame(rows, columns=list(ALERT_COLUMNS))
     frame["step"] = frame["step"].astype("int64")
     return frame
