@@ -26,6 +26,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urljoin
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -38,6 +39,8 @@ from bench.ingest import write_run
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = (("channel", "task"),)
+SIDEBAR_SAYS = "(text) => document.querySelector('[data-testid=stSidebar]')?.innerText.includes(text)"
+"""A page function: whether the sidebar's text holds `text` (the Live line)."""
 LAST_STEP_DRAWN = """(key) => {
   const gd = document.querySelector(`.st-key-${key} .js-plotly-plot`);
   return gd && gd._fullData && gd._fullData.length ? Math.max(...gd._fullData[0].x) : -1;
@@ -101,11 +104,29 @@ def step_cost(tmp: Path, tokens: int) -> list[tuple[str, float]]:
     ]
 
 
-def _served(log: Path, proc: subprocess.Popen, timeout: float = 180) -> str:
+def start_watch(
+    folder: Path, db: Path, run: str, log: Path, port: int, *args: str, **popen
+) -> subprocess.Popen:
+    """`creditlens watch FOLDER --run RUN --db DB --port PORT ARGS` in the background, its output in `log`,
+    without the app's warm-up (`popen`: more `subprocess.Popen` arguments, e.g. its own process group)."""
+    command = [sys.executable, "-m", "backend.cli", "watch", str(folder), "--run", run, "--db", str(db)]
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            [*command, "--port", str(port), *args],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "CREDITLENS_WARMUP": "0", **popen.pop("env", {})},
+            **popen,
+        )
+
+
+def served_url(log: Path, proc: subprocess.Popen, timeout: float = 180) -> str:
+    """The address `creditlens watch` printed, once its server answers."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(log.read_text()[-3000:])
+            raise RuntimeError(f"watch ended (exit {proc.returncode}):\n{log.read_text()[-3000:]}")
         printed = [line for line in log.read_text().splitlines() if line.startswith("Credit Lens on ")]
         if printed:
             url = printed[0].removeprefix("Credit Lens on ").strip()
@@ -115,10 +136,12 @@ def _served(log: Path, proc: subprocess.Popen, timeout: float = 180) -> str:
             except OSError:
                 pass
         time.sleep(0.2)
-    raise RuntimeError(f"watch served nothing in {timeout:.0f} s")
+    raise RuntimeError(f"watch served nothing in {timeout:.0f} s:\n{log.read_text()[-3000:]}")
 
 
-def _write_step(table, folder: Path, step: int) -> None:
+def write_step(table: pa.Table, folder: Path, step: int) -> None:
+    """One step's native Parquet file, written whole under a hidden name and renamed into place, as the
+    recorder writes it (backend/ingest/native_writer.py)."""
     hidden = folder / f".step_{step:06d}.parquet.tmp"
     pq.write_table(table.filter(pc.equal(table["step"], step)), hidden)
     os.replace(hidden, folder / f"step_{step:06d}.parquet")
@@ -134,22 +157,12 @@ def latency(tmp: Path, steps: int, first: int = 4) -> list[float]:
     folder = tmp / "steps"
     folder.mkdir()
     for step in range(first):
-        _write_step(table, folder, step)
+        write_step(table, folder, step)
     log = tmp / "watch.log"
-    command = [sys.executable, "-m", "backend.cli", "watch", str(folder), "--run", "live"]
-    command += ["--db", str(tmp / "watch.duckdb"), "--port", "8765"]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "CREDITLENS_WARMUP": "0"},
-            start_new_session=True,
-        )
+    proc = start_watch(folder, tmp / "watch.duckdb", "live", log, 8765, start_new_session=True)
     times = []
     try:
-        url = _served(log, proc)
+        url = served_url(log, proc)
         with sync_playwright() as p:
             browser = launch(p)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -159,7 +172,7 @@ def latency(tmp: Path, steps: int, first: int = 4) -> list[float]:
             for step in range(first, first + steps):
                 page.wait_for_timeout(3000)  # the page idle between steps, as beside a trainer
                 start = time.perf_counter()
-                _write_step(table, folder, step)
+                write_step(table, folder, step)
                 page.wait_for_function(drawn, arg=step, timeout=120_000, polling=50)
                 times.append(time.perf_counter() - start)
             browser.close()

@@ -21,13 +21,14 @@ def _points(event) -> list[dict]:
     return ((event or {}).get("selection") or {}).get("points") or []
 
 
+def _step(point: dict) -> int | None:
+    x = point.get("x")
+    return None if x is None else int(round(float(x)))
+
+
 def clicked_step(event) -> int | None:
     """The step (x) of the first point selected in a Plotly chart's selection event; None without one."""
-    for point in _points(event):
-        x = point.get("x")
-        if x is not None:
-            return int(round(float(x)))
-    return None
+    return next((s for s in map(_step, _points(event)) if s is not None), None)
 
 
 def clicked(event) -> tuple[str, str | None] | None:
@@ -39,7 +40,7 @@ def clicked(event) -> tuple[str, str | None] | None:
         data = data[0] if isinstance(data, list) and data else data
         if isinstance(data, str) and data.startswith("step="):
             return data, None
-        step = clicked_step({"selection": {"points": [point]}})
+        step = _step(point)
         if step is not None:
             return f"step={step}", data if isinstance(data, str) and data.startswith("share_") else None
     return None

@@ -47,15 +47,7 @@ def render_messages(messages: list, tokenizer=None) -> str:
             return hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         except Exception:  # noqa: BLE001 - a template that rejects these messages: the plain rendering
             pass
-    return "".join(f"{m.get('role', '?')}: {_content_text(m.get('content'))}\n" for m in messages)
-
-
-def _content_text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # multimodal parts: their text
-        return "".join(p.get("text") or "" for p in content if isinstance(p, dict))
-    return "" if content is None else json.dumps(content, ensure_ascii=False, default=str)
+    return "".join(f"{m.get('role', '?')}: {trl_turns.content_text(m.get('content'))}\n" for m in messages)
 
 
 def _is_messages(value: object) -> bool:
@@ -295,7 +287,7 @@ def _texts(where: str, row: dict, meta_cols: list[str], tokenizer) -> tuple[str,
     if _is_messages(completion):
         meta["completion_messages"] = _plain(completion)
         completion = "".join(
-            _content_text(m.get("content")) for m in completion if m.get("role") == "assistant"
+            trl_turns.content_text(m.get("content")) for m in completion if m.get("role") == "assistant"
         )
     elif not isinstance(completion, str):
         raise InputError(

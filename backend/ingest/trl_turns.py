@@ -53,7 +53,8 @@ def _role(message: dict) -> str:
     return role if role in ROLES else "environment"  # not the policy's, and no role Credit Lens names
 
 
-def _text(content: object) -> str:
+def content_text(content: object) -> str:
+    """A message's content as text (multimodal parts: their text; other values as JSON)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # multimodal parts: their text
@@ -76,9 +77,9 @@ def plain_segments(messages: list[dict]) -> list[tuple[str, str]]:
         role = _role(m)
         if role == POLICY_ROLE:
             calls = [_plain_call(c) for c in m.get("tool_calls") or [] if isinstance(c, dict)]
-            text = _text(m.get("content")) + "".join(f"\n{c}\n" for c in calls)
+            text = content_text(m.get("content")) + "".join(f"\n{c}\n" for c in calls)
         else:
-            text = f"{role}: {_text(m.get('content'))}\n"
+            text = f"{role}: {content_text(m.get('content'))}\n"
         segments.append((role, text))
     return segments
 

@@ -7,14 +7,9 @@ recorded checkpoint (logprobs, entropies) and with the initial weights (the refe
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
-from urllib.parse import urljoin
 
 import numpy as np
 import pandas as pd
@@ -23,6 +18,7 @@ import pytest
 
 from backend.ingest.native_writer import StepRecords
 from backend.store import Store
+from bench.live import SIDEBAR_SAYS, served_url, start_watch
 from tests.backend.ingest.trl_logs import DEMO_POLICY, NUM_GENERATIONS, PROMPTS, digits_reward, newline_reward
 from tests.conftest import free_test_port, run_cli_here
 
@@ -78,26 +74,6 @@ def _followed_rollouts(db: Path) -> int:
         return -1
 
 
-SIDEBAR_SAYS = "(text) => document.querySelector('[data-testid=stSidebar]')?.innerText.includes(text)"
-
-
-def _served_url(log: Path, watch: subprocess.Popen, timeout: float = 180) -> str:
-    """The Trends address `creditlens watch` printed, once its server answers."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert watch.poll() is None, log.read_text()
-        printed = [line for line in log.read_text().splitlines() if line.startswith("Credit Lens on ")]
-        if printed:
-            url = printed[0].removeprefix("Credit Lens on ").strip()
-            try:
-                with urllib.request.urlopen(urljoin(url, "/_stcore/health"), timeout=2):
-                    return url
-            except OSError:
-                pass
-        time.sleep(0.2)
-    raise AssertionError(f"creditlens watch served nothing in {timeout:.0f} s:\n{log.read_text()}")
-
-
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory, browser) -> dict:
     """Train STEPS steps with the recorder while `creditlens watch` follows the folder (import --follow with
@@ -112,16 +88,17 @@ def recorded(tmp_path_factory, browser) -> dict:
     folder, db, log = base / "runs" / "live", base / "live.duckdb", base / "watch.log"
     trainer = _trainer(base / "trainer")
     recorder = lens_trl.record(trainer, folder, entropies=True)
-    command = [sys.executable, "-m", "backend.cli", "watch", str(folder), "--db", str(db), "--run", "live"]
-    with open(log, "w") as out:
-        watch = subprocess.Popen(
-            [*command, "--poll", "0.1", "--port", str(free_test_port())],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT), "CREDITLENS_WARMUP": "0"},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
+    watch = start_watch(
+        folder,
+        db,
+        "live",
+        log,
+        free_test_port(),
+        "--poll",
+        "0.1",
+        env={"PYTHONPATH": str(ROOT)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     seen_during_training, shown_during_training = [], []
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
@@ -136,7 +113,7 @@ def recorded(tmp_path_factory, browser) -> dict:
                 time.sleep(0.1)
             seen_during_training.append((state.global_step, want))
             if state.global_step == 1:  # the page opens once, on the run as the first step left it
-                page.goto(_served_url(log, watch))
+                page.goto(served_url(log, watch))
                 page.evaluate("window.sameDocument = true")
             page.wait_for_function(SIDEBAR_SAYS, arg=f"step {state.global_step} · updated", timeout=60_000)
             shown_during_training.append((state.global_step, page.evaluate("window.sameDocument === true")))
