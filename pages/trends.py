@@ -117,10 +117,12 @@ charts_shown = [
 shown = [(key, fig) for key, fig in charts_shown if fig is not None]
 # The charts come first: the monitors' first run on a big run takes seconds, and the alert marks are
 # drawn into the same places once it is done (at once when this session has the report already).
-st.caption(
-    "Click a point to open that step's rollouts in the Explorer (the rows of "
-    f"`creditlens rollouts --run {text.plain(sel.run)} --where step=N`); a class's point, sorted by that "
-    "class's share; a reward dot, the rollouts of its bin (`creditlens histogram` names each bin's filter)."
+st.caption(  # the run's name inside a code span, as written (with_code escapes only the text around it)
+    text.with_code(
+        "Click a point to open that step's rollouts in the Explorer (the rows of "
+        f"`creditlens rollouts --run {sel.run} --where step=N`); a class's point, sorted by that class's "
+        "share; a reward dot, the rollouts of its bin (`creditlens histogram` names each bin's filter)."
+    )
 )
 ready = monitor_panel.report_ready(sel.db, sel.run, estimator, config)
 slots = {}
@@ -161,9 +163,11 @@ if not by_turn.empty:  # an agent run: where the credit goes turn by turn
 
 st.subheader("Credit health")
 st.caption(
-    "Each detector's onset: the first step departing from the run's own earlier steps by more than "
-    "their noise (docs/monitors.md); dashed lines on the charts. Same alerts: "
-    f"`creditlens monitor --db {sel.db} --run {sel.run} --estimator {estimator} --channel {channel}`"
+    text.with_code(
+        "Each detector's onset: the first step departing from the run's own earlier steps by more than "
+        "their noise (docs/monitors.md); dashed lines on the charts. Same alerts: "
+        f"`creditlens monitor --db {sel.db} --run {sel.run} --estimator {estimator} --channel {channel}`"
+    )
 )
 monitor_panel.show_alerts(sel.run, health)
 
