@@ -38,6 +38,7 @@ URL_BASELINE = "base"  # none, side by side, difference (Tune)
 URL_AGAINST = "against"  # the baseline: the default β or the summed reward
 URL_ETA = "eta"
 URL_REPLAY_MODE = "mode"  # projected or lexicographic dual ascent
+URL_TAB = "tab"  # the open tab of a view's lazy tabs (widgets.lazy_tabs), when not its first
 
 
 # Families of keys, one per name (a channel, a widget, a view): a template that the names fill in, in the
@@ -82,6 +83,7 @@ alerts_seen = "_alerts_seen_{}".format  # (run) the monitor alerts already drawn
 
 channel_picker = "{}_channel".format  # (view)
 form_field = "{}_{}_{}".format  # (form, estimator, field) the widget of one config field in a parameter form
+form_open = "{}_open".format  # (form) its lazy expander open or not (widgets.estimator_parameters)
 scale_mode = "{}_scale".format  # (view)
 scale_lock = "{}_zlock".format  # (view) the locked colour half-width (None: unlocked)
 scale_lock_toggle = "{}_lock_toggle".format  # (view)
@@ -138,6 +140,12 @@ TUNE_APPLIED = "_tune_applied"  # the β the Apply button set, until the whole p
 TUNE_BASELINE = "tune_baseline"
 TUNE_AGAINST = "tune_against"
 TUNE_ETA = "tune_eta"
+COMPARE_TAB = "compare_tab"  # the difference of two, or rank agreement and class mass (widgets.lazy_tabs)
+GROUP_TAB = "group_tab"  # the responses aligned, or the prefix tree (widgets.lazy_tabs)
+RESAMPLE_TAB = "resample_tab"  # the values, or the model-based scores (widgets.lazy_tabs)
+ROLLOUT_TAB = "rollout_tab"  # why this credit, or the per-token strips (widgets.lazy_tabs)
+TRENDS_TAB = "trends_tab"  # rewards, where credit goes, or length/entropy/KL (widgets.lazy_tabs)
+TUNE_TAB = "tune_tab"  # β per channel, or the dual ascent replay (widgets.lazy_tabs)
 TUNE_REPLAY_MODE = "tune_mode"
 TUNE_WINDOW = "tune_window"
 TUNE_REPLAY_TABLE_OPEN = "tune_replay_table_open"

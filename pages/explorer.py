@@ -35,9 +35,9 @@ with versus:
         options=["none", *widgets.estimator_names()],
         format_func=lambda n: n if n == "none" else widgets.described(n),
     )
-with params, st.expander("Estimator parameters"):
+with params:  # its widgets drawn only while open
     config = widgets.with_channel(
-        estimator, widgets.estimator_form(estimator, key=keys.EXPLORER_FORM), channel
+        estimator, widgets.estimator_parameters(estimator, keys.EXPLORER_FORM), channel
     )
 compare = None if compare == "none" else compare
 tuned = tuned_beta.mark(sel.run, "explorer")  # the β applied on the Tune view: in A_final's shares

@@ -148,83 +148,98 @@ if widgets.follow_job(job, keys.RESAMPLE_SHOWN, "resampling", "suffixes"):
     )
 
 values = data.resample_values(sel.db, sel.run, sel.rollout)  # again: a finished job added samples
-st.subheader("V̂(s_t) along the rollout")
-if values.empty:
-    st.info("No resampled positions for this rollout yet.")
-else:
-    st.caption(
-        "Each V̂(s_t) pools every sample stored at its position (this view's runs, `creditlens "
-        "resample`, the teacher): n counts them, and the suffixes table below names each one's "
-        "engine, model and the time it was drawn."
-    )
-    # the run's main score
-    outcome = resample_data.score_on(record["rewards"], data.main_channel(sel.db, sel.run))
-    st.plotly_chart(charts.value_estimates_figure(values, L, outcome), key="resample_values", width="stretch")
-    st.dataframe(
-        values,
-        hide_index=True,
-        width="stretch",
-        column_config={
-            "value": st.column_config.NumberColumn("V̂(s_t)", format="%.3f"),
-            "stderr": st.column_config.NumberColumn("s.e.", format="%.3f"),
-        },
-    )
-    st.subheader("Suffixes and their rewards")
-    samples_frame = data.resample_samples(sel.db, sel.run, sel.rollout)
-    st.dataframe(
-        samples_frame[["pos", "sample_idx", "suffix_text", "reward", "engine", "model", "created"]],
-        hide_index=True,
-        width="stretch",
-        column_config={
-            "suffix_text": st.column_config.TextColumn("suffix"),
-            "created": st.column_config.DatetimeColumn("sampled"),
-        },
-    )
-
-st.subheader("Model-based credit: OAR-P, OAR-G, GCPO")
-st.caption(
-    "Per-token scores from the policy itself (OAR: each reasoning token's influence on the final answer; "
-    "GCPO: the log-prob contrast under a negative prompt), for this rollout's whole group. Once stored, "
-    "the estimators oar_p, oar_g and gcpo work in every view, like `creditlens model-credit`."
-)
-credit_job = st.session_state.get(keys.MODEL_CREDIT_JOB)
-if not settings.read_only and model_problem:
-    st.info(f"Model-based scores are off for this run. {model_problem}")
-elif not settings.read_only:
-    method = st.selectbox("Method", list(jobs.MODEL_CREDIT_METHODS), key="resample_mc_method")
-    if credit_job is not None and credit_job.running:
-        if st.button("Cancel", key="resample_mc_cancel", type="secondary"):
-            credit_job.cancel.set()
-    elif st.button("Compute for this group", key="resample_mc_run", type="primary"):
-        chosen = "transformers" if method == "oar_g" else st.session_state.get(keys.RESAMPLE_ENGINE, "auto")
-        try:
-            credit_job = jobs.start_model_credit(
-                settings,
-                sel.db,
-                data.handle_for(sel.db),
-                sel.run,
-                sel.rollout,
-                lambda: resample_data.engine(model_dir, chosen),
-                method,
-                model_dir,
-                chosen,
+# The values and the model-based scores: tabs, each drawn only while open (a fresh load draws the first)
+TABS = {"values": "V̂(s_t) along the rollout", "model": "Model-based credit: OAR-P, OAR-G, GCPO"}
+tabs = widgets.lazy_tabs(TABS, keys.RESAMPLE_TAB, keys.URL_TAB)
+if tabs["values"] is not None:
+    with tabs["values"]:
+        if values.empty:
+            st.info("No resampled positions for this rollout yet.")
+        else:
+            st.caption(
+                "Each V̂(s_t) pools every sample stored at its position (this view's runs, `creditlens "
+                "resample`, the teacher): n counts them, and the suffixes table below names each one's "
+                "engine, model and the time it was drawn."
             )
-            st.session_state[keys.MODEL_CREDIT_JOB] = credit_job
-        except access.Refused as exc:
-            st.error(f"Refused: {exc}")
-        except (ValueError, RuntimeError) as exc:  # the model did not load: said here, the page goes on
-            st.error(f"Scoring did not start: {exc}")
-if widgets.follow_job(credit_job, keys.MODEL_CREDIT_SHOWN, "scoring", "sequences"):
-    r = credit_job.result
-    st.success(
-        f"{r.method}: nothing stored (cancelled)"
-        if r.cancelled
-        else f"{r.method}: {r.stored} rollouts scored, {r.model_rows} model sequences in "
-        f"{r.seconds:.1f} s with {r.engine}; stored"
-    )
-cached = data.model_credit(sel.db, sel.run, sel.rollout)
-if cached.empty:
-    st.info("No model-based scores for this rollout yet.")
-else:
-    columns = ["method", "engine", "model", "settings", "created"]
-    st.dataframe(cached[columns], hide_index=True, width="stretch")
+            # the run's main score
+            outcome = resample_data.score_on(record["rewards"], data.main_channel(sel.db, sel.run))
+            st.plotly_chart(
+                charts.value_estimates_figure(values, L, outcome), key="resample_values", width="stretch"
+            )
+            st.dataframe(
+                values,
+                hide_index=True,
+                width="stretch",
+                column_config={
+                    "value": st.column_config.NumberColumn("V̂(s_t)", format="%.3f"),
+                    "stderr": st.column_config.NumberColumn("s.e.", format="%.3f"),
+                },
+            )
+            st.subheader("Suffixes and their rewards")
+            samples_frame = data.resample_samples(sel.db, sel.run, sel.rollout)
+            st.dataframe(
+                samples_frame[["pos", "sample_idx", "suffix_text", "reward", "engine", "model", "created"]],
+                hide_index=True,
+                width="stretch",
+                column_config={
+                    "suffix_text": st.column_config.TextColumn("suffix"),
+                    "created": st.column_config.DatetimeColumn("sampled"),
+                },
+            )
+
+if tabs["model"] is not None:
+    with tabs["model"]:
+        st.caption(
+            "Per-token scores from the policy itself (OAR: each reasoning token's influence on the final "
+            "answer; GCPO: the log-prob contrast under a negative prompt), for this rollout's whole group. "
+            "Once stored, the estimators oar_p, oar_g and gcpo work in every view, like "
+            "`creditlens model-credit`."
+        )
+        credit_job = st.session_state.get(keys.MODEL_CREDIT_JOB)
+        if not settings.read_only and model_problem:
+            st.info(f"Model-based scores are off for this run. {model_problem}")
+        elif not settings.read_only:
+            method = st.selectbox("Method", list(jobs.MODEL_CREDIT_METHODS), key="resample_mc_method")
+            if credit_job is not None and credit_job.running:
+                if st.button("Cancel", key="resample_mc_cancel", type="secondary"):
+                    credit_job.cancel.set()
+            elif st.button("Compute for this group", key="resample_mc_run", type="primary"):
+                chosen = (
+                    "transformers"
+                    if method == "oar_g"
+                    else st.session_state.get(keys.RESAMPLE_ENGINE, "auto")
+                )
+                try:
+                    credit_job = jobs.start_model_credit(
+                        settings,
+                        sel.db,
+                        data.handle_for(sel.db),
+                        sel.run,
+                        sel.rollout,
+                        lambda: resample_data.engine(model_dir, chosen),
+                        method,
+                        model_dir,
+                        chosen,
+                    )
+                    st.session_state[keys.MODEL_CREDIT_JOB] = credit_job
+                except access.Refused as exc:
+                    st.error(f"Refused: {exc}")
+                except (
+                    ValueError,
+                    RuntimeError,
+                ) as exc:  # the model did not load: said here, the page goes on
+                    st.error(f"Scoring did not start: {exc}")
+        if widgets.follow_job(credit_job, keys.MODEL_CREDIT_SHOWN, "scoring", "sequences"):
+            r = credit_job.result
+            st.success(
+                f"{r.method}: nothing stored (cancelled)"
+                if r.cancelled
+                else f"{r.method}: {r.stored} rollouts scored, {r.model_rows} model sequences in "
+                f"{r.seconds:.1f} s with {r.engine}; stored"
+            )
+        cached = data.model_credit(sel.db, sel.run, sel.rollout)
+        if cached.empty:
+            st.info("No model-based scores for this rollout yet.")
+        else:
+            columns = ["method", "engine", "model", "settings", "created"]
+            st.dataframe(cached[columns], hide_index=True, width="stretch")

@@ -18,9 +18,9 @@ with pick:
     )
 with channel_box:
     channel = widgets.channel_picker(sel, "rollout")
-with params, st.expander("Estimator parameters"):
+with params:  # its widgets drawn only while open
     config = widgets.with_channel(
-        estimator, widgets.estimator_form(estimator, key=keys.ROLLOUT_FORM), channel
+        estimator, widgets.estimator_parameters(estimator, keys.ROLLOUT_FORM), channel
     )
 widgets.unavailable_note(shared.unavailable(sel.db, sel.run, sel.group))
 tuned = tuned_beta.mark(sel.run, "rollout")  # the β applied on the Tune view, if any
@@ -100,8 +100,13 @@ with rows_col:
             width="stretch",
             config={"displayModeBar": False},
         )
-with st.expander("Per-token strips: logprob, reference, log-ratio, entropy, value", expanded=True):
-    panels.token_strips(view, window, pos, key="rollout_strips")
-
-st.subheader(f"Why this credit: token {pos} {panels.quoted(view.tokens[pos]) if view.tokens else ''}")
-panels.why_this_credit(sel, view, pos, estimator, config, channel, tuned)
+# Why this credit and the strips: tabs, each drawn only while open (a fresh load draws the first alone)
+TABS = {"why": "Why this credit", "strips": "Per-token strips: logprob, reference, log-ratio, entropy, value"}
+tabs = widgets.lazy_tabs(TABS, keys.ROLLOUT_TAB, keys.URL_TAB)
+if tabs["why"] is not None:
+    with tabs["why"]:
+        st.subheader(f"Why this credit: token {pos} {panels.quoted(view.tokens[pos]) if view.tokens else ''}")
+        panels.why_this_credit(sel, view, pos, estimator, config, channel, tuned)
+if tabs["strips"] is not None:
+    with tabs["strips"]:
+        panels.token_strips(view, window, pos, key="rollout_strips")

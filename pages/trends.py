@@ -36,8 +36,10 @@ with channel_box:
     channel = widgets.channel_picker(sel, "trends")
 with credit_box:
     credit = widgets.credit_picker(keys.TRENDS_CREDIT)
-with params, st.expander("Estimator parameters"):
-    config = widgets.with_channel(estimator, widgets.estimator_form(estimator, key=keys.TRENDS_FORM), channel)
+with params:  # its widgets drawn only while open
+    config = widgets.with_channel(
+        estimator, widgets.estimator_parameters(estimator, keys.TRENDS_FORM), channel
+    )
 if len(compared) > 1:
     run_trends_panel.draw(sel.db, compared, estimator, credit)
     st.stop()
@@ -70,51 +72,79 @@ scores = {c: c.removeprefix("score_") for c in frame.columns if c.startswith("sc
 shares = {c: c.removeprefix("share_").replace("_", " ") for c in frame.columns if c.startswith("share_")}
 excess = {c: c.removeprefix("excess_").replace("_", " ") for c in frame.columns if c.startswith("excess_")}
 metrics = {c: c.removeprefix("metric_") for c in frame.columns if c.startswith("metric_")}
-charts_shown = [
-    (
-        "trends_scores",
-        charts.trend_lines(frame, {**scores, "reward": "reward (sum)"}, "mean score per channel"),
-    ),
-    ("trends_rewards", charts.reward_bubbles(rewards) if len(rewards) else None),
-    (
-        "trends_metrics",
-        charts.trend_lines(frame, metrics, "logged metrics (mean; not rewards)") if metrics else None,
-    ),
-    ("trends_classes", charts.class_share_trend(frame, shares) if shares else None),
-    (
-        "trends_excess",
-        charts.trend_lines(
-            frame, excess, "excess credit by class: share of |A| − share of tokens", percent=True
-        )
-        if excess
-        else None,
-    ),
-    ("trends_quantiles", charts.quantile_band(frame) if "q50" in frame.columns else None),
-    ("trends_length", charts.trend_lines(frame, {"length": "mean length (tokens)"}, "response length")),
-    ("trends_entropy", charts.trend_lines(frame, {"mean_entropy": "mean entropy"}, "entropy (token mean)")),
-    (
-        "trends_kl",
-        charts.trend_lines(frame, {"kl": "mean logprob − ref logprob"}, "KL to the reference (k1)")
-        if frame["kl"].notna().any()
-        else None,
-    ),
-    (
-        "trends_groups",
-        charts.trend_lines(
-            frame,
-            {"zero_variance_share": "zero-variance groups", "truncated_share": "truncated responses"},
-            "share of groups whose summed score does not vary"
-            if main == shared.ALL_CHANNELS
-            else f"share of groups with zero {safe(main)} variance",  # a channel name is the log's: escaped
-            percent=True,
+# The charts in three tabs, each drawn only while open: a fresh load draws the rewards' charts alone (the
+# browser drawing every chart was most of the view's load; docs/speed.md). A chart a run has no data for is
+# left out (None); each is built only when its tab is open.
+TABS = {
+    "rewards": "Rewards",
+    "credit": "Where credit goes",
+    "behaviour": "Length, entropy, KL, groups",
+}
+CHARTS = {
+    "rewards": [
+        (
+            "trends_scores",
+            lambda: charts.trend_lines(frame, {**scores, "reward": "reward (sum)"}, "mean score per channel"),
         ),
-    ),
-    (
-        "trends_repetition",
-        charts.trend_lines(frame, {"repetition": "repeated 16-token windows"}, "repetition", percent=True),
-    ),
-]
-shown = [(key, fig) for key, fig in charts_shown if fig is not None]
+        ("trends_rewards", lambda: charts.reward_bubbles(rewards) if len(rewards) else None),
+        (
+            "trends_metrics",
+            lambda: (
+                charts.trend_lines(frame, metrics, "logged metrics (mean; not rewards)") if metrics else None
+            ),
+        ),
+    ],
+    "credit": [
+        ("trends_classes", lambda: charts.class_share_trend(frame, shares) if shares else None),
+        (
+            "trends_excess",
+            lambda: (
+                charts.trend_lines(
+                    frame, excess, "excess credit by class: share of |A| − share of tokens", percent=True
+                )
+                if excess
+                else None
+            ),
+        ),
+        ("trends_quantiles", lambda: charts.quantile_band(frame) if "q50" in frame.columns else None),
+    ],
+    "behaviour": [
+        (
+            "trends_length",
+            lambda: charts.trend_lines(frame, {"length": "mean length (tokens)"}, "response length"),
+        ),
+        (
+            "trends_entropy",
+            lambda: charts.trend_lines(frame, {"mean_entropy": "mean entropy"}, "entropy (token mean)"),
+        ),
+        (
+            "trends_kl",
+            lambda: (
+                charts.trend_lines(frame, {"kl": "mean logprob − ref logprob"}, "KL to the reference (k1)")
+                if frame["kl"].notna().any()
+                else None
+            ),
+        ),
+        (
+            "trends_groups",
+            lambda: charts.trend_lines(
+                frame,
+                {"zero_variance_share": "zero-variance groups", "truncated_share": "truncated responses"},
+                "share of groups whose summed score does not vary"
+                if main == shared.ALL_CHANNELS
+                # a channel name is the log's: escaped
+                else f"share of groups with zero {safe(main)} variance",
+                percent=True,
+            ),
+        ),
+        (
+            "trends_repetition",
+            lambda: charts.trend_lines(
+                frame, {"repetition": "repeated 16-token windows"}, "repetition", percent=True
+            ),
+        ),
+    ],
+}
 # The charts come first: the monitors' first run on a big run takes seconds, and the alert marks are
 # drawn into the same places once it is done (at once when this session has the report already).
 st.caption(  # the run's name inside a code span, as written (with_code escapes only the text around it)
@@ -124,13 +154,21 @@ st.caption(  # the run's name inside a code span, as written (with_code escapes 
         "share; a reward dot, the rollouts of its bin (`creditlens histogram` names each bin's filter)."
     )
 )
+tabs = widgets.lazy_tabs(TABS, keys.TRENDS_TAB, keys.URL_TAB)
+tab_name, tab = next((name, box) for name, box in tabs.items() if box is not None)
 ready = monitor_panel.report_ready(sel.db, sel.run, estimator, config)
-slots = {}
-for start in range(0, len(shown), 2):
-    for box, (key, fig) in zip(st.columns(2), shown[start : start + 2], strict=False):
-        slots[key] = box.empty()
-        if not ready:
-            slots[key].plotly_chart(fig, key=monitor_panel.unmarked_key(key), width="stretch", config=TOOLBAR)
+with tab:
+    shown = [
+        (key, fig) for key, fig in ((key, build()) for key, build in CHARTS[tab_name]) if fig is not None
+    ]
+    slots = {}
+    for start in range(0, len(shown), 2):
+        for box, (key, fig) in zip(st.columns(2), shown[start : start + 2], strict=False):
+            slots[key] = box.empty()
+            if not ready:
+                slots[key].plotly_chart(
+                    fig, key=monitor_panel.unmarked_key(key), width="stretch", config=TOOLBAR
+                )
 health = panels.compute_or_explain(monitor_panel.report_for_session, sel.db, sel.run, estimator, config)
 monitor_panel.toast_new(sel.run, health.alerts, following, (estimator, config))
 for key, fig in shown:  # a click on a point opens that step's rollouts in the Explorer
@@ -142,20 +180,24 @@ for key, fig in shown:  # a click on a point opens that step's rollouts in the E
         on_select=drill.on_click(sel.run, key),
         selection_mode="points",
     )
-if frame["kl"].isna().all():
-    st.caption("No KL chart: this run has no reference logprobs.")
+if tab_name == "behaviour" and frame["kl"].isna().all():
+    tab.caption("No KL chart: this run has no reference logprobs.")
 
-by_turn = trends_data.turn_shares(sel.db, sel.run, estimator or "grpo", config if estimator else ())
-if not by_turn.empty:  # an agent run: where the credit goes turn by turn
+by_turn = (
+    trends_data.turn_shares(sel.db, sel.run, estimator or "grpo", config if estimator else ())
+    if tab_name == "credit"
+    else None
+)
+if by_turn is not None and not by_turn.empty:  # an agent run: where the credit goes turn by turn
     wide = trends_data.turn_share_columns(by_turn)
     labels = {c: f"assistant turn {c.removeprefix('turn_')}" for c in wide.columns if c != "step"}
-    st.plotly_chart(
+    tab.plotly_chart(
         charts.trend_lines(wide, labels, "share of |A_final| by assistant turn", percent=True),
         key="trends_turns",
         width="stretch",
         config=TOOLBAR,
     )
-    st.caption(
+    tab.caption(
         f"Per step, each assistant turn index's share of Σ|A_final| ({estimator or 'grpo'} on the outcome "
         "channels) over the trained tokens; tool and environment turns are not trained and get none. Same "
         f"numbers: creditlens turns --run {text.plain(sel.run)} --estimator {estimator or 'grpo'}"

@@ -2,9 +2,10 @@
 channel scores summed first, then the estimator), the share of |A| per channel, and a replay of dual
 ascent (β trajectories and violation rates against τ) over the run's steps.
 
-The β panel and the replay are separate fragments: moving a β slider redraws only the heatmap and
-the shares; the replay starts from the sliders' β as they were when it last ran (its widgets or its button
-rerun it), and says so. The replay, each channel's violation threshold and a β's effect on the whole run are
+The β panel and the replay are two tabs, each drawn only while open (a fresh load draws the β panel
+alone), and each a fragment: moving a β slider redraws only the heatmap and the shares; the replay starts
+from the sliders' β as they were when it last ran (its widgets or its button rerun it), and says so.
+The replay, each channel's violation threshold and a β's effect on the whole run are
 `creditlens tune`'s numbers. Applying the replayed β makes it the session's tuned β (app/ui/tuned_beta.py):
 the sliders, the URL and every view whose numbers weigh channels (Explorer and Trends shares of A_final,
 Rollout, Group, Compare) then use it, with a "tuned β" mark and a reset; the sliders reach any β the
@@ -64,8 +65,8 @@ BETA_HIGH = float(
 
 @st.fragment
 def channel_weights() -> None:
-    # controls in a row above, the heatmaps at full width below (token text needs the width)
-    st.markdown("**β per channel**")
+    # controls in a row above, the heatmaps at full width below (token text needs the width); the tab's
+    # label is the section's title
     betas = {}
     for column, (c, b0) in zip(st.columns(max(len(defaults), 3)), start_betas.items(), strict=False):
         with column:
@@ -221,11 +222,25 @@ def apply_betas(betas: dict[str, float]) -> None:
     for channel, beta in applied.items():
         st.session_state[keys.tune_beta(channel)] = beta
     st.session_state[keys.TUNE_APPLIED] = {c: applied[c] for c in betas}
+    st.session_state[keys.TUNE_TAB] = TABS["beta"]  # show the applied β: the sliders and the heatmap
+
+
+def slider_beta(channel: str) -> float:
+    """The β slider of `channel` as it is now, drawn or not (its tab closed: the value it last had, else the
+    link's, else where it starts)."""
+    key = keys.tune_beta(channel)
+    for value in (st.session_state.get(key), st.session_state.get(keys.kept(key)), _linked_or_none(channel)):
+        if value is not None:
+            return float(value)
+    return float(start_betas.get(channel, 1.0))
+
+
+def _linked_or_none(channel: str) -> float | None:
+    return _linked(channel) if state.url_value(keys.url_beta(channel)) is not None else None
 
 
 @st.fragment
 def dual_ascent_replay() -> None:
-    st.subheader("Dual ascent replay over the run")
     st.caption(
         "Constraint mode: keep each channel's violation rate_c ≤ τ_c, with β_c ← max(0, β_c + η (rate_c − "
         "τ_c)) at each logged step. A violation is a score below the channel's threshold (default: 0 for a "
@@ -284,7 +299,7 @@ def dual_ascent_replay() -> None:
             options=["projected", "lexicographic"],
         )
     # The β sliders above, as they are now (this fragment does not rerun when they move).
-    beta0 = {c: float(st.session_state.get(keys.tune_beta(c), start_betas.get(c, 1.0))) for c in start_betas}
+    beta0 = {c: slider_beta(c) for c in start_betas}
     start, button = st.columns([4, 1])
     start.caption("Starts from β " + ", ".join(f"{text.plain(c)} {beta0[c]:g}" for c in tau))
     button.button("Replay from the current β", key="tune_replay_button")
@@ -343,5 +358,11 @@ def run_effect(beta0: dict[str, float], replayed: dict[str, float]) -> None:
     st.plotly_chart(tune_charts.effect_steps_figure(effect), key="tune_effect_steps", width="stretch")
 
 
-channel_weights()
-dual_ascent_replay()
+TABS = {"beta": "β per channel", "replay": "Dual ascent replay · effect on the run"}
+tabs = widgets.lazy_tabs(TABS, keys.TUNE_TAB, keys.URL_TAB)
+if tabs["beta"] is not None:
+    with tabs["beta"]:
+        channel_weights()
+if tabs["replay"] is not None:
+    with tabs["replay"]:
+        dual_ascent_replay()

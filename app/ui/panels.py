@@ -9,7 +9,7 @@ from app import data, keys, state
 from app.state import Selection
 from app.ui import charts, fmt, heatmaps, strip_figures, widgets
 from app.ui import turns as turn_ui
-from app.ui.text import plain, text_block
+from app.ui.text import plain, text_block, text_blocks
 from app.view_data import rollout as rollout_data
 from app.view_data import shared
 
@@ -164,11 +164,11 @@ def why_this_credit(
         )
     looked_at = explained.channel
     # the waterfall's rows: the channel looked at first, then by the size of their term (a 0 says why too)
-    for c in sorted(parts["channels"], key=lambda c: (c != looked_at, -abs(contributions[c]))):
-        value, lines = parts["channels"][c]
-        st.markdown(f"**{plain(c)}** {fmt.nice(value, 4)}")
-        text_block("\n".join(lines))
-    text_block("\n".join(parts["final"]))
+    order = sorted(parts["channels"], key=lambda c: (c != looked_at, -abs(contributions[c])))
+    text_blocks(
+        [(f"{c} {fmt.nice(parts['channels'][c][0], 4)}", "\n".join(parts["channels"][c][1])) for c in order]
+        + [(None, "\n".join(parts["final"]))]
+    )
     if parts["what_if"] is not None:
         label, value, lines = parts["what_if"]
         st.info(
@@ -181,16 +181,21 @@ def why_this_credit(
     node = tree.node_at(view.row, pos)
     with facts:
         st.metric("final A", fmt.nice(view.final[pos]))
-        st.text(f"token      {info['token']!r}")
-        st.text(f"class      {info['token_class']}")
-        st.text(f"logprob    {fmt.nice(info['logprob'], 4)}")
-        st.text(f"entropy    {fmt.nice(info['entropy'], 4, signed=False)}")
-        st.text("value      " + _value_line(terms, info, pos))
-        st.text(
-            f"tree node  #{node.node_id}: tokens [{node.start}, {node.end}), {len(node.members)} responses, "
-            f"V(u) {node.value:+.3f}" + (", branch point" if node.branches and pos == node.end - 1 else "")
+        text_block(  # one block, not a text element per line (docs/speed.md)
+            "\n".join(
+                [
+                    f"token      {info['token']!r}",
+                    f"class      {info['token_class']}",
+                    f"logprob    {fmt.nice(info['logprob'], 4)}",
+                    f"entropy    {fmt.nice(info['entropy'], 4, signed=False)}",
+                    "value      " + _value_line(terms, info, pos),
+                    f"tree node  #{node.node_id}: tokens [{node.start}, {node.end}), {len(node.members)} "
+                    f"responses, V(u) {node.value:+.3f}"
+                    + (", branch point" if node.branches and pos == node.end - 1 else ""),
+                    "β          " + ", ".join(f"{c} {b:g}" for c, b in view.betas.items()),
+                ]
+            )
         )
-        st.text("β          " + ", ".join(f"{c} {b:g}" for c, b in view.betas.items()))
 
 
 def _value_line(terms: dict, info, pos: int) -> str:

@@ -4,6 +4,8 @@ it, in words; and the colour of one value (the text view) or a figure's colour a
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import plotly.colors as pcolors
 
@@ -159,12 +161,19 @@ def active_scale(rows: dict[str, np.ndarray], mode: str = "auto", locked: float 
     return text
 
 
+@functools.cache
+def _diverging_stops() -> list:
+    """DIVERGING as Plotly's [position, colour] stops, looked up once: given the name, every sample looked
+    it up again (a deep copy of every named scale), 3 ms a token, 0.19 s of a Rollout page's script run."""
+    return pcolors.get_colorscale(DIVERGING)
+
+
 def credit_colour(value: float, peak: float) -> tuple[str, str]:
     """(background, text colour) of a value on the diverging scale centred at 0 with half-width `peak`."""
     if value is None or not np.isfinite(value):
         return "rgba(0,0,0,0)", "inherit"
     x = float(np.clip(value / (peak if peak > 0 else 1.0), -1.0, 1.0))
-    (bg,) = pcolors.sample_colorscale(DIVERGING, [(x + 1) / 2])
+    (bg,) = pcolors.sample_colorscale(_diverging_stops(), [(x + 1) / 2])
     return bg, ("#ffffff" if abs(x) > 0.6 else "#111111")
 
 

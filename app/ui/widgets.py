@@ -100,6 +100,25 @@ def lazy_expander(label: str, key: str):
     return box if box.open else None
 
 
+def lazy_tabs(tabs: dict[str, str], key: str, url: str) -> dict[str, object | None]:
+    """Tabs whose content is drawn only while selected (picking one reruns the page): {name: the tab's
+    container while it is open, else None}. `tabs` maps a name, the one `?url=` carries, to its label; the
+    first is open unless the link names another, and the open one is mirrored to `?url=` (the first one
+    leaves it out). A chart in a hidden tab is still mounted and drawn by the browser on every fresh load
+    (docs/speed.md): this is what keeps a view's first paint to its first tab. A test opens a tab by setting
+    `key` to its label in the session state."""
+    names, labels = list(tabs), list(tabs.values())
+    keep = keys.kept(key)
+    if key not in st.session_state:  # a fresh session (a link), or back on this view after another one
+        wanted = st.session_state.get(keep) or state.url_value(url)
+        st.session_state[key] = tabs.get(wanted, labels[0])
+    drawn = st.tabs(labels, key=key, on_change="rerun")
+    name = names[labels.index(st.session_state[key])]
+    st.session_state[keep] = name
+    state.publish(url, None if name == names[0] else name)
+    return {n: (box if n == name else None) for n, box in zip(names, drawn, strict=True)}
+
+
 def unavailable_note(unavailable: dict[str, str]) -> None:
     """The estimators this run cannot run, each with the reason and the fix (never offered, then failing)."""
     if not unavailable:
@@ -161,9 +180,21 @@ def url_multiselect(
     return chosen
 
 
-def estimator_form(name: str, key: str, container=None) -> tuple[tuple[str, Any], ...]:
+def estimator_parameters(name: str, key: str) -> tuple[tuple[str, Any], ...]:
+    """`estimator_form` in a collapsed "Estimator parameters" expander whose widgets are drawn only while
+    it is open (`lazy_expander`): a closed expander's widgets were mounted on every fresh page load. Closed,
+    the values are the ones last set (or a link's), as the form would return them."""
+    box = lazy_expander("Estimator parameters", keys.form_open(key))
+    if box is None:
+        return estimator_form(name, key, drawn=False)
+    with box:
+        return estimator_form(name, key)
+
+
+def estimator_form(name: str, key: str, container=None, drawn: bool = True) -> tuple[tuple[str, Any], ...]:
     """Widgets for every config field of estimator `name`; returns the non-default values as a sorted
-    tuple of (field, value) pairs (hashable: the cache key of the computation).
+    tuple of (field, value) pairs (hashable: the cache key of the computation). `drawn=False`: no widget,
+    the values they last had (kept while they are not drawn), else a link's, else the defaults.
 
     Each non-default value is mirrored to the URL as `?<estimator>.<field>=value`, and a link's value is
     restored from it (checked against the field's type, range and choices; one that does not fit is
@@ -176,8 +207,12 @@ def estimator_form(name: str, key: str, container=None) -> tuple[tuple[str, Any]
         wkey = keys.form_field(key, name, f["name"])
         label, help_text, default = f["name"], f["help"] or None, f["default"]
         url = keys.url_field(name, f["name"])
+        if wkey not in st.session_state and keys.kept(wkey) in st.session_state:
+            st.session_state[wkey] = st.session_state[keys.kept(wkey)]
         _restore_field(f, wkey, url)
-        if f["choices"]:
+        if not drawn:
+            value = st.session_state.get(wkey, default)
+        elif f["choices"]:
             options = list(f["choices"])
             value = box.selectbox(
                 label,
@@ -196,6 +231,8 @@ def estimator_form(name: str, key: str, container=None) -> tuple[tuple[str, Any]
             )
             if value == ("" if default is None else str(default)):
                 value = default
+        if drawn:
+            st.session_state[keys.kept(wkey)] = st.session_state[wkey]
         if value != default:
             overrides[f["name"]] = value
         state.publish(url, value if value != default else None)
