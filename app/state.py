@@ -252,6 +252,19 @@ def url_widget(
     return result
 
 
+def url_choice(key: str, *, url: str, default: Any, options: list) -> Any:
+    """What `url_widget` would return for a widget that is not drawn in this run (in a closed lazy
+    expander): the value it last had, else the link's, else `default`; still mirrored to `?url=`."""
+    value = st.session_state.get(key, st.session_state.get(keys.kept(key)))
+    if value is None:
+        value = _initial_url().get(url)
+    if value not in options:
+        value = default
+    st.session_state[keys.kept(key)] = value
+    st.query_params[url] = str(value)
+    return value
+
+
 def _in_bounds(value: Any, options: list | None, kwargs: dict) -> bool:
     if options is not None:
         return value in options

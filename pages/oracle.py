@@ -52,15 +52,21 @@ if oracle_data.has_oracle(batch):
         horizontal=True,
     )
     shown = table[table["pipeline"] == pipeline]
-    st.dataframe(
-        shown,
-        hide_index=True,
-        width="stretch",
-        column_config={m: st.column_config.NumberColumn(m, format="%.3f") for m in oracle_data.METRICS},
+    # the chart and the table: tabs, each drawn only while open (a fresh load draws the chart alone)
+    tabs = widgets.lazy_tabs(
+        {"chart": "Metrics by estimator", "table": "The numbers"}, keys.ORACLE_TAB, keys.URL_TAB
     )
-    st.plotly_chart(
-        charts.oracle_metrics_figure(shown, oracle_data.METRICS), key="oracle_chart", width="stretch"
-    )
+    if tabs["chart"] is not None:
+        tabs["chart"].plotly_chart(
+            charts.oracle_metrics_figure(shown, oracle_data.METRICS), key="oracle_chart", width="stretch"
+        )
+    if tabs["table"] is not None:
+        tabs["table"].dataframe(
+            shown,
+            hide_index=True,
+            width="stretch",
+            column_config={m: st.column_config.NumberColumn(m, format="%.3f") for m in oracle_data.METRICS},
+        )
 else:
     st.caption(
         "Real run: estimators are scored against the Monte Carlo teacher — V̂(s_t) from suffix resampling "

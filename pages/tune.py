@@ -36,6 +36,7 @@ start_betas = {c: tuned.get(c, b) for c, b in defaults.items()}  # the sliders s
 BASELINES = {"default": "the default β", "summed": "the summed reward (mixed)"}
 default_norms = tune_data.default_normalizations(sel.db, sel.run, sel.group, estimator_channel)
 BETA_LOW = 0.0
+NORMALIZATIONS = ["group", "batch", "none"]
 
 
 def _linked(channel: str) -> float:
@@ -88,20 +89,27 @@ def channel_weights() -> None:
         )
     controls, options = st.columns([1, 1])
     chart = st.container()
-    with options:
-        with st.expander("Normalization per channel"):
-            norms = {
-                c: state.url_widget(
-                    st.selectbox,
-                    f"{c}",
-                    key=keys.tune_normalization(c),
+    with options:  # the normalization widgets drawn only while the expander is open
+        box = widgets.lazy_expander("Normalization per channel", keys.TUNE_NORMALIZATION_OPEN)
+        norms = {}
+        for c, n0 in default_norms.items():
+            if box is None:
+                norms[c] = state.url_choice(
+                    keys.tune_normalization(c),
                     url=keys.url_normalization(c),
                     default=n0,
-                    options=["group", "batch", "none"],
-                    help="group: z-score over the group's tokens; batch: over the batch's; none: unchanged",
+                    options=NORMALIZATIONS,
                 )
-                for c, n0 in default_norms.items()
-            }
+                continue
+            norms[c] = state.url_widget(
+                box.selectbox,
+                f"{c}",
+                key=keys.tune_normalization(c),
+                url=keys.url_normalization(c),
+                default=n0,
+                options=NORMALIZATIONS,
+                help="group: z-score over the group's tokens; batch: over the batch's; none: unchanged",
+            )
     beta_items = tuple(sorted(betas.items()))
     norm_items = tuple(sorted((c, m) for c, m in norms.items() if m != default_norms[c]))
     view = panels.compute_or_explain(
