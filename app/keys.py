@@ -109,6 +109,7 @@ EXPLORER_ALERT_LINK = "_explorer_alert_link"  # the alert link whose sort was ap
 
 TRENDS_ESTIMATOR = "trends_estimator"
 TRENDS_FORM = "trends_cfg"
+EXPLORER_FILTERS_OPEN = "explorer_filters_open"  # the flag and range filters (widgets.lazy_expander)
 TRENDS_NUMBERS_OPEN = "trends_numbers_open"  # the lazy expanders (widgets.lazy_expander): open or not
 RUNS_COMPARED = "runs_compared"  # the runs side by side (the sidebar multiselect; issue 45)
 TRENDS_SMOOTH = "trends_smooth"

@@ -106,29 +106,42 @@ linked = ", ".join(
 if filters and st.button(f"Clear the link's filter: {linked}", key="explorer_clear_where"):
     monitor_panel.clear_where()
     st.rerun()
-with st.expander("Filters: flags and ranges"):
-    flag_cols = st.columns(len(explorer_data.FLAG_COLUMNS))
-    for box, flag in zip(flag_cols, explorer_data.FLAG_COLUMNS, strict=True):
-        with box:
-            choice = st.radio(
-                flag.replace("_", " "), ["any", "yes", "no"], key=f"explorer_flag_{flag}", horizontal=True
-            )
-        if choice != "any":
-            filters.append(explorer_data.Filter(flag, "=", choice == "yes"))
-    ranged = st.multiselect("Range filters on", numeric, key="explorer_ranged")
-    bounds = explorer_data.explorer_ranges(sel.db, sel.run, base, tuple(ranged)) if ranged else {}
-    for column in ranged:
-        low, high = bounds.get(column, (None, None))
-        if low is None or high is None or low == high:
-            st.caption(f"{column}: a single value ({low}) in this run; nothing to filter")
-            continue
-        integer = column in ("step", "length")
-        low, high = (int(low), int(high)) if integer else (float(low), float(high))
-        chosen = st.slider(column, low, high, (low, high), key=f"explorer_range_{column}")
-        if chosen[0] > low:
-            filters.append(explorer_data.Filter(column, ">=", chosen[0]))
-        if chosen[1] < high:
-            filters.append(explorer_data.Filter(column, "<=", chosen[1]))
+# The flag and range filters: their widgets drawn only while the expander is open; closed, the filters set
+# before still apply (their values kept in the session).
+box = widgets.lazy_expander("Filters: flags and ranges", keys.EXPLORER_FILTERS_OPEN)
+flag_cols = (
+    [None] * len(explorer_data.FLAG_COLUMNS) if box is None else box.columns(len(explorer_data.FLAG_COLUMNS))
+)
+for column, flag in zip(flag_cols, explorer_data.FLAG_COLUMNS, strict=True):
+    fkey = f"explorer_flag_{flag}"
+    if column is not None:
+        widgets.seed_kept(fkey)
+        column.radio(flag.replace("_", " "), ["any", "yes", "no"], key=fkey, horizontal=True)
+    choice = widgets.kept_value(fkey, "any", drawn=column is not None)
+    if choice != "any":
+        filters.append(explorer_data.Filter(flag, "=", choice == "yes"))
+if box is not None:
+    widgets.seed_kept("explorer_ranged")
+    box.multiselect("Range filters on", numeric, key="explorer_ranged")
+ranged = [c for c in widgets.kept_value("explorer_ranged", [], drawn=box is not None) if c in numeric]
+bounds = explorer_data.explorer_ranges(sel.db, sel.run, base, tuple(ranged)) if ranged else {}
+for column in ranged:
+    low, high = bounds.get(column, (None, None))
+    if low is None or high is None or low == high:
+        if box is not None:
+            box.caption(f"{column}: a single value ({low}) in this run; nothing to filter")
+        continue
+    integer = column in ("step", "length")
+    low, high = (int(low), int(high)) if integer else (float(low), float(high))
+    rkey = f"explorer_range_{column}"
+    if box is not None:
+        seeded = widgets.seed_kept(rkey)
+        box.slider(column, low, high, None if seeded else (low, high), key=rkey)
+    chosen = widgets.kept_value(rkey, (low, high), drawn=box is not None)
+    if chosen[0] > low:
+        filters.append(explorer_data.Filter(column, ">=", chosen[0]))
+    if chosen[1] < high:
+        filters.append(explorer_data.Filter(column, "<=", chosen[1]))
 
 # A new search, sort or filter starts again at page 1.
 signature = (estimator, config, compare, credit, betas, search, sort, descending, size, tuple(filters))

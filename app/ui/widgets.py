@@ -100,6 +100,25 @@ def lazy_expander(label: str, key: str):
     return box if box.open else None
 
 
+def seed_kept(key: str) -> bool:
+    """Before drawing widget `key` again (its lazy expander reopened): give it the value it last had, which
+    Streamlit dropped while it was not drawn. True when it has a value (then pass no default value)."""
+    if key not in st.session_state and keys.kept(key) in st.session_state:
+        st.session_state[key] = st.session_state[keys.kept(key)]
+    return key in st.session_state
+
+
+def kept_value(key: str, default: Any, drawn: bool) -> Any:
+    """The value of widget `key`: drawn in this run, its value (kept for the runs it is not drawn in: a
+    closed lazy expander's); not drawn, the value it last had, else `default`. Call after drawing it."""
+    if drawn:
+        st.session_state[keys.kept(key)] = st.session_state[key]
+        return st.session_state[key]
+    if key in st.session_state:
+        return st.session_state[key]
+    return st.session_state.get(keys.kept(key), default)
+
+
 def lazy_tabs(tabs: dict[str, str], key: str, url: str) -> dict[str, object | None]:
     """Tabs whose content is drawn only while selected (picking one reruns the page): {name: the tab's
     container while it is open, else None}. `tabs` maps a name, the one `?url=` carries, to its label; the
