@@ -153,7 +153,8 @@ def channel_weights() -> None:
         peaks = scales.scale_peaks(view.rows, mode, locked)
         window = panels.heatmap_window(view, key=keys.TUNE_WINDOW, peaks=peaks)
         st.plotly_chart(
-            heatmaps.credit_heatmap(**window, clickable=False, title="tuned β"),
+            # token text in each band's last row only (text in every cell was most of the chart's drawing)
+            heatmaps.credit_heatmap(**window, clickable=False, title="tuned β", cell_text="last"),
             key="tune_heatmap",
             width="stretch",
             config={"displayModeBar": False},
@@ -207,7 +208,13 @@ def baseline_chart(view, window: dict, peaks: dict, mode: str, how: str, against
         title = f"tuned β − {BASELINES[against]}"
     st.plotly_chart(
         heatmaps.credit_heatmap(
-            rows, window["tokens"], offset=start, peaks=base_peaks, clickable=False, title=title
+            rows,
+            window["tokens"],
+            offset=start,
+            peaks=base_peaks,
+            clickable=False,
+            title=title,
+            cell_text="last",
         ),
         key="tune_baseline_heatmap",
         width="stretch",
@@ -225,7 +232,7 @@ def apply_betas(betas: dict[str, float]) -> None:
     """Make the replay's last-step β the session's tuned β (the other channels keep the sliders' β) and set
     the sliders to it (a callback: it runs before the sliders are drawn). The replay is a fragment, so its
     button reruns only the replay: the page is rerun whole after this (`dual_ascent_replay`)."""
-    current = {c: float(st.session_state.get(keys.tune_beta(c), b)) for c, b in start_betas.items()}
+    current = {c: slider_beta(c) for c in start_betas}  # the sliders are not drawn while the replay is open
     applied = tuned_beta.apply(sel.run, {**current, **betas})
     for channel, beta in applied.items():
         st.session_state[keys.tune_beta(channel)] = beta
