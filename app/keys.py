@@ -63,6 +63,9 @@ RUN = "sel_run"  # the selected run and rollout (the sidebar pickers)
 ROLLOUT = "sel_rollout"
 SELECTION = "_selection"  # the Selection resolved in this rerun
 URL_AT_START = "_url_at_start"  # the query string the session started from (a bookmark, a link)
+URL_PENDING = (
+    "_url_pending"  # what this script run writes into the URL, written when it ends (state.flush_url)
+)
 URL_LIVE = "_url_live"  # the query string this script run was asked with (a page link, a switch_page)
 LINK_BOX = "_link_warnings_box"  # where the link warnings go, at the top of the view
 LINK_WARNED = "_link_warned"  # the link parameters already warned about

@@ -10,11 +10,13 @@ shows a warning naming the parameter and what it shows instead (`link_warning`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from app import data, keys, navigation
 from app.ui.text import plain
@@ -107,7 +109,7 @@ def init_selection() -> Selection:
     st.session_state[keys.LINK_BOX] = st.container()
     names = [r["name"] for r in data.list_runs(db)]
     if not names:
-        st.query_params.clear()
+        _replace_url({})
         return Selection(db, None, None, None)
     run = st.session_state.get(keys.RUN)
     if run not in names:
@@ -142,9 +144,7 @@ def init_selection() -> Selection:
     group = None
     if rollout is not None:
         group = int(index.loc[index["rollout_id"] == rollout, "group_id"].iloc[0])
-    st.query_params.from_dict(
-        {keys.URL_RUN: run, **({keys.URL_ROLLOUT: str(rollout)} if rollout is not None else {})}
-    )
+    _replace_url({keys.URL_RUN: run, **({keys.URL_ROLLOUT: str(rollout)} if rollout is not None else {})})
     return Selection(db, run, rollout, group, resolve_classes(db, run))
 
 
@@ -169,7 +169,7 @@ def resolve_classes(db: str, run: str) -> tuple:
                 chosen[run] = linked
     classes = chosen.get(run, saved)
     if classes != saved or classes != token_classes.DEFAULT_CLASSES:
-        st.query_params[keys.URL_CLASSES] = token_classes.to_link(classes)
+        publish(keys.URL_CLASSES, token_classes.to_link(classes))
     return classes
 
 
@@ -248,7 +248,7 @@ def url_widget(
     result = widget(label, key=key, **kwargs)
     st.session_state[keep] = st.session_state[key]
     value = st.session_state[key]
-    st.query_params[url] = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    publish(url, ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value)
     return result
 
 
@@ -261,8 +261,29 @@ def url_choice(key: str, *, url: str, default: Any, options: list) -> Any:
     if value not in options:
         value = default
     st.session_state[keys.kept(key)] = value
-    st.query_params[url] = str(value)
+    publish(url, value)
     return value
+
+
+def rerun(**kwargs) -> None:
+    """`st.rerun` after writing what this run published into the URL: the rerun is asked with the query
+    string as it is when it is called (a link's filter cleared before it must be gone from the next run)."""
+    flush_url()
+    st.rerun(**kwargs)
+
+
+def url_fragment(fragment: Callable) -> Callable:
+    """For a `st.fragment` that mirrors widgets to the URL: when a rerun of the fragment alone ends, write
+    what it published (`flush_url`; the entry point does it for whole runs). Put it under `@st.fragment`."""
+
+    @functools.wraps(fragment)
+    def run(*args, **kwargs):
+        try:
+            return fragment(*args, **kwargs)
+        finally:
+            flush_url(fragment_only=True)
+
+    return run
 
 
 def _in_bounds(value: Any, options: list | None, kwargs: dict) -> bool:
@@ -281,11 +302,39 @@ def url_value(name: str) -> str | None:
 
 
 def publish(name: str, value) -> None:
-    """Mirror one of the view's choices into the URL (None removes it)."""
-    if value is None:
-        st.query_params.pop(name, None)
-    else:
-        st.query_params[name] = str(value)
+    """Mirror one of the view's choices into the URL (None removes it). The URL is written once, when the
+    script run ends (`flush_url`): each write of `st.query_params` sends the browser a message that it
+    handles by itself, and a view mirrors a dozen widgets (Tune: 18 writes on a fresh load)."""
+    _pending()["set"][name] = None if value is None else str(value)
+
+
+def _replace_url(params: dict[str, str]) -> None:
+    """The URL becomes `params` and what this run publishes after (the earlier writes are dropped)."""
+    pending = _pending()
+    pending["replace"], pending["set"] = dict(params), {}
+
+
+def _pending() -> dict:
+    return st.session_state.setdefault(keys.URL_PENDING, {"replace": None, "set": {}})
+
+
+def flush_url(fragment_only: bool = False) -> None:
+    """Write what this run published into the URL, in one message, if it changes it (the entry point calls
+    it when a run ends; a fragment, with `fragment_only`, when it ends a rerun of that fragment alone)."""
+    if fragment_only and not getattr(get_script_run_ctx(), "fragment_ids_this_run", None):
+        return
+    pending = st.session_state.pop(keys.URL_PENDING, None)
+    if not pending:
+        return
+    current = st.query_params.to_dict()
+    final = dict(current if pending["replace"] is None else pending["replace"])
+    for name, value in pending["set"].items():
+        if value is None:
+            final.pop(name, None)
+        else:
+            final[name] = value
+    if final != current:
+        st.query_params.from_dict(final)
 
 
 ROLLOUT_PAGE = navigation.script("rollout")

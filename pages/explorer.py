@@ -105,7 +105,7 @@ linked = ", ".join(
 )
 if filters and st.button(f"Clear the link's filter: {linked}", key="explorer_clear_where"):
     monitor_panel.clear_where()
-    st.rerun()
+    state.rerun()
 # The flag and range filters: their widgets drawn only while the expander is open; closed, the filters set
 # before still apply (their values kept in the session).
 box = widgets.lazy_expander("Filters: flags and ranges", keys.EXPLORER_FILTERS_OPEN)
@@ -170,7 +170,7 @@ for note in page.notes:
 pages = max(1, math.ceil(page.total / size))
 if page_no > pages:  # the rows shrank under the page (another process deleted some)
     st.session_state[keys.EXPLORER_PAGE_NO] = pages
-    st.rerun()
+    state.rerun()
 
 st.caption(
     f"{page.total} rollouts match · page {page_no} of {pages} · click a row to open it in the Rollout view. "

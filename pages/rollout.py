@@ -82,7 +82,7 @@ with text_col:
     )
 if text_click is not None and text_click != pos:
     st.session_state[keys.ROLLOUT_TEXT_CLICKED] = text_click
-    st.rerun()
+    state.rerun()
 with rows_col:
     st.subheader("Credit by channel")
     st.caption(

@@ -97,7 +97,7 @@ if sel.run is not None:
         else:
             data.invalidate()
             st.session_state[keys.RUNS_FLASH] = f"Main channel of {sel.run!r}: {wanted}."
-            st.rerun()
+            state.rerun()
 
 st.subheader("Import a run")
 name = st.text_input("Run name", key="runs_import_name", placeholder="my-run")
@@ -187,7 +187,7 @@ if st.button("Import", key="runs_import_button", type="primary"):
         bar.progress(1.0, text="done")
         data.invalidate()
         st.session_state[keys.RUNS_FLASH] = report.message()
-        st.rerun()
+        state.rerun()
     except (actions.InputError, actions.StoreError, access.Refused) as exc:
         st.error(f"Import failed, nothing was written: {exc}")
 
@@ -203,4 +203,4 @@ if runs:
         else:
             data.invalidate()
             st.session_state[keys.RUNS_FLASH] = f"Deleted run {victim!r}."
-            st.rerun()
+            state.rerun()

@@ -65,6 +65,7 @@ BETA_HIGH = float(
 
 
 @st.fragment
+@state.url_fragment
 def channel_weights() -> None:
     # controls in a row above, the heatmaps at full width below (token text needs the width); the tab's
     # label is the section's title
@@ -255,6 +256,7 @@ def _linked_or_none(channel: str) -> float | None:
 
 
 @st.fragment
+@state.url_fragment
 def dual_ascent_replay() -> None:
     st.caption(
         "Constraint mode: keep each channel's violation rate_c ≤ τ_c, with β_c ← max(0, β_c + η (rate_c − "
@@ -333,7 +335,7 @@ def dual_ascent_replay() -> None:
             args=(replayed,),
         )
     if keys.TUNE_APPLIED in st.session_state:  # set by the Apply callback: draw the whole page with the new β
-        st.rerun(scope="app")
+        state.rerun(scope="app")
     table = widgets.lazy_expander("The replay as a table: β per step", keys.TUNE_REPLAY_TABLE_OPEN)
     if table is not None:
         table.dataframe(replay.pivot(index="step", columns="channel", values="beta"), width="stretch")

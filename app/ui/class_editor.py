@@ -76,7 +76,7 @@ def _move_buttons(sel, edited: pd.DataFrame, saved) -> None:
                 st.error(plain(str(exc)))
             else:
                 state.use_classes(sel.run, None if moved == saved else moved)
-                st.rerun()
+                state.rerun()
 
 
 def _use_button(box, sel, edited: pd.DataFrame, saved) -> None:
@@ -92,7 +92,7 @@ def _use_button(box, sel, edited: pd.DataFrame, saved) -> None:
             st.error(plain(str(exc)))
         else:
             state.use_classes(sel.run, None if classes == saved else classes)
-            st.rerun()
+            state.rerun()
 
 
 def _save_buttons(save, reset, sel, edited: pd.DataFrame) -> None:
@@ -106,12 +106,12 @@ def _save_buttons(save, reset, sel, edited: pd.DataFrame) -> None:
         else:
             state.use_classes(sel.run, None)
             data.invalidate()
-            st.rerun()
+            state.rerun()
     if reset.button("Restore the defaults", key="token_class_reset"):
         actions.save_token_classes(data.settings(), data.handle(), sel.run, None)
         state.use_classes(sel.run, None)
         data.invalidate()
-        st.rerun()
+        state.rerun()
 
 
 def _class_rows(edited: pd.DataFrame) -> list[dict]:

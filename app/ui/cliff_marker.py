@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import data
+from app import data, state
 from app.ui import panels
 from backend.core.errors import InputError
 from backend.evaluation import cliff_tokens
@@ -53,5 +53,5 @@ def show(db: str, run: str, rollout_id: int, select_key: str, button_key: str) -
     )
     if button.button("Select it", key=button_key):
         st.session_state[select_key] = token
-        st.rerun()
+        state.rerun()
     return token

@@ -62,7 +62,7 @@ def _ticker(db: str, runs: tuple[str, ...], drawn: tuple) -> None:
     data.refresh_if_store_changed(db)  # a stat; drops the cached reads when another process committed
     st.caption(f":material/radio_button_checked: {progress(db, runs[0]).line()}")
     if _fingerprint(db, runs) != drawn:
-        st.rerun()  # the whole page, on the runs as they are now
+        state.rerun()  # the whole page, on the runs as they are now
 
 
 def take_awaited_run(db: str) -> None:
@@ -85,5 +85,5 @@ def wait_for_run(db: str) -> None:
 def _waiting(db: str, awaited: str) -> None:
     data.refresh_if_store_changed(db)
     if any(r["name"] == awaited for r in data.list_runs(db)):
-        st.rerun()  # the whole page: `take_awaited_run` selects it
+        state.rerun()  # the whole page: `take_awaited_run` selects it
     st.info(f"Waiting for run {text.plain(awaited)}: the page switches to it when its first step lands.")

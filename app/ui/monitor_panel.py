@@ -7,7 +7,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import data, keys, navigation
+from app import data, keys, navigation, state
 from app.ui.fmt import safe
 from backend.monitor import monitors as monitor
 from backend.views import explorer
@@ -153,7 +153,7 @@ def linked_where(live: str | None, at_start: str | None) -> str | None:
 def clear_where() -> None:
     st.session_state[keys.EXPLORER_WHERE_CLEARED] = True
     st.session_state.pop(keys.EXPLORER_WHERE, None)
-    st.query_params.pop(keys.URL_WHERE, None)
+    state.publish(keys.URL_WHERE, None)
 
 
 def linked_filters(text: str | None) -> list[explorer.Filter]:
