@@ -74,31 +74,37 @@ for label, message in result["errors"].items():
 if len(result["rollout"]) < 1:
     st.stop()
 
-st.subheader("Small multiples")
 summed = channel == shared.ALL_CHANNELS
 shown = "all channels (scores summed first)" if summed else f"the {channel} channel"
-st.caption(
-    f"Each estimator's advantage on {text.plain(shown)} for this rollout, one row each, aligned by token."
-)
-mode = widgets.row_scale_toggle("compare", result["rollout"])
-peaks = scales.scale_peaks(result["rollout"], mode)
 L = len(result["tokens"])
 start, stop = panels.token_window(L, keys.COMPARE_WINDOW, result["rollout"][next(iter(result["rollout"]))])
-st.plotly_chart(
-    heatmaps.small_multiples(
-        {k: v[start:stop] for k, v in result["rollout"].items()},
-        result["tokens"][start:stop],
-        peaks=peaks,
-        offset=start,
-    ),
-    key="compare_multiples",
-    width="stretch",
-    config={"displayModeBar": False},
-)
-
-# The difference and the agreement: tabs, each drawn only while open (a fresh load draws the first alone)
-TABS = {"difference": "Difference of two", "agreement": "Rank agreement · credit mass by class"}
+# The small multiples, the difference of two and the agreement: tabs, each drawn only while open (a fresh
+# load draws the first alone); the window of a long response, above them, holds for all three
+TABS = {
+    "multiples": "Small multiples",
+    "difference": "Difference of two",
+    "agreement": "Rank agreement · credit mass by class",
+}
 tabs = widgets.lazy_tabs(TABS, keys.COMPARE_TAB, keys.URL_TAB)
+if tabs["multiples"] is not None:
+    with tabs["multiples"]:
+        st.caption(
+            f"Each estimator's advantage on {text.plain(shown)} for this rollout, one row each, aligned by "
+            "token."
+        )
+        mode = widgets.row_scale_toggle("compare", result["rollout"])
+        peaks = scales.scale_peaks(result["rollout"], mode)
+        st.plotly_chart(
+            heatmaps.small_multiples(
+                {k: v[start:stop] for k, v in result["rollout"].items()},
+                result["tokens"][start:stop],
+                peaks=peaks,
+                offset=start,
+            ),
+            key="compare_multiples",
+            width="stretch",
+            config={"displayModeBar": False},
+        )
 names = list(result["rollout"])
 if tabs["difference"] is not None:
     with tabs["difference"]:

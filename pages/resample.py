@@ -148,8 +148,13 @@ if widgets.follow_job(job, keys.RESAMPLE_SHOWN, "resampling", "suffixes"):
     )
 
 values = data.resample_values(sel.db, sel.run, sel.rollout)  # again: a finished job added samples
-# The values and the model-based scores: tabs, each drawn only while open (a fresh load draws the first)
-TABS = {"values": "V̂(s_t) along the rollout", "model": "Model-based credit: OAR-P, OAR-G, GCPO"}
+# The values, their tables and the model-based scores: tabs, each drawn only while open (a fresh load draws
+# the first alone)
+TABS = {
+    "values": "V̂(s_t) along the rollout",
+    "samples": "The values and the suffixes, as tables",
+    "model": "Model-based credit: OAR-P, OAR-G, GCPO",
+}
 tabs = widgets.lazy_tabs(TABS, keys.RESAMPLE_TAB, keys.URL_TAB)
 if tabs["values"] is not None:
     with tabs["values"]:
@@ -158,14 +163,19 @@ if tabs["values"] is not None:
         else:
             st.caption(
                 "Each V̂(s_t) pools every sample stored at its position (this view's runs, `creditlens "
-                "resample`, the teacher): n counts them, and the suffixes table below names each one's "
-                "engine, model and the time it was drawn."
+                "resample`, the teacher): n counts them, and the suffixes table (the next tab) names each "
+                "one's engine, model and the time it was drawn."
             )
             # the run's main score
             outcome = resample_data.score_on(record["rewards"], data.main_channel(sel.db, sel.run))
             st.plotly_chart(
                 charts.value_estimates_figure(values, L, outcome), key="resample_values", width="stretch"
             )
+if tabs["samples"] is not None:
+    with tabs["samples"]:
+        if values.empty:
+            st.info("No resampled positions for this rollout yet.")
+        else:
             st.dataframe(
                 values,
                 hide_index=True,

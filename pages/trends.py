@@ -72,11 +72,12 @@ scores = {c: c.removeprefix("score_") for c in frame.columns if c.startswith("sc
 shares = {c: c.removeprefix("share_").replace("_", " ") for c in frame.columns if c.startswith("share_")}
 excess = {c: c.removeprefix("excess_").replace("_", " ") for c in frame.columns if c.startswith("excess_")}
 metrics = {c: c.removeprefix("metric_") for c in frame.columns if c.startswith("metric_")}
-# The charts in three tabs, each drawn only while open: a fresh load draws the rewards' charts alone (the
+# The charts in four tabs, each drawn only while open: a fresh load draws the rewards' charts alone (the
 # browser drawing every chart was most of the view's load; docs/speed.md). A chart a run has no data for is
 # left out (None); each is built only when its tab is open.
 TABS = {
     "rewards": "Rewards",
+    "distribution": "Reward distribution",
     "credit": "Where credit goes",
     "behaviour": "Length, entropy, KL, groups",
 }
@@ -86,7 +87,6 @@ CHARTS = {
             "trends_scores",
             lambda: charts.trend_lines(frame, {**scores, "reward": "reward (sum)"}, "mean score per channel"),
         ),
-        ("trends_rewards", lambda: charts.reward_bubbles(rewards) if len(rewards) else None),
         (
             "trends_metrics",
             lambda: (
@@ -94,6 +94,7 @@ CHARTS = {
             ),
         ),
     ],
+    "distribution": [("trends_rewards", lambda: charts.reward_bubbles(rewards) if len(rewards) else None)],
     "credit": [
         ("trends_classes", lambda: charts.class_share_trend(frame, shares) if shares else None),
         (
