@@ -67,7 +67,7 @@ MORE_VIEWS = tuple(
     ),
     (
         "compare-classes",
-        "compare?run=demo&rollout=3&classes="
+        "compare?run=demo&rollout=3&tab=agreement&classes="  # the class-mass chart's tab
         + quote(json.dumps([["carry word", "phrases", "carry"], ["digits", "regex", r"^\d$"]])),
         ".st-key-compare_mass .js-plotly-plot",
     ),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -71,12 +73,52 @@ def open_app(
     return at
 
 
+# each view's lazy tabs (`app.ui.widgets.lazy_tabs`): the session key that opens one of them
+TAB_KEYS = {
+    "compare": keys.COMPARE_TAB,
+    "group": keys.GROUP_TAB,
+    "oracle": keys.ORACLE_TAB,
+    "resample": keys.RESAMPLE_TAB,
+    "rollout": keys.ROLLOUT_TAB,
+    "trends": keys.TRENDS_TAB,
+    "tune": keys.TUNE_TAB,
+}
+
+
+def every_tab(at, page: str) -> Iterator[str]:
+    """Open each tab of view `page` in turn, the one open now last (a test that checks every section of a
+    view checks each tab's content): yields the label of the tab just opened. None on a view without tabs."""
+    labels = [t.label for t in at.tabs]
+    if not labels:
+        return
+    now = at.session_state[TAB_KEYS[page]]
+    for label in [*(label for label in labels if label != now), now]:
+        open_tab(at, TAB_KEYS[page], label)
+        yield label
+
+
+def open_tab(at, key: str, label: str):
+    """Open the tab labelled `label` of a view's lazy tabs (`app.ui.widgets.lazy_tabs`, session key `key`,
+    e.g. keys.TUNE_TAB), as a click on it does: the page is rerun with that tab's content drawn."""
+    at.session_state[key] = label
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def token_facts(at) -> list[str]:
+    """The lines of the token's facts beside "Why this credit" (token, class, logprob, entropy, value, tree
+    node, β): one text block (`app.ui.panels.why_this_credit`)."""
+    (facts,) = [b for b in text_blocks(at) if b.startswith("token ")]
+    return facts.splitlines()
+
+
 def text_blocks(at) -> list[str]:
     """The text of the page's monospace blocks (`app.ui.text.text_block`: a prompt, a response, a derivation,
-    a command line), unescaped: what the browser shows."""
-    prefix = '<pre class="cl-text-block"'
-    blocks = [h.value for h in at.html if h.value.startswith(prefix)]
-    return [html.unescape(b[b.index(">") + 1 : -len("</pre>")]) for b in blocks]
+    a command line), unescaped: what the browser shows. An html element may hold several, each under its
+    title (`app.ui.text.text_blocks`): every one of them, in order."""
+    block = re.compile(r'<pre class="cl-text-block"[^>]*>(.*?)</pre>', re.DOTALL)
+    return [html.unescape(b) for h in at.html for b in block.findall(h.value)]
 
 
 def decode(value):

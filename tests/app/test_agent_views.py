@@ -107,5 +107,5 @@ def test_group_view_of_the_agent_run_aligns_turns_and_trends_shows_credit_by_tur
     assert table["turn 2"].str.startswith("tool · not trained").any()
     assert table["turn 1"].str.startswith("assistant · A ").all()
     assert "Turns aligned" not in [s.value for s in open_app(app_db, "group", {"run": "demo"}).subheader]
-    trends = open_app(app_db, "trends", {"run": "agent", "est": "grpo"})
+    trends = open_app(app_db, "trends", {"run": "agent", "est": "grpo", "tab": "credit"})
     assert any("assistant turn index's share" in c.value for c in trends.caption)

@@ -7,9 +7,10 @@ import json
 
 import numpy as np
 
+from app import keys
 from backend.store import StoreHandle
 from backend.views import explorer
-from tests.app.conftest import chart, decode, open_app
+from tests.app.conftest import chart, decode, open_app, open_tab
 
 
 def table(at):
@@ -57,7 +58,7 @@ def test_sort_search_and_compare_change_the_table(app_db):
 
 
 def test_zero_variance_flag_filter(app_db):
-    at = open_app(app_db)
+    at = open_app(app_db, opened=(keys.EXPLORER_FILTERS_OPEN,))  # the filters' expander, as a user opens it
     at.radio(key="explorer_flag_zero_variance").set_value("yes").run()
     assert not at.exception
     frame = table(at)
@@ -67,16 +68,25 @@ def test_zero_variance_flag_filter(app_db):
 def test_trends_draw_the_backend_numbers_with_the_toolbar(app_db):
     at = open_app(app_db, "trends")
     assert [t.value for t in at.title] == ["Trends · demo"]
+    _every_chart_has_the_toolbar(at)  # the first tab: the rewards
     want = explorer.step_trends(StoreHandle(app_db), "demo", "grpo")
+    open_tab(at, keys.TRENDS_TAB, "Where credit goes")
     spec = chart(at, "trends_classes")
     names = [trace["name"] for trace in spec["data"]]
     assert "other" in names and "digits" in names
     digits = next(t for t in spec["data"] if t["name"] == "digits")
     np.testing.assert_allclose(np.asarray(decode(digits["y"]), dtype=float), want["share_digits"], rtol=1e-9)
+    _every_chart_has_the_toolbar(at)
+    open_tab(at, keys.TRENDS_TAB, "Length, entropy, KL, groups")
     length = chart(at, "trends_length")["data"][0]
     np.testing.assert_allclose(np.asarray(decode(length["y"]), dtype=float), want["length"])
     kl = chart(at, "trends_kl")
     assert len(kl["data"]) == 1  # the demo run has reference logprobs
+    _every_chart_has_the_toolbar(at)
+
+
+def _every_chart_has_the_toolbar(at) -> None:
+    assert at.get("plotly_chart")
     for element in at.get("plotly_chart"):
         assert json.loads(element.proto.config).get("displayModeBar") is True
 

@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from app import keys
 from backend.store import Store
-from tests.app.conftest import chart, heatmap_z, open_app, text_blocks
+from tests.app.conftest import chart, every_tab, heatmap_z, open_app, open_tab, text_blocks
 from tests.backend.ingest.trl_logs import DEMO_POLICY
 from tests.conftest import run_cli_here
 
@@ -275,6 +276,9 @@ def test_every_view_renders_the_multi_reward_run(trl_db, page):
     assert not at.exception, [e.message for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     assert "no scores for channel" not in _texts(at)
+    for label in every_tab(at, page):  # each tab's content is drawn only while it is open
+        assert not at.error, (label, [e.value for e in at.error])
+        assert "no scores for channel" not in _texts(at), label
     if page not in ("resample", "oracle", "runs"):
         picker = at.selectbox(key=f"{page}_channel")
         assert picker.options == [*CHANNELS, "all (sum, main)"]
@@ -290,7 +294,7 @@ def test_explorer_and_trends_show_credit_on_the_main_channel(trl_db):
     assert not at.exception
     # the table's credit is the final advantage's (issue 43): the channel picked does not change it
     assert np.allclose(at.dataframe[0].value["max_abs"], table["max_abs"])
-    at = _open(trl_db, "trends")
+    at = _open(trl_db, "trends", tab="behaviour")
     assert "advantages on all" in _texts(at)
     assert "summed score does not vary" in json.dumps(chart(at, "trends_groups"))  # not "zero all variance"
 
@@ -348,7 +352,9 @@ def test_tune_maximizes_the_chosen_channel(trl_db):
     assert {s.label for s in at.slider} >= {"β digits_reward", "β newline_reward"}
     at.selectbox(key="tune_channel").set_value("digits_reward").run()
     assert not at.exception
-    assert {s.label for s in at.slider} >= {"β digits_reward", "β newline_reward", "τ newline_reward"}
+    assert {s.label for s in at.slider} >= {"β digits_reward", "β newline_reward"}
+    open_tab(at, keys.TUNE_TAB, "Dual ascent replay · effect on the run")
+    assert "τ newline_reward" in {s.label for s in at.slider}
 
 
 def test_runs_page_changes_the_main_channel(trl_db):

@@ -15,7 +15,7 @@ def test_compute_button_stores_scores_and_the_estimator_becomes_available(app_db
         group = store.load_batch("demo", group_ids=[0])
     assert "gcpo" in registry.unavailable(group)
 
-    at = open_app(app_db, "resample", {"run": "demo", "rollout": "2"})
+    at = open_app(app_db, "resample", {"run": "demo", "rollout": "2", "tab": "model"})
     assert any("No model-based scores" in i.value for i in at.info)
     at.selectbox(key="resample_mc_method").set_value("gcpo")
     at.button(key="resample_mc_run").click().run()

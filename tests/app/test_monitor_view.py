@@ -17,7 +17,7 @@ from tests.backend.test_monitor import ONSET, monitor_records
 def test_trends_marks_the_alert_steps_and_lists_the_alerts_with_links(app_db):
     with Store(app_db) as store:
         import_records(store, "sick", monitor_records("truncation", seed=2), content_key="sick")
-    at = open_app(app_db, "trends", {"run": "sick"})
+    at = open_app(app_db, "trends", {"run": "sick", "tab": "behaviour"})
     assert not at.exception, at.exception
     want = monitor.run_monitors(StoreHandle(app_db), "sick", "grpo", prepare_missing=False)
     assert [a.step for a in want.alerts if a.detector == "truncation"] == [ONSET]
@@ -44,7 +44,7 @@ def test_the_charts_are_drawn_before_the_monitors_run(app_db, monkeypatch):
         raise RuntimeError("the monitors are still running")
 
     monkeypatch.setattr(monitor, "run_monitors", failing)
-    at = open_app(app_db, "trends", {"run": "slow"})
+    at = open_app(app_db, "trends", {"run": "slow", "tab": "behaviour"})
     assert any("still running" in e.value for e in at.error)
     assert "shapes" not in chart(at, "trends_unmarked_groups")["layout"]
     assert chart(at, "trends_unmarked_length")["data"]
@@ -56,13 +56,14 @@ def test_a_report_in_the_servers_cache_draws_each_chart_once(app_db, monkeypatch
     report is made to fail in the second session to see what was drawn before it was asked for."""
     with Store(app_db) as store:
         import_records(store, "sick", monitor_records("truncation", seed=2), content_key="sick")
-    assert chart(open_app(app_db, "trends", {"run": "sick"}), "trends_groups")["layout"]["shapes"]
+    first = open_app(app_db, "trends", {"run": "sick", "tab": "behaviour"})
+    assert chart(first, "trends_groups")["layout"]["shapes"]
 
     def failing(*args, **kwargs):
         raise RuntimeError("the cached report is not read in this test")
 
     monkeypatch.setattr(monitor_panel, "report", failing)
-    again = open_app(app_db, "trends", {"run": "sick"})
+    again = open_app(app_db, "trends", {"run": "sick", "tab": "behaviour"})
     assert any("not read in this test" in e.value for e in again.error)
     assert not [e.proto.id for e in again.get("plotly_chart")]  # nothing drawn before the report
 

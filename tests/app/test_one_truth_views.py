@@ -82,7 +82,8 @@ def test_compare_keeps_drawing_when_one_estimator_fails(app_db):
 def test_compare_credit_by_class_uses_the_runs_own_classes(app_db):
     with Store(app_db) as store:
         token_classes.save(store, "demo", (token_classes.TokenClass("answer digits", "regex", r"^\d$"),))
-    at = open_app(app_db, page="compare", query={"run": "demo", "rollout": str(ROLLOUT)}, opened=COMPARE_OPEN)
+    query = {"run": "demo", "rollout": str(ROLLOUT), "tab": "agreement"}  # the class shares' tab
+    at = open_app(app_db, page="compare", query=query, opened=COMPARE_OPEN)
     assert not at.exception, at.exception
     mass = at.dataframe[0].value
     assert set(mass.index) == {"answer digits", "other"}

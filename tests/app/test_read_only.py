@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app import access, actions, jobs
+from app import access, actions, jobs, keys
 from backend.store import Store, StoreHandle
 from tests.app.conftest import chart, heatmap_z, open_app
 from tests.conftest import make_records, run_cli_here, snapshot, write_jsonl
@@ -51,7 +51,8 @@ def test_resample_page_hides_the_run_button_and_still_shows_stored_values(read_o
     at = open_app(app_db, "resample", {"run": "demo", "rollout": "0"})
     assert any("resampling is switched off" in i.value for i in at.info)
     assert not {b.key for b in at.button} & {"resample_run", "resample_cancel"}
-    assert any("V̂(s_t)" in h.value for h in at.subheader)
+    assert at.session_state[keys.RESAMPLE_TAB] == "V̂(s_t) along the rollout"  # the first tab: the values
+    chart(at, "resample_values")
 
 
 def test_every_write_action_is_refused_server_side(read_only, app_db, tmp_path):

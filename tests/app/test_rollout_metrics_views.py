@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from app import keys
 from backend.ingest import import_path
 from backend.store import Store, StoreHandle
 from backend.views import explorer
@@ -28,7 +29,7 @@ def _table(at):
 
 def test_explorer_shows_and_filters_a_metric(app_db, tmp_path):
     db = _verl_store(app_db, tmp_path)
-    at = open_app(db, "explorer", {"run": "verl"})
+    at = open_app(db, "explorer", {"run": "verl"}, opened=(keys.EXPLORER_FILTERS_OPEN,))
     frame = _table(at)
     want = explorer.rollout_table(StoreHandle(db), "verl", explorer.ExplorerQuery(limit=None))
     assert "metric_acc" in frame.columns and "score_acc" not in frame.columns

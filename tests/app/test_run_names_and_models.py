@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from app import access
+from app import access, keys
 from backend.store import Store
-from tests.app.conftest import open_app
+from tests.app.conftest import open_app, open_tab
 from tests.conftest import make_records
 
 
@@ -67,6 +67,7 @@ def test_resample_says_in_place_that_the_model_folder_is_missing(writable, app_d
         for w in warnings
     ), warnings
     assert at.button(key="resample_run").disabled
-    subheaders = [s.value for s in at.subheader]
-    assert "V̂(s_t) along the rollout" in subheaders and "Model-based credit: OAR-P, OAR-G, GCPO" in subheaders
+    model_credit = "Model-based credit: OAR-P, OAR-G, GCPO"
+    assert [t.label for t in at.tabs] == ["V̂(s_t) along the rollout", model_credit]
+    open_tab(at, keys.RESAMPLE_TAB, model_credit)
     assert any("Model-based scores are off for this run" in i.value for i in at.info)

@@ -36,7 +36,7 @@ def test_trends_percent_axes_read_small_shares_and_an_unknown_share_says_so(app_
 
     from tests.app.conftest import chart, decode  # noqa: PLC0415
 
-    at = open_app(app_db, "trends", {"run": "demo"})
+    at = open_app(app_db, "trends", {"run": "demo", "tab": "behaviour"})
     repetition = chart(at, "trends_repetition")
     values = np.asarray(decode(repetition["data"][0]["y"]), dtype=float)
     assert 0 < np.nanmax(values) < 0.05  # small shares: ".0%" ticks read 0% everywhere

@@ -10,11 +10,11 @@ from app import keys
 from app.ui import tuned_beta
 from backend.store import store_handle
 from backend.views import tune
-from tests.app.conftest import TUNE_OPEN, chart, decode, open_app
+from tests.app.conftest import TUNE_OPEN, chart, decode, open_app, open_tab
 
 
 def test_tune_view_draws_the_commands_replay_from_the_first_step(app_db):
-    at = open_app(app_db, "tune", {"run": "demo", "rollout": "0"}, opened=TUNE_OPEN)
+    at = open_app(app_db, "tune", {"run": "demo", "rollout": "0", "tab": "replay"}, opened=TUNE_OPEN)
     figure = chart(at, "tune_replay")
     steps = {x for trace in figure["data"] for x in decode(trace["x"])}
     assert min(steps) == 0  # before: the β0 row sat at step −1
@@ -40,7 +40,8 @@ def test_tune_view_draws_the_commands_replay_from_the_first_step(app_db):
 
 
 def test_apply_sets_the_tuned_beta_for_every_view_and_the_url(app_db):
-    at = open_app(app_db, "tune", {"run": "demo", "rollout": "0", "eta": "3.3"}, opened=TUNE_OPEN)
+    query = {"run": "demo", "rollout": "0", "eta": "3.3", "tab": "replay"}
+    at = open_app(app_db, "tune", query, opened=TUNE_OPEN)
     last = at.dataframe[0].value.iloc[-1]  # β per channel at the last step
     assert last.max() > 3  # beyond the old sliders' end
     at.button(key="tune_apply_replayed").click().run()
@@ -63,3 +64,19 @@ def test_tuned_beta_round_trips_through_the_url():
     assert text == "format:2.95,task:1"
     assert tuned_beta.decode(text) == {"format": 2.95, "task": 1.0}
     assert tuned_beta.decode("format:-1") is None and tuned_beta.decode("oops") is None
+
+
+def test_apply_keeps_the_sliders_beta_of_the_channels_the_replay_does_not_set(app_db):
+    """The replay sets the constrained channels' β; every other channel keeps its slider's β, though the
+    sliders are not drawn while the replay's tab is open (`widgets.lazy_tabs`)."""
+    at = open_app(app_db, "tune", {"run": "demo", "rollout": "0"})
+    at.slider(key=keys.tune_beta("task")).set_value(2.0).run()  # task: the estimator's channel, no τ
+    assert not at.exception
+    open_tab(at, keys.TUNE_TAB, "Dual ascent replay · effect on the run")
+    assert keys.tune_tau("task") not in {s.key for s in at.slider}
+    at.button(key="tune_apply_replayed").click().run()
+    assert not at.exception
+    assert at.session_state[keys.TUNE_TAB] == "β per channel"  # Apply shows the sliders it set
+    assert at.slider(key=keys.tune_beta("task")).value == pytest.approx(2.0)
+    url = at.query_params[keys.URL_TUNED]
+    assert tuned_beta.decode(url[0] if isinstance(url, list) else url)["task"] == pytest.approx(2.0)

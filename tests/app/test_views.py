@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from app import keys
 from backend.credit import token_classes
 from backend.evaluation.calibration import calibration, off_policy_note
 from backend.models import engine_note
@@ -19,9 +20,12 @@ from tests.app.conftest import (
     TUNE_OPEN,
     chart,
     decode,
+    every_tab,
     heatmap_z,
     open_app,
+    open_tab,
     text_blocks,
+    token_facts,
 )
 from tests.app.test_one_truth_views import heatmap_row
 from tests.conftest import make_records, write_jsonl
@@ -88,13 +92,14 @@ def test_url_selects_run_and_rollout_and_shows_true_credit(app_db):
 
 def test_token_position_changes_why_this_credit(app_db):
     at = open_app(app_db, "rollout", {"run": "oracle", "rollout": "0"})
-    first = [t.value for t in at.text]
+    first = token_facts(at)
     at.number_input(key="rollout_pos").set_value(3).run()
     assert not at.exception
     assert at.query_params["pos"] in ("3", ["3"])
-    assert [t.value for t in at.text] != first
+    assert token_facts(at) != first
     assert "token 3" in [h.value for h in at.subheader if h.value.startswith("Why")][0]
-    assert any("no value source" in t.value for t in at.text)  # the oracle run stores no critic values
+    facts = token_facts(at)
+    assert any("no value source" in line for line in facts)  # the oracle run stores no critic values
     assert chart(at, "rollout_heatmap")["layout"]["shapes"][0]["name"] == "selected 3"
 
 
@@ -103,15 +108,19 @@ def test_group_view_aligned_rows_and_prefix_tree(app_db):
     assert titles(at) == ["Group 0"]
     z = heatmap_z(chart(at, "group_heatmap"))
     assert z.shape[0] == 8  # one row per response of the group, cells sized to their tokens
-    tree = chart(at, "group_tree")
-    assert tree["data"][0]["type"] == "icicle"
     at.selectbox(key="group_estimator").set_value("entropy").run()
     assert not np.allclose(np.nan_to_num(z), np.nan_to_num(heatmap_z(chart(at, "group_heatmap"))))
+    open_tab(at, keys.GROUP_TAB, "Prefix tree")
+    tree = chart(at, "group_tree")
+    assert tree["data"][0]["type"] == "icicle"
 
 
 def test_compare_view_multiples_agreement_mass(app_db):
     at = open_app(app_db, "compare", {"run": "oracle", "rollout": "0"}, opened=COMPARE_OPEN)
-    for key in ("compare_multiples", "compare_difference", "compare_agreement", "compare_mass"):
+    for key in ("compare_multiples", "compare_difference"):
+        chart(at, key)
+    open_tab(at, keys.COMPARE_TAB, "Rank agreement · credit mass by class")
+    for key in ("compare_multiples", "compare_agreement", "compare_mass"):
         chart(at, key)
     mass = at.dataframe[0].value
     assert set(mass.columns) == {"grpo", "entropy", "prefix_tree"}
@@ -123,7 +132,12 @@ def test_compare_view_multiples_agreement_mass(app_db):
 
 
 def test_compare_parameter_form_changes_result(app_db):
-    at = open_app(app_db, "compare", {"run": "oracle", "rollout": "0", "ests": "grpo,entropy"})
+    at = open_app(
+        app_db,
+        "compare",
+        {"run": "oracle", "rollout": "0", "ests": "grpo,entropy"},
+        opened=(keys.form_open(keys.COMPARE_FORM),),
+    )
     before = chart(at, "compare_multiples")
     at.slider(key="compare_cfg_entropy_p").set_value(3.0).run()
     assert not at.exception
@@ -145,7 +159,7 @@ def test_tune_beta_slider_changes_heatmap_and_shares(app_db):
 
 
 def test_tune_dual_ascent_replay_reacts_to_tau_and_eta(app_db):
-    at = open_app(app_db, "tune", {"run": "demo", "rollout": "0"}, opened=TUNE_OPEN)
+    at = open_app(app_db, "tune", {"run": "demo", "rollout": "0", "tab": "replay"}, opened=TUNE_OPEN)
     table = at.dataframe[0].value
     assert len(table) >= 2
     at.slider(key="tune_eta").set_value(5.0).run()
@@ -154,9 +168,11 @@ def test_tune_dual_ascent_replay_reacts_to_tau_and_eta(app_db):
 
 
 def test_tune_replay_starts_from_the_current_beta(app_db):
-    at = open_app(app_db, "tune", {"run": "demo", "rollout": "0"}, opened=TUNE_OPEN)
+    at = open_app(app_db, "tune", {"run": "demo", "rollout": "0", "tab": "replay"}, opened=TUNE_OPEN)
     table = at.dataframe[0].value
+    open_tab(at, keys.TUNE_TAB, "β per channel")
     at.slider(key="tune_beta_style").set_value(2.5).run()
+    open_tab(at, keys.TUNE_TAB, "Dual ascent replay · effect on the run")  # the slider's β, its tab closed
     at.button(key="tune_replay_button").click().run()
     assert not at.exception
     assert any(c.value.startswith("Starts from β") and "style 2.5" in c.value for c in at.caption)
@@ -171,9 +187,11 @@ def test_tune_compares_against_the_default_beta_and_applies_the_replayed_beta(ap
     assert not any(t.startswith("true credit") for t in ticks)  # ground truth has no β
     bands = [np.asarray(decode(t["z"]), dtype=float) for t in chart(at, "tune_baseline_heatmap")["data"]]
     assert max(np.nanmax(np.abs(z)) for z in bands) > 0  # β style 2 against its default: style differs
+    open_tab(at, keys.TUNE_TAB, "Dual ascent replay · effect on the run")
     last = float(at.dataframe[0].value["style"].iloc[-1])  # the replay's β at its last step
     at.button(key="tune_apply_replayed").click().run()
     assert not at.exception
+    assert at.session_state[keys.TUNE_TAB] == "β per channel"  # Apply shows the sliders it set
     # the tuned β, not clamped to the sliders' old end (3), in the URL's 4 significant digits
     assert at.slider(key="tune_beta_style").value == pytest.approx(last, rel=1e-3)
 
@@ -213,6 +231,8 @@ def test_resample_suggestions_fill_positions(app_db):
 
 def test_oracle_view_metrics_table(app_db):
     at = open_app(app_db, "oracle", {"run": "oracle", "rollout": "0", "ests": "grpo,entropy"})
+    chart(at, "oracle_chart")  # the chart first, the table in its own tab
+    open_tab(at, keys.ORACLE_TAB, "The numbers")
     table = at.dataframe[0].value
     assert list(table["estimator"]) == ["grpo", "entropy"]
     needs_model = [c.value for c in at.caption if "needs a model" in c.value]
@@ -265,17 +285,22 @@ def test_runs_delete_needs_confirmation(app_db):
 @pytest.mark.parametrize("page", ["rollout", "group", "compare", "tune", "resample"])
 def test_hostile_text_is_escaped_everywhere(app_db, page):
     at = open_app(app_db, page, {"run": "hostile", "rollout": "0"})
+    for _ in every_tab(at, page):  # each tab's content is drawn only while it is open
+        _no_hostile_markup(at, page)
+    if page == "rollout":
+        spec = chart(at, "rollout_heatmap")
+        assert any("&lt;script&gt;" in str(t) for t in spec["data"][-1]["customdata"])
+        assert any(SCRIPT in v for v in text_blocks(at))  # shown verbatim, as text
+        assert not any(SCRIPT in h.value for h in at.html)  # every < escaped in what the browser is sent
+
+
+def _no_hostile_markup(at, page: str) -> None:
     for element in at.markdown:
         assert SCRIPT not in element.value and IMG not in element.value
         assert not getattr(element.proto, "allow_html", False) or "<" not in element.value
     for c in at.get("plotly_chart"):
         raw = c.proto.spec
         assert "<script" not in raw and "<img" not in raw, page
-    if page == "rollout":
-        spec = chart(at, "rollout_heatmap")
-        assert any("&lt;script&gt;" in str(t) for t in spec["data"][-1]["customdata"])
-        assert any(SCRIPT in v for v in text_blocks(at))  # shown verbatim, as text
-        assert not any(SCRIPT in h.value for h in at.html)  # every < escaped in what the browser is sent
 
 
 def test_runs_table_shows_hostile_prompt_as_text(app_db):
@@ -353,7 +378,8 @@ def test_token_classes_in_a_link_are_used_and_stay_in_the_url(app_db):
         token_classes.TokenClass("carry word", "phrases", "carry"),
     )
     link = token_classes.to_link(classes)
-    at = open_app(app_db, "compare", {"run": "demo", "rollout": "352", "classes": link}, opened=COMPARE_OPEN)
+    query = {"run": "demo", "rollout": "352", "classes": link, "tab": "agreement"}
+    at = open_app(app_db, "compare", query, opened=COMPARE_OPEN)
     assert set(at.dataframe[0].value.index) == {"answer digits", "carry word", "other"}
     assert at.query_params["classes"] in ([link], link)
     assert not at.warning
@@ -363,7 +389,8 @@ def test_token_classes_in_a_link_are_used_and_stay_in_the_url(app_db):
     assert not at.exception
     assert at.query_params["classes"] in ([link], link)
     at.number_input(key="rollout_pos").set_value(0).run()
-    assert any(t.value.startswith("class") and t.value.split()[-1] in ("digits", "other") for t in at.text)
+    facts = token_facts(at)
+    assert any(line.startswith("class") and line.split()[-1] in ("digits", "other") for line in facts)
 
 
 def test_a_link_with_a_bad_token_class_warns_and_uses_the_runs_classes(app_db):
@@ -376,6 +403,7 @@ def test_a_link_with_a_bad_token_class_warns_and_uses_the_runs_classes(app_db):
     assert "classes=" in warning and "broken" in warning and "not a regex" in warning
     for key in COMPARE_OPEN:
         at.session_state[key] = True
+    at.session_state[keys.COMPARE_TAB] = "Rank agreement · credit mass by class"
     at.switch_page("../pages/compare.py").run()
     assert not at.exception
     assert "digits" in set(at.dataframe[0].value.index)  # the defaults of the demo run
@@ -383,14 +411,18 @@ def test_a_link_with_a_bad_token_class_warns_and_uses_the_runs_classes(app_db):
 
 
 @pytest.mark.parametrize(
-    ("page", "opened"),
-    [("compare", COMPARE_OPEN), ("tune", TUNE_OPEN), ("trends", ("trends_numbers_open",))],
+    ("page", "tab", "opened"),
+    [
+        ("compare", "agreement", COMPARE_OPEN),
+        ("tune", "replay", TUNE_OPEN),
+        ("trends", None, ("trends_numbers_open",)),
+    ],
 )
-def test_a_fresh_load_sends_no_table_a_closed_expander_hides(app_db, page, opened):
+def test_a_fresh_load_sends_no_table_a_closed_expander_hides(app_db, page, tab, opened):
     """A table in a closed expander was mounted and drawn on every fresh load (Compare 5.1 s with its class
     editor and share table, 4.0 s without): those expanders draw their content only once opened
-    (`widgets.lazy_expander`), and opening one shows it."""
-    at = open_app(app_db, page, {"run": "demo", "rollout": "0"})
+    (`widgets.lazy_expander`), and opening one shows it (in the tab that holds it)."""
+    at = open_app(app_db, page, {"run": "demo", "rollout": "0", **({"tab": tab} if tab else {})})
     assert not at.dataframe, [d.value.columns.tolist() for d in at.dataframe]
     for key in opened:
         at.session_state[key] = True

@@ -356,6 +356,12 @@ HEATMAP_Z = (
 )
 
 
+def open_tab(page, label: str) -> None:
+    """Click the tab labelled `label` of a view's lazy tabs (`app.ui.widgets.lazy_tabs`: its content is drawn
+    by the rerun the click asks for) and wait until that run is drawn."""
+    after(page, lambda: page.get_by_role("tab", name=label, exact=True).click())
+
+
 def wait_heatmap_change(page, key: str, before: str) -> None:
     """Wait until the heatmap `key` is drawn again with other values than `before`."""
     page.wait_for_function(

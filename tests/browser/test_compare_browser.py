@@ -24,7 +24,7 @@ def agreement(page) -> dict[tuple[str, str], str]:
 
 
 def test_adding_a_third_estimator_keeps_the_first_two(page):
-    open_view(page, "compare?run=demo&rollout=3&ests=grpo,entropy")
+    open_view(page, "compare?run=demo&rollout=3&ests=grpo,entropy&tab=agreement")  # agreement and mass
     before_bars, before_rho = bars(page), agreement(page)
     assert list(before_bars) == ["grpo", "entropy"]
     box = page.locator(".st-key-compare_estimators input")

@@ -72,7 +72,27 @@ def test_model_text_is_inert_and_readable(page, path, heatmap, text_panel):
     else:
         label = hover_text(page, "compare_multiples", col=0)
         assert XSS_SCRIPT in label
-    if heatmap == "rollout_heatmap":  # "why this credit" names token 0 verbatim
-        assert any(XSS_SCRIPT in t for t in page.locator("[data-testid=stText]").all_inner_texts())
+    if heatmap == "rollout_heatmap":  # "why this credit" names token 0 verbatim, in the token's facts
+        blocks = page.locator("pre.cl-text-block").all_inner_texts()
+        assert any(t.startswith("token") and XSS_SCRIPT in t for t in blocks), blocks
+    settle(page)
+    assert page.evaluate(INJECTED) == CLEAN
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "rollout?run=hostile&rollout=0&tab=strips",
+        "group?run=hostile&rollout=0&tab=tree",
+        "compare?run=hostile&rollout=0&tab=agreement",
+        "resample?run=hostile&rollout=0&tab=model",
+    ],
+)
+def test_model_text_is_inert_in_every_tab(page, path):
+    """A view draws one tab at a time (`widgets.lazy_tabs`): the tabs a fresh load leaves closed, opened by a
+    link, show the model's text as inert as the first."""
+    open_view(page, path)
+    page.wait_for_selector(".js-plotly-plot .main-svg")
+    assert "tab=" + path.split("tab=")[1] in page.url
     settle(page)
     assert page.evaluate(INJECTED) == CLEAN

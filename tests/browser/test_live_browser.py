@@ -34,7 +34,8 @@ def test_watch_serves_a_page_that_follows_the_run_and_ctrl_c_stops_it(browser, b
         assert url.endswith("/trends?run=live&live=1"), url
         page = context.new_page()
         page.set_default_timeout(60_000)
-        page.goto(url)  # before the trainer wrote a step: the page waits for the run
+        # before the trainer wrote a step: the page waits for the run; the link opens the length chart's tab
+        page.goto(f"{url}&tab=behaviour")
         page.wait_for_function(SIDEBAR_SAYS, arg="Waiting for run live", timeout=90_000)
         page.evaluate("window.sameDocument = true")  # gone if the page were reloaded
         for step in range(6):

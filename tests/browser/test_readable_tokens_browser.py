@@ -148,7 +148,7 @@ CLASSES = [["carry word", "phrases", "carry"], ["answer digits", "regex", "^\\d$
 
 def test_a_link_with_token_classes_restores_them(page):
     link = quote(json.dumps(CLASSES))
-    open_view(page, f"compare?run=demo&rollout=3&classes={link}")
+    open_view(page, f"compare?run=demo&rollout=3&tab=agreement&classes={link}")  # the class-mass tab
     page.wait_for_selector(".st-key-compare_mass .js-plotly-plot")
     bars = page.evaluate(
         "() => document.querySelector('.st-key-compare_mass .js-plotly-plot').data"
@@ -164,7 +164,7 @@ def test_a_link_with_token_classes_restores_them(page):
 
 def test_a_link_with_a_class_that_cannot_be_used_warns_and_falls_back(page):
     bad = quote(json.dumps([["fine", "regex", "a"], ["broken", "regex", "("]]))
-    open_view(page, f"compare?run=demo&rollout=3&classes={bad}")
+    open_view(page, f"compare?run=demo&rollout=3&tab=agreement&classes={bad}")
     page.wait_for_selector(".st-key-compare_mass .js-plotly-plot")
     text = "\n".join(
         page.locator("[data-testid=stAlert]").filter(has_text="cannot be honoured").all_inner_texts()

@@ -1,5 +1,6 @@
 """Tune's "Apply the replayed β" in a real browser: the replay is a fragment, so only a browser shows
-whether the applied β reaches the sliders (drawn by another fragment), the URL and the heatmap."""
+whether the applied β reaches the sliders (drawn by another fragment, in the other tab), the URL and the
+heatmap."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 
 import pytest
 
-from tests.browser.conftest import HEATMAP_Z, after, open_view, wait_heatmap_change
+from tests.browser.conftest import HEATMAP_Z, after, open_tab, open_view, wait_heatmap_change
 
 pytestmark = pytest.mark.browser
 
@@ -26,16 +27,24 @@ def offered(page) -> dict[str, float]:
 def test_apply_sets_the_sliders_the_url_and_the_heatmap_unclamped(page):
     """Issue 43: the sliders reach any β the replay produces (they stopped at 3 and clamped before), and the
     applied β is the session's tuned β, in the URL as `tuned=channel:β,...` with 4 significant digits."""
-    # a large η drives some replayed β above 3, where the sliders used to stop
-    open_view(page, "tune?run=demo&rollout=0&eta=10.0")
+    # a large η drives some replayed β above 3, where the sliders used to stop; a link to the replay's tab
+    open_view(page, "tune?run=demo&rollout=0&eta=10.0&tab=replay")
     page.wait_for_selector(".st-key-tune_apply_replayed button")
+    assert "tab=replay" in page.url
+    assert page.locator(".st-key-tune_heatmap").count() == 0  # the β tab is drawn only once opened
+    open_tab(page, "β per channel")
     page.wait_for_selector(".st-key-tune_heatmap .js-plotly-plot")
+    assert "tab=" not in page.url  # the first tab: the link leaves it out
+    before = page.evaluate(HEATMAP_Z, "tune_heatmap")
+    open_tab(page, "Dual ascent replay · effect on the run")
+    page.wait_for_selector(".st-key-tune_apply_replayed button")
+    assert "tab=replay" in page.url
     offer = offered(page)
     assert any(b > 3 for b in offer.values()), offer
-    before = page.evaluate(HEATMAP_Z, "tune_heatmap")
-    # the fragment's callback, then the whole page's rerun: `after` waits for the last of them
+    # the fragment's callback, then the whole page's rerun on the β tab: `after` waits for the last of them
     after(page, lambda: page.locator(".st-key-tune_apply_replayed button").click())
     wait_heatmap_change(page, "tune_heatmap", before)
+    assert "tab=" not in page.url
     tuned = page.evaluate("() => new URL(location.href).searchParams.get('tuned')")
     in_url = {c: float(b) for c, b in (pair.split(":") for pair in tuned.split(","))}
     for channel, beta in offer.items():
