@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from backend.core.errors import InputError
-from backend.ingest import fast_jsonl, fast_parquet
+from backend.ingest import arrow_jsonl, fast_jsonl, fast_parquet
 from backend.ingest.records import ChunkBuffer, validate_record
 from backend.ingest.sources import read_batches, record_key
 from backend.ingest.tokenize import Tokenizer
@@ -56,26 +56,65 @@ def stage_jsonl(
     chunk_records: int,
     chunk_tokens: int,
 ) -> tuple[int, int, str, int]:
-    """Native JSONL, a chunk of lines at a time (`fast_jsonl`); records already in the run are skipped."""
+    """Native JSONL a block of lines at a time: parsed by pyarrow where the block allows it (`arrow_jsonl`),
+    else line by line (`fast_jsonl`); records already in the run are skipped."""
     first_id = buffer.next_rollout_id
-    n_tokens = skipped = 0
+    n_tokens = skipped = index = 0
     tokenization = "ids"
-    for lines in fast_jsonl.iter_chunks(path, bar, chunk_records, chunk_tokens):
-        fresh = []
-        for line in lines:
-            if line.key is not None and line.key in seen:
-                skipped += 1
-                continue
-            if line.key is not None:
-                seen.add(line.key)
-            fresh.append(line)
-        if not fresh:
+    for block in arrow_jsonl.iter_blocks(path):
+        staged = _stage_block(block, path, index, buffer, tokenizer, insert, seen)
+        if staged is not None:
+            n_tokens, skipped, index = n_tokens + staged[0], skipped + staged[1], index + len(block.starts)
+            if bar is not None:
+                bar(len(block.data))
             continue
-        tables, how = fast_jsonl.convert_chunk(fresh, buffer, path, tokenizer)
-        tokenization = how if how != "ids" else tokenization
-        n_tokens += _tokens(tables)
-        insert(tables)
+        lines = block.raw_lines()
+        for chunk in fast_jsonl.iter_chunks(lines, path, index, bar, chunk_records, chunk_tokens):
+            index += len(chunk)
+            fresh = []
+            for line in chunk:
+                if line.key is not None and line.key in seen:
+                    skipped += 1
+                    continue
+                if line.key is not None:
+                    seen.add(line.key)
+                fresh.append(line)
+            if not fresh:
+                continue
+            tables, how = fast_jsonl.convert_chunk(fresh, buffer, path, tokenizer)
+            tokenization = how if how != "ids" else tokenization
+            n_tokens += _tokens(tables)
+            insert(tables)
     return buffer.next_rollout_id - first_id, n_tokens, tokenization, skipped
+
+
+def _stage_block(
+    block: arrow_jsonl.Block,
+    path: Path,
+    index: int,
+    buffer: ChunkBuffer,
+    tokenizer: Tokenizer,
+    insert,
+    seen: set[int],
+) -> tuple[int, int] | None:
+    """(tokens, skipped) of a block the pyarrow path took (its records from number `index` on), or None,
+    with nothing staged, for one the line-by-line path must read."""
+    try:
+        table, keys = arrow_jsonl.parse_block(block, path.name, index)
+    except fast_parquet.Unsupported:
+        return None
+    fresh = np.array([key not in seen for key in keys.tolist()], dtype=bool)
+    if not fresh.all():
+        table, keys = table.filter(pa.array(fresh)).combine_chunks(), keys[fresh]
+    if not len(keys):
+        return 0, len(fresh)
+    batch, meta = arrow_jsonl.to_batch(table, tokenizer)
+    tables = fast_jsonl.convert_batch(batch, meta, keys, buffer, path)
+    if tables is None:
+        return None
+    seen.update(keys.tolist())
+    insert(tables)
+    return _tokens(tables), int(len(fresh) - len(keys))
 
 
 def _parquet_keys(file_hash: str | None, path: Path, offset: int, n: int) -> np.ndarray:
