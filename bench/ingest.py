@@ -1,6 +1,16 @@
-"""`python -m bench ingest [--tokens N]`: import speed of a native Parquet run, against naive inserts.
+"""`python -m bench ingest [--tokens N]`: import speed of every format against pyarrow's parse of the same
+files, and of a native Parquet run against naive inserts.
 
 Measured in one run:
+- every import format on a run of `--format-tokens` tokens (ragged responses, groups of 8, 64 groups a
+  step): native JSONL and native Parquet (token ids, logprobs, entropies, two channels), NeMo-RL,
+  prime-rl and RL Logging Board token dumps and a verl rollout dump (text only: simple tokenization),
+  each written as its trainer writes it. Each import runs in its own process (`creditlens import`'s
+  steps: open the store, import, close it), timed from after the process's imports, with its peak RSS;
+  pyarrow's own parse of the same files (`pyarrow.json.read_json`, `pyarrow.parquet.read_table`) runs
+  in a process of its own too. The time spent turning text into token ids and labels (the tokenizer's
+  `encode` and `display`, RL Logging Board's token strings to ids) is timed apart, inside the import;
+  the one-record row is the import's fixed cost (store, migrations, run rows, summary);
 - the importer (`import_path`, vectorized Parquet path, staged chunks) on a ~10M-token run;
 - a naive row-by-row insert (one INSERT per rollout with python lists) on a 50k-token slice;
 - the storage layout question: one row per rollout with LIST columns (what the store uses) against a
@@ -19,14 +29,17 @@ import multiprocessing
 import resource
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.json as pj
 import pyarrow.parquet as pq
 
-from backend.ingest import import_path
+from backend.ingest import import_path, token_dumps
+from backend.ingest.tokenize import Tokenizer
 from backend.store import Store
 
 
@@ -161,6 +174,298 @@ def trl_comparison(tmp: Path, rollouts: int) -> None:
         )
 
 
+# --- every format against pyarrow's parse of the same files ------------------------------------------
+
+
+def _responses(total_tokens: int, seed: int, group: int = 8, mean_len: int = 512):
+    """(rollout, step, group key, response length) of a run of about `total_tokens` response tokens."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(
+        mean_len // 4, mean_len * 7 // 4, size=group * -(-total_tokens // (mean_len * group))
+    )
+    for i, n in enumerate(lengths.tolist()):
+        yield i, i // (group * 64), i // group, n, rng
+
+
+def _floats(rng, n: int) -> list[float]:
+    """Log-probabilities as a trainer logs them: float32 values written as python floats."""
+    return (-rng.exponential(1.0, size=n).astype(np.float32)).tolist()
+
+
+def write_native(folder: Path, total_tokens: int, seed: int = 0) -> tuple[Path, Path]:
+    """The same native run as JSONL (`json.dumps` per record) and as Parquet."""
+    records = []
+    for _, step, group, n, rng in _responses(total_tokens, seed):
+        records.append(
+            {
+                "prompt": f"prompt {group}",
+                "response": "...",
+                "step": step,
+                "token_ids": rng.integers(0, 50_000, size=n).tolist(),
+                "logprobs": _floats(rng, n),
+                "entropies": (rng.exponential(1.0, size=n).astype(np.float32)).tolist(),
+                "rewards": {"task": float(rng.integers(0, 2)), "style": -float(rng.integers(0, 2))},
+            }
+        )
+    jsonl, parquet = folder / "native.jsonl", folder / "native.parquet"
+    with open(jsonl, "w") as out:
+        for record in records:
+            out.write(json.dumps(record) + "\n")
+    table = pa.Table.from_pylist(records)
+    for name in ("logprobs", "entropies"):
+        table = table.set_column(
+            table.schema.get_field_index(name), name, table.column(name).cast(pa.list_(pa.float32()))
+        )
+    pq.write_table(table, parquet)
+    return jsonl, parquet
+
+
+def write_nemo_rl(folder: Path, total_tokens: int, seed: int = 1) -> Path:
+    """`train_data_step{N}.jsonl`: every field a batch of one, the sequence right-padded to a multiple of 8
+    (`tests/backend/ingest/test_token_formats.py` has the source lines)."""
+    folder.mkdir()
+    files: dict[int, list[str]] = {}
+    for _, step, group, n, rng in _responses(total_tokens, seed):
+        prompt = (np.arange(24) + group).tolist()
+        width = -(-(24 + n) // 8) * 8
+        pad = width - 24 - n
+        ids = prompt + rng.integers(0, 50_000, size=n).tolist() + [0] * pad
+        mask = [0] * 24 + [1] * n + [0] * pad
+        generation = [0.0] * 24 + _floats(rng, n) + [0.0] * pad
+        previous = [0.0] + _floats(rng, width - 1)
+        reward = float(rng.integers(0, 2))
+        sample = {
+            "content": [[f"Q{group}: what is 2 + {group}?", "the answer is 4", "Environment: correct"]],
+            "rewards": [reward],
+            "input_lengths": [24 + n],
+            "token_ids": [ids],
+            "token_loss_mask": [mask],
+            "sample_loss_mask": [1.0],
+            "advantages": [[reward - 0.5] * width],
+            "generation_logprobs": [generation],
+            "prev_logprobs": [previous],
+        }
+        lines = files.setdefault(step + 1, [])
+        lines.append(json.dumps({**sample, "idx": len(lines)}, default=str))
+    for step, lines in files.items():
+        (folder / f"train_data_step{step}.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def write_prime_rl(folder: Path, total_tokens: int, seed: int = 2) -> Path:
+    """`token_exports/step_<N>/rank_0.jsonl` and `STABLE`: one sample a line, prompt and completion
+    packed, compact separators (`tests/backend/ingest/test_token_formats.py` has the source lines)."""
+    steps: dict[int, list[str]] = {}
+    for i, step, group, n, rng in _responses(total_tokens, seed):
+        width = 24 + n
+        advantage = float(np.float32(rng.integers(0, 2) - 0.5))
+        record = {
+            "schema_version": 1,
+            "step": step + 1,
+            "rank": 0,
+            "micro_step": 0,
+            "micro_sequence_idx": i,
+            "export_sequence_idx": i,
+            "env_name": "math",
+            "token_ids": (np.arange(24) + group).tolist() + rng.integers(0, 50_000, size=n).tolist(),
+            "position_ids": list(range(width)),
+            "loss_mask": [False] * 24 + [True] * n,
+            "advantages": [0.0] * 24 + [advantage] * n,
+            "inference_logprobs": [0.0] * 24 + _floats(rng, n),
+            "trainer_logprobs": _floats(rng, width),
+            "entropy": (rng.exponential(1.0, size=width).astype(np.float32)).tolist(),
+        }
+        steps.setdefault(step + 1, []).append(json.dumps(record, separators=(",", ":"), allow_nan=False))
+    for step, lines in steps.items():
+        step_dir = folder / "token_exports" / f"step_{step}"
+        step_dir.mkdir(parents=True)
+        (step_dir / "rank_0.jsonl").write_text("\n".join(lines) + "\n")
+        (step_dir / "STABLE").touch()
+    return folder
+
+
+def write_rl_logging_board(folder: Path, total_tokens: int, seed: int = 3) -> Path:
+    """A folder of `*.jsonl`, one line per response with `convert_ids_to_tokens` strings and the per-token
+    lists (`tests/backend/ingest/test_token_formats.py` has the source lines)."""
+    folder.mkdir()
+    with open(folder / "rank0.jsonl", "w", encoding="utf8") as out:
+        for _, step, group, n, rng in _responses(total_tokens, seed):
+            logprobs = _floats(rng, n)
+            reward = float(rng.integers(0, 2))
+            line = {
+                "prompt": f"<PAD>prompt {group}",
+                "response": "the answer is 4<PAD>",
+                "response_tokens": [f"Ġt{t}" for t in rng.integers(0, 50_000, size=n).tolist()] + ["<PAD>"],
+                "logprobs": logprobs,
+                "ref_logprobs": _floats(rng, n),
+                "values": rng.uniform(-1, 1, size=n).tolist(),
+                "token_rewards": [0.0] * (n - 1) + [reward],
+                "reward": reward,
+                "step": step,
+            }
+            out.write(json.dumps(line, ensure_ascii=False) + "\n")
+    return folder
+
+
+_WORDS = np.array(["the", "sum", "is", "carry", "1", "12", "so", "answer", "=", "+", "\n", "####", ","])
+
+
+def write_verl(folder: Path, total_tokens: int, seed: int = 4) -> Path:
+    """`{step}.jsonl` as verl's `_write_generations` writes it: decoded text, no token ids (a token here
+    is a word or a sign, what simple tokenization finds)."""
+    folder.mkdir()
+    files: dict[int, list[str]] = {}
+    for _, step, group, n, rng in _responses(total_tokens, seed):
+        words = _WORDS[rng.integers(0, len(_WORDS), size=n)]
+        entry = {
+            "input": f"question {group}: what is {group} + 7?",
+            "output": " ".join(words),
+            "gts": str(group + 7),
+            "score": float(rng.integers(0, 2)),
+            "step": step + 1,
+        }
+        files.setdefault(step + 1, []).append(json.dumps(entry, ensure_ascii=False, default=str))
+    for step, lines in files.items():
+        (folder / f"{step}.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def _tokenization_timer() -> Callable[[], float]:
+    """Time spent turning text into token ids and labels from here on (the wrapped functions' total)."""
+    spent = [0.0]
+
+    def timed(fn):
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[0] += time.perf_counter() - start
+
+        return wrapper
+
+    Tokenizer.encode = timed(Tokenizer.encode)
+    Tokenizer.display = timed(Tokenizer.display)
+    token_dumps._board_ids = timed(token_dumps._board_ids)
+    return lambda: spent[0]
+
+
+def _peak_rss_mb() -> float:
+    """This process's own peak RSS (VmHWM: `ru_maxrss` of a spawned child counts its parent's at the fork)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _timed_format_import(source: str, db: str, fmt: str, queue) -> None:
+    tokenization = _tokenization_timer()
+    start = time.perf_counter()
+    with Store(db) as store:
+        report = import_path(store, source, "bench", fmt=fmt)
+    seconds = time.perf_counter() - start
+    queue.put((report.records, report.tokens, seconds, tokenization(), _peak_rss_mb()))
+
+
+def _timed_store_write(parquet: str, db: str, queue) -> None:
+    """The store's share of an import: the native Parquet run's rows, as the importer shapes them, inserted
+    into a fresh store 2,048 rollouts a transaction and the store closed (no reading, no checks)."""
+    table = pq.read_table(parquet)
+    n = table.num_rows
+    rows = pa.table(
+        {
+            "run_id": pa.array(np.ones(n, np.int32)),
+            "rollout_id": pa.array(np.arange(n, dtype=np.int32)),
+            "group_id": pa.array(np.arange(n, dtype=np.int32) // 8),
+            "step": table.column("step").cast(pa.int32()),
+            "prompt": table.column("prompt"),
+            "response": table.column("response"),
+            "token_ids": table.column("token_ids").cast(pa.list_(pa.int32())),
+            "logprobs": table.column("logprobs"),
+            "entropies": table.column("entropies"),
+            "record_key": pa.array(np.arange(n, dtype=np.int64)),
+        }
+    ).combine_chunks()
+    start = time.perf_counter()
+    with Store(db) as store:
+        for first in range(0, n, 2048):
+            with store.transaction():
+                store.insert_arrow("rollouts", rows.slice(first, 2048))
+    queue.put(time.perf_counter() - start)
+
+
+def _timed_parse(files: list[str], queue) -> None:
+    start = time.perf_counter()
+    for name in files:
+        (pq.read_table if name.endswith(".parquet") else pj.read_json)(name)
+    queue.put(time.perf_counter() - start)
+
+
+def _in_child(target, *args):
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=target, args=(*args, queue))
+    proc.start()
+    result = queue.get()
+    proc.join()
+    return result
+
+
+def _files(path: Path) -> list[str]:
+    return sorted(str(p) for p in ([path] if path.is_file() else path.rglob("*.*")) if p.suffix != "")
+
+
+def formats_comparison(tmp: Path, tokens: int, repeat: int) -> None:
+    """Each format's import against pyarrow's parse of the same files, each in a process of its own (the
+    median of `repeat` of each, run one after the other)."""
+    jsonl, parquet = write_native(tmp, tokens)
+    one = tmp / "one.jsonl"
+    one.write_text(jsonl.open().readline())
+    sources = [
+        ("native JSONL", jsonl, "native"),
+        ("native Parquet", parquet, "native"),
+        ("NeMo-RL", write_nemo_rl(tmp / "nemo", tokens), "nemo-rl"),
+        ("prime-rl", write_prime_rl(tmp / "prime", tokens), "prime-rl"),
+        ("RL Logging Board", write_rl_logging_board(tmp / "board", tokens), "rl-logging-board"),
+        ("verl (text: simple tokenization)", write_verl(tmp / "verl", tokens), "verl"),
+    ]
+
+    def median(runs: list) -> tuple:
+        return sorted(runs, key=lambda run: run[2] if isinstance(run, tuple) else run)[len(runs) // 2]
+
+    fixed = median(
+        [
+            _in_child(_timed_format_import, str(one), str(tmp / f"one{r}.duckdb"), "native")
+            for r in range(repeat)
+        ]
+    )
+    store = median(
+        [_in_child(_timed_store_write, str(parquet), str(tmp / f"w{r}.duckdb")) for r in range(repeat)]
+    )
+    print(
+        f"{'format':<34} {'MB':>6} {'tokens':>10} {'parse s':>8} {'import s':>9} {'tokenize s':>11} "
+        f"{'x parse':>8} {'x parse, untokenized':>21} {'peak MB':>8}"
+    )
+    print(f"{'one record (the fixed part)':<34} {'':>6} {'':>10} {'':>8} {fixed[2]:>9.2f}")
+    print(f"{'store write of the Parquet rows':<34} {'':>6} {'':>10} {'':>8} {store:>9.2f}")
+    for k, (label, path, fmt) in enumerate(sources):
+        files = _files(path)
+        size = sum(Path(f).stat().st_size for f in files) / 1e6
+        parsed = [f for f in files if f.endswith((".jsonl", ".parquet"))]
+        parse = median([_in_child(_timed_parse, parsed) for _ in range(repeat)])
+        records, n_tokens, seconds, tokenizing, rss = median(
+            [
+                _in_child(_timed_format_import, str(path), str(tmp / f"f{k}-{r}.duckdb"), fmt)
+                for r in range(repeat)
+            ]
+        )
+        print(
+            f"{label:<34} {size:>6.0f} {n_tokens:>10,} {parse:>8.2f} {seconds:>9.2f} {tokenizing:>11.2f} "
+            f"{seconds / parse:>8.1f} {(seconds - tokenizing) / parse:>21.1f} {rss:>8,.0f}"
+        )
+
+
 def naive_insert(db: Path, source: Path, max_tokens: int) -> tuple[int, float]:
     """One INSERT statement per rollout with python lists (what the importer avoids)."""
     con = duckdb.connect(str(db))
@@ -249,7 +554,21 @@ def main(argv: list[str] | None = None) -> int:
         help="rows of the synthetic TRL log (0: skip that table)",
     )
     parser.add_argument("--only-trl", action="store_true", help="only the TRL table")
+    parser.add_argument(
+        "--format-tokens",
+        type=int,
+        default=2_000_000,
+        help="tokens of each format's run (0: skip)",
+    )
+    parser.add_argument("--only-formats", action="store_true", help="only the formats table")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each formats-table row (median)")
     args = parser.parse_args(argv)
+    if args.format_tokens:
+        with tempfile.TemporaryDirectory() as tmp:
+            formats_comparison(Path(tmp), args.format_tokens, args.repeat)
+        if args.only_formats:
+            return 0
+        print()
     if args.only_trl:
         with tempfile.TemporaryDirectory() as tmp:
             trl_comparison(Path(tmp), args.trl_rollouts)
