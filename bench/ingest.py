@@ -142,7 +142,7 @@ def _timed_import(source: str, db: str, fmt: str, queue) -> None:
         start = time.perf_counter()
         report = import_path(store, source, "bench", fmt=fmt)
         seconds = time.perf_counter() - start
-    queue.put((report.records, report.tokens, seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+    queue.put((report.records, report.tokens, seconds, _peak_rss_mb() * 1024))
 
 
 def import_in_child(source: Path, db: Path, fmt: str) -> tuple[int, int, float, float]:

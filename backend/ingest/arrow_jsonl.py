@@ -181,11 +181,13 @@ def _keys(table: pa.Table, block: Block, name: str, first_index: int) -> np.ndar
     data, starts, ends = block.data, block.starts, block.ends
     keys = np.empty(table.num_rows, dtype=np.int64)
     for i in range(table.num_rows):
-        as_written = [members[c][0][i] for c in order]
-        line = b"{" + b", ".join(m for m in as_written if m is not None) + b"}"
-        if len(line) != ends[i] - starts[i] or not data.startswith(line, starts[i]):
+        for variant in (0, 1):  # the line's strings with \u escapes (json.dumps's default), or as UTF-8
+            line = b"{" + b", ".join(m for c in order if (m := members[c][variant][i]) is not None) + b"}"
+            if len(line) == ends[i] - starts[i] and data.startswith(line, starts[i]):
+                break
+        else:
             raise Unsupported
-        canonical = [members[c][1][i] for c in by_name]
+        canonical = [members[c][2][i] for c in by_name]
         text = b"{" + b", ".join(m for m in canonical if m is not None) + b"}"
         prefix = f"{name}\x1f{first_index + i}\x1f".encode("utf-8", "surrogatepass")
         digest = hashlib.blake2b(prefix, digest_size=8)
@@ -194,9 +196,10 @@ def _keys(table: pa.Table, block: Block, name: str, first_index: int) -> np.ndar
     return keys
 
 
-def _members(name: str, column: pa.Array) -> tuple[list, list]:
-    """(`"name": value` as the line writes it, as the canonical text writes it) per row; None where the
-    row has no value (an absent field: the proof rejects a line that wrote null)."""
+def _members(name: str, column: pa.Array) -> tuple[list, list, list]:
+    """`"name": value` per row as a line writes it (with \\u escapes, and with UTF-8 text) and as the
+    canonical text does; None where the row has no value (an absent field: the proof rejects a line that
+    wrote null)."""
     head = json.dumps(name).encode() + b": "
     valid = column.is_valid().to_numpy(zero_copy_only=False).tolist()
     if pa.types.is_list(column.type) and pa.types.is_string(column.type.value_type):
@@ -217,11 +220,11 @@ def _members(name: str, column: pa.Array) -> tuple[list, list]:
             else:  # `json.dumps` writes \u escapes by default; the canonical text keeps the characters
                 written.append(head + json.dumps(text).encode())
                 canonical.append(head + json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass"))
-        return written, canonical
+        return written, canonical, canonical
     else:  # integers: step, group
         texts = [None if v is None else str(v).encode() for v in column.to_pylist()]
     out = [None if t is None else head + t for t in texts]
-    return out, out
+    return out, out, out
 
 
 def _list_texts(column: pa.ListArray, valid: list[bool]) -> list:
@@ -247,7 +250,7 @@ def _list_texts(column: pa.ListArray, valid: list[bool]) -> list:
     return texts
 
 
-def _labels_members(head: bytes, column: pa.ListArray, valid: list[bool]) -> tuple[list, list]:
+def _labels_members(head: bytes, column: pa.ListArray, valid: list[bool]) -> tuple[list, list, list]:
     """Lists of strings (`tokens`): each distinct string quoted by `json.dumps` once (both ways: with
     \\u escapes as the line may write it, and as the canonical text does), the lists joined by Arrow."""
     values = column.values
@@ -265,12 +268,12 @@ def _labels_members(head: bytes, column: pa.ListArray, valid: list[bool]) -> tup
 
     written = rows(quoted)
     if all(text.isascii() for text in distinct):
-        return written, written
+        return written, written, written
     canonical = rows(pa.array([json.dumps(text, ensure_ascii=False) for text in distinct], pa.string()))
-    return written, canonical
+    return written, canonical, canonical
 
 
-def _struct_members(head: bytes, column: pa.StructArray, valid: list[bool]) -> tuple[list, list]:
+def _struct_members(head: bytes, column: pa.StructArray, valid: list[bool]) -> tuple[list, list, list]:
     """The scores: `{"channel": number, ...}` in the line's channel order and sorted."""
     keys = [json.dumps(f.name).encode() + b": " for f in column.type]
     sorted_keys = sorted(range(len(keys)), key=lambda k: column.type[k].name)
@@ -289,7 +292,7 @@ def _struct_members(head: bytes, column: pa.StructArray, valid: list[bool]) -> t
         canonical.append(
             head + b"{" + b", ".join(items[k] for k in sorted_keys if items[k] is not None) + b"}"
         )
-    return written, canonical
+    return written, written, canonical
 
 
 def to_batch(table: pa.Table, tokenizer: Tokenizer) -> tuple[pa.RecordBatch, pa.Array]:
