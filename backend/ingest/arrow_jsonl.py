@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,8 +150,8 @@ def _scores_type(value: object) -> pa.DataType | None:
     return pa.struct(channels)
 
 
-def parse_block(block: Block, name: str, first_index: int) -> tuple[pa.Table, np.ndarray]:
-    """(the block's records as a table in its first record's schema, their record keys), or `Unsupported`."""
+def read_table(block: Block) -> pa.Table:
+    """The block's records as a table in its first record's schema (pyarrow's reader), or `Unsupported`."""
     if not len(block.starts):
         raise Unsupported
     try:
@@ -169,7 +170,28 @@ def parse_block(block: Block, name: str, first_index: int) -> tuple[pa.Table, np
         raise Unsupported from None
     if table.num_rows != len(block.starts):
         raise Unsupported  # e.g. two objects on one line, or a line of spaces
-    table = table.combine_chunks()
+    return table.combine_chunks()
+
+
+def read_ahead(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[Block, Future]]:
+    """The file's blocks, each with its `read_table` (a future), the next block's parsed in a thread while
+    the caller works on this one: pyarrow's reader releases the GIL. Two blocks are in memory at most."""
+    with ThreadPoolExecutor(1, thread_name_prefix="jsonl-read") as pool:
+        pending = None
+        for block in iter_blocks(path, block_bytes):
+            parsed = (block, pool.submit(read_table, block))
+            if pending is not None:
+                yield pending
+            pending = parsed
+        if pending is not None:
+            yield pending
+
+
+def parse_block(
+    block: Block, name: str, first_index: int, table: pa.Table | None = None
+) -> tuple[pa.Table, np.ndarray]:
+    """(the block's records as a table, their record keys), or `Unsupported`; `table`: its `read_table`."""
+    table = read_table(block) if table is None else table
     return table, _keys(table, block, name, first_index)
 
 

@@ -6,6 +6,7 @@ run already has are skipped. Each returns (records, tokens, tokenization, skippe
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -61,8 +62,8 @@ def stage_jsonl(
     first_id = buffer.next_rollout_id
     n_tokens = skipped = index = 0
     tokenization = "ids"
-    for block in arrow_jsonl.iter_blocks(path):
-        staged = _stage_block(block, path, index, buffer, tokenizer, insert, seen)
+    for block, table in arrow_jsonl.read_ahead(path):
+        staged = _stage_block(block, table, path, index, buffer, tokenizer, insert, seen)
         if staged is not None:
             n_tokens, skipped, index = n_tokens + staged[0], skipped + staged[1], index + len(block.starts)
             if bar is not None:
@@ -90,6 +91,7 @@ def stage_jsonl(
 
 def _stage_block(
     block: arrow_jsonl.Block,
+    table: Future,
     path: Path,
     index: int,
     buffer: ChunkBuffer,
@@ -97,10 +99,10 @@ def _stage_block(
     insert,
     seen: set[int],
 ) -> tuple[int, int] | None:
-    """(tokens, skipped) of a block the pyarrow path took (its records from number `index` on), or None,
-    with nothing staged, for one the line-by-line path must read."""
+    """(tokens, skipped) of a block the pyarrow path took (its records from number `index` on; `table`: its
+    `read_table`), or None, with nothing staged, for one the line-by-line path must read."""
     try:
-        table, keys = arrow_jsonl.parse_block(block, path.name, index)
+        table, keys = arrow_jsonl.parse_block(block, path.name, index, table.result())
     except fast_parquet.Unsupported:
         return None
     fresh = np.array([key not in seen for key in keys.tolist()], dtype=bool)
