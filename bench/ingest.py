@@ -265,19 +265,28 @@ def _files(path: Path) -> list[str]:
     return sorted(str(p) for p in ([path] if path.is_file() else path.rglob("*.*")) if p.suffix != "")
 
 
-def formats_comparison(tmp: Path, tokens: int, repeat: int) -> None:
+FORMAT_ROWS = {
+    "native-jsonl": ("native JSONL", None, "native"),
+    "native-parquet": ("native Parquet", None, "native"),
+    "nemo-rl": ("NeMo-RL", write_nemo_rl, "nemo-rl"),
+    "prime-rl": ("prime-rl", write_prime_rl, "prime-rl"),
+    "rl-logging-board": ("RL Logging Board", write_rl_logging_board, "rl-logging-board"),
+    "verl": ("verl (text: simple tokenization)", write_verl, "verl"),
+}
+"""The formats table's rows: --formats names -> (label, writer, import format)."""
+
+
+def formats_comparison(tmp: Path, tokens: int, repeat: int, names: list[str]) -> None:
     """Each format's import against pyarrow's parse of the same files, each in a process of its own (the
     median of `repeat` of each, run one after the other)."""
     jsonl, parquet = write_native(tmp, tokens)
     one = tmp / "one.jsonl"
     one.write_text(jsonl.open().readline())
+    native = {"native-jsonl": jsonl, "native-parquet": parquet}
     sources = [
-        ("native JSONL", jsonl, "native"),
-        ("native Parquet", parquet, "native"),
-        ("NeMo-RL", write_nemo_rl(tmp / "nemo", tokens), "nemo-rl"),
-        ("prime-rl", write_prime_rl(tmp / "prime", tokens), "prime-rl"),
-        ("RL Logging Board", write_rl_logging_board(tmp / "board", tokens), "rl-logging-board"),
-        ("verl (text: simple tokenization)", write_verl(tmp / "verl", tokens), "verl"),
+        (label, native[name] if writer is None else writer(tmp / name, tokens), fmt)
+        for name, (label, writer, fmt) in FORMAT_ROWS.items()
+        if name in names
     ]
 
     def median(runs: list) -> tuple:
@@ -411,10 +420,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only-formats", action="store_true", help="only the formats table")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each formats-table row (median)")
+    parser.add_argument(
+        "--formats", default=",".join(FORMAT_ROWS), help=f"formats-table rows: {','.join(FORMAT_ROWS)}"
+    )
     args = parser.parse_args(argv)
     if args.format_tokens:
         with tempfile.TemporaryDirectory() as tmp:
-            formats_comparison(Path(tmp), args.format_tokens, args.repeat)
+            formats_comparison(Path(tmp), args.format_tokens, args.repeat, args.formats.split(","))
         if args.only_formats:
             return 0
         print()

@@ -1,7 +1,7 @@
-"""Native JSONL with token ids, read a chunk of lines at a time into Arrow columns (the large-run path).
+"""Native JSONL with token ids read line by line into Arrow columns: the blocks of lines that the pyarrow
+path (`arrow_jsonl`) leaves, a chunk of lines at a time.
 
-Each line is parsed with orjson (measured on the `bench scale` records: 5x faster than `json.loads`, and
-faster than pyarrow's JSON reader, which would still need every record as python to compute its key),
+Each line is parsed with orjson (measured on the `bench scale` records: 5x faster than `json.loads`),
 its record key is computed exactly as the per-record reader does (`canonical.canonical_json`), and the
 chunk's records become one Arrow record batch that `fast_parquet.convert_batch` validates and converts.
 A chunk this path cannot take as a whole (a record without token ids, a field of an unexpected type,
