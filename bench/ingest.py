@@ -10,8 +10,10 @@ Measured in one run:
   imports, with its peak RSS; pyarrow's own parse of the same files (`pyarrow.json.read_json`,
   `pyarrow.parquet.read_table`) runs in a process of its own too. The time spent turning text into token
   ids and labels (the tokenizer's `encode` and `display`, RL Logging Board's token strings to ids) is
-  timed apart, inside the import. Two reference rows: the import of a one-record file (the fixed part:
-  store, migrations, run rows, summary) and the store's write alone of the native Parquet run's rows;
+  timed apart, inside the import; `x parse, CPU s` compares the two processes' CPU time (every
+  thread's), which another job on the machine changes far less than wall time. Two reference rows: the
+  import of a one-record file (the fixed part: store, migrations, run rows, summary) and the store's write
+  alone of the native Parquet run's rows;
 - the importer (`import_path`, vectorized Parquet path, staged chunks) on a ~10M-token run;
 - a naive row-by-row insert (one INSERT per rollout with python lists) on a 50k-token slice;
 - the storage layout question: one row per rollout with LIST columns (what the store uses) against a
@@ -208,13 +210,19 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process so far, every thread's (user + system)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _timed_format_import(source: str, db: str, fmt: str, queue) -> None:
     tokenization = _tokenization_timer()
-    start = time.perf_counter()
+    cpu, start = _cpu_seconds(), time.perf_counter()
     with Store(db) as store:
         report = import_path(store, source, "bench", fmt=fmt)
-    seconds = time.perf_counter() - start
-    queue.put((report.records, report.tokens, seconds, tokenization(), _peak_rss_mb()))
+    seconds, cpu = time.perf_counter() - start, _cpu_seconds() - cpu
+    queue.put((report.records, report.tokens, seconds, tokenization(), _peak_rss_mb(), cpu))
 
 
 def _timed_store_write(parquet: str, db: str, queue) -> None:
@@ -245,10 +253,10 @@ def _timed_store_write(parquet: str, db: str, queue) -> None:
 
 
 def _timed_parse(files: list[str], queue) -> None:
-    start = time.perf_counter()
+    cpu, start = _cpu_seconds(), time.perf_counter()
     for name in files:
         (pq.read_table if name.endswith(".parquet") else pj.read_json)(name)
-    queue.put(time.perf_counter() - start)
+    queue.put((time.perf_counter() - start, _cpu_seconds() - cpu))
 
 
 def _in_child(target, *args):
@@ -289,8 +297,9 @@ def formats_comparison(tmp: Path, tokens: int, repeat: int, names: list[str]) ->
         if name in names
     ]
 
-    def median(runs: list) -> tuple:
-        return sorted(runs, key=lambda run: run[2] if isinstance(run, tuple) else run)[len(runs) // 2]
+    def median(runs: list, by: int | None = 2):
+        """The run of median wall time (item `by` of each run; None: the run is the time)."""
+        return sorted(runs, key=lambda run: run if by is None else run[by])[len(runs) // 2]
 
     fixed = median(
         [
@@ -299,11 +308,11 @@ def formats_comparison(tmp: Path, tokens: int, repeat: int, names: list[str]) ->
         ]
     )
     store = median(
-        [_in_child(_timed_store_write, str(parquet), str(tmp / f"w{r}.duckdb")) for r in range(repeat)]
+        [_in_child(_timed_store_write, str(parquet), str(tmp / f"w{r}.duckdb")) for r in range(repeat)], None
     )
     print(
         f"{'format':<34} {'MB':>6} {'tokens':>10} {'parse s':>8} {'import s':>9} {'tokenize s':>11} "
-        f"{'x parse':>8} {'x parse, untokenized':>21} {'peak MB':>8}"
+        f"{'x parse':>8} {'x parse, untokenized':>21} {'x parse, CPU s':>15} {'peak MB':>8}"
     )
     print(f"{'one record (the fixed part)':<34} {'':>6} {'':>10} {'':>8} {fixed[2]:>9.2f}")
     print(f"{'store write of the Parquet rows':<34} {'':>6} {'':>10} {'':>8} {store:>9.2f}")
@@ -311,8 +320,8 @@ def formats_comparison(tmp: Path, tokens: int, repeat: int, names: list[str]) ->
         files = _files(path)
         size = sum(Path(f).stat().st_size for f in files) / 1e6
         parsed = [f for f in files if f.endswith((".jsonl", ".parquet"))]
-        parse = median([_in_child(_timed_parse, parsed) for _ in range(repeat)])
-        records, n_tokens, seconds, tokenizing, rss = median(
+        parse, parse_cpu = median([_in_child(_timed_parse, parsed) for _ in range(repeat)], 0)
+        records, n_tokens, seconds, tokenizing, rss, cpu = median(
             [
                 _in_child(_timed_format_import, str(path), str(tmp / f"f{k}-{r}.duckdb"), fmt)
                 for r in range(repeat)
@@ -320,7 +329,8 @@ def formats_comparison(tmp: Path, tokens: int, repeat: int, names: list[str]) ->
         )
         print(
             f"{label:<34} {size:>6.0f} {n_tokens:>10,} {parse:>8.2f} {seconds:>9.2f} {tokenizing:>11.2f} "
-            f"{seconds / parse:>8.1f} {(seconds - tokenizing) / parse:>21.1f} {rss:>8,.0f}"
+            f"{seconds / parse:>8.1f} {(seconds - tokenizing) / parse:>21.1f} {cpu / parse_cpu:>15.1f} "
+            f"{rss:>8,.0f}"
         )
 
 

@@ -51,4 +51,4 @@ def test_bench_ingest_formats_table_runs():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith(("native JSONL", "verl"))]
-    assert len(rows) == 2 and all(float(row.split()[-5]) > 0 for row in rows)
+    assert len(rows) == 2 and all(float(row.split()[-6]) > 0 for row in rows)
