@@ -33,9 +33,10 @@ from backend.ingest.canonical import python_numbers
 from backend.ingest.fast_parquet import Unsupported
 from backend.ingest.tokenize import Tokenizer
 
-BLOCK_BYTES = 64 << 20
-"""Bytes of JSONL parsed at once (whole lines): ~0.8M tokens of the `bench scale` records, about what the
-line-by-line path holds per chunk (`CHUNK_TOKENS`)."""
+BLOCK_BYTES = 32 << 20
+"""Bytes of JSONL parsed at once (whole lines): ~0.65M tokens of `bench ingest`'s native records. Three
+blocks are in flight at most (parsed ahead, keyed, being stored: `native.stage_jsonl`), less than what the
+line-by-line path holds per chunk (`CHUNK_TOKENS`) in python objects."""
 
 _INT_LISTS = frozenset(rules.of_kind(rules.IDS))
 _FLOAT_LISTS = frozenset(rules.of_kind(rules.PER_TOKEN))
@@ -175,7 +176,7 @@ def read_table(block: Block) -> pa.Table:
 
 def read_ahead(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[Block, Future]]:
     """The file's blocks, each with its `read_table` (a future), the next block's parsed in a thread while
-    the caller works on this one: pyarrow's reader releases the GIL. Two blocks are in memory at most."""
+    the caller works on this one: pyarrow's reader releases the GIL."""
     with ThreadPoolExecutor(1, thread_name_prefix="jsonl-read") as pool:
         pending = None
         for block in iter_blocks(path, block_bytes):
