@@ -30,6 +30,14 @@ def _python_float(match: re.Match) -> bytes:
     return match.group(1) + repr(float(match.group(2))).encode()
 
 
+def python_numbers(data: bytes) -> bytes:
+    """orjson's text of a list that holds no strings (numbers, booleans, nulls, nested lists of them) as
+    `json.dumps` writes it."""
+    if b"e-" in data or b"0.0000" in data:
+        data = _UNLIKE_PYTHON.sub(_python_float, data)
+    return data.replace(b",", b", ")
+
+
 def _dumps(value: object) -> str:
     if isinstance(value, dict):
         items = sorted(value.items())
@@ -37,9 +45,7 @@ def _dumps(value: object) -> str:
     if isinstance(value, list) and value:
         data = orjson.dumps(value)
         if b'"' not in data:  # numbers, booleans, nulls and nested lists of them: no text to misread
-            if b"e-" in data or b"0.0000" in data:
-                data = _UNLIKE_PYTHON.sub(_python_float, data)
-            return data.replace(b",", b", ").decode()
+            return python_numbers(data).decode()
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 

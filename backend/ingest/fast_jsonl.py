@@ -1,7 +1,7 @@
-"""Native JSONL with token ids, read a chunk of lines at a time into Arrow columns (the large-run path).
+"""Native JSONL with token ids read line by line into Arrow columns: the blocks of lines that the pyarrow
+path (`arrow_jsonl`) leaves, a chunk of lines at a time.
 
-Each line is parsed with orjson (measured on the `bench scale` records: 5x faster than `json.loads`, and
-faster than pyarrow's JSON reader, which would still need every record as python to compute its key),
+Each line is parsed with orjson (measured on the `bench scale` records: 5x faster than `json.loads`),
 its record key is computed exactly as the per-record reader does (`canonical.canonical_json`), and the
 chunk's records become one Arrow record batch that `fast_parquet.convert_batch` validates and converts.
 A chunk this path cannot take as a whole (a record without token ids, a field of an unexpected type,
@@ -13,10 +13,11 @@ surrogates, integers past 64 bits, bad UTF-8, malformed JSON) are parsed as the 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -86,36 +87,41 @@ def parse_line(raw: bytes, where: str, name: str, index: int) -> tuple[object, i
 
 
 def iter_chunks(
-    path: Path, progress: Callable[[int], None] | None, max_records: int, max_tokens: int
+    lines: Iterable[tuple[int, bytes]],
+    path: Path,
+    first_index: int,
+    progress: Callable[[int], None] | None,
+    max_records: int,
+    max_tokens: int,
 ) -> Iterator[list[Line]]:
-    """The file's non-blank lines, parsed and keyed, in chunks of at most `max_records` records or
-    about `max_tokens` tokens. A line that does not parse ends the iteration with its error only after
-    the lines before it were yielded (the per-record reader names the first bad line of the file)."""
+    """`lines` ((line number, bytes) of the file, from record number `first_index` on), parsed and keyed,
+    without the blank ones, in chunks of at most `max_records` records or about `max_tokens` tokens. A line
+    that does not parse ends the iteration with its error only after the lines before it were yielded (the
+    per-record reader names the first bad line of the file)."""
     chunk = Parsed()
-    index = 0
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if progress:
-                progress(len(raw))
-            if not raw.strip():
-                continue
-            where = f"{path}: line {lineno}"
-            try:
-                parsed = parse_line(raw, where, path.name, index)
-            except InputError:
-                if chunk.lines:
-                    yield chunk.lines
-                raise
-            if parsed is None:
-                continue
-            obj, key = parsed
-            index += 1
-            chunk.lines.append(Line(where, obj, key, b"true" in raw or b"false" in raw))
-            ids = obj.get("token_ids") if isinstance(obj, dict) else None
-            chunk.tokens += len(ids) if isinstance(ids, list) else 0
-            if len(chunk.lines) >= max_records or chunk.tokens >= max_tokens:
+    index = first_index
+    for lineno, raw in lines:
+        if progress:
+            progress(len(raw))
+        if not raw.strip():
+            continue
+        where = f"{path}: line {lineno}"
+        try:
+            parsed = parse_line(raw, where, path.name, index)
+        except InputError:
+            if chunk.lines:
                 yield chunk.lines
-                chunk = Parsed()
+            raise
+        if parsed is None:
+            continue
+        obj, key = parsed
+        index += 1
+        chunk.lines.append(Line(where, obj, key, b"true" in raw or b"false" in raw))
+        ids = obj.get("token_ids") if isinstance(obj, dict) else None
+        chunk.tokens += len(ids) if isinstance(ids, list) else 0
+        if len(chunk.lines) >= max_records or chunk.tokens >= max_tokens:
+            yield chunk.lines
+            chunk = Parsed()
     if chunk.lines:
         yield chunk.lines
 
@@ -216,23 +222,38 @@ def to_batch(lines: list[Line], tokenizer: Tokenizer) -> tuple[pa.RecordBatch, p
     return pa.RecordBatch.from_pydict(columns), meta
 
 
-def convert_chunk(
-    lines: list[Line], buffer: ChunkBuffer, path: Path, tokenizer: Tokenizer
-) -> tuple[dict[str, pa.Table], str]:
-    """The store tables of a chunk of lines and its tokenization: vectorized when the chunk allows it,
-    else record by record (see the module docstring). `buffer` is left as the chosen path leaves it."""
+def convert_batch(
+    batch: pa.RecordBatch, meta: pa.Array, keys: np.ndarray, buffer: ChunkBuffer, path: Path
+) -> dict[str, pa.Table] | None:
+    """The store tables of a batch of native JSONL records (`fast_parquet.convert_batch` and the stored
+    meta column), or None, with `buffer` as it was, where the batch needs the record-by-record reader."""
     next_id, n_groups = buffer.next_rollout_id, len(buffer.new_groups)
     try:
-        batch, metas = to_batch(lines, tokenizer)
-        keys = pa.array([line.key for line in lines], pa.int64()).to_numpy()
         tables = fast_parquet.convert_batch(batch, buffer, path, 0, keys)
-        tables["rollouts"] = tables["rollouts"].append_column("meta", metas)
-        return tables, "ids"
     except (fast_parquet.Unsupported, InputError):
         for group in buffer.new_groups[n_groups:]:  # undo what convert_batch began
             del buffer.group_keys[group["group_key"]]
         del buffer.new_groups[n_groups:]
         buffer.next_rollout_id = next_id
+        return None
+    tables["rollouts"] = tables["rollouts"].append_column("meta", meta)
+    return tables
+
+
+def convert_chunk(
+    lines: list[Line], buffer: ChunkBuffer, path: Path, tokenizer: Tokenizer
+) -> tuple[dict[str, pa.Table], str]:
+    """The store tables of a chunk of lines and its tokenization: vectorized when the chunk allows it,
+    else record by record (see the module docstring). `buffer` is left as the chosen path leaves it."""
+    try:
+        batch, metas = to_batch(lines, tokenizer)
+    except fast_parquet.Unsupported:
+        tables = None
+    else:
+        keys = pa.array([line.key for line in lines], pa.int64()).to_numpy()
+        tables = convert_batch(batch, metas, keys, buffer, path)
+    if tables is not None:
+        return tables, "ids"
     tokenization = "ids"
     for line in lines:
         raw = line.record

@@ -5,7 +5,9 @@ run already has are skipped. Each returns (records, tokens, tokenization, skippe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from backend.core.errors import InputError
-from backend.ingest import fast_jsonl, fast_parquet
+from backend.ingest import arrow_jsonl, fast_jsonl, fast_parquet
 from backend.ingest.records import ChunkBuffer, validate_record
 from backend.ingest.sources import read_batches, record_key
 from backend.ingest.tokenize import Tokenizer
@@ -22,6 +24,25 @@ from backend.ingest.tokenize import Tokenizer
 
 def _tokens(tables: dict[str, pa.Table]) -> int:
     return int(pc.sum(pc.list_value_length(tables["rollouts"].column("token_ids"))).as_py() or 0)
+
+
+@contextmanager
+def behind(insert: Callable) -> Iterator[Callable]:
+    """`insert`, run in a writer thread one chunk behind the caller: the chunk k is stored while chunk k + 1
+    is read and checked (DuckDB, like pyarrow, releases the GIL). The caller must not use the store until
+    the block ends; a failed insert raises at the next call or at the end of the block. One chunk waits at
+    most, so memory holds one chunk more than a serial loop."""
+    with ThreadPoolExecutor(1, thread_name_prefix="import-write") as writer:
+        pending: list[Future] = []
+
+        def insert_behind(tables: dict[str, pa.Table]) -> None:
+            if pending:
+                pending.pop().result()
+            pending.append(writer.submit(insert, tables))
+
+        yield insert_behind
+        if pending:
+            pending.pop().result()
 
 
 def stage_batches(
@@ -56,26 +77,71 @@ def stage_jsonl(
     chunk_records: int,
     chunk_tokens: int,
 ) -> tuple[int, int, str, int]:
-    """Native JSONL, a chunk of lines at a time (`fast_jsonl`); records already in the run are skipped."""
+    """Native JSONL a block of lines at a time: parsed by pyarrow where the block allows it (`arrow_jsonl`),
+    else line by line (`fast_jsonl`); records already in the run are skipped."""
     first_id = buffer.next_rollout_id
-    n_tokens = skipped = 0
+    n_tokens = skipped = index = 0
     tokenization = "ids"
-    for lines in fast_jsonl.iter_chunks(path, bar, chunk_records, chunk_tokens):
-        fresh = []
-        for line in lines:
-            if line.key is not None and line.key in seen:
-                skipped += 1
+    with behind(insert) as insert_behind:
+        for block, table in arrow_jsonl.read_ahead(path):
+            staged = _stage_block(block, table, path, index, buffer, tokenizer, insert_behind, seen)
+            if staged is not None:
+                n_tokens, skipped, index = (
+                    n_tokens + staged[0],
+                    skipped + staged[1],
+                    index + len(block.starts),
+                )
+                if bar is not None:
+                    bar(len(block.data))
                 continue
-            if line.key is not None:
-                seen.add(line.key)
-            fresh.append(line)
-        if not fresh:
-            continue
-        tables, how = fast_jsonl.convert_chunk(fresh, buffer, path, tokenizer)
-        tokenization = how if how != "ids" else tokenization
-        n_tokens += _tokens(tables)
-        insert(tables)
+            lines = block.raw_lines()
+            for chunk in fast_jsonl.iter_chunks(lines, path, index, bar, chunk_records, chunk_tokens):
+                index += len(chunk)
+                fresh = []
+                for line in chunk:
+                    if line.key is not None and line.key in seen:
+                        skipped += 1
+                        continue
+                    if line.key is not None:
+                        seen.add(line.key)
+                    fresh.append(line)
+                if not fresh:
+                    continue
+                tables, how = fast_jsonl.convert_chunk(fresh, buffer, path, tokenizer)
+                tokenization = how if how != "ids" else tokenization
+                n_tokens += _tokens(tables)
+                insert_behind(tables)
     return buffer.next_rollout_id - first_id, n_tokens, tokenization, skipped
+
+
+def _stage_block(
+    block: arrow_jsonl.Block,
+    table: Future,
+    path: Path,
+    index: int,
+    buffer: ChunkBuffer,
+    tokenizer: Tokenizer,
+    insert,
+    seen: set[int],
+) -> tuple[int, int] | None:
+    """(tokens, skipped) of a block the pyarrow path took (its records from number `index` on; `table`: its
+    `read_table`), or None, with nothing staged, for one the line-by-line path must read."""
+    try:
+        table, keys = arrow_jsonl.parse_block(block, path.name, index, table.result())
+    except fast_parquet.Unsupported:
+        return None
+    fresh = np.array([key not in seen for key in keys.tolist()], dtype=bool)
+    if not fresh.all():
+        table, keys = table.filter(pa.array(fresh)).combine_chunks(), keys[fresh]
+    if not len(keys):
+        return 0, len(fresh)
+    batch, meta = arrow_jsonl.to_batch(table, tokenizer)
+    tables = fast_jsonl.convert_batch(batch, meta, keys, buffer, path)
+    if tables is None:
+        return None
+    seen.update(keys.tolist())
+    insert(tables)
+    return _tokens(tables), int(len(fresh) - len(keys))
 
 
 def _parquet_keys(file_hash: str | None, path: Path, offset: int, n: int) -> np.ndarray:
@@ -101,35 +167,32 @@ def stage_parquet(
         raise InputError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
     offset = n_records = n_tokens = skipped = 0
     tokenization = "ids"
-    for batch in read_batches(reader, path, chunk_records):
-        keys = _parquet_keys(file_hash, path, offset, batch.num_rows)
-        # Keys derive from the whole file's hash, so a batch is either entirely in the run or not at all.
-        if any(k in seen for k in keys.tolist()):
-            skipped += batch.num_rows
+    with behind(insert) as insert_behind:
+        for batch in read_batches(reader, path, chunk_records):
+            keys = _parquet_keys(file_hash, path, offset, batch.num_rows)
+            # Keys derive from the whole file's hash, so a batch is either entirely in the run or not at all.
+            if any(k in seen for k in keys.tolist()):
+                skipped += batch.num_rows
+                offset += batch.num_rows
+                if bar is not None:
+                    bar(batch.num_rows)
+                continue
+            seen.update(keys.tolist())
+            try:
+                tables = fast_parquet.convert_batch(batch, buffer, path, offset, keys)
+                n_tokens += _tokens(tables)
+                insert_behind(tables)
+            except fast_parquet.Unsupported:
+                for k, raw in enumerate(batch.to_pylist()):
+                    raw["record_key"] = int(keys[k])
+                    rec = validate_record(raw, f"{path}: record {offset + k + 1}", tokenizer)
+                    if rec["tokenized"] != "ids":
+                        tokenization = rec["tokenized"]
+                    n_tokens += len(rec["token_ids"])
+                    buffer.add(rec)
+                insert_behind(buffer.flush())
             offset += batch.num_rows
+            n_records += batch.num_rows
             if bar is not None:
                 bar(batch.num_rows)
-            continue
-        seen.update(keys.tolist())
-        try:
-            tables = fast_parquet.convert_batch(batch, buffer, path, offset, keys)
-            n_tokens += (
-                int(tables["rollouts"].column("token_ids").combine_chunks().value_lengths().to_numpy().sum())
-                if tables["rollouts"].num_rows
-                else 0
-            )
-            insert(tables)
-        except fast_parquet.Unsupported:
-            for k, raw in enumerate(batch.to_pylist()):
-                raw["record_key"] = int(keys[k])
-                rec = validate_record(raw, f"{path}: record {offset + k + 1}", tokenizer)
-                if rec["tokenized"] != "ids":
-                    tokenization = rec["tokenized"]
-                n_tokens += len(rec["token_ids"])
-                buffer.add(rec)
-            insert(buffer.flush())
-        offset += batch.num_rows
-        n_records += batch.num_rows
-        if bar is not None:
-            bar(batch.num_rows)
     return n_records, n_tokens, tokenization, skipped

