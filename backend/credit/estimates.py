@@ -450,11 +450,10 @@ def _save(
 ) -> bool:
     """Save to the cache; False when the store cannot be written now."""
     try:
-        with handle.write() as store, store.memory_limit(STREAM_MEMORY_LIMIT):
-            scope = registry.get(name).scope_for(config)
+        with handle.write() as store, store.memory_limit(STREAM_MEMORY_LIMIT), store.transaction():
+            scope = registry.get(name).scope_for(config)  # outputs and summaries: one commit, both or none
             store.save_estimate(run, name, key, dataclasses.asdict(config), channel, advantages, scope)
-            with store.transaction():
-                credit_summary.save(store, run, credit_key, credit)
+            credit_summary.save(store, run, credit_key, credit)
     except StoreError:  # StoreBusy included
         return False  # another process is writing, or the file is not ours to write: the next caller computes
     return True
