@@ -144,9 +144,10 @@ RUNNER = (
 )
 
 
-def run_child(args: list[str]) -> tuple[float, float, float]:
-    """(wall seconds, seconds after process start, peak RSS MB) of one `creditlens` command in its own
-    process (RSS from wait4: that process's own peak; it includes python and torch, ~0.4 GB)."""
+def run_child(args: list[str]) -> tuple[float, float, float, float]:
+    """(wall seconds, seconds after process start, CPU seconds, peak RSS MB) of one `creditlens` command in
+    its own process (CPU and RSS from wait4: that process's own, python's start included; the CPU seconds
+    move less than the others when other jobs share the cores; RSS includes python and torch, ~0.4 GB)."""
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as errors:  # a file, not a pipe: stderr can outgrow a pipe's buffer
         proc = subprocess.Popen(
@@ -160,7 +161,7 @@ def run_child(args: list[str]) -> tuple[float, float, float]:
     if os.waitstatus_to_exitcode(status):
         raise RuntimeError(f"creditlens {' '.join(args)} failed: {err.strip().splitlines()[-1:]}")
     inner = float(out.strip().splitlines()[-1].split()[-1])
-    return wall, inner, usage.ru_maxrss / 1024
+    return wall, inner, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,15 +178,26 @@ def main(argv: list[str] | None = None) -> int:
         total = write_run(source, None, args.tokens, text=args.text)
         jsonl_total = write_run(tmp / "j.parquet", text, args.jsonl_tokens, 2) if args.jsonl_tokens else 0
         print(
-            f"{'row':<54} {'tokens':>11} {'wall s':>7} {'s':>7} {'tokens/s':>11} {'ratio':>6} {'peak MB':>8}"
+            f"{'row':<54} {'tokens':>11} {'wall s':>7} {'s':>7} {'cpu s':>6} {'tokens/s':>11} {'ratio':>6} "
+            f"{'peak MB':>8}"
         )
         db = tmp / "store.duckdb"
-        wall, inner, rss = run_child(["import", str(source), "--db", str(db), "--run", "big"])
+        wall, inner, cpu, rss = run_child(["import", str(source), "--db", str(db), "--run", "big"])
         parquet_rate = total / inner
-        _line("import native Parquet", total, wall, inner, rss, parquet_rate)
+        _line("import native Parquet", total, wall, inner, cpu, rss, parquet_rate)
         if jsonl_total:
-            wall, inner, rss = run_child(["import", str(text), "--db", str(tmp / "j.duckdb"), "--run", "j"])
-            _line("import native JSONL (ratio: against Parquet)", jsonl_total, wall, inner, rss, parquet_rate)
+            wall, inner, cpu, rss = run_child(
+                ["import", str(text), "--db", str(tmp / "j.duckdb"), "--run", "j"]
+            )
+            _line(
+                "import native JSONL (ratio: against Parquet)",
+                jsonl_total,
+                wall,
+                inner,
+                cpu,
+                rss,
+                parquet_rate,
+            )
         if args.imports_only:
             print(f"load average after: {os.getloadavg()[0]:.1f}")
             return 0
@@ -199,13 +211,13 @@ def main(argv: list[str] | None = None) -> int:
         write_run(one_group, None, 1, seed=2, text=args.text)  # 8 rollouts: the fixed cost of a command
         run_child(["import", str(one_group), "--db", str(tmp / "one.duckdb"), "--run", "one"])
         estimated = _estimate_rows(args, wanted, runs, tmp)
-        wall, fixed, rss = run_child(
+        wall, fixed, cpu, rss = run_child(
             ["estimate", "--db", str(tmp / "one.duckdb"), "--run", "one", "--estimator", "grpo"]
             + ["--no-cache", "--out", str(tmp / "one.parquet")]
         )
-        _line("estimate grpo, one group (the fixed cost)", 8, wall, fixed, rss, None)
+        _line("estimate grpo, one group (the fixed cost)", 8, wall, fixed, cpu, rss, None)
         print(f"import of torch and the estimators in a new process: {_import_seconds():.2f} s")
-        _print_floor(estimated)
+        _print_floor(estimated, fixed)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     return 0
 
@@ -273,11 +285,16 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _line(label: str, tokens: int, wall: float, inner: float, rss: float, base: float | None) -> None:
+def _line(
+    label: str, tokens: int, wall: float, inner: float, cpu: float, rss: float, base: float | None
+) -> None:
     """One row of the table; the ratio is tokens/s against `base` (none without one)."""
     rate = tokens / inner
     ratio = f"{rate / base:>6.2f}" if base else f"{'':>6}"
-    print(f"{label:<54} {tokens:>11,} {wall:>7.1f} {inner:>7.1f} {rate:>11,.0f} {ratio} {rss:>8,.0f}")
+    print(
+        f"{label:<54} {tokens:>11,} {wall:>7.1f} {inner:>7.1f} {cpu:>6.1f} {rate:>11,.0f} {ratio} "
+        f"{rss:>8,.0f}"
+    )
 
 
 def _estimate_rows(args: argparse.Namespace, wanted: set[str], runs: list[Run], tmp: Path) -> list[Estimated]:
@@ -295,16 +312,17 @@ def _estimate_rows(args: argparse.Namespace, wanted: set[str], runs: list[Run], 
             command += [*extra, "--no-cache", "--out", str(out)]
             base = None
             if not args.streamed_only and run is runs[0]:
-                wall, inner, rss = run_child([*command, "--chunk", "none"])
+                wall, inner, cpu, rss = run_child([*command, "--chunk", "none"])
                 base = run.tokens / inner
-                _line(f"estimate {name}, in memory{run.label}", run.tokens, wall, inner, rss, base)
-            wall, inner, rss = run_child([*command, "--chunk", str(args.chunk)])
+                _line(f"estimate {name}, in memory{run.label}", run.tokens, wall, inner, cpu, rss, base)
+            wall, inner, cpu, rss = run_child([*command, "--chunk", str(args.chunk)])
             first_rate.setdefault(run.name, run.tokens / inner)
             _line(
                 f"estimate {name}, streamed{run.label}",
                 run.tokens,
                 wall,
                 inner,
+                cpu,
                 rss,
                 base or first_rate[run.name],
             )
@@ -323,10 +341,11 @@ def _import_seconds() -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def _print_floor(estimated: list[Estimated]) -> None:
+def _print_floor(estimated: list[Estimated], fixed: float) -> None:
     """The I/O floor of each streamed row, measured here in this process: a DuckDB scan of the columns the
     estimate reads (its run's rollouts and scores, `Batches.scan_rollouts`) and a Parquet write of the rows
-    it wrote (read back into memory first; the command's schema and writer settings)."""
+    it wrote (read back into memory first; the command's schema and writer settings). `fixed`: the seconds
+    of the one-group estimate, taken off the row's time in the last column."""
     from backend.credit.estimates import stream_fields  # noqa: PLC0415 - torch: the estimate rows ran first
     from backend.credit.token_rows import (  # noqa: PLC0415 - idem
         DICTIONARY_COLUMNS,
@@ -340,11 +359,11 @@ def _print_floor(estimated: list[Estimated]) -> None:
     print(
         "\nI/O floor, measured in this run: a DuckDB scan of the columns the estimate reads, and a Parquet "
         "write of the rows it wrote (same schema and settings); 'of floor': the estimate's tokens/s "
-        "against scan + write"
+        "against scan + write; 'less fixed': the same, the one-group estimate's seconds taken off first"
     )
     print(
         f"{'estimator':<32} {'tokens':>11} {'scan s':>7} {'write s':>8} {'floor tok/s':>12} "
-        f"{'estimate tok/s':>15} {'of floor':>9}"
+        f"{'estimate tok/s':>15} {'of floor':>9} {'less fixed':>11}"
     )
     for row in estimated:
         handle = store_handle(row.run.db)
@@ -363,9 +382,10 @@ def _print_floor(estimated: list[Estimated]) -> None:
             writer.write_table(table)
         write = time.perf_counter() - start
         floor, rate = row.run.tokens / (scan + write), row.run.tokens / row.seconds
+        variable = (scan + write) / (row.seconds - fixed) if row.seconds > fixed else float("nan")
         print(
             f"{row.estimator + row.run.label:<32} {row.run.tokens:>11,} {scan:>7.2f} {write:>8.2f} "
-            f"{floor:>12,.0f} {rate:>15,.0f} {rate / floor:>9.2f}"
+            f"{floor:>12,.0f} {rate:>15,.0f} {rate / floor:>9.2f} {variable:>11.2f}"
         )
 
 

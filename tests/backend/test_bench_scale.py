@@ -42,7 +42,7 @@ def test_bench_scale_runs_streamed_rows_with_text():
     rows = {line[:54].strip(): line.split() for line in out.stdout.splitlines()}
     assert "import native Parquet" in rows
     streamed = rows["estimate grpo, streamed"]
-    assert int(streamed[-6].replace(",", "")) >= 20_000  # tokens of the run
+    assert int(streamed[-7].replace(",", "")) >= 20_000  # tokens of the run
     assert float(streamed[-2]) == pytest.approx(1.0)  # its own baseline under --streamed-only
     lines = out.stdout.splitlines()
     assert any(line.startswith("estimate grpo, streamed, ") and "-token run" in line for line in lines)
