@@ -48,9 +48,9 @@ def add_commands(sub) -> None:
         type=_chunk_arg,
         default=DEFAULT_CHUNK_ROLLOUTS,
         metavar="N|none",
-        help=f"rollouts per streamed chunk of a group-scoped estimator, at most (default "
-        f"{DEFAULT_CHUNK_ROLLOUTS}; a smaller run streams in about four chunks; step scope: one step, "
-        "run scope: the run); 'none': the whole run in memory at once",
+        help=f"rollouts per streamed chunk of a group-scoped estimator (default "
+        f"{DEFAULT_CHUNK_ROLLOUTS}; step scope: one step, run scope: the run); 'none': "
+        "the whole run in memory at once",
     )
     p.set_defaults(func=cmd_estimate)
 

@@ -5,8 +5,7 @@ a whole run can be computed chunk by chunk with the same result:
 
 - group scope: whole groups, packed in order of their first rollout id until a chunk holds at least
   `chunk_rollouts` rollouts (a group is never split, so one chunk holds at most `chunk_rollouts` plus
-  one group's size minus one); a one-pass streamed estimate asks for a quarter of a smaller run
-  (`pipelined`), so its reading, computing and writing overlap;
+  one group's size minus one);
 - step scope: one training step per chunk (batch statistics are per step; a step is never split);
 - run scope: the whole run in one chunk. Estimators that are run-scoped only because they fit a model on
   the run (token_rm, rudder, the fitted value probe) stream in group chunks instead, in two passes (fit,
@@ -26,19 +25,6 @@ import pandas as pd
 
 DEFAULT_CHUNK_ROLLOUTS = 4096
 """Rollouts per chunk of a group-scoped estimate (whole groups are packed up to this)."""
-PIPELINE_CHUNKS = 4
-MIN_CHUNK_ROLLOUTS = 512
-
-
-def pipelined(chunk_rollouts: int | None, rollouts: int) -> int | None:
-    """The chunk size of a one-pass streamed estimate over `rollouts`: `chunk_rollouts`, or a quarter of a
-    smaller run (at least `MIN_CHUNK_ROLLOUTS`). A run that fits in one chunk is still read, computed and
-    written in a few, so the three overlap: a 2M-token run (3,928 rollouts) took ~0.15 s less after the
-    process start in 4 chunks than in one (1.7 s against 1.85-2.1 s, 2 cores). Not for two-pass fits,
-    whose sums over chunks would change order (and round-off) with it."""
-    if chunk_rollouts is None:
-        return None
-    return min(chunk_rollouts, max(MIN_CHUNK_ROLLOUTS, -(-rollouts // PIPELINE_CHUNKS)))
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import torch
 
 from backend.core.batch import ALL_CHANNELS as ALL_CHANNELS
 from backend.core.batch import RolloutBatch
-from backend.core.chunks import DEFAULT_CHUNK_ROLLOUTS, Chunk, pipelined, plan
+from backend.core.chunks import DEFAULT_CHUNK_ROLLOUTS, Chunk, plan
 from backend.core.errors import InputError, StoreError
 from backend.credit import credit_summary, token_classes
 from backend.estimators import fitting, registry
@@ -258,8 +258,7 @@ def stream_run(
     if missing_only and have and not cached and scope != "run":  # a run-scoped output reads the whole run
         unit = "step" if scope == "step" else "group_id"
         only = {int(u) for u in index.loc[~index["rollout_id"].isin(list(have)), unit].unique()}
-    size = chunk_rollouts if two_pass else pipelined(chunk_rollouts, len(index))
-    chunks = plan(index, "group" if two_pass else scope, size, only=only)
+    chunks = plan(index, "group" if two_pass else scope, chunk_rollouts, only=only)
     if cached:
         items = _from_cache(handle, run, (name, key, channel), chunks, with_tokens, progress)
         return RunEstimate(name, config, scope, channel, "cache", chunks, notes, items)

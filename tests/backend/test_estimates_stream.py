@@ -117,14 +117,6 @@ def test_chunks_keep_groups_and_steps_whole_and_cover_the_run(db):
         chunks.plan(index, "group", chunk_rollouts=0)
 
 
-def test_a_small_run_streams_in_a_few_chunks_and_a_large_one_in_full_chunks():
-    assert chunks.pipelined(4096, 3928) == 982  # a 2M-token run: four chunks, not one
-    assert chunks.pipelined(4096, 800) == chunks.MIN_CHUNK_ROLLOUTS
-    assert chunks.pipelined(4096, 19560) == 4096
-    assert chunks.pipelined(16, 3928) == 16  # never above the size asked for
-    assert chunks.pipelined(None, 3928) is None
-
-
 def test_cli_streamed_output_and_cache_equal_the_in_memory_file(db, tmp_path):
     args = ["estimate", "--db", str(db), "--run", "demo", "--estimator", "grpo", "--no-cache"]
     assert run_cli_here(*args, "--chunk", "none", "--out", str(tmp_path / "memory.parquet")).returncode == 0
