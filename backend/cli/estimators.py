@@ -222,6 +222,7 @@ def _write_estimate(args, handle) -> None:
     # while they are made is wasted (the import took 0.94 CPU s with the collector off, 1.16 on), and every
     # later full collection would walk them again, so they are frozen out of it (a 2M-token estimate spent
     # ~0.2 of its ~2 CPU s after start in collections).
+    collecting = gc.isenabled()
     gc.disable()
     try:
         from backend.credit.token_rows import (  # noqa: PLC0415 - heavy (torch, estimators); see backend/cli/__init__.py
@@ -232,7 +233,8 @@ def _write_estimate(args, handle) -> None:
             token_tables,
         )
     finally:
-        gc.enable()
+        if collecting:
+            gc.enable()
     gc.freeze()
 
     name, config = estimate_config(
