@@ -1,5 +1,5 @@
-"""`python -m bench scale [--tokens N] [--chunk R] [--text] [--imports-only | --streamed-only]`: whole-run
-speed and peak memory.
+"""`python -m bench scale [--tokens N] [--small-tokens N] [--chunk R] [--text] [--imports-only |
+--streamed-only]`: whole-run speed, peak memory and the I/O floor.
 
 Measured in one run, each row in its own process (peak RSS from `os.wait4`, so it is that process's own):
 - imports of one synthetic run of `--tokens` tokens (ragged lengths, groups of 8, 64 groups per step,
@@ -7,10 +7,15 @@ Measured in one run, each row in its own process (peak RSS from `os.wait4`, so i
   the same records as native JSONL;
 - `creditlens estimate --no-cache` end to end (process start, reading the store, the estimator, the
   cache and the Parquet output) for grpo, gae (stored and fitted values), entropy, prefix_tree, token_rm
-  and rudder: the in-memory path (`--chunk none`, today's baseline) against the streamed one
-  (`--chunk R`), and the streamed grpo again on a run a tenth the size (peak memory should not move);
-  `--streamed-only` skips the in-memory rows (ratios are then against the streamed grpo row); `--text`
-  gives every token a text (token classes by regex, text in the output), as real runs have.
+  and rudder: the in-memory path (`--chunk none`, the baseline) against the streamed one (`--chunk R`),
+  and streamed again on a second run of `--small-tokens` (default 2M: the runs people open most; peak
+  memory should not move); `--streamed-only` skips the in-memory rows (ratios are then against the
+  streamed grpo row of the same run); `--text` gives every token a text (token classes by regex, text
+  in the output), as real runs have;
+- the fixed cost: the same command on a one-group run, and the import of torch and the estimators in a
+  new process (part of every estimate's time after start);
+- the I/O floor of each streamed row, in this process: a DuckDB scan of the columns the estimate reads
+  and a Parquet write of the rows it wrote, with the command's schema and settings.
 CI never runs this; docs/benchmarks.md has a table it printed and the load average then.
 """
 
@@ -23,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -138,9 +144,10 @@ RUNNER = (
 )
 
 
-def run_child(args: list[str]) -> tuple[float, float, float]:
-    """(wall seconds, seconds after process start, peak RSS MB) of one `creditlens` command in its own
-    process (RSS from wait4: that process's own peak; it includes python and torch, ~0.4 GB)."""
+def run_child(args: list[str]) -> tuple[float, float, float, float]:
+    """(wall seconds, seconds after process start, CPU seconds, peak RSS MB) of one `creditlens` command in
+    its own process (CPU and RSS from wait4: that process's own, python's start included; the CPU seconds
+    move less than the others when other jobs share the cores; RSS includes python and torch, ~0.4 GB)."""
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as errors:  # a file, not a pipe: stderr can outgrow a pipe's buffer
         proc = subprocess.Popen(
@@ -154,7 +161,7 @@ def run_child(args: list[str]) -> tuple[float, float, float]:
     if os.waitstatus_to_exitcode(status):
         raise RuntimeError(f"creditlens {' '.join(args)} failed: {err.strip().splitlines()[-1:]}")
     inner = float(out.strip().splitlines()[-1].split()[-1])
-    return wall, inner, usage.ru_maxrss / 1024
+    return wall, inner, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,41 +177,81 @@ def main(argv: list[str] | None = None) -> int:
         source, text = tmp / "run.parquet", tmp / "run.jsonl"
         total = write_run(source, None, args.tokens, text=args.text)
         jsonl_total = write_run(tmp / "j.parquet", text, args.jsonl_tokens, 2) if args.jsonl_tokens else 0
-        small = tmp / "small.parquet"
-        small_total = (
-            0
-            if args.imports_only
-            else write_run(small, None, max(args.tokens // 10, 1), seed=1, text=args.text)
-        )
-        db, db_small = tmp / "store.duckdb", tmp / "small.duckdb"
         print(
-            f"{'row':<46} {'tokens':>11} {'wall s':>7} {'s':>7} {'tokens/s':>11} {'ratio':>6} {'peak MB':>8}"
+            f"{'row':<54} {'tokens':>11} {'wall s':>7} {'s':>7} {'cpu s':>6} {'tokens/s':>11} {'ratio':>6} "
+            f"{'peak MB':>8}"
         )
-        wall, inner, rss = run_child(["import", str(source), "--db", str(db), "--run", "big"])
+        db = tmp / "store.duckdb"
+        wall, inner, cpu, rss = run_child(["import", str(source), "--db", str(db), "--run", "big"])
         parquet_rate = total / inner
-        _line("import native Parquet", total, wall, inner, rss, parquet_rate)
+        _line("import native Parquet", total, wall, inner, cpu, rss, parquet_rate)
         if jsonl_total:
-            wall, inner, rss = run_child(["import", str(text), "--db", str(tmp / "j.duckdb"), "--run", "j"])
-            _line("import native JSONL (ratio: against Parquet)", jsonl_total, wall, inner, rss, parquet_rate)
+            wall, inner, cpu, rss = run_child(
+                ["import", str(text), "--db", str(tmp / "j.duckdb"), "--run", "j"]
+            )
+            _line(
+                "import native JSONL (ratio: against Parquet)",
+                jsonl_total,
+                wall,
+                inner,
+                cpu,
+                rss,
+                parquet_rate,
+            )
         if args.imports_only:
             print(f"load average after: {os.getloadavg()[0]:.1f}")
             return 0
-        run_child(["import", str(small), "--db", str(db_small), "--run", "small"])
-        out = tmp / "out.parquet"
-        _estimate_rows(args, wanted, db, out, total)
-        if "grpo" in wanted:
-            small_run = ["--db", str(db_small), "--run", "small", "--estimator", "grpo"]
-            wall, inner, rss = run_child(
-                ["estimate", *small_run, "--no-cache", "--out", str(out), "--chunk", str(args.chunk)]
-            )
-            _line("estimate grpo, streamed, a run a tenth the size", small_total, wall, inner, rss, None)
+        runs = [Run("big", total, db, "")]
+        if args.small_tokens:
+            small = tmp / "small.parquet"
+            small_total = write_run(small, None, args.small_tokens, seed=1, text=args.text)
+            runs.append(Run("small", small_total, tmp / "small.duckdb", f", {_short(small_total)}-token run"))
+            run_child(["import", str(small), "--db", str(runs[-1].db), "--run", "small"])
+        one_group = tmp / "one_group.parquet"
+        write_run(one_group, None, 1, seed=2, text=args.text)  # 8 rollouts: the fixed cost of a command
+        run_child(["import", str(one_group), "--db", str(tmp / "one.duckdb"), "--run", "one"])
+        estimated = _estimate_rows(args, wanted, runs, tmp)
+        wall, fixed, cpu, rss = run_child(
+            ["estimate", "--db", str(tmp / "one.duckdb"), "--run", "one", "--estimator", "grpo"]
+            + ["--no-cache", "--out", str(tmp / "one.parquet")]
+        )
+        _line("estimate grpo, one group (the fixed cost)", 8, wall, fixed, cpu, rss, None)
+        print(f"import of torch and the estimators in a new process: {_import_seconds():.2f} s")
+        _print_floor(estimated, fixed)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     return 0
+
+
+@dataclass(frozen=True)
+class Run:
+    """A stored run the estimate rows read: its name in `db`, its tokens, and a label suffix."""
+
+    name: str
+    tokens: int
+    db: Path
+    label: str
+
+
+@dataclass(frozen=True)
+class Estimated:
+    """A streamed estimate row: what the I/O floor is measured against (its store, its output file)."""
+
+    estimator: str
+    extra: list[str]
+    run: Run
+    seconds: float
+    out: Path
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench scale")
     parser.add_argument("--tokens", type=int, default=10_000_000)
+    parser.add_argument(
+        "--small-tokens",
+        type=int,
+        default=2_000_000,
+        help="tokens of the second, small run every estimate row also runs on (0: skip)",
+    )
     parser.add_argument("--chunk", type=int, default=DEFAULT_CHUNK_ROLLOUTS, help="rollouts per chunk")
     parser.add_argument(
         "--jsonl-tokens",
@@ -238,43 +285,112 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _line(label: str, tokens: int, wall: float, inner: float, rss: float, base: float | None) -> None:
+def _line(
+    label: str, tokens: int, wall: float, inner: float, cpu: float, rss: float, base: float | None
+) -> None:
     """One row of the table; the ratio is tokens/s against `base` (none without one)."""
     rate = tokens / inner
     ratio = f"{rate / base:>6.2f}" if base else f"{'':>6}"
-    print(f"{label:<46} {tokens:>11,} {wall:>7.1f} {inner:>7.1f} {rate:>11,.0f} {ratio} {rss:>8,.0f}")
+    print(
+        f"{label:<54} {tokens:>11,} {wall:>7.1f} {inner:>7.1f} {cpu:>6.1f} {rate:>11,.0f} {ratio} "
+        f"{rss:>8,.0f}"
+    )
 
 
-def _estimate_rows(args: argparse.Namespace, wanted: set[str], db: Path, out: Path, total: int) -> None:
-    """`creditlens estimate` of each wanted row of ROWS over the big run: in memory (unless
+def _estimate_rows(args: argparse.Namespace, wanted: set[str], runs: list[Run], tmp: Path) -> list[Estimated]:
+    """`creditlens estimate` of each wanted row of ROWS over each run: in memory (on the first run, unless
     --streamed-only) and streamed in chunks; a streamed row's ratio is against its in-memory time, or
-    under --streamed-only against the first streamed row's."""
-    grpo_rate = None
+    under --streamed-only against the first streamed row's on that run. Returns the streamed rows."""
+    first_rate: dict[str, float] = {}
+    done = []
     for name, extra in ROWS:
         if name not in wanted:
             continue
-        command = [
-            "estimate",
-            "--db",
-            str(db),
-            "--run",
-            "big",
-            "--estimator",
-            name.split()[0],
-            *extra,
-            "--no-cache",
-            "--out",
-            str(out),
-        ]
-        base = None
-        if not args.streamed_only:
-            wall, inner, rss = run_child([*command, "--chunk", "none"])
-            base = total / inner
-            _line(f"estimate {name}, in memory", total, wall, inner, rss, base)
-        wall, inner, rss = run_child([*command, "--chunk", str(args.chunk)])
-        if base is None and grpo_rate is None:
-            grpo_rate = total / inner
-        _line(f"estimate {name}, streamed", total, wall, inner, rss, base or grpo_rate)
+        for run in runs:
+            out = tmp / f"out-{len(done)}.parquet"
+            command = ["estimate", "--db", str(run.db), "--run", run.name, "--estimator", name.split()[0]]
+            command += [*extra, "--no-cache", "--out", str(out)]
+            base = None
+            if not args.streamed_only and run is runs[0]:
+                wall, inner, cpu, rss = run_child([*command, "--chunk", "none"])
+                base = run.tokens / inner
+                _line(f"estimate {name}, in memory{run.label}", run.tokens, wall, inner, cpu, rss, base)
+            wall, inner, cpu, rss = run_child([*command, "--chunk", str(args.chunk)])
+            first_rate.setdefault(run.name, run.tokens / inner)
+            _line(
+                f"estimate {name}, streamed{run.label}",
+                run.tokens,
+                wall,
+                inner,
+                cpu,
+                rss,
+                base or first_rate[run.name],
+            )
+            done.append(Estimated(name, extra, run, inner, out))
+    return done
+
+
+def _import_seconds() -> float:
+    """Seconds a new process takes to import torch and the estimators (what `creditlens estimate` imports
+    after the command line is parsed), measured in a child."""
+    code = (
+        "import time\nimport backend.cli.main\nstart = time.perf_counter()\n"
+        "import backend.credit.token_rows\nprint(time.perf_counter() - start)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def _print_floor(estimated: list[Estimated], fixed: float) -> None:
+    """The I/O floor of each streamed row, measured here in this process: a DuckDB scan of the columns the
+    estimate reads (its run's rollouts and scores, `Batches.scan_rollouts`) and a Parquet write of the rows
+    it wrote (read back into memory first; the command's schema and writer settings). `fixed`: the seconds
+    of the one-group estimate, taken off the row's time in the last column."""
+    from backend.credit.estimates import stream_fields  # noqa: PLC0415 - torch: the estimate rows ran first
+    from backend.credit.token_rows import (  # noqa: PLC0415 - idem
+        DICTIONARY_COLUMNS,
+        TOKEN_ROWS_SCHEMA,
+        estimate_config,
+    )
+    from backend.store import store_handle  # noqa: PLC0415 - idem
+
+    if not estimated:
+        return
+    print(
+        "\nI/O floor, measured in this run: a DuckDB scan of the columns the estimate reads, and a Parquet "
+        "write of the rows it wrote (same schema and settings); 'of floor': the estimate's tokens/s "
+        "against scan + write; 'less fixed': the same, the one-group estimate's seconds taken off first"
+    )
+    print(
+        f"{'estimator':<32} {'tokens':>11} {'scan s':>7} {'write s':>8} {'floor tok/s':>12} "
+        f"{'estimate tok/s':>15} {'of floor':>9} {'less fixed':>11}"
+    )
+    for row in estimated:
+        handle = store_handle(row.run.db)
+        overrides = dict(pair.split("=", 1) for pair in row.extra[1::2])
+        name, config = estimate_config(handle, row.run.name, row.estimator.split()[0], overrides)
+        fields = stream_fields(name, config, save=True, with_tokens=True)
+        with handle.read() as store:
+            start = time.perf_counter()
+            store.scan_rollouts(row.run.name, fields)
+            scan = time.perf_counter() - start
+        table = pq.read_table(row.out)
+        start = time.perf_counter()
+        with pq.ParquetWriter(
+            row.out.with_suffix(".floor"), TOKEN_ROWS_SCHEMA, use_dictionary=DICTIONARY_COLUMNS
+        ) as writer:
+            writer.write_table(table)
+        write = time.perf_counter() - start
+        floor, rate = row.run.tokens / (scan + write), row.run.tokens / row.seconds
+        variable = (scan + write) / (row.seconds - fixed) if row.seconds > fixed else float("nan")
+        print(
+            f"{row.estimator + row.run.label:<32} {row.run.tokens:>11,} {scan:>7.2f} {write:>8.2f} "
+            f"{floor:>12,.0f} {rate:>15,.0f} {rate / floor:>9.2f} {variable:>11.2f}"
+        )
+
+
+def _short(tokens: int) -> str:
+    return f"{tokens / 1e6:.0f}M" if tokens >= 1_000_000 else f"{tokens:,}"
 
 
 if __name__ == "__main__":

@@ -76,12 +76,13 @@ def plan(
     limit = float("inf") if chunk_rollouts is None else chunk_rollouts
     packs: list[list[int]] = [[]]
     filled = 0
-    for position in range(len(units)):
+    # plain ints, not pandas element access: a run has one unit per group (0.05 s for 2,445 groups before)
+    for position, size in enumerate(units["size"].tolist()):
         if packs[-1] and (scope == "step" or filled >= limit):
             packs.append([])
             filled = 0
         packs[-1].append(position)
-        filled += int(units["size"].iat[position])
+        filled += size
     chunks = []
     for pack in packs:
         part = units.iloc[pack]

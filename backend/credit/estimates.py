@@ -262,17 +262,27 @@ def stream_run(
     if cached:
         items = _from_cache(handle, run, (name, key, channel), chunks, with_tokens, progress)
         return RunEstimate(name, config, scope, channel, "cache", chunks, notes, items)
-    fields = None if chunk_rollouts is None else registry.fields_for(name, config)
-    if fields is not None and save:
-        fields = fields | set(credit_summary.SUMMARY_FIELDS)  # the credit summaries saved with the outputs
-    if fields is not None and with_tokens:
-        fields = fields | TOKEN_FIELDS
+    fields = (
+        None if chunk_rollouts is None else stream_fields(name, config, save=save, with_tokens=with_tokens)
+    )
     run_fit = None
     if two_pass:
         with handle.read() as store:
             run_fit = fitting.RunFit.of_layout(store.rollout_lengths(run))
     items = _computed(handle, run, name, config, chunks, fields, save, progress, notes, run_fit, only is None)
     return RunEstimate(name, config, scope, channel, "computed", chunks, notes, items)
+
+
+def stream_fields(name: str, config: Any, *, save: bool, with_tokens: bool) -> frozenset[str] | None:
+    """The batch fields a streamed estimate of `name` loads (None: every field the run has): what the
+    estimator reads, what the saved credit summaries read (`save`), and each token's text and class
+    (`with_tokens`, the rows of `creditlens estimate`)."""
+    fields = registry.fields_for(name, config)
+    if fields is not None and save:
+        fields = fields | set(credit_summary.SUMMARY_FIELDS)
+    if fields is not None and with_tokens:
+        fields = fields | TOKEN_FIELDS
+    return fields
 
 
 def _from_cache(
@@ -440,11 +450,10 @@ def _save(
 ) -> bool:
     """Save to the cache; False when the store cannot be written now."""
     try:
-        with handle.write() as store, store.memory_limit(STREAM_MEMORY_LIMIT):
-            scope = registry.get(name).scope_for(config)
+        with handle.write() as store, store.memory_limit(STREAM_MEMORY_LIMIT), store.transaction():
+            scope = registry.get(name).scope_for(config)  # outputs and summaries: one commit, both or none
             store.save_estimate(run, name, key, dataclasses.asdict(config), channel, advantages, scope)
-            with store.transaction():
-                credit_summary.save(store, run, credit_key, credit)
+            credit_summary.save(store, run, credit_key, credit)
     except StoreError:  # StoreBusy included
         return False  # another process is writing, or the file is not ours to write: the next caller computes
     return True

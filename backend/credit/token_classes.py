@@ -288,7 +288,8 @@ def flat_class_ids(batch: RolloutBatch, classes: tuple[TokenClass, ...] = DEFAUL
     for k in reversed(range(len(classes))):
         c = classes[k]
         if c.kind == "marker":
-            out[markers[c.pattern][mask]] = k
+            if markers[c.pattern].any():  # most runs mark no token: skip the (B, T) gather
+                out[markers[c.pattern][mask]] = k
         elif text is None:
             continue
         elif c.kind == "regex":

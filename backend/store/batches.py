@@ -60,6 +60,17 @@ def pad_list_array(
 class Batches(Runs):
     """Reads that assemble estimator batches."""
 
+    def scan_rollouts(self, run: str, fields: Collection[str] | None) -> tuple[pa.Table, pa.Table]:
+        """The rows a whole-run batch of `fields` reads (`load_batch`), in one scan of each table: the
+        rollouts' columns and the scores, as Arrow (what `bench scale` times as the read floor)."""
+        run_id = self.run_id(run)
+        wanted = None if fields is None else frozenset(fields)
+        rollouts = _rollout_table(self.con, run_id, wanted, None, None, None, None)
+        scores = self.con.sql(
+            "SELECT rollout_id, channel, score FROM scores WHERE run_id = ?", params=[run_id]
+        ).to_arrow_table()
+        return rollouts, scores
+
     def load_batch(
         self,
         run: str,

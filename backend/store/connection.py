@@ -78,6 +78,7 @@ class Connection:
         self.path = Path(path) if path is not None else default_db_path()
         self.read_only = read_only
         self._lock = threading.RLock()
+        self._depth = 0  # transactions open on this connection (a nested one joins the outer)
         if not read_only:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -160,12 +161,22 @@ class Connection:
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """BEGIN ... COMMIT, or ROLLBACK on any exception: the store is then exactly as before, unless Ctrl-C
-        landed in the COMMIT itself (`interrupted`). DuckDB's interruptions come out as KeyboardInterrupt."""
+        landed in the COMMIT itself (`interrupted`). DuckDB's interruptions come out as KeyboardInterrupt.
+        A transaction opened inside another on this connection joins it: its writes commit or roll back with
+        the outer one (DuckDB has no nested transactions)."""
         with self._lock:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield self.con
+                finally:
+                    self._depth -= 1
+                return
             try:
                 self.con.execute("BEGIN TRANSACTION")
             except duckdb.Error as exc:
                 raise self._write_error(exc) from None
+            self._depth = 1
             try:
                 yield self.con
                 self.con.execute("COMMIT")
@@ -179,6 +190,8 @@ class Connection:
                 if isinstance(exc, duckdb.Error):
                     raise self._write_error(exc) from None
                 raise
+            finally:
+                self._depth = 0
 
     def _write_error(self, exc: duckdb.Error) -> StoreError:
         """A DuckDB failure while writing (disk full, file too large, read-only file) as one line."""

@@ -5,6 +5,7 @@ size."""
 
 from __future__ import annotations
 
+import gc
 import random
 import tempfile
 from pathlib import Path
@@ -134,6 +135,25 @@ def test_cli_streamed_output_and_cache_equal_the_in_memory_file(db, tmp_path):
         got.update(estimates._per_rollout(batch, adv))
     for rid, part in memory.groupby("rollout_id"):
         np.testing.assert_array_equal(got[rid], part["advantage"].to_numpy())
+
+
+def test_the_estimate_command_leaves_the_garbage_collector_as_it_found_it(db, tmp_path):
+    """`creditlens estimate` turns the collector off for its imports and freezes their objects for the
+    command; called in-process, it leaves the collector on and nothing frozen."""
+    args = [
+        "estimate",
+        "--db",
+        str(db),
+        "--run",
+        "demo",
+        "--estimator",
+        "grpo",
+        "--out",
+        tmp_path / "a.parquet",
+    ]
+    assert run_cli_here(*args).returncode == 0
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == 0
 
 
 def test_a_streamed_estimate_saves_the_whole_run_in_one_go_or_nothing(db, tmp_path, monkeypatch):

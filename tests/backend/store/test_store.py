@@ -329,3 +329,23 @@ def test_reads_inside_kept_open_share_one_connection_that_writes_close(tmp_path)
         with handle.read() as store:
             assert sorted(r["name"] for r in store.list_runs()) == ["here", "there"]
     Store(handle.path).close()  # the block closed its connection: a write connection opens at once
+
+
+def test_a_transaction_inside_another_joins_it(db_path):
+    """A nested `transaction()` commits or rolls back with the outer one (a streamed estimate saves its
+    outputs and credit summaries in one commit)."""
+    with Store(db_path) as store:
+        store.con.execute("CREATE TABLE t (x INTEGER)")
+        with store.transaction(), store.transaction() as con:
+            con.execute("INSERT INTO t VALUES (1)")
+        with pytest.raises(RuntimeError), store.transaction():
+            with store.transaction() as con:
+                con.execute("INSERT INTO t VALUES (2)")
+            raise RuntimeError("after the inner block: the outer rolls both back")
+        with pytest.raises(RuntimeError), store.transaction() as con:
+            con.execute("INSERT INTO t VALUES (3)")
+            with store.transaction():
+                raise RuntimeError("inside the inner block")
+        with store.transaction() as con:  # the connection is usable again
+            con.execute("INSERT INTO t VALUES (4)")
+        assert [r[0] for r in store.con.execute("SELECT x FROM t ORDER BY x").fetchall()] == [1, 4]
