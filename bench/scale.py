@@ -90,7 +90,7 @@ def write_run(
     with token text (`tokens`), drawn from `VOCABULARY` by token id."""
     rng = np.random.default_rng(seed)
     writer, written, rollout = None, 0, 0
-    text = open(jsonl, "w") if jsonl is not None else None
+    lines = open(jsonl, "w") if jsonl is not None else None  # closed in the finally
     try:
         while written < total_tokens:  # blocks of up to 1024 rollouts, whole groups, about the tokens asked
             n = min(1024, group * -(-(total_tokens - written) // (mean_len * group)))
@@ -125,16 +125,16 @@ def write_run(
             if writer is None:
                 writer = pq.ParquetWriter(parquet, table.schema)
             writer.write_table(table)
-            if text is not None:
+            if lines is not None:
                 for record in table.to_pylist():
-                    text.write(json.dumps(record) + "\n")
+                    lines.write(json.dumps(record) + "\n")
             written += count
             rollout += n
     finally:
         if writer is not None:
             writer.close()
-        if text is not None:
-            text.close()
+        if lines is not None:
+            lines.close()
     return written
 
 
