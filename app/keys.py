@@ -38,7 +38,7 @@ URL_BASELINE = "base"  # none, side by side, difference (Tune)
 URL_AGAINST = "against"  # the baseline: the default β or the summed reward
 URL_ETA = "eta"
 URL_REPLAY_MODE = "mode"  # projected or lexicographic dual ascent
-URL_TAB = "tab"  # the open tab of a view's lazy tabs (widgets.lazy_tabs), when not its first
+URL_TAB = "tab"  # the open tab of a view's lazy tabs (sections.lazy_tabs), when not its first
 
 
 # Families of keys, one per name (a channel, a widget, a view): a template that the names fill in, in the
@@ -144,13 +144,13 @@ TUNE_APPLIED = "_tune_applied"  # the β the Apply button set, until the whole p
 TUNE_BASELINE = "tune_baseline"
 TUNE_AGAINST = "tune_against"
 TUNE_ETA = "tune_eta"
-COMPARE_TAB = "compare_tab"  # small multiples, the difference of two, or agreement and mass (widgets.lazy_tabs)
-GROUP_TAB = "group_tab"  # the responses aligned, or the prefix tree (widgets.lazy_tabs)
-ORACLE_TAB = "oracle_tab"  # the chart, or the table (widgets.lazy_tabs)
-RESAMPLE_TAB = "resample_tab"  # the values, or the model-based scores (widgets.lazy_tabs)
-ROLLOUT_TAB = "rollout_tab"  # why this credit, or the per-token strips (widgets.lazy_tabs)
-TRENDS_TAB = "trends_tab"  # rewards, where credit goes, or length/entropy/KL (widgets.lazy_tabs)
-TUNE_TAB = "tune_tab"  # β per channel, or the dual ascent replay (widgets.lazy_tabs)
+COMPARE_TAB = "compare_tab"  # small multiples, difference of two, or agreement and mass (sections.lazy_tabs)
+GROUP_TAB = "group_tab"  # the responses aligned, or the prefix tree (sections.lazy_tabs)
+ORACLE_TAB = "oracle_tab"  # the chart, or the table (sections.lazy_tabs)
+RESAMPLE_TAB = "resample_tab"  # the values, or the model-based scores (sections.lazy_tabs)
+ROLLOUT_TAB = "rollout_tab"  # why this credit, or the per-token strips (sections.lazy_tabs)
+TRENDS_TAB = "trends_tab"  # rewards, where credit goes, or length/entropy/KL (sections.lazy_tabs)
+TUNE_TAB = "tune_tab"  # β per channel, or the dual ascent replay (sections.lazy_tabs)
 TUNE_NORMALIZATION_OPEN = "tune_normalization_open"  # the normalization per channel (widgets.lazy_expander)
 TUNE_REPLAY_MODE = "tune_mode"
 TUNE_WINDOW = "tune_window"

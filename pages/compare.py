@@ -13,6 +13,7 @@ from app.ui import (
     run_set,
     same_prompt_panel,
     scales,
+    sections,
     text,
     tuned_beta,
     widgets,
@@ -85,7 +86,7 @@ TABS = {
     "difference": "Difference of two",
     "agreement": "Rank agreement · credit mass by class",
 }
-tabs = widgets.lazy_tabs(TABS, keys.COMPARE_TAB, keys.URL_TAB)
+tabs = sections.lazy_tabs(TABS, keys.COMPARE_TAB, keys.URL_TAB)
 if tabs["multiples"] is not None:
     with tabs["multiples"]:
         st.caption(
@@ -105,6 +106,8 @@ if tabs["multiples"] is not None:
             width="stretch",
             config={"displayModeBar": False},
         )
+else:  # the scale stays in the URL and as it was set while its toggle is not drawn
+    widgets.row_scale_toggle("compare", result["rollout"], drawn=False)
 names = list(result["rollout"])
 if tabs["difference"] is not None:
     with tabs["difference"]:

@@ -5,7 +5,7 @@ import math
 import streamlit as st
 
 from app import keys, state
-from app.ui import live, monitor_panel, panels, text, tuned_beta, widgets
+from app.ui import live, monitor_panel, panels, sections, text, tuned_beta, widgets
 from app.view_data import explorer as explorer_data
 
 state.follow_rollout_request()  # a row clicked in the last rerun opens the Rollout view
@@ -115,15 +115,15 @@ flag_cols = (
 for column, flag in zip(flag_cols, explorer_data.FLAG_COLUMNS, strict=True):
     fkey = f"explorer_flag_{flag}"
     if column is not None:
-        widgets.seed_kept(fkey)
+        sections.seed_kept(fkey)
         column.radio(flag.replace("_", " "), ["any", "yes", "no"], key=fkey, horizontal=True)
-    choice = widgets.kept_value(fkey, "any", drawn=column is not None)
+    choice = sections.kept_value(fkey, "any", drawn=column is not None)
     if choice != "any":
         filters.append(explorer_data.Filter(flag, "=", choice == "yes"))
 if box is not None:
-    widgets.seed_kept("explorer_ranged")
+    sections.seed_kept("explorer_ranged")
     box.multiselect("Range filters on", numeric, key="explorer_ranged")
-ranged = [c for c in widgets.kept_value("explorer_ranged", [], drawn=box is not None) if c in numeric]
+ranged = [c for c in sections.kept_value("explorer_ranged", [], drawn=box is not None) if c in numeric]
 bounds = explorer_data.explorer_ranges(sel.db, sel.run, base, tuple(ranged)) if ranged else {}
 for column in ranged:
     low, high = bounds.get(column, (None, None))
@@ -135,9 +135,9 @@ for column in ranged:
     low, high = (int(low), int(high)) if integer else (float(low), float(high))
     rkey = f"explorer_range_{column}"
     if box is not None:
-        seeded = widgets.seed_kept(rkey)
+        seeded = sections.seed_kept(rkey)
         box.slider(column, low, high, None if seeded else (low, high), key=rkey)
-    chosen = widgets.kept_value(rkey, (low, high), drawn=box is not None)
+    chosen = sections.kept_value(rkey, (low, high), drawn=box is not None)
     if chosen[0] > low:
         filters.append(explorer_data.Filter(column, ">=", chosen[0]))
     if chosen[1] < high:

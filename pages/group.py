@@ -3,7 +3,7 @@
 import streamlit as st
 
 from app import data, keys, state
-from app.ui import charts, heatmaps, panels, scales, text, tuned_beta, widgets
+from app.ui import charts, heatmaps, panels, scales, sections, text, tuned_beta, widgets
 from app.view_data import group as group_data
 from app.view_data import shared
 
@@ -33,7 +33,7 @@ def _open_response() -> None:
 
 # The aligned responses and the prefix tree: tabs, each drawn only while open (a fresh load draws the first)
 TABS = {"aligned": "Responses aligned by position", "tree": "Prefix tree"}
-tabs = widgets.lazy_tabs(TABS, keys.GROUP_TAB, keys.URL_TAB)
+tabs = sections.lazy_tabs(TABS, keys.GROUP_TAB, keys.URL_TAB)
 if tabs["aligned"] is not None:
     with tabs["aligned"]:
         st.caption(

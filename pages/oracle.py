@@ -6,7 +6,7 @@ import urllib.parse
 import streamlit as st
 
 from app import data, keys, state
-from app.ui import charts, text, widgets
+from app.ui import charts, sections, text, widgets
 from app.view_data import oracle as oracle_data
 
 sel = state.selection()
@@ -53,7 +53,7 @@ if oracle_data.has_oracle(batch):
     )
     shown = table[table["pipeline"] == pipeline]
     # the chart and the table: tabs, each drawn only while open (a fresh load draws the chart alone)
-    tabs = widgets.lazy_tabs(
+    tabs = sections.lazy_tabs(
         {"chart": "Metrics by estimator", "table": "The numbers"}, keys.ORACLE_TAB, keys.URL_TAB
     )
     if tabs["chart"] is not None:

@@ -5,7 +5,7 @@ Below, the model-based scores (OAR-P, OAR-G, GCPO) of the rollout's group, compu
 import streamlit as st
 
 from app import access, data, jobs, keys, state
-from app.ui import charts, heatmaps, panels, widgets
+from app.ui import charts, heatmaps, panels, sections, widgets
 from app.view_data import resample as resample_data
 from app.view_data import shared
 
@@ -155,7 +155,7 @@ TABS = {
     "samples": "The values and the suffixes, as tables",
     "model": "Model-based credit: OAR-P, OAR-G, GCPO",
 }
-tabs = widgets.lazy_tabs(TABS, keys.RESAMPLE_TAB, keys.URL_TAB)
+tabs = sections.lazy_tabs(TABS, keys.RESAMPLE_TAB, keys.URL_TAB)
 if tabs["values"] is not None:
     with tabs["values"]:
         if values.empty:

@@ -4,7 +4,7 @@ per-token strips under it, and why a token got its credit."""
 import streamlit as st
 
 from app import keys, state
-from app.ui import cliff_marker, fmt, heatmaps, panels, scales, tuned_beta, turns, widgets
+from app.ui import cliff_marker, fmt, heatmaps, panels, scales, sections, tuned_beta, turns, widgets
 from app.view_data import shared
 
 sel = panels.rollout_selection()
@@ -104,7 +104,7 @@ with rows_col:
         )
 # Why this credit and the strips: tabs, each drawn only while open (a fresh load draws the first alone)
 TABS = {"why": "Why this credit", "strips": "Per-token strips: logprob, reference, log-ratio, entropy, value"}
-tabs = widgets.lazy_tabs(TABS, keys.ROLLOUT_TAB, keys.URL_TAB)
+tabs = sections.lazy_tabs(TABS, keys.ROLLOUT_TAB, keys.URL_TAB)
 if tabs["why"] is not None:
     with tabs["why"]:
         st.subheader(f"Why this credit: token {pos} {panels.quoted(view.tokens[pos]) if view.tokens else ''}")

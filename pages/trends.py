@@ -11,6 +11,7 @@ from app.ui import (
     panels,
     run_set,
     run_trends_panel,
+    sections,
     text,
     tuned_beta,
     widgets,
@@ -155,7 +156,7 @@ st.caption(  # the run's name inside a code span, as written (with_code escapes 
         "share; a reward dot, the rollouts of its bin (`creditlens histogram` names each bin's filter)."
     )
 )
-tabs = widgets.lazy_tabs(TABS, keys.TRENDS_TAB, keys.URL_TAB)
+tabs = sections.lazy_tabs(TABS, keys.TRENDS_TAB, keys.URL_TAB)
 tab_name, tab = next((name, box) for name, box in tabs.items() if box is not None)
 ready = monitor_panel.report_ready(sel.db, sel.run, estimator, config)
 with tab:

@@ -16,7 +16,7 @@ import math
 import streamlit as st
 
 from app import keys, state
-from app.ui import charts, heatmaps, panels, scales, text, tune_charts, tuned_beta, widgets
+from app.ui import charts, heatmaps, panels, scales, sections, text, tune_charts, tuned_beta, widgets
 from app.view_data import shared
 from app.view_data import tune as tune_data
 
@@ -376,7 +376,7 @@ def run_effect(beta0: dict[str, float], replayed: dict[str, float]) -> None:
 
 
 TABS = {"beta": "β per channel", "replay": "Dual ascent replay · effect on the run"}
-tabs = widgets.lazy_tabs(TABS, keys.TUNE_TAB, keys.URL_TAB)
+tabs = sections.lazy_tabs(TABS, keys.TUNE_TAB, keys.URL_TAB)
 if tabs["beta"] is not None:
     with tabs["beta"]:
         channel_weights()

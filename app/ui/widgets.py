@@ -100,44 +100,6 @@ def lazy_expander(label: str, key: str):
     return box if box.open else None
 
 
-def seed_kept(key: str) -> bool:
-    """Before drawing widget `key` again (its lazy expander reopened): give it the value it last had, which
-    Streamlit dropped while it was not drawn. True when it has a value (then pass no default value)."""
-    if key not in st.session_state and keys.kept(key) in st.session_state:
-        st.session_state[key] = st.session_state[keys.kept(key)]
-    return key in st.session_state
-
-
-def kept_value(key: str, default: Any, drawn: bool) -> Any:
-    """The value of widget `key`: drawn in this run, its value (kept for the runs it is not drawn in: a
-    closed lazy expander's); not drawn, the value it last had, else `default`. Call after drawing it."""
-    if drawn:
-        st.session_state[keys.kept(key)] = st.session_state[key]
-        return st.session_state[key]
-    if key in st.session_state:
-        return st.session_state[key]
-    return st.session_state.get(keys.kept(key), default)
-
-
-def lazy_tabs(tabs: dict[str, str], key: str, url: str) -> dict[str, object | None]:
-    """Tabs whose content is drawn only while selected (picking one reruns the page): {name: the tab's
-    container while it is open, else None}. `tabs` maps a name, the one `?url=` carries, to its label; the
-    first is open unless the link names another, and the open one is mirrored to `?url=` (the first one
-    leaves it out). A chart in a hidden tab is still mounted and drawn by the browser on every fresh load
-    (docs/speed.md): this is what keeps a view's first paint to its first tab. A test opens a tab by setting
-    `key` to its label in the session state."""
-    names, labels = list(tabs), list(tabs.values())
-    keep = keys.kept(key)
-    if key not in st.session_state:  # a fresh session (a link), or back on this view after another one
-        wanted = st.session_state.get(keep) or state.url_value(url)
-        st.session_state[key] = tabs.get(wanted, labels[0])
-    drawn = st.tabs(labels, key=key, on_change="rerun")
-    name = names[labels.index(st.session_state[key])]
-    st.session_state[keep] = name
-    state.publish(url, None if name == names[0] else name)
-    return {n: (box if n == name else None) for n, box in zip(names, drawn, strict=True)}
-
-
 def unavailable_note(unavailable: dict[str, str]) -> None:
     """The estimators this run cannot run, each with the reason and the fix (never offered, then failing)."""
     if not unavailable:
@@ -375,24 +337,34 @@ def credit_text(html_text: str, key: str) -> int | None:
     return None if clicked is None else int(clicked)
 
 
-def row_scale_toggle(key: str, rows: dict) -> str:
+def row_scale_toggle(key: str, rows: dict, drawn: bool = True) -> str:
     """Compare's colour scale, one click between a robust shared scale (the default: `scales.robust_range`,
     which no added row can stretch; a caption names each row it saturates and by how much) and per-row
-    scales (each row labelled with its range). Mirrored to `?scale=robust|row`; returns the mode."""
+    scales (each row labelled with its range). Mirrored to `?scale=robust|row`; returns the mode.
+    `drawn=False` (its tab closed): no toggle; the mode it last had (kept), else the link's, still in the
+    URL."""
     session_key = keys.scale_mode(key)
+    if session_key not in st.session_state and keys.kept(session_key) in st.session_state:
+        st.session_state[session_key] = st.session_state[keys.kept(session_key)]
     if session_key not in st.session_state:
         raw = state.url_value(keys.URL_SCALE)
         if raw not in (None, "row", "robust"):
             state.link_warning(keys.URL_SCALE, raw, "Compare's scale is robust or row", "the robust scale")
         st.session_state[session_key] = raw == "row"
-    per_row = st.toggle(
-        "Per-row scales",
-        key=session_key,
-        help="Each row on its own scale, its range beside its label; off: one robust scale for every row.",
-    )
+    if drawn:
+        per_row = st.toggle(
+            "Per-row scales",
+            key=session_key,
+            help="Each row on its own scale, its range beside its label; off: one robust scale for every "
+            "row.",
+        )
+    else:
+        per_row = bool(st.session_state[session_key])
+    st.session_state[keys.kept(session_key)] = per_row
     mode = "row" if per_row else "robust"
     state.publish(keys.URL_SCALE, mode)
-    st.caption(plain(scales.active_scale(rows, mode)))
+    if drawn:
+        st.caption(plain(scales.active_scale(rows, mode)))
     return mode
 
 
