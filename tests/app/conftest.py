@@ -73,7 +73,7 @@ def open_app(
     return at
 
 
-# each view's lazy tabs (`app.ui.widgets.lazy_tabs`): the session key that opens one of them
+# each view's lazy tabs (`app.ui.sections.lazy_tabs`): the session key that opens one of them
 TAB_KEYS = {
     "compare": keys.COMPARE_TAB,
     "group": keys.GROUP_TAB,
@@ -98,7 +98,7 @@ def every_tab(at, page: str) -> Iterator[str]:
 
 
 def open_tab(at, key: str, label: str):
-    """Open the tab labelled `label` of a view's lazy tabs (`app.ui.widgets.lazy_tabs`, session key `key`,
+    """Open the tab labelled `label` of a view's lazy tabs (`app.ui.sections.lazy_tabs`, session key `key`,
     e.g. keys.TUNE_TAB), as a click on it does: the page is rerun with that tab's content drawn."""
     at.session_state[key] = label
     at.run()

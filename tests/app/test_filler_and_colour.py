@@ -33,7 +33,13 @@ def test_the_difference_colour_bar_shows_its_real_range_with_significant_digits(
     at = open_app(
         app_db,
         "compare",
-        {"run": "demo", "rollout": "0", "ests": "grpo,aggregation", "diff": "grpo,aggregation"},
+        {
+            "run": "demo",
+            "rollout": "0",
+            "ests": "grpo,aggregation",
+            "diff": "grpo,aggregation",
+            "tab": "difference",
+        },
     )
     spec = chart(at, "compare_difference")
     gap = float(np.abs(shown_values(spec)).max())

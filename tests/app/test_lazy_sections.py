@@ -1,4 +1,4 @@
-"""The sections a view draws only while open (issue 47, `app.ui.widgets.lazy_tabs` and
+"""The sections a view draws only while open (issue 47, `app.ui.sections.lazy_tabs` and
 `widgets.estimator_parameters`): a link opens the tab it names and keeps naming it, and a parameter set in an
 open "Estimator parameters" expander still applies once the expander is closed."""
 
@@ -59,3 +59,27 @@ def test_a_parameter_set_in_the_open_form_still_applies_once_it_is_closed(app_db
     at.run()
     assert not at.exception
     assert at.slider(key=field).value == 3.0
+
+
+def test_the_row_scale_holds_while_its_tab_is_closed(app_db):
+    """Compare's per-row scale toggle sits with the small multiples: on another tab it is not drawn, yet the
+    URL keeps `?scale=row` (the link can be shared again) and the toggle is on when its tab is back."""
+    at = open_app(app_db, "compare", {"run": "oracle", "rollout": "0"})
+    at.toggle(key=keys.scale_mode("compare")).set_value(True).run()
+    assert not at.exception
+    assert _url(at, keys.URL_SCALE) == "row"
+    open_tab(at, keys.COMPARE_TAB, "Difference of two")
+    assert not [t for t in at.toggle if t.key == keys.scale_mode("compare")]
+    assert _url(at, keys.URL_SCALE) == "row"
+    open_tab(at, keys.COMPARE_TAB, "Small multiples")
+    assert at.toggle(key=keys.scale_mode("compare")).value is True
+    assert _url(at, keys.URL_SCALE) == "row"
+    chart(at, "compare_multiples")
+
+
+def test_a_link_with_the_row_scale_on_another_tab_keeps_it(app_db):
+    at = open_app(app_db, "compare", {"run": "oracle", "rollout": "0", "scale": "row", "tab": "difference"})
+    chart(at, "compare_difference")
+    assert _url(at, keys.URL_SCALE) == "row" and _url(at, keys.URL_TAB) == "difference"
+    open_tab(at, keys.COMPARE_TAB, "Small multiples")
+    assert at.toggle(key=keys.scale_mode("compare")).value is True

@@ -68,6 +68,6 @@ def test_resample_says_in_place_that_the_model_folder_is_missing(writable, app_d
     ), warnings
     assert at.button(key="resample_run").disabled
     model_credit = "Model-based credit: OAR-P, OAR-G, GCPO"
-    assert [t.label for t in at.tabs] == ["V̂(s_t) along the rollout", model_credit]
+    assert {"V̂(s_t) along the rollout", model_credit} <= {t.label for t in at.tabs}  # the page renders whole
     open_tab(at, keys.RESAMPLE_TAB, model_credit)
     assert any("Model-based scores are off for this run" in i.value for i in at.info)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tests.app.conftest import open_app
+from app import keys
+from tests.app.conftest import open_app, open_tab
 
 
 def test_the_sidebar_rollout_label_puts_the_score_before_what_a_narrow_sidebar_cuts(app_db):
@@ -95,9 +96,10 @@ def test_resample_opens_on_the_stored_positions_and_says_where_its_samples_come_
     stored = sorted(int(p) for p in values.loc[values["rollout_id"] == rid, "pos"])
     at = open_app(app_db, "resample", {"run": "demo", "rollout": str(rid)})
     assert sorted(at.multiselect(key="resample_positions").value) == stored  # what the chart shows
+    assert any("pools every sample stored" in c.value for c in at.caption)
+    open_tab(at, keys.RESAMPLE_TAB, "The values and the suffixes, as tables")
     frames = [t.value for t in at.dataframe]
     assert any({"engine", "model", "created"} <= set(f.columns) for f in frames)  # each sample's source
-    assert any("pools every sample stored" in c.value for c in at.caption)
 
 
 def test_a_folder_of_native_jsonl_says_it_was_guessed_as_verl_and_what_to_do(app_db, tmp_path):

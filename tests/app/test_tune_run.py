@@ -68,7 +68,7 @@ def test_tuned_beta_round_trips_through_the_url():
 
 def test_apply_keeps_the_sliders_beta_of_the_channels_the_replay_does_not_set(app_db):
     """The replay sets the constrained channels' β; every other channel keeps its slider's β, though the
-    sliders are not drawn while the replay's tab is open (`widgets.lazy_tabs`)."""
+    sliders are not drawn while the replay's tab is open (`sections.lazy_tabs`)."""
     at = open_app(app_db, "tune", {"run": "demo", "rollout": "0"})
     at.slider(key=keys.tune_beta("task")).set_value(2.0).run()  # task: the estimator's channel, no τ
     assert not at.exception

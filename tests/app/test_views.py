@@ -117,10 +117,11 @@ def test_group_view_aligned_rows_and_prefix_tree(app_db):
 
 def test_compare_view_multiples_agreement_mass(app_db):
     at = open_app(app_db, "compare", {"run": "oracle", "rollout": "0"}, opened=COMPARE_OPEN)
-    for key in ("compare_multiples", "compare_difference"):
-        chart(at, key)
+    chart(at, "compare_multiples")
+    open_tab(at, keys.COMPARE_TAB, "Difference of two")
+    chart(at, "compare_difference")
     open_tab(at, keys.COMPARE_TAB, "Rank agreement · credit mass by class")
-    for key in ("compare_multiples", "compare_agreement", "compare_mass"):
+    for key in ("compare_agreement", "compare_mass"):
         chart(at, key)
     mass = at.dataframe[0].value
     assert set(mass.columns) == {"grpo", "entropy", "prefix_tree"}
@@ -208,7 +209,7 @@ def test_resample_runs_stores_and_shows_values(app_db):
     values = chart(at, "resample_values")
     assert list(decode(values["data"][0]["x"])) == [0, 5]
     # stored: a fresh session sees them, and suffix_mc can use them
-    again = open_app(app_db, "resample", {"run": "demo", "rollout": "2"})
+    again = open_app(app_db, "resample", {"run": "demo", "rollout": "2", "tab": "samples"})  # the tables
     assert len(again.dataframe[0].value) == 2
 
 

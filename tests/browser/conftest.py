@@ -357,7 +357,7 @@ HEATMAP_Z = (
 
 
 def open_tab(page, label: str) -> None:
-    """Click the tab labelled `label` of a view's lazy tabs (`app.ui.widgets.lazy_tabs`: its content is drawn
+    """Click the tab labelled `label` of a view's lazy tabs (`app.ui.sections.lazy_tabs`: its content is drawn
     by the rerun the click asks for) and wait until that run is drawn."""
     after(page, lambda: page.get_by_role("tab", name=label, exact=True).click())
 

@@ -110,7 +110,9 @@ def test_explorer_keeps_model_text_inert_and_searchable(page):
     assert page.locator(f"{TABLE} script, {TABLE} img[src=x]").count() == 0
 
 
-@pytest.mark.parametrize(("opened", "charts"), [("rewards", 2), ("credit", 3), ("behaviour", 5)])
+@pytest.mark.parametrize(
+    ("opened", "charts"), [("rewards", 1), ("distribution", 1), ("credit", 3), ("behaviour", 5)]
+)
 def test_trends_charts_have_the_toolbar(page, opened, charts):
     open_view(page, f"trends?run=demo&tab={opened}")  # each tab's charts are drawn only while it is open
     # under load the browser takes a while to draw them all

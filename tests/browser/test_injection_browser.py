@@ -84,12 +84,14 @@ def test_model_text_is_inert_and_readable(page, path, heatmap, text_panel):
     [
         "rollout?run=hostile&rollout=0&tab=strips",
         "group?run=hostile&rollout=0&tab=tree",
+        "compare?run=hostile&rollout=0&tab=difference",
         "compare?run=hostile&rollout=0&tab=agreement",
+        "resample?run=hostile&rollout=0&tab=samples",
         "resample?run=hostile&rollout=0&tab=model",
     ],
 )
 def test_model_text_is_inert_in_every_tab(page, path):
-    """A view draws one tab at a time (`widgets.lazy_tabs`): the tabs a fresh load leaves closed, opened by a
+    """A view draws one tab at a time (`sections.lazy_tabs`): the tabs a fresh load leaves closed, opened by a
     link, show the model's text as inert as the first."""
     open_view(page, path)
     page.wait_for_selector(".js-plotly-plot .main-svg")

@@ -17,6 +17,7 @@ from tests.app.conftest import decode
 from tests.browser.conftest import (
     HEATMAP_Z,
     after,
+    open_tab,
     open_view,
     set_by_keys,
     shown,
@@ -107,14 +108,16 @@ def test_shared_link_restores_a_configured_compare_view(page):
     other, field, value = _second_estimator()
     link = (
         f"compare?run=oracle&rollout=3&ests=grpo,{other}&{other}.{field}={value}"
-        f"&grpo.norm_by_std=false&diff={other},grpo&scale=row"
+        f"&grpo.norm_by_std=false&diff={other},grpo&scale=row&tab=difference"
     )
     open_view(page, link)
     page.wait_for_selector(".st-key-compare_difference .js-plotly-plot")
     assert "rollout #3" in page.locator("h1").first.inner_text()
     chosen = page.locator(".st-key-compare_estimators").inner_text()
     assert "grpo" in chosen and other in chosen
-    page.get_by_text("Parameters", exact=True).click()
+    # a lazy expander: opening it reruns the page, which draws its widgets (wait for that run, not the first
+    # element: the slider's value comes with it)
+    after(page, lambda: page.get_by_text("Parameters", exact=True).click())
     page.wait_for_selector(f".st-key-compare_cfg_{other}_{field}")
     assert f"{value:g}" in shown_choice(page, f"compare_cfg_{other}_{field}")
     assert not page.locator(".st-key-compare_cfg_grpo_norm_by_std input").is_checked()
@@ -124,10 +127,19 @@ def test_shared_link_restores_a_configured_compare_view(page):
         "() => document.querySelector('.st-key-compare_difference .js-plotly-plot').layout.yaxis.ticktext"
     )
     assert ticks[0].startswith(f"grpo − {other}")
-    assert page.locator(".st-key-compare_scale input").is_checked()  # the per-row scales toggle
-    for part in (f"{other}.{field}={value}", "grpo.norm_by_std=False", f"diff={other}%2Cgrpo", "scale=row"):
+    for part in (
+        f"{other}.{field}={value}",
+        "grpo.norm_by_std=False",
+        f"diff={other}%2Cgrpo",
+        "scale=row",
+        "tab=difference",
+    ):
         assert part in page.url, part  # the view's URL is still the whole view: it can be shared again
     assert page.locator("[data-testid=stAlert]").filter(has_text="cannot be honoured").count() == 0
+    open_tab(page, "Small multiples")  # the per-row scales toggle sits with the small multiples
+    page.wait_for_selector(".st-key-compare_scale input")
+    assert page.locator(".st-key-compare_scale input").is_checked()
+    assert "scale=row" in page.url and f"{other}.{field}={value}" in page.url
 
 
 def test_a_link_that_cannot_be_honoured_says_so_and_falls_back(page):
