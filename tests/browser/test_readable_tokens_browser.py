@@ -118,7 +118,11 @@ def test_shared_link_restores_a_configured_compare_view(page):
     # a lazy expander: opening it reruns the page, which draws its widgets (wait for that run, not the first
     # element: the slider's value comes with it)
     after(page, lambda: page.get_by_text("Parameters", exact=True).click())
-    page.wait_for_selector(f".st-key-compare_cfg_{other}_{field}")
+    # its container can be in the page a moment before the slider in it is drawn: wait for its text
+    page.wait_for_function(
+        "(key) => (document.querySelector(`.st-key-${key}`)?.textContent || '').trim() !== ''",
+        arg=f"compare_cfg_{other}_{field}",
+    )
     assert f"{value:g}" in shown_choice(page, f"compare_cfg_{other}_{field}")
     assert not page.locator(".st-key-compare_cfg_grpo_norm_by_std input").is_checked()
     assert other in shown_choice(page, "compare_diff_a")
