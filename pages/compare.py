@@ -79,6 +79,17 @@ summed = channel == shared.ALL_CHANNELS
 shown = "all channels (scores summed first)" if summed else f"the {channel} channel"
 L = len(result["tokens"])
 start, stop = panels.token_window(L, keys.COMPARE_WINDOW, result["rollout"][next(iter(result["rollout"]))])
+if result["silent"]:  # every estimator gives the group no credit at all (said above every tab)
+    undefined = (
+        "Rank agreement is undefined here, and the credit mass by class is the other channels' credit alone"
+        if credit == "final"
+        else "Rank agreement and credit mass by class are undefined here"
+    )
+    st.info(
+        f"None of these estimators gives this group any credit on {text.plain(shown)} (every token's "
+        f"A is 0; e.g. a zero-variance group, whose responses all have the same score). {undefined}: pick a "
+        "rollout of a group whose scores differ (the Explorer's zero-variance filter finds them)."
+    )
 # The small multiples, the difference of two and the agreement: tabs, each drawn only while open (a fresh
 # load draws the first alone); the window of a long response, above them, holds for all three
 TABS = {
@@ -147,17 +158,6 @@ if tabs["difference"] is not None:
             config={"displayModeBar": False},
         )
 
-if result["silent"]:  # every estimator gives the group no credit at all
-    undefined = (
-        "Rank agreement is undefined here, and the credit mass by class is the other channels' credit alone"
-        if credit == "final"
-        else "Rank agreement and credit mass by class are undefined here"
-    )
-    st.info(
-        f"None of these estimators gives this group any credit on {text.plain(shown)} (every token's "
-        f"A is 0; e.g. a zero-variance group, whose responses all have the same score). {undefined}: pick a "
-        "rollout of a group whose scores differ (the Explorer's zero-variance filter finds them)."
-    )
 if tabs["agreement"] is not None:
     with tabs["agreement"]:
         left, right = st.columns(2)

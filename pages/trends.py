@@ -209,7 +209,7 @@ st.subheader("Credit health")
 st.caption(
     text.with_code(
         "Each detector's onset: the first step departing from the run's own earlier steps by more than "
-        "their noise (docs/monitors.md); dashed lines on the charts. Same alerts: "
+        "their noise (docs/monitors.md); dashed lines on the charts of every tab above. Same alerts: "
         f"`creditlens monitor --db {sel.db} --run {sel.run} --estimator {estimator} --channel {channel}`"
     )
 )

@@ -10,7 +10,7 @@ import streamlit as st
 import streamlit.components.v2  # noqa: F401 - registers st.components.v2
 
 from app import data, keys, navigation, state
-from app.ui import fmt, scales
+from app.ui import fmt, scales, sections
 from app.ui.text import plain, with_code
 from backend.core.batch import ALL_CHANNELS
 from backend.credit.main_channel import on_channel
@@ -188,8 +188,7 @@ def estimator_form(name: str, key: str, container=None, drawn: bool = True) -> t
         wkey = keys.form_field(key, name, f["name"])
         label, help_text, default = f["name"], f["help"] or None, f["default"]
         url = keys.url_field(name, f["name"])
-        if wkey not in st.session_state and keys.kept(wkey) in st.session_state:
-            st.session_state[wkey] = st.session_state[keys.kept(wkey)]
+        sections.seed_kept(wkey)  # the value it had before its expander was closed
         _restore_field(f, wkey, url)
         if not drawn:
             value = st.session_state.get(wkey, default)
@@ -344,9 +343,7 @@ def row_scale_toggle(key: str, rows: dict, drawn: bool = True) -> str:
     `drawn=False` (its tab closed): no toggle; the mode it last had (kept), else the link's, still in the
     URL."""
     session_key = keys.scale_mode(key)
-    if session_key not in st.session_state and keys.kept(session_key) in st.session_state:
-        st.session_state[session_key] = st.session_state[keys.kept(session_key)]
-    if session_key not in st.session_state:
+    if not sections.seed_kept(session_key):
         raw = state.url_value(keys.URL_SCALE)
         if raw not in (None, "row", "robust"):
             state.link_warning(keys.URL_SCALE, raw, "Compare's scale is robust or row", "the robust scale")
