@@ -64,7 +64,8 @@ def test_search_sort_filter_then_click_opens_the_rollout(page, server):
     choose(page, "explorer_sort", "length")
     after(page, lambda: page.locator(".st-key-explorer_desc label").click())
     assert page.locator(".st-key-explorer_desc input").is_checked()
-    page.get_by_text("Filters: flags and ranges").click()
+    # a lazy expander: opening it reruns the page, which draws its widgets; wait for that run before a click
+    after(page, lambda: page.get_by_text("Filters: flags and ranges").click())
     no_zero_variance = page.locator(".st-key-explorer_flag_zero_variance").get_by_text("no", exact=True)
     after(page, no_zero_variance.click)
     assert "sort=length" in page.url and "desc=True" in page.url and "q=Obviously" in page.url
