@@ -6,7 +6,7 @@ run already has are skipped. Each returns (records, tokens, tokenization, skippe
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,21 +28,11 @@ def _tokens(tables: dict[str, pa.Table]) -> int:
 
 @contextmanager
 def behind(insert: Callable) -> Iterator[Callable]:
-    """`insert`, run in a writer thread one chunk behind the caller: the chunk k is stored while chunk k + 1
-    is read and checked (DuckDB, like pyarrow, releases the GIL). The caller must not use the store until
-    the block ends; a failed insert raises at the next call or at the end of the block. One chunk waits at
-    most, so memory holds one chunk more than a serial loop."""
-    with ThreadPoolExecutor(1, thread_name_prefix="import-write") as writer:
-        pending: list[Future] = []
-
-        def insert_behind(tables: dict[str, pa.Table]) -> None:
-            if pending:
-                pending.pop().result()
-            pending.append(writer.submit(insert, tables))
-
-        yield insert_behind
-        if pending:
-            pending.pop().result()
+    """`insert`, called for each chunk as it is read and checked. A writer thread one chunk behind was tried
+    (DuckDB and pyarrow release the GIL): its gain could not be shown on the shared 2 cores, and a Ctrl-C
+    while it started left an insert running on the connection the caller then closed (a traceback instead
+    of the import's own message; tests/reliability/test_faults.py). So the chunks are stored in turn."""
+    yield insert
 
 
 def stage_batches(
