@@ -44,11 +44,8 @@ def prompt_and_response(sel: Selection) -> dict:
         f"run {plain(sel.run)} · group {record['group_id']} · step {record['step']} · "
         f"{len(record['token_ids'])} tokens · {plain(scores)}"
     )
-    with st.expander("Prompt and response", expanded=False):
-        st.text("Prompt")
-        text_block(record["prompt"] or "")
-        st.text("Response")
-        text_block(record["response"] or "")
+    with st.expander("Prompt and response", expanded=False):  # one element: drawn on every load, even closed
+        text_blocks([("Prompt", record["prompt"] or ""), ("Response", record["response"] or "")])
     return record
 
 

@@ -105,8 +105,13 @@ def unavailable_note(unavailable: dict[str, str]) -> None:
     if not unavailable:
         return
     with st.expander(f"{len(unavailable)} estimator(s) unavailable on this run", expanded=False):
-        for name, reason in unavailable.items():
-            st.markdown(f"**{plain(name)}**: {with_code(_in_the_app(reason))}")
+        # one list, one element (drawn on every load, even closed)
+        st.markdown(
+            "\n".join(
+                f"- **{plain(name)}**: {with_code(_in_the_app(reason))}"
+                for name, reason in unavailable.items()
+            )
+        )
         if any("resampl" in reason or "model-credit" in reason for reason in unavailable.values()):
             st.page_link(
                 str(RESAMPLE_PAGE),
@@ -373,15 +378,16 @@ def scale_controls(
     the scale is for), a caption says which scale is active. Returns (mode, locked half-width)."""
     mode_col, lock_col = st.columns([3, 2])
     with mode_col:
+        # a select box, not five long radio options: one widget to draw on each load, and the code of the
+        # run picker's select box, already loaded (docs/speed.md)
         mode = state.url_widget(
-            st.radio,
+            st.selectbox,
             "Colour scale",
             key=keys.scale_mode(key),
             url=keys.URL_SCALE,
             default="auto",
             options=list(scales.SCALES),
             format_func=lambda m: scales.SCALE_LABELS[m],
-            horizontal=True,
         )
     if not lockable:
         if rows is not None:

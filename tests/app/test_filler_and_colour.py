@@ -81,7 +81,7 @@ def test_the_auto_scale_clips_a_spike_at_a_quantile_and_says_so(app_db):
     peak = spec["layout"]["coloraxis"]["cmax"]
     assert peak < 0.5 * float(np.abs(shown_values(spec)).max())  # the −5 spike no longer sets the scale
     assert spec["layout"]["coloraxis"]["colorbar"]["ticktext"][0].startswith("≤")  # values beyond the end
-    at.radio(key="rollout_scale").set_value("shared").run()
+    at.selectbox(key="rollout_scale").set_value("shared").run()
     assert any("Colour scale: shared max" in c.value for c in at.caption)
 
 

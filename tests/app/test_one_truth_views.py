@@ -65,7 +65,8 @@ def test_unavailable_estimators_are_listed_with_reason_and_fix_not_offered(app_d
     at = open_app(app_db, "rollout", {"run": "oracle", "rollout": "0"})
     assert "suffix_mc" not in at.selectbox(key="rollout_estimator").options
     notes = [m.value for m in at.markdown]
-    assert any(n.startswith("**suffix\\_mc**") and "creditlens resample" in n for n in notes)
+    lines = [line for n in notes for line in n.splitlines()]  # one list, a line per estimator
+    assert any(line.startswith("- **suffix\\_mc**") and "creditlens resample" in line for line in lines)
     at = open_app(app_db, page="compare", query={"run": "oracle", "rollout": "0"})
     assert "suffix_mc" not in at.multiselect(key="compare_estimators").options
 

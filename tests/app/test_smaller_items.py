@@ -22,7 +22,8 @@ def test_compare_on_a_zero_variance_group_says_why_its_panels_are_empty(app_db):
 
 def test_unavailable_estimators_say_the_fix_that_works_here(app_db):
     at = open_app(app_db, "rollout", {"run": "demo", "rollout": "0"})
-    notes = {m.value.split("**")[1]: m.value for m in at.markdown if m.value.startswith("**")}
+    lines = [line for m in at.markdown for line in m.value.splitlines()]  # one list, a line per estimator
+    notes = {line.split("**")[1]: line for line in lines if line.startswith("- **")}
     assert "logged" in notes, list(notes)
     assert "creditlens score" not in notes["logged"]  # a model cannot make a trainer's advantage
     assert "`logged_advantage`" in notes["logged"]  # code spans render as code, not literal backticks
