@@ -61,6 +61,7 @@ URL_LIVE_PAGE = "live"  # 1: follow the run while it trains; 0: do not (app/ui/l
 DB = "app_db"  # the store this session reads (the AppTests set it; else --db or $CREDITLENS_DB)
 RUN = "sel_run"  # the selected run and rollout (the sidebar pickers)
 ROLLOUT = "sel_rollout"
+STEP = "sel_step"  # the sidebar's Step picker: follows the rollout; a new step selects its first rollout
 SELECTION = "_selection"  # the Selection resolved in this rerun
 URL_AT_START = "_url_at_start"  # the query string the session started from (a bookmark, a link)
 URL_PENDING = (

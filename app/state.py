@@ -94,6 +94,11 @@ def _on_run_change() -> None:
     st.session_state[keys.ROLLOUT] = _first_rollout(data.db_path(), st.session_state[keys.RUN])
 
 
+def _on_step_change() -> None:  # another step: its first rollout
+    steps = step_rollouts(data.db_path(), st.session_state[keys.RUN])
+    st.session_state[keys.ROLLOUT] = steps[st.session_state[keys.STEP]][0]
+
+
 def set_rollout(rollout_id: int) -> None:
     """Select another rollout of the current run (call before the sidebar renders, or in a callback)."""
     st.session_state[keys.ROLLOUT] = int(rollout_id)
@@ -137,10 +142,22 @@ def init_selection() -> Selection:
 
     index = data.rollout_index(db, run)
     labels = rollout_labels(db, run)
+    rollout = st.session_state[keys.ROLLOUT]
+    steps = step_rollouts(db, run)
+    step = None if rollout is None else int(index.loc[index["rollout_id"] == rollout, "step"].iloc[0])
     with st.sidebar:
         st.selectbox("Run", names, key=keys.RUN, on_change=_on_run_change)
-        st.selectbox("Rollout", list(labels), key=keys.ROLLOUT, format_func=labels.get)
-    rollout = st.session_state[keys.ROLLOUT]
+        if len(steps) > 1:  # the rollout picker lists one step's rollouts, not the whole run's
+            st.session_state[keys.STEP] = step  # follows the rollout, wherever it was chosen
+            st.selectbox(
+                "Step",
+                list(steps),
+                key=keys.STEP,
+                format_func=lambda s: f"step {s} · {len(steps[s])} rollouts",
+                on_change=_on_step_change,
+            )
+        options = steps.get(step, list(labels))
+        st.selectbox("Rollout", options, key=keys.ROLLOUT, format_func=labels.get)
     group = None
     if rollout is not None:
         group = int(index.loc[index["rollout_id"] == rollout, "group_id"].iloc[0])
@@ -199,6 +216,19 @@ def rollout_labels(db: str, run: str) -> dict[int, str]:
             f"#{row.rollout_id}{score} · group {row.group_id} · step {row.step} · {row.length} tok"
         )
     return out
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def step_rollouts(db: str, run: str) -> dict[int, list[int]]:
+    """step -> its rollout ids, in order: the sidebar's Step picker, and the Rollout picker's options under
+    it. A training run has thousands of rollouts; one select box listing them all was sent and built by the
+    browser on every rerun of every page (2,000 options: 0.14 s of the browser's time per page load,
+    docs/speed.md), where one step's are a few dozen."""
+    index = data.rollout_index(db, run)
+    out: dict[int, list[int]] = {}
+    for step, rid in zip(index["step"].tolist(), index["rollout_id"].tolist(), strict=True):
+        out.setdefault(int(step), []).append(int(rid))
+    return dict(sorted(out.items()))
 
 
 def selection() -> Selection:

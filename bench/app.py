@@ -1,4 +1,4 @@
-"""`python -m bench app [fresh]`: the app in headless chromium against a real server.
+"""`python -m bench app [fresh] [--rounds N]`: the app in headless chromium against a real server.
 
 First the fresh page loads of every view on the demo store against a trivial Streamlit page
 (`bench/app_load.py`; `python -m bench app fresh` stops there). Then it measures (1) navigation to a
@@ -90,11 +90,14 @@ def main(argv: list[str] | None = None) -> int:
         print("bench app: chromium not found at /usr/bin/chromium (make browser-deps)", file=sys.stderr)
         return 2
     argv = list(argv or [])
+    rounds = 3
+    if len(argv) >= 2 and argv[-2] == "--rounds" and argv[-1].isdigit() and int(argv[-1]) > 0:
+        rounds, argv = int(argv[-1]), argv[:-2]
     if argv not in ([], ["fresh"]):
-        print("usage: python -m bench app [fresh]", file=sys.stderr)
+        print("usage: python -m bench app [fresh] [--rounds N]", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
-        fresh, added = app_load.measure(p, Path(tmp) / "demo.duckdb", Path(tmp))
+        fresh, added = app_load.measure(p, Path(tmp) / "demo.duckdb", Path(tmp), rounds=rounds)
     app_load.print_table(fresh, added)
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
     if argv == ["fresh"]:

@@ -106,10 +106,14 @@ class Runs:
             self.finished += msg.script_finished != ForwardMsg.FINISHED_EARLY_FOR_RERUN
 
 
-def fresh_load(browser, url: str, timeout: float = 120.0) -> tuple[float, float]:
-    """(first content, loaded) seconds of `url` in a new context."""
+def fresh_load(browser, url: str, timeout: float = 120.0) -> tuple[float, float, float]:
+    """(first content, loaded, page CPU) seconds of `url` in a new context. Page CPU is the time the
+    page's renderer spent in tasks (script, style, layout, paint: Chrome's `TaskDuration`), which the
+    machine's other load changes far less than wall time."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
+    cdp = context.new_cdp_session(page)
+    cdp.send("Performance.enable")
     runs = Runs(page)
     start = time.perf_counter()
     page.goto(url, wait_until="commit")
@@ -118,14 +122,16 @@ def fresh_load(browser, url: str, timeout: float = 120.0) -> tuple[float, float]
     wait_runs(page, runs, 1, timeout)
     page.wait_for_function(SHOWN, timeout=timeout * 1000, polling=10)
     loaded = time.perf_counter() - start
+    metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
     context.close()
-    return first, loaded
+    return first, loaded, metrics["TaskDuration"]
 
 
 def measure(playwright, db: Path, tmp: Path, rounds: int = 3) -> tuple[list[tuple], list[tuple]]:
     """Rows (name, first visit s, median first content s, median loaded s, ratio to the trivial page, ratio
-    to the trivial page with one chart), and (what, seconds) of adding an estimator to Compare (target ≤ 1 s):
-    pick it, until the rerun is drawn.
+    to the trivial page with one chart, ratio to the one with one table, median page CPU s, its ratio to
+    the one-chart page's), and (what, seconds) of adding an estimator to Compare (target ≤ 1 s): pick it,
+    until the rerun is drawn.
 
     The first visit of a view is its first load after the server started (its caches cold unless the
     server warmed them); the medians are over the `rounds` loads after it. The baselines' loads are
@@ -166,28 +172,45 @@ def measure(playwright, db: Path, tmp: Path, rounds: int = 3) -> tuple[list[tupl
         ]
         browser.close()
     base, chart, table = (statistics.median(t[1] for t in times[name][1:]) for name in BASELINES)
+    chart_cpu = statistics.median(t[2] for t in times["Trivial page + one chart"][1:])
     rows = []
     for name, loads in times.items():
         loaded = statistics.median(t[1] for t in loads[1:])
         content = statistics.median(t[0] for t in loads[1:])
-        rows.append((name, loads[0][1], content, loaded, loaded / base, loaded / chart, loaded / table))
+        cpu = statistics.median(t[2] for t in loads[1:])
+        rows.append(
+            (
+                name,
+                loads[0][1],
+                content,
+                loaded,
+                loaded / base,
+                loaded / chart,
+                loaded / table,
+                cpu,
+                cpu / chart_cpu,
+            )
+        )
     return rows, added
 
 
 def print_table(rows: list[tuple], added: list[tuple]) -> None:
     print(
         f"{'fresh page load (demo store)':<30} {'first visit':>11} {'first content':>13} {'loaded':>8} "
-        f"{'ratio':>6} {'/ chart':>8} {'/ table':>8}"
+        f"{'ratio':>6} {'/ chart':>8} {'/ table':>8} {'page CPU':>9} {'/ chart':>8}"
     )
-    for name, first_visit, content, loaded, ratio, to_chart, to_table in rows:
+    for name, first_visit, content, loaded, ratio, to_chart, to_table, cpu, cpu_to_chart in rows:
         times = f"{first_visit:>11.2f} {content:>13.2f} {loaded:>8.2f}"
-        print(f"{name:<30} {times} {ratio:>6.2f} {to_chart:>8.2f} {to_table:>8.2f}")
+        ratios = f"{ratio:>6.2f} {to_chart:>8.2f} {to_table:>8.2f} {cpu:>9.2f} {cpu_to_chart:>8.2f}"
+        print(f"{name:<30} {times} {ratios}")
     print(
         "seconds; medians of fresh loads after the first visit; ratio = loaded / the trivial page's;\n"
         "/ chart = loaded / the trivial page with one Plotly chart's (the floor of a view that draws a "
         "chart: target ≤ 1.3);\n/ table = loaded / the trivial page with one table's (the floor of a view "
         "that draws a table and no chart, the Explorer: target ≤ 1.2);\n"
-        f"{SHELL}: the one-chart page inside the app's navigation and sidebar (what every view pays)"
+        f"{SHELL}: the one-chart page inside the app's navigation and sidebar (what every view pays);\n"
+        "page CPU = the page's renderer busy in tasks until loaded (Chrome's TaskDuration), and its ratio to "
+        "the one-chart page's: what the view makes the browser do, less moved by the machine's other load"
     )
     print(f"\n{'rerun':<46} {'seconds':>8} {'target':>7}")
     for what, seconds in added:

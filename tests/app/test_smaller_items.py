@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from app import keys
+from backend.store import Store
 from tests.app.conftest import open_app, open_tab
 
 
@@ -11,6 +12,29 @@ def test_the_sidebar_rollout_label_puts_the_score_before_what_a_narrow_sidebar_c
     picker = at.selectbox(key="sel_rollout")
     label = picker.format_func(picker.value) if hasattr(picker, "format_func") else picker.options[0]
     assert label.startswith("#0 · task "), label  # the score right after the id
+
+
+def test_the_sidebar_lists_one_steps_rollouts_and_a_new_step_selects_its_first(app_db):
+    # A training run has thousands of rollouts: the Rollout picker lists those of the selected one's step.
+    with Store(app_db, read_only=True) as store:
+        index = store.rollout_index("demo")
+    by_step = index.groupby("step")["rollout_id"].apply(list).to_dict()
+    assert len(by_step) > 1
+    rollout = int(index["rollout_id"].iloc[len(index) // 2])
+    step = int(index.loc[index["rollout_id"] == rollout, "step"].iloc[0])
+    at = open_app(app_db, "rollout", {"run": "demo", "rollout": str(rollout)})
+    assert at.selectbox(key=keys.STEP).value == step
+    assert at.selectbox(key=keys.ROLLOUT).value == rollout
+    assert len(at.selectbox(key=keys.ROLLOUT).options) == len(by_step[step]) < len(index)
+    other = next(s for s in by_step if s != step)
+    at.selectbox(key=keys.STEP).set_value(other).run()
+    assert not at.exception, at.exception
+    assert at.session_state[keys.ROLLOUT] == by_step[other][0]
+    assert at.title[0].value == f"Rollout #{by_step[other][0]}"
+    assert at.selectbox(key=keys.STEP).value == other
+    # a rollout chosen elsewhere (a link, the Explorer) moves the step with it
+    at.selectbox(key=keys.ROLLOUT).set_value(by_step[other][1]).run()
+    assert at.selectbox(key=keys.STEP).value == other
 
 
 def test_compare_on_a_zero_variance_group_says_why_its_panels_are_empty(app_db):
