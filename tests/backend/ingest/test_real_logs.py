@@ -434,3 +434,40 @@ def test_follow_imports_each_new_step_until_interrupted(db_path, tmp_path):
     assert proc.returncode == 0, stderr
     assert "1.jsonl: live: imported 9 rollouts" in stdout and "3.jsonl: live: imported 1 rollouts" in stdout
     assert "stopped following" in stdout and "19 rollouts from 3 files" in stdout
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [KeyboardInterrupt(), RuntimeError("Query interrupted"), "duckdb"],
+    ids=["python", "duckdb runtime error", "duckdb interrupt exception"],
+)
+def test_follow_stops_cleanly_when_ctrl_c_lands_inside_a_query(
+    db_path, tmp_path, monkeypatch, capsys, raised
+):
+    """Ctrl-C while the follower is in a DuckDB query (its poll, the monitors after a step) reaches it as
+    DuckDB's exception, not Python's KeyboardInterrupt: it still stops following and says what it imported."""
+    import duckdb  # noqa: PLC0415
+
+    from backend.cli import store as cli_store  # noqa: PLC0415
+    from backend.cli.main import main  # noqa: PLC0415
+
+    real_follow = cli_store.follow
+
+    def follow_then_ctrl_c(*args, on_report, **kwargs):
+        def report_then_ctrl_c(rep, path):
+            on_report(rep, path)
+            raise duckdb.InterruptException("INTERRUPT Error: Interrupted!") if raised == "duckdb" else raised
+
+        return real_follow(*args, on_report=report_then_ctrl_c, **kwargs)
+
+    monkeypatch.setattr(cli_store, "follow", follow_then_ctrl_c)
+    directory = tmp_path / "rollout_data_dir"
+    directory.mkdir()
+    legacy_step(directory, 1)
+    args = ["import", str(directory), "--db", str(db_path), "--run", "live", "--format", "verl", "--follow"]
+    assert main([*args, "--poll", "0.2", "--quiet"]) == 0
+    printed = capsys.readouterr()
+    assert "stopped following" in printed.out and "from 1 files" in printed.out, printed
+    assert "nothing was committed" not in printed.err
+    with Store(db_path, read_only=True) as store:
+        assert store.list_runs()[0]["rollouts"] > 0
