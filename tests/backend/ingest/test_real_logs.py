@@ -449,7 +449,6 @@ def test_follow_stops_cleanly_when_ctrl_c_lands_inside_a_query(
     import duckdb  # noqa: PLC0415
 
     from backend.cli import store as cli_store  # noqa: PLC0415
-    from backend.cli.main import main  # noqa: PLC0415
 
     real_follow = cli_store.follow
 
@@ -465,9 +464,9 @@ def test_follow_stops_cleanly_when_ctrl_c_lands_inside_a_query(
     directory.mkdir()
     legacy_step(directory, 1)
     args = ["import", str(directory), "--db", str(db_path), "--run", "live", "--format", "verl", "--follow"]
-    assert main([*args, "--poll", "0.2", "--quiet"]) == 0
-    printed = capsys.readouterr()
-    assert "stopped following" in printed.out and "from 1 files" in printed.out, printed
-    assert "nothing was committed" not in printed.err
+    done = run_cli_here(*args, "--poll", "0.2", "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert "stopped following" in done.stdout and "from 1 files" in done.stdout, done
+    assert "nothing was committed" not in done.stderr
     with Store(db_path, read_only=True) as store:
         assert store.list_runs()[0]["rollouts"] > 0
