@@ -144,7 +144,8 @@ def init_selection() -> Selection:
     labels = rollout_labels(db, run)
     rollout = st.session_state[keys.ROLLOUT]
     steps = step_rollouts(db, run)
-    step = None if rollout is None else int(index.loc[index["rollout_id"] == rollout, "step"].iloc[0])
+    row = None if rollout is None else index.loc[index["rollout_id"] == rollout].iloc[0]
+    step = None if row is None else int(row["step"])
     with st.sidebar:
         st.selectbox("Run", names, key=keys.RUN, on_change=_on_run_change)
         if len(steps) > 1:  # the rollout picker lists one step's rollouts, not the whole run's
@@ -158,9 +159,7 @@ def init_selection() -> Selection:
             )
         options = steps.get(step, list(labels))
         st.selectbox("Rollout", options, key=keys.ROLLOUT, format_func=labels.get)
-    group = None
-    if rollout is not None:
-        group = int(index.loc[index["rollout_id"] == rollout, "group_id"].iloc[0])
+    group = None if row is None else int(row["group_id"])
     _replace_url({keys.URL_RUN: run, **({keys.URL_ROLLOUT: str(rollout)} if rollout is not None else {})})
     return Selection(db, run, rollout, group, resolve_classes(db, run))
 

@@ -5,9 +5,8 @@ run already has are skipped. Each returns (records, tokens, tokenization, skippe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -24,15 +23,6 @@ from backend.ingest.tokenize import Tokenizer
 
 def _tokens(tables: dict[str, pa.Table]) -> int:
     return int(pc.sum(pc.list_value_length(tables["rollouts"].column("token_ids"))).as_py() or 0)
-
-
-@contextmanager
-def behind(insert: Callable) -> Iterator[Callable]:
-    """`insert`, called for each chunk as it is read and checked. A writer thread one chunk behind was tried
-    (DuckDB and pyarrow release the GIL): its gain could not be shown on the shared 2 cores, and a Ctrl-C
-    while it started left an insert running on the connection the caller then closed (a traceback instead
-    of the import's own message; tests/reliability/test_faults.py). So the chunks are stored in turn."""
-    yield insert
 
 
 def stage_batches(
@@ -68,39 +58,37 @@ def stage_jsonl(
     chunk_tokens: int,
 ) -> tuple[int, int, str, int]:
     """Native JSONL a block of lines at a time: parsed by pyarrow where the block allows it (`arrow_jsonl`),
-    else line by line (`fast_jsonl`); records already in the run are skipped."""
+    else line by line (`fast_jsonl`); records already in the run are skipped. Each chunk is stored before the
+    next is read: a writer thread one chunk behind was tried and taken out (docs/benchmarks.md)."""
     first_id = buffer.next_rollout_id
     n_tokens = skipped = index = 0
     tokenization = "ids"
-    with behind(insert) as insert_behind:
-        for block, table in arrow_jsonl.read_ahead(path):
-            staged = _stage_block(block, table, path, index, buffer, tokenizer, insert_behind, seen)
-            if staged is not None:
-                n_tokens, skipped, index = (
-                    n_tokens + staged[0],
-                    skipped + staged[1],
-                    index + len(block.starts),
-                )
-                if bar is not None:
-                    bar(len(block.data))
-                continue
-            lines = block.raw_lines()
-            for chunk in fast_jsonl.iter_chunks(lines, path, index, bar, chunk_records, chunk_tokens):
-                index += len(chunk)
-                fresh = []
-                for line in chunk:
-                    if line.key is not None and line.key in seen:
-                        skipped += 1
-                        continue
-                    if line.key is not None:
-                        seen.add(line.key)
-                    fresh.append(line)
-                if not fresh:
+    for block, table in arrow_jsonl.read_ahead(path):
+        staged = _stage_block(block, table, path, index, buffer, tokenizer, insert, seen)
+        if staged is not None:
+            n_tokens += staged[0]
+            skipped += staged[1]
+            index += len(block.starts)
+            if bar is not None:
+                bar(len(block.data))
+            continue
+        lines = block.raw_lines()
+        for chunk in fast_jsonl.iter_chunks(lines, path, index, bar, chunk_records, chunk_tokens):
+            index += len(chunk)
+            fresh = []
+            for line in chunk:
+                if line.key is not None and line.key in seen:
+                    skipped += 1
                     continue
-                tables, how = fast_jsonl.convert_chunk(fresh, buffer, path, tokenizer)
-                tokenization = how if how != "ids" else tokenization
-                n_tokens += _tokens(tables)
-                insert_behind(tables)
+                if line.key is not None:
+                    seen.add(line.key)
+                fresh.append(line)
+            if not fresh:
+                continue
+            tables, how = fast_jsonl.convert_chunk(fresh, buffer, path, tokenizer)
+            tokenization = how if how != "ids" else tokenization
+            n_tokens += _tokens(tables)
+            insert(tables)
     return buffer.next_rollout_id - first_id, n_tokens, tokenization, skipped
 
 
@@ -157,32 +145,31 @@ def stage_parquet(
         raise InputError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
     offset = n_records = n_tokens = skipped = 0
     tokenization = "ids"
-    with behind(insert) as insert_behind:
-        for batch in read_batches(reader, path, chunk_records):
-            keys = _parquet_keys(file_hash, path, offset, batch.num_rows)
-            # Keys derive from the whole file's hash, so a batch is either entirely in the run or not at all.
-            if any(k in seen for k in keys.tolist()):
-                skipped += batch.num_rows
-                offset += batch.num_rows
-                if bar is not None:
-                    bar(batch.num_rows)
-                continue
-            seen.update(keys.tolist())
-            try:
-                tables = fast_parquet.convert_batch(batch, buffer, path, offset, keys)
-                n_tokens += _tokens(tables)
-                insert_behind(tables)
-            except fast_parquet.Unsupported:
-                for k, raw in enumerate(batch.to_pylist()):
-                    raw["record_key"] = int(keys[k])
-                    rec = validate_record(raw, f"{path}: record {offset + k + 1}", tokenizer)
-                    if rec["tokenized"] != "ids":
-                        tokenization = rec["tokenized"]
-                    n_tokens += len(rec["token_ids"])
-                    buffer.add(rec)
-                insert_behind(buffer.flush())
+    for batch in read_batches(reader, path, chunk_records):
+        keys = _parquet_keys(file_hash, path, offset, batch.num_rows)
+        # Keys derive from the whole file's hash, so a batch is either entirely in the run or not at all.
+        if any(k in seen for k in keys.tolist()):
+            skipped += batch.num_rows
             offset += batch.num_rows
-            n_records += batch.num_rows
             if bar is not None:
                 bar(batch.num_rows)
+            continue
+        seen.update(keys.tolist())
+        try:
+            tables = fast_parquet.convert_batch(batch, buffer, path, offset, keys)
+            n_tokens += _tokens(tables)
+            insert(tables)
+        except fast_parquet.Unsupported:
+            for k, raw in enumerate(batch.to_pylist()):
+                raw["record_key"] = int(keys[k])
+                rec = validate_record(raw, f"{path}: record {offset + k + 1}", tokenizer)
+                if rec["tokenized"] != "ids":
+                    tokenization = rec["tokenized"]
+                n_tokens += len(rec["token_ids"])
+                buffer.add(rec)
+            insert(buffer.flush())
+        offset += batch.num_rows
+        n_records += batch.num_rows
+        if bar is not None:
+            bar(batch.num_rows)
     return n_records, n_tokens, tokenization, skipped
