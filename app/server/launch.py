@@ -25,7 +25,8 @@ from app import access, keys
 from app.server import auth
 from backend.core.errors import InputError, StoreError
 from backend.core.foreground import run_in_foreground
-from backend.store import default_db_path, open_store
+from backend.demo.store_setup import prepare_store
+from backend.store import default_db_path
 
 SERVER = Path(__file__).resolve().parent / "asgi.py"  # the app (app/main.py) behind the token gate
 MAX_UPLOAD_MB = 200
@@ -73,16 +74,6 @@ def streamlit_command(
         str(db),
         *app_args,
     ]
-
-
-def prepare_store(db: Path) -> list[str]:
-    """Create/migrate the store and import the bundled sample runs it lacks; returns their names."""
-    # The bundled teacher's reader imports torch: `creditlens app --help` (and docs/commands.md, which runs
-    # it) then starts in about 0.5 s instead of 3 s.
-    from backend.demo.bundled import import_bundled  # noqa: PLC0415 - heavy (torch)
-
-    with open_store(db, create=True) as store:
-        return import_bundled(store, quiet=True)
 
 
 def access_token(host: str, token: str | None, no_token: bool) -> tuple[str | None, bool]:

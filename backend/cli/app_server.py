@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 
 from backend.core.errors import InputError
 from backend.core.foreground import run_in_foreground, run_together
+from backend.demo.store_setup import prepare_store
 from backend.ingest import formats
 from backend.store import default_db_path
 
@@ -47,6 +48,13 @@ def watch_commands(args) -> list[list[str]]:
 def cmd_watch(args) -> int:
     if not Path(args.path).is_dir():
         raise InputError(f"{args.path}: watch needs the folder the trainer writes its step files to")
+    # The server imports the bundled runs a store lacks on start (as `creditlens app` does), holding the write
+    # lock for the whole import: tens of seconds on a loaded machine. Side by side with the follower, the
+    # follower waited on that lock and gave up (CI: "the store is open for writing in another process").
+    # Done first, here, the server finds nothing to import and holds the lock only to check.
+    imported = prepare_store(Path(args.db or default_db_path()))
+    if imported:
+        print(f"imported bundled runs: {', '.join(imported)}", file=sys.stderr)
     return run_together(watch_commands(args))
 
 

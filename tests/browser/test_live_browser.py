@@ -89,3 +89,27 @@ def test_a_ctrl_c_sent_to_watch_alone_stops_every_process_it_started(bundled_db,
             pass
     assert proc.returncode == 0, log.read_text()
     assert "stopped following" in log.read_text()
+
+
+def test_watch_on_a_new_store_imports_the_bundled_runs_before_the_follower_starts(tmp_path):
+    """The bundled runs are imported before the follower and the server start. The server used to import
+    them itself, holding the write lock for tens of seconds on a loaded machine, and the follower, started
+    beside it, gave up on the lock (CI: "the store is open for writing in another process")."""
+    folder = tmp_path / "steps"
+    folder.mkdir()
+    log = tmp_path / "watch.log"
+    proc = start_watch(folder, tmp_path / "new.duckdb", "live", log, free_test_port(), start_new_session=True)
+    try:
+        served_url(log, proc)
+        deadline = time.monotonic() + 60
+        while "following " not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+    lines = log.read_text().splitlines()
+    # printed by watch itself, before either child had started; the server found nothing left to import
+    assert lines[0].startswith("imported bundled runs: ") and "demo" in lines[0], lines
+    assert sum(line.startswith("imported bundled runs") for line in lines) == 1, lines
+    assert proc.returncode == 0, lines
