@@ -13,7 +13,7 @@ from backend.cli.common import add_db_arg, add_set_arg, parse_overrides
 from backend.core.errors import InputError
 from backend.credit import main_channel
 from backend.monitor import config as monitor_config
-from backend.store import store_handle
+from backend.store import StoreBusy, store_handle
 
 if TYPE_CHECKING:
     from backend.monitor import monitors as monitor
@@ -102,7 +102,10 @@ def live_monitor(args):
     def watch(run: str) -> None:
         if run not in watchers:
             watchers[run] = monitor.LiveMonitor(handle, run, settings=settings)
-        print_alerts(watchers[run].update())
+        try:
+            print_alerts(watchers[run].update())
+        except StoreBusy as exc:  # the monitors read the whole run: the next step's update misses nothing
+            print(f"monitors skipped this step: {exc}", file=sys.stderr)
         sys.stdout.flush()
 
     return watch

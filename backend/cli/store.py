@@ -112,6 +112,9 @@ def _follow(args, options: dict) -> int:
         if watch is not None:
             watch(args.run)
 
+    def busy(exc, path) -> None:
+        print(f"{path.name}: waiting: {exc}; trying again", file=sys.stderr, flush=True)
+
     print(f"following {args.path} into run {args.run!r}; Ctrl-C stops", file=sys.stderr, flush=True)
     try:
         follow(
@@ -120,6 +123,7 @@ def _follow(args, options: dict) -> int:
             args.run,
             fmt=args.format,
             on_report=report,
+            on_busy=busy,
             poll_seconds=args.poll,
             **options,
         )

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from backend.core.errors import InputError
 from backend.ingest import ImportReport, formats, import_path
 from backend.ingest.append import check_follow
-from backend.store import Store
+from backend.store import Store, StoreBusy
 
 
 def _complete(path: Path) -> bool:
@@ -56,11 +56,14 @@ def follow(
     on_report: Callable[[ImportReport, Path], None] | None = None,
     poll_seconds: float = 1.0,
     stop: Callable[[], bool] | None = None,
+    on_busy: Callable[[StoreBusy, Path], None] | None = None,
     **import_options,
 ) -> tuple[int, int]:
     """Import step files of `directory` into `run` as they appear, until `stop()` is true or the process
     gets KeyboardInterrupt (Ctrl-C), which propagates after the file in progress was either imported
-    whole or not at all. Returns (files imported, rollouts added).
+    whole or not at all. Returns (files imported, rollouts added). Where the store is busy past the lock
+    wait (`StoreBusy`), at the start or for a step file, `on_busy` gets the error and the path, and the
+    next poll tries again (without `on_busy`, a busy store at the start raises).
 
     An existing `run` is followed only when `directory` (or a file in it) was imported into it before, or
     with `append=True` among `import_options`; each new step file then appends to it (`import_path` with
@@ -75,8 +78,17 @@ def follow(
         raise InputError(
             f"{directory}: --follow reads verl, trl or native step-file directories, not {fmt!r}"
         )
-    with open_store() as store:
-        check_follow(store, run, directory, bool(import_options.pop("append", False)))
+    append = bool(import_options.pop("append", False))
+    while True:
+        try:
+            with open_store() as store:
+                check_follow(store, run, directory, append)
+            break
+        except StoreBusy as exc:  # as for a step file below: wait, unless no one listens for it
+            if on_busy is None:
+                raise
+            on_busy(exc, directory)
+            time.sleep(poll_seconds)
     imported: dict[Path, tuple[int, int]] = {}  # file -> (size, mtime_ns) at its import
     last_seen: dict[Path, tuple[int, int]] = {}
     files_done = rollouts = 0
@@ -92,8 +104,15 @@ def follow(
             last_seen[f] = state
             if imported.get(f) == state or not stable or not _complete(f):
                 continue
-            with open_store() as store:
-                report = import_path(store, f, run, fmt=fmt_now, append=True, **import_options)
+            try:
+                with open_store() as store:
+                    report = import_path(store, f, run, fmt=fmt_now, append=True, **import_options)
+            except StoreBusy as exc:
+                # another process held the write lock past the wait (an import, a resample): a training run
+                # outlives that, so the file stays unimported and the next poll tries it again
+                if on_busy is not None:
+                    on_busy(exc, f)
+                continue
             imported[f] = state
             files_done += 1
             rollouts += report.records

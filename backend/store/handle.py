@@ -79,7 +79,9 @@ class StoreHandle:
         self.path = Path(path)
         self.wait_seconds = wait_seconds
         if not self.path.exists():
-            Store(self.path).close()  # create and migrate once
+            # create and migrate once, waiting like any write: another process may create the file between
+            # the check and the open and hold it (the app importing the bundled runs beside a new follower)
+            self._open(read_only=False).close()
 
     def _open(self, read_only: bool) -> Store:
         deadline = time.monotonic() + self.wait_seconds
@@ -100,7 +102,7 @@ class StoreHandle:
                         else "another process is writing to the store (an import or a resample)"
                     )
                     raise StoreBusy(
-                        f"{self.path}: {who}; waited {self.wait_seconds:.0f} s — try again when it finishes"
+                        f"{self.path}: {who}; waited {self.wait_seconds:g} s — try again when it finishes"
                     ) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)

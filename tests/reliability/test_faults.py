@@ -4,6 +4,7 @@ locked by another process. After each, the store opens and is consistent: a run 
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from backend.store import Store, StoreHandle
@@ -286,6 +288,100 @@ def test_locked_store_gives_clear_messages_and_readers_wait(db_with_base, tmp_pa
     assert time.monotonic() - start >= 0.5
     child.wait(timeout=30)
     tally("store locked by another process", "reader waited, then read")
+
+
+def test_a_store_created_by_another_process_in_the_meantime_is_waited_for(tmp_path, monkeypatch):
+    """Two processes starting on a new store (`creditlens watch`: the follower and the app): one checks that
+    the file is missing, the other creates it and holds its write lock, then the first opens it. The first
+    waits for the lock like any writer; it used to fail at once ("the store is open for writing in another
+    process"). The race is forced: the file exists and is held, while the check says it is missing."""
+    db = tmp_path / "new.duckdb"
+    child = _hold(db, 1.5)
+    real_exists = Path.exists
+    monkeypatch.setattr(Path, "exists", lambda self: False if self == db else real_exists(self))
+    start = time.monotonic()
+    handle = StoreHandle(db, wait_seconds=30)
+    assert time.monotonic() - start >= 0.5  # it waited for the holder
+    monkeypatch.undo()
+    with handle.read() as store:
+        assert store.list_runs() == []
+    child.wait(timeout=30)
+    tally("store locked by another process", "creator waited for the other creator")
+
+
+def test_a_follower_waits_out_another_process_holding_the_store_and_imports_the_step(tmp_path):
+    """`import --follow` runs for a whole training run; another process may hold the store past the lock
+    wait (a big import, a resample). The step file is then imported at a later poll, and the follower says
+    why it is late instead of ending."""
+    from bench.live import write_step  # noqa: PLC0415 - the recorder's way of writing a step file
+
+    db, folder = tmp_path / "runs.duckdb", tmp_path / "steps"
+    folder.mkdir()
+    Store(db).close()
+    child = _hold(db, 3.0)
+    records = pa.Table.from_pylist(make_records(n_groups=2, group_size=2, steps=2))
+    write_step(records, folder, 0)
+    command = ["import", str(folder), "--db", str(db), "--run", "live", "--follow", "--poll", "0.2"]
+    follower = subprocess.Popen(
+        [PYTHON, "-m", "backend.cli", *command],
+        cwd=ROOT,
+        env={**os.environ, "CREDITLENS_LOCK_WAIT": "0.5", "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # see test_real_logs' follow test
+    )
+
+    def wait_for(rollouts: int) -> None:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with Store(db, read_only=True) as store:
+                    if store.has_run("live") and store.list_runs()[0]["rollouts"] == rollouts:
+                        return
+            except Exception:  # noqa: BLE001 - the follower holds the write lock while it imports
+                pass
+            assert follower.poll() is None and time.monotonic() < deadline, follower.communicate()
+            time.sleep(0.2)
+
+    try:
+        child.wait(timeout=30)  # busy at the start: the follower waited
+        wait_for(4)
+        child = _hold(db, 3.0)  # busy when the next step lands
+        write_step(records, folder, 1)
+        child.wait(timeout=30)
+        wait_for(8)
+    finally:
+        follower.send_signal(signal.SIGINT)
+        out, err = follower.communicate(timeout=30)
+    assert follower.returncode == 0, err
+    assert "steps: waiting: " in err and "another process is writing to the store" in err, err
+    assert "step_000001.parquet: waiting: " in err, err
+    assert "step_000001.parquet: live: imported 4 rollouts" in out and "8 rollouts from 2 files" in out, out
+    tally("store locked by another process", "follower waited, then imported")
+
+
+def test_the_followers_monitors_skip_a_step_while_another_process_holds_the_store(
+    db_with_base, monkeypatch, capsys
+):
+    """After a step, `import --follow --monitor` reruns the monitors over the whole run; a store held past the
+    lock wait skips them for that step (the next step's run covers it) instead of ending the follower."""
+    from argparse import Namespace  # noqa: PLC0415
+
+    from backend.cli.monitor import live_monitor  # noqa: PLC0415 - heavy (torch)
+
+    monkeypatch.setenv("CREDITLENS_LOCK_WAIT", "0.3")
+    watch = live_monitor(Namespace(db=db_with_base, monitor_config=None))
+    child = _hold(db_with_base, 60)
+    try:
+        watch("base")
+    finally:
+        child.kill()
+        child.wait()
+    assert "monitors skipped this step: " in capsys.readouterr().err
+    watch("base")  # and they run again once the store is free
+    assert "monitors skipped" not in capsys.readouterr().err
+    tally("store locked by another process", "follower's monitors skipped a step")
 
 
 CLI_CHILD = textwrap.dedent(
