@@ -63,7 +63,7 @@ def follow(
     gets KeyboardInterrupt (Ctrl-C), which propagates after the file in progress was either imported
     whole or not at all. Returns (files imported, rollouts added). Where the store is busy past the lock
     wait (`StoreBusy`), at the start or for a step file, `on_busy` gets the error and the path, and the
-    next poll tries again (without `on_busy`, a busy store at the start raises).
+    next poll tries again; without `on_busy`, it raises.
 
     An existing `run` is followed only when `directory` (or a file in it) was imported into it before, or
     with `append=True` among `import_options`; each new step file then appends to it (`import_path` with
@@ -84,7 +84,7 @@ def follow(
             with open_store() as store:
                 check_follow(store, run, directory, append)
             break
-        except StoreBusy as exc:  # as for a step file below: wait, unless no one listens for it
+        except StoreBusy as exc:  # as for a step file below
             if on_busy is None:
                 raise
             on_busy(exc, directory)
@@ -110,8 +110,9 @@ def follow(
             except StoreBusy as exc:
                 # another process held the write lock past the wait (an import, a resample): a training run
                 # outlives that, so the file stays unimported and the next poll tries it again
-                if on_busy is not None:
-                    on_busy(exc, f)
+                if on_busy is None:
+                    raise
+                on_busy(exc, f)
                 continue
             imported[f] = state
             files_done += 1
