@@ -29,6 +29,7 @@ model-bound half, run by `creditlens model-credit --method name`) and adds the n
 """
 
 from backend.estimators.methods import (  # noqa: F401  (registers)
+    as_trained,
     blocks,
     credit,
     entropy_methods,

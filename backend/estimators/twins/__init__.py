@@ -9,6 +9,7 @@ Nothing here is fast; do not call it on real batches. Importing this package reg
 """
 
 from backend.estimators.twins import (  # noqa: F401  (registers)
+    as_trained,
     blocks,
     credit,
     entropy_methods,

@@ -30,6 +30,8 @@ def test_fast_equals_twin(name, seed, holes):
 
 
 VARIANTS = [
+    ("as_trained", {"scale": "none", "term": "task", "epsilon": 1e-6}),
+    ("as_trained", {"weights": "task:0.5", "term": "task"}),
     ("gigpo", {"mode": "mean_std_norm", "gamma": 0.8, "step_advantage_w": 0.5}),
     ("recency", {"then_gae": True, "value_source": "stored", "gamma": 0.99, "lam": 0.9, "outcome": "rloo"}),
     ("entropy", {"then_gae": True, "value_source": "prefix_tree", "p": 2.0}),
