@@ -20,6 +20,7 @@ import streamlit as st
 
 from app import access, keys
 from backend.core.errors import InputError
+from backend.credit import as_trained
 from backend.credit import token_classes as classes
 from backend.demo.bundled import import_bundled
 from backend.store import StoreHandle, checkpoints, default_db_path
@@ -142,6 +143,27 @@ def rollout_model(path: str, run: str, rollout_id: int) -> tuple[dict | None, st
 def run_channels(path: str, run: str) -> list[str]:
     """The run's scored channels (what `creditlens runs` lists)."""
     return next((r["channels"] for r in list_runs(path) if r["name"] == run), [])
+
+
+@st.cache_data(show_spinner=False)
+def run_recipe(path: str, run: str) -> as_trained.Recipe | None:
+    """How the run's trainer made its advantage (`as_trained.recipe`), None for a run no known trainer
+    made."""
+    return as_trained.run_recipe(store_handle(path), run)
+
+
+def default_estimator(path: str, run: str | None) -> str:
+    """The credit a view opens on: the trainer's own on a run a trainer made, else grpo."""
+    found = run_recipe(path, run) if run is not None else None
+    return found.estimator if found is not None else as_trained.WHAT_IF_DEFAULT
+
+
+def credit_note(path: str, run: str | None, estimator: str) -> str:
+    """`as_trained.credit_note` for the run: the trainer's credit or the what-if, with each β's source."""
+    if run is None:
+        return ""
+    found = run_recipe(path, run)
+    return as_trained.credit_note(estimator, found, [*run_channels(path, run), "kl"])
 
 
 @st.cache_data(show_spinner=False)

@@ -13,6 +13,7 @@ from app import data, keys, navigation, state
 from app.ui import fmt, scales, sections
 from app.ui.text import plain, with_code
 from backend.core.batch import ALL_CHANNELS
+from backend.credit import as_trained
 from backend.credit.main_channel import on_channel
 from backend.estimators import registry
 
@@ -67,12 +68,13 @@ def estimator_picker(key: str, unavailable: dict[str, str] | None = None) -> str
     `channel_picker`. Estimators in `unavailable` (name -> reason and fix) are not offered;
     `unavailable_note` lists them."""
     unavailable = unavailable or {}
+    sel = state.selection()
     name = state.url_widget(
         st.selectbox,
         "Estimator",
         key=key,
         url=keys.URL_ESTIMATOR,
-        default="grpo",
+        default=data.default_estimator(sel.db, sel.run),
         cast=canonical_estimator,  # a link with a deprecated name (e.g. ?est=hapo) opens its new name
         options=[n for n in estimator_names() if n not in unavailable],
         format_func=described,
@@ -80,6 +82,9 @@ def estimator_picker(key: str, unavailable: dict[str, str] | None = None) -> str
     )
     info = schema(name)
     st.caption(info["description"] + (f"  \nSource: {info['source']}" if info["source"] else ""))
+    note = data.credit_note(sel.db, sel.run, name)
+    if note:
+        st.caption(plain(note))
     return name
 
 
@@ -221,6 +226,9 @@ def estimator_form(name: str, key: str, container=None, drawn: bool = True) -> t
         if value != default:
             overrides[f["name"]] = value
         state.publish(url, value if value != default else None)
+    if name == as_trained.AS_TRAINED:  # the run's recipe (ε, scaling, weights) unless a widget changed it
+        sel = state.selection()
+        overrides = as_trained.trainer_config(data.store_handle(sel.db), sel.run, name, overrides)
     return tuple(sorted(overrides.items()))
 
 

@@ -74,3 +74,18 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
             raise InputError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set kappa=0.9")
         out[key.strip()] = value.strip()
     return out
+
+
+ESTIMATOR_HELP = (
+    "estimator (see `creditlens estimators`); default: the run's trainer's own advantage (as_trained, or "
+    "logged where its recipe cannot be rebuilt) on a run a trainer made, else grpo"
+)
+
+
+def chosen_estimator(handle, run: str, estimator: str | None) -> str:
+    """`--estimator` as typed, or the credit the run opens on: what its trainer trained on (as trained)."""
+    if estimator is not None:
+        return estimator
+    from backend.credit import as_trained  # noqa: PLC0415 - reads the importers' constants; on use
+
+    return as_trained.default_estimator(handle, run)

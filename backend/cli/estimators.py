@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from backend.cli import estimator_catalog
-from backend.cli.common import add_db_arg, add_set_arg, parse_overrides
+from backend.cli.common import ESTIMATOR_HELP, add_db_arg, add_set_arg, chosen_estimator, parse_overrides
 from backend.core.chunks import DEFAULT_CHUNK_ROLLOUTS
 from backend.core.errors import InputError
 from backend.store import store_handle
@@ -30,7 +30,7 @@ def add_commands(sub) -> None:
     )
     add_db_arg(p)
     p.add_argument("--run", required=True, help="run name")
-    p.add_argument("--estimator", required=True, help="estimator name (see `creditlens estimators`)")
+    p.add_argument("--estimator", default=None, help=ESTIMATOR_HELP)
     add_set_arg(p)
     p.add_argument(
         "--channel",
@@ -59,7 +59,7 @@ def add_commands(sub) -> None:
     add_db_arg(p)
     p.add_argument("--run", required=True, help="run name")
     p.add_argument("--rollout", required=True, type=int, help="rollout id")
-    p.add_argument("--estimator", required=True, help="estimator on the channel (--channel)")
+    p.add_argument("--estimator", default=None, help=ESTIMATOR_HELP)
     add_set_arg(p)
     p.add_argument(
         "--channel",
@@ -94,7 +94,12 @@ def add_commands(sub) -> None:
     )
     add_db_arg(p)
     p.add_argument("--run", required=True, help="run name")
-    p.add_argument("--estimator", default="grpo", help="the recomputing estimator (default grpo)")
+    p.add_argument(
+        "--estimator",
+        default=None,
+        help="the recomputing estimator (default: as_trained, the trainer's recipe rebuilt; grpo on a run "
+        "without one)",
+    )
     add_set_arg(
         p,
         "estimator parameter, repeatable (default: the trainer's epsilon and scaling where the run "
@@ -159,6 +164,7 @@ def cmd_logged_gap(args) -> int:
     from backend.estimators.methods.logged import logged_gap  # noqa: PLC0415 - idem
 
     handle = store_handle(args.db)
+    args.estimator = chosen_estimator(handle, args.run, args.estimator)
     given = parse_overrides(args.overrides)
     name, _ = estimate_config(handle, args.run, args.estimator, given, args.channel)  # checks what was typed
     with handle.read() as store:
@@ -237,6 +243,7 @@ def _write_estimate(args, handle) -> None:
             gc.enable()
     gc.freeze()
 
+    args.estimator = chosen_estimator(handle, args.run, args.estimator)
     name, config = estimate_config(
         handle, args.run, args.estimator, parse_overrides(args.overrides), args.channel
     )
@@ -278,20 +285,8 @@ def _write_estimate(args, handle) -> None:
     print(f"wrote {tokens} tokens of {rollouts} rollouts to {args.out} ({source}), {rows.scope} scope")
 
 
-def cmd_explain(args) -> int:
-    from backend.credit import main_channel  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
-    from backend.estimators import registry  # noqa: PLC0415 - idem
-    from backend.views import explain  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
-
-    try:
-        registry.get(args.estimator)
-    except registry.UnknownEstimator as exc:
-        raise InputError(str(exc)) from None
-    overrides = parse_overrides(args.overrides)
-    try:
-        registry.make_config(args.estimator, **overrides)  # a bad --set fails before any work
-    except ValueError as exc:
-        raise InputError(f"--set: {exc}") from None
+def _betas_and_norms(args) -> tuple[dict[str, float], dict[str, str]]:
+    """`--beta C=X` as floats and `--norm C=MODE` checked (InputErrors name the bad pair)."""
     betas = {}
     for key, value in parse_overrides(args.beta).items():
         try:
@@ -306,9 +301,28 @@ def cmd_explain(args) -> int:
             + ", ".join(f"{c}={m}" for c, m in bad.items())
             + ": a normalization is group, batch or none"
         )
+    return betas, norms
+
+
+def cmd_explain(args) -> int:
+    from backend.credit import as_trained, main_channel  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
+    from backend.estimators import registry  # noqa: PLC0415 - idem
+    from backend.views import explain  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
+
     handle = store_handle(args.db)
     with handle.read() as store:
         store.run_id(args.run)
+    args.estimator = chosen_estimator(handle, args.run, args.estimator)
+    try:
+        registry.get(args.estimator)
+    except registry.UnknownEstimator as exc:
+        raise InputError(str(exc)) from None
+    overrides = as_trained.trainer_config(handle, args.run, args.estimator, parse_overrides(args.overrides))
+    try:
+        registry.make_config(args.estimator, **overrides)  # a bad --set fails before any work
+    except ValueError as exc:
+        raise InputError(f"--set: {exc}") from None
+    betas, norms = _betas_and_norms(args)
     channel = main_channel.resolve(handle, args.run, overrides.get("channel", args.channel))
     try:
         result = explain.explain_rollout(
@@ -328,14 +342,18 @@ def cmd_explain(args) -> int:
     L = len(result.tokens)
     if args.pos is not None and not 0 <= args.pos < L:
         raise InputError(f"--pos {args.pos}: rollout {args.rollout} has {L} tokens (0..{L - 1})")
+    credit = as_trained.credit_info(handle, args.run, args.estimator, list(result.channels), betas)
     if args.json:
         out = result.to_json(args.pos)
+        out["credit"] = credit
         if args.pos is not None:
             out["derivation"] = {"pos": args.pos, "lines": explain.derivation(result.terms, args.pos)}
         json.dump(out, sys.stdout)
         print()
         return 0
     names = list(result.channels)
+    if credit["note"]:
+        print(credit["note"])
     print(
         f"rollout {result.rollout_id} (group {result.group_id}), {args.estimator} on the outcome channels at "
         f"{result.scope} scope; columns: β_c·Ã_c per channel, then A_final"

@@ -15,6 +15,7 @@ from backend.core.arrays import to_numpy
 from backend.core.batch import ALL_CHANNELS, BatchError, RolloutBatch, default_main_channel, missing_channel
 from backend.credit import channels
 from backend.estimators import registry
+from backend.estimators.methods.as_trained import parse_weights
 
 
 @dataclass
@@ -53,7 +54,10 @@ def channel_specs(
     main outcome channel's name. `all` (the scores summed first) is a what-if beside A_final
     (`summed_config`), never inside it."""
     channel = default_main_channel(list(batch.scores)) if channel is None else channel
-    specs = _with_estimator_on(channels.default_specs(batch), batch, channel, estimator, dict(config))
+    if estimator in TRAINER_ESTIMATORS:
+        specs = trainer_specs(batch, estimator, config, channel)
+    else:
+        specs = _with_estimator_on(channels.default_specs(batch), batch, channel, estimator, dict(config))
     if betas:
         specs = {c: (_replace_beta(s, betas[c]) if c in betas else s) for c, s in specs.items()}
     unknown = sorted(set(normalizations or {}) - set(specs))
@@ -62,6 +66,26 @@ def channel_specs(
     for c, mode in (normalizations or {}).items():
         specs[c] = dataclasses.replace(specs[c], normalization=mode)  # ChannelSpec checks the mode
     return specs
+
+
+TRAINER_ESTIMATORS = ("as_trained", "logged")
+"""The credits that are the trainer's own advantage, whole: no other channel is added to them."""
+
+
+def trainer_specs(batch: RolloutBatch, estimator: str, config: tuple, channel: str) -> dict:
+    """The trainer's advantage as channels: `as_trained` as one row per reward channel it summed (its term,
+    w_c (R_c − mean_G R_c) / (std_G R + ε): the rows add up to what was trained), `logged` as one row under
+    the main channel's name. β 1 and no normalization: the trainer's numbers as they are; no KL channel (the
+    trainers put KL in the loss)."""
+    pairs = tuple((k, v) for k, v in config if k not in ("channel", "term"))
+    if estimator == "logged":
+        name = channel if channel in batch.scores or channel == ALL_CHANNELS else "logged"
+        return {name: channels.ChannelSpec(name, "estimator", "logged", normalization="none")}
+    summed = list(parse_weights(str(dict(pairs).get("weights", "")))) or list(batch.scores)
+    return {
+        c: channels.ChannelSpec(c, "estimator", "as_trained", tuple(sorted((*pairs, ("term", c)))), "none")
+        for c in summed
+    }
 
 
 def channel_credit(

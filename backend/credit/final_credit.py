@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from backend.core.errors import InputError
-from backend.credit import channel_credit, channels, credit_summary, estimates
+from backend.credit import as_trained, channel_credit, channels, credit_summary, estimates
 from backend.store import StoreHandle
 from backend.store.explorer_queries import CreditKey, credit_summary_ids
 from backend.store.handle import StoreBusy
@@ -54,10 +54,14 @@ def fill(
         wanted = index[index["step"].isin(steps)]  # a step is summarized whole (its batch normalizes)
         first = store.load_batch(run, steps=steps[:1])
         definitions = credit_summary.run_classes(store, run)
+        found = as_trained.recipe(store, run)
     specs = channel_credit.channel_specs(first, estimator, config, channel=channel)
     unknown = sorted(set(dict(betas)) - set(specs))
     if unknown:
         raise InputError(f"--beta {unknown[0]}: the channels with a β on {channel} are {sorted(specs)}")
+    # the trainer's reward weights and KL coefficient, where it has them, under any tuned β
+    if estimator not in channel_credit.TRAINER_ESTIMATORS:
+        betas = tuple(sorted({**as_trained.trainer_betas(found, list(specs)), **dict(betas)}.items()))
     notes: list[str] = []
     scoped = {}
     for name, spec in specs.items():

@@ -78,9 +78,10 @@ def config_on_channel(
     (`--set` pairs) reading `channel` (a `channel` override wins; None: the run's main channel), checked
     against the run's channels (`channel_as`: see `resolve`). An unknown estimator is an InputError listing
     the known ones."""
+    from backend.credit import as_trained  # noqa: PLC0415 - the recipe reads the importers' constants; on use
     from backend.estimators import registry  # noqa: PLC0415 - heavy (torch, every estimator); on use
 
-    config = tuple(sorted(overrides.items()))
+    config = tuple(sorted(as_trained.trainer_config(handle, run, estimator, overrides).items()))
     chosen = resolve(handle, run, overrides.get("channel", channel), channel_as)
     try:
         return on_channel(estimator, config, chosen)

@@ -21,7 +21,7 @@ import torch
 from backend.core.batch import RolloutBatch
 from backend.core.chunks import DEFAULT_CHUNK_ROLLOUTS
 from backend.core.errors import InputError
-from backend.credit import credit_summary, estimates, main_channel, token_classes
+from backend.credit import as_trained, credit_summary, estimates, main_channel, token_classes
 from backend.estimators import registry
 from backend.store import StoreHandle
 
@@ -58,7 +58,7 @@ def estimate_config(
         spec = registry.get(estimator)
     except registry.UnknownEstimator as exc:
         raise InputError(str(exc)) from None
-    overrides = dict(overrides)
+    overrides = as_trained.trainer_config(handle, run, spec.name, dict(overrides))
     fields = {f.name for f in dataclasses.fields(spec.config_cls)}
     if channel is not None and "channel" not in fields:
         raise InputError(f"estimator {spec.name!r} has no channel parameter")

@@ -274,6 +274,32 @@ class Runs(Connection):
             [self.run_id(run)],
         ).fetchall()
 
+    def trainer_record(self, run: str) -> dict:
+        """What the import kept of how the run's trainer made its advantage: `formats` (the importers that
+        read its files), and the distinct values of the rollouts' meta keys `advantage_epsilon`,
+        `scale_rewards`, `reward_weights` and `reward_names` (JSON text), each a sorted list without None,
+        and `logged` (how many rollouts carry a logged advantage)."""
+        run_id = self.run_id(run)
+        formats = [
+            f
+            for (f,) in self.con.execute(
+                "SELECT DISTINCT format FROM imports WHERE run_id = ? AND format IS NOT NULL ORDER BY 1",
+                [run_id],
+            ).fetchall()
+        ]
+        out: dict = {"formats": formats}
+        for key in ("advantage_epsilon", "scale_rewards", "reward_weights", "reward_names"):
+            rows = self.con.execute(
+                f"SELECT DISTINCT CAST(json_extract(meta, '$.{key}') AS VARCHAR) FROM rollouts "
+                "WHERE run_id = ? ORDER BY 1",
+                [run_id],
+            ).fetchall()
+            out[key] = [json.loads(v) for (v,) in rows if v is not None and v != "null"]
+        out["logged"] = self.con.execute(
+            "SELECT count(*) FROM rollouts WHERE run_id = ? AND logged_advantage IS NOT NULL", [run_id]
+        ).fetchone()[0]
+        return out
+
     def delete_run(self, name: str) -> None:
         self.discard_run_rows(self.run_id(name))
 

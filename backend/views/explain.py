@@ -23,7 +23,7 @@ import torch
 
 from backend.core.batch import RolloutBatch
 from backend.core.errors import InputError
-from backend.credit import channel_credit, channels, estimates, main_channel
+from backend.credit import as_trained, channel_credit, channels, estimates, main_channel
 from backend.estimators import explaining, registry
 from backend.store import StoreHandle
 from backend.views import channel_derivation, strips
@@ -144,9 +144,13 @@ def group_channel_credit(
     channel = main_channel.resolve(handle, run, dict(config).get("channel", channel))
     with handle.read() as store:
         batch = store.load_batch(run, group_ids=[int(group_id)])
+        found = as_trained.recipe(store, run)
     ids = batch.rollout_ids.tolist()
     projected = {}
     specs = channel_credit.channel_specs(batch, estimator, config, betas, normalizations, channel)
+    # the trainer's reward weights and KL coefficient, where it has them, under any tuned β
+    if estimator not in channel_credit.TRAINER_ESTIMATORS:
+        betas = {**as_trained.trainer_betas(found, list(specs)), **(betas or {})} or None
     for name, spec in specs.items():
         if spec.projection == "estimator":
             cfg = channels.estimator_config(spec)
@@ -183,7 +187,7 @@ def explain_rollout(
     batch, credit = group_channel_credit(
         handle, run, group_id, estimator, config, betas, normalizations=normalizations, channel=channel
     )
-    specs = channel_credit.channel_specs(batch, estimator, config, betas, normalizations, channel)
+    specs = channel_credit.channel_specs(batch, estimator, config, credit.betas, normalizations, channel)
     row = int((batch.rollout_ids == int(rollout_id)).nonzero()[0, 0])
     L = int(batch.lengths[row])
     parts = {

@@ -84,6 +84,12 @@ def channel_weights(batch: RolloutBatch, config: AsTrainedConfig) -> dict[str, f
     return weights
 
 
+def _divisor(seq: dict, cfg: dict) -> str:
+    if cfg.get("scale") != "group" or seq.get("group_std") is None:
+        return ""
+    return f" / ({seq['group_std']:.4g} + {cfg['epsilon']:.0e})"
+
+
 def explain_as_trained(v: Terms) -> list[str]:
     """The trainer's recipe with this response's numbers: R, the group statistics, A (and the term)."""
     seq, cfg = v.seq, v.cfg
@@ -108,7 +114,7 @@ def explain_as_trained(v: Terms) -> list[str]:
     if term and seq.get("term") is not None:
         lines.append(
             f"{term}'s term = w (R_c − mean_G R_c) / (std_G + ε) = {seq.get('weight:' + term, 1.0):.4g} × "
-            f"({seq['R:' + term]:.4g} − {seq['mean:' + term]:.4g}) × {seq['scale']:.4g} = {seq['term']:.4g}"
+            f"({seq['R:' + term]:.4g} − {seq['mean:' + term]:.4g}){_divisor(seq, cfg)} = {seq['term']:.4g}"
         )
     return [*lines, *broadcast(v)]
 
