@@ -160,7 +160,7 @@ def cmd_estimators(args) -> int:
 def cmd_logged_gap(args) -> int:
     from backend.credit.estimates import with_channel  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
     from backend.credit.token_rows import estimate_config  # noqa: PLC0415 - idem
-    from backend.credit.trainer_conventions import trainer_overrides  # noqa: PLC0415 - idem
+    from backend.credit.as_trained import trainer_overrides  # noqa: PLC0415 - idem
     from backend.estimators.methods.logged import logged_gap  # noqa: PLC0415 - idem
 
     handle = store_handle(args.db)

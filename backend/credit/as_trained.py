@@ -252,3 +252,27 @@ def credit_info(handle: StoreHandle, run: str, estimator: str, channels: list[st
         "recipe": None if found is None else found.as_dict(),
         "betas": {} if trained else what_if_betas(found, channels, tuned),
     }
+
+
+def trainer_overrides(store: Store, run: str, estimator: str) -> tuple[dict[str, object], list[str]]:
+    """(the parameters of `estimator` that follow the run's recipe, notes on what cannot): the whole recipe
+    for `as_trained`; for an estimator with grpo's `epsilon` / `norm_by_std` (a recomputation beside it),
+    the trainer's ε and whether it divides by the std. `--set` pairs override them."""
+    import dataclasses  # noqa: PLC0415 - only here
+
+    from backend.estimators import registry  # noqa: PLC0415 - heavy (torch); on use
+
+    found = recipe(store, run)
+    if found is None:
+        return {}, []
+    notes = [n for n in found.notes if n.startswith("not rebuilt")]
+    if estimator == AS_TRAINED:
+        return (dict(found.config) if found.estimator == AS_TRAINED else {}), notes
+    defaults = {f.name: f.default for f in dataclasses.fields(registry.get(estimator).config_cls)}
+    config = dict(found.config)
+    overrides: dict[str, object] = {}
+    if "epsilon" in defaults and "epsilon" in config:
+        overrides["epsilon"] = config["epsilon"]
+    if "norm_by_std" in defaults and "scale" in config:
+        overrides["norm_by_std"] = config["scale"] == "group"
+    return {k: v for k, v in overrides.items() if v != defaults[k]}, notes

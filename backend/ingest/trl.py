@@ -31,7 +31,7 @@ TRL_RESERVED = {"step", "prompt", "completion", "advantage", "image", "images"}
 TRL_EPSILON = 1e-4
 """What TRL's GRPOTrainer adds to the std it divides by (a constant of the trainer, TRL 1.16
 `_generate_and_score_completions`); kept in the meta of every rollout with a logged advantage
-(`advantage_epsilon`), so `creditlens logged-gap` recomputes with it (backend.credit.trainer_conventions)."""
+(`advantage_epsilon`), so the run's recipe uses it (backend.credit.as_trained)."""
 
 
 def _is_numeric(t: pa.DataType) -> bool:

@@ -263,17 +263,6 @@ class Runs(Connection):
             for n, s, m, v, c, nr, ng, ns, nt, ch, main, metrics, last, age_ms, imports in rows
         ]
 
-    def logged_conventions(self, run: str) -> list[tuple[float | None, str | None]]:
-        """The distinct (advantage_epsilon, scale_rewards) pairs that the rollouts of `run` with a logged
-        advantage keep in their meta (the trainer's ε and scaling: the TRL importer and recorder keep
-        them; None where a rollout has none)."""
-        return self.con.execute(
-            "SELECT DISTINCT TRY_CAST(json_extract(meta, '$.advantage_epsilon') AS DOUBLE), "
-            "json_extract_string(meta, '$.scale_rewards') FROM rollouts "
-            "WHERE run_id = ? AND logged_advantage IS NOT NULL ORDER BY ALL",
-            [self.run_id(run)],
-        ).fetchall()
-
     def trainer_record(self, run: str) -> dict:
         """What the import kept of how the run's trainer made its advantage: `formats` (the importers that
         read its files), and the distinct values of the rollouts' meta keys `advantage_epsilon`,

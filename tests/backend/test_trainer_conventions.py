@@ -1,6 +1,6 @@
 """`creditlens logged-gap` recomputes with the trainer's own ε and scaling, which the TRL importer and the TRL
-recorder keep with every rollout (backend/credit/trainer_conventions.py; issue 42 item 10). Before, it used
-grpo's ε 1e-6 against TRL's 1e-4 and reported gaps of up to 3e-4 on a faithful log."""
+recorder keep with every rollout (the run's recipe, backend/credit/as_trained.py). With grpo's ε 1e-6 against
+TRL's 1e-4 it reported gaps of up to 3e-4 on a faithful log."""
 
 from __future__ import annotations
 
@@ -50,10 +50,12 @@ def test_a_trl_log_is_recomputed_with_trls_epsilon(tmp_path):
     with Store(db, read_only=True) as store:
         assert store.rollout("t", 0)["meta"]["advantage_epsilon"] == TRL_EPSILON == 1e-4
         assert store.main_channel("t") == "all"  # TRL trains on the sum of its reward functions
-    done = run_cli_here("logged-gap", "--db", db, "--run", "t", "--json")
+    done = run_cli_here("logged-gap", "--db", db, "--run", "t", "--estimator", "grpo", "--json")
     assert np.abs(_gaps(done)).max() < 1e-6  # before: 1.5e-4
     assert "note: recomputed with the trainer's epsilon=0.0001" in done.stderr
-    asked = run_cli_here("logged-gap", "--db", db, "--run", "t", "--set", "epsilon=1e-6", "--json")
+    asked = run_cli_here(
+        "logged-gap", "--db", db, "--run", "t", "--estimator", "grpo", "--set", "epsilon=1e-6", "--json"
+    )
     assert np.abs(_gaps(asked)).max() > 1e-5 and "trainer's" not in asked.stderr  # --set wins
 
 
@@ -78,8 +80,38 @@ def test_a_recorded_run_keeps_its_scaling(tmp_path):
     db = tmp_path / "runs.duckdb"
     path: Path = write_jsonl(tmp_path / "step_1.jsonl", records)
     assert run_cli_here("import", path, "--db", db, "--run", "rec", "--quiet").returncode == 0
-    done = run_cli_here("logged-gap", "--db", db, "--run", "rec", "--json")
+    done = run_cli_here("logged-gap", "--db", db, "--run", "rec", "--estimator", "grpo", "--json")
     assert np.abs(_gaps(done)).max() < 1e-6
     assert "epsilon=0.0001, norm_by_std=False" in done.stderr
-    divided = run_cli_here("logged-gap", "--db", db, "--run", "rec", "--set", "norm_by_std=true", "--json")
+    divided = run_cli_here(
+        "logged-gap", "--db", db, "--run", "rec", "--estimator", "grpo", "--set", "norm_by_std=true", "--json"
+    )
     assert np.abs(_gaps(divided)).max() > 0.1
+
+
+def test_logged_gap_compares_the_rebuilt_recipe_by_default(tmp_path):
+    """Without --estimator, logged-gap recomputes what the trainer did (as_trained, with the recorded
+    scale_rewards="none") and finds no gap; as_trained with another scaling finds one."""
+    rng = np.random.default_rng(2)
+    rewards = rng.integers(0, 3, 16).astype(float)
+    logged = _trl_advantages(rewards, 4, TRL_EPSILON, "none")
+    meta = {"scale_rewards": "none", "advantage_epsilon": TRL_EPSILON, "reward_weights": [1.0]}
+    records = [
+        {
+            "prompt": f"p{i // 4}",
+            "response": f"r{i}",
+            "token_ids": [i, i + 1],
+            "rewards": {"task": float(rewards[i])},
+            "logged_advantage": float(logged[i]),
+            "meta": meta,
+        }
+        for i in range(16)
+    ]
+    db = tmp_path / "runs.duckdb"
+    path: Path = write_jsonl(tmp_path / "step_1.jsonl", records)
+    assert run_cli_here("import", path, "--db", db, "--run", "rec", "--quiet").returncode == 0
+    done = run_cli_here("logged-gap", "--db", db, "--run", "rec")
+    assert done.returncode == 0, done.stderr
+    assert "|as_trained - logged|: max 0," in done.stdout.replace("0.00e+00", "0,")  # exact
+    other = run_cli_here("logged-gap", "--db", db, "--run", "rec", "--set", "scale=group", "--json")
+    assert np.abs(_gaps(other)).max() > 0.1
