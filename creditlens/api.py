@@ -9,7 +9,7 @@ import pandas as pd
 import pyarrow as pa
 
 from backend.core.errors import InputError
-from backend.credit import main_channel
+from backend.credit import as_trained, main_channel
 from backend.credit.token_rows import TOKEN_ROWS_SCHEMA, estimate_config, token_tables
 from backend.estimators import registry
 from backend.monitor import compare_runs as run_comparison
@@ -57,6 +57,7 @@ class Lens:
         """Several runs' trends (`creditlens trends --run a --run b ...`): one row per run and step, `run`
         first; each run's rows are its `run(name).trends(...)`."""
         runs = list(runs)
+        estimator = as_trained.chosen_estimator(self.handle, runs, estimator, fallback=None)
         if estimator is not None:
             _check_params(estimator, params)
         return compare_runs.run_trends(
@@ -66,7 +67,7 @@ class Lens:
     def compare(
         self,
         runs: list[str] | tuple[str, ...],
-        estimator: str = "grpo",
+        estimator: str | None = None,
         *,
         channel: str | None = None,
         config: str | Path | None = None,
@@ -75,7 +76,9 @@ class Lens:
         """Runs side by side (`creditlens compare-runs --json`): one row per run with its size, last and
         best mean score per channel, credit shares by token class at its first and last step, entropy, KL
         and length at its last step, the monitors' earliest warning (`first_alert_step`, None when quiet) and
-        `config.<key>` for the configuration keys that differ. `config`: the monitors' TOML settings."""
+        `config.<key>` for the configuration keys that differ. `config`: the monitors' TOML settings.
+        Default estimator: the runs' trainer's own advantage (as trained) where they share one, else grpo."""
+        estimator = as_trained.chosen_estimator(self.handle, list(runs), estimator)
         _check_params(estimator, params)
         settings = monitor_config.load_settings(config)
         return run_comparison.compare_runs(
@@ -85,13 +88,14 @@ class Lens:
     def compare_alerts(
         self,
         runs: list[str] | tuple[str, ...],
-        estimator: str = "grpo",
+        estimator: str | None = None,
         *,
         channel: str | None = None,
         **params,
     ) -> pd.DataFrame:
         """Every warning the monitors raise on each run (`creditlens compare-runs --alerts --json`): run,
         step, severity, detector, statistic; the marks on the Trends view's run traces."""
+        estimator = as_trained.chosen_estimator(self.handle, list(runs), estimator)
         _check_params(estimator, params)
         return run_comparison.run_alerts(
             self.handle, list(runs), estimator, params, channel, channel_as=CHANNEL_AS
@@ -135,6 +139,10 @@ class Run:
         """The channel every method reads when none is given (`creditlens main-channel`)."""
         return main_channel.main_channel(self.handle, self.name)
 
+    def _opening(self, estimator: str | None, fallback: str | None = "grpo") -> str | None:
+        """`estimator`, or the credit the run opens on: its trainer's own (as trained), else `fallback`."""
+        return as_trained.chosen_estimator(self.handle, self.name, estimator, fallback)
+
     def _explorer_config(self, estimator: str | None, params: dict[str, Any], channel: str | None) -> tuple:
         """The sorted (field, value) pairs the Explorer functions take, on `channel` (default: main)."""
         if estimator is None:
@@ -160,7 +168,9 @@ class Run:
         descending; `where` holds filters as the command line writes them (`"length>=100"`); with an
         estimator, the credit's shares by token class and `excess_<class>` (share of |A| − share of
         tokens), of A_final (`credit="final"`) or of the estimator's output (`credit="channel"`); with
-        `compare`, the Spearman column."""
+        `compare`, the Spearman column. Default estimator: the trainer's own advantage on a run a trainer
+        made (as trained), else none."""
+        estimator = self._opening(estimator, None)
         descending = sort.startswith("-")
         query = explorer.ExplorerQuery(
             estimator=estimator,
@@ -183,25 +193,29 @@ class Run:
         """One row per step (`creditlens trends`): scores, length, entropy, KL, zero-variance share, ...;
         with an estimator, the credit's shares and excess by class (`credit` as in `rollouts`) and the
         quantiles of the estimator's A."""
+        estimator = self._opening(estimator, None)
         config = self._explorer_config(estimator, params, channel)
         return explorer.step_trends(self.handle, self.name, estimator, config, credit=credit)
 
     def turns(
-        self, estimator: str = "grpo", *, group: int | None = None, channel: str | None = None, **params
+        self, estimator: str | None = None, *, group: int | None = None, channel: str | None = None, **params
     ) -> pd.DataFrame:
         """An agent run by turn (`creditlens turns`): per step and assistant turn index the share of
         |A_final|; with `group`, that group's responses turn by turn (role, span, trained, credit, text)."""
+        estimator = self._opening(estimator)
         config = self._explorer_config(estimator, params, channel)
         if group is None:
             return turns.turn_shares(self.handle, self.name, estimator, config)
         return turns.group_turns(self.handle, self.name, group, estimator, config)
 
     def estimate(
-        self, estimator: str, *, channel: str | None = None, use_cache: bool = True, **params
+        self, estimator: str | None = None, *, channel: str | None = None, use_cache: bool = True, **params
     ) -> pd.DataFrame:
         """One row per real token (`creditlens estimate`): rollout_id, group_id, pos, token_id, token,
         token_class (the run's token classes, `creditlens token-classes`), advantage. `channel="all"` sums
-        the channel scores per rollout (TRL's combined reward)."""
+        the channel scores per rollout (TRL's combined reward). Default: the trainer's own advantage on a
+        run a trainer made (as trained), else grpo."""
+        estimator = self._opening(estimator)
         name, config = estimate_config(
             self.handle,
             self.name,
@@ -216,11 +230,18 @@ class Run:
         return pa.concat_tables(tables or [TOKEN_ROWS_SCHEMA.empty_table()]).to_pandas()
 
     def explain(
-        self, rollout: int, estimator: str, pos: int | None = None, *, channel: str | None = None, **params
+        self,
+        rollout: int,
+        estimator: str | None = None,
+        pos: int | None = None,
+        *,
+        channel: str | None = None,
+        **params,
     ) -> dict:
         """Why `rollout`'s tokens got their credit, as `creditlens explain --json` prints it: tokens, each
         channel's advantage and contribution, the final advantage, the estimator's terms; with `pos`, the
         derivation of A at that token."""
+        estimator = self._opening(estimator)
         config = self._explorer_config(estimator, params, channel)
         result = explain.explain_rollout(self.handle, self.name, rollout, estimator, config)
         out = result.to_json()
@@ -232,7 +253,7 @@ class Run:
 
     def monitor(
         self,
-        estimator: str = "grpo",
+        estimator: str | None = None,
         *,
         channel: str | None = None,
         config: str | Path | None = None,
@@ -242,6 +263,7 @@ class Run:
         step (the onset), severity, value, baseline, message, rollouts, ... `config`: a TOML file of
         thresholds (docs/monitors.md). An empty frame when the run is healthy."""
         settings = monitor_config.load_settings(config)
+        estimator = self._opening(estimator)
         report = monitor.run_monitors(
             self.handle, self.name, estimator, self._explorer_config(estimator, params, channel), settings
         )

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import sys
 
-from backend.cli.common import add_db_arg, add_set_arg, parse_overrides
+from backend.cli.common import ESTIMATOR_DEFAULT, add_db_arg, add_set_arg, parse_overrides
+from backend.credit import as_trained
 from backend.store import store_handle
 
 
@@ -19,7 +20,9 @@ def add_commands(sub) -> None:
     )
     add_db_arg(p)
     p.add_argument("--run", required=True, help="run name")
-    p.add_argument("--estimator", default="grpo", help="estimator on the run's main channel (default grpo)")
+    p.add_argument(
+        "--estimator", default=None, help="estimator on the run's main channel; " + ESTIMATOR_DEFAULT
+    )
     add_set_arg(p)
     p.add_argument("--channel", default=None, help="reward channel the estimator reads (default: main)")
     p.add_argument("--group", type=int, default=None, help="one group's responses turn by turn instead")
@@ -32,6 +35,7 @@ def cmd_turns(args) -> int:
     from backend.views import turns  # noqa: PLC0415 - heavy, as above
 
     handle = store_handle(args.db)
+    args.estimator = as_trained.chosen_estimator(handle, args.run, args.estimator)
     config = main_channel.config_on_channel(
         handle, args.run, args.estimator, parse_overrides(args.overrides), args.channel
     )

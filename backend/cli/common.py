@@ -76,16 +76,8 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+ESTIMATOR_DEFAULT = "default: the trainer's own advantage on a run a trainer made (as_trained), else grpo"
 ESTIMATOR_HELP = (
     "estimator (see `creditlens estimators`); default: the run's trainer's own advantage (as_trained, or "
     "logged where its recipe cannot be rebuilt) on a run a trainer made, else grpo"
 )
-
-
-def chosen_estimator(handle, run: str, estimator: str | None) -> str:
-    """`--estimator` as typed, or the credit the run opens on: what its trainer trained on (as trained)."""
-    if estimator is not None:
-        return estimator
-    from backend.credit import as_trained  # noqa: PLC0415 - reads the importers' constants; on use
-
-    return as_trained.default_estimator(handle, run)

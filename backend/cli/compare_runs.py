@@ -9,7 +9,8 @@ import sys
 
 import pandas as pd
 
-from backend.cli.common import add_db_arg, parse_overrides
+from backend.cli.common import ESTIMATOR_DEFAULT, add_db_arg, parse_overrides
+from backend.credit import as_trained
 from backend.store import store_handle
 
 
@@ -25,8 +26,8 @@ def add_commands(sub) -> None:
     )
     p.add_argument(
         "--estimator",
-        default="grpo",
-        help="estimator whose credit shares and monitors are given (default grpo)",
+        default=None,
+        help="estimator whose credit shares and monitors are given; " + ESTIMATOR_DEFAULT,
     )
     p.add_argument(
         "--set",
@@ -75,6 +76,7 @@ def cmd_compare_runs(args) -> int:
         print("creditlens compare-runs: --prompt and --step go with --same-prompt", file=sys.stderr)
         return 2
     overrides = parse_overrides(args.overrides)
+    args.estimator = as_trained.chosen_estimator(handle, args.run, args.estimator)
     if args.alerts:
         found = compare_runs.run_alerts(handle, args.run, args.estimator, overrides, args.channel)
         _print_rows(found, args.json, "no warnings on these runs")

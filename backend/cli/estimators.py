@@ -14,9 +14,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from backend.cli import estimator_catalog
-from backend.cli.common import ESTIMATOR_HELP, add_db_arg, add_set_arg, chosen_estimator, parse_overrides
+from backend.cli.common import ESTIMATOR_HELP, add_db_arg, add_set_arg, parse_overrides
 from backend.core.chunks import DEFAULT_CHUNK_ROLLOUTS
 from backend.core.errors import InputError
+from backend.credit import as_trained
 from backend.store import store_handle
 
 
@@ -158,13 +159,13 @@ def cmd_estimators(args) -> int:
 
 
 def cmd_logged_gap(args) -> int:
+    from backend.credit.as_trained import trainer_overrides  # noqa: PLC0415 - idem
     from backend.credit.estimates import with_channel  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
     from backend.credit.token_rows import estimate_config  # noqa: PLC0415 - idem
-    from backend.credit.as_trained import trainer_overrides  # noqa: PLC0415 - idem
     from backend.estimators.methods.logged import logged_gap  # noqa: PLC0415 - idem
 
     handle = store_handle(args.db)
-    args.estimator = chosen_estimator(handle, args.run, args.estimator)
+    args.estimator = as_trained.chosen_estimator(handle, args.run, args.estimator)
     given = parse_overrides(args.overrides)
     name, _ = estimate_config(handle, args.run, args.estimator, given, args.channel)  # checks what was typed
     with handle.read() as store:
@@ -243,7 +244,7 @@ def _write_estimate(args, handle) -> None:
             gc.enable()
     gc.freeze()
 
-    args.estimator = chosen_estimator(handle, args.run, args.estimator)
+    args.estimator = as_trained.chosen_estimator(handle, args.run, args.estimator)
     name, config = estimate_config(
         handle, args.run, args.estimator, parse_overrides(args.overrides), args.channel
     )
@@ -305,14 +306,14 @@ def _betas_and_norms(args) -> tuple[dict[str, float], dict[str, str]]:
 
 
 def cmd_explain(args) -> int:
-    from backend.credit import as_trained, main_channel  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
+    from backend.credit import main_channel  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
     from backend.estimators import registry  # noqa: PLC0415 - idem
     from backend.views import explain  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
 
     handle = store_handle(args.db)
     with handle.read() as store:
         store.run_id(args.run)
-    args.estimator = chosen_estimator(handle, args.run, args.estimator)
+    args.estimator = as_trained.chosen_estimator(handle, args.run, args.estimator)
     try:
         registry.get(args.estimator)
     except registry.UnknownEstimator as exc:

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from backend.cli.common import add_db_arg, add_set_arg, parse_overrides, whole_number
 from backend.cli.tune import numbers
 from backend.core.errors import InputError
-from backend.credit import main_channel
+from backend.credit import as_trained, main_channel
 from backend.store import store_handle
 from backend.views import compare_runs, explorer, group_summary, reward_histogram
 
@@ -187,6 +187,7 @@ def cmd_rollouts(args) -> int:
     if sort.startswith("-"):
         sort, descending = sort[1:], True
     handle = store_handle(args.db)
+    args.estimator = as_trained.chosen_estimator(handle, args.run, args.estimator, fallback=None)
     query = explorer.ExplorerQuery(
         estimator=args.estimator,
         config=_config(handle, args, args.estimator, args.overrides),
@@ -202,6 +203,10 @@ def cmd_rollouts(args) -> int:
         betas=_betas(args),
     )
     page = explorer.rollout_table(handle, args.run, query)
+    if args.estimator is not None:
+        credit = as_trained.credit_note(args.estimator, as_trained.run_recipe(handle, args.run))
+        if credit:
+            print(f"credit: {credit}", file=sys.stderr)
     for note in page.notes:
         print(f"note: {note}", file=sys.stderr)
     _emit(page.rows, args)
@@ -248,6 +253,7 @@ def cmd_trends(args) -> int:
     if not 0 <= args.smooth < 1:  # before anything is computed
         raise InputError(f"--smooth {args.smooth:g}: an EMA weight in [0, 1) (0: none, 0.9: heavy)")
     handle = store_handle(args.db)
+    args.estimator = as_trained.chosen_estimator(handle, args.run, args.estimator, fallback=None)
     if len(args.run) > 1:  # each run's rows are its own single-run command's (backend/views/compare_runs.py)
         if args.beta:
             raise InputError("--beta: a tuned β belongs to one run; give one --run with it")

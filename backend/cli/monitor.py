@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backend.cli.common import add_db_arg, add_set_arg, parse_overrides
+from backend.cli.common import ESTIMATOR_DEFAULT, add_db_arg, add_set_arg, parse_overrides
 from backend.core.errors import InputError
-from backend.credit import main_channel
+from backend.credit import as_trained, main_channel
 from backend.monitor import config as monitor_config
 from backend.store import StoreBusy, store_handle
 
@@ -27,7 +27,9 @@ def add_commands(sub) -> None:
     )
     add_db_arg(p)
     p.add_argument("--run", default=None, help="run name")
-    p.add_argument("--estimator", default="grpo", help="estimator whose credit is watched (default grpo)")
+    p.add_argument(
+        "--estimator", default=None, help="estimator whose credit is watched; " + ESTIMATOR_DEFAULT
+    )
     add_set_arg(p)
     p.add_argument(
         "--channel",
@@ -71,6 +73,7 @@ def cmd_monitor(args) -> int:
 
     settings = monitor_config.load_settings(args.config)
     handle = store_handle(args.db)
+    args.estimator = as_trained.chosen_estimator(handle, args.run, args.estimator)
     config = config_of(handle, args.run, args.estimator, args.overrides, args.channel)
     report = monitor.run_monitors(handle, args.run, args.estimator, config, settings)
     for note in report.notes:

@@ -20,6 +20,10 @@ CONFIG_KEY = "config"
 SOURCE_KEY = "config_source"
 """The run meta's key saying where the configuration came from (`trl args`, `hydra: PATH`)."""
 Scalar = str | int | float | bool | None
+TRL_EPSILON = 1e-4
+"""What TRL's GRPOTrainer adds to the std it divides by (a constant of the trainer, TRL 1.16
+`_generate_and_score_completions`); the TRL importer keeps it in the meta of every rollout with a logged
+advantage (`advantage_epsilon`), and the run's recipe uses it (backend.credit.as_trained)."""
 
 
 def flatten(config: dict | None, prefix: str = "") -> dict[str, Scalar]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from backend.core import run_config
-from backend.ingest.trl import TRL_EPSILON
+from backend.core.run_config import TRL_EPSILON
 from backend.store import Store, StoreHandle
 
 AS_TRAINED = "as_trained"
@@ -173,6 +173,18 @@ def default_estimator(handle: StoreHandle, run: str) -> str:
     else GRPO."""
     found = run_recipe(handle, run)
     return found.estimator if found is not None else WHAT_IF_DEFAULT
+
+
+def chosen_estimator(
+    handle: StoreHandle, runs, estimator: str | None, fallback: str | None = WHAT_IF_DEFAULT
+):
+    """`estimator` as given, or the credit the runs open on: what their trainer trained on (as trained)
+    when every run has the same recipe estimator, else `fallback` (grpo; None: no credit columns)."""
+    if estimator is not None:
+        return estimator
+    names = [runs] if isinstance(runs, str) else list(runs)
+    found = {getattr(run_recipe(handle, r), "estimator", None) for r in names}
+    return found.pop() if len(found) == 1 and None not in found else fallback
 
 
 def trainer_config(handle: StoreHandle, run: str, estimator: str, overrides: dict) -> dict:

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from backend.core.errors import InputError
+from backend.core.run_config import TRL_EPSILON
 from backend.ingest import trl_turns
 from backend.ingest.sources import (
     PARQUET_ERRORS,
@@ -28,10 +29,6 @@ from backend.ingest.sources import (
 from backend.ingest.tokenize import Tokenizer
 
 TRL_RESERVED = {"step", "prompt", "completion", "advantage", "image", "images"}
-TRL_EPSILON = 1e-4
-"""What TRL's GRPOTrainer adds to the std it divides by (a constant of the trainer, TRL 1.16
-`_generate_and_score_completions`); kept in the meta of every rollout with a logged advantage
-(`advantage_epsilon`), so the run's recipe uses it (backend.credit.as_trained)."""
 
 
 def _is_numeric(t: pa.DataType) -> bool:
