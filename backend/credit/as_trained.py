@@ -24,6 +24,9 @@ from backend.store import Store, StoreHandle
 
 AS_TRAINED = "as_trained"
 LOGGED = "logged"
+TRAINER_ESTIMATORS = (AS_TRAINED, LOGGED)
+"""The trainer's own advantage, whole: it reads every reward channel the trainer summed, so a channel
+choice changes what a view looks at, never its numbers."""
 WHAT_IF_DEFAULT = "grpo"
 """The estimator of the outcome channels in the what-if (and on a run no trainer made)."""
 DEFAULT_KL_BETA = 0.05

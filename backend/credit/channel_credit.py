@@ -69,7 +69,8 @@ def channel_specs(
 
 
 TRAINER_ESTIMATORS = ("as_trained", "logged")
-"""The credits that are the trainer's own advantage, whole: no other channel is added to them."""
+"""The credits that are the trainer's own advantage, whole: no other channel is added to them (the same
+names as `backend.credit.as_trained.TRAINER_ESTIMATORS`, which imports the store: this module must not)."""
 
 
 def trainer_specs(batch: RolloutBatch, estimator: str, config: tuple, channel: str) -> dict:

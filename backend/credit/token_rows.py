@@ -60,7 +60,7 @@ def estimate_config(
         raise InputError(str(exc)) from None
     overrides = as_trained.trainer_config(handle, run, spec.name, dict(overrides))
     fields = {f.name for f in dataclasses.fields(spec.config_cls)}
-    if channel is not None and "channel" not in fields:
+    if channel is not None and "channel" not in fields and spec.name not in as_trained.TRAINER_ESTIMATORS:
         raise InputError(f"estimator {spec.name!r} has no channel parameter")
     if "channel" in fields:
         overrides["channel"] = main_channel.resolve(

@@ -269,6 +269,7 @@ class Recorder:
             "policy_step": policy_step,
             "checkpoint": checkpoint,
             "reward_weights": [float(w) for w in trainer.reward_weights.tolist()],
+            "reward_names": list(trainer.reward_func_names),  # which weight is whose: the recipe's sum
             "scale_rewards": trainer.scale_rewards,
             "advantage_epsilon": TRL_EPSILON,  # with scale_rewards, what `logged-gap` recomputes with
             "temperature": float(trainer.temperature),

@@ -219,10 +219,22 @@ def test_grpo_on_all_channels_equals_the_recorded_trainer_advantage(recorded, tm
     np.testing.assert_allclose(
         pd.read_parquet(out).groupby("rollout_id")["advantage"].first().sort_index(), logged, atol=1e-6
     )
-    # logged-gap recomputes with the recorded epsilon and scaling, without being told (before: grpo's 1e-6)
-    done = run_cli_here("logged-gap", "--db", db, "--run", "live", "--channel", "all", "--json")
-    assert done.returncode == 0 and "epsilon=0.0001, norm_by_std=True" in done.stderr
+    # grpo recomputes with the recorded epsilon, without being told (before: grpo's 1e-6)
+    done = run_cli_here(
+        "logged-gap", "--db", db, "--run", "live", "--estimator", "grpo", "--channel", "all", "--json"
+    )
+    assert done.returncode == 0 and "epsilon=0.0001" in done.stderr
     assert max(abs(json.loads(line)["gap"]) for line in done.stdout.splitlines()) < 1e-5
+    # the default credit is the one TRL trained on: its recipe rebuilt, equal to what it logged
+    done = run_cli_here("estimate", "--db", db, "--run", "live", "--out", out)
+    assert done.returncode == 0, done.stderr
+    trained = pd.read_parquet(out).groupby("rollout_id")["advantage"].first().sort_index()
+    np.testing.assert_allclose(trained.to_numpy(), logged, atol=1e-6)
+    explained = json.loads(
+        run_cli_here("explain", "--db", db, "--run", "live", "--rollout", "0", "--json").stdout
+    )
+    assert explained["credit"]["kind"] == "as trained" and explained["estimator"] == "as_trained"
+    np.testing.assert_allclose(explained["final"][0], logged[0], atol=1e-6)
 
 
 def test_recorded_logprobs_equal_a_rescoring_with_the_recorded_weights(recorded):

@@ -118,6 +118,10 @@ def test_channel_all_reproduces_trls_logged_advantage(trl_logs, db_path, tmp_pat
         )
         per_rollout = pd.read_parquet(out).groupby("rollout_id")["advantage"].first()
         assert np.abs(per_rollout.values - logs["advantage"].values[per_rollout.index]).max() < 1e-6
+        # without --estimator: the credit as TRL trained it (its recipe rebuilt), equal to its log
+        assert run_cli_here("estimate", "--db", db_path, "--run", run, "--out", out).returncode == 0
+        trained = pd.read_parquet(out).groupby("rollout_id")["advantage"].first()
+        assert np.abs(trained.values - logs["advantage"].values[trained.index]).max() < 1e-6
         done = run_cli_here("estimate", "--db", db_path, "--run", run, "--estimator", "logged", "--out", out)
         assert done.returncode == 0
         logged = pd.read_parquet(out).groupby("rollout_id")["advantage"].first()
@@ -143,10 +147,22 @@ def test_channel_all_reproduces_trls_logged_advantage(trl_logs, db_path, tmp_pat
         assert len(frame) == len(logs) and frame["gap"].abs().max() < 1e-6
         # the import keeps TRL's epsilon, which the gap command recomputes with by default (before: grpo's
         # 1e-6, a gap of up to 3e-4); another epsilon, asked for, shows its difference per rollout
-        done = run_cli_here("logged-gap", "--db", db_path, "--run", run, "--channel", "all", "--out", gap)
+        done = run_cli_here(
+            "logged-gap",
+            "--db",
+            db_path,
+            "--run",
+            run,
+            "--estimator",
+            "grpo",
+            "--channel",
+            "all",
+            "--out",
+            gap,
+        )
         assert done.returncode == 0 and "the trainer's epsilon=0.0001" in done.stderr
         assert pd.read_parquet(gap)["gap"].abs().max() < 1e-6
-        args = ["--channel", "all", "--set", "epsilon=1e-6", "--out", gap]
+        args = ["--estimator", "grpo", "--channel", "all", "--set", "epsilon=1e-6", "--out", gap]
         assert run_cli_here("logged-gap", "--db", db_path, "--run", run, *args).returncode == 0
         assert pd.read_parquet(gap)["gap"].abs().max() > 1e-6
 
