@@ -81,10 +81,11 @@ def estimator_picker(key: str, unavailable: dict[str, str] | None = None) -> str
         help="Each estimator with the first line of its description; `creditlens estimators` lists them all.",
     )
     info = schema(name)
-    st.caption(info["description"] + (f"  \nSource: {info['source']}" if info["source"] else ""))
-    note = data.credit_note(sel.db, sel.run, name)
+    note = data.credit_note(sel.db, sel.run, name)  # on a trainer's run: the trainer's credit or a what-if
     if note:
         st.caption(plain(note))
+    else:
+        st.caption(info["description"] + (f"  \nSource: {info['source']}" if info["source"] else ""))
     return name
 
 
