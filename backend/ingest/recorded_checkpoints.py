@@ -32,23 +32,40 @@ def named_folders(path: Path) -> dict[int, str]:
         table = pq.read_table(path, columns=["step", "meta"])
     except (KeyError, ValueError, OSError, pa.ArrowException):  # no such columns: nothing named
         return {}
-    meta = table.column("meta")
-    if not (pa.types.is_string(meta.type) or pa.types.is_large_string(meta.type)):
-        return {}  # the recorder writes meta as JSON text; a struct meta names no checkpoint here
-    naming = pc.match_substring(meta, '"checkpoint"')  # json.loads only the rows that can name one
-    rows = table.filter(pc.fill_null(naming, False)).group_by(["step", "meta"]).aggregate([])
     found: dict[int, str] = {}
-    for step, text in zip(rows.column("step").to_pylist(), rows.column("meta").to_pylist(), strict=True):
-        try:
-            named = json.loads(text).get("checkpoint")
-        except (ValueError, AttributeError):
-            continue  # the import itself says which record's meta is not a JSON object
+    for step, named in _named(table):
         if step is None or not isinstance(named, str) or not named or int(step) in found:
             continue
-        folder = (path.parent / Path(named).expanduser()).resolve()  # an absolute name stays itself
-        if folder.is_dir():
-            found[int(step)] = str(folder)
+        try:
+            folder = (path.parent / Path(named).expanduser()).resolve()  # an absolute name stays itself
+            if folder.is_dir():
+                found[int(step)] = str(folder)
+        except (OSError, ValueError, RuntimeError):  # a name no file system takes (a NUL, too long, a loop)
+            continue
     return found
+
+
+def _named(table: pa.Table) -> list[tuple[int | None, object]]:
+    """Distinct (step, meta.checkpoint) pairs of a table of `step` and `meta` (JSON text, as the recorder
+    writes it, or a struct); only rows whose meta can name a checkpoint are parsed."""
+    meta = table.column("meta")
+    if pa.types.is_struct(meta.type):
+        if meta.type.get_field_index("checkpoint") < 0:
+            return []
+        pairs = pa.table({"step": table.column("step"), "name": pc.struct_field(meta, "checkpoint")})
+        rows = pairs.group_by(["step", "name"]).aggregate([])
+        return list(zip(rows.column("step").to_pylist(), rows.column("name").to_pylist(), strict=True))
+    if not (pa.types.is_string(meta.type) or pa.types.is_large_string(meta.type)):
+        return []
+    naming = pc.fill_null(pc.match_substring(meta, '"checkpoint"'), False)
+    rows = table.filter(naming).group_by(["step", "meta"]).aggregate([])
+    out = []
+    for step, text in zip(rows.column("step").to_pylist(), rows.column("meta").to_pylist(), strict=True):
+        try:
+            out.append((step, json.loads(text).get("checkpoint")))
+        except (ValueError, AttributeError):
+            continue  # the import itself says which record's meta is not a JSON object
+    return out
 
 
 def attach(store: Store, run: str, files: list[Path]) -> list[str]:
