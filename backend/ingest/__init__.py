@@ -28,7 +28,7 @@ from tqdm import tqdm
 from backend.core.batch_fields import ALL_CHANNELS
 from backend.core.errors import InputError, StoreError
 from backend.ingest import append as append_rules
-from backend.ingest import formats, native, run_config, sniff
+from backend.ingest import formats, native, recorded_checkpoints, run_config, sniff
 from backend.ingest.formats import FormatSpec, ReadContext
 from backend.ingest.records import ChunkBuffer, validate_record
 from backend.ingest.sources import ReadNotes
@@ -226,6 +226,7 @@ def import_path(
     finally:
         bar.close()
     run_config.keep(store, run, config)
+    report.notes.extend(recorded_checkpoints.attach(store, run, files) if fmt == "native" else [])
     note = attach_from_spec(store, run, model_spec)  # the steps this import brought get their checkpoints too
     if note is not None:
         report.notes.append(note)

@@ -2,12 +2,13 @@
 
 A run's steps are sampled by successive checkpoints. `creditlens import --model` takes one folder (the
 run's model: its tokenizer, sampling checkpoint unknown), a template with `{step}` (`ckpts/step_{step}`)
-or a mapping file (JSON or TOML, step -> folder); `creditlens checkpoints` lists and attaches them later.
-Folders are stored absolute. The model jobs (teacher, resample, score, model-credit, the Resample view)
-call `choose_model` per rollout: the step's checkpoint when it is known (on-policy); a model named on
-purpose (`--model DIR`) otherwise, marked off-policy unless it is that checkpoint; a run that records no
-checkpoint at all keeps its one model, with `on_policy` unknown (None). A run that records checkpoints
-for some steps but not for this rollout's refuses to guess.
+or a mapping file (JSON or TOML, step -> folder); a native step file may name its own (`meta.checkpoint`,
+relative to the file's folder: `backend.ingest.recorded_checkpoints`); `creditlens checkpoints` lists and
+attaches them later. Folders are stored absolute. The model jobs (teacher, resample, score, model-credit,
+the Resample view) call `choose_model` per rollout: the step's checkpoint when it is known (on-policy); a
+model named on purpose (`--model DIR`) otherwise, marked off-policy unless it is that checkpoint; a run
+that records no checkpoint at all keeps its one model, with `on_policy` unknown (None). A run that records
+checkpoints for some steps but not for this rollout's refuses to guess.
 """
 
 from __future__ import annotations

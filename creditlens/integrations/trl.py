@@ -27,10 +27,11 @@ the recorder writes one native Parquet step file (`backend.ingest.native_writer`
 - step: the training step the batch trains (TRL's numbering: `completions_{step:05d}.parquet`, its logs);
   group: the prompt's group of num_generations rows;
 - meta: policy_step (optimizer steps the sampling weights had taken), checkpoint (the folder holding those
-  weights: the initial model folder or `output_dir/checkpoint-<policy_step>` when the trainer saved it),
-  reward_weights, scale_rewards and advantage_epsilon (TRL's 1e-4: the advantage's normalization, what
-  `creditlens logged-gap` recomputes with), temperature; loss_masked for rows TRL masked
-  (mask_truncated_completions);
+  weights, relative to the recording's folder: the initial model folder or
+  `output_dir/checkpoint-<policy_step>` when the trainer saved it), reward_weights, scale_rewards and
+  advantage_epsilon (TRL's 1e-4: the advantage's normalization, what `creditlens logged-gap` recomputes
+  with), temperature; truncated (cut at max_completion_length, as TRL's `completions/clipped_ratio` counts
+  it); loss_masked for rows TRL masked (mask_truncated_completions);
   loss_mask per token for multi-turn tool tokens (0: not trained, TRL's tool_mask) and the turns it implies.
 
 `record` also writes the trainer's `args` into the folder (`trainer_config.json`); the import keeps them with
@@ -235,8 +236,12 @@ class Recorder:
             ]
         G = trainer.num_generations
         tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+        truncated = _truncated(trainer, c_ids, lengths, masked)
         meta_common = self._meta()
-        meta = [dict(meta_common, loss_masked=True) if masked[i] else meta_common for i in range(B)]
+        meta = [
+            dict(meta_common, truncated=bool(truncated[i]), **({"loss_masked": True} if masked[i] else {}))
+            for i in range(B)
+        ]
         records = StepRecords(
             step=int(trainer.state.global_step) + 1,
             prompts=tokenizer.batch_decode(prompts, skip_special_tokens=False),
@@ -258,13 +263,11 @@ class Recorder:
     def _meta(self) -> dict:
         trainer = self.trainer
         policy_step = int(trainer.state.global_step)
-        checkpoint = None
         if policy_step == 0:
-            start = Path(str(getattr(trainer.model, "name_or_path", "") or ""))
-            checkpoint = str(start.resolve()) if start.name and start.is_dir() else None
+            folder = Path(str(getattr(trainer.model, "name_or_path", "") or ""))
         else:
-            saved = Path(trainer.args.output_dir) / f"checkpoint-{policy_step}"
-            checkpoint = str(saved.resolve()) if saved.is_dir() else None
+            folder = Path(trainer.args.output_dir) / f"checkpoint-{policy_step}"
+        checkpoint = _relative(folder, self.directory) if folder.name and folder.is_dir() else None
         return {
             "policy_step": policy_step,
             "checkpoint": checkpoint,
@@ -321,6 +324,27 @@ def _write_config(trainer: GRPOTrainer, directory: Path) -> None:
     partial = directory / f".{run_config.CONFIG_FILE}.tmp"
     partial.write_text(text + "\n")
     os.replace(partial, target)
+
+
+def _truncated(trainer: GRPOTrainer, completion_ids: np.ndarray, lengths: np.ndarray, masked: np.ndarray):
+    """(B,) bool: the completion was cut at `max_completion_length`, counted as TRL 1.16 counts its
+    `completions/clipped_ratio` (`_generate_and_score_completions`): its last token is neither an end token
+    nor padding. A row that `mask_truncated_completions` emptied was truncated by that same rule.
+    completion_ids: (B, C) right-padded; lengths: (B,) real tokens per row (the end token included)."""
+    stops = {int(t) for t in trainer.eos_token_ids} | {trainer._tokenizer.pad_token_id}
+    last = completion_ids[np.arange(len(lengths)), np.maximum(lengths - 1, 0)]  # (B,)
+    cut = np.array([int(t) not in stops for t in last], dtype=bool) & (lengths > 0)
+    return cut | masked
+
+
+def _relative(folder: Path, directory: Path) -> str:
+    """`folder` relative to the recording's folder (POSIX separators), so the recording and its
+    checkpoints read the same from a copy elsewhere (the import resolves it against the step file's
+    folder); absolute where no relative path exists (another drive)."""
+    try:
+        return Path(os.path.relpath(folder.resolve(), directory.resolve())).as_posix()
+    except ValueError:
+        return str(folder.resolve())
 
 
 def _tool_turns(

@@ -7,6 +7,7 @@ recorded checkpoint (logprobs, entropies) and with the initial weights (the refe
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -170,9 +171,18 @@ def test_each_step_is_written_and_followed_as_it_lands(recorded):
     meta = [json.loads(m) for m in table["meta"]]
     assert [m["policy_step"] for m in meta] == (table["step"] - 1).tolist()
     assert {(m["advantage_epsilon"], m["scale_rewards"]) for m in meta} == {(1e-4, "group")}  # TRL's
+    # checkpoints are named relative to the recording's folder (it moves with them); the follower attached
+    # each, resolved against the step file's folder, as the checkpoint that sampled its step
     checkpoints = {m["policy_step"]: m["checkpoint"] for m in meta}
-    assert checkpoints[0] == str(DEMO_POLICY.resolve())
-    assert checkpoints[2] == str((recorded["base"] / "trainer" / "checkpoint-2").resolve())
+    folders = {0: DEMO_POLICY, **{s: recorded["base"] / "trainer" / f"checkpoint-{s}" for s in (1, 2)}}
+    assert checkpoints == {
+        s: os.path.relpath(f.resolve(), recorded["folder"].resolve()) for s, f in folders.items()
+    }
+    assert checkpoints[2] == "../../trainer/checkpoint-2"
+    listed = run_cli_here("checkpoints", "--db", recorded["db"], "--run", "live", "--json")
+    assert [(s["step"], s["checkpoint"], s["exists"]) for s in json.loads(listed.stdout)["steps"]] == [
+        (s + 1, str(f.resolve()), True) for s, f in folders.items()
+    ]
     for ids, tokens, response in zip(table["token_ids"], table["tokens"], table["response"], strict=True):
         assert len(ids) == len(tokens) and "".join(tokens).startswith(response)
     with Store(recorded["db"], read_only=True) as store:
@@ -241,7 +251,7 @@ def test_recorded_logprobs_equal_a_rescoring_with_the_recorded_weights(recorded)
     from backend.models.transformers_engine import TransformersEngine  # noqa: PLC0415 - heavy
 
     table = recorded["table"]
-    table["checkpoint"] = [json.loads(m)["checkpoint"] for m in table["meta"]]
+    table["checkpoint"] = [str(recorded["folder"] / json.loads(m)["checkpoint"]) for m in table["meta"]]
     initial = TransformersEngine(DEMO_POLICY, device="cpu")
     worst = {"logprobs": 0.0, "entropies": 0.0, "ref_logprobs": 0.0}
     for checkpoint, rows in table.groupby("checkpoint"):

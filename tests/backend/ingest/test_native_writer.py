@@ -11,6 +11,7 @@ from backend.ingest import import_path
 from backend.ingest.native_writer import StepRecords, write_atomic
 from backend.ingest.step_files import native_files, step_file_name
 from backend.store import Store
+from backend.store.checkpoint_queries import set_step_checkpoints, step_checkpoints
 
 
 def _step(step: int, scores: list[float | None]) -> StepRecords:
@@ -66,3 +67,31 @@ def test_a_folder_without_native_step_files_is_no_native_folder(tmp_path, db_pat
     assert native_files(tmp_path) == []
     with Store(db_path) as store, pytest.raises(InputError, match="no files of a known format"):
         import_path(store, tmp_path, "x")
+
+
+def test_the_checkpoints_step_files_name_are_attached_relative_to_their_folder(tmp_path, db_path):
+    """`meta.checkpoint` relative to the step file's folder resolves there (the recorder writes it so); an
+    absolute one is kept; a name that is no folder attaches nothing; a step attached on purpose keeps its."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "elsewhere" / "ckpt-1").mkdir(parents=True)
+    folder = tmp_path / "runs" / "rec"
+    folder.mkdir(parents=True)
+    named = {1: "../../model", 2: str(tmp_path / "elsewhere" / "ckpt-1"), 3: "step2", 4: None}
+    for step, checkpoint in named.items():
+        records = _step(step, [1.0, 0.0])
+        records.meta = [{"checkpoint": checkpoint, "truncated": bool(i)} for i in range(2)]
+        write_atomic(records.table()[0], folder / step_file_name(step))
+    with Store(db_path) as store:
+        report = import_path(store, folder, "rec")
+        assert step_checkpoints(store, "rec") == {
+            1: str((tmp_path / "model").resolve()),
+            2: str((tmp_path / "elsewhere" / "ckpt-1").resolve()),
+        }
+        assert "step checkpoints named by the step files: 2 attached (steps 1, 2)" in report.notes
+        set_step_checkpoints(store, "rec", {1: str(tmp_path / "elsewhere")})  # attached on purpose
+        records = _step(5, [1.0, 0.0])
+        records.meta = [{"checkpoint": "../../model"}] * 2
+        write_atomic(records.table()[0], folder / step_file_name(5))
+        import_path(store, folder, "rec")
+        assert step_checkpoints(store, "rec")[1] == str(tmp_path / "elsewhere")
+        assert step_checkpoints(store, "rec")[5] == str((tmp_path / "model").resolve())

@@ -44,3 +44,29 @@ def test_the_scores_are_the_reward_functions_of_the_recorded_text(bundled_templa
             prompts, responses = rows["prompt"].tolist(), rows["response"].tolist()
             assert rows["task"].tolist() == task(prompts, responses), run
             assert rows["format"].tolist() == format(responses), run
+
+
+def test_the_recorded_runs_carry_truncation_as_trl_counts_it(bundled_template):
+    """Each recorded completion says whether it was cut at max_completion_length (48): its last token is
+    neither the end token nor padding, TRL's `completions/clipped_ratio` rule. The Explorer's flag, the
+    trends' truncated_share and the truncation monitor read it."""
+    stops = {1, 0}  # the demo policy's <eos> and <pad>
+    with Store(bundled_template, read_only=True) as store:
+        cut = {
+            run: [
+                int(ids[-1]) not in stops
+                for (ids,) in store.con.execute(
+                    "SELECT token_ids FROM rollouts WHERE run_id = ? ORDER BY rollout_id", [store.run_id(run)]
+                ).fetchall()
+            ]
+            for run in RUNS
+        }
+    for run in RUNS:
+        listed = json.loads(run_cli_here("rollouts", "--db", bundled_template, "--run", run, "--json").stdout)
+        listed.sort(key=lambda r: r["rollout_id"])
+        assert [r["truncated"] for r in listed] == cut[run]
+        assert [(r["step"], r["length"]) for r in listed if r["truncated"]] == [(1, 48), (4, 48)]
+        trends = json.loads(run_cli_here("trends", "--db", bundled_template, "--run", run, "--json").stdout)
+        assert [t["truncated_share"] for t in trends] == [0.125, 0.0, 0.0, 0.125, 0.0, 0.0]
+        done = run_cli_here("monitor", "--db", bundled_template, "--run", run)
+        assert "does not record truncation" not in done.stdout + done.stderr
