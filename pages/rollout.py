@@ -90,7 +90,7 @@ with rows_col:
         "for the token, its logprob, entropy and channel shares; click it to select it."
     )
     # the token text under each band's last row only: the text beside already reads them, and text in every
-    # cell was most of the browser's drawing of this chart (docs/speed.md); the hover names each cell's token
+    # cell was most of the browser's drawing of this chart (docs/benchmarks.md); the hover names each cell's token
     figure = heatmaps.credit_heatmap(**window, highlight=[pos], band=panels.SIDE_BAND, cell_text="last")
     # a short response's rows need less than the side height: no blank box under them
     with st.container(height=min(panels.SIDE_HEIGHT, int(figure.layout.height) + 16), border=False):

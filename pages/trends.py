@@ -74,7 +74,7 @@ shares = {c: c.removeprefix("share_").replace("_", " ") for c in frame.columns i
 excess = {c: c.removeprefix("excess_").replace("_", " ") for c in frame.columns if c.startswith("excess_")}
 metrics = {c: c.removeprefix("metric_") for c in frame.columns if c.startswith("metric_")}
 # The charts in four tabs, each drawn only while open: a fresh load draws the rewards' charts alone (the
-# browser drawing every chart was most of the view's load; docs/speed.md). A chart a run has no data for is
+# browser drawing every chart was most of the view's load; docs/benchmarks.md). A chart a run has no data for is
 # left out (None); each is built only when its tab is open.
 TABS = {
     "rewards": "Rewards",

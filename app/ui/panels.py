@@ -178,7 +178,7 @@ def why_this_credit(
     node = tree.node_at(view.row, pos)
     with facts:
         st.metric("final A", fmt.nice(view.final[pos]))
-        text_block(  # one block, not a text element per line (docs/speed.md)
+        text_block(  # one block, not a text element per line (docs/benchmarks.md)
             "\n".join(
                 [
                     f"token      {info['token']!r}",

@@ -94,7 +94,7 @@ def described(name: str) -> str:
 def lazy_expander(label: str, key: str):
     """A collapsed expander whose content is drawn only while it is open (opening it reruns the page), or
     None while it is closed. A table in a closed expander is still mounted and drawn on every fresh page
-    load: Compare loaded in 5.1 s with its class editor and share table, 4.0 s without (docs/speed.md).
+    load: Compare loaded in 5.1 s with its class editor and share table, 4.0 s without (docs/benchmarks.md).
     Its key keeps it open across reruns; a test opens it by setting that key in the session state."""
     box = st.expander(label, key=key, on_change="rerun")
     return box if box.open else None
@@ -379,7 +379,7 @@ def scale_controls(
     mode_col, lock_col = st.columns([3, 2])
     with mode_col:
         # a select box, not five long radio options: one widget to draw on each load, and the code of the
-        # run picker's select box, already loaded (docs/speed.md)
+        # run picker's select box, already loaded (docs/benchmarks.md)
         mode = state.url_widget(
             st.selectbox,
             "Colour scale",
