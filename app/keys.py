@@ -107,6 +107,7 @@ EXPLORER_PAGE_NO = "explorer_page_no"
 EXPLORER_SIGNATURE = "_explorer_signature"  # the query of the last rerun: a new one starts at page 1
 EXPLORER_IDS = "_explorer_ids"  # the rollout ids of the rows shown
 EXPLORER_TABLE = "explorer_table"
+EXPLORER_COLUMNS_HELP = "explorer_columns_help"  # the "What these columns mean" expander (open)
 EXPLORER_WHERE_CLEARED = "explorer_where_cleared"  # the alert's filter was cleared
 EXPLORER_WHERE = "_explorer_where"  # the filter a link in this session asked for (kept until cleared)
 EXPLORER_ALERT_LINK = "_explorer_alert_link"  # the alert link whose sort was applied

@@ -36,8 +36,8 @@ def lazy_tabs(tabs: dict[str, str], key: str, url: str) -> dict[str, object | No
     container while it is open, else None}. `tabs` maps a name, the one `?url=` carries, to its label; the
     first is open unless the link names another, and the open one is mirrored to `?url=` (the first one
     leaves it out). A chart in a hidden tab is still mounted and drawn by the browser on every fresh load
-    (docs/benchmarks.md): this is what keeps a view's first paint to its first tab. A test opens a tab by setting
-    `key` to its label in the session state."""
+    (docs/benchmarks.md): this is what keeps a view's first paint to its first tab. A test opens a tab by
+    setting `key` to its label in the session state."""
     names, labels = list(tabs), list(tabs.values())
     keep = keys.kept(key)
     if key not in st.session_state:  # a fresh session (a link), or back on this view after another one

@@ -44,7 +44,8 @@ def text_block(text: str) -> None:
 
     Not st.code: that element loads Streamlit's syntax highlighter even with `language=None` and even inside
     a collapsed expander, about 0.7 s of the browser's CPU on a fresh page load (a CPU profile of a Rollout
-    load, docs/benchmarks.md). st.html puts this block in the page itself (it also sanitizes what it is given)."""
+    load, docs/benchmarks.md). st.html puts this block in the page itself (it also sanitizes what it is
+    given)."""
     st.html(block_html(text))
 
 
