@@ -26,7 +26,7 @@ if sel.run is None:
     st.info("The store has no runs yet. Import one on the Runs page.")
     st.stop()
 
-compared = run_set.compared_runs(sel)  # two or more: a line per run (issue 45)
+compared = run_set.compared_runs(sel)  # two or more: a line per run
 following = live.follow(sel.db, sel.run, tuple(compared))  # Live: a step of any of them redraws the page
 st.title(f"Trends · {text.plain(', '.join(compared) if len(compared) > 1 else sel.run)}")
 panels.saved_classes_note(sel)

@@ -1,7 +1,7 @@
 """Sections a view draws only while they are open: lazy tabs (the open one mirrored to `?tab=`) and the
 values of widgets that a closed lazy expander does not draw (`widgets.lazy_expander`). A chart or a widget in
 a hidden tab or a closed expander is still mounted and drawn by the browser on every fresh page load; these
-keep a view's first paint to what is open (issue 47, docs/benchmarks.md)."""
+keep a view's first paint to what is open (docs/benchmarks.md, "App pages")."""
 
 from __future__ import annotations
 

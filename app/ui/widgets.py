@@ -468,8 +468,9 @@ def follow_job(job, shown_key: str, verb: str, unit: str) -> bool:
 
 
 def link_dropped(url: str, options: list, unavailable: dict[str, str], resolve=None) -> dict[str, str]:
-    """The names a link's `?url=a,b` gives that are not among `options`, each with why (issue 43 item 4: an
-    estimator in a Compare link that cannot run on the run is listed with its reason, never dropped)."""
+    """The names a link's `?url=a,b` gives that are not among `options`, each with why (an
+    estimator in a Compare link that cannot run on the run is listed with its reason: a link that silently
+    dropped it would show a different comparison than the one shared)."""
     named = [(resolve or str)(n) for n in (state.url_value(url) or "").split(",") if n]
     return {
         n: unavailable.get(n, "not a known estimator (`creditlens estimators` lists them)")
