@@ -10,7 +10,7 @@ are checked. A block right under a line `<!-- not run: why -->` (hidden when the
 not run: examples that need a model, a GPU, the reader's own files, or minutes.
 
 Run on its own (`pytest tests/test_docs_commands.py -p no:xdist`), this file took 83 s of wall time and
-26 CPU s (2026-12-07, 2 cores at load average 8-9): the README's block 18 s, every other page's examples 1-4 s.
+26 CPU s (2026-12-07, 2 cores at load average 8-9): the README's block 18 s, every other page 1-4 s.
 """
 
 from __future__ import annotations
