@@ -305,3 +305,26 @@ def test_a_stale_example_is_found(tmp_path):
     _prints(found[0], argparse.Namespace(stdout="name\nother\nx\n"))
     with pytest.raises(AssertionError, match=r"the page shows\s+x\s+the command printed"):
         _prints(found[0], argparse.Namespace(stdout="x\nname\n"))  # out of order
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_between_pages_resolves():
+    """A relative link of README.md, CHANGELOG.md or a page of docs/ names a file that exists and, with
+    `#anchor`, a heading of that file (a page merged or renamed leaves no dead link)."""
+    sources = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+    dead = []
+    for source in sources:
+        text = source.read_text(encoding="utf-8")
+        for target, anchor in re.findall(r"\]\(([^)#\s]*\.md|)(?:#([^)\s]+))?\)", text):
+            path = (source.parent / target).resolve() if target else source
+            if not path.is_file():
+                dead.append(f"{_name(source)}: {target}")
+                continue
+            headings = re.findall(r"^#+ (.+)$", path.read_text(encoding="utf-8"), flags=re.M)
+            if anchor and anchor not in {_anchor(h) for h in headings}:
+                dead.append(f"{_name(source)}: {target}#{anchor}")
+    assert not dead, "\n".join(dead)
