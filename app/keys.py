@@ -50,10 +50,10 @@ url_tau = "tau_{}".format  # (channel)
 url_violation = "viol_{}".format  # (channel) Tune's violation threshold
 URL_TUNED = "tuned"  # the tuned β every view uses: channel:β,... (app/ui/tuned_beta.py)
 URL_EFFECT_OF = "effect"  # Tune: the β whose run-level effect is drawn (replay or sliders)
-URL_RUNS = "runs"  # the runs side by side: a,b,c (Trends over several runs, Runs comparison; issue 45)
+URL_RUNS = "runs"  # the runs side by side: a,b,c (Trends over several runs, Runs comparison)
 URL_SMOOTH = "smooth"  # the EMA weight of the lines over several runs
 URL_X = "x"  # the x axis of Trends over several runs: step or tokens_seen
-URL_LIVE_PAGE = "live"  # 1: follow the run while it trains; 0: do not (app/ui/live.py; issue 46)
+URL_LIVE_PAGE = "live"  # 1: follow the run while it trains; 0: do not (app/ui/live.py)
 
 
 # ---- session keys: the store, the shared selection and the URL (app/data.py, app/state.py) ------------
@@ -107,6 +107,7 @@ EXPLORER_PAGE_NO = "explorer_page_no"
 EXPLORER_SIGNATURE = "_explorer_signature"  # the query of the last rerun: a new one starts at page 1
 EXPLORER_IDS = "_explorer_ids"  # the rollout ids of the rows shown
 EXPLORER_TABLE = "explorer_table"
+EXPLORER_COLUMNS_HELP = "explorer_columns_help"  # the "What these columns mean" expander (open)
 EXPLORER_WHERE_CLEARED = "explorer_where_cleared"  # the alert's filter was cleared
 EXPLORER_WHERE = "_explorer_where"  # the filter a link in this session asked for (kept until cleared)
 EXPLORER_ALERT_LINK = "_explorer_alert_link"  # the alert link whose sort was applied
@@ -115,7 +116,7 @@ TRENDS_ESTIMATOR = "trends_estimator"
 TRENDS_FORM = "trends_cfg"
 EXPLORER_FILTERS_OPEN = "explorer_filters_open"  # the flag and range filters (widgets.lazy_expander)
 TRENDS_NUMBERS_OPEN = "trends_numbers_open"  # the lazy expanders (widgets.lazy_expander): open or not
-RUNS_COMPARED = "runs_compared"  # the runs side by side (the sidebar multiselect; issue 45)
+RUNS_COMPARED = "runs_compared"  # the runs side by side (the sidebar multiselect)
 TRENDS_SMOOTH = "trends_smooth"
 TRENDS_X = "trends_x"
 RUNS_COMPARE_ESTIMATOR = "runs_compare_estimator"

@@ -1,4 +1,4 @@
-"""`python -m bench live [--tokens N] [--steps K]`: a run that grows (issue 46), two measurements in one run.
+"""`python -m bench live [--tokens N] [--steps K]`: a run that grows, two measurements in one run.
 
 1. **The cost of a new step against the whole run.** A run of N tokens (default 2M, `bench.ingest.write_run`
    with 256-token responses: 512 rollouts a step) imported without its last step, its Trends numbers

@@ -1,5 +1,6 @@
-"""`python -m bench runs [--tokens N]`: runs side by side at size (issue 45's speed targets). Three runs of
-N tokens each (default 1M; `bench.ingest.write_run`, seeds 0-2) in a tmp store, then:
+"""`python -m bench runs [--tokens N]`: runs side by side at size, against the targets of
+docs/benchmarks.md ("Runs side by side"). Three runs of N tokens each (default 1M; `bench.ingest.write_run`,
+seeds 0-2) in a tmp store, then:
 
 1. the commands as a user runs them, each a new process (so the time includes Python's start and the
    imports): `creditlens trends` on one run and on the three, and `creditlens compare-runs` on the three

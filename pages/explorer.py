@@ -5,7 +5,7 @@ import math
 import streamlit as st
 
 from app import keys, state
-from app.ui import live, monitor_panel, panels, sections, text, tuned_beta, widgets
+from app.ui import column_help, live, monitor_panel, panels, sections, text, tuned_beta, widgets
 from app.view_data import explorer as explorer_data
 
 state.follow_rollout_request()  # a row clicked in the last rerun opens the Rollout view
@@ -175,21 +175,6 @@ if page_no > pages:  # the rows shrank under the page (another process deleted s
 st.caption(
     f"{page.total} rollouts match · page {page_no} of {pages} · click a row to open it in the Rollout view. "
     + explorer_data.credit_caption(estimator, text.plain(channel), credit, bool(betas))
-    + " max_abs: its largest "
-    "|A|; repetition: share of 16-token windows that repeat an earlier one; kl: mean logprob − ref logprob; "
-    "metric_<name>: a number the trainer logged for the rollout (e.g. verl's acc), not a reward. "
-    + (
-        "turns / assistant_turns / tool_calls: the response's turns, the policy's and the tool or "
-        "environment turns; turn_share_first / turn_share_last: the first and the last assistant turn's "
-        "share of the rollout's Σ|A|, turn_share_calls: that of the assistant turns a tool answered (tool "
-        "and environment tokens are not trained: they get no credit). "
-        if "turns" in page.rows.columns
-        else ""
-    )
-    + "pos_share_<class> / neg_share_<class>: the class's share of the rollout's positive / negative credit. "
-    "An empty share (None) means the rollout got no credit at all (Σ|A| = 0, e.g. a zero-variance group); "
-    "an empty spearman, that one of the two estimators gives the rollout the same A on every token (grpo "
-    "always does), so no ranking exists to correlate."
 )
 st.session_state[keys.EXPLORER_IDS] = [int(r) for r in page.rows["rollout_id"]]
 
@@ -202,11 +187,6 @@ def _open_selected() -> None:
         state.request_rollout(ids[rows[0]])
 
 
-percent = {
-    c: st.column_config.NumberColumn(c, format="percent")
-    for c in page.columns
-    if c.startswith(("share_", "pos_share_", "neg_share_", "excess_", "turn_share_")) or c == "repetition"
-}
 # The response, its scores, then the credit: the columns reordered for reading (the data is the CLI's).
 shown_order = explorer_data.reading_order(page.columns)
 st.dataframe(
@@ -218,14 +198,13 @@ st.dataframe(
     hide_index=True,
     width="stretch",
     height=min(38 + 35 * max(len(page.rows), 1), 740),
-    column_config={
-        **percent,
-        "preview": st.column_config.TextColumn("response (start)", width="large"),
-        "zero_variance": st.column_config.CheckboxColumn("zero var."),
-        "truncated": st.column_config.CheckboxColumn("truncated"),
-    },
+    column_config=column_help.column_config(page.columns),  # each header's hover help defines its column
 )
 st.number_input("Page", min_value=1, max_value=pages, step=1, key=keys.EXPLORER_PAGE_NO)
+
+glossary = widgets.lazy_expander("What these columns mean", keys.EXPLORER_COLUMNS_HELP)
+if glossary is not None:
+    glossary.markdown(column_help.glossary(shown_order))
 
 with st.expander("The same table on the command line"):
     parts = ["creditlens rollouts", f"--db {sel.db}", f"--run {sel.run}", f"--estimator {estimator}"]

@@ -37,11 +37,12 @@ tabs = sections.lazy_tabs(TABS, keys.GROUP_TAB, keys.URL_TAB)
 if tabs["aligned"] is not None:
     with tabs["aligned"]:
         st.caption(
-            f"One row per response: its final advantage, {text.plain(estimator)} on the "
-            f"{text.plain(channel)} channel combined with every other channel's credit"
-            f"{' under the tuned β' if tuned else ''} (as the Rollout view's final row). Rows labelled by "
-            f"rollout id and R, the score on {text.plain(channel)}. Hover a cell for the token. Grey cells "
-            "are not trained (loss mask 0: a tool's or an environment's tokens) and get no credit."
+            f"One row per response: its final advantage ({text.plain(estimator)} on "
+            f"{text.plain(channel)} with every other channel's credit"
+            f"{' under the tuned β' if tuned else ''}), as the Rollout view's final row.",
+            help=f"Rows are labelled by rollout id and R, the score on {text.plain(channel)}. Hover a cell "
+            "for the token. Grey cells are not trained (loss mask 0: a tool's or an environment's tokens) "
+            "and get no credit.",
         )
         mode, _ = widgets.scale_controls("group", rows=values)
         longest = max((len(v) for v in tokens.values()), default=0)
@@ -88,8 +89,9 @@ if tabs["tree"] is not None:
     with tabs["tree"]:
         st.caption(
             "Each box is a run of tokens shared by the responses below it (width = responses, colour = "
-            f"V(u), the mean outcome Z of its responses on {text.plain(channel)}). Branch points carry the "
-            "TD corrections V(child) − V(parent) that the prefix-tree estimator adds."
+            f"V(u), the mean outcome Z of its responses on {text.plain(channel)}).",
+            help="Branch points carry the TD corrections V(child) − V(parent) that the prefix-tree estimator "
+            "adds.",
         )
         tree, frame = panels.compute_or_explain(shared.group_tree, sel.db, sel.run, sel.group, channel)
         st.plotly_chart(charts.prefix_tree_figure(frame), key="group_tree", width="stretch")

@@ -31,9 +31,10 @@ if not chosen:
 batch = data.group_batch(sel.db, sel.run, sel.group)
 if oracle_data.has_oracle(batch):
     st.caption(
-        "Synthetic run: the true key tokens and their credit are known (docs/estimators.md section 9). "
-        "single = scores summed then one estimator; split = channels projected and normalized "
-        "separately, then combined. style_recall uses ΔA = A(task+style) − A(task only)."
+        "Synthetic run: the true key tokens and their credit are known. single = scores summed, then one "
+        "estimator; split = channels projected and normalized separately, then combined.",
+        help="The metrics: docs/estimators.md section 9. style_recall uses ΔA = A(task+style) − "
+        "A(task only).",
     )
     needs_model = [n for n in widgets.estimator_names() if n not in options]
     st.caption(
@@ -69,11 +70,11 @@ if oracle_data.has_oracle(batch):
         )
 else:
     st.caption(
-        "Real run: estimators are scored against the Monte Carlo teacher — V̂(s_t) from suffix resampling "
-        "(`creditlens teacher`). Each segment between valued positions has the MC advantage "
-        "V̂(next) − V̂(here); an estimator predicts it by its advantage summed over the segment. "
-        "Mean ± stderr over rollouts (what `creditlens teacher-bench --channel C` prints). The estimators "
-        "read the chosen channel, and a rollout's last segment ends at its score there."
+        "Real run: each estimator's advantage summed over a segment between valued positions, against the "
+        "Monte Carlo teacher's V̂(next) − V̂(here) (`creditlens teacher-bench`).",
+        help="V̂(s_t) comes from suffix resampling (`creditlens teacher`). Mean ± stderr over rollouts (what "
+        "`creditlens teacher-bench --channel C` prints). The estimators read the chosen channel, and a "
+        "rollout's last segment ends at its score there.",
     )
     channel = widgets.channel_picker(sel, "oracle")
     bench = oracle_data.teacher(sel.db, sel.run, tuple(chosen), channel)
@@ -133,9 +134,9 @@ else:
     st.subheader("Calibration: is the teacher the policy that sampled?")
     st.caption(
         "Per step, the teacher's mean V̂(∅) against the observed accuracy of the same rollouts (mean ± "
-        "stderr over rollouts): a teacher that resampled with the step's own checkpoint agrees within "
-        "the stderrs; an off-policy one values another policy. The table `creditlens teacher-bench` "
-        "prints."
+        "stderr over rollouts).",
+        help="A teacher that resampled with the step's own checkpoint agrees within the stderrs; an "
+        "off-policy one values another policy. The table `creditlens teacher-bench` prints.",
     )
     st.dataframe(
         bench.calibration,

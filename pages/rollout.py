@@ -68,9 +68,10 @@ text_col, rows_col = st.columns([2, 3], gap="medium")  # the rows need the width
 with text_col:
     st.subheader("Credit as text")
     st.caption(
-        "The response as written, each token coloured by its final advantage: blue = positive credit, red = "
-        f"negative, white = 0 (scale ±{fmt.nice(peaks['final'], 2, signed=False)}). ↵ marks a newline. "
-        "Hover a token for its facts; click it to see why it got its credit."
+        "Each token coloured by its final advantage (blue +, red −, scale "
+        f"±{fmt.nice(peaks['final'], 2, signed=False)}).",
+        help="The response as written: blue = positive credit, red = negative, white = 0. ↵ marks a newline. "
+        "Hover a token for its facts; click it to see why it got its credit.",
     )
     if turns.turns_caption(record.get("turns")):
         st.caption(turns.turns_caption(record.get("turns")))
@@ -86,11 +87,13 @@ if text_click is not None and text_click != pos:
 with rows_col:
     st.subheader("Credit by channel")
     st.caption(
-        "One row per channel (β_c · Ã_c) and the final advantage; cells sized to their token. Hover a cell "
-        "for the token, its logprob, entropy and channel shares; click it to select it."
+        "One row per channel (β_c · Ã_c) and the final advantage.",
+        help="Cells are sized to their token. Hover a cell for the token, its logprob, entropy and channel "
+        "shares; click it to select it.",
     )
     # the token text under each band's last row only: the text beside already reads them, and text in every
-    # cell was most of the browser's drawing of this chart (docs/speed.md); the hover names each cell's token
+    # cell was most of the browser's drawing of this chart (docs/benchmarks.md); the hover names each cell's
+    # token
     figure = heatmaps.credit_heatmap(**window, highlight=[pos], band=panels.SIDE_BAND, cell_text="last")
     # a short response's rows need less than the side height: no blank box under them
     with st.container(height=min(panels.SIDE_HEIGHT, int(figure.layout.height) + 16), border=False):

@@ -31,10 +31,13 @@ table.columns.name = None
 st.caption(
     text.with_code(
         f"One column per run, {estimator}'s credit (shares of the final advantage at the first and last "
-        "step); first_alert_step: the monitors' earliest warning (empty: quiet); config.<key>: the trainer "
-        "settings that differ. Highlighted: the rows whose values differ between the runs. Same numbers: "
+        "step); highlighted: the rows whose values differ between the runs."
+    ),
+    help=text.with_code(
+        "first_alert_step: the monitors' earliest warning (empty: quiet); config.<key>: the trainer settings "
+        "that differ. Same numbers: "
         f"`creditlens compare-runs {' '.join(f'--run {r}' for r in compared)} --estimator {estimator} --json`"
-    )
+    ),
 )
 st.dataframe(
     table.style.apply(

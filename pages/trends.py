@@ -26,7 +26,7 @@ if sel.run is None:
     st.info("The store has no runs yet. Import one on the Runs page.")
     st.stop()
 
-compared = run_set.compared_runs(sel)  # two or more: a line per run (issue 45)
+compared = run_set.compared_runs(sel)  # two or more: a line per run
 following = live.follow(sel.db, sel.run, tuple(compared))  # Live: a step of any of them redraws the page
 st.title(f"Trends · {text.plain(', '.join(compared) if len(compared) > 1 else sel.run)}")
 panels.saved_classes_note(sel)
@@ -54,7 +54,7 @@ betas = tuned if credit == "final" else ()
 frame = panels.compute_or_explain(trends_data.trends, sel.db, sel.run, estimator, config, credit, betas)
 main = data.main_channel(sel.db, sel.run)
 rewards = trends_data.reward_histogram(sel.db, sel.run)  # a dot per step and reward bin: a click opens them
-st.caption(
+st.caption(  # the definitions one hover away: two lines above the first chart
     f"One point per training step ({len(frame)} steps). Class shares are of "
     + (
         f"the final advantage (every channel, {estimator} on the outcome channels"
@@ -62,10 +62,11 @@ st.caption(
         if credit == "final"
         else f"{estimator}'s advantages on the {text.plain(channel)} channel"
     )
-    + f"; the quantiles of {estimator}'s advantages on {text.plain(channel)}, each at the estimator's scope "
-    "(what `creditlens estimate` gives). A step whose tokens got no credit has no share: a gap. "
-    f"Zero-variance groups: every response of the group has the same score on the run's main channel "
-    f"({text.plain(main)}). Each chart's toolbar saves it as PNG."
+    + ".",
+    help=f"The quantiles are of {estimator}'s advantages on {text.plain(channel)}, each at the estimator's "
+    "scope (what `creditlens estimate` gives). A step whose tokens got no credit has no share: a gap. "
+    "Zero-variance groups: every response of the group has the same score on the run's main channel "
+    f"({text.plain(main)}). Each chart's toolbar saves it as PNG.",
 )
 
 TOOLBAR = {"displayModeBar": True, "displaylogo": False}
@@ -74,8 +75,8 @@ shares = {c: c.removeprefix("share_").replace("_", " ") for c in frame.columns i
 excess = {c: c.removeprefix("excess_").replace("_", " ") for c in frame.columns if c.startswith("excess_")}
 metrics = {c: c.removeprefix("metric_") for c in frame.columns if c.startswith("metric_")}
 # The charts in four tabs, each drawn only while open: a fresh load draws the rewards' charts alone (the
-# browser drawing every chart was most of the view's load; docs/speed.md). A chart a run has no data for is
-# left out (None); each is built only when its tab is open.
+# browser drawing every chart was most of the view's load; docs/benchmarks.md). A chart a run has no data
+# for is left out (None); each is built only when its tab is open.
 TABS = {
     "rewards": "Rewards",
     "distribution": "Reward distribution",
@@ -150,11 +151,12 @@ CHARTS = {
 # The charts come first: the monitors' first run on a big run takes seconds, and the alert marks are
 # drawn into the same places once it is done (at once when this session has the report already).
 st.caption(  # the run's name inside a code span, as written (with_code escapes only the text around it)
-    text.with_code(
-        "Click a point to open that step's rollouts in the Explorer (the rows of "
-        f"`creditlens rollouts --run {sel.run} --where step=N`); a class's point, sorted by that class's "
-        "share; a reward dot, the rollouts of its bin (`creditlens histogram` names each bin's filter)."
-    )
+    "Click a point to open that step's rollouts in the Explorer.",
+    help=text.with_code(
+        f"The rows of `creditlens rollouts --run {sel.run} --where step=N`; a class's point, sorted by that "
+        "class's share; a reward dot, the rollouts of its bin (`creditlens histogram` names each bin's "
+        "filter)."
+    ),
 )
 tabs = sections.lazy_tabs(TABS, keys.TRENDS_TAB, keys.URL_TAB)
 tab_name, tab = next((name, box) for name, box in tabs.items() if box is not None)
@@ -207,11 +209,12 @@ if by_turn is not None and not by_turn.empty:  # an agent run: where the credit 
 
 st.subheader("Credit health")
 st.caption(
-    text.with_code(
-        "Each detector's onset: the first step departing from the run's own earlier steps by more than "
-        "their noise (docs/monitors.md); dashed lines on the charts of every tab above. Same alerts: "
+    "Each detector's onset: the first step departing from the run's own earlier steps by more than their "
+    "noise; dashed lines on the charts above.",
+    help=text.with_code(
+        "How the onset is called: docs/monitors.md. Same alerts: "
         f"`creditlens monitor --db {sel.db} --run {sel.run} --estimator {estimator} --channel {channel}`"
-    )
+    ),
 )
 monitor_panel.show_alerts(sel.run, health)
 

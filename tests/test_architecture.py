@@ -394,7 +394,7 @@ def test_views_reach_the_backend_only_through_app():
 
 
 # Commands that read the store without computing: they must start in about the time of importing DuckDB
-# and pandas, so none of them may import torch, transformers or the estimators (docs/speed.md).
+# and pandas, so none of them may import torch, transformers or the estimators (docs/benchmarks.md).
 LIGHT_COMMANDS = {
     "help": ["--help"],
     "runs": ["runs", "--db", "{db}"],

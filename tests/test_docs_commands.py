@@ -1,13 +1,16 @@
-"""The command examples of README.md and docs/ are the program's (issue 42 item 10; docs/python.md's code runs
-in tests/test_python_api.py, docs/commands.md is generated): every `creditlens ...` line of a code block
-parses as the program parses it, every option a page names (in a block or inline) exists, the README's
-block runs as written, and every example that shows its output prints that output.
+"""The command examples of README.md and every page of docs/ are the program's (docs/python.md's code runs in
+tests/test_python_api.py, docs/commands.md is generated): every `creditlens ...` line of a code block parses
+as the program parses it, every option a page names (in a block or inline) exists, and every example runs as
+written and prints the output its page shows.
 
 An example is a code-block line starting with `creditlens ` (or `$ creditlens `); the lines after it, up to
 a blank line or the next command, are its output as shown: an excerpt, found as consecutive lines of what
 the command prints (a line `...` leaves lines out). A line with `[...]` is a synopsis: only its option names
-are checked. Examples that need a model, a GPU or minutes (teacher, resample, the full oracle bench) are
-parsed, not run.
+are checked. A block right under a line `<!-- not run: why -->` (hidden when the page is rendered) is parsed,
+not run: examples that need a model, a GPU, the reader's own files, or minutes.
+
+Run on its own (`pytest tests/test_docs_commands.py -p no:xdist`), this file took 83 s of wall time and
+26 CPU s (2026-12-07, 2 cores at load average 8-9): the README's block 18 s, every other page 1-4 s.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from tests.conftest import copy_store, run_cli_here
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "commands.md")]
 COMMAND = re.compile(r"^(?:\$ )?(?:\.venv[\w-]*/bin/)?creditlens\s")
+NOT_RUN = re.compile(r"<!-- not run: (\S.*?) -->[ \t]*\n\Z")  # the line right above a block's fence
 SHELL = {">", ">>", "||", "&&", "|", ";", "2>&1"}
 
 
@@ -39,6 +43,7 @@ class Example:
     line: int
     argv: list[str]
     shown: list[str] = field(default_factory=list)
+    not_run: str | None = None  # why its block is parsed, not run (the page's `<!-- not run: why -->`)
 
     @property
     def synopsis(self) -> bool:
@@ -66,6 +71,8 @@ def examples(pages: list[Path] = PAGES) -> list[Example]:
             if block.group(1) in ("python", "toml", "json", "text"):
                 continue
             first = text.count("\n", 0, block.start(2)) + 1
+            marker = NOT_RUN.search(text, 0, block.start())
+            why = marker.group(1) if marker else None
             current = None
             lines = block.group(2).split("\n")
             i = 0
@@ -76,7 +83,7 @@ def examples(pages: list[Path] = PAGES) -> list[Example]:
                     line = line[:-1] + " " + lines[i]
                 i += 1
                 if COMMAND.match(line.strip()):
-                    current = Example(_name(page), first + start, _argv(line))
+                    current = Example(_name(page), first + start, _argv(line), not_run=why)
                     found.append(current)
                 elif current is not None and current.synopsis and line.strip().startswith("["):
                     current.argv += _argv(line)  # a synopsis goes on
@@ -234,29 +241,63 @@ def test_the_readme_runs_as_written(bundled_template, tmp_path, monkeypatch):
             ]
 
 
-@pytest.mark.parametrize(
-    "example", [e for e in examples() if e.shown and not e.synopsis and e.page != "README.md"], ids=str
-)
-def test_every_output_a_page_shows_is_what_the_command_prints(
-    example, bundled_template, tmp_path, monkeypatch
-):
-    monkeypatch.setenv("CREDITLENS_DB", str(copy_store(bundled_template, tmp_path / "runs.duckdb")))
-    done = run_cli_here(*example.argv)
-    assert done.returncode == 0, f"{example}\n{done.stderr}"
-    _prints(example, done)
+def _runs(example: Example) -> bool:
+    return not example.synopsis and example.not_run is None
+
+
+@pytest.mark.parametrize("doc", sorted({e.page for e in examples() if e.page != "README.md" and _runs(e)}))
+def test_every_example_of_a_page_runs_as_written(doc, bundled_template, tmp_path, monkeypatch):
+    """A page's examples in order (a later one may read what an earlier one wrote), in an empty folder that
+    sees the repository's sample_runs/, on a copy of the bundled store as the default store
+    ($CREDITLENS_DB): each exits 0 (`monitor`: 0 or 1, its code for a warning) and prints what the page shows
+    after it."""
+    monkeypatch.setenv("CREDITLENS_DB", str(copy_store(bundled_template, tmp_path / "store" / "runs.duckdb")))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sample_runs").symlink_to(ROOT / "sample_runs")  # the pages' paths are the repository's
+    for example in [e for e in examples() if e.page == doc and _runs(e)]:
+        done = run_cli_here(*example.argv)
+        assert done.returncode in ((0, 1) if example.argv[0] == "monitor" else (0,)), (
+            f"{example}\n{done.stderr}"
+        )
+        _prints(example, done)
+
+
+def test_the_readme_lists_every_page_once():
+    """The README's documentation table: one row per page of docs/, each page in one row."""
+    rows = [
+        line
+        for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+        if line.startswith("| [")
+    ]
+    linked = [m for row in rows for m in re.findall(r"\]\((docs/[\w-]+\.md)\)", row.split(" | ")[0])]
+    pages = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
+    assert sorted(linked) == pages and all(
+        len(re.findall(r"\]\(docs/", r.split(" | ")[0])) <= 1 for r in rows
+    )
+
+
+def test_every_page_with_examples_runs_some_or_says_why_not():
+    """Every example is run, or its block says why not; a page of docs/ whose examples all go unrun is one
+    whose commands nobody checks."""
+    found = [e for e in examples() if not e.synopsis]
+    assert all(e.not_run is None or e.not_run.strip() for e in found)
+    run = [e for e in found if e.not_run is None]
+    assert {e.page for e in run} >= {"README.md", "docs/estimators.md", "docs/monitors.md", "docs/process.md"}
 
 
 def test_a_stale_example_is_found(tmp_path):
     """The checks above on a page written wrong: an unknown option, a synopsis, an output."""
     page = tmp_path / "page.md"
     page.write_text(
-        "```\n$ creditlens runs --jsn\nname\n  ...\nx\n\ncreditlens monitor --run R [--estimator E]\n```\n",
+        "```\n$ creditlens runs --jsn\nname\n  ...\nx\n\ncreditlens monitor --run R [--estimator E]\n```\n"
+        "<!-- not run: needs a GPU -->\n```\ncreditlens resample --run R --rollout 0 --engine vllm\n```\n",
         encoding="utf-8",
     )
     found = examples([page])
-    assert [(e.argv, e.shown, e.synopsis) for e in found] == [
-        (["runs", "--jsn"], ["name", "  ...", "x"], False),
-        (["monitor", "--run", "R", "[--estimator", "E]"], [], True),
+    assert [(e.argv, e.shown, e.synopsis, e.not_run) for e in found] == [
+        (["runs", "--jsn"], ["name", "  ...", "x"], False, None),
+        (["monitor", "--run", "R", "[--estimator", "E]"], [], True, None),
+        (["resample", "--run", "R", "--rollout", "0", "--engine", "vllm"], [], False, "needs a GPU"),
     ]
     assert _chunks(found[0].shown) == [["name"], ["x"]]
     with pytest.raises(SystemExit):
@@ -264,3 +305,26 @@ def test_a_stale_example_is_found(tmp_path):
     _prints(found[0], argparse.Namespace(stdout="name\nother\nx\n"))
     with pytest.raises(AssertionError, match=r"the page shows\s+x\s+the command printed"):
         _prints(found[0], argparse.Namespace(stdout="x\nname\n"))  # out of order
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_between_pages_resolves():
+    """A relative link of README.md, CHANGELOG.md or a page of docs/ names a file that exists and, with
+    `#anchor`, a heading of that file (a page merged or renamed leaves no dead link)."""
+    sources = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+    dead = []
+    for source in sources:
+        text = source.read_text(encoding="utf-8")
+        for target, anchor in re.findall(r"\]\(([^)#\s]*\.md|)(?:#([^)\s]+))?\)", text):
+            path = (source.parent / target).resolve() if target else source
+            if not path.is_file():
+                dead.append(f"{_name(source)}: {target}")
+                continue
+            headings = re.findall(r"^#+ (.+)$", path.read_text(encoding="utf-8"), flags=re.M)
+            if anchor and anchor not in {_anchor(h) for h in headings}:
+                dead.append(f"{_name(source)}: {target}#{anchor}")
+    assert not dead, "\n".join(dead)

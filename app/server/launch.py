@@ -61,7 +61,7 @@ def streamlit_command(
         "viewer",
         # No watching of source files: a served tool does not rerun when a file changes. Streamlit's watcher
         # registers every imported module's file (torch's and pandas' included) for each new session and
-        # polls them: about 0.4 s of the server's CPU per fresh page load (docs/speed.md).
+        # polls them: about 0.4 s of the server's CPU per fresh page load (docs/benchmarks.md).
         "--server.fileWatcherType",
         "none",
         # No full garbage collection after every script run: with torch, transformers and pandas loaded it

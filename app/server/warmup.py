@@ -6,7 +6,7 @@ The session is Streamlit's own (`Runtime.connect_session` and `handle_backmsg`, 
 handler calls for a browser), so it runs exactly the scripts a fresh page load runs and fills the same
 `st.cache_data` entries; what it would send to a browser goes nowhere. A user who arrives during the
 warm-up shares what it has done so far (Python imports a module once, for every thread).
-Measured on the demo store: `python -m bench app fresh` (docs/speed.md).
+Measured on the demo store: `python -m bench app fresh` (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Drill from a trend to its rollouts (issue 46 item 5): a click on a point of a Trends chart opens the
+"""Drill from a trend to its rollouts: a click on a point of a Trends chart opens the
 Explorer on that point's rollouts, as an alert's link does: a step's point its step (`?where=step=N`: the rows
 of `creditlens rollouts --where step=N`); a class's point on the credit-share chart its step sorted by that
 class's share, largest first; a bubble of the reward histogram the rollouts of its bin (the filter

@@ -1,4 +1,4 @@
-"""Live (issue 46): a page that follows a run while it trains. In the sidebar, under the run picker, a Live
+"""Live: a page that follows a run while it trains. In the sidebar, under the run picker, a Live
 toggle and the run's line, "step 11 · updated 4 s ago" (`backend.views.live`, the row `creditlens runs
 --json` prints). While Live is on, a fragment looks at the store every `POLL_SECONDS`: a stat of the file,
 and the run's row only when another process committed. When the run received rollouts it reruns the page

@@ -57,7 +57,7 @@ def group_header(sel: Selection, summary, main: str | None = None) -> None:
     scores = " · ".join(
         f"{c.channel}: no scores"
         if c.mean is None
-        else f"{c.channel} mean {fmt.nice(c.mean)} (min {fmt.nice(c.min)}, max {fmt.nice(c.max)})"
+        else f"{c.channel} {fmt.nice(c.mean)} ({fmt.nice(c.min)} to {fmt.nice(c.max)})"
         for c in channels
     )
     flat = " · zero variance (every response scores the same on the main channel)" * summary.zero_variance
@@ -70,7 +70,7 @@ def group_header(sel: Selection, summary, main: str | None = None) -> None:
         )
         + flat
     )
-    st.caption(f"Scores over the group: {plain(scores)}")
+    st.caption(f"Scores over the group, mean (min to max): {plain(scores)}")
     record = data.rollout(sel.db, sel.run, sel.rollout)
     with st.expander("Prompt", expanded=False):
         text_block(record["prompt"] or "")
@@ -178,7 +178,7 @@ def why_this_credit(
     node = tree.node_at(view.row, pos)
     with facts:
         st.metric("final A", fmt.nice(view.final[pos]))
-        text_block(  # one block, not a text element per line (docs/speed.md)
+        text_block(  # one block, not a text element per line (docs/benchmarks.md)
             "\n".join(
                 [
                     f"token      {info['token']!r}",

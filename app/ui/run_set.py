@@ -1,4 +1,4 @@
-"""The runs side by side (issue 45): a sidebar multiselect mirrored to `?runs=a,b,c`, shared by Trends and
+"""The runs side by side: a sidebar multiselect mirrored to `?runs=a,b,c`, shared by Trends and
 the Runs comparison view. A link's run the store lacks is named in a warning and left out."""
 
 from __future__ import annotations

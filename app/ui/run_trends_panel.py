@@ -1,4 +1,4 @@
-"""Trends over several runs (issue 45): the charts of `creditlens trends --run a --run b ... --smooth W`,
+"""Trends over several runs: the charts of `creditlens trends --run a --run b ... --smooth W`,
 a trace per run named by the run, smoothed lines over faint raw points."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Compare's "same prompt across runs" (issue 45 item 4): for a prompt two or more of the runs side by side
+"""Compare's "same prompt across runs": for a prompt two or more of the runs side by side
 were asked (`creditlens compare-runs --same-prompt`), each run's group at a chosen step drawn as one heatmap,
 a row per response, with one estimator and one colour scale. Each row is the Group view's row of that run
 (final advantage, the run's main channel), labelled with the run."""

@@ -1,7 +1,7 @@
 """Sections a view draws only while they are open: lazy tabs (the open one mirrored to `?tab=`) and the
 values of widgets that a closed lazy expander does not draw (`widgets.lazy_expander`). A chart or a widget in
 a hidden tab or a closed expander is still mounted and drawn by the browser on every fresh page load; these
-keep a view's first paint to what is open (issue 47, docs/speed.md)."""
+keep a view's first paint to what is open (docs/benchmarks.md, "App pages")."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ def lazy_tabs(tabs: dict[str, str], key: str, url: str) -> dict[str, object | No
     container while it is open, else None}. `tabs` maps a name, the one `?url=` carries, to its label; the
     first is open unless the link names another, and the open one is mirrored to `?url=` (the first one
     leaves it out). A chart in a hidden tab is still mounted and drawn by the browser on every fresh load
-    (docs/speed.md): this is what keeps a view's first paint to its first tab. A test opens a tab by setting
-    `key` to its label in the session state."""
+    (docs/benchmarks.md): this is what keeps a view's first paint to its first tab. A test opens a tab by
+    setting `key` to its label in the session state."""
     names, labels = list(tabs), list(tabs.values())
     keep = keys.kept(key)
     if key not in st.session_state:  # a fresh session (a link), or back on this view after another one

@@ -44,14 +44,15 @@ def text_block(text: str) -> None:
 
     Not st.code: that element loads Streamlit's syntax highlighter even with `language=None` and even inside
     a collapsed expander, about 0.7 s of the browser's CPU on a fresh page load (a CPU profile of a Rollout
-    load, docs/speed.md). st.html puts this block in the page itself (it also sanitizes what it is given)."""
+    load, docs/benchmarks.md). st.html puts this block in the page itself (it also sanitizes what it is
+    given)."""
     st.html(block_html(text))
 
 
 def text_blocks(parts: list[tuple[str | None, str]]) -> None:
     """Several `text_block`s, each under its own bold title (None: none), as one element: a view that
     draws a dozen derivations sends and mounts one block, not a dozen (each element is a React subtree the
-    browser builds on a fresh load; docs/speed.md). Titles and texts are escaped."""
+    browser builds on a fresh load; docs/benchmarks.md). Titles and texts are escaped."""
     st.html(
         "".join(
             ("" if title is None else f'<p style="margin: 0 0 0.25rem"><b>{html.escape(str(title))}</b></p>')

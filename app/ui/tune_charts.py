@@ -1,4 +1,4 @@
-"""The Tune view's run-level figures (issue 43 item 3): the dual-ascent replay (β and violation rate per
+"""The Tune view's run-level figures: the dual-ascent replay (β and violation rate per
 logged step and channel, against τ and each channel's threshold) and a β's effect on the whole run (channel
 and class shares of |A| before and after, over the run and per step). Frames from backend/views/tune.py in,
 `go.Figure` out; names are escaped. Colours, step ticks, line modes and the token-share dash are

@@ -1,4 +1,4 @@
-"""The tuned β of a session (issue 43 item 3): the Tune view's Apply sets it for one run, every view whose
+"""The tuned β of a session: the Tune view's Apply sets it for one run, every view whose
 numbers weigh channels (Tune, Rollout, Group, Compare, and the Explorer's and Trends' shares of A_final:
 `creditlens rollouts/trends --beta`) then computes with it, shows a "tuned β" mark with a reset, and keeps it
 in the URL as `?tuned=channel:β,...` (β with 4 significant digits, never a float's 16)."""

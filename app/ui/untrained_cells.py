@@ -1,4 +1,4 @@
-"""Untrained tokens in a heatmap (agent runs, issue 44): a tool's or an environment's tokens (loss mask 0)
+"""Untrained tokens in a heatmap (agent runs): a tool's or an environment's tokens (loss mask 0)
 are never credited, so their cells are not coloured by a 0 but drawn grey by a layer of their own, whose
 hover says "not trained"."""
 

@@ -100,7 +100,7 @@ def described(name: str) -> str:
 def lazy_expander(label: str, key: str):
     """A collapsed expander whose content is drawn only while it is open (opening it reruns the page), or
     None while it is closed. A table in a closed expander is still mounted and drawn on every fresh page
-    load: Compare loaded in 5.1 s with its class editor and share table, 4.0 s without (docs/speed.md).
+    load: Compare loaded in 5.1 s with its class editor and share table, 4.0 s without (docs/benchmarks.md).
     Its key keeps it open across reruns; a test opens it by setting that key in the session state."""
     box = st.expander(label, key=key, on_change="rerun")
     return box if box.open else None
@@ -388,7 +388,7 @@ def scale_controls(
     mode_col, lock_col = st.columns([3, 2])
     with mode_col:
         # a select box, not five long radio options: one widget to draw on each load, and the code of the
-        # run picker's select box, already loaded (docs/speed.md)
+        # run picker's select box, already loaded (docs/benchmarks.md)
         mode = state.url_widget(
             st.selectbox,
             "Colour scale",
@@ -477,8 +477,9 @@ def follow_job(job, shown_key: str, verb: str, unit: str) -> bool:
 
 
 def link_dropped(url: str, options: list, unavailable: dict[str, str], resolve=None) -> dict[str, str]:
-    """The names a link's `?url=a,b` gives that are not among `options`, each with why (issue 43 item 4: an
-    estimator in a Compare link that cannot run on the run is listed with its reason, never dropped)."""
+    """The names a link's `?url=a,b` gives that are not among `options`, each with why (an
+    estimator in a Compare link that cannot run on the run is listed with its reason: a link that silently
+    dropped it would show a different comparison than the one shared)."""
     named = [(resolve or str)(n) for n in (state.url_value(url) or "").split(",") if n]
     return {
         n: unavailable.get(n, "not a known estimator (`creditlens estimators` lists them)")

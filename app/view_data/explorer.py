@@ -33,21 +33,15 @@ def explorer_ranges(db: str, run: str, query, columns: tuple[str, ...]) -> dict:
 
 
 def credit_caption(estimator: str, channel: str, credit: str, tuned: bool = False) -> str:
-    """What the share and excess columns mean, for the table's caption (`tuned`: under a tuned β)."""
+    """Which credit the share columns describe, in one sentence for the caption above the table (each
+    column's definition is its header's help: app/ui/column_help.py); `tuned`: under a tuned β."""
     of = (
-        f"the final advantage A = Σ_c β_c·Ã_c ({estimator} on the outcome channels, every other channel by "
-        f"its own projection{', β the tuned β' if tuned else ''}: what the Rollout view colours)"
+        f"A_final = Σ_c β_c·Ã_c ({estimator} on the outcome channels{', the tuned β' if tuned else ''}, "
+        "as the Rollout view colours)"
         if credit == "final"
-        else f"{estimator}'s advantage on the {channel} channel alone"
+        else f"{estimator}'s A on the {channel} channel alone"
     )
-    return (
-        f"share_<class>: the class's share of the rollout's Σ|A|, A being {of}; excess_<class>: that share "
-        "minus the class's share of the rollout's tokens (> 0: more credit than its text; the classes' "
-        "excesses sum to 0), excess_pos_/excess_neg_<class> its parts from the positive and the negative "
-        "credit (they sum to it). The key class is a marker only a run can give (`extras.key_mask`, e.g. the "
-        "synthetic oracle run): on a run without it (the demo, imported logs) no token is key, so its share "
-        "is 0."
-    )
+    return f"Shares of {of}; hover a column's header for what it means."
 
 
 def reading_order(columns: list[str]) -> list[str]:

@@ -1,4 +1,4 @@
-"""The numbers of runs side by side (issue 45): several runs' trends (`creditlens trends --run a --run b
+"""The numbers of runs side by side: several runs' trends (`creditlens trends --run a --run b
 [--smooth W]`) and the comparison rows (`creditlens compare-runs`), through the functions those commands
 call."""
 

@@ -27,7 +27,8 @@ from backend.views import display_tree, explain, strips
 
 WHAT_IF_ROW = "what-if: all summed"
 """The Rollout view's row of the estimator on the channel scores summed first, shown when the channel looked
-at is `all`: a what-if beside A_final (which is always the split channels' sum, issue 43)."""
+at is `all`: a what-if beside A_final (which is always the split channels' sum: a channel picked must not
+change the final credit)."""
 
 SCOPED_SPINNER = (
     "Computing credit (an estimator of step or run scope computes its whole step or run once; "

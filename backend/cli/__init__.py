@@ -9,7 +9,7 @@ Building the parser imports every command module, so their top-level imports sta
 DuckDB, pandas, Arrow): a handler that computes imports torch, the estimators or a model engine inside
 itself (`# noqa: PLC0415 - heavy`). `--help` and the commands that only read the store (`runs`,
 `rollouts`/`trends` without an estimator, `token-classes`, `delete`, `estimators`) then start in about the
-time of importing DuckDB and pandas instead of 2+ s (docs/speed.md); tests/test_architecture.py runs them
+time of importing DuckDB and pandas instead of 2+ s (docs/benchmarks.md); tests/test_architecture.py runs them
 and fails when one of them imports torch, transformers or backend.estimators.
 """
 

@@ -82,7 +82,7 @@ def test_a_clicked_bin_or_class_opens_its_rollouts_in_the_explorer(app_db):
     hist = reward_histogram.reward_histogram(StoreHandle(app_db), "demo")
     row = hist.sort_values("rollouts").iloc[len(hist) // 2]
     at = open_app(app_db, "trends", {"run": "demo"})
-    assert any("a reward dot, the rollouts of its bin" in c.value for c in at.caption)
+    assert any("a reward dot, the rollouts of its bin" in c.proto.help for c in at.caption)  # its hover help
     at.session_state[drill.DRILL_REQUEST] = ("demo", row["where"], None)
     at.run()
     assert not at.exception, at.exception

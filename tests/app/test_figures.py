@@ -258,7 +258,7 @@ def test_trend_legends_name_a_lone_line_and_sit_below_the_axis_title():
 
 def test_trend_charts_of_a_long_run_label_about_ten_whole_steps_and_drop_the_markers():
     """A tick and a marker per step drew every label of a long run: Trends on a 150-step run took 14.7 s to
-    draw in Chromium before, 3.9 s after (docs/speed.md)."""
+    draw in Chromium before, 3.9 s after (docs/benchmarks.md)."""
     short = pd.DataFrame({"step": range(4), "length": [3.0, 4, 5, 6], "q05": 0.0, "q25": 0.1, "q50": 0.2})
     short = short.assign(q75=0.3, q95=0.4)
     long = pd.DataFrame({"step": range(150), "length": 1.0, "q05": 0.0, "q25": 0.1, "q50": 0.2})
