@@ -222,7 +222,7 @@ def step_rollouts(db: str, run: str) -> dict[int, list[int]]:
     """step -> its rollout ids, in order: the sidebar's Step picker, and the Rollout picker's options under
     it. A training run has thousands of rollouts; one select box listing them all was sent and built by the
     browser on every rerun of every page (2,000 options: 0.14 s of the browser's time per page load,
-    docs/speed.md), where one step's are a few dozen."""
+    docs/benchmarks.md), where one step's are a few dozen."""
     index = data.rollout_index(db, run)
     out: dict[int, list[int]] = {}
     for step, rid in zip(index["step"].tolist(), index["rollout_id"].tolist(), strict=True):

@@ -6,7 +6,7 @@ else `all`), stored with the run (migration 007) and changed with `creditlens ma
 page. `resolve` turns a `--channel` (or a view's choice) into a channel the run has, `on_channel` puts it
 into an estimator's config (estimators without a channel field, e.g. `logged`, are left as they are).
 The estimator registry is imported only by the functions that take an estimator: the commands that read a
-run without one (`creditlens main-channel`, `rollouts`) never import torch (docs/speed.md).
+run without one (`creditlens main-channel`, `rollouts`) never import torch (docs/benchmarks.md).
 """
 
 from __future__ import annotations
