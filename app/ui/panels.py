@@ -12,6 +12,7 @@ from app.ui import turns as turn_ui
 from app.ui.text import plain, text_block, text_blocks
 from app.view_data import rollout as rollout_data
 from app.view_data import shared
+from backend.credit import as_trained
 
 
 def quoted(token: str) -> str:
@@ -145,11 +146,19 @@ def why_this_credit(
     )
     terms = explained.terms
     parts = rollout_data.derivations(explained, pos)
-    st.markdown(
-        f"**{plain(estimator)}** on the outcome channels, computed at **{terms['scope']}** scope; every "
-        "other channel by its own projection. A_final = Σ_c β_c·Ã_c whichever channel is picked: the "
-        "picker opens that channel's derivation first."
-    )
+    note = data.credit_note(sel.db, sel.run, estimator)
+    if estimator in as_trained.TRAINER_ESTIMATORS:
+        st.markdown(
+            f"**{plain(note or estimator)}**. Each reward function's row is its term of that advantage; "
+            "the rows add up to it (no KL row: the trainer put KL in its loss)."
+        )
+    else:
+        st.markdown(
+            (f"{plain(note)}.  \n" if note else "")
+            + f"**{plain(estimator)}** on the outcome channels, computed at **{terms['scope']}** scope; every "
+            "other channel by its own projection. A_final = Σ_c β_c·Ã_c whichever channel is picked: the "
+            "picker opens that channel's derivation first."
+        )
     chart, facts = st.columns([2, 1])
     contributions = {c: value for c, (value, _) in parts["channels"].items()}
     with chart:
