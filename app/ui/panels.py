@@ -156,8 +156,8 @@ def why_this_credit(
         st.markdown(
             (f"{plain(note)}.  \n" if note else "")
             + f"**{plain(estimator)}** on the outcome channels, computed at **{terms['scope']}** scope; "
-            "every other channel by its own projection. A_final = Σ_c β_c·Ã_c whichever channel is picked: the "
-            "picker opens that channel's derivation first."
+            "every other channel by its own projection. A_final = Σ_c β_c·Ã_c whichever channel is picked: "
+            "the picker opens that channel's derivation first."
         )
     chart, facts = st.columns([2, 1])
     contributions = {c: value for c, (value, _) in parts["channels"].items()}
