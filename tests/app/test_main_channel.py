@@ -285,8 +285,22 @@ def test_every_view_renders_the_multi_reward_run(trl_db, page):
         assert picker.value == "all"
 
 
+def test_a_trl_run_opens_on_the_advantage_trl_trained_on(trl_db):
+    """The views open on as_trained: the Rollout view's final advantage is TRL's logged one, and the
+    caption says it is the trainer's; grpo beside it is labelled a what-if."""
+    at = _open(trl_db, "rollout")
+    assert at.selectbox(key="rollout_estimator").value == "as_trained"
+    assert "as trained by TRL GRPOTrainer" in _texts(at)
+    with Store(trl_db, read_only=True) as store:
+        logged = store.rollout(RUN, 3)["logged_advantage"]
+    assert abs(float(heatmap_z(chart(at, "rollout_heatmap"))[-1][0]) - logged) < 1e-6  # the final row
+    assert _open(trl_db, "explorer").selectbox(key="explorer_estimator").value == "as_trained"
+    what_if = _open(trl_db, "rollout", est="grpo")
+    assert "what-if: Credit Lens's recombination with grpo" in _texts(what_if)
+
+
 def test_explorer_and_trends_show_credit_on_the_main_channel(trl_db):
-    at = _open(trl_db, "explorer")
+    at = _open(trl_db, "explorer", est="grpo")
     table = at.dataframe[0].value
     assert len(table) == 24 and table["max_abs"].abs().sum() > 0
     assert "--channel all" in " ".join(text_blocks(at))
@@ -294,15 +308,15 @@ def test_explorer_and_trends_show_credit_on_the_main_channel(trl_db):
     assert not at.exception
     # the table's credit is the final advantage's (issue 43): the channel picked does not change it
     assert np.allclose(at.dataframe[0].value["max_abs"], table["max_abs"])
-    at = _open(trl_db, "trends", tab="behaviour")
-    assert "advantages on all" in _texts(at)
+    at = _open(trl_db, "trends", tab="behaviour", est="grpo")
+    assert any("advantages on all" in (c.help or "") for c in at.caption)  # the quantiles' definition
     assert "summed score does not vary" in json.dumps(chart(at, "trends_groups"))  # not "zero all variance"
 
 
 def test_rollout_opens_split_on_the_summed_main_channel_and_keeps_its_final(trl_db):
     """Issue 43: a two-reward run whose main channel is `all` opens with every channel's row (the summed
     estimator a labelled what-if row beside the final), and picking a channel never changes the final."""
-    at = _open(trl_db, "rollout")
+    at = _open(trl_db, "rollout", est="grpo")
     ticks = chart(at, "rollout_heatmap")["layout"]["yaxis"]["ticktext"]
     for c in CHANNELS:
         assert any(t.startswith(c) for t in ticks), ticks
