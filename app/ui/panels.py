@@ -145,6 +145,9 @@ def why_this_credit(
     )
     terms = explained.terms
     parts = rollout_data.derivations(explained, pos)
+    if parts["untrained"]:  # no estimator, channel or β reaches it: its derivation is that one line
+        text_block("\n".join(parts["final"]))
+        return
     st.markdown(
         f"**{plain(estimator)}** on the outcome channels, computed at **{terms['scope']}** scope; every "
         "other channel by its own projection. A_final = Σ_c β_c·Ã_c whichever channel is picked: the "
@@ -258,6 +261,7 @@ def heatmap_window(view: shared.RolloutView, key: str, peaks: dict[str, float] |
         "shares": {k: v[start:stop] for k, v in view.shares.items()},
         "offset": start,
         "peaks": peaks,
+        "untrained": None if view.dimmed is None else view.dimmed[start:stop],  # grey: not trained
     }
 
 
