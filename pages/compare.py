@@ -87,6 +87,13 @@ if result["silent"]:  # every estimator gives the group no credit at all (said a
         "mass by class are undefined here: pick another credit, or a rollout of a group whose scores differ "
         "(the Explorer's zero-variance filter finds them)."
     )
+elif result["same"]:
+    st.info(
+        f"Every one of these estimators gives this group the same {text.plain(credit_label)}: their rows, "
+        "difference and bars cannot differ. On a zero-variance group (every response has the same score) the "
+        "final A is the token-level channels' terms alone, which no estimator changes; the outcome channel's "
+        "credit is 0 for all of them."
+    )
 # The small multiples, the difference of two and the agreement: tabs, each drawn only while open (a fresh
 # load draws the first alone); the window of a long response, above them, holds for all three
 TABS = {

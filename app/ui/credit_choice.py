@@ -8,6 +8,8 @@ import streamlit as st
 from app import keys, state
 
 CHANNEL = "channel:"  # a channel's choice is `channel:<name>` (backend.views.compare.CHANNEL)
+SUMMED = "summed"  # the what-if on the scores summed first (backend.views.compare.SUMMED)
+ALL_CHANNELS = "all"  # the channel picker's `all` (backend.core.batch.ALL_CHANNELS)
 
 
 def picker(choices: dict[str, tuple[str, str]], key: str, main: str) -> str:
@@ -21,12 +23,14 @@ def picker(choices: dict[str, tuple[str, str]], key: str, main: str) -> str:
             raw = state.url_value(keys.URL_CHANNEL) or main
         return raw if raw in choices or CHANNEL + raw not in choices else CHANNEL + raw
 
+    # a Compare link of before, `?channel=all`, meant the estimators on the scores summed first
+    summed = state.url_value(keys.URL_CHANNEL) == ALL_CHANNELS and SUMMED in choices
     return state.url_widget(
         st.selectbox,
         "Credit",
         key=key,
         url=keys.URL_CREDIT,
-        default=options[0],
+        default=SUMMED if summed else options[0],
         cast=from_link,
         options=options,
         format_func=lambda k: choices[k][0],

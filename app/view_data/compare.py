@@ -40,13 +40,19 @@ def compare(
     the tuned β, in every A_final. Each estimator's credit comes from its own cache (`shared.group_credit`),
     so adding one to a comparison computes only that one."""
     batch = data.group_batch(db, run, group)
-    credits, errors = {}, {}
+    ids = batch.rollout_ids.tolist()
+    arrays, errors = {}, {}
     for name, config in estimators:
-        label = compare_view.unique_label(name, [*credits, *errors])
+        label = compare_view.unique_label(name, [*arrays, *errors])
         try:
-            channel = compare_view.config_channel(credit, config, batch)
-            credits[label] = shared.group_credit(db, run, group, name, config, betas, (), channel)
+            if credit == compare_view.SUMMED:
+                summed = compare_view.summed_config(name, config)
+                arrays[label] = shared.scoped_advantages(db, run, name, summed, ids, batch.T).numpy()
+            else:
+                channel = compare_view.config_channel(credit, config, batch)
+                own = shared.group_credit(db, run, group, name, config, betas, (), channel)
+                arrays[label] = compare_view.chosen_credit(own, credit)  # (B, T)
         except (ValueError, RuntimeError) as exc:  # BatchError, InputError, bad config: shown in its panel
             errors[label] = str(exc)
     classes = classes or data.token_classes(db, run)
-    return compare_view.compare_numbers(batch, rollout_id, credits, credit, classes, errors)
+    return compare_view.compare_numbers(batch, rollout_id, arrays, credit, classes, errors)

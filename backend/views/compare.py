@@ -3,9 +3,11 @@ compare`, from one code path).
 
 A credit is one of `credit_choices`: the final advantage A_final = Σ_c β_c·Ã_c, or one channel's term of it
 β_c·Ã_c (an outcome channel: each estimator on its score; a token-level channel such as a format penalty:
-its own projection, the same under every estimator). The heatmap rows, their difference, the rank agreement
-and the credit mass by token class all read the chosen credit, so a bar never describes another number
-than the row above it. The mass is signed: credit (A > 0) and penalty (A < 0) per class, apart.
+its own projection, the same under every estimator), or on a run with several scored channels the what-if
+of each estimator on their scores summed first (`summed`, never part of A_final). The heatmap rows, their
+difference, the rank agreement and the credit mass by token class all read the chosen credit, so a bar never
+describes another number than the row above it. The mass is signed: credit (A > 0) and penalty (A < 0) per
+class, apart.
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ import pandas as pd
 
 from backend.core.batch import RolloutBatch
 from backend.core.errors import InputError
-from backend.credit import channel_credit, channels, credit_shares, token_classes
+from backend.credit import channel_credit, channels, credit_shares, estimates, token_classes
+from backend.estimators import registry
 from backend.store import StoreHandle
 from backend.views import explain
 
 FINAL = "final"
 CHANNEL = "channel:"
 """Prefix of a channel's credit choice: `channel:task` is the task channel's term β·Ã of A_final."""
+SUMMED = "summed"
+"""The what-if beside A_final: each estimator on every channel's score summed per rollout first."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,25 @@ def credit_choices(batch: RolloutBatch) -> list[CreditChoice]:
             label = f"{name}: its {spec.projection} term"
             text = f"β·Ã of {name}: its {spec.projection} projection, the same under every estimator"
         out.append(CreditChoice(CHANNEL + name, label, text))
+    if len(batch.scores) >= 2:
+        out.append(
+            CreditChoice(
+                SUMMED,
+                "what-if: scores summed first",
+                "each estimator on every channel's score summed per rollout first (TRL's combined reward), "
+                "a what-if beside A_final, never in it",
+            )
+        )
     return out
+
+
+def summed_config(estimator: str, config: tuple) -> tuple:
+    """The config of `estimator` on the scores summed first (the `summed` choice); a ValueError for an
+    estimator that reads no channel (it has no such what-if)."""
+    summed = channel_credit.summed_config(estimator, config)
+    if not summed:
+        raise ValueError(f"{estimator} reads no reward channel: it has no what-if on the scores summed first")
+    return summed
 
 
 def choice_channel(choice: str) -> str | None:
@@ -79,22 +102,15 @@ def chosen_credit(credit: channel_credit.ChannelCredit, choice: str) -> np.ndarr
 def compare_numbers(
     batch: RolloutBatch,
     rollout_id: int,
-    credits: dict[str, channel_credit.ChannelCredit],
+    arrays: dict[str, np.ndarray],
     choice: str,
     classes: tuple = token_classes.DEFAULT_CLASSES,
     errors: dict[str, str] | None = None,
 ) -> dict:
-    """What Compare shows for rollout `rollout_id` of the group `batch`, given each estimator's credit
-    (label -> its `ChannelCredit` on the group): per label the chosen credit on the rollout (L,), the
+    """What Compare shows for rollout `rollout_id` of the group `batch`, given each estimator's chosen
+    credit on the group (label -> (B, T), `chosen_credit`): per label the credit on the rollout (L,), the
     rollout's untrained tokens (L,) bool, the rank agreement and the signed mass by class over the group's
-    trained tokens; an estimator whose credit lacks `choice` moves to `errors`."""
-    errors = dict(errors or {})
-    arrays = {}
-    for label, credit in credits.items():
-        try:
-            arrays[label] = chosen_credit(credit, choice)  # (B, T)
-        except ValueError as exc:
-            errors[label] = str(exc)
+    trained tokens, and `errors` (label -> message) as given."""
     row = int((batch.rollout_ids == int(rollout_id)).nonzero()[0, 0])
     L = int(batch.lengths[row])
     trained = batch.trained_mask.cpu().numpy().astype(bool)  # (B, T)
@@ -103,13 +119,16 @@ def compare_numbers(
         "tokens": explain.tokens_of(batch, row),
         "rollout": {k: np.asarray(v[row, :L], dtype=np.float64) for k, v in arrays.items()},
         "untrained": ~trained[row, :L],
-        "errors": errors,
+        "errors": dict(errors or {}),
         "agreement": credit_shares.rank_agreement(arrays, batch.trained_mask),
         "mass": credit_shares.signed_mass_by_class(
             arrays, token_classes.class_ids(batch, classes), trained, token_classes.names(classes)
         ),
         "classes": token_classes.labels(batch, row, classes),
         "silent": all(not np.any(a) for a in arrays.values()),  # no estimator credits the group
+        # every estimator gives the group the same credit (a final A that is the token-level channels alone)
+        "same": len(arrays) > 1
+        and all(np.array_equal(a, next(iter(arrays.values()))) for a in arrays.values()),
     }
 
 
@@ -141,23 +160,24 @@ def compare_rollout(
     known = [c.key for c in choices]
     if choice not in known:
         raise InputError(f"credit {choice!r}: run {run!r} offers {', '.join(known)}")
-    credits, errors = {}, {}
+    arrays, errors = {}, {}
+    ids = batch.rollout_ids.tolist()
     for name, config in estimators:
-        label = unique_label(name, [*credits, *errors])
+        label = unique_label(name, [*arrays, *errors])
         try:
-            _, credits[label] = explain.group_channel_credit(
-                handle,
-                run,
-                group,
-                name,
-                config,
-                betas,
-                save=save,
-                channel=config_channel(choice, config, batch),
-            )
+            if choice == SUMMED:
+                built = registry.make_config(name, **dict(summed_config(name, config)))
+                scoped = estimates.estimate_rollouts(handle, run, name, built, ids, save=save)
+                arrays[label] = scoped.padded(ids, batch.T).numpy()  # (B, T)
+            else:
+                channel = config_channel(choice, config, batch)
+                _, credit = explain.group_channel_credit(
+                    handle, run, group, name, config, betas, save=save, channel=channel
+                )
+                arrays[label] = chosen_credit(credit, choice)  # (B, T)
         except (ValueError, RuntimeError) as exc:  # BatchError, InputError, a bad config: said per estimator
             errors[label] = str(exc)
-    return compare_numbers(batch, rollout_id, credits, choice, classes, errors) | {"choices": choices}
+    return compare_numbers(batch, rollout_id, arrays, choice, classes, errors) | {"choices": choices}
 
 
 def unique_label(name: str, taken: list[str]) -> str:
