@@ -351,7 +351,7 @@ def class_share_trend(
         fig,
         title,
         frame["step"],
-        {"title": "share of Σ|A|", "tickformat": ".0%", "range": [0, 1]},
+        {"title": "share of Σ|A| (credit and penalty)", "tickformat": ".0%", "range": [0, 1]},
     )
     return fig.update_layout(hovermode="closest")  # a click picks the class under the pointer
 

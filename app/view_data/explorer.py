@@ -41,7 +41,8 @@ def credit_caption(estimator: str, channel: str, credit: str, tuned: bool = Fals
         else f"{estimator}'s advantage on the {channel} channel alone"
     )
     return (
-        f"share_<class>: the class's share of the rollout's Σ|A|, A being {of}; excess_<class>: that share "
+        f"share_<class>: the class's share of the rollout's Σ|A|, both signs counted (credit and penalty "
+        f"together: pos_share_/neg_share_ split them), A being {of}; excess_<class>: that share "
         "minus the class's share of the rollout's tokens (> 0: more credit than its text; the classes' "
         "excesses sum to 0), excess_pos_/excess_neg_<class> its parts from the positive and the negative "
         "credit (they sum to it). The key class is a marker only a run can give (`extras.key_mask`, e.g. the "

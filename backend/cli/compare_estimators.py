@@ -24,13 +24,14 @@ def add_commands(sub) -> None:
         "--estimator",
         action="append",
         required=True,
-        help="estimator to compare, repeatable (2 to 6, as the view; its default parameters)",
+        help="estimator to compare, repeatable (1 to 6; its default parameters)",
     )
     p.add_argument(
         "--credit",
         default="final",
-        help="the one credit every number reads: final (default, A_final = Σ_c β_c·Ã_c) or channel:NAME "
-        "(that channel's term β·Ã of A_final); a wrong one lists the run's choices",
+        help="the one credit every number reads: final (default, A_final = Σ_c β_c·Ã_c), channel:NAME "
+        "(that channel's term β·Ã of A_final) or summed (the what-if on the scores summed first); a wrong "
+        "one lists the run's choices",
     )
     p.add_argument(
         "--beta",
