@@ -100,7 +100,7 @@ def signed_mass_figure(frame: pd.DataFrame) -> go.Figure:
                     y=[label[c] for c in part["token_class"]],
                     x=values,
                     orientation="h",
-                    name=safe(name),
+                    name=safe(name) if sign > 0 else f"{safe(name)} · penalty",  # the legend names the first
                     legendgroup=safe(name),
                     showlegend=sign > 0,
                     offsetgroup=str(i),  # credit and penalty share the estimator's slot, on either side of 0
