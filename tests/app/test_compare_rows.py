@@ -30,3 +30,10 @@ def test_class_mass_bars_use_neither_red_nor_blue():
     for colour in colours:
         r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
         assert not (r > 150 and g < 90 and b < 90) and not (b > 150 and r < 90 and g < 120), colour
+
+
+def test_a_compare_link_with_a_channel_credit_opens_the_explorer_on_that_credit(app_db):
+    """Compare's `?credit=channel:task` read by the Explorer (one URL key): its channel credit, no warning."""
+    at = open_app(app_db, "explorer", {"run": "demo", "credit": "channel:task"})
+    assert not at.warning, [w.value for w in at.warning]
+    assert at.selectbox(key="explorer_credit").value == "channel"
