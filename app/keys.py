@@ -22,7 +22,9 @@ URL_SCALE_LOCK = "zlock"  # the locked colour half-width
 URL_WINDOW = "from"  # the first token of the window shown of a long response
 URL_POSITION = "pos"  # the selected token (Rollout)
 URL_VERSUS = "vs"  # the estimator compared with, per rollout (Explorer)
-URL_CREDIT = "credit"  # the shares' credit: final (A_final) or channel (the estimator alone)
+# the credit read: final (A_final) or channel (the estimator alone) in Explorer and Trends; in Compare a key
+# of backend.views.compare.credit_choices (final, channel:<name>, summed)
+URL_CREDIT = "credit"
 URL_SEARCH = "q"
 URL_SORT = "sort"
 URL_DESCENDING = "desc"

@@ -1,12 +1,14 @@
-"""Compare: 2–6 estimators on the same rollout — small multiples, a difference, rank agreement, and
-where the credit lands by token class (the "why did filler get credit" answer)."""
+"""Compare: 2–6 estimators on the same rollout, all read as one credit (the final A or a channel's term of
+it) — small multiples, a difference, rank agreement, and where the credit and the penalty land by token class
+(the "why did filler get credit" answer)."""
 
 import streamlit as st
 
-from app import keys, state
+from app import data, keys, state
 from app.ui import (
     charts,
     class_editor,
+    credit_choice,
     fmt,
     heatmaps,
     panels,
@@ -16,6 +18,7 @@ from app.ui import (
     sections,
     text,
     tuned_beta,
+    untrained_cells,
     widgets,
 )
 from app.view_data import compare as compare_data
@@ -48,11 +51,10 @@ if len(chosen) < 2:
     st.warning("Pick at least two estimators.")
     st.stop()
 
-channel_box, credit_box = st.columns(2)
-with channel_box:
-    channel = widgets.channel_picker(sel, "compare")
-with credit_box:
-    credit = widgets.credit_picker(keys.COMPARE_CREDIT)  # what the class-mass bars describe
+main = data.main_channel(sel.db, sel.run)
+choices = compare_data.credit_choices(sel.db, sel.run, sel.group)
+credit = credit_choice.picker(choices, keys.COMPARE_CREDIT, main)  # the one credit every chart below reads
+credit_label = choices[credit][0]
 tuned = tuned_beta.mark(sel.run, "compare")  # the β applied on the Tune view: in every A_final here
 # the parameter forms: their widgets drawn only while the expander is open (closed: the values they last had)
 params = widgets.lazy_expander("Parameters", keys.form_open(keys.COMPARE_FORM))
@@ -65,7 +67,7 @@ for column, name in zip(
     else:
         column.markdown(f"**{text.plain(name)}**")
         form = widgets.estimator_form(name, keys.COMPARE_FORM, container=column)
-    configs.append((name, widgets.with_channel(name, form, channel)))
+    configs.append((name, widgets.with_channel(name, form, main)))
 
 result = panels.compute_or_explain(
     compare_data.compare, sel.db, sel.run, sel.group, sel.rollout, tuple(configs), sel.classes, credit, tuned
@@ -75,20 +77,22 @@ for label, message in result["errors"].items():
 if len(result["rollout"]) < 1:
     st.stop()
 
-summed = channel == shared.ALL_CHANNELS
-shown = "all channels (scores summed first)" if summed else f"the {channel} channel"
 L = len(result["tokens"])
+untrained = result["untrained"]
 start, stop = panels.token_window(L, keys.COMPARE_WINDOW, result["rollout"][next(iter(result["rollout"]))])
 if result["silent"]:  # every estimator gives the group no credit at all (said above every tab)
-    undefined = (
-        "Rank agreement is undefined here, and the credit mass by class is the other channels' credit alone"
-        if credit == "final"
-        else "Rank agreement and credit mass by class are undefined here"
-    )
     st.info(
-        f"None of these estimators gives this group any credit on {text.plain(shown)} (every token's "
-        f"A is 0; e.g. a zero-variance group, whose responses all have the same score). {undefined}: pick a "
-        "rollout of a group whose scores differ (the Explorer's zero-variance filter finds them)."
+        f"None of these estimators gives this group any {text.plain(credit_label)} (every token's A is 0; "
+        "e.g. a zero-variance group, whose responses all have the same score). Rank agreement and credit "
+        "mass by class are undefined here: pick another credit, or a rollout of a group whose scores differ "
+        "(the Explorer's zero-variance filter finds them)."
+    )
+elif result["same"]:
+    st.info(
+        f"Every one of these estimators gives this group the same {text.plain(credit_label)}: their rows, "
+        "difference and bars cannot differ. On a zero-variance group (every response has the same score) the "
+        "final A is the token-level channels' terms alone, which no estimator changes; the outcome channel's "
+        "credit is 0 for all of them."
     )
 # The small multiples, the difference of two and the agreement: tabs, each drawn only while open (a fresh
 # load draws the first alone); the window of a long response, above them, holds for all three
@@ -101,8 +105,8 @@ tabs = sections.lazy_tabs(TABS, keys.COMPARE_TAB, keys.URL_TAB)
 if tabs["multiples"] is not None:
     with tabs["multiples"]:
         st.caption(
-            f"Each estimator's advantage on {text.plain(shown)} for this rollout, one row each, aligned by "
-            "token."
+            f"Each estimator's {text.plain(credit_label)} on this rollout, one row each, aligned by token. "
+            "Grey cells are not trained (loss mask 0: a tool's or an environment's tokens): no credit."
         )
         mode = widgets.row_scale_toggle("compare", result["rollout"])
         peaks = scales.scale_peaks(result["rollout"], mode)
@@ -112,6 +116,7 @@ if tabs["multiples"] is not None:
                 result["tokens"][start:stop],
                 peaks=peaks,
                 offset=start,
+                untrained=untrained[start:stop],
             ),
             key="compare_multiples",
             width="stretch",
@@ -152,6 +157,7 @@ if tabs["difference"] is not None:
                 offset=start,
                 clickable=False,
                 zmax=gap or 1.0,
+                untrained=untrained_cells.same_for_rows([f"{second} − {first}"], untrained[start:stop]),
             ),
             key="compare_difference",
             width="stretch",
@@ -160,29 +166,31 @@ if tabs["difference"] is not None:
 
 if tabs["agreement"] is not None:
     with tabs["agreement"]:
-        left, right = st.columns(2)
-        with left:
-            st.subheader("Rank agreement")
-            st.caption("Spearman ρ between estimators over every token of the group.")
-            st.plotly_chart(
-                charts.rank_agreement_figure(result["agreement"]), key="compare_agreement", width="stretch"
-            )
-        with right:
-            st.subheader("Credit mass by token class")
-            of = (
-                "each estimator's final A = Σ_c β_c·Ã_c (it on the outcome channels, every other channel by "
-                f"its own projection{', with the tuned β' if tuned else ''}: what the Rollout view colours)"
-                if credit == "final"
-                else f"each estimator's A on {text.plain(shown)} alone (the rows above)"
-            )
-            st.caption(
-                f"Share of Σ|A| over the group per class, A being {of}; the dash is the class's share of "
-                "tokens. A bar above its dash means that class gets more credit than its count."
-            )
-            st.plotly_chart(charts.class_mass_figure(result["mass"]), key="compare_mass", width="stretch")
-        numbers = widgets.lazy_expander("The numbers: share of Σ|A| per class", keys.COMPARE_NUMBERS_OPEN)
+        st.subheader("Rank agreement")
+        st.caption(
+            f"Spearman ρ between estimators' {text.plain(credit_label)} over the group's trained tokens."
+        )
+        st.plotly_chart(charts.rank_agreement_figure(result["agreement"]), key="compare_agreement")
+        st.subheader("Credit and penalty by token class")
+        st.caption(
+            f"Where each estimator's {text.plain(credit_label)}{' (tuned β)' if tuned else ''} lands over "
+            "the group's trained tokens: per class its credit (A > 0, right of 0) and its penalty (A < 0, "
+            "left, hatched), each a share of the estimator's Σ|A|, so a class's two bars add up to its share "
+            "of Σ|A| and all bars of an estimator to 100 %. A class's share of tokens is in its label. Same "
+            f"numbers: creditlens compare --run {text.plain(sel.run)} --rollout {sel.rollout} --credit "
+            f"{text.plain(credit)} --json"
+        )
+        st.plotly_chart(charts.signed_mass_figure(result["mass"]), key="compare_mass", width="stretch")
+        numbers = widgets.lazy_expander(
+            "The numbers: credit and penalty per class, shares of Σ|A|", keys.COMPARE_NUMBERS_OPEN
+        )
         if numbers is not None:
-            shares = result["mass"].pivot(index="token_class", columns="estimator", values="credit_share")
+            shares = result["mass"].pivot(
+                index="token_class", columns="estimator", values=["credit_share", "penalty_share"]
+            )
+            shares.columns = [
+                f"{e} {'credit' if c == 'credit_share' else 'penalty'}" for c, e in shares.columns
+            ]
             numbers.dataframe(
                 shares,
                 width="stretch",

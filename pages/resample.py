@@ -50,6 +50,7 @@ st.plotly_chart(
         token_info=view.token_info.iloc[start:stop].reset_index(drop=True),
         offset=start,
         highlight=[] if settings.read_only else st.session_state[keys.RESAMPLE_POSITIONS],
+        untrained=None if view.dimmed is None else view.dimmed[start:stop],
     ),
     key=keys.RESAMPLE_HEATMAP,
     on_select="rerun",

@@ -55,7 +55,7 @@ frame = panels.compute_or_explain(trends_data.trends, sel.db, sel.run, estimator
 main = data.main_channel(sel.db, sel.run)
 rewards = trends_data.reward_histogram(sel.db, sel.run)  # a dot per step and reward bin: a click opens them
 st.caption(  # the definitions one hover away: two lines above the first chart
-    f"One point per training step ({len(frame)} steps). Class shares are of "
+    f"One point per training step ({len(frame)} steps). Class shares are of Σ|A|, both signs, A being "
     + (
         f"the final advantage (every channel, {estimator} on the outcome channels"
         + (", β the tuned β)" if betas else ")")

@@ -216,6 +216,7 @@ def baseline_chart(view, window: dict, peaks: dict, mode: str, how: str, against
             clickable=False,
             title=title,
             cell_text="last",
+            untrained=window["untrained"],
         ),
         key="tune_baseline_heatmap",
         width="stretch",

@@ -80,28 +80,56 @@ def token_share_marks(classes, token_share) -> go.Scatter:
     )
 
 
-def class_mass_figure(frame: pd.DataFrame) -> go.Figure:
-    """Credit share per token class and estimator (bars) against the class's share of tokens (marks)."""
+def signed_mass_figure(frame: pd.DataFrame) -> go.Figure:
+    """Credit and penalty per token class and estimator (`credit_shares.signed_mass_by_class`): one row of
+    bars per class, an estimator's credit (A > 0) to the right of 0 and its penalty (A < 0) to the left,
+    both as shares of its Σ|A|, each bar labelled with its number; the class's share of tokens in its
+    label. The legend sits under the plot, never over a bar."""
     fig = go.Figure()
-    for i, (name, part) in enumerate(frame.groupby("estimator", sort=False)):
+    classes = list(dict.fromkeys(frame["token_class"]))
+    tokens = frame.drop_duplicates("token_class").set_index("token_class")["token_share"]
+    label = {c: f"{safe(c)} ({tokens[c]:.0%} of tokens)" for c in classes}
+    estimators = list(dict.fromkeys(frame["estimator"]))
+    for i, name in enumerate(estimators):
+        part = frame[frame["estimator"] == name]
         colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]  # never red/blue: those mean the credit's sign
-        fig.add_trace(
-            go.Bar(
-                x=[safe(c) for c in part["token_class"]],
-                y=part["credit_share"],
-                name=safe(name),
-                marker_color=colour,
+        for column, sign in (("credit_share", 1.0), ("penalty_share", -1.0)):
+            values = [sign * float(v) if np.isfinite(v) else 0.0 for v in part[column]]
+            fig.add_trace(
+                go.Bar(
+                    y=[label[c] for c in part["token_class"]],
+                    x=values,
+                    orientation="h",
+                    name=safe(name) if sign > 0 else f"{safe(name)} · penalty",  # the legend names the first
+                    legendgroup=safe(name),
+                    showlegend=sign > 0,
+                    offsetgroup=str(i),  # credit and penalty share the estimator's slot, on either side of 0
+                    marker={"color": colour, "pattern": {"shape": "" if sign > 0 else "/"}},
+                    text=[f"{v:+.0%}".replace("-", "−") if abs(v) >= 0.005 else "" for v in values],
+                    textposition="outside",
+                    cliponaxis=False,
+                    textfont={"size": 10},
+                    hovertemplate=f"{safe(name)} · %{{y}}<br>{'credit' if sign > 0 else 'penalty'} "
+                    "%{x:.1%} of Σ|A|<extra></extra>",
+                )
             )
-        )
-    counts = frame.drop_duplicates("token_class")
-    fig.add_trace(token_share_marks(counts["token_class"], counts["token_share"]))
+    widest = float(np.nanmax(frame[["credit_share", "penalty_share"]].to_numpy(), initial=0.0))
+    reach = max(widest * 1.3, 0.05)  # room for the numbers beside the longest bars
+    fig.add_vline(x=0, line={"color": "#333", "width": 1})
     fig.update_layout(
         barmode="group",
-        height=360,
-        xaxis={"tickangle": -30, "automargin": True},  # class names stay whole under the bars
-        yaxis={"title": "share of Σ|A|", "tickformat": ".0%"},
-        margin={"l": 10, "r": 10, "t": 40, "b": 10},
-        legend={"orientation": "h", "y": 1.12},
+        height=90 + len(classes) * max(len(estimators), 1) * 15,
+        xaxis={
+            "title": "← penalty (A < 0) · share of Σ|A| · credit (A > 0) →",
+            "tickformat": ".0%",
+            "range": [-reach, reach],
+            "zeroline": False,
+        },
+        yaxis={"autorange": "reversed", "automargin": True},
+        margin={"l": 10, "r": 10, "t": 10, "b": 80},
+        # under the axis title, in the figure's bottom margin: it covers no bar
+        legend={"orientation": "h", "yref": "container", "y": 0.0, "yanchor": "bottom", "x": 0},
+        bargap=0.25,
     )
     return fig
 
@@ -323,7 +351,7 @@ def class_share_trend(
         fig,
         title,
         frame["step"],
-        {"title": "share of Σ|A|", "tickformat": ".0%", "range": [0, 1]},
+        {"title": "share of Σ|A| (credit and penalty)", "tickformat": ".0%", "range": [0, 1]},
     )
     return fig.update_layout(hovermode="closest")  # a click picks the class under the pointer
 

@@ -85,7 +85,7 @@ def credit_heatmap(
     offset: int = 0,
     clickable: bool = True,
     highlight: Sequence[int] = (),
-    untrained: dict[str, np.ndarray] | None = None,
+    untrained: dict[str, np.ndarray] | np.ndarray | None = None,
 ) -> go.Figure:
     """Token heatmap: one row per named series (channels, final, true credit), wrapped into bands.
 
@@ -101,7 +101,8 @@ def credit_heatmap(
     events); without it the heatmap carries the hover itself.
     highlight: absolute positions outlined across their band (the selected token, the chosen positions).
     peaks: each row's colour half-width (`scale_peaks`); default: one shared max |A| (`zmax` if given).
-    untrained: optional row -> (L,) bool, tokens not trained (loss mask 0): grey cells marked "not trained".
+    untrained: tokens not trained (loss mask 0), row -> (L,) bool or one (L,) bool for every row: grey
+    cells whose hover says "not trained" (`untrained_cells`), never a colour of the scale.
 
     Cells are sized to their token text (`cell_units`, about two characters a unit) and packed into bands
     `band` units wide, so a character-level run has `band` tokens a line and a subword run fewer, each
@@ -110,6 +111,7 @@ def credit_heatmap(
     The hover shows the true value.
     """
     names = list(rows)
+    untrained = untrained_cells.per_row(names, untrained)
     if untrained:  # no colour from their 0: a grey layer (untrained_cells) draws them
         rows = {k: untrained_cells.blank(v, untrained.get(k)) for k, v in rows.items()}
     if cell_text is None:
@@ -120,11 +122,11 @@ def credit_heatmap(
     fig = go.Figure()
     points: list[tuple[float, int, list]] = []  # (x, y, customdata) of each cell, for the marker layer
     for bnd in range(grid.n_bands):
-        trace, band_points = _band_trace(grid, bnd, rows, cell_text, hover, clickable)
+        trace, band_points = _band_trace(grid, bnd, rows, cell_text, hover, clickable, untrained)
         fig.add_trace(trace)
         points += band_points
-        if untrained:
-            fig.add_trace(untrained_cells.band_layer(grid, bnd, untrained, trace))
+        if untrained:  # with the marker layer the markers carry the hover ("not trained" in its value)
+            fig.add_trace(untrained_cells.band_layer(grid, bnd, untrained, trace, hover=not clickable))
     # Heatmaps emit no selection events, so an invisible marker per cell carries hover and clicks.
     # SVG, not WebGL: headless/software-rendered browsers draw it several times faster.
     if clickable:
@@ -232,9 +234,10 @@ def _band_trace(
     cell_text: bool | str,
     hover: _Hover,
     clickable: bool,
+    untrained: dict[str, np.ndarray] | None = None,
 ) -> tuple[go.Heatmap, list[tuple[float, int, list]]]:
     """Band `bnd` as one heatmap trace (its rows, a cell per position, values on the common scale), and
-    the (x, y, customdata) of its cells."""
+    the (x, y, customdata) of its cells; an untrained cell's value reads "not trained"."""
     R, members = grid.R, grid.by_band.get(bnd, [])
     cells, widths = grid.cells, grid.widths
     edges = [cells[t][1] - 0.5 for t in members] + (
@@ -249,6 +252,7 @@ def _band_trace(
         values = np.asarray(rows[name], dtype=np.float64)
         label = safe(name)
         row_text = grid.per_row[name]
+        off = (untrained or {}).get(name)
         for j, t in enumerate(members):
             if t >= len(row_text):
                 continue
@@ -262,7 +266,7 @@ def _band_trace(
                 grid.offset + t,
                 safe(repr(row_text[t])[1:-1]),
                 label,
-                _fmt(v),
+                untrained_cells.NOT_TRAINED if off is not None and t < len(off) and off[t] else _fmt(v),
                 hover.logprobs[t],
                 hover.entropies[t],
                 *hover.shares[t],
@@ -477,10 +481,19 @@ def small_multiples(
     *,
     peaks: dict[str, float] | None = None,
     offset: int = 0,
+    untrained: np.ndarray | None = None,
 ) -> go.Figure:
     """One row per estimator in every band (the rollout wrapped into bands, cells sized to their text), so
     the estimators' credit for a token sits one above the other; one colour axis (`peaks`: per-row or
-    shared half-widths, default one shared max |A|). Labels are row ticks: they never overlap."""
+    shared half-widths, default one shared max |A|). Labels are row ticks: they never overlap. `untrained`
+    (L,) bool: the rollout's tokens not trained, grey in every row."""
     return credit_heatmap(
-        dict(advantages), tokens, band=band, peaks=peaks, offset=offset, clickable=False, cell_text="last"
+        dict(advantages),
+        tokens,
+        band=band,
+        peaks=peaks,
+        offset=offset,
+        clickable=False,
+        cell_text="last",
+        untrained=untrained,
     )

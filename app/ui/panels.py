@@ -146,6 +146,9 @@ def why_this_credit(
     )
     terms = explained.terms
     parts = rollout_data.derivations(explained, pos)
+    if parts["untrained"]:  # no estimator, channel or β reaches it: its derivation is that one line
+        text_block("\n".join(parts["final"]))
+        return
     note = data.credit_note(sel.db, sel.run, estimator)
     if estimator in as_trained.TRAINER_ESTIMATORS:
         st.markdown(
@@ -267,6 +270,7 @@ def heatmap_window(view: shared.RolloutView, key: str, peaks: dict[str, float] |
         "shares": {k: v[start:stop] for k, v in view.shares.items()},
         "offset": start,
         "peaks": peaks,
+        "untrained": None if view.dimmed is None else view.dimmed[start:stop],  # grey: not trained
     }
 
 

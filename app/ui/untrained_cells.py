@@ -1,6 +1,7 @@
-"""Untrained tokens in a heatmap (agent runs): a tool's or an environment's tokens (loss mask 0)
-are never credited, so their cells are not coloured by a 0 but drawn grey by a layer of their own, whose
-hover says "not trained"."""
+"""Untrained tokens in a heatmap (agent runs): a tool's or an environment's tokens (loss mask 0) are never
+credited, so their cells are not coloured by a 0 but drawn grey by a layer of their own, whose hover says
+"not trained". Every token heatmap (`heatmaps.credit_heatmap`: Rollout, Compare, Group, same prompt) takes
+the mask and draws them here."""
 
 from __future__ import annotations
 
@@ -11,6 +12,23 @@ from app.ui.fmt import safe, visible_token
 
 UNTRAINED_COLOURS = ("#e6e6e6", "#6b6b6b")
 """Background and text of a token the trainer does not train (grey: no credit, not a zero of the scale)."""
+NOT_TRAINED = "not trained"
+"""What a hover says in place of an untrained token's value."""
+
+
+def per_row(names: list[str], untrained: dict[str, np.ndarray] | np.ndarray | None) -> dict[str, np.ndarray]:
+    """Each row's untrained tokens: `untrained` as given (row -> (L,) bool), or one (L,) bool for every
+    row of `names` (the rows of one rollout: Rollout, Compare); {} when none is untrained."""
+    if untrained is None:
+        return {}
+    if not isinstance(untrained, dict):
+        untrained = same_for_rows(names, untrained)
+    return {k: np.asarray(v, dtype=bool) for k, v in untrained.items() if np.any(v)}
+
+
+def same_for_rows(names: list[str], untrained: np.ndarray | None) -> dict[str, np.ndarray]:
+    """One rollout's untrained tokens (L,) bool for each of `names` (its rows)."""
+    return {} if untrained is None else {n: np.asarray(untrained, dtype=bool) for n in names}
 
 
 def blank(values: np.ndarray, untrained: np.ndarray | None) -> np.ndarray:
@@ -24,8 +42,11 @@ def blank(values: np.ndarray, untrained: np.ndarray | None) -> np.ndarray:
     return np.where(off, np.nan, values)
 
 
-def band_layer(grid, bnd: int, untrained: dict[str, np.ndarray], band: go.Heatmap) -> go.Heatmap:
-    """The grey cells of band `bnd` of a `heatmaps` grid, on the band trace's own x and y edges."""
+def band_layer(
+    grid, bnd: int, untrained: dict[str, np.ndarray], band: go.Heatmap, hover: bool = True
+) -> go.Heatmap:
+    """The grey cells of band `bnd` of a `heatmaps` grid, on the band trace's own x and y edges; `hover`:
+    they carry the "not trained" hover themselves (False: a marker layer above carries it)."""
     members = grid.by_band.get(bnd, [])
     z = np.full((len(grid.names), max(len(members), 1)), np.nan)
     text = np.full(z.shape, "", dtype=object)
@@ -51,8 +72,9 @@ def band_layer(grid, bnd: int, untrained: dict[str, np.ndarray], band: go.Heatma
         zmax=1,
         showscale=False,
         customdata=custom,
-        hovertemplate="%{customdata[2]} · pos %{customdata[0]} · '%{customdata[1]}' · not trained"
+        hovertemplate=f"%{{customdata[2]}} · pos %{{customdata[0]}} · '%{{customdata[1]}}' · {NOT_TRAINED}"
         "<extra></extra>",
+        hoverinfo=None if hover else "skip",
         hoverongaps=False,
         xgap=1,
         ygap=1,

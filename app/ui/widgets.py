@@ -56,6 +56,7 @@ def credit_picker(key: str) -> str:
         key=key,
         url=keys.URL_CREDIT,
         default="final",
+        cast=lambda raw: "channel" if raw.startswith("channel:") else raw,  # a Compare link's channel credit
         options=list(CREDIT_LABELS),
         format_func=CREDIT_LABELS.get,
         help="final A: each token class's share of the final advantage, every channel in it; the "

@@ -1,21 +1,23 @@
-"""The Compare view's numbers: several estimators on one rollout, their rank agreement and credit mass by
-token class over the group (of each estimator's A_final by default, as the Explorer's shares)."""
+"""The Compare view's numbers: several estimators on one rollout, all read as one credit (the final A or a
+channel's term of it, `backend.views.compare.credit_choices`): their rows, rank agreement and signed credit
+mass by token class over the group, as `creditlens compare` prints them."""
 
 from __future__ import annotations
 
-import numpy as np
 import streamlit as st
 
 from app import data
 from app.view_data import shared
-from backend.credit import credit_shares, token_classes
+from backend.views import compare as compare_view
+
+FINAL = compare_view.FINAL
 
 
-@st.cache_data(show_spinner=shared.SCOPED_SPINNER, max_entries=64)
-def estimator_advantages(db: str, run: str, group: int, estimator: str, config: tuple) -> np.ndarray:
-    """A: (B, T) of one estimator on the group (on the channel `config` names), at the estimator's scope."""
-    batch = data.group_batch(db, run, group)
-    return shared.scoped_advantages(db, run, estimator, config, batch.rollout_ids.tolist(), batch.T).numpy()
+@st.cache_data(show_spinner=False, max_entries=32)
+def credit_choices(db: str, run: str, group: int) -> dict[str, tuple[str, str]]:
+    """The credits Compare offers on this run, key -> (label, help), the final A first (one list, in the
+    backend, that `creditlens compare --credit` reads too)."""
+    return {c.key: (c.label, c.help) for c in compare_view.credit_choices(data.group_batch(db, run, group))}
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -26,49 +28,31 @@ def compare(
     rollout_id: int,
     estimators: tuple,
     classes: tuple | None = None,
-    credit: str = "final",
+    credit: str = FINAL,
     betas: tuple = (),
 ) -> dict:
-    """Compare view numbers: per estimator A on the rollout, rank agreement and credit mass over the group;
-    an estimator that cannot run is left out with its error in `errors` (label -> message).
+    """Compare view numbers (`backend.views.compare.compare_numbers`): per estimator the chosen credit on
+    the rollout, its untrained tokens, rank agreement and signed mass over the group; an estimator that
+    cannot run is left out with its error in `errors` (label -> message).
 
-    estimators: ((name, config tuple), ...); labels are the names (with a prime for repeats);
-    classes: the token classes of the credit mass (default: the run's saved ones); credit: what the mass
-    describes, "final" (each estimator's A_final = Σ_c β_c·Ã_c with it on the outcome channels, β the
-    run's or `betas`, as `creditlens explain` gives it) or "channel" (the estimator's A alone, as the rows
-    and the rank agreement). Each estimator's A
-    comes from its own cache (`estimator_advantages`), so adding one to a comparison computes only that
-    one (cached on the whole list, adding a third to the demo's Compare computed or re-read all three)."""
+    estimators: ((name, config tuple), ...); labels are the names (with a prime for repeats); classes: the
+    token classes of the mass (default: the run's saved ones); credit: a key of `credit_choices`; betas:
+    the tuned β, in every A_final. Each estimator's credit comes from its own cache (`shared.group_credit`),
+    so adding one to a comparison computes only that one."""
     batch = data.group_batch(db, run, group)
-    row = shared.row_of(batch, rollout_id)
-    L = int(batch.lengths[row])
-    advantages, finals, errors = {}, {}, {}
+    ids = batch.rollout_ids.tolist()
+    arrays, errors = {}, {}
     for name, config in estimators:
-        label = name
-        while label in advantages or label in errors:
-            label += "′"
+        label = compare_view.unique_label(name, [*arrays, *errors])
         try:
-            advantages[label] = estimator_advantages(db, run, group, name, config)  # (B, T)
-            if credit == "final":
-                finals[label] = shared.group_credit(db, run, group, name, config, betas).final  # (B, T)
+            if credit == compare_view.SUMMED:
+                summed = compare_view.summed_config(name, config)
+                arrays[label] = shared.scoped_advantages(db, run, name, summed, ids, batch.T).numpy()
+            else:
+                channel = compare_view.config_channel(credit, config, batch)
+                own = shared.group_credit(db, run, group, name, config, betas, (), channel)
+                arrays[label] = compare_view.chosen_credit(own, credit)  # (B, T)
         except (ValueError, RuntimeError) as exc:  # BatchError, InputError, bad config: shown in its panel
-            advantages.pop(label, None)
             errors[label] = str(exc)
     classes = classes or data.token_classes(db, run)
-    class_ids = token_classes.class_ids(batch, classes)
-    return {
-        "tokens": list(batch.tokens[row])
-        if batch.tokens is not None
-        else [str(t) for t in batch.token_ids[row, :L].tolist()],
-        "rollout": {k: v[row, :L] for k, v in advantages.items()},
-        "errors": errors,
-        "agreement": credit_shares.rank_agreement(advantages, batch.response_mask),
-        "mass": credit_shares.credit_mass_by_class(
-            finals if credit == "final" else advantages,
-            class_ids,
-            batch.response_mask,
-            token_classes.names(classes),
-        ),
-        "classes": token_classes.labels(batch, row, classes),
-        "silent": all(not np.any(a) for a in advantages.values()),  # no estimator credits the group
-    }
+    return compare_view.compare_numbers(batch, rollout_id, arrays, credit, classes, errors)

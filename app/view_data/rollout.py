@@ -41,9 +41,11 @@ def explanation(
 
 def derivations(explained: explain.Explanation, pos: int) -> dict:
     """At token `pos`: channel -> (contribution, lines) for every channel of A_final, the final's line and the
-    what-if on the scores summed first (label, lines) or None; `creditlens explain --pos` prints the same."""
+    what-if on the scores summed first (label, lines) or None, and whether the token is untrained (loss mask
+    0); `creditlens explain --pos` prints the same."""
     what = explained.what_if
     return {
+        "untrained": explained.untrained_at(pos),  # then every line below is "not trained: A = 0"
         "channels": {
             c: (float(p["contribution"][pos]), explained.channel_derivation(c, pos))
             for c, p in explained.channels.items()
@@ -51,5 +53,5 @@ def derivations(explained: explain.Explanation, pos: int) -> dict:
         "final": explained.final_derivation(pos),
         "what_if": None
         if what is None
-        else (what["label"], float(what["advantage"][pos]), explain.derivation(what["terms"], pos)),
+        else (what["label"], float(what["advantage"][pos]), explained.derivation_at(pos, what["terms"])),
     }

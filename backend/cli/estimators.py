@@ -348,7 +348,7 @@ def cmd_explain(args) -> int:
         out = result.to_json(args.pos)
         out["credit"] = credit
         if args.pos is not None:
-            out["derivation"] = {"pos": args.pos, "lines": explain.derivation(result.terms, args.pos)}
+            out["derivation"] = {"pos": args.pos, "lines": result.derivation_at(args.pos, result.terms)}
         json.dump(out, sys.stdout)
         print()
         return 0
@@ -372,6 +372,9 @@ def _print_derivations(result, pos: int) -> None:
     """Every channel's term of A_final at `pos` with its derivation, the sum, and the what-if on `all`."""
     from backend.views import explain  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
 
+    if result.untrained_at(pos):  # no channel reaches it: one line, no formula
+        print(f"\nwhy A at pos {pos} ({result.tokens[pos]!r}): {result.final_derivation(pos)[0]}")
+        return
     print(f"\nwhy A at pos {pos} ({result.tokens[pos]!r}), channel by channel:")
     for name in result.channels:
         print(f"  {name}:")

@@ -1,5 +1,6 @@
-"""Where credit lands and whether estimators agree: credit mass by token class, rank agreement between
-estimators, channel shares of |A| (whole and per token), and the difference of two credit rows.
+"""Where credit lands and whether estimators agree: credit mass by token class (of |A|, or signed: credit
+and penalty apart), rank agreement between estimators, channel shares of |A| (whole and per token), and the
+difference of two credit rows.
 Shapes: `(B, T)` plus `response_mask` (docs/estimators.md)."""
 
 from __future__ import annotations
@@ -51,6 +52,62 @@ def credit_mass_by_class(
                 }
             )
     return pd.DataFrame(rows, columns=["estimator", "token_class", "credit_share", "token_share"])
+
+
+SIGNED_MASS_COLUMNS = [
+    "estimator",
+    "token_class",
+    "credit_share",
+    "penalty_share",
+    "abs_share",
+    "token_share",
+    "credit_mass",
+    "penalty_mass",
+]
+
+
+def signed_mass_by_class(
+    advantages: dict[str, torch.Tensor | np.ndarray],
+    classes: np.ndarray,
+    mask: torch.Tensor | np.ndarray,
+    class_names: tuple[str, ...] = CREDIT_CLASSES,
+) -> pd.DataFrame:
+    """Where the credit and where the penalty land, per token class and estimator, as shares of Σ|A|.
+
+    advantages: name -> (B, T); classes: (B, T) from `token_classes.class_ids`; mask: (B, T) the tokens
+    counted (the trained ones: an untrained token has A = 0 and is no class's share of tokens).
+    returns: rows (estimator, token_class, credit_share, penalty_share, abs_share, token_share,
+    credit_mass, penalty_mass): credit_mass = Σ max(A, 0) and penalty_mass = Σ max(−A, 0) over the class's
+    tokens, each share that mass over the estimator's Σ|A| (NaN when it gives no credit at all), so
+    credit_share + penalty_share = abs_share (`credit_mass_by_class`'s share) and the abs shares of all
+    classes sum to 1. A class that is all penalty (a format penalty on filler) has credit_share 0 however
+    large its abs_share is.
+    """
+    mask = to_numpy(mask).astype(bool)
+    n_tokens = max(int(mask.sum()), 1)
+    rows = []
+    for name, adv in advantages.items():
+        values = to_numpy(adv).astype(np.float64) * mask  # (B, T)
+        positive, negative = np.clip(values, 0, None), np.clip(-values, 0, None)  # (B, T) each
+        total = float(positive.sum() + negative.sum())
+        for c, label in enumerate(class_names):
+            in_class = (classes == c) & mask
+            if not in_class.any():
+                continue
+            gain, loss = float(positive[in_class].sum()), float(negative[in_class].sum())
+            rows.append(
+                {
+                    "estimator": name,
+                    "token_class": label,
+                    "credit_share": gain / total if total > 0 else math.nan,
+                    "penalty_share": loss / total if total > 0 else math.nan,
+                    "abs_share": (gain + loss) / total if total > 0 else math.nan,
+                    "token_share": float(in_class.sum() / n_tokens),
+                    "credit_mass": gain,
+                    "penalty_mass": loss,
+                }
+            )
+    return pd.DataFrame(rows, columns=SIGNED_MASS_COLUMNS)
 
 
 def rank_agreement(

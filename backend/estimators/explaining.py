@@ -72,7 +72,17 @@ def z_from_outcome(v: Terms, outcome: str | None = None) -> list[str]:
             f"Z = (R − mean_G) / (std_G + ε) = ({R:.4g} − {mean:.4g}) / ({std:.4g} + {eps:.0e})"
             f" = {Z:.4g}   (G = {seq['group_n']:.0f})"
         ]
-    return [f"Z ({outcome}) from R = {R:.4g}, group mean {mean:.4g} (G = {seq['group_n']:.0f}) = {Z:.4g}"]
+    n = seq["group_n"]
+    if outcome == "dr_grpo":
+        return [f"Z = R − mean_G = {R:.4g} − {mean:.4g} = {Z:.4g}   (Dr. GRPO: no std, G = {n:.0f})"]
+    if outcome == "rloo" and n > 1:
+        return [
+            f"Z = R − mean of the other {n - 1:.0f} = (R − mean_G) · G / (G − 1) = ({R:.4g} − {mean:.4g}) × "
+            f"{n:.0f} / {n - 1:.0f} = {Z:.4g}   (RLOO)"
+        ]
+    if outcome == "rloo":
+        return [f"Z = R = {R:.4g}   (RLOO: alone in its group, no other response to subtract)"]
+    return [f"Z ({outcome}) from R = {R:.4g}, group mean {mean:.4g} (G = {n:.0f}) = {Z:.4g}"]
 
 
 def z_then(*steps):

@@ -65,6 +65,8 @@ class Explanation:
         spec = self.specs[name]
         if t is None:
             return [channel_derivation.recipe(spec)]
+        if self.untrained_at(t):
+            return untrained_derivation()
         terms = self.channel_terms.get(name)
         own = None if terms is None else (lambda i: derivation(terms, i))
         contribution = float(self.channels[name]["contribution"][t])
@@ -72,9 +74,24 @@ class Explanation:
             spec, self.batch, self.row, t, self.projected[name], contribution, own
         )
 
+    def untrained_at(self, t: int) -> bool:
+        """Whether token t is outside the loss mask (a tool's output): no estimator credits it."""
+        return untrained_at(self.batch, self.row, t)
+
     def final_derivation(self, t: int) -> list[str]:
+        if self.untrained_at(t):
+            return untrained_derivation()
         parts = {c: float(p["contribution"][t]) for c, p in self.channels.items()}
         return [channel_derivation.final_line(parts, float(self.final[t]))]
+
+    def derivation_at(self, t: int, terms: dict | None = None) -> list[str]:
+        """The estimator's derivation at t from `terms` (default: the what-if's, else its own `terms`);
+        at an untrained token the one line of `untrained_derivation`."""
+        if self.untrained_at(t):
+            return untrained_derivation()
+        if terms is None:
+            terms = self.what_if["terms"] if self.what_if is not None else self.terms
+        return derivation(terms, t)
 
     def to_json(self, pos: int | None = None) -> dict:
         """Everything as JSON; each channel's `derivation` is at token `pos` (None: its recipe)."""
@@ -111,10 +128,7 @@ class Explanation:
                 "channel": what["channel"],
                 "label": what["label"],
                 "advantage": floats(what["advantage"]),
-                "derivation": {
-                    "pos": pos,
-                    "lines": [] if pos is None else derivation(what["terms"], pos),
-                },
+                "derivation": {"pos": pos, "lines": [] if pos is None else self.derivation_at(pos)},
             }
         return out
 
@@ -350,6 +364,21 @@ def _outcome_terms(batch: RolloutBatch, row: int, channel: str, epsilon: float |
     if epsilon is not None:
         out["epsilon"] = float(epsilon)
     return out
+
+
+NOT_TRAINED = "not trained: A = 0"
+"""The whole derivation at a token outside the loss mask: no estimator, channel or β reaches it."""
+
+
+def untrained_at(batch: RolloutBatch, row: int, t: int) -> bool:
+    """Whether token t of response `row` is outside the run's stored loss mask (False without one)."""
+    inside = strips.loss_mask(batch, row)
+    return inside is not None and 0 <= t < len(inside) and not bool(inside[t])
+
+
+def untrained_derivation() -> list[str]:
+    """The derivation at an untrained token: one line, no formula (its terms would not add up to its 0)."""
+    return [NOT_TRAINED]
 
 
 def derivation(terms: dict, t: int) -> list[str]:

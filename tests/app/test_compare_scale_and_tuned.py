@@ -66,19 +66,21 @@ def test_compare_defaults_to_the_robust_scale_one_toggle_from_per_row(app_db):
     assert any("±" in t for t in ticks), ticks  # each row labelled with its own range
 
 
-def test_compare_class_mass_is_of_final_a_by_default(app_db):
+def test_compare_class_mass_is_of_final_a_by_default_and_signed(app_db):
     with Store(app_db, read_only=True) as store:
         group = int(store.rollout_index("demo").set_index("rollout_id").loc[ROLLOUT, "group_id"])
     ests = (("grpo", (("channel", "task"),)),)
     final = compare_data.compare(str(app_db), "demo", group, ROLLOUT, ests).get("mass")
-    alone = compare_data.compare(str(app_db), "demo", group, ROLLOUT, ests, credit="channel")["mass"]
-    share = {m: f.set_index("token_class")["credit_share"] for m, f in (("final", final), ("alone", alone))}
-    assert share["final"]["filler"] > share["alone"]["filler"] + 0.02  # the penalties' credit lands on filler
+    alone = compare_data.compare(str(app_db), "demo", group, ROLLOUT, ests, credit="channel:task")["mass"]
+    share = {m: f.set_index("token_class") for m, f in (("final", final), ("alone", alone))}
+    # the format and style penalties land on filler: more of Σ|A| there, and all of it penalty
+    assert share["final"]["abs_share"]["filler"] > share["alone"]["abs_share"]["filler"] + 0.02
+    assert share["final"]["penalty_share"]["filler"] > 0.3 and share["final"]["credit_share"]["filler"] == 0
     tuned = compare_data.compare(
         str(app_db), "demo", group, ROLLOUT, ests, betas=(("format", 0.0), ("style", 0.0))
     )
-    tuned_filler = tuned["mass"].set_index("token_class")["credit_share"]["filler"]
-    assert tuned_filler < share["final"]["filler"] - 0.02  # β 0 on the penalties: less credit on the filler
+    tuned_filler = tuned["mass"].set_index("token_class")["penalty_share"]["filler"]
+    assert tuned_filler < share["final"]["penalty_share"]["filler"] - 0.02  # β 0 on the penalties: less
 
 
 def _cli_rows(db, *args) -> list[dict]:

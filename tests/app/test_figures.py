@@ -177,9 +177,15 @@ def test_every_builder_escapes_names():
         charts.contribution_waterfall({bad: 1.0, "style": -0.5}, 0.5, title=bad),
         heatmaps.small_multiples({bad: np.ones(3), "b": -np.ones(3)}, [IMG] * 3),
         charts.rank_agreement_figure(pd.DataFrame(np.eye(2), index=[bad, "b"], columns=[bad, "b"])),
-        charts.class_mass_figure(
+        charts.signed_mass_figure(
             pd.DataFrame(
-                {"estimator": [bad], "token_class": ["key"], "credit_share": [1.0], "token_share": [0.1]}
+                {
+                    "estimator": [bad],
+                    "token_class": [bad],
+                    "credit_share": [0.6],
+                    "penalty_share": [0.4],
+                    "token_share": [0.1],
+                }
             )
         ),
         charts.shares_figure({bad: 0.4, "task": 0.6}),

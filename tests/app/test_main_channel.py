@@ -279,7 +279,10 @@ def test_every_view_renders_the_multi_reward_run(trl_db, page):
     for label in every_tab(at, page):  # each tab's content is drawn only while it is open
         assert not at.error, (label, [e.value for e in at.error])
         assert "no scores for channel" not in _texts(at), label
-    if page not in ("resample", "oracle", "runs"):
+    if page == "compare":  # one credit picker: the final A, a channel's term, the scores summed first
+        picker = at.selectbox(key="compare_credit")
+        assert picker.value == "final" and "what-if: scores summed first" in picker.options
+    elif page not in ("resample", "oracle", "runs"):
         picker = at.selectbox(key=f"{page}_channel")
         assert picker.options == [*CHANNELS, "all (sum, main)"]
         assert picker.value == "all"

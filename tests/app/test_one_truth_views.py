@@ -52,7 +52,7 @@ def test_rollout_view_task_row_equals_estimate(app_db, tmp_path, name):
 
 
 def test_compare_view_panels_equal_estimate(app_db, tmp_path):
-    query = {"run": "demo", "rollout": str(ROLLOUT), "ests": "token_rm,grpo"}
+    query = {"run": "demo", "rollout": str(ROLLOUT), "ests": "token_rm,grpo", "credit": "channel:task"}
     at = open_app(app_db, page="compare", query=query)
     assert not at.exception, at.exception
     spec = chart(at, "compare_multiples")
@@ -91,6 +91,7 @@ def test_compare_credit_by_class_uses_the_runs_own_classes(app_db):
 
 
 def test_compare_on_all_channels_equals_estimate_channel_all(app_db, tmp_path):
+    # a link of before, `?channel=all`, opens the what-if on the scores summed first
     query = {"run": "demo", "rollout": str(ROLLOUT), "ests": "grpo,entropy", "channel": "all"}
     at = open_app(app_db, page="compare", query=query)
     assert not at.exception, at.exception

@@ -38,10 +38,14 @@ def test_the_sidebar_lists_one_steps_rollouts_and_a_new_step_selects_its_first(a
 
 
 def test_compare_on_a_zero_variance_group_says_why_its_panels_are_empty(app_db):
-    at = open_app(app_db, "compare", {"run": "demo", "rollout": "8"})  # group 1: every score the same
+    query = {"run": "demo", "rollout": "8", "credit": "channel:task"}  # group 1: every task score the same
+    at = open_app(app_db, "compare", query)
     assert any("zero-variance group" in i.value for i in at.info), [i.value for i in at.info]
+    # its final A is the token-level channels' terms alone, which no estimator changes: said so
+    at = open_app(app_db, "compare", {"run": "demo", "rollout": "8"})
+    assert any("the same final A" in i.value for i in at.info), [i.value for i in at.info]
     at = open_app(app_db, "compare", {"run": "demo", "rollout": "0"})
-    assert not any("zero-variance group" in i.value for i in at.info)
+    assert not any("zero-variance group" in i.value or "the same" in i.value for i in at.info)
 
 
 def test_unavailable_estimators_say_the_fix_that_works_here(app_db):

@@ -124,12 +124,14 @@ def test_compare_view_multiples_agreement_mass(app_db):
     for key in ("compare_agreement", "compare_mass"):
         chart(at, key)
     mass = at.dataframe[0].value
-    assert set(mass.columns) == {"grpo", "entropy", "prefix_tree"}
-    assert np.allclose(mass.sum(axis=0).to_numpy(), 1.0)
+    names = ("grpo", "entropy", "prefix_tree")
+    assert set(mass.columns) == {f"{n} {sign}" for n in names for sign in ("credit", "penalty")}
+    for n in names:  # an estimator's credit and penalty over every class: all of its Σ|A|
+        assert np.isclose(mass[f"{n} credit"].sum() + mass[f"{n} penalty"].sum(), 1.0)
     assert "key" in mass.index and "other" in mass.index
     at.multiselect(key="compare_estimators").set_value(["grpo", "entropy_mix"]).run()
     assert not at.exception
-    assert set(at.dataframe[0].value.columns) == {"grpo", "entropy_mix"}
+    assert {c.split()[0] for c in at.dataframe[0].value.columns} == {"grpo", "entropy_mix"}
 
 
 def test_compare_parameter_form_changes_result(app_db):

@@ -162,14 +162,20 @@ def test_a_link_that_cannot_be_honoured_says_so_and_falls_back(page):
 CLASSES = [["carry word", "phrases", "carry"], ["answer digits", "regex", "^\\d$"]]
 
 
+def _classes_of_the_bars(page) -> list[str]:
+    """The token classes the class-mass bars are drawn for (each bar's label: `class (n% of tokens)`)."""
+    labels = page.evaluate(
+        "() => document.querySelector('.st-key-compare_mass .js-plotly-plot').data"
+        ".filter(t => t.type === 'bar').flatMap(t => [...t.y])"
+    )
+    return [label.rsplit(" (", 1)[0] for label in labels]
+
+
 def test_a_link_with_token_classes_restores_them(page):
     link = quote(json.dumps(CLASSES))
     open_view(page, f"compare?run=demo&rollout=3&tab=agreement&classes={link}")  # the class-mass tab
     page.wait_for_selector(".st-key-compare_mass .js-plotly-plot")
-    bars = page.evaluate(
-        "() => document.querySelector('.st-key-compare_mass .js-plotly-plot').data"
-        ".filter(t => t.type === 'bar').flatMap(t => [...t.x])"
-    )
+    bars = _classes_of_the_bars(page)
     assert set(bars) == {"carry word", "answer digits", "other"}
     assert page.locator("[data-testid=stAlert]").filter(has_text="cannot be honoured").count() == 0
     assert json.loads(parse_qs(urlsplit(page.url).query)["classes"][0]) == CLASSES  # still in the link
@@ -186,10 +192,7 @@ def test_a_link_with_a_class_that_cannot_be_used_warns_and_falls_back(page):
         page.locator("[data-testid=stAlert]").filter(has_text="cannot be honoured").all_inner_texts()
     )
     assert "classes=" in text and "broken" in text and "not a regex" in text, text
-    bars = page.evaluate(
-        "() => document.querySelector('.st-key-compare_mass .js-plotly-plot').data"
-        ".filter(t => t.type === 'bar').flatMap(t => [...t.x])"
-    )
+    bars = _classes_of_the_bars(page)
     assert "digits" in bars and "broken" not in bars  # the run's own (default) classes
     assert "classes=" not in page.url
 

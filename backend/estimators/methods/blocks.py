@@ -162,7 +162,11 @@ def anchored_lines(v: Terms) -> list[str]:
         )
     else:
         lines.append(f"temporal (GAE, γ = {cfg.get('gamma')}, λ = {cfg.get('lam')}) = {temporal:.4g}")
-    lines.append(f"A_t = temporal + w_abs (R − anchor) = {temporal:.4g} + {absolute:.4g} = {v.A:.4g}")
+    w_abs, anchor, R = float(cfg.get("w_abs", 0.1)), float(cfg.get("anchor", 0.5)), v.seq.get("R")
+    absolute_term = (
+        f"{w_abs:g} × ({R:.4g} − {anchor:g})" if R is not None else f"{absolute:.4g} (R: no score)"
+    )
+    lines.append(f"A_t = temporal + w_abs (R − anchor) = {temporal:.4g} + {absolute_term} = {v.A:.4g}")
     return lines
 
 

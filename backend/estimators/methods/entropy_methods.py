@@ -313,6 +313,12 @@ def confidence_weight(v: Terms) -> str:
     return (
         f"u_t = {v.at('surrogate_entropy'):.4g} bits, confidence c_t = {v.at('confidence'):.4g}; "
         f"w_t = 1 + α (u_t if Z > 0, c_t if Z < 0) = {v.at('weights_raw'):.4g}"
+        + (
+            f"; mean-one w_t / mean w = {v.at('weights_raw'):.4g} / "
+            f"{v.at('weights_raw') / v.at('token_weight'):.4g} = {v.at('token_weight'):.4g}"
+            if v.at("token_weight") and abs(v.at("token_weight") - v.at("weights_raw")) > 1e-9
+            else ""
+        )
     )
 
 

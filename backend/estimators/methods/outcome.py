@@ -47,6 +47,16 @@ def explain_outcome(v: Terms) -> list[str]:
     return [*z_from_outcome(v), *broadcast(v)]
 
 
+def explain_dr_grpo(v: Terms) -> list[str]:
+    """Z = R − mean_G, on every token."""
+    return [*z_from_outcome(v, "dr_grpo"), *broadcast(v)]
+
+
+def explain_rloo(v: Terms) -> list[str]:
+    """Z = R − the mean of the others, on every token."""
+    return [*z_from_outcome(v, "rloo"), *broadcast(v)]
+
+
 @register(
     "grpo",
     GRPOConfig,
@@ -66,7 +76,7 @@ def grpo(batch: RolloutBatch, config: GRPOConfig) -> EstimatorResult:
     PlainOutcomeConfig,
     "Dr. GRPO: outcome minus the group mean, broadcast",
     family="outcome",
-    explain=explain_outcome,
+    explain=explain_dr_grpo,
 )
 def dr_grpo(batch: RolloutBatch, config: PlainOutcomeConfig) -> EstimatorResult:
     return _result(batch, F.outcome_scores(scores_of(batch, config.channel), batch.group_ids, "dr_grpo"))
@@ -77,7 +87,7 @@ def dr_grpo(batch: RolloutBatch, config: PlainOutcomeConfig) -> EstimatorResult:
     PlainOutcomeConfig,
     "RLOO: outcome minus the mean of the other responses, broadcast",
     family="outcome",
-    explain=explain_outcome,
+    explain=explain_rloo,
 )
 def rloo(batch: RolloutBatch, config: PlainOutcomeConfig) -> EstimatorResult:
     return _result(batch, F.outcome_scores(scores_of(batch, config.channel), batch.group_ids, "rloo"))

@@ -188,10 +188,15 @@ class TurnCreditConfig(Config):
 def explain_turn_credit(v: Terms) -> list[str]:
     """A_t = level + β (c_turn − c_mean)."""
     seq, turn = v.seq, v.at("turn")
-    lines = [
-        f"return = R + net progress = {seq.get('R', float('nan')):.4g} + {seq.get('progress', 0.0):.4g}; "
-        f"level = return − group mean = {seq.get('level', 0.0):.4g}"
-    ]
+    R, progress, mean = seq.get("R"), seq.get("progress") or 0.0, seq.get("return_mean")
+    if R is None or mean is None:  # no score: left out of the group's mean, level 0
+        lines = [f"R: no score on this channel, so level = {seq.get('level') or 0.0:.4g}"]
+    else:
+        lines = [
+            f"return = R + net progress = {R:.4g} + {progress:.4g} = {R + progress:.4g}",
+            f"level = return − group mean of returns = {R + progress:.4g} − ({mean:.4g}) = "
+            f"{seq.get('level') or 0.0:.4g}",
+        ]
     if turn is None or turn < 0:
         return [*lines, "not in an assistant turn: A_t = 0"]
     beta = float(v.cfg.get("beta", 1.0))
@@ -223,7 +228,8 @@ def turn_credit(batch: RolloutBatch, config: TurnCreditConfig) -> EstimatorResul
     progress = torch.tensor([sum(deltas(s)) if s is not None else 0.0 for s in scores], dtype=torch.float64)
     returns = R + progress.to(R.device)  # (B,)
     gidx, n_groups = masked.group_index(batch.group_ids)
-    level = torch.nan_to_num(returns - masked.group_mean(returns, gidx, n_groups), nan=0.0)  # (B,)
+    return_mean = masked.group_mean(returns, gidx, n_groups)  # (B,)
+    level = torch.nan_to_num(returns - return_mean, nan=0.0)  # (B,)
     trained = mask.sum(dim=1)
     credit = torch.zeros(
         mask.shape, dtype=torch.float64, device=batch.device
@@ -252,6 +258,7 @@ def turn_credit(batch: RolloutBatch, config: TurnCreditConfig) -> EstimatorResul
         "R": R.to(torch.float32),
         "progress": progress.to(torch.float32),
         "level": level.to(torch.float32),
+        "return_mean": return_mean.to(torch.float32),
         "center": center.to(torch.float32),
         "turn": index.to(torch.float32),
         "credit": credit.to(torch.float32),

@@ -180,7 +180,14 @@ def resampled_lines(v: Terms) -> list[str]:
         lines.append(f"V̂(s_{m['pos']}) = {m['value']:.4g} ± {m['stderr']:.2g} ({m['n']} suffixes)")
     else:
         lines.append(f"after the last resampled position: the outcome R = {v.seq.get('R')}")
-    lines.append(f"A_t = scale · (V̂ next − V̂ current) = {v.A:.4g}   (scale maps rewards to Z units)")
+    scale, cur, nxt = v.seq.get("scale"), v.at("v_current"), v.at("v_next")
+    if None in (scale, cur, nxt):
+        lines.append(f"A_t = scale · (V̂ next − V̂ current) = {v.A:.4g}   (scale maps rewards to Z units)")
+    else:
+        lines.append(
+            f"A_t = scale · (V̂ next − V̂ current) = {scale:.4g} × ({nxt:.4g} − {cur:.4g}) = {v.A:.4g}   "
+            "(scale maps rewards to Z units)"
+        )
     return lines
 
 
@@ -227,6 +234,9 @@ def suffix_mc(batch: RolloutBatch, config: SuffixMCConfig) -> EstimatorResult:
             "Z": z,
             "values": values,
             "mc_mask": valued,
+            "scale": scale.to(torch.float32),  # (B,) reward units -> Z units, printed by the derivation
+            "v_current": torch.where(mask, v_cur, 0.0),  # (B, T) reward units
+            "v_next": torch.where(mask, v_next, 0.0),  # (B, T) reward units
             "fallback": fallback_message(batch, missing, "no resampled positions"),
             "fallback_rollouts": rollout_list(batch, missing),
         },
