@@ -30,7 +30,11 @@ st.title(f"Compare estimators · rollout #{sel.rollout}")
 
 unavailable = shared.unavailable(sel.db, sel.run, sel.group)
 options = [n for n in widgets.estimator_names() if n not in unavailable]
-default = [n for n in ("grpo", "entropy", "prefix_tree") if n in options] or options[:2]
+# on a trainer's run the trainer's own credit first, Credit Lens's estimators beside it
+opening = data.default_estimator(sel.db, sel.run)
+default = [n for n in dict.fromkeys((opening, "grpo", "entropy", "prefix_tree")) if n in options][
+    :3
+] or options[:2]
 chosen = widgets.url_multiselect(
     "Estimators (2–6)",
     options,
