@@ -80,6 +80,12 @@ class Filter:
 _WHERE = re.compile(r"\s*([a-z_][a-z0-9_]*)\s*(<=|>=|!=|<|>|=)\s*(\S+)\s*\Z")
 
 
+def parse_filters(texts: list[str] | tuple[str, ...]) -> tuple[Filter, ...]:
+    """Every filter of `--where` options, each one filter or several joined by commas (`step=3,reward>=0.2`:
+    all must hold), as `creditlens histogram` and the Explorer's `?where=` write them."""
+    return tuple(parse_where(part) for text in texts for part in (text or "").split(","))
+
+
 def parse_where(text: str) -> Filter:
     """`length>=100`, `share_other>0.5`, `zero_variance=true` -> Filter (InputError names the problem)."""
     match = _WHERE.match(text or "")
@@ -126,6 +132,8 @@ class ExplorerPage:
     total: int
     columns: list[str]
     notes: list[str] = field(default_factory=list)
+    in_run: int | None = None
+    """The run's rollouts when a search or filter narrowed `total` (None: `total` is every rollout)."""
 
 
 def _key(
@@ -382,7 +390,9 @@ def rollout_table(
             query.limit,
             query.offset,
         )
-    return ExplorerPage(rows, total, columns + ["preview"], notes)
+        narrowed = bool(query.filters or query.search.strip())
+        in_run = queries.rollout_count(store, spec.run_id) if narrowed else None
+    return ExplorerPage(rows, total, columns + ["preview"], notes, in_run)
 
 
 def column_ranges(handle: StoreHandle, run: str, query: ExplorerQuery, columns: list[str]) -> dict:
