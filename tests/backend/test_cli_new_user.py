@@ -155,3 +155,11 @@ def test_a_filtered_count_says_the_runs_total(bundled_db):
 def test_argparse_errors_are_one_line(argv):
     line = _one_error_line(run_cli_here(*argv))
     assert "usage:" not in line and "--help" in line
+
+
+def test_a_flag_compared_with_a_number_is_refused_in_one_line(bundled_db):
+    """Found by the matrix (`--where zero_variance<0`: DuckDB's binder error, a traceback)."""
+    rollouts = ("rollouts", "--db", bundled_db, "--run", "agent", "--json", "--where")
+    _one_error_line(run_cli_here(*rollouts, "zero_variance<0"), "zero_variance is a flag")
+    _one_error_line(run_cli_here(*rollouts, "length=true"), "length holds numbers")
+    assert run_cli_here(*rollouts, "zero_variance=true").returncode == 0
