@@ -154,6 +154,7 @@ def _rollouts(info):
         _maybe("--limit", ROWS),
         _maybe("--offset", ROWS),
         _maybe("--channel", _channel(info)),
+        _pairs("--beta", info, st.sampled_from([0, 2, -1])),
     )
 
 
@@ -198,7 +199,7 @@ OPTIONS = {
     ),
     "explain": lambda info: st.tuples(
         _rollout_id(info).map(lambda r: ["--rollout", str(r)]),
-        st.just(["--estimator", "grpo"]),
+        st.sampled_from(["grpo", "rloo", "nope"]).map(lambda e: ["--estimator", e]),
         _maybe("--channel", _channel(info)),
         st.sampled_from([[], ["--json"]]),
     ),
