@@ -180,7 +180,7 @@ class Run:
             sort=sort.removeprefix("-"),
             descending=descending,
             search=search,
-            filters=tuple(explorer.parse_where(w) for w in where),
+            filters=explorer.parse_filters(where),
             limit=limit,
             offset=offset,
             credit=credit,

@@ -57,8 +57,9 @@ def add_commands(sub) -> None:
         action="append",
         default=[],
         metavar="'length>=50'",
-        help="filter COL OP VALUE as one quoted argument, repeatable: e.g. 'length>=100', "
-        "'share_filler>0.5', 'zero_variance=true' (default: none)",
+        help="filter COL OP VALUE as one quoted argument, repeatable, or several joined by commas as "
+        "`histogram` prints them: e.g. 'length>=100', 'share_filler>0.5', 'zero_variance=true', "
+        "'step=3,reward>=0.2,reward<0.4' (default: none)",
     )
     p.add_argument(
         "--limit", type=whole_number(1), default=None, help="at most this many rows (default: all)"
@@ -196,7 +197,7 @@ def cmd_rollouts(args) -> int:
         sort=sort,
         descending=descending,
         search=args.search,
-        filters=tuple(explorer.parse_where(w) for w in args.where),
+        filters=explorer.parse_filters(args.where),
         limit=args.limit,
         offset=args.offset,
         credit=args.credit,
@@ -210,8 +211,10 @@ def cmd_rollouts(args) -> int:
     for note in page.notes:
         print(f"note: {note}", file=sys.stderr)
     _emit(page.rows, args)
+    matched = "" if page.in_run is None else f" that match, of {page.in_run} in the run"
     print(
-        f"{len(page.rows)} of {page.total} rollouts" + (f" written to {args.out}" if args.out else ""),
+        f"{len(page.rows)} of {page.total} rollouts{matched}"
+        + (f" written to {args.out}" if args.out else ""),
         file=sys.stderr,
     )
     return 0

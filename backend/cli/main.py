@@ -51,10 +51,17 @@ COMMAND_MODULES = (
 )
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """argparse with its errors as every other bad input: one line on stderr and exit code 2. The usage
+    block argparse prints first is what `--help` shows; the line points there instead. The subcommands'
+    parsers are of this class too (`add_subparsers` makes its parsers of the parent's class)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (`{self.prog} --help` for usage)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="creditlens", description="Token-level credit inspection for GRPO runs"
-    )
+    parser = OneLineErrors(prog="creditlens", description="Token-level credit inspection for GRPO runs")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.add_commands(sub)
@@ -86,7 +93,8 @@ def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if rest and not getattr(args, "forwards_rest", False):
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+        commands[args.command].error(f"unrecognized arguments: {' '.join(rest)}")
     if rest:
         args.rest = rest
     try:

@@ -22,6 +22,9 @@ HEADER = """# Command reference
 in a traceback: exit code 2 and one line on stderr naming the file, the line or record, and the field;
 nothing is written.
 
+The store every command reads and writes is `--db FILE` where given, else the file the environment variable
+`CREDITLENS_DB` names, else `~/.creditlens/runs.duckdb`.
+
 This page is generated from the argparse definitions: `python -m backend.cli.reference > docs/commands.md`
 (a test fails when it is stale). `creditlens COMMAND --help` prints the same.
 """

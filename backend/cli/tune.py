@@ -120,9 +120,7 @@ def print_tuning(result) -> None:
                 f"  step {r.step:<5} {r.channel:<16} rate {r.violation_rate:.3f} (τ {r.tau:g})"
                 f"  β {r.beta:.4g}"
             )
-    print(
-        "β: " + ", ".join(f"{c} {result.beta_default[c]:g} → {b:.4g}" for c, b in result.beta_after.items())
-    )
+    print("β: " + ", ".join(f"{c} {result.beta_start[c]:g} → {b:.4g}" for c, b in result.beta_after.items()))
     if result.effect is not None:
         whole = result.effect[result.effect["step"].isna()]
         for kind in ("channel", "class"):

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 import torch
 
+from backend.core.arrays import to_tensor
+
 # The names without tensors live in batch_fields (importable without torch); re-exported for the callers
 # that hold a batch anyway.
 from backend.core.batch_fields import (  # noqa: F401
@@ -220,7 +222,7 @@ def _pad(rows: list, T: int, dtype: torch.dtype) -> torch.Tensor:
     out = torch.zeros((len(rows), T), dtype=dtype)
     for i, row in enumerate(rows):
         if row is not None and len(row):
-            out[i, : len(row)] = torch.as_tensor(np.asarray(row), dtype=dtype)
+            out[i, : len(row)] = to_tensor(row, dtype)
     return out
 
 

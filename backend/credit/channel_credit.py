@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from backend.core.arrays import to_numpy
+from backend.core.arrays import to_numpy, to_tensor
 from backend.core.batch import ALL_CHANNELS, BatchError, RolloutBatch, default_main_channel, missing_channel
 from backend.credit import channels
 from backend.estimators import registry
@@ -195,7 +195,7 @@ def dual_ascent_replay(
     wide = step_means.pivot(index="step", columns="channel", values="violation_rate").sort_index()
     wide = wide.reindex(columns=names).fillna(0.0)
     steps = wide.index.to_numpy()
-    rates = torch.tensor(wide.to_numpy(), dtype=torch.float64)  # (S, C)
+    rates = to_tensor(wide.to_numpy(), torch.float64)  # (S, C)
     betas = channels.dual_ascent(
         rates,
         torch.tensor([tau[c] for c in names], dtype=torch.float64),

@@ -179,7 +179,9 @@ def _watch_class_shares(watched: _Watched, store, run_id: int, key, settings: Mo
         for sign, word in (("pos", "positive"), ("neg", "negative")):
             alias = explorer.column_name(f"{sign}_share", name)
             watched.add(
-                _Series("class_share", alias, f"class {name!r}'s share of the {word} credit", True, alias),
+                _Series(
+                    "class_share", alias, f"the share of the {word} credit on class {name!r}", True, alias
+                ),
                 watched.by_step(signed, f"{sign}_{k}"),
             )
 
@@ -268,7 +270,7 @@ def _watch_channel_shares(watched: _Watched, shares: pd.DataFrame, per_rollout: 
     for name in [c for c in shares.columns if c != "step"]:
         alias = explorer.column_name("channel_share", name)
         watched.add(
-            _Series("channel_takeover", alias, f"channel {name!r}'s share of |β·Ã|", True),
+            _Series("channel_takeover", alias, f"the share of |β·Ã| on channel {name!r}", True),
             watched.by_step(shares.rename(columns={name: alias}), alias),
         )
         watched.extra[alias] = {s: frame[name] for s, frame in per_rollout.items()}

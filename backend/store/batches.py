@@ -18,6 +18,7 @@ from backend.core.batch_fields import (
     PER_TOKEN_FIELDS,
     model_score_needs,
 )
+from backend.core.errors import InputError
 from backend.store.model_credit_extras import model_credit_extras
 from backend.store.runs import Runs
 
@@ -100,6 +101,13 @@ class Batches(Runs):
         run_id = self.run_id(run)
         wanted = None if fields is None else frozenset(fields)
         table = _rollout_table(self.con, run_id, wanted, rollout_ids, group_ids, steps, id_range)
+        if group_ids is not None:  # a group asked for by id that the run lacks is named, not an empty batch
+            missing = sorted({int(g) for g in group_ids} - set(table.column("group_id").to_pylist()))
+            if missing:
+                raise InputError(
+                    f"run {run!r} has no group {missing[0]} (group ids as `creditlens rollouts --run {run}` "
+                    "shows them)"
+                )
         rows = _batch_rows(table, id_range)
         cond = "run_id = ? AND rollout_id BETWEEN ? AND ?"  # the other tables: the batch's id span
         scores = _per_channel(

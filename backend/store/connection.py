@@ -71,6 +71,16 @@ def _migration_versions() -> frozenset[int]:
     return frozenset(version for version, _, _ in _migrations())
 
 
+def _is_duckdb_file(path: Path) -> bool:
+    """Whether `path` holds a DuckDB database (its header's magic bytes), or nothing yet."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(12)
+    except OSError:
+        return True  # not readable or not there: the open's own error says why
+    return not head or head[8:12] == b"DUCK"
+
+
 class Connection:
     """A DuckDB file, created and migrated on first use (the base of `Store`)."""
 
@@ -94,6 +104,11 @@ class Connection:
                 raise StoreError(
                     f"{self.path}: the store is open for writing in another process; close it or "
                     f"open read-only ({msg})"
+                ) from None
+            if not _is_duckdb_file(self.path):
+                raise StoreError(
+                    f"{self.path}: not a Credit Lens store (a DuckDB file); to read a run from this file, "
+                    f"`creditlens import {self.path} --run NAME` imports it into the store"
                 ) from None
             raise StoreError(f"{self.path}: cannot open the store ({msg})") from None
         if read_only and self._behind():

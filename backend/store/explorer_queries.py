@@ -412,6 +412,9 @@ def table_columns(store: Store, spec: TableSpec) -> list[str]:
     return [d[0] for d in store.con.execute(f"SELECT * FROM ({sql}) LIMIT 0", params).description]
 
 
+ROW_CAP = 2**62  # a LIMIT or OFFSET past any table's rows
+
+
 def rollout_table(
     store: Store,
     spec: TableSpec,
@@ -447,7 +450,11 @@ def rollout_table(
     def order(table: str) -> str:
         return f"{table}.{_alias(sort)} {'DESC' if descending else 'ASC'} NULLS LAST, {table}.rollout_id"
 
-    page = f"LIMIT {int(limit)} OFFSET {int(offset)}" if limit is not None else ""
+    # OFFSET applies with or without a LIMIT: a page past the start is still a page (rows from `offset` on).
+    # Both are capped below DuckDB's BIGINT: past the table's rows any larger number selects the same.
+    page = (
+        f"LIMIT {min(int(limit), ROW_CAP)} " if limit is not None else ""
+    ) + f"OFFSET {min(int(offset), ROW_CAP)}"
     full = (
         f"WITH t AS ({sql}), hits AS (SELECT t.*, count(*) OVER () AS _total FROM t {cond} "
         f"ORDER BY {order('t')} {page}) SELECT hits.*, left(o.response, ?) AS preview FROM hits "

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from backend.core.arrays import to_numpy
+from backend.core.arrays import to_numpy, to_tensor
 from backend.estimators.tree import build_prefix_tree
 
 
@@ -91,7 +91,7 @@ def prefix_tree(token_ids: list[list[int]], z: np.ndarray | torch.Tensor) -> Pre
     for i, ids in enumerate(token_ids):
         tokens[i, : lengths[i]] = torch.as_tensor(ids, dtype=torch.long)
     mask = torch.arange(tokens.shape[1]) < torch.tensor(lengths)[:, None]  # (G, T)
-    z = torch.as_tensor(to_numpy(z), dtype=torch.float64)
+    z = to_tensor(to_numpy(z), torch.float64)
     trie = build_prefix_tree(tokens, mask, torch.zeros(G, dtype=torch.long), z, with_nodes=True)
     parent, count, value = trie.node_parent, trie.node_count, trie.node_value.tolist()
     is_root = parent < 0

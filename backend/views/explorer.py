@@ -80,6 +80,12 @@ class Filter:
 _WHERE = re.compile(r"\s*([a-z_][a-z0-9_]*)\s*(<=|>=|!=|<|>|=)\s*(\S+)\s*\Z")
 
 
+def parse_filters(texts: list[str] | tuple[str, ...]) -> tuple[Filter, ...]:
+    """Every filter of `--where` options, each one filter or several joined by commas (`step=3,reward>=0.2`:
+    all must hold), as `creditlens histogram` and the Explorer's `?where=` write them."""
+    return tuple(parse_where(part) for text in texts for part in (text or "").split(","))
+
+
 def parse_where(text: str) -> Filter:
     """`length>=100`, `share_other>0.5`, `zero_variance=true` -> Filter (InputError names the problem)."""
     match = _WHERE.match(text or "")
@@ -126,6 +132,8 @@ class ExplorerPage:
     total: int
     columns: list[str]
     notes: list[str] = field(default_factory=list)
+    in_run: int | None = None
+    """The run's rollouts when a search or filter narrowed `total` (None: `total` is every rollout)."""
 
 
 def _key(
@@ -367,6 +375,7 @@ def rollout_table(
             _check_column(f.column, columns, "--where", query)
             if f.op not in OPERATORS:
                 raise InputError(f"--where: operator {f.op!r}; use one of {' '.join(OPERATORS)}")
+            _check_value(f)
         # Named as a Python caller writes them; the command line's `--limit`/`--offset` refuse these first.
         if query.limit is not None and query.limit < 1:
             raise InputError(f"limit={query.limit}: at least 1 row (None: every row)")
@@ -382,7 +391,20 @@ def rollout_table(
             query.limit,
             query.offset,
         )
-    return ExplorerPage(rows, total, columns + ["preview"], notes)
+        narrowed = bool(query.filters or query.search.strip())
+        in_run = queries.rollout_count(store, spec.run_id) if narrowed else None
+    return ExplorerPage(rows, total, columns + ["preview"], notes, in_run)
+
+
+def _check_value(f: Filter) -> None:
+    """A flag compares with true/false by = or !=, every other column with a number (DuckDB refuses the rest
+    mid-query)."""
+    value = str(f.value).lower() if isinstance(f.value, bool) else f"{f.value:g}"
+    text = f"--where '{f.column}{f.op}{value}'"
+    if f.column in FLAG_COLUMNS and not (isinstance(f.value, bool) and f.op in ("=", "!=")):
+        raise InputError(f"{text}: {f.column} is a flag; write {f.column}=true or {f.column}=false")
+    if f.column not in FLAG_COLUMNS and isinstance(f.value, bool):
+        raise InputError(f"{text}: {f.column} holds numbers; compare it with a number")
 
 
 def column_ranges(handle: StoreHandle, run: str, query: ExplorerQuery, columns: list[str]) -> dict:

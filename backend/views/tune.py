@@ -115,6 +115,7 @@ def replay(
     `violation`: thresholds (default: `thresholds`)."""
     if mode not in MODES:
         raise InputError(f"--mode {mode!r}: use one of {', '.join(MODES)}")
+    _check_numbers(tau, eta, beta0 or {})
     limits = {c: t.value for c, t in thresholds(handle, run, violation).items()}
     with handle.read() as store:
         means = store.step_channel_means(run, limits)
@@ -130,6 +131,19 @@ def replay(
     frame["threshold"] = frame["channel"].map(limits)
     frame["n"] = [int(counts.get((s, c), 0)) for s, c in zip(frame["step"], frame["channel"], strict=True)]
     return frame[REPLAY_COLUMNS].sort_values(["step", "channel"], kind="stable").reset_index(drop=True)
+
+
+def _check_numbers(tau: dict[str, float], eta: float, beta0: dict[str, float]) -> None:
+    """The replay's inputs in their ranges (an InputError names the first that is not): a negative η or β
+    would turn the ascent into a descent and a penalty into a bonus."""
+    if not (math.isfinite(eta) and eta >= 0):
+        raise InputError(f"--eta {eta:g}: the dual step size η is a number ≥ 0")
+    for c, b in beta0.items():
+        if not (math.isfinite(b) and b >= 0):
+            raise InputError(f"--beta {c}={b:g}: β is a number ≥ 0")
+    for c, t in tau.items():
+        if not (math.isfinite(t) and 0 <= t <= 1):
+            raise InputError(f"--tau {c}={t:g}: τ is a violation rate in [0, 1]")
 
 
 def replayed_betas(frame: pd.DataFrame) -> dict[str, float]:

@@ -254,6 +254,8 @@ def test_the_alerts_name_what_departed_and_the_rollouts_show_it(runs, report):
     assert {a.statistic for a in filler} >= {"pos_share_filler"}
     up = next(a for a in filler if a.statistic == "pos_share_filler")
     assert up.value > up.baseline + 0.05 and "rose" in up.message
+    # a quoted name reads as a name, never "class 'filler''s share"
+    assert "the share of the positive credit on class 'filler' rose" in up.message, up.message
     with runs.read() as store:
         rows = store.con.execute(
             "SELECT rollout_id, tokens FROM rollouts WHERE run_id = ? AND list_contains(?, rollout_id)",
@@ -281,6 +283,7 @@ def test_the_alerts_name_what_departed_and_the_rollouts_show_it(runs, report):
 
     takeover = [a for a in report("channel_takeover").alerts if a.detector == "channel_takeover"]
     assert [a.statistic for a in takeover] == ["channel_share_style"]
+    assert "the share of |β·Ã| on channel 'style' rose" in takeover[0].message, takeover[0].message
 
 
 def test_settings_change_the_thresholds_and_switch_detectors_off(runs):
