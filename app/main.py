@@ -13,7 +13,7 @@ from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 from app import data, keys, state
 from app.navigation import VIEW_DIR, VIEWS
 from app.server import auth
-from app.ui import live
+from app.ui import history, live
 
 st.set_page_config(page_title="Credit Lens", page_icon=":material/grid_on:", layout="wide")
 settings = data.settings()
@@ -51,6 +51,7 @@ navigation = st.navigation(
 data.refresh_if_store_changed(data.db_path())  # another process may have imported or deleted a run
 # The run's reads share one read-only connection (backend/store/handle.py: `kept_open`), closed when it ends.
 with data.store_handle(data.db_path()).kept_open():
+    history.one_entry_per_view()
     state.capture_live_url()
     live.take_awaited_run(data.db_path())  # a live link's run whose first step has just landed
     st.session_state[keys.SELECTION] = state.init_selection()

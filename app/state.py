@@ -381,4 +381,6 @@ def follow_rollout_request() -> None:
     drawn: the sidebar's widget values do not survive a `st.switch_page` from a page's script."""
     if keys.OPEN_ROLLOUT in st.session_state:
         st.session_state[keys.SELECT_ROLLOUT] = st.session_state.pop(keys.OPEN_ROLLOUT)
-        st.switch_page(ROLLOUT_PAGE)
+        # The query string as it is: `st.switch_page` without one clears it first, which the browser keeps
+        # as this view's history entry (Back would come to the view without its choices).
+        st.switch_page(ROLLOUT_PAGE, query_params=st.query_params.to_dict())
