@@ -40,8 +40,8 @@ if len(compared) < 2:
     state.stop()
 estimator = widgets.estimator_picker(keys.RUNS_COMPARE_ESTIMATOR)
 rows = runs_data.comparison(sel.db, tuple(compared), estimator)  # what differs first (compare-runs' order)
-differing = runs_data.differing_columns(rows)
-table = rows.drop(columns=["config"]).set_index("run").T.astype(object)
+table = rows.drop(columns=["config"]).set_index("run").T.astype(object)  # the whole configuration: --json
+differing = [c for c in runs_data.differing_columns(rows) if c in table.index]
 table = pd.DataFrame(
     [[_cell(str(label), v) for v in values] for label, values in table.iterrows()],
     index=table.index,
