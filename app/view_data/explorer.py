@@ -55,7 +55,7 @@ def reading_order(columns: list[str], sort: str | None = None) -> list[str]:
     sits otherwise), the response, its scores and metrics, then the credit (excess first: sorting by it
     finds credit out of proportion to the text), then the rest."""
     if sort is not None and sort in columns and sort != "rollout_id":
-        rest = reading_order([c for c in columns if c != sort])
+        rest = [c for c in reading_order(columns) if c != sort]
         return [rest[0], sort, *rest[1:]]
     first = ["rollout_id", "preview", "step", "group_id", "length"]
     first += [c for c in ("turns", "assistant_turns", "tool_calls") if c in columns]  # an agent run's

@@ -71,4 +71,5 @@ def test_the_explorer_shows_the_sorted_column_beside_the_rollout_id(page):
     header = page.locator(f"{TABLE} [role=row][aria-rowindex='1'] [role=columnheader]")
     names = [h.text_content() for h in header.all()]
     assert names[:2] == ["rollout_id", "excess_filler"], names
+    assert len(names) == len(set(names)), names  # moved, not repeated
     page.screenshot(path=str(shots() / "explorer_sorted_by_excess_filler.png"), full_page=True)
