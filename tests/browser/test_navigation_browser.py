@@ -73,3 +73,11 @@ def test_the_explorer_shows_the_sorted_column_beside_the_rollout_id(page):
     assert names[:2] == ["rollout_id", "excess_filler"], names
     assert len(names) == len(set(names)), names  # moved, not repeated
     page.screenshot(path=str(shots() / "explorer_sorted_by_excess_filler.png"), full_page=True)
+
+
+def test_a_view_that_stops_early_still_writes_its_address(page):
+    # Trends over several runs draws its charts and stops (state.stop): after a bare st.stop nothing more
+    # reaches the browser, the URL's rewrite included
+    open_view(page, "trends?run=demo&runs=kl-0.0,kl-0.2&sort=length")
+    assert "smooth=0.6" in page.url and "x=step" in page.url and "sort=length" not in page.url
+    assert "sort=length not used by the Trends view" in warnings(page)
