@@ -64,7 +64,9 @@ DB = "app_db"  # the store this session reads (the AppTests set it; else --db or
 RUN = "sel_run"  # the selected run and rollout (the sidebar pickers)
 ROLLOUT = "sel_rollout"
 STEP = "sel_step"  # the sidebar's Step picker: follows the rollout; a new step selects its first rollout
+WHERE_FOLLOWED = "_where_followed"  # the last run's `?where=`: a new one moves the Step (state.py)
 SELECTION = "_selection"  # the Selection resolved in this rerun
+VIEW_SHOWN = "_view_shown"  # the title of the view this run shows
 URL_AT_START = "_url_at_start"  # the query string the session started from (a bookmark, a link)
 URL_PENDING = (
     "_url_pending"  # what this script run writes into the URL, written when it ends (state.flush_url)
@@ -72,6 +74,7 @@ URL_PENDING = (
 URL_LIVE = "_url_live"  # the query string this script run was asked with (a page link, a switch_page)
 LINK_BOX = "_link_warnings_box"  # where the link warnings go, at the top of the view
 LINK_WARNED = "_link_warned"  # the link parameters already warned about
+LINK_DROPS_NAMED = "_link_drops_named"  # the link's parameters no view kept were named (once)
 SESSION_CLASSES = "_session_classes"  # run -> the token classes used in this session, not saved
 CLASSES_LINK_READ = "_classes_link_read"  # the runs whose `?classes=` was read
 OPEN_ROLLOUT = "_open_rollout"  # (run, rollout) asked to open in the Rollout view, by a callback
@@ -119,9 +122,11 @@ TRENDS_FORM = "trends_cfg"
 EXPLORER_FILTERS_OPEN = "explorer_filters_open"  # the flag and range filters (widgets.lazy_expander)
 TRENDS_NUMBERS_OPEN = "trends_numbers_open"  # the lazy expanders (widgets.lazy_expander): open or not
 RUNS_COMPARED = "runs_compared"  # the runs side by side (the sidebar multiselect)
+RUNS_COMPARED_FOR = "_runs_compared_for"  # the run selected when they were last drawn
 TRENDS_SMOOTH = "trends_smooth"
 TRENDS_X = "trends_x"
 RUNS_COMPARE_ESTIMATOR = "runs_compare_estimator"
+RUNS_COMPARE_SAME_OPEN = "runs_compare_same_open"  # the rows the same on every run (widgets.lazy_expander)
 
 ROLLOUT_ESTIMATOR = "rollout_estimator"
 ROLLOUT_FORM = "rollout_cfg"

@@ -8,12 +8,11 @@ the shared selection (run, rollout) and hands over to the chosen view.
 from __future__ import annotations
 
 import streamlit as st
-from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 
 from app import data, keys, state
 from app.navigation import VIEW_DIR, VIEWS
 from app.server import auth
-from app.ui import live
+from app.ui import history, live
 
 st.set_page_config(page_title="Credit Lens", page_icon=":material/grid_on:", layout="wide")
 settings = data.settings()
@@ -51,13 +50,16 @@ navigation = st.navigation(
 data.refresh_if_store_changed(data.db_path())  # another process may have imported or deleted a run
 # The run's reads share one read-only connection (backend/store/handle.py: `kept_open`), closed when it ends.
 with data.store_handle(data.db_path()).kept_open():
+    history.one_entry_per_view()
     state.capture_live_url()
     live.take_awaited_run(data.db_path())  # a live link's run whose first step has just landed
     st.session_state[keys.SELECTION] = state.init_selection()
     live.wait_for_run(data.db_path())
-    try:
-        navigation.run()
-    except StopException:  # a view stopped early (st.stop): what it published still goes into the URL
-        state.flush_url()
-        raise
-    state.flush_url()  # the URL written once per run (state.publish); not before st.rerun or st.switch_page
+    state.name_unknown_view(
+        {path: title for _, title, path, _ in VIEWS}, landing_title, also=(f"{landing_path}-landing",)
+    )
+    st.session_state[keys.VIEW_SHOWN] = navigation.title
+    # A view that stops early does it through `state.stop`, which writes the URL first: after `st.stop`
+    # nothing more reaches the browser.
+    navigation.run()
+    state.end_run()  # the URL written once per run (state.publish); not before st.rerun or st.switch_page

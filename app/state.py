@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
@@ -22,6 +22,7 @@ from app import data, keys, navigation
 from app.ui.text import plain
 from backend.core.errors import InputError
 from backend.credit import main_channel, token_classes
+from backend.views.explorer import parse_where
 
 DEFAULT_RUN = "demo"
 
@@ -69,6 +70,54 @@ def link_warning(name: str, value: Any, reason: str, fallback: Any) -> None:
         f"Link parameter {_code(f'{name}={value}')} cannot be honoured: {plain(reason)}. "
         f"Showing {plain(fallback)} instead."
     )
+
+
+def name_unknown_view(views: dict[str, str], shown: str, also: tuple[str, ...] = ()) -> None:
+    """A path that names no view (`/rollot?run=demo`): Streamlit runs the landing view instead; say so at the
+    top of the page, naming the path asked for and the views there are (`views`: url path -> title; `also`:
+    paths served but not listed)."""
+    asked = getattr(getattr(get_script_run_ctx(), "pages_manager", None), "intended_page_name", None)
+    if not asked or asked in views or asked in also:
+        return
+    listed = ", ".join(f"{_code('/' + path)} ({plain(title)})" for path, title in views.items())
+    (st.session_state.get(keys.LINK_BOX) or st).warning(
+        f"There is no view at {_code('/' + asked)}: showing the {plain(shown)} instead. The views: {listed}."
+    )
+
+
+def end_run() -> None:
+    """When a script run ends (the entry point, `stop`): name the link's parameters the view dropped (the
+    session's first run) and write what the run published into the URL."""
+    name_dropped_parameters(st.session_state.get(keys.VIEW_SHOWN, "this"))
+    flush_url()
+
+
+def stop() -> NoReturn:
+    """`st.stop` for a view: the run's URL is written first. After `st.stop` nothing more reaches the
+    browser (each later message raises the stop again), a write of the URL included."""
+    end_run()
+    st.stop()
+
+
+def name_dropped_parameters(view: str) -> None:
+    """Once per session, when its first run ends: name the link's parameters that the view shown (`view`, its
+    title) neither uses nor keeps in the address (`?runs=` on a view of one run, a parameter of another view
+    after a mistyped path); those it could not honour were named already (`link_warning`)."""
+    if st.session_state.get(keys.LINK_DROPS_NAMED):
+        return
+    st.session_state[keys.LINK_DROPS_NAMED] = True
+    pending = st.session_state.get(keys.URL_PENDING) or {"replace": None, "set": {}}
+    if pending["replace"] is None:  # the URL is kept as it is
+        return
+    kept = set(pending["replace"]) | set(pending["set"])  # written, or removed on purpose (None)
+    warned = st.session_state.get(keys.LINK_WARNED, set())
+    dropped = {k: v for k, v in _initial_url().items() if k not in kept and k not in warned}
+    if dropped:
+        listed = ", ".join(_code(f"{k}={v}") for k, v in dropped.items())
+        (st.session_state.get(keys.LINK_BOX) or st).warning(
+            f"Link parameter{'s' if len(dropped) > 1 else ''} {listed} not used by the {plain(view)} view: "
+            "left out of the address."
+        )
 
 
 def _code(text: str) -> str:
@@ -139,6 +188,7 @@ def init_selection() -> Selection:
             )
     if _valid_rollout(db, run, st.session_state.get(keys.ROLLOUT)) is None:
         st.session_state[keys.ROLLOUT] = _first_rollout(db, run)
+    _follow_linked_step(db, run)
 
     index = data.rollout_index(db, run)
     labels = rollout_labels(db, run)
@@ -162,6 +212,26 @@ def init_selection() -> Selection:
     group = None if row is None else int(row["group_id"])
     _replace_url({keys.URL_RUN: run, **({keys.URL_ROLLOUT: str(rollout)} if rollout is not None else {})})
     return Selection(db, run, rollout, group, resolve_classes(db, run))
+
+
+def _follow_linked_step(db: str, run: str) -> None:
+    """A link that filters the Explorer to one step (an alert's, a Trends point's: `?where=step=8,...`) puts
+    the sidebar on that step, at its first rollout (unless the selected one is of that step): the sidebar
+    says the step the table shows. Once per link followed: the filter stays in the URL while it applies, and
+    the Step picker stays free meanwhile."""
+    where = live_value(keys.URL_WHERE)
+    followed, st.session_state[keys.WHERE_FOLLOWED] = st.session_state.get(keys.WHERE_FOLLOWED), where
+    if not where or where == followed:
+        return
+    try:
+        pinned = {
+            int(f.value) for f in map(parse_where, where.split(",")) if f.column == "step" and f.op == "="
+        }
+    except (InputError, TypeError, ValueError):
+        return  # the Explorer names what is wrong with the filter
+    ids = step_rollouts(db, run).get(next(iter(pinned))) if len(pinned) == 1 else None
+    if ids and st.session_state.get(keys.ROLLOUT) not in ids:
+        st.session_state[keys.ROLLOUT] = ids[0]
 
 
 def resolve_classes(db: str, run: str) -> tuple:
@@ -381,4 +451,6 @@ def follow_rollout_request() -> None:
     drawn: the sidebar's widget values do not survive a `st.switch_page` from a page's script."""
     if keys.OPEN_ROLLOUT in st.session_state:
         st.session_state[keys.SELECT_ROLLOUT] = st.session_state.pop(keys.OPEN_ROLLOUT)
-        st.switch_page(ROLLOUT_PAGE)
+        # The query string as it is: `st.switch_page` without one clears it first, which the browser keeps
+        # as this view's history entry (Back would come to the view without its choices).
+        st.switch_page(ROLLOUT_PAGE, query_params=st.query_params.to_dict())

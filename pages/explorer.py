@@ -12,7 +12,7 @@ state.follow_rollout_request()  # a row clicked in the last rerun opens the Roll
 sel = state.selection()
 if sel.run is None:
     st.info("The store has no runs yet. Import one on the Runs page.")
-    st.stop()
+    state.stop()
 
 live.follow(sel.db, sel.run)  # Live: the table redraws when the run receives a step
 st.title(f"Explorer · {text.plain(sel.run)}")
@@ -187,8 +187,15 @@ def _open_selected() -> None:
         state.request_rollout(ids[rows[0]])
 
 
-# The response, its scores, then the credit: the columns reordered for reading (the data is the CLI's).
-shown_order = explorer_data.reading_order(page.columns)
+def _pinned(config: dict, columns: tuple[str, ...]) -> dict:
+    """`config` with `columns` pinned at the left edge, each keeping its own settings: a wide table scrolled
+    to its right still shows which rollout a row is and what it is sorted by."""
+    return {**config, **{c: {**config.get(c, {}), "pinned": True} for c in columns}}
+
+
+# The id and the sorted column, the response, its scores, then the credit: the columns reordered for reading
+# (the data is the CLI's).
+shown_order = explorer_data.reading_order(page.columns, sort)
 st.dataframe(
     page.rows,
     column_order=shown_order,
@@ -198,7 +205,8 @@ st.dataframe(
     hide_index=True,
     width="stretch",
     height=min(38 + 35 * max(len(page.rows), 1), 740),
-    column_config=column_help.column_config(page.columns),  # each header's hover help defines its column
+    # each header's hover help defines its column; the id and the sorted column stay in view
+    column_config=_pinned(column_help.column_config(page.columns), ("rollout_id", sort)),
 )
 st.number_input("Page", min_value=1, max_value=pages, step=1, key=keys.EXPLORER_PAGE_NO)
 

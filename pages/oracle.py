@@ -12,7 +12,7 @@ from app.view_data import oracle as oracle_data
 sel = state.selection()
 if sel.run is None:
     st.info("The store has no runs yet. Import one on the Runs page.")
-    st.stop()
+    state.stop()
 st.title(f"Credit quality · {text.plain(sel.run)}")
 
 options = widgets.estimator_names(model_free=True)
@@ -26,7 +26,7 @@ chosen = widgets.url_multiselect(
     format_func=widgets.described,
 )
 if not chosen:
-    st.stop()
+    state.stop()
 
 batch = data.group_batch(sel.db, sel.run, sel.group)
 if oracle_data.has_oracle(batch):
@@ -83,7 +83,7 @@ else:
             "No resampled values in this run yet: run `creditlens teacher` or resample some positions "
             "on the Resample page first."
         )
-        st.stop()
+        state.stop()
     if bench.n_positions < oracle_data.teacher_bench.MIN_POSITIONS:
         st.warning(
             f"Only {bench.n_positions} valued positions in {bench.n_rollouts} rollouts: too few for these "

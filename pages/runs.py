@@ -73,7 +73,7 @@ if sel.run is not None:
 settings = data.settings()
 if settings.read_only:
     st.info("This server runs in read-only mode: importing and deleting runs are switched off.")
-    st.stop()
+    state.stop()
 
 if sel.run is not None:
     st.subheader(f"Main channel · {text.plain(sel.run)}")

@@ -24,7 +24,7 @@ drill.follow()  # a point clicked in the last run: its step's rollouts in the Ex
 sel = state.selection()
 if sel.run is None:
     st.info("The store has no runs yet. Import one on the Runs page.")
-    st.stop()
+    state.stop()
 
 compared = run_set.compared_runs(sel)  # two or more: a line per run
 following = live.follow(sel.db, sel.run, tuple(compared))  # Live: a step of any of them redraws the page
@@ -43,7 +43,7 @@ with params:  # its widgets drawn only while open
     )
 if len(compared) > 1:
     run_trends_panel.draw(sel.db, compared, estimator, credit)
-    st.stop()
+    state.stop()
 if following and widgets.schema(estimator)["scope"] == "run":
     st.caption(
         f"Live: {estimator} is run-scoped (each of its numbers reads the whole run), so every new step "

@@ -53,9 +53,9 @@ def nice(v, digits: int = 3, signed: bool = True) -> str:
     return text
 
 
-def percent(v) -> str:
+def percent(v, digits: int = 0) -> str:
     v = _finite(v)
-    return "–" if v is None else f"{v:.0%}"
+    return "–" if v is None else f"{v:.{digits}%}"
 
 
 def significant(v, digits: int = 2, signed: bool = True) -> str:

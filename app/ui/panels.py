@@ -31,10 +31,10 @@ def rollout_selection() -> Selection:
 def require_rollout(sel: Selection) -> None:
     if sel.run is None:
         st.info("The store has no runs yet. Import one on the Runs page.")
-        st.stop()
+        state.stop()
     if sel.rollout is None:
         st.info(f"Run {plain(sel.run)} has no rollouts.")
-        st.stop()
+        state.stop()
 
 
 def prompt_and_response(sel: Selection) -> dict:
@@ -95,7 +95,7 @@ def compute_or_explain(fn, *args, **kwargs):
             return fn(*args, **kwargs)
     except (ValueError, KeyError, RuntimeError) as exc:
         st.error(f"{type(exc).__name__}: {exc}")
-        st.stop()
+        state.stop()
 
 
 def clicked_position(event, n_rows: int) -> int | None:

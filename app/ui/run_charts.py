@@ -1,5 +1,6 @@
 """Figures of runs side by side: one trace per run, named by the run, the EMA-smoothed line over the raw
-points drawn faint in the same colour (Tinker's and TensorBoard's convention)."""
+points drawn faint in the same colour (Tinker's and TensorBoard's convention); each run its own dash and
+marker, and a hover that lists every run's value at the step."""
 
 from __future__ import annotations
 
@@ -7,15 +8,25 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from app.ui.charts import PERCENT_TICKS, _trend_layout
+from app.ui.charts import PERCENT_TICKS, _trend_layout, line_mode
 from app.ui.fmt import safe
 
 RUN_COLOURS = px.colors.qualitative.D3
 RAW_OPACITY = 0.25
+# Each run's line has its own dash and marker as well as its colour: two runs whose lines coincide (the same
+# data, a setting apart) still show both, the later one's marks over the first's line.
+RUN_DASHES = ("solid", "dash", "dot", "dashdot")
+RUN_MARKERS = ("circle", "square", "diamond", "cross")
 
 
 def run_colour(runs: list[str], run: str) -> str:
     return RUN_COLOURS[runs.index(run) % len(RUN_COLOURS)]
+
+
+def run_style(runs: list[str], run: str) -> tuple[str, str]:
+    """(dash, marker symbol) of the run's line."""
+    i = runs.index(run)
+    return RUN_DASHES[i % len(RUN_DASHES)], RUN_MARKERS[i % len(RUN_MARKERS)]
 
 
 def runs_trend(
@@ -56,15 +67,20 @@ def runs_trend(
                 hoverinfo="skip",
             )
         )
+        dash, symbol = run_style(runs, run)
+        value = PERCENT_TICKS if percent else ".4~g"
         fig.add_trace(
             go.Scatter(
                 x=mine[x],
                 y=mine[column].astype(float),
-                mode="lines",
-                line={"width": 2.5, "color": colour},
+                mode=line_mode(mine[x]),
+                line={"width": 2.5, "color": colour, "dash": dash},
+                marker={"symbol": symbol, "size": 8, "color": colour},
                 name=safe(run),
                 legendgroup=run,
                 connectgaps=False,
+                # the unified hover (every run's value at the step) names each run
+                hovertemplate=f"%{{fullData.name}}: %{{y:{value}}}<extra></extra>",
             )
         )
         if alerts is not None:

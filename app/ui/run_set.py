@@ -17,6 +17,11 @@ def compared_runs(sel: Selection) -> list[str]:
     if keys.RUNS_COMPARED not in st.session_state:
         st.session_state[keys.RUNS_COMPARED] = _from_link(names) or [sel.run]
     chosen = [r for r in st.session_state[keys.RUNS_COMPARED] if r in names]
+    # The run selected alone follows the selection (the run picker, a Live link's run landing), where the
+    # list held it alone; runs chosen to compare stay.
+    if chosen == [st.session_state.get(keys.RUNS_COMPARED_FOR)] and sel.run not in chosen:
+        chosen = [sel.run]
+    st.session_state[keys.RUNS_COMPARED_FOR] = sel.run
     st.session_state[keys.RUNS_COMPARED] = chosen
     st.sidebar.multiselect(
         "Runs side by side",

@@ -47,9 +47,13 @@ def credit_caption(estimator: str, channel: str, credit: str, tuned: bool = Fals
     )
 
 
-def reading_order(columns: list[str]) -> list[str]:
-    """The table's columns for reading: the response, its scores and metrics, then the credit (excess
-    first: sorting by it finds credit out of proportion to the text), then the rest."""
+def reading_order(columns: list[str], sort: str | None = None) -> list[str]:
+    """The table's columns for reading: the rollout's id and the column sorted by (beside it, wherever it
+    sits otherwise), the response, its scores and metrics, then the credit (excess first: sorting by it
+    finds credit out of proportion to the text), then the rest."""
+    if sort is not None and sort in columns and sort != "rollout_id":
+        rest = [c for c in reading_order(columns) if c != sort]
+        return [rest[0], sort, *rest[1:]]
     first = ["rollout_id", "preview", "step", "group_id", "length"]
     first += [c for c in ("turns", "assistant_turns", "tool_calls") if c in columns]  # an agent run's
     first += [c for c in columns if c.startswith(("score_", "metric_")) or c == "reward"]

@@ -37,7 +37,9 @@ def compare_runs(
     warnings (how many warn/alert the monitors raise with `estimator`), first_alert_step,
     first_alert_detector and first_alert_statistic (the earliest warning's onset; None on a quiet run), and
     `config.<key>` for each configuration key whose value differs between the runs. Each run reads
-    `channel` (default: its own main channel) with the `overrides` (`--set` pairs)."""
+    `channel` (default: its own main channel) with the `overrides` (`--set` pairs). The columns come in
+    that order after `run` once those that differ between the runs are taken to the front (the differing
+    `config.<key>` first: `rows_of.differing_first`)."""
     runs = rows_of.check_runs(runs)
     rows = []
     with handle.kept_open():  # the reads share one connection (opening one costs ~12 ms; 13 were opened)
@@ -61,7 +63,7 @@ def compare_runs(
     frame = pd.DataFrame(rows)
     for column in ("first_step", "last_step", "first_alert_step"):  # whole steps, empty where none
         frame[column] = frame[column].astype("Int64")
-    return frame
+    return rows_of.differing_first(frame)
 
 
 ALERT_COLUMNS = ("run", "step", "severity", "detector", "statistic")

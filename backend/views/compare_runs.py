@@ -117,6 +117,18 @@ def differing_columns(frame: pd.DataFrame, keys: tuple[str, ...] = ("run",)) -> 
     return out
 
 
+def differing_first(frame: pd.DataFrame, keys: tuple[str, ...] = ("run",)) -> pd.DataFrame:
+    """The comparison's columns in reading order: `keys`, the settings that differ between the runs
+    (`config.<key>`), the other columns that differ (`differing_columns`), then those the same on every
+    run; each part in the order it had. What `creditlens compare-runs` prints (a row per column) and the
+    Runs comparison view shows on top."""
+    differing = differing_columns(frame, keys)
+    settings = [c for c in differing if c.startswith("config.")]
+    figures = [c for c in differing if c not in settings]
+    same = [c for c in frame.columns if c not in keys and c not in differing]
+    return frame[[c for c in keys if c in frame.columns] + settings + figures + same]
+
+
 def _empty(value) -> bool:
     return value is None or (not isinstance(value, (dict, list, str)) and bool(pd.isna(value)))
 

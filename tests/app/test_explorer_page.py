@@ -8,6 +8,7 @@ import json
 import numpy as np
 
 from app import keys
+from app.view_data import explorer as explorer_data
 from backend.store import StoreHandle
 from backend.views import explorer
 from tests.app.conftest import chart, decode, open_app, open_tab
@@ -100,3 +101,21 @@ def test_group_view_response_opens_its_rollout(app_db):
     assert not at.exception
     assert [t.value for t in at.title] == ["Rollout #12"]
     assert at.session_state["sel_rollout"] == 12 and at.session_state["sel_run"] == "demo"
+
+
+def test_the_sorted_column_stands_beside_the_rollout_id_once():
+    columns = [
+        "rollout_id",
+        "preview",
+        "step",
+        "group_id",
+        "length",
+        "score_task",
+        "excess_filler",
+        "share_digits",
+    ]
+    assert explorer_data.reading_order(columns) == columns
+    for sort in ("length", "excess_filler", "share_digits"):
+        shown = explorer_data.reading_order(columns, sort)
+        assert shown[:2] == ["rollout_id", sort] and sorted(shown) == sorted(columns)
+    assert explorer_data.reading_order(columns, "rollout_id") == columns

@@ -224,3 +224,23 @@ def test_tokens_seen_counts_each_runs_response_tokens_up_to_the_step(db):
             through = lengths.groupby("step")["length"].sum().cumsum()
             mine = rows[rows["run"] == run].set_index("step")["tokens_seen"]
             assert mine.astype(int).to_dict() == through.astype(int).to_dict()
+
+
+def test_what_differs_comes_first_in_the_printed_rows(printed, compared):
+    keys = list(printed[0])  # the JSON objects' keys, in the order printed
+    differing = compare_rows.differing_columns(compared)
+    assert keys[0] == "run" and set(keys[1 : 1 + len(differing)]) == set(differing)
+    settings = [k for k in keys[1:] if k.startswith("config.")]
+    assert keys[1 : 1 + len(settings)] == settings == ["config.beta", "config.model.dtype"]
+    same = keys[1 + len(differing) :]
+    assert "rollouts" in same and "tokens" not in same  # equal on every run: after what differs
+    text = cli_compare.as_text(compared).splitlines()
+    assert [line.split()[0] for line in text[1:3]] == ["config.beta", "config.model.dtype"]
+
+
+def test_the_kl_runs_differ_first_in_beta(bundled_db):
+    done = run_cli_here("compare-runs", "--db", bundled_db, "--run", "kl-0.0", "--run", "kl-0.2", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert list(rows[0])[:2] == ["run", "config.beta"]
+    assert [r["config.beta"] for r in rows] == [0.0, 0.2]

@@ -89,7 +89,7 @@ def test_search_sort_filter_then_click_opens_the_rollout(page, server):
     page.wait_for_function(GRID_IDS, arg=[TABLE, expected])
     rows = grid_rows(page, 5)
     assert [int(r[0]) for r in rows] == expected[: len(rows)]
-    lengths = [int(r[4]) for r in rows]  # rollout_id, response, step, group_id, length
+    lengths = [int(r[1]) for r in rows]  # rollout_id, then the column sorted by
     assert lengths == sorted(lengths, reverse=True)
 
     box = page.locator(TABLE).bounding_box()  # the row-selection column of the second data row
