@@ -53,7 +53,7 @@ for name, reason in widgets.link_dropped(
 widgets.unavailable_note(unavailable)
 if len(chosen) < 2:
     st.warning("Pick at least two estimators.")
-    st.stop()
+    state.stop()
 
 main = data.main_channel(sel.db, sel.run)
 choices = compare_data.credit_choices(sel.db, sel.run, sel.group)
@@ -79,7 +79,7 @@ result = panels.compute_or_explain(
 for label, message in result["errors"].items():
     st.error(f"{text.plain(label)} cannot run on this run: {text.plain(message)}")
 if len(result["rollout"]) < 1:
-    st.stop()
+    state.stop()
 
 L = len(result["tokens"])
 untrained = result["untrained"]
