@@ -45,7 +45,7 @@ def channel_specs(
     """The run's channel specs with `estimator` (overrides `config`), `betas` overriding β_c and
     `normalizations` overriding a channel's normalization (group, batch, none).
 
-    The channels are computed the way the run's channels say, whichever channel a view looks at (issue 43):
+    The channels are computed the way the run's channels say, whichever channel a view looks at:
     every outcome channel (a scored channel whose default projection is an estimator: task and the
     unnamed ones) by `estimator` on its own score; the token-level channels (format/style spans, KL,
     length, process, broadcasts) by their own projection. `channel` (default: the batch's default main

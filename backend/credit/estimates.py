@@ -242,7 +242,7 @@ def stream_run(
     whole run is read back chunk by chunk instead (`how` says which). `chunk_rollouts=None`: the
     in-memory plan.
 
-    `missing_only` (a run that grew, issue 46): only the steps (step scope) or groups (group scope) holding
+    `missing_only` (a run that grew): only the steps (step scope) or groups (group scope) holding
     a rollout without a cached output are computed and saved, and only they are yielded: a new step costs
     its own tokens. A run-scoped estimator computes the whole run (an append drops its outputs whole:
     `Runs.publish_staging_run`)."""

@@ -1,4 +1,4 @@
-"""Credit summaries of A_final (issue 43): per rollout, |A|, positive and negative credit per token class of
+"""Credit summaries of A_final: per rollout, |A|, positive and negative credit per token class of
 the split-channel final advantage Σ_c β_c·Ã_c (every outcome channel by the estimator, every token-level
 channel by its own projection, the run's default β and normalizations, or a tuned β), the numbers the
 Rollout view colours with. The Explorer, Trends and `creditlens rollouts` read them by default, so a

@@ -10,7 +10,7 @@ intermediate checkpoints in `--steps-dir`; `backend.demo.rollouts` samples train
 from checkpoint k. The demo ships step0..step2 in `sample_runs/demo-policy-steps/`; the last checkpoint
 holds the final model's tensors, so it is shipped once, as `sample_runs/demo-policy` (`step_folder`).
 Seeded, but not bit-reproducible across thread counts or machines: 1 and 2 threads differ by 3e-6 after
-4 steps, and a retrain misses an earlier sampling's stored logprobs (docs/oracle.md, issue 28), so the
+4 steps, and a retrain misses an earlier sampling's stored logprobs (docs/oracle.md), so the
 shipped checkpoints are the record.
 """
 

@@ -1,4 +1,4 @@
-"""Every channel's term of A_final at one token, derived with the numbers (issue 43): the Rollout view's
+"""Every channel's term of A_final at one token, derived with the numbers: the Rollout view's
 "why this credit" rows and `creditlens explain --json`'s `channels[c].derivation.lines`.
 
 A_final = Σ_c β_c·Ã_c, each channel projected the way the run's channels say (backend/credit/channels.py):

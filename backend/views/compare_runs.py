@@ -1,4 +1,4 @@
-"""Runs side by side (issue 45): the trends of several runs in one table, and one summary row per run.
+"""Runs side by side: the trends of several runs in one table, and one summary row per run.
 
 `run_trends` is `creditlens trends --run a --run b ...`, `creditlens.open().trends([...])` and the Trends
 view over several runs: each run's rows are exactly `explorer.step_trends` of that run (its single-run

@@ -8,7 +8,7 @@ one token into a short derivation with the numbers, e.g. `A_t = Z · w_t / mean 
 each estimator's derivation is written beside it (backend/estimators/explaining.py has the shared steps).
 `Explanation.channel_derivation` derives every channel's term (backend/views/channel_derivation.py), and
 the final advantage never depends on the channel looked at: `channel` picks the derivation shown, and
-`all` (the scores summed first) is a labelled what-if beside the final (issue 43).
+`all` (the scores summed first) is a labelled what-if beside the final.
 """
 
 from __future__ import annotations

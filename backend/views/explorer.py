@@ -18,7 +18,7 @@ turn_share_calls (the first and the last assistant turn's share of Σ|A| and tha
 tool: backend/store/turn_sql.py), max_abs, logged_gap (only when the run has a logged advantage), spearman
 (with a second estimator); and `preview`. The credit is A_final by default (`credit="final"`: Σ_c β_c·Ã_c,
 what the Rollout view colours, backend/credit/final_credit.py), or the estimator's output on its channel
-(`credit="channel"`); the Spearman, logged gap and quantiles are always of the estimator's output (issue 43).
+(`credit="channel"`); the Spearman, logged gap and quantiles are always of the estimator's output.
 """
 
 from __future__ import annotations

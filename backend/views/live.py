@@ -1,4 +1,4 @@
-"""A run as it grows (issue 46): its latest step and when it last received rollouts, for the app's Live line
+"""A run as it grows: its latest step and when it last received rollouts, for the app's Live line
 ("step 11 · updated 4 s ago"), `creditlens watch` and `creditlens runs --json` (`last_step`, `updated`,
 `imports`: the same row of `Runs.list_runs`)."""
 

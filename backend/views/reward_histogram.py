@@ -1,4 +1,4 @@
-"""The reward of each step as a histogram (issue 46 item 5): the Trends view's bubbles and `creditlens
+"""The reward of each step as a histogram: the Trends view's bubbles and `creditlens
 histogram`. Every bin names the Explorer filter that lists its rollouts (`where`: `step=3,reward>=0.2,
 reward<0.4`, what `creditlens rollouts --where` and the Explorer's `?where=` read), and its count is the
 number of rows that filter gives: a click on a bin opens exactly the rollouts counted.

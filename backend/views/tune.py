@@ -1,4 +1,4 @@
-"""β and τ on the whole run (issue 43 item 3): the numbers of `creditlens tune` and of the Tune view.
+"""β and τ on the whole run: the numbers of `creditlens tune` and of the Tune view.
 
 - `thresholds`: each scored channel's violation threshold. A violation is a score below it: by default 0
   for a channel that goes negative (a penalty), 1 for a 0/1 reward (a failure), 0.5 for scores in [0, 1]
@@ -7,7 +7,7 @@
   constrained channel: `step`, `channel`, `violation_rate`, `beta` (after that step's update), `tau`,
   `threshold`, `n` (rollouts scored). A constrained channel is one with its own β in the split credit
   other than the channel the estimator reads: on `all` the channel scores are summed and share one β, so
-  there is none (issue 42 item 5: a τ only where a β can follow it).
+  there is none (a τ only where a β can follow it).
 - `run_effect`: what a β does to the whole run, before (the default β) and after: each channel's share of
   Σ|β_c Ã_c| and each token class's share of Σ|A_final| (with its share of tokens), per step and over the
   run. Ã_c does not depend on β, so each step's channel credit is computed once and weighed twice.
@@ -94,7 +94,7 @@ def default_betas(handle: StoreHandle, run: str, channel: str | None = None) -> 
 def constrained(handle: StoreHandle, run: str, channel: str | None = None) -> list[str]:
     """The channels a τ can constrain on `channel`: scored, with a β of their own in the split credit, and
     not the channel looked at. A channel summed into another's one β (`all` read by the estimator) has
-    no β of its own to follow a τ (issue 42 item 5)."""
+    no β of its own to follow a τ."""
     channel = main_channel.resolve(handle, run, channel)
     with handle.read() as store:
         scored = store.channels_of(store.run_id(run))

@@ -1,4 +1,4 @@
-"""Agent runs turn by turn (issue 44): the credit share of each assistant turn index per step (the Trends
+"""Agent runs turn by turn: the credit share of each assistant turn index per step (the Trends
 view's chart, `creditlens turns`) and one group's responses turn by turn (the Group view's aligned turns,
 `creditlens turns --group G`). Both read the final advantage A_final (every channel combined, the
 estimator on the run's main channel), the credit the Rollout and Group views colour, and count trained
