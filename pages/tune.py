@@ -64,11 +64,8 @@ BETA_HIGH = float(
 )
 
 
-@st.fragment
-@state.url_fragment
-def channel_weights() -> None:
-    # controls in a row above, the heatmaps at full width below (token text needs the width); the tab's
-    # label is the section's title
+def beta_sliders() -> dict[str, float]:
+    """A β slider per channel in a row (mirrored to the URL), and the note of a β just applied."""
     betas = {}
     for column, (c, b0) in zip(st.columns(max(len(defaults), 3)), start_betas.items(), strict=False):
         with column:
@@ -88,29 +85,44 @@ def channel_weights() -> None:
             + ", ".join(f"{text.plain(c)} {b:g}" for c, b in applied.items())
             + ". Every view of this session uses it (the mark above; reset there)."
         )
-    controls, options = st.columns([1, 1])
-    chart = st.container()
-    with options:  # the normalization widgets drawn only while the expander is open
-        box = widgets.lazy_expander("Normalization per channel", keys.TUNE_NORMALIZATION_OPEN)
-        norms = {}
-        for c, n0 in default_norms.items():
-            if box is None:
-                norms[c] = state.url_choice(
-                    keys.tune_normalization(c),
-                    url=keys.url_normalization(c),
-                    default=n0,
-                    options=NORMALIZATIONS,
-                )
-                continue
-            norms[c] = state.url_widget(
-                box.selectbox,
-                f"{c}",
-                key=keys.tune_normalization(c),
+    return betas
+
+
+def normalization_choices() -> dict[str, str]:
+    """The normalization per channel, its widgets drawn only while their expander is open."""
+    box = widgets.lazy_expander("Normalization per channel", keys.TUNE_NORMALIZATION_OPEN)
+    norms = {}
+    for c, n0 in default_norms.items():
+        if box is None:
+            norms[c] = state.url_choice(
+                keys.tune_normalization(c),
                 url=keys.url_normalization(c),
                 default=n0,
                 options=NORMALIZATIONS,
-                help="group: z-score over the group's tokens; batch: over the batch's; none: unchanged",
             )
+            continue
+        norms[c] = state.url_widget(
+            box.selectbox,
+            f"{c}",
+            key=keys.tune_normalization(c),
+            url=keys.url_normalization(c),
+            default=n0,
+            options=NORMALIZATIONS,
+            help="group: z-score over the group's tokens; batch: over the batch's; none: unchanged",
+        )
+    return norms
+
+
+@st.fragment
+@state.url_fragment
+def channel_weights() -> None:
+    # controls in a row above, the heatmaps at full width below (token text needs the width); the tab's
+    # label is the section's title
+    betas = beta_sliders()
+    controls, options = st.columns([1, 1])
+    chart = st.container()
+    with options:
+        norms = normalization_choices()
     beta_items = tuple(sorted(betas.items()))
     norm_items = tuple(sorted((c, m) for c, m in norms.items() if m != default_norms[c]))
     view = panels.compute_or_explain(
