@@ -190,7 +190,61 @@ def add_commands(sub) -> None:
     p = sub.add_parser("init", help="create/migrate the store and import the bundled sample runs")
     add_db_arg(p)
     p.set_defaults(func=cmd_init)
+    _add_import(sub)
 
+    p = sub.add_parser("runs", help="list runs with their sizes, channels and per-rollout metrics")
+    add_db_arg(p)
+    p.add_argument("--json", action="store_true", help="print the runs as a JSON list of objects")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser(
+        "main-channel",
+        help="show or set a run's main channel (what views and commands read when no --channel is given)",
+    )
+    add_db_arg(p)
+    p.add_argument("--run", required=True, help="run name (see `creditlens runs`)")
+    p.add_argument(
+        "channel",
+        nargs="?",
+        default=None,
+        metavar="C|all",
+        help="a channel of the run, or all (the channel scores summed per rollout); omit to show",
+    )
+    p.set_defaults(func=cmd_main_channel)
+
+    p = sub.add_parser("delete", help="delete a run and everything stored for it")
+    add_db_arg(p)
+    p.add_argument("--run", required=True, help="run name (see `creditlens runs`)")
+    p.set_defaults(func=cmd_delete)
+
+    p = sub.add_parser("token-classes", help="show or set a run's token classes (credit by class)")
+    add_db_arg(p)
+    p.add_argument("--run", required=True, help="run name (see `creditlens runs`)")
+    p.add_argument(
+        "--add",
+        nargs=3,
+        action="append",
+        default=[],
+        metavar=("NAME", "KIND", "PATTERN"),
+        help="append a class: KIND regex (matched in each token), phrases ('|'-separated, "
+        "matched in the response text) or marker (key, style span); repeatable",
+    )
+    p.add_argument(
+        "--move",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("NAME", "WHERE"),
+        help="move a class up, down, first or last (the first class that matches a token wins); "
+        "repeatable, applied after --add",
+    )
+    p.add_argument("--reset", action="store_true", help="back to the default classes")
+    p.add_argument("--json", action="store_true", help="print the classes as JSON")
+    p.set_defaults(func=cmd_token_classes)
+
+
+def _add_import(sub) -> None:
+    """`creditlens import` and its options (formats, channels, groups, models, follow)."""
     p = sub.add_parser("import", help="import a run (native JSONL/Parquet, verl dump, TRL completions)")
     p.add_argument(
         "path",
@@ -264,56 +318,6 @@ def add_commands(sub) -> None:
     p.add_argument("--verifier", default=None, help="verifier name or module:function recorded with the run")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_import)
-
-    p = sub.add_parser("runs", help="list runs with their sizes, channels and per-rollout metrics")
-    add_db_arg(p)
-    p.add_argument("--json", action="store_true", help="print the runs as a JSON list of objects")
-    p.set_defaults(func=cmd_runs)
-
-    p = sub.add_parser(
-        "main-channel",
-        help="show or set a run's main channel (what views and commands read when no --channel is given)",
-    )
-    add_db_arg(p)
-    p.add_argument("--run", required=True, help="run name (see `creditlens runs`)")
-    p.add_argument(
-        "channel",
-        nargs="?",
-        default=None,
-        metavar="C|all",
-        help="a channel of the run, or all (the channel scores summed per rollout); omit to show",
-    )
-    p.set_defaults(func=cmd_main_channel)
-
-    p = sub.add_parser("delete", help="delete a run and everything stored for it")
-    add_db_arg(p)
-    p.add_argument("--run", required=True, help="run name (see `creditlens runs`)")
-    p.set_defaults(func=cmd_delete)
-
-    p = sub.add_parser("token-classes", help="show or set a run's token classes (credit by class)")
-    add_db_arg(p)
-    p.add_argument("--run", required=True, help="run name (see `creditlens runs`)")
-    p.add_argument(
-        "--add",
-        nargs=3,
-        action="append",
-        default=[],
-        metavar=("NAME", "KIND", "PATTERN"),
-        help="append a class: KIND regex (matched in each token), phrases ('|'-separated, "
-        "matched in the response text) or marker (key, style span); repeatable",
-    )
-    p.add_argument(
-        "--move",
-        nargs=2,
-        action="append",
-        default=[],
-        metavar=("NAME", "WHERE"),
-        help="move a class up, down, first or last (the first class that matches a token wins); "
-        "repeatable, applied after --add",
-    )
-    p.add_argument("--reset", action="store_true", help="back to the default classes")
-    p.add_argument("--json", action="store_true", help="print the classes as JSON")
-    p.set_defaults(func=cmd_token_classes)
 
 
 def cmd_token_classes(args) -> int:
