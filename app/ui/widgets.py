@@ -64,7 +64,7 @@ def credit_picker(key: str) -> str:
     )
 
 
-def estimator_picker(key: str, unavailable: dict[str, str] | None = None) -> str:
+def estimator_picker(key: str, unavailable: dict[str, str] | None = None, default: str | None = None) -> str:
     """The view's estimator (a selectbox mirrored to `?est=`, grpo by default), on the channel of
     `channel_picker`. Estimators in `unavailable` (name -> reason and fix) are not offered;
     `unavailable_note` lists them."""
@@ -75,7 +75,7 @@ def estimator_picker(key: str, unavailable: dict[str, str] | None = None) -> str
         "Estimator",
         key=key,
         url=keys.URL_ESTIMATOR,
-        default=data.default_estimator(sel.db, sel.run),
+        default=default or data.default_estimator(sel.db, sel.run),
         cast=canonical_estimator,  # a link with a deprecated name (e.g. ?est=hapo) opens its new name
         options=[n for n in estimator_names() if n not in unavailable],
         format_func=described,

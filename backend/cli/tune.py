@@ -24,7 +24,12 @@ def add_commands(sub) -> None:
     )
     add_db_arg(p)
     p.add_argument("--run", required=True, help="run name")
-    p.add_argument("--estimator", default="grpo", help="estimator of the outcome channels (default grpo)")
+    p.add_argument(
+        "--estimator",
+        default="grpo",
+        help="estimator of the outcome channels of the what-if β weighs (default grpo; the trainer's own "
+        "advantage has no β of Credit Lens's)",
+    )
     add_set_arg(p)
     p.add_argument(
         "--channel",
