@@ -114,6 +114,13 @@ def loops() -> int:
         print(f"{key:<72} {counts[key]:>7}")
     took = time.perf_counter() - start
     print(f"{'total':<72} {sum(counts.values()):>7}   ({took:.0f} s, exit {proc.returncode})")
+    if proc.returncode:
+        kept = env.get("CREDITLENS_HYPOTHESIS_DB") or ROOT / ".hypothesis" / "long"
+        print(
+            "a failing hypothesis case is printed above with its @reproduce_failure blob, and kept in "
+            f"{kept}: the next --loops run (or "
+            "HYPOTHESIS_PROFILE=long pytest tests/reliability/test_fuzz_importers.py) replays it first"
+        )
     return proc.returncode
 
 

@@ -19,8 +19,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from backend.core.errors import InputError
+from backend.core.errors import InputError, quoted
 from backend.ingest.canonical import record_key_of_text
+from backend.ingest.native_rules import check_channel_name
 
 PARQUET_ERRORS = (pa.ArrowException, OSError, UnicodeDecodeError)
 """What pyarrow raises for a damaged Parquet file: its own errors, the OS's, and a UnicodeDecodeError where a
@@ -240,6 +241,7 @@ def verl_records(
                         raise InputError(
                             f"{where}: field {key!r} must be a number to be a channel, got {value!r:.40}"
                         )
+                    check_channel_name(where, key, f"field {quoted(key)} names the channel")
                     # huge ints stay ints so the validator reports them (float() would overflow here)
                     rewards["task" if key == "score" else key] = value if type(value) is int else float(value)
                     as_channels.append(key)

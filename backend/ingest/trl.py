@@ -13,8 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from backend.core.errors import InputError
+from backend.core.errors import InputError, quoted
 from backend.ingest import trl_turns
+from backend.ingest.native_rules import check_channel_name
 from backend.ingest.sources import (
     PARQUET_ERRORS,
     Progress,
@@ -239,9 +240,11 @@ def _column_roles(
         for col in reward_cols:
             t = schema.field(col).type
             if not _is_numeric(t):
-                raise InputError(f"{path}: --channels column {col!r} is {t}, not numeric")
+                raise InputError(f"{path}: --channels column {col!r} is {quoted(t)}, not numeric")
     else:
         reward_cols = [c for c in candidates if pa.types.is_floating(schema.field(c).type)]
+    for col in reward_cols:
+        check_channel_name(str(path), col, "the reward column")
     if not reward_cols:
         raise InputError(
             f"{path}: no reward columns (float columns besides advantage); name them with --channels"

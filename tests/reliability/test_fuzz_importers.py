@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 from transformers import AutoTokenizer
 
 from tests.backend.ingest.test_token_formats import (
@@ -26,6 +27,7 @@ from tests.backend.ingest.test_token_formats import (
     write_nemo_rl_step,
     write_prime_rl_step,
 )
+from tests.conftest import LONG_EXAMPLES_DB
 from tests.reliability.conftest import (
     LONG,
     PYTHON,
@@ -36,7 +38,7 @@ from tests.reliability.conftest import (
     store_digest,
     tally,
 )
-from tests.reliability.fuzzing import check_import, mutate_bytes, write_jsonl
+from tests.reliability.fuzzing import check_import, mutate_bytes, try_write_parquet, write_jsonl
 from tests.reliability.loops import (
     PROPERTY_CASES,
     jsonl_byte_mutations,
@@ -160,6 +162,42 @@ EDGE_ERRORS = {
 def test_edge_cases_fail_cleanly(base_store, tmp_path, name):
     path = _lines(tmp_path, name, EDGE_ERRORS[name])
     check_import(base_store, path, "native jsonl edge case", fmt="native", expect="clean error")
+
+
+# Names taken from the input with a control character: the long loops once found `"rewards": {"\r": null}`
+# printed raw ("field 'rewards.<CR>' must be a number": two lines), and a Parquet prompt column of
+# list<struct<"\r": null>> whose type was printed raw.
+CONTROL_NAMES = ["\r", "\n", "a\x1b[31mred", "\u2028", "\x00"]
+
+
+@pytest.mark.parametrize("name", CONTROL_NAMES, ids=repr)
+def test_names_with_control_characters_give_one_quoted_line(base_store, tmp_path, name):
+    shown = repr(name)[1:-1]
+    for value in (None, 1.0):  # a channel that fails its value, and one that would be imported
+        records = [dict(GOOD, rewards={name: value})]
+        jsonl = write_jsonl(tmp_path / "names.jsonl", records)
+        msg = assert_clean_error(run_cli(["import", jsonl, "--db", base_store, "--run", "fuzz"]), jsonl)
+        assert shown in msg, msg
+        parquet = try_write_parquet(tmp_path / "names.parquet", records)
+        if parquet is not None:
+            msg = assert_clean_error(
+                run_cli(["import", parquet, "--db", base_store, "--run", "fuzz"]), parquet
+            )
+            assert shown in msg, msg
+    typed = tmp_path / "typed.parquet"
+    prompt_type = pa.list_(pa.struct([(name, pa.null())]))
+    pq.write_table(
+        pa.table(
+            {
+                "prompt": pa.array([[{name: None}]], prompt_type),
+                "response": ["a b"],
+                "token_ids": pa.array([[1, 2]], pa.list_(pa.int32())),
+                "rewards": pa.array([{"task": 1.0}]),
+            }
+        ),
+        typed,
+    )
+    check_import(base_store, typed, "native parquet edge case", expect="clean error")
 
 
 def test_nul_characters_and_crlf_import_correctly(base_store, tmp_path):
@@ -328,3 +366,13 @@ def test_byte_mutations_of_token_dumps(base_store, tmp_path):
         path.write_bytes(data)
         check_import(base_store, path, f"{fmt} byte mutation ({op})", fmt=fmt)
         path.unlink()
+
+
+def test_a_failing_case_of_every_profile_can_be_replayed():
+    """The long loops once failed in one case of 9,556 and kept nothing to replay it with: every profile
+    prints the failure's blob, and the long loops' profile keeps the example on disk for the next run."""
+    for name in ("ci", "dev", "long"):
+        assert settings.get_profile(name).print_blob, name
+    kept = settings.get_profile("long").database
+    assert isinstance(kept, DirectoryBasedExampleDatabase), kept
+    assert kept.path == LONG_EXAMPLES_DB
