@@ -284,22 +284,3 @@ def verl_records(
                     "record_key": record_key(path.name, index, obj),
                 },
             )
-
-
-def refuse_native_records_as_verl(folder: Path, first: Path) -> None:
-    """A folder of JSONL files is guessed to be verl dumps (`<step>.jsonl`); say so, and what to do, when its
-    first record is native (a `response`, no `input`/`output`) instead of failing later on a verl field."""
-    try:
-        for _where, obj in iter_jsonl(first):
-            if isinstance(obj, dict) and "response" in obj and not ("input" in obj and "output" in obj):
-                raise InputError(
-                    f"{folder}: a folder of JSONL files is read as verl dumps (<step>.jsonl with input and "
-                    f"output), but {first.name} holds native records (a `response` field); import the native "
-                    "files one at a time (the first with --run NAME, the next with --append), or write them "
-                    "as one file or as native step_<N>.parquet files"
-                )
-            break
-    except InputError as exc:
-        if "native records" in str(exc):
-            raise
-        # a malformed first line: the verl importer reports it with its number
