@@ -232,7 +232,7 @@ def _per_token_map(value: Any, where: str, name: str, n: int, origin: str) -> di
 
 
 def _agent_fields(rec: dict, where: str, n: int, origin: str) -> dict:
-    """`loss_mask`, `turns` and `turn_rewards` of an agent's response (issue 44), checked; each implies the
+    """`loss_mask`, `turns` and `turn_rewards` of an agent's (multi-turn) response, checked; each implies the
     other when only one is given (`backend.core.turns`). A record with none of them keeps None."""
     mask, turns, rewards = rec.get("loss_mask"), rec.get("turns"), rec.get("turn_rewards")
     if mask is not None:
