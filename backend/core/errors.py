@@ -29,6 +29,12 @@ def one_line(message: str) -> str:
     )
 
 
+def named(text: object) -> str:
+    """A name from the input in a summary line (the channels, metrics and meta columns an import made): as
+    it is when it holds no control character, else `quoted`."""
+    return quoted(text) if has_control(str(text)) else str(text)
+
+
 def has_control(text: str) -> bool:
     """`text` holds a control character (a line break, a carriage return, an escape, NUL, ...)."""
     return any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in text)

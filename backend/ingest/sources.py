@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from backend.core.errors import InputError, quoted
+from backend.core.errors import InputError, named, quoted
 from backend.ingest.canonical import record_key_of_text
 from backend.ingest.native_rules import check_channel_name
 
@@ -257,9 +257,13 @@ def verl_records(
             declared = chosen if chosen is not None else ["score"]  # a null score still names its channel
             notes.channels.update(dict.fromkeys("task" if c == "score" else c for c in declared))
             notes.add(
-                f"channels: {', '.join(('score -> task' if c == 'score' else c) for c in as_channels)}"
-                + (f"; metrics (per rollout, not rewards): {', '.join(as_metrics)}" if as_metrics else "")
-                + (f"; kept in meta: {', '.join(as_meta)}" if as_meta else "")
+                f"channels: {', '.join(('score -> task' if c == 'score' else named(c)) for c in as_channels)}"
+                + (
+                    f"; metrics (per rollout, not rewards): {', '.join(map(named, as_metrics))}"
+                    if as_metrics
+                    else ""
+                )
+                + (f"; kept in meta: {', '.join(map(named, as_meta))}" if as_meta else "")
             )
             group = verl_group(obj["uid"]) if "uid" in obj else None
             notes.add(

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from backend.core.errors import InputError, quoted
+from backend.core.errors import InputError, named, quoted
 from backend.ingest import trl_turns
 from backend.ingest.native_rules import check_channel_name
 from backend.ingest.sources import (
@@ -256,9 +256,13 @@ def _column_roles(
     notes.channels.update(dict.fromkeys(names.values()))
     notes.add(
         "channels: "
-        + ", ".join(f"{c} -> {ch}" if c != ch else c for c, ch in names.items())
-        + (f"; metrics (per rollout, not rewards): {', '.join(metric_cols)}" if metric_cols else "")
-        + (f"; kept in meta: {', '.join(meta_cols)}" if meta_cols else "")
+        + ", ".join(f"{named(c)} -> {ch}" if c != ch else named(c) for c, ch in names.items())
+        + (
+            f"; metrics (per rollout, not rewards): {', '.join(map(named, metric_cols))}"
+            if metric_cols
+            else ""
+        )
+        + (f"; kept in meta: {', '.join(map(named, meta_cols))}" if meta_cols else "")
     )
     return names, metric_cols, meta_cols
 

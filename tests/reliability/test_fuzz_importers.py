@@ -200,6 +200,18 @@ def test_names_with_control_characters_give_one_quoted_line(base_store, tmp_path
     check_import(base_store, typed, "native parquet edge case", expect="clean error")
 
 
+def test_a_column_name_with_a_control_character_is_quoted_in_the_import_summary(base_store, tmp_path):
+    """A TRL log's extra columns go to meta and are listed in the summary: a name with a line break is shown
+    quoted, so the summary keeps its lines."""
+    path = tmp_path / "completions_00001.parquet"
+    table = {"prompt": ["p"] * 2, "completion": ["a", "b"], "r": [1.0, 0.0], "x\ry": ["s", "t"]}
+    pq.write_table(pa.table(table), path)
+    result = run_cli(["import", path, "--db", base_store, "--run", "named", "--quiet"])
+    assert result.rc == 0, result.err
+    assert "\r" not in result.out and "kept in meta: 'x\\ry'" in result.out, result.out
+    assert run_cli(["delete", "--db", base_store, "--run", "named"]).rc == 0
+
+
 def test_nul_characters_and_crlf_import_correctly(base_store, tmp_path):
     rec = dict(GOOD, prompt="a\u0000b", response="x\r\ny")
     raw = (json.dumps(rec) + "\r\n" + json.dumps(rec) + "\r\n").encode()
