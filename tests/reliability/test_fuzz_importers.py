@@ -34,6 +34,7 @@ from tests.reliability.conftest import (
     ROOT,
     assert_clean_error,
     instance_held,
+    long_budget,
     run_cli,
     store_digest,
     tally,
@@ -54,8 +55,8 @@ from tests.reliability.loops import (
 # busy 2-core box, where 120 s cut them short: a timeout, not a finding).
 pytestmark = pytest.mark.timeout(1800 if LONG else 120)
 
-EXAMPLES = 400 if LONG else 20
-MUTATIONS = 2000 if LONG else 60
+EXAMPLES = long_budget(400, 20)
+MUTATIONS = long_budget(2000, 60)
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
