@@ -119,7 +119,7 @@ def loops(scale: float = 1.0) -> int:
     if proc.returncode:
         kept = env.get("CREDITLENS_HYPOTHESIS_DB") or ROOT / ".hypothesis" / "long"
         print(
-            "a failing hypothesis case is printed above with its @reproduce_failure blob, and kept in "
+            "a hypothesis case that failed is printed above with its @reproduce_failure blob, and kept in "
             f"{kept}: the next --loops run (or "
             "HYPOTHESIS_PROFILE=long pytest tests/reliability/test_fuzz_importers.py) replays it first"
         )

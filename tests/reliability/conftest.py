@@ -120,6 +120,7 @@ FILE_LEVEL = (
     "no reward columns",
     "no reward values",
     "missing required TRL column",
+    "the reward column",  # a TRL column name with a control character: the file's schema, not a record
     "no such file",
     "no verl files",
     "no trl files",

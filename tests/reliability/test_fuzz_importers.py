@@ -213,6 +213,14 @@ def test_a_column_name_with_a_control_character_is_quoted_in_the_import_summary(
     assert run_cli(["delete", "--db", base_store, "--run", "named"]).rc == 0
 
 
+def test_a_trl_reward_column_with_a_control_character_is_refused_in_one_line(base_store, tmp_path):
+    """Found by the long loops' Parquet byte mutations: a TRL reward column renamed 'accu\x06acy'."""
+    path = tmp_path / "completions_00001.parquet"
+    pq.write_table(pa.table({"prompt": ["p"] * 2, "completion": ["a", "b"], "accu\x06acy": [1.0, 0.0]}), path)
+    msg = assert_clean_error(run_cli(["import", path, "--db", base_store, "--run", "fuzz"]), path)
+    assert "the reward column 'accu\\x06acy'" in msg, msg
+
+
 def test_nul_characters_and_crlf_import_correctly(base_store, tmp_path):
     rec = dict(GOOD, prompt="a\u0000b", response="x\r\ny")
     raw = (json.dumps(rec) + "\r\n" + json.dumps(rec) + "\r\n").encode()
