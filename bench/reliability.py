@@ -90,9 +90,10 @@ def scale(tokens: int, keep: Path | None) -> int:
     return 0
 
 
-def loops() -> int:
-    """The reliability suite in its long mode (more hypothesis examples, mutations and kills)."""
-    env = dict(os.environ, CREDITLENS_FUZZ_LONG="1")
+def loops(scale: float = 1.0) -> int:
+    """The reliability suite in its long mode (more hypothesis examples, mutations and kills); `scale`
+    multiplies those budgets (never below the quick mode's)."""
+    env = dict(os.environ, CREDITLENS_FUZZ_LONG="1", CREDITLENS_FUZZ_SCALE=str(scale))
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
         env["CREDITLENS_RELIABILITY_COUNTS"] = tmp.name
     start = time.perf_counter()
@@ -113,7 +114,15 @@ def loops() -> int:
     for key in sorted(counts):
         print(f"{key:<72} {counts[key]:>7}")
     took = time.perf_counter() - start
-    print(f"{'total':<72} {sum(counts.values()):>7}   ({took:.0f} s, exit {proc.returncode})")
+    scaled = f", budgets x{scale:g}" if scale != 1 else ""
+    print(f"{'total':<72} {sum(counts.values()):>7}   ({took:.0f} s, exit {proc.returncode}{scaled})")
+    if proc.returncode:
+        kept = env.get("CREDITLENS_HYPOTHESIS_DB") or ROOT / ".hypothesis" / "long"
+        print(
+            "a hypothesis case that failed is printed above with its @reproduce_failure blob, and kept in "
+            f"{kept}: the next --loops run (or "
+            "HYPOTHESIS_PROFILE=long pytest tests/reliability/test_fuzz_importers.py) replays it first"
+        )
     return proc.returncode
 
 
@@ -122,10 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=10_000_000)
     parser.add_argument("--keep", type=Path, default=None, help="work directory to keep (default: temp dir)")
     parser.add_argument("--loops", action="store_true", help="also run the long fuzz/kill/concurrency loops")
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="--loops: their case budgets times this (default 1: whole)"
+    )
     args = parser.parse_args(argv)
     code = scale(args.tokens, args.keep)
     if args.loops:
-        code = loops() or code
+        code = loops(args.scale) or code
     return code
 
 

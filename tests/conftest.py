@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 from streamlit import config as streamlit_config
 from streamlit.components.v2 import manifest_scanner
 
@@ -41,7 +42,22 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+# `long` (CREDITLENS_FUZZ_LONG=1, what `python -m bench reliability --loops` sets): fresh examples, and a
+# failure kept twice over, so that one case in ten thousand can be replayed: its `@reproduce_failure` blob
+# in the report, and its falsifying example in a database that the next long run (or any run with
+# HYPOTHESIS_PROFILE=long) tries first. CREDITLENS_HYPOTHESIS_DB moves the database.
+LONG_EXAMPLES_DB = Path(
+    os.environ.get("CREDITLENS_HYPOTHESIS_DB") or Path(__file__).resolve().parents[1] / ".hypothesis" / "long"
+)
+settings.register_profile(
+    "long",
+    deadline=None,
+    print_blob=True,
+    database=DirectoryBasedExampleDatabase(LONG_EXAMPLES_DB),
+    suppress_health_check=[HealthCheck.too_slow],
+)
+_LONG = os.environ.get("CREDITLENS_FUZZ_LONG") == "1"
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("long" if _LONG else "ci"))
 
 # Every new `AppTest` scans the metadata of every installed distribution for Streamlit components on its
 # first run (`BidiComponentManager.discover_and_register_components`): 0.2 s of CPU, about 200 times a

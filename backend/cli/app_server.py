@@ -46,8 +46,9 @@ def watch_commands(args) -> list[list[str]]:
 
 
 def cmd_watch(args) -> int:
-    if not Path(args.path).is_dir():
+    if Path(args.path).exists() and not Path(args.path).is_dir():
         raise InputError(f"{args.path}: watch needs the folder the trainer writes its step files to")
+    # a folder not there yet is the trainer's to create: the follower waits for it and says so
     # The server imports the bundled runs a store lacks on start (as `creditlens app` does), holding the write
     # lock for the whole import: tens of seconds on a loaded machine. Side by side with the follower, the
     # follower waited on that lock and gave up (CI: "the store is open for writing in another process").
@@ -75,7 +76,7 @@ def add_commands(sub) -> None:
         "path",
         type=Path,
         help="the folder the trainer writes step files to (verl rollout_data_dir, TRL completions/, the "
-        "recorder's folder)",
+        "recorder's folder, native step_<N>.jsonl files); one not there yet is waited for",
     )
     p.add_argument("--run", default=None, help="the run's name (default: the folder's name)")
     p.add_argument("--db", type=Path, default=None, help=f"store file (default {default_db_path()})")

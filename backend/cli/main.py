@@ -28,7 +28,7 @@ from backend.cli import (
     tune,
 )
 from backend.core.batch_fields import BatchError
-from backend.core.errors import InputError, StoreError
+from backend.core.errors import InputError, StoreError, one_line
 from backend.store.connection import interrupted
 
 # Areas that contribute subcommands, in the order `creditlens --help` lists them.
@@ -100,7 +100,7 @@ def _run(argv: list[str] | None) -> int:
     try:
         return int(args.func(args) or 0)
     except (InputError, StoreError, BatchError) as exc:
-        print(f"creditlens {args.command}: error: {exc}", file=sys.stderr)
+        print(f"creditlens {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, RuntimeError) as exc:  # a RuntimeError: DuckDB's Ctrl-C inside a query
         if not interrupted(exc):

@@ -115,6 +115,13 @@ def _follow(args, options: dict) -> int:
     def busy(exc, path) -> None:
         print(f"{path.name}: waiting: {exc}; trying again", file=sys.stderr, flush=True)
 
+    def waiting(path) -> None:
+        print(
+            f"waiting for {path} to appear (the trainer creates it with its first step); Ctrl-C stops",
+            file=sys.stderr,
+            flush=True,
+        )
+
     print(f"following {args.path} into run {args.run!r}; Ctrl-C stops", file=sys.stderr, flush=True)
     try:
         follow(
@@ -124,6 +131,7 @@ def _follow(args, options: dict) -> int:
             fmt=args.format,
             on_report=report,
             on_busy=busy,
+            on_waiting=waiting,
             poll_seconds=args.poll,
             **options,
         )

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from backend.core.errors import InputError
+from backend.core.errors import InputError, quoted
 from backend.ingest import native_rules as rules
 from backend.ingest.native_rules import FLOAT32_MAX, STEP_LIMIT
 from backend.ingest.records import ChunkBuffer, group_key
@@ -31,7 +31,8 @@ def _check_float_lists(col: pa.Array, n_tokens: np.ndarray, name: str, where) ->
     if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
         raise InputError(f"{where(_first_non_null(col))}: field {name!r} must be a list of numbers")
     if not (pa.types.is_floating(col.type.value_type) or pa.types.is_integer(col.type.value_type)):
-        raise InputError(f"{where(0)}: field {name!r} must be a list of numbers, has {col.type.value_type}")
+        has = quoted(col.type.value_type)
+        raise InputError(f"{where(0)}: field {name!r} must be a list of numbers, has {has}")
     lengths = col.value_lengths().fill_null(-1).to_numpy(zero_copy_only=False)
     present = lengths >= 0
     bad = present & (lengths != n_tokens)
@@ -147,14 +148,14 @@ def _check_text(batch: pa.RecordBatch, names: set[str], name: str, where) -> Non
         raise rules.missing(where(0), name)
     col = batch.column(name)
     if not pa.types.is_string(col.type) and not pa.types.is_large_string(col.type):
-        raise rules.must_be(where(0), name, f", column type is {col.type}")
+        raise rules.must_be(where(0), name, f", column type is {quoted(col.type)}")
     if col.null_count:
         raise rules.missing(where(_first_bad(col.is_null())), name)
 
 
 def _token_ids_type(token_ids: pa.Array, where) -> pa.Array:
     if not _is_list(token_ids.type) or not pa.types.is_integer(token_ids.type.value_type):
-        raise rules.must_be(where(0), "token_ids", f", column type {token_ids.type}")
+        raise rules.must_be(where(0), "token_ids", f", column type {quoted(token_ids.type)}")
     if token_ids.null_count:
         raise Unsupported  # some rows need re-tokenizing
     return token_ids
@@ -167,7 +168,7 @@ def _check_group_type(group_type: pa.DataType, where) -> None:
         or pa.types.is_integer(group_type)
         or pa.types.is_null(group_type)
     ):
-        raise rules.must_be(where(0), "group", f", column type {group_type}")
+        raise rules.must_be(where(0), "group", f", column type {quoted(group_type)}")
 
 
 def _steps(batch: pa.RecordBatch, names: set[str], where) -> np.ndarray:
@@ -191,9 +192,11 @@ def _scores(rewards: pa.Array, n: int, where) -> list[tuple[str, pa.Array, pa.Ar
     any_score = np.zeros(n, dtype=bool)
     # flatten(), not field(k): a child of a null struct row may hold a stale value.
     for field, child in zip(rewards.type, rewards.flatten(), strict=True):
+        rules.check_channel_name(where(0), field.name)
         if not (pa.types.is_floating(field.type) or pa.types.is_integer(field.type)):
             raise InputError(
-                f"{where(0)}: field 'rewards.{field.name}' must be a number, column type {field.type}"
+                f"{where(0)}: field {quoted(f'rewards.{field.name}')} must be a number, column type "
+                f"{quoted(field.type)}"
             )
         values = child.cast(pa.float64())
         ok = pc.and_(pc.is_finite(values), pc.less_equal(pc.abs(values), FLOAT32_MAX))
@@ -201,7 +204,8 @@ def _scores(rewards: pa.Array, n: int, where) -> list[tuple[str, pa.Array, pa.Ar
         bad = pc.and_(present, pc.invert(ok.fill_null(True)))
         if pc.any(bad).as_py():
             raise InputError(
-                f"{where(_first_bad(bad))}: field 'rewards.{field.name}' is NaN, infinite or past float32"
+                f"{where(_first_bad(bad))}: field {quoted(f'rewards.{field.name}')} is NaN, infinite or "
+                "past float32"
             )
         score_tables.append((field.name, values, present))
         any_score |= present.to_numpy(zero_copy_only=False)
@@ -246,7 +250,7 @@ def _optional_columns(batch: pa.RecordBatch, names: set[str], n_tokens: np.ndarr
 
 def _prompt_ids(prompt_ids: pa.Array, where) -> pa.Array:
     if not (_is_list(prompt_ids.type) and pa.types.is_integer(prompt_ids.type.value_type)):
-        raise rules.must_be(where(0), "prompt_ids", f", column type {prompt_ids.type}")
+        raise rules.must_be(where(0), "prompt_ids", f", column type {quoted(prompt_ids.type)}")
     try:
         return prompt_ids.cast(pa.list_(pa.int32()))
     except pa.ArrowInvalid:
@@ -256,7 +260,7 @@ def _prompt_ids(prompt_ids: pa.Array, where) -> pa.Array:
 def _labels(tokens: pa.Array, n_tokens: np.ndarray, where) -> pa.Array:
     value_type = tokens.type.value_type if _is_list(tokens.type) else None
     if value_type is None or not (pa.types.is_string(value_type) or pa.types.is_large_string(value_type)):
-        raise rules.must_be(where(0), "tokens", f", column type {tokens.type}")
+        raise rules.must_be(where(0), "tokens", f", column type {quoted(tokens.type)}")
     lengths = tokens.value_lengths().fill_null(-1).to_numpy(zero_copy_only=False)
     bad = (lengths >= 0) & (lengths != n_tokens)
     if bad.any():
@@ -285,7 +289,8 @@ def _logged_advantage(logged: pa.Array, where) -> pa.Array:
     if not (
         pa.types.is_floating(logged.type) or pa.types.is_integer(logged.type) or pa.types.is_null(logged.type)
     ):
-        raise InputError(f"{where(0)}: field 'logged_advantage' must be a number, column type {logged.type}")
+        column_type = quoted(logged.type)
+        raise InputError(f"{where(0)}: field 'logged_advantage' must be a number, column type {column_type}")
     logged = logged.cast(pa.float64())
     bad = pc.invert(pc.is_finite(logged).fill_null(True))
     if pc.any(bad).as_py():
@@ -324,6 +329,8 @@ def _per_token_map(
     """One long table per channel of a `token_rewards` or `extras` struct column."""
     parts = []
     for field, raw_child in zip(struct.type, struct.flatten(), strict=True):
+        if column == "token_rewards":  # its keys are channels (extras' are feature names)
+            rules.check_channel_name(where(0), field.name, "field 'token_rewards' names the channel")
         child = _check_float_lists(raw_child, n_tokens, f"{column}.{field.name}", where)
         keep = child.is_valid().to_numpy(zero_copy_only=False)
         parts.append(

@@ -6,7 +6,9 @@ A file counts as complete when its size has not changed between two polls and it
 Parquet file's footer opens, a JSONL file ends with a newline (verl writes its step file in one go or
 line by line; TRL's `to_parquet` writes the footer last). A file that changes after its import is
 imported again; the record keys skip the records the run already has, so only new ones are added.
-The store is opened per file, so the app and other readers see each step as it lands.
+The store is opened per file, so the app and other readers see each step as it lands. A folder that does
+not exist yet is waited for: the trainer's recorder creates it with its first step, and `watch` is started
+before the trainer.
 """
 
 from __future__ import annotations
@@ -48,6 +50,26 @@ def _step_files(directory: Path, fmt: str | None) -> tuple[str | None, list[Path
     return fmt, formats.get(fmt).files(directory)
 
 
+def _appeared(
+    directory: Path,
+    poll_seconds: float,
+    stop: Callable[[], bool] | None,
+    on_waiting: Callable[[Path], None] | None,
+) -> bool:
+    """Wait for `directory` to exist (saying so once); False when `stop()` came first."""
+    if directory.is_dir():
+        return True
+    if on_waiting is not None:
+        on_waiting(directory)
+    while stop is None or not stop():
+        if directory.is_dir():
+            return True
+        if directory.exists():
+            raise InputError(f"{directory}: --follow needs a directory, and a file of that name appeared")
+        time.sleep(poll_seconds)
+    return False
+
+
 def follow(
     open_store: Callable[[], AbstractContextManager[Store]],
     directory: str | Path,
@@ -57,19 +79,21 @@ def follow(
     poll_seconds: float = 1.0,
     stop: Callable[[], bool] | None = None,
     on_busy: Callable[[StoreBusy, Path], None] | None = None,
+    on_waiting: Callable[[Path], None] | None = None,
     **import_options,
 ) -> tuple[int, int]:
     """Import step files of `directory` into `run` as they appear, until `stop()` is true or the process
     gets KeyboardInterrupt (Ctrl-C), which propagates after the file in progress was either imported
     whole or not at all. Returns (files imported, rollouts added). Where the store is busy past the lock
     wait (`StoreBusy`), at the start or for a step file, `on_busy` gets the error and the path, and the
-    next poll tries again; without `on_busy`, it raises.
+    next poll tries again; without `on_busy`, it raises. A `directory` that does not exist yet is waited for
+    (`on_waiting` gets it once, to say so); a path that is not a directory is refused.
 
     An existing `run` is followed only when `directory` (or a file in it) was imported into it before, or
     with `append=True` among `import_options`; each new step file then appends to it (`import_path` with
     `append=True`, which still checks the run's model and channels)."""
     directory = Path(directory)
-    if not directory.is_dir():
+    if directory.exists() and not directory.is_dir():
         raise InputError(
             f"{directory}: --follow needs a directory (a verl rollout_data_dir, a TRL "
             "output/completions directory or a folder of native step files)"
@@ -89,6 +113,8 @@ def follow(
                 raise
             on_busy(exc, directory)
             time.sleep(poll_seconds)
+    if not _appeared(directory, poll_seconds, stop, on_waiting):
+        return 0, 0
     imported: dict[Path, tuple[int, int]] = {}  # file -> (size, mtime_ns) at its import
     last_seen: dict[Path, tuple[int, int]] = {}
     files_done = rollouts = 0

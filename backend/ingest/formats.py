@@ -27,7 +27,6 @@ from backend.ingest.sources import (
     ReadNotes,
     first_record,
     jsonl_step_files,
-    refuse_native_records_as_verl,
     trl_files,
     verl_files,
     verl_records,
@@ -146,7 +145,8 @@ def detect(path: Path, among: tuple[str, ...] | None = None) -> FormatSpec:
     if path.is_dir():
         raise InputError(
             f"{path}: a directory with no files of a known format (<step>.jsonl, completions_*.parquet, "
-            "native step_<N>.parquet, train_data_step<N>.jsonl, token_exports/); pass --format or a file"
+            "native step_<N>.parquet or .jsonl, train_data_step<N>.jsonl, token_exports/); pass --format "
+            "or a file"
         )
     if path.suffix == ".parquet":
         names = parquet_columns(path)
@@ -201,10 +201,8 @@ def _native_file(path: Path) -> bool:
 
 
 def _verl_folder(path: Path) -> bool:
-    jsonl = jsonl_step_files(path)
-    if jsonl:
-        refuse_native_records_as_verl(path, jsonl[0])
-    return bool(jsonl)
+    # a folder whose first record is native is native's (it ranks first), whatever its other files hold
+    return bool(jsonl_step_files(path))
 
 
 def _dump_record(name: str) -> Callable[[object], bool]:
@@ -230,7 +228,7 @@ register(
         "native",
         "native Credit Lens run",
         "one JSONL or Parquet file of native records (prompt, response, rewards), or a folder of native "
-        "Parquet step files",
+        "Parquet or JSONL step files",
         rank=4,
         files=native_files,
         folder=lambda path: bool(native_files(path)),

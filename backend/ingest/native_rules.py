@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backend.core.batch_fields import PER_TOKEN_FIELDS
-from backend.core.errors import InputError
+from backend.core.errors import InputError, has_control, quoted
 
 FLOAT32_MAX = 3.4028234663852886e38
 """Per-token lists and scores are read as float32: a larger magnitude would silently become inf."""
@@ -107,3 +107,12 @@ def length_mismatch(where: str, name: str, got: int, origin: str, n: int, why: b
     """A per-token list whose length is not the response's token count."""
     tail = "; per-token lists must have one entry per response token" if why else ""
     return InputError(f"{where}: field {name!r} has {got} entries but {origin} has {n}{tail}")
+
+
+def check_channel_name(where: str, name: str, source: str = "field 'rewards' names the channel") -> None:
+    """A channel name may hold any text but a control character: the name is printed in tables, legends and
+    commands (`--channel NAME`), where a line break or an escape would break the line or the terminal."""
+    if has_control(name):
+        raise InputError(
+            f"{where}: {source} {quoted(name)}, with a control character; channel names may not hold one"
+        )

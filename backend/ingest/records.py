@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from backend.core import turns as agent_turns
 from backend.core.batch_fields import PER_TOKEN_FIELDS
-from backend.core.errors import InputError
+from backend.core.errors import InputError, quoted
 from backend.ingest import native_rules as rules
 from backend.ingest.native_rules import FLOAT32_MAX, ID_LIMIT, STEP_LIMIT
 from backend.ingest.tokenize import Tokenizer
@@ -164,12 +164,12 @@ def _scores(rewards: Any, where: str, allow_unscorable: bool) -> dict:
         raise rules.must_be(where, "rewards")
     for channel, score in rewards.items():
         check_text(str(channel), where, "rewards")
+        rules.check_channel_name(where, str(channel))
+        field = quoted(f"rewards.{channel}")
         if not _is_number(score):
-            raise InputError(f"{where}: field 'rewards.{channel}' must be a number, got {_kind(score)}")
+            raise InputError(f"{where}: field {field} must be a number, got {_kind(score)}")
         if not _is_finite(score, FLOAT32_MAX):  # estimators read scores as float32
-            raise InputError(
-                f"{where}: field 'rewards.{channel}' is {score!r:.40} (must be finite, within float32)"
-            )
+            raise InputError(f"{where}: field {field} is {score!r:.40} (must be finite, within float32)")
     return rewards
 
 
@@ -223,6 +223,8 @@ def _per_token_map(value: Any, where: str, name: str, n: int, origin: str) -> di
     checked = {}
     for channel, arr in value.items():
         check_text(str(channel), where, name)
+        if name == "token_rewards":  # its keys are channels (extras' are feature names)
+            rules.check_channel_name(where, str(channel), "field 'token_rewards' names the channel")
         arr = _float_list(arr, where, f"{name}.{channel}")
         _check_length(arr, n, where, f"{name}.{channel}", origin)
         checked[str(channel)] = arr
@@ -230,7 +232,7 @@ def _per_token_map(value: Any, where: str, name: str, n: int, origin: str) -> di
 
 
 def _agent_fields(rec: dict, where: str, n: int, origin: str) -> dict:
-    """`loss_mask`, `turns` and `turn_rewards` of an agent's response (issue 44), checked; each implies the
+    """`loss_mask`, `turns` and `turn_rewards` of an agent's (multi-turn) response, checked; each implies the
     other when only one is given (`backend.core.turns`). A record with none of them keeps None."""
     mask, turns, rewards = rec.get("loss_mask"), rec.get("turns"), rec.get("turn_rewards")
     if mask is not None:
@@ -327,9 +329,9 @@ def _metrics(value: Any, where: str) -> dict[str, float]:
         if x is None:
             continue
         if not isinstance(x, (int, float)):
-            raise InputError(f"{where}: field 'metrics.{name}' must be a number, got {_kind(x)}")
+            raise InputError(f"{where}: field {quoted(f'metrics.{name}')} must be a number, got {_kind(x)}")
         if not _is_finite(x):
-            raise InputError(f"{where}: field 'metrics.{name}' is {x!r:.40} (must be finite)")
+            raise InputError(f"{where}: field {quoted(f'metrics.{name}')} is {x!r:.40} (must be finite)")
         out[str(name)] = float(x)
     return out
 

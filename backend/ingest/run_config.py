@@ -1,4 +1,5 @@
-"""The trainer configuration beside an imported folder, kept with the run (issue 45 item 3).
+"""The trainer configuration beside an imported folder, kept with the run, so that
+runs can be compared setting by setting (`creditlens compare-runs`).
 
 Looked for in the imported folder (a file's folder when one file is imported, as `--follow` does) and then
 in its parent: `trainer_config.json` (`run_config.CONFIG_FILE`, the TRL recorder's copy of the trainer's

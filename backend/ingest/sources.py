@@ -19,8 +19,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from backend.core.errors import InputError
+from backend.core.errors import InputError, named, quoted
 from backend.ingest.canonical import record_key_of_text
+from backend.ingest.native_rules import check_channel_name
 
 PARQUET_ERRORS = (pa.ArrowException, OSError, UnicodeDecodeError)
 """What pyarrow raises for a damaged Parquet file: its own errors, the OS's, and a UnicodeDecodeError where a
@@ -240,6 +241,7 @@ def verl_records(
                         raise InputError(
                             f"{where}: field {key!r} must be a number to be a channel, got {value!r:.40}"
                         )
+                    check_channel_name(where, key, f"field {quoted(key)} names the channel")
                     # huge ints stay ints so the validator reports them (float() would overflow here)
                     rewards["task" if key == "score" else key] = value if type(value) is int else float(value)
                     as_channels.append(key)
@@ -255,9 +257,13 @@ def verl_records(
             declared = chosen if chosen is not None else ["score"]  # a null score still names its channel
             notes.channels.update(dict.fromkeys("task" if c == "score" else c for c in declared))
             notes.add(
-                f"channels: {', '.join(('score -> task' if c == 'score' else c) for c in as_channels)}"
-                + (f"; metrics (per rollout, not rewards): {', '.join(as_metrics)}" if as_metrics else "")
-                + (f"; kept in meta: {', '.join(as_meta)}" if as_meta else "")
+                f"channels: {', '.join(('score -> task' if c == 'score' else named(c)) for c in as_channels)}"
+                + (
+                    f"; metrics (per rollout, not rewards): {', '.join(map(named, as_metrics))}"
+                    if as_metrics
+                    else ""
+                )
+                + (f"; kept in meta: {', '.join(map(named, as_meta))}" if as_meta else "")
             )
             group = verl_group(obj["uid"]) if "uid" in obj else None
             notes.add(
@@ -282,22 +288,3 @@ def verl_records(
                     "record_key": record_key(path.name, index, obj),
                 },
             )
-
-
-def refuse_native_records_as_verl(folder: Path, first: Path) -> None:
-    """A folder of JSONL files is guessed to be verl dumps (`<step>.jsonl`); say so, and what to do, when its
-    first record is native (a `response`, no `input`/`output`) instead of failing later on a verl field."""
-    try:
-        for _where, obj in iter_jsonl(first):
-            if isinstance(obj, dict) and "response" in obj and not ("input" in obj and "output" in obj):
-                raise InputError(
-                    f"{folder}: a folder of JSONL files is read as verl dumps (<step>.jsonl with input and "
-                    f"output), but {first.name} holds native records (a `response` field); import the native "
-                    "files one at a time (the first with --run NAME, the next with --append), or write them "
-                    "as one file or as native step_<N>.parquet files"
-                )
-            break
-    except InputError as exc:
-        if "native records" in str(exc):
-            raise
-        # a malformed first line: the verl importer reports it with its number

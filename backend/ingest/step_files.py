@@ -1,5 +1,6 @@
-"""Folders of native Parquet step files, as trainer recorders write them (`creditlens.integrations.trl`):
-their names and their listing in step order, for `import DIR` and `import --follow DIR`."""
+"""Folders of native step files: Parquet, as trainer recorders write them (`creditlens.integrations.trl`),
+or JSONL (`step_0000.jsonl`, ...), as a training loop of one's own may; their names and their listing in
+step order, for `import DIR` and `import --follow DIR`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from backend.ingest.sources import PARQUET_ERRORS
+from backend.ingest.sources import PARQUET_ERRORS, first_record
 
 STEP_FILE = "step_{step:06d}{part}.parquet"
 """The name of a step's file; `part` is "" or "-<k>" for a step's k-th further generation."""
@@ -28,11 +29,27 @@ def _step_key(path: Path) -> tuple[int, int, str]:
 
 def native_files(path: Path) -> list[Path]:
     """A file: itself. A folder: its `*.parquet` files in step order, when the first holds native records
-    (a `response` column), else none. Temporary files (`.step_….parquet.tmp`) never match."""
+    (a `response` column); a folder without Parquet files: its `*.jsonl` files in step order, when the first
+    record of the first is native (a `response`, not verl's `input` and `output`); else none. Temporary
+    files (`.step_….parquet.tmp`) never match."""
     if path.is_file():
         return [path]
-    found = sorted((p for p in path.glob("*.parquet") if p.is_file()), key=_step_key)
-    try:
-        return found if found and "response" in pq.read_schema(found[0]).names else []
-    except PARQUET_ERRORS:
-        return []
+    found = _in_step_order(path, "*.parquet")
+    if found:
+        try:
+            return found if "response" in pq.read_schema(found[0]).names else []
+        except PARQUET_ERRORS:
+            return []
+    found = _in_step_order(path, "*.jsonl")
+    return found if found and is_native_jsonl_record(first_record(found[0])) else []
+
+
+def is_native_jsonl_record(obj: object) -> bool:
+    """A JSONL record that reads as native: it has a `response`, and is not verl's (`input` and `output`).
+    A folder of such files was once read as a verl dump and refused; a missing `prompt` or `rewards` is
+    reported by the native importer, with its line."""
+    return isinstance(obj, dict) and "response" in obj and not ("input" in obj and "output" in obj)
+
+
+def _in_step_order(folder: Path, pattern: str) -> list[Path]:
+    return sorted((p for p in folder.glob(pattern) if p.is_file()), key=_step_key)

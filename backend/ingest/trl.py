@@ -13,9 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from backend.core.errors import InputError
+from backend.core.errors import InputError, named, quoted
 from backend.core.run_config import TRL_EPSILON
 from backend.ingest import trl_turns
+from backend.ingest.native_rules import check_channel_name
 from backend.ingest.sources import (
     PARQUET_ERRORS,
     Progress,
@@ -236,9 +237,11 @@ def _column_roles(
         for col in reward_cols:
             t = schema.field(col).type
             if not _is_numeric(t):
-                raise InputError(f"{path}: --channels column {col!r} is {t}, not numeric")
+                raise InputError(f"{path}: --channels column {col!r} is {quoted(t)}, not numeric")
     else:
         reward_cols = [c for c in candidates if pa.types.is_floating(schema.field(c).type)]
+    for col in reward_cols:
+        check_channel_name(str(path), col, "the reward column")
     if not reward_cols:
         raise InputError(
             f"{path}: no reward columns (float columns besides advantage); name them with --channels"
@@ -250,9 +253,13 @@ def _column_roles(
     notes.channels.update(dict.fromkeys(names.values()))
     notes.add(
         "channels: "
-        + ", ".join(f"{c} -> {ch}" if c != ch else c for c, ch in names.items())
-        + (f"; metrics (per rollout, not rewards): {', '.join(metric_cols)}" if metric_cols else "")
-        + (f"; kept in meta: {', '.join(meta_cols)}" if meta_cols else "")
+        + ", ".join(f"{named(c)} -> {ch}" if c != ch else named(c) for c, ch in names.items())
+        + (
+            f"; metrics (per rollout, not rewards): {', '.join(map(named, metric_cols))}"
+            if metric_cols
+            else ""
+        )
+        + (f"; kept in meta: {', '.join(map(named, meta_cols))}" if meta_cols else "")
     )
     return names, metric_cols, meta_cols
 

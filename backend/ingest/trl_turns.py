@@ -1,4 +1,4 @@
-"""A TRL conversational completion with tool calls as an agent's turns (issue 44): the logged messages
+"""A TRL conversational completion with tool calls as an agent's turns: the logged messages
 placed on tokens, with the turns and the loss mask they imply.
 
 What TRL's log holds (TRL 1.16, `GRPOTrainer.log` writes `completions/completions_<step>.parquet` from

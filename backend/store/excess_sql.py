@@ -1,4 +1,4 @@
-"""Credit out of proportion to the text (issue 43), as SQL over a `credit_summary` row aliased `c`:
+"""Credit out of proportion to the text (a token class's), as SQL over a `credit_summary` row aliased `c`:
 `excess_<class>` = the class's share of |A| − its share of the response's tokens (they sum to 0 over the
 classes of a rollout with credit), and its signed parts, which sum to it:
 `excess_pos_<class>` = (positive credit on the class − all positive credit × the token share) / Σ|A|,

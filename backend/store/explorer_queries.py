@@ -74,7 +74,7 @@ def fill_rollout_summary(store: Store, run_id: int) -> int:
     """
     con = store.con
     # A rollout's token ids never change, so its repetition (the one part computed in Python) is kept across
-    # rebuilds: a run that grew by a step has only that step's computed (issue 46).
+    # rebuilds: a run that grew by a step (a live run) has only that step's computed.
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _repetition_kept AS SELECT rollout_id, repetition FROM rollout_summary "
         "WHERE run_id = ?",

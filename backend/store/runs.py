@@ -462,7 +462,7 @@ class Runs(Connection):
 
     def _drop_outputs_a_growth_changes(self, run_id: int, first_new: int) -> None:
         """After rollouts `first_new`.. were appended to the run: drop the cached outputs they make stale,
-        keep the rest (a run that grows by a step then costs that step: issue 46). Stale: every output of
+        keep the rest (a live run that grows by a step then costs that step). Stale: every output of
         the steps and groups the new rollouts fall in, and every output of an estimator that is not step-
         or group-scoped (run-scoped, or of unknown scope: `estimates.scope` NULL) with its summaries and
         agreements. Call in a transaction."""

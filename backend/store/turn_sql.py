@@ -1,4 +1,4 @@
-"""An agent run's columns of the rollout table (issue 44), as SQL. From the rollouts' stored turns:
+"""A multi-turn agent run's columns of the rollout table, as SQL. From the rollouts' stored turns:
 `turns` (every role), `assistant_turns` (the policy's) and `tool_calls` (the tool and environment turns).
 With an estimator, over a `credit_summary` row aliased `c` (migration 013): `turn_share_first` and
 `turn_share_last`, the first and the last assistant turn's share of the rollout's Σ|A|, and

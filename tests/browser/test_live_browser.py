@@ -14,7 +14,7 @@ import pytest
 
 from bench.chromium import CHROMIUM
 from bench.live import LAST_STEP_DRAWN, SIDEBAR_SAYS, served_url, start_watch, write_step
-from tests.conftest import free_test_port, make_records
+from tests.conftest import free_test_port, make_records, write_jsonl
 
 pytestmark = pytest.mark.browser
 
@@ -113,3 +113,31 @@ def test_watch_on_a_new_store_imports_the_bundled_runs_before_the_follower_start
     assert lines[0].startswith("imported bundled runs: ") and "demo" in lines[0], lines
     assert sum(line.startswith("imported bundled runs") for line in lines) == 1, lines
     assert proc.returncode == 0, lines
+
+
+def test_watch_started_before_its_folder_waits_for_it_and_follows_native_jsonl_steps(bundled_db, tmp_path):
+    """`watch` before the trainer: it used to refuse a folder not there yet, and on a folder of native JSONL
+    step files it imported nothing and said nothing. It says it waits, then imports each step file."""
+    folder = tmp_path / "later" / "steps"
+    records = make_records(n_groups=2, group_size=3, seed=3, steps=2)
+    log = tmp_path / "watch.log"
+    proc = start_watch(folder, bundled_db, "jsonl", log, free_test_port(), start_new_session=True)
+    try:
+        served_url(log, proc)
+        deadline = time.monotonic() + 60
+        while "waiting for " not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        folder.mkdir(parents=True)
+        for step in range(2):
+            write_jsonl(folder / f"step_{step:04d}.jsonl", [r for r in records if r["step"] == step])
+        while "step_0001.jsonl: jsonl: imported 6 rollouts" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline + 60, log.read_text()
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+    printed = log.read_text()
+    assert f"waiting for {folder} to appear" in printed, printed
+    assert "step_0000.jsonl: jsonl: imported 6 rollouts" in printed, printed
+    assert proc.returncode == 0, printed

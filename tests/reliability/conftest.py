@@ -22,6 +22,14 @@ from tests.reliability.cases import TALLY, WORKER_OUTPUT_KEY, tally, write_summa
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 LONG = os.environ.get("CREDITLENS_FUZZ_LONG") == "1"
+# The long mode's budgets times this (`python -m bench reliability --loops --scale 0.25`): a quarter of the
+# cases where the whole loops would not fit the time at hand (a 2-core machine shared with others).
+LONG_SCALE = float(os.environ.get("CREDITLENS_FUZZ_SCALE", "1"))
+
+
+def long_budget(cases: int, quick: int) -> int:
+    """`cases` in the long mode (scaled, never below `quick`), `quick` otherwise."""
+    return max(quick, round(cases * LONG_SCALE)) if LONG else quick
 
 
 def pytest_configure(config):
@@ -112,6 +120,7 @@ FILE_LEVEL = (
     "no reward columns",
     "no reward values",
     "missing required TRL column",
+    "the reward column",  # a TRL column name with a control character: the file's schema, not a record
     "no such file",
     "no verl files",
     "no trl files",

@@ -18,11 +18,11 @@ import pytest
 from backend.store import Store, StoreHandle
 from backend.store.handle import StoreBusy
 from tests.conftest import make_records
-from tests.reliability.conftest import LONG, PYTHON, ROOT, run_cli, store_digest, tally
+from tests.reliability.conftest import LONG, PYTHON, ROOT, long_budget, run_cli, store_digest, tally
 from tests.reliability.fuzzing import write_jsonl
 
 pytestmark = pytest.mark.timeout(900 if LONG else 180)  # the long mode: 12 kills, not 3
-KILLS = 12 if LONG else 3
+KILLS = long_budget(12, 3)
 
 # A child that imports with a progress callback printing the fraction done, so the parent can kill it
 # at a known point inside the transaction (not merely "some time after start").
@@ -249,18 +249,40 @@ HOLDER = textwrap.dedent(
     from backend.store import Store
     store = Store(sys.argv[1])
     print("holding", flush=True)
-    time.sleep(float(sys.argv[2]))
+    if sys.argv[2] == "until released":
+        sys.stdin.readline()
+    else:
+        time.sleep(float(sys.argv[2]))
     store.close()
     """
 )
 
 
-def _hold(db: Path, seconds: float) -> subprocess.Popen:
+def _hold(db: Path, seconds: float | None) -> subprocess.Popen:
+    """Another process holding the store's write lock for `seconds`, or (None) until `_release`."""
+    how = "until released" if seconds is None else str(seconds)
     child = subprocess.Popen(
-        [PYTHON, "-c", HOLDER, str(db), str(seconds)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+        [PYTHON, "-c", HOLDER, str(db), how],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert child.stdout.readline().strip() == "holding"
     return child
+
+
+def _release(child: subprocess.Popen) -> None:
+    child.stdin.close()
+    child.wait(timeout=30)
+
+
+def _printed(log: Path, child: subprocess.Popen, text: str) -> None:
+    """Wait until `child`'s output (in `log`) holds `text`; a child that ends first fails the test."""
+    deadline = time.monotonic() + 120  # a hang guard, not a measurement
+    while text not in log.read_text():
+        assert child.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
 
 
 def test_locked_store_gives_clear_messages_and_readers_wait(db_with_base, tmp_path, monkeypatch):
@@ -318,19 +340,25 @@ def test_a_follower_waits_out_another_process_holding_the_store_and_imports_the_
     db, folder = tmp_path / "runs.duckdb", tmp_path / "steps"
     folder.mkdir()
     Store(db).close()
-    child = _hold(db, 3.0)
+    # held until the follower says it waits: a hold of a few seconds ended, on a loaded machine, before the
+    # follower had started (it then never waited at its start, and the test failed in the long loops)
+    child = _hold(db, None)
     records = pa.Table.from_pylist(make_records(n_groups=2, group_size=2, steps=2))
     write_step(records, folder, 0)
     command = ["import", str(folder), "--db", str(db), "--run", "live", "--follow", "--poll", "0.2"]
-    follower = subprocess.Popen(
-        [PYTHON, "-m", "backend.cli", *command],
-        cwd=ROOT,
-        env={**os.environ, "CREDITLENS_LOCK_WAIT": "0.5", "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # see test_real_logs' follow test
-    )
+    log = tmp_path / "follower.err"
+    with open(log, "w") as err_file:
+        follower = subprocess.Popen(
+            [PYTHON, "-m", "backend.cli", *command],
+            cwd=ROOT,
+            env={**os.environ, "CREDITLENS_LOCK_WAIT": "0.5", "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.PIPE,
+            stderr=err_file,
+            text=True,
+            preexec_fn=lambda: signal.signal(
+                signal.SIGINT, signal.SIG_DFL
+            ),  # see test_real_logs' follow test
+        )
 
     def wait_for(rollouts: int) -> None:
         deadline = time.monotonic() + 60
@@ -341,19 +369,24 @@ def test_a_follower_waits_out_another_process_holding_the_store_and_imports_the_
                         return
             except Exception:  # noqa: BLE001 - the follower holds the write lock while it imports
                 pass
-            assert follower.poll() is None and time.monotonic() < deadline, follower.communicate()
+            assert follower.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
 
     try:
-        child.wait(timeout=30)  # busy at the start: the follower waited
+        _printed(log, follower, "steps: waiting: ")  # busy at the start: the follower waits
+        _release(child)
         wait_for(4)
-        child = _hold(db, 3.0)  # busy when the next step lands
+        child = _hold(db, None)  # busy when the next step lands
         write_step(records, folder, 1)
-        child.wait(timeout=30)
+        _printed(log, follower, "step_000001.parquet: waiting: ")
+        _release(child)
         wait_for(8)
     finally:
+        if child.poll() is None:
+            _release(child)
         follower.send_signal(signal.SIGINT)
-        out, err = follower.communicate(timeout=30)
+        out, _ = follower.communicate(timeout=30)
+    err = log.read_text()
     assert follower.returncode == 0, err
     assert "steps: waiting: " in err and "another process is writing to the store" in err, err
     assert "step_000001.parquet: waiting: " in err, err

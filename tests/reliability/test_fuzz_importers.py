@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 from transformers import AutoTokenizer
 
 from tests.backend.ingest.test_token_formats import (
@@ -26,17 +27,19 @@ from tests.backend.ingest.test_token_formats import (
     write_nemo_rl_step,
     write_prime_rl_step,
 )
+from tests.conftest import LONG_EXAMPLES_DB
 from tests.reliability.conftest import (
     LONG,
     PYTHON,
     ROOT,
     assert_clean_error,
     instance_held,
+    long_budget,
     run_cli,
     store_digest,
     tally,
 )
-from tests.reliability.fuzzing import check_import, mutate_bytes, write_jsonl
+from tests.reliability.fuzzing import check_import, mutate_bytes, try_write_parquet, write_jsonl
 from tests.reliability.loops import (
     PROPERTY_CASES,
     jsonl_byte_mutations,
@@ -52,8 +55,8 @@ from tests.reliability.loops import (
 # busy 2-core box, where 120 s cut them short: a timeout, not a finding).
 pytestmark = pytest.mark.timeout(1800 if LONG else 120)
 
-EXAMPLES = 400 if LONG else 20
-MUTATIONS = 2000 if LONG else 60
+EXAMPLES = long_budget(400, 20)
+MUTATIONS = long_budget(2000, 60)
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -160,6 +163,62 @@ EDGE_ERRORS = {
 def test_edge_cases_fail_cleanly(base_store, tmp_path, name):
     path = _lines(tmp_path, name, EDGE_ERRORS[name])
     check_import(base_store, path, "native jsonl edge case", fmt="native", expect="clean error")
+
+
+# Names taken from the input with a control character: the long loops once found `"rewards": {"\r": null}`
+# printed raw ("field 'rewards.<CR>' must be a number": two lines), and a Parquet prompt column of
+# list<struct<"\r": null>> whose type was printed raw.
+CONTROL_NAMES = ["\r", "\n", "a\x1b[31mred", "\u2028", "\x00"]
+
+
+@pytest.mark.parametrize("name", CONTROL_NAMES, ids=repr)
+def test_names_with_control_characters_give_one_quoted_line(base_store, tmp_path, name):
+    shown = repr(name)[1:-1]
+    for value in (None, 1.0):  # a channel that fails its value, and one that would be imported
+        records = [dict(GOOD, rewards={name: value})]
+        jsonl = write_jsonl(tmp_path / "names.jsonl", records)
+        msg = assert_clean_error(run_cli(["import", jsonl, "--db", base_store, "--run", "fuzz"]), jsonl)
+        assert shown in msg, msg
+        parquet = try_write_parquet(tmp_path / "names.parquet", records)
+        if parquet is not None:
+            msg = assert_clean_error(
+                run_cli(["import", parquet, "--db", base_store, "--run", "fuzz"]), parquet
+            )
+            assert shown in msg, msg
+    typed = tmp_path / "typed.parquet"
+    prompt_type = pa.list_(pa.struct([(name, pa.null())]))
+    pq.write_table(
+        pa.table(
+            {
+                "prompt": pa.array([[{name: None}]], prompt_type),
+                "response": ["a b"],
+                "token_ids": pa.array([[1, 2]], pa.list_(pa.int32())),
+                "rewards": pa.array([{"task": 1.0}]),
+            }
+        ),
+        typed,
+    )
+    check_import(base_store, typed, "native parquet edge case", expect="clean error")
+
+
+def test_a_column_name_with_a_control_character_is_quoted_in_the_import_summary(base_store, tmp_path):
+    """A TRL log's extra columns go to meta and are listed in the summary: a name with a line break is shown
+    quoted, so the summary keeps its lines."""
+    path = tmp_path / "completions_00001.parquet"
+    table = {"prompt": ["p"] * 2, "completion": ["a", "b"], "r": [1.0, 0.0], "x\ry": ["s", "t"]}
+    pq.write_table(pa.table(table), path)
+    result = run_cli(["import", path, "--db", base_store, "--run", "named", "--quiet"])
+    assert result.rc == 0, result.err
+    assert "\r" not in result.out and "kept in meta: 'x\\ry'" in result.out, result.out
+    assert run_cli(["delete", "--db", base_store, "--run", "named"]).rc == 0
+
+
+def test_a_trl_reward_column_with_a_control_character_is_refused_in_one_line(base_store, tmp_path):
+    """Found by the long loops' Parquet byte mutations: a TRL reward column renamed 'accu\x06acy'."""
+    path = tmp_path / "completions_00001.parquet"
+    pq.write_table(pa.table({"prompt": ["p"] * 2, "completion": ["a", "b"], "accu\x06acy": [1.0, 0.0]}), path)
+    msg = assert_clean_error(run_cli(["import", path, "--db", base_store, "--run", "fuzz"]), path)
+    assert "the reward column 'accu\\x06acy'" in msg, msg
 
 
 def test_nul_characters_and_crlf_import_correctly(base_store, tmp_path):
@@ -328,3 +387,13 @@ def test_byte_mutations_of_token_dumps(base_store, tmp_path):
         path.write_bytes(data)
         check_import(base_store, path, f"{fmt} byte mutation ({op})", fmt=fmt)
         path.unlink()
+
+
+def test_a_failing_case_of_every_profile_can_be_replayed():
+    """The long loops once failed in one case of 9,556 and kept nothing to replay it with: every profile
+    prints the failure's blob, and the long loops' profile keeps the example on disk for the next run."""
+    for name in ("ci", "dev", "long"):
+        assert settings.get_profile(name).print_blob, name
+    kept = settings.get_profile("long").database
+    assert isinstance(kept, DirectoryBasedExampleDatabase), kept
+    assert kept.path == LONG_EXAMPLES_DB

@@ -23,7 +23,7 @@ from backend.store import Store, StoreHandle
 from backend.store.explorer_queries import _alias
 from backend.views import explorer
 from tests.conftest import make_records
-from tests.reliability.conftest import LONG, ROOT, run_cli, tally
+from tests.reliability.conftest import ROOT, long_budget, run_cli, tally
 from tests.reliability.fuzzing import write_jsonl
 
 BACKEND = ROOT / "backend"
@@ -193,7 +193,7 @@ def test_upload_names_stay_inside_the_directory(tmp_path, name, expected):
     tally("security: upload names", "kept inside the upload directory")
 
 
-@settings(max_examples=300 if LONG else 60, deadline=None)
+@settings(max_examples=long_budget(300, 60), deadline=None)
 @given(name=st.text(alphabet=st.sampled_from("./\\.\x00:~$ab-_ é😀"), max_size=40) | st.text(max_size=40))
 def test_upload_names_fuzzed(tmp_path_factory, name):
     directory = tmp_path_factory.getbasetemp() / "uploads"

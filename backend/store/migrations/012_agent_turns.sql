@@ -1,4 +1,4 @@
--- Agent runs (issue 44): per rollout the tokens the trainer trains (`loss_mask`, NULL: all of them), its
+-- Agent runs (multi-turn): per rollout the tokens the trainer trains (`loss_mask`, NULL: all of them), its
 -- turns as token spans by role (`turns`, JSON [{role, start, end}], end exclusive) and the environment's
 -- score after each assistant turn (`turn_rewards`, NULL where a turn has none).
 ALTER TABLE rollouts ADD COLUMN loss_mask BOOLEAN[];

@@ -1,4 +1,4 @@
--- Credit by turn in the Explorer (issue 44): per rollout of an agent run, Σ|A| on each of the policy's
+-- Credit by turn in the Explorer: per rollout of an agent run, Σ|A| on each of the policy's
 -- (assistant) turns in order (`turn_abs`) and on the assistant turns a tool's or environment's turn follows
 -- (`call_abs`, the turns that called a tool); NULL on a run without turns. An agent run's summaries made
 -- before lack them: they are dropped (a cache; the Explorer refills it from the cached advantages).

@@ -5,9 +5,8 @@ import json
 import pandas as pd
 import pytest
 
-import backend.ingest as ingest
 from backend.core.errors import InputError
-from backend.ingest import detect_format, import_path
+from backend.ingest import detect_format, import_path, pipeline
 from backend.ingest.tokenize import simple_tokenize
 from tests.conftest import make_records, snapshot, write_jsonl
 
@@ -179,7 +178,7 @@ def test_bad_jsonl_names_file_line_field_and_writes_nothing(store, tmp_path, lin
 
 
 def test_error_on_a_later_line_rolls_back_earlier_chunks(store, tmp_path, monkeypatch):
-    monkeypatch.setattr(ingest, "CHUNK_RECORDS", 5)  # several chunks are inserted before the bad line
+    monkeypatch.setattr(pipeline, "CHUNK_RECORDS", 5)  # several chunks are inserted before the bad line
     lines = [json.dumps(r) for r in make_records(n_groups=5, group_size=4)] + ['{"prompt": "p"}']
     path = write_jsonl(tmp_path / "late.jsonl", lines)
     before = snapshot(store)
