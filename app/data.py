@@ -145,6 +145,10 @@ def run_channels(path: str, run: str) -> list[str]:
     return next((r["channels"] for r in list_runs(path) if r["name"] == run), [])
 
 
+WHAT_IF_ESTIMATOR = as_trained.WHAT_IF_DEFAULT
+"""The estimator of Credit Lens's recombination where a view weighs it (Tune): a what-if on any run."""
+
+
 @st.cache_data(show_spinner=False)
 def run_recipe(path: str, run: str) -> as_trained.Recipe | None:
     """How the run's trainer made its advantage (`as_trained.recipe`), None for a run no known trainer

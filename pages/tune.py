@@ -15,18 +15,17 @@ import math
 
 import streamlit as st
 
-from app import keys, state
+from app import data, keys, state
 from app.ui import charts, heatmaps, panels, scales, sections, text, tune_charts, tuned_beta, widgets
 from app.view_data import shared
 from app.view_data import tune as tune_data
-from backend.credit.as_trained import WHAT_IF_DEFAULT
 
 sel = panels.rollout_selection()
 st.title(f"Tune channel weights · rollout #{sel.rollout}")
 
 # β, τ and η weigh Credit Lens's recombination (a what-if beside what the trainer trained on): grpo by default
 estimator = widgets.estimator_picker(
-    keys.TUNE_ESTIMATOR, shared.unavailable(sel.db, sel.run, sel.group), default=WHAT_IF_DEFAULT
+    keys.TUNE_ESTIMATOR, shared.unavailable(sel.db, sel.run, sel.group), default=data.WHAT_IF_ESTIMATOR
 )
 estimator_channel = widgets.channel_picker(sel, "tune")  # the estimator projects it; the others keep theirs
 if estimator_channel == shared.ALL_CHANNELS:

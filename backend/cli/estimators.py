@@ -159,7 +159,6 @@ def cmd_estimators(args) -> int:
 
 
 def cmd_logged_gap(args) -> int:
-    from backend.credit.as_trained import trainer_overrides  # noqa: PLC0415 - idem
     from backend.credit.estimates import with_channel  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
     from backend.credit.token_rows import estimate_config  # noqa: PLC0415 - idem
     from backend.estimators.methods.logged import logged_gap  # noqa: PLC0415 - idem
@@ -169,9 +168,12 @@ def cmd_logged_gap(args) -> int:
     given = parse_overrides(args.overrides)
     name, _ = estimate_config(handle, args.run, args.estimator, given, args.channel)  # checks what was typed
     with handle.read() as store:
-        defaults, notes = trainer_overrides(store, args.run, name)
+        defaults, notes = as_trained.trainer_overrides(store, args.run, name)
     kept = {k: v for k, v in defaults.items() if k not in given}
     _, config = estimate_config(handle, args.run, name, {**kept, **given}, args.channel)
+    with handle.read() as store:
+        batch = with_channel(store.load_batch(args.run), str(getattr(config, "channel", "-")))
+    frame = logged_gap(batch, args.estimator, config)  # a run with no logged advantage stops here
     if kept:
         used = ", ".join(f"{k}={v}" for k, v in kept.items())
         print(
@@ -180,9 +182,6 @@ def cmd_logged_gap(args) -> int:
         )
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-    with handle.read() as store:
-        batch = with_channel(store.load_batch(args.run), str(getattr(config, "channel", "-")))
-    frame = logged_gap(batch, args.estimator, config)
     if args.out is not None:
         if args.out.suffix != ".parquet":
             raise InputError(f"{args.out}: the output must be a .parquet file")

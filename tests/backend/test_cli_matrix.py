@@ -54,7 +54,7 @@ SKIPPED = {
 
 # Commands whose per-run cost on the bundled store is seconds, not a fraction of one: one drawn case per
 # run instead of two, so the module stays within a minute.
-HEAVY = {"tune", "turns", "monitor", "compare-runs", "logged-gap"}
+HEAVY = {"tune", "turns", "monitor", "compare-runs", "logged-gap", "compare"}
 # Drawn cases per cell (command × run); the long loops raise it (CREDITLENS_MATRIX_EXAMPLES=20 with
 # HYPOTHESIS_PROFILE=dev draws fresh cases and keeps the failing ones in .hypothesis/).
 EXAMPLES = int(os.environ.get("CREDITLENS_MATRIX_EXAMPLES", "2"))
@@ -199,12 +199,25 @@ OPTIONS = {
     ),
     "explain": lambda info: st.tuples(
         _rollout_id(info).map(lambda r: ["--rollout", str(r)]),
-        st.sampled_from(["grpo", "rloo", "nope"]).map(lambda e: ["--estimator", e]),
+        # none: the run's own credit (as trained on a trainer's run)
+        st.sampled_from(
+            [[], *(["--estimator", e] for e in ("grpo", "rloo", "as_trained", "logged", "nope"))]
+        ),
         _maybe("--channel", _channel(info)),
         st.sampled_from([[], ["--json"]]),
     ),
     "estimate": lambda info: st.tuples(
-        st.just(["--estimator", "grpo", "--out", "OUT.parquet"]), _maybe("--channel", _channel(info))
+        st.sampled_from([[], ["--estimator", "grpo"], ["--estimator", "as_trained"]]),
+        st.just(["--out", "OUT.parquet"]),
+        _maybe("--channel", _channel(info)),
+    ),
+    "compare": lambda info: st.tuples(
+        _rollout_id(info).map(lambda r: ["--rollout", str(r)]),
+        st.lists(st.sampled_from(["grpo", "as_trained", "entropy", "nope"]), min_size=1, max_size=3).map(
+            lambda names: [w for n in names for w in ("--estimator", n)]
+        ),
+        st.sampled_from([[], ["--credit", "final"], ["--credit", "channel:task"], ["--credit", "summed"]]),
+        st.sampled_from([[], ["--json"]]),
     ),
     "logged-gap": lambda info: st.sampled_from([[], ["--json"]]),
     "cliff": lambda info: st.just([]),
