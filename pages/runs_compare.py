@@ -49,13 +49,12 @@ table = pd.DataFrame(
 )
 st.caption(
     text.with_code(
-        f"One column per run, {estimator}'s credit (shares of the final advantage at the first and last "
-        "step). On top, what differs between the runs (the settings first); below, folded, the rest."
+        f"One column per run, {estimator}'s credit; what differs on top, the rest folded. Same numbers: "
+        f"`creditlens compare-runs {' '.join(f'--run {r}' for r in compared)} --estimator {estimator} --json`"
     ),
     help=text.with_code(
-        "first_alert_step: the monitors' earliest warning (empty: quiet); config.<key>: the trainer settings "
-        "that differ. Same numbers, in the same order: "
-        f"`creditlens compare-runs {' '.join(f'--run {r}' for r in compared)} --estimator {estimator} --json`"
+        "Shares are of the final advantage at the first and last step; first_alert_step: the monitors' "
+        "earliest warning (empty: quiet); config.<key>: the trainer settings that differ (settings first)."
     ),
 )
 same = [label for label in table.index if label not in differing]

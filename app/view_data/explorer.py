@@ -41,10 +41,7 @@ def credit_caption(estimator: str, channel: str, credit: str, tuned: bool = Fals
         if credit == "final"
         else f"{estimator}'s A on the {channel} channel alone"
     )
-    return (
-        f"Shares of |A|, both signs counted (pos_share_/neg_share_ split credit from penalty), A being {of}; "
-        "hover a column's header for what it means."
-    )
+    return f"Shares (both signs) of {of}; hover a column's header for what it means."
 
 
 def reading_order(columns: list[str], sort: str | None = None) -> list[str]:

@@ -279,9 +279,9 @@ class Runs(Connection):
         out: dict = {"formats": formats}
         for key in ("advantage_epsilon", "scale_rewards", "reward_weights", "reward_names"):
             rows = self.con.execute(
-                f"SELECT DISTINCT CAST(json_extract(meta, '$.{key}') AS VARCHAR) FROM rollouts "
+                "SELECT DISTINCT CAST(json_extract(meta, ?) AS VARCHAR) FROM rollouts "
                 "WHERE run_id = ? ORDER BY 1",
-                [run_id],
+                ["$." + key, run_id],
             ).fetchall()
             out[key] = [json.loads(v) for (v,) in rows if v is not None and v != "null"]
         out["logged"] = self.con.execute(

@@ -131,12 +131,13 @@ def test_resample_opens_on_the_stored_positions_and_says_where_its_samples_come_
     assert any({"engine", "model", "created"} <= set(f.columns) for f in frames)  # each sample's source
 
 
-def test_a_folder_of_native_jsonl_says_it_was_guessed_as_verl_and_what_to_do(app_db, tmp_path):
+def test_a_folder_of_native_jsonl_is_imported_as_native(app_db, tmp_path):
+    """A folder of native JSONL step files is native (a trainer's recorder writes them), not a verl dump."""
     from tests.conftest import make_records, run_cli_here, write_jsonl  # noqa: PLC0415
 
     folder = tmp_path / "native_steps"
     folder.mkdir()
     write_jsonl(folder / "0.jsonl", make_records(n_groups=1, group_size=2))
     done = run_cli_here("import", folder, "--db", app_db, "--run", "native_folder")
-    assert done.returncode == 2
-    assert "read as verl dumps" in done.stderr and "native records" in done.stderr, done.stderr
+    assert done.returncode == 0, done.stderr
+    assert "detected format: native" in done.stderr and "imported 2 rollouts" in done.stdout
