@@ -47,7 +47,8 @@ def test_watch_serves_a_page_that_follows_the_run_and_ctrl_c_stops_it(browser, b
         page.wait_for_function(SIDEBAR_SAYS, arg="step 11 · updated", timeout=30_000)
         assert page.evaluate("window.sameDocument === true")
         page.wait_for_function(f"() => ({LAST_STEP_DRAWN})('trends_length') === 11")  # the chart has them
-        assert page.locator("[data-testid=stException]").count() == 0
+        errors = page.locator("[data-testid=stException]")
+        assert errors.count() == 0, errors.all_inner_texts()
     finally:
         context.close()
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal
