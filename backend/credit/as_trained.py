@@ -75,6 +75,10 @@ def recipe(store: Store, run: str) -> Recipe | None:
     config = run_config.flatten(store.run_info(run)["meta"].get(run_config.CONFIG_KEY))
     formats = set(kept["formats"])
     dumps = sorted(_TOKEN_DUMPS[f] for f in formats if f in _TOKEN_DUMPS)
+    if dumps and kept["logged"] < kept["rollouts"]:
+        # per-token advantages that vary within a response have no one number per rollout for `logged` to
+        # broadcast: no trainer's credit is shown rather than a wrong one (the views open on grpo)
+        return None
     if dumps:
         return Recipe(
             ", ".join(dumps),

@@ -267,7 +267,7 @@ class Runs(Connection):
         """What the import kept of how the run's trainer made its advantage: `formats` (the importers that
         read its files), and the distinct values of the rollouts' meta keys `advantage_epsilon`,
         `scale_rewards`, `reward_weights` and `reward_names` (JSON text), each a sorted list without None,
-        and `logged` (how many rollouts carry a logged advantage)."""
+        `logged` (how many rollouts carry a logged advantage, one number per rollout) and `rollouts`."""
         run_id = self.run_id(run)
         formats = [
             f
@@ -284,9 +284,9 @@ class Runs(Connection):
                 ["$." + key, run_id],
             ).fetchall()
             out[key] = [json.loads(v) for (v,) in rows if v is not None and v != "null"]
-        out["logged"] = self.con.execute(
-            "SELECT count(*) FROM rollouts WHERE run_id = ? AND logged_advantage IS NOT NULL", [run_id]
-        ).fetchone()[0]
+        out["logged"], out["rollouts"] = self.con.execute(
+            "SELECT count(logged_advantage), count(*) FROM rollouts WHERE run_id = ?", [run_id]
+        ).fetchone()
         return out
 
     def delete_run(self, name: str) -> None:

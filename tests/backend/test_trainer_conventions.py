@@ -59,13 +59,8 @@ def test_a_trl_log_is_recomputed_with_trls_epsilon(tmp_path):
     assert np.abs(_gaps(asked)).max() > 1e-5 and "trainer's" not in asked.stderr  # --set wins
 
 
-def test_a_recorded_run_keeps_its_scaling(tmp_path):
-    """The recorder writes each rollout's meta with TRL's scale_rewards and ε: scale_rewards="none" (Dr.
-    GRPO: not divided by a std) is recomputed with norm_by_std=false by default."""
-    rng = np.random.default_rng(1)
-    rewards = rng.integers(0, 2, 16).astype(float)
-    logged = _trl_advantages(rewards, 4, TRL_EPSILON, "none")
-    meta = {"scale_rewards": "none", "advantage_epsilon": TRL_EPSILON, "policy_step": 0}
+def _recorded(tmp_path, rewards: np.ndarray, logged: np.ndarray, meta: dict) -> Path:
+    """A store with run `rec`: 16 one-channel rollouts in groups of 4, as the recorder writes them."""
     records = [
         {
             "prompt": f"p{i // 4}",
@@ -75,11 +70,22 @@ def test_a_recorded_run_keeps_its_scaling(tmp_path):
             "logged_advantage": float(logged[i]),
             "meta": meta,
         }
-        for i in range(16)
+        for i in range(len(rewards))
     ]
     db = tmp_path / "runs.duckdb"
     path: Path = write_jsonl(tmp_path / "step_1.jsonl", records)
     assert run_cli_here("import", path, "--db", db, "--run", "rec", "--quiet").returncode == 0
+    return db
+
+
+def test_a_recorded_run_keeps_its_scaling(tmp_path):
+    """The recorder writes each rollout's meta with TRL's scale_rewards and ε: scale_rewards="none" (Dr.
+    GRPO: not divided by a std) is recomputed with norm_by_std=false by default."""
+    rng = np.random.default_rng(1)
+    rewards = rng.integers(0, 2, 16).astype(float)
+    logged = _trl_advantages(rewards, 4, TRL_EPSILON, "none")
+    meta = {"scale_rewards": "none", "advantage_epsilon": TRL_EPSILON, "policy_step": 0}
+    db = _recorded(tmp_path, rewards, logged, meta)
     done = run_cli_here("logged-gap", "--db", db, "--run", "rec", "--estimator", "grpo", "--json")
     assert np.abs(_gaps(done)).max() < 1e-6
     assert "epsilon=0.0001, norm_by_std=False" in done.stderr
@@ -96,20 +102,7 @@ def test_logged_gap_compares_the_rebuilt_recipe_by_default(tmp_path):
     rewards = rng.integers(0, 3, 16).astype(float)
     logged = _trl_advantages(rewards, 4, TRL_EPSILON, "none")
     meta = {"scale_rewards": "none", "advantage_epsilon": TRL_EPSILON, "reward_weights": [1.0]}
-    records = [
-        {
-            "prompt": f"p{i // 4}",
-            "response": f"r{i}",
-            "token_ids": [i, i + 1],
-            "rewards": {"task": float(rewards[i])},
-            "logged_advantage": float(logged[i]),
-            "meta": meta,
-        }
-        for i in range(16)
-    ]
-    db = tmp_path / "runs.duckdb"
-    path: Path = write_jsonl(tmp_path / "step_1.jsonl", records)
-    assert run_cli_here("import", path, "--db", db, "--run", "rec", "--quiet").returncode == 0
+    db = _recorded(tmp_path, rewards, logged, meta)
     done = run_cli_here("logged-gap", "--db", db, "--run", "rec")
     assert done.returncode == 0, done.stderr
     assert "|as_trained - logged|: max 0," in done.stdout.replace("0.00e+00", "0,")  # exact
