@@ -14,6 +14,7 @@ import random
 import shutil
 import socket
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -121,6 +122,17 @@ def shared_once(tmp_path_factory, name: str, make) -> Path:
 def _import_bundled(path: Path) -> None:
     with Store(path) as store:
         import_bundled(store, quiet=True)
+
+
+@pytest.fixture(autouse=True)
+def _main_module_put_back():
+    """Streamlit's script runner (every AppTest) leaves the page it ran as `sys.modules["__main__"]`, with the
+    page's file: a process pool started later in the same worker with "spawn" runs that page again in each
+    child, which dies there (BrokenProcessPool in test_parallel_seeds_match_in_process). Put it back."""
+    main = sys.modules.get("__main__")
+    yield
+    if main is not None:
+        sys.modules["__main__"] = main
 
 
 @pytest.fixture(scope="session")
