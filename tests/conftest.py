@@ -124,15 +124,19 @@ def _import_bundled(path: Path) -> None:
         import_bundled(store, quiet=True)
 
 
+WORKER_MAIN = sys.modules.get("__main__")
+"""This process's own `__main__`, as it was when the suite was collected."""
+
+
 @pytest.fixture(autouse=True)
 def _main_module_put_back():
-    """Streamlit's script runner (every AppTest) leaves the page it ran as `sys.modules["__main__"]`, with the
-    page's file: a process pool started later in the same worker with "spawn" runs that page again in each
-    child, which dies there (BrokenProcessPool in test_parallel_seeds_match_in_process). Put it back."""
-    main = sys.modules.get("__main__")
+    """Streamlit's script runner (every AppTest, module fixtures' included) leaves the page it ran as
+    `sys.modules["__main__"]`, with the page's file: a process pool started later in the same worker with
+    "spawn" runs that page again in each child, which dies there (BrokenProcessPool in
+    test_parallel_seeds_match_in_process). Every test starts with the process's own."""
+    if WORKER_MAIN is not None:
+        sys.modules["__main__"] = WORKER_MAIN
     yield
-    if main is not None:
-        sys.modules["__main__"] = main
 
 
 @pytest.fixture(scope="session")
