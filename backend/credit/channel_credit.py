@@ -14,6 +14,7 @@ import torch
 from backend.core.arrays import to_numpy, to_tensor
 from backend.core.batch import ALL_CHANNELS, BatchError, RolloutBatch, default_main_channel, missing_channel
 from backend.credit import channels
+from backend.credit.as_trained import TRAINER_ESTIMATORS
 from backend.estimators import registry
 from backend.estimators.methods.as_trained import parse_weights
 
@@ -66,11 +67,6 @@ def channel_specs(
     for c, mode in (normalizations or {}).items():
         specs[c] = dataclasses.replace(specs[c], normalization=mode)  # ChannelSpec checks the mode
     return specs
-
-
-TRAINER_ESTIMATORS = ("as_trained", "logged")
-"""The credits that are the trainer's own advantage, whole: no other channel is added to them (the same
-names as `backend.credit.as_trained.TRAINER_ESTIMATORS`, which imports the store: this module must not)."""
 
 
 def trainer_specs(batch: RolloutBatch, estimator: str, config: tuple, channel: str) -> dict:

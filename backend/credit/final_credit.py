@@ -60,7 +60,7 @@ def fill(
     if unknown:
         raise InputError(f"--beta {unknown[0]}: the channels with a β on {channel} are {sorted(specs)}")
     # the trainer's reward weights and KL coefficient, where it has them, under any tuned β
-    if estimator not in channel_credit.TRAINER_ESTIMATORS:
+    if estimator not in as_trained.TRAINER_ESTIMATORS:
         betas = tuple(sorted({**as_trained.trainer_betas(found, list(specs)), **dict(betas)}.items()))
     notes: list[str] = []
     scoped = {}

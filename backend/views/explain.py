@@ -163,7 +163,7 @@ def group_channel_credit(
     projected = {}
     specs = channel_credit.channel_specs(batch, estimator, config, betas, normalizations, channel)
     # the trainer's reward weights and KL coefficient, where it has them, under any tuned β
-    if estimator not in channel_credit.TRAINER_ESTIMATORS:
+    if estimator not in as_trained.TRAINER_ESTIMATORS:
         betas = {**as_trained.trainer_betas(found, list(specs)), **(betas or {})} or None
     for name, spec in specs.items():
         if spec.projection == "estimator":
