@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import data
+from backend.credit import as_trained
 from backend.views import explorer
 
 # Re-exported for the Explorer, which reaches the backend only through app/.
@@ -35,12 +36,15 @@ def explorer_ranges(db: str, run: str, query, columns: tuple[str, ...]) -> dict:
 def credit_caption(estimator: str, channel: str, credit: str, tuned: bool = False) -> str:
     """Which credit the share columns describe, in one sentence for the caption above the table (each
     column's definition is its header's help: app/ui/column_help.py); `tuned`: under a tuned β."""
-    of = (
-        f"A_final = Σ_c β_c·Ã_c ({estimator} on the outcome channels{', the tuned β' if tuned else ''}, "
-        "as the Rollout view colours)"
-        if credit == "final"
-        else f"{estimator}'s A on the {channel} channel alone"
-    )
+    if credit == "final" and estimator in as_trained.TRAINER_ESTIMATORS:
+        of = f"the advantage the trainer trained on ({estimator}: its reward functions' terms summed)"
+    elif credit == "final":
+        of = (
+            f"A_final = Σ_c β_c·Ã_c ({estimator} on the outcome channels{', the tuned β' if tuned else ''}, "
+            "as the Rollout view colours)"
+        )
+    else:
+        of = f"{estimator}'s A on the {channel} channel alone"
     return f"Shares (both signs) of {of}; hover a column's header for what it means."
 
 
