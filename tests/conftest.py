@@ -278,14 +278,25 @@ TRAINING_FIXTURES = ("trl_plain_log", "trl_conversational_log")
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
     """Tests that share something expensive stay on one worker: the browser tests on the session's Streamlit
-    server, each browser module that starts its own, the tests of each TRL training fixture; every other
-    test goes wherever a worker is free."""
+    server, each browser module that starts its own, the tests of each TRL training fixture, the tests of a
+    module that builds a fixture once per module (split over two workers, it was built once on each); every
+    other test goes wherever a worker is free."""
     for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
         if any(name in item.fixturenames for name in TRAINING_FIXTURES):
             item.add_marker(pytest.mark.xdist_group("trl-training"))
         elif item.nodeid.startswith("tests/browser/"):
             group = "browser" if "server" in item.fixturenames else f"browser-{item.module.__name__}"
             item.add_marker(pytest.mark.xdist_group(group))
+        elif _uses_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+def _uses_a_module_fixture(item) -> bool:
+    fixtures = getattr(item, "_fixtureinfo", None)
+    definitions = fixtures.name2fixturedefs.values() if fixtures else ()
+    return any(defs and defs[-1].scope == "module" for defs in definitions)
 
 
 WORKER_TALLIES: Counter = Counter()  # the controller's sum of the workers' reliability cases
