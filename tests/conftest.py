@@ -289,11 +289,11 @@ def pytest_collection_modifyitems(config, items):
         elif item.nodeid.startswith("tests/browser/"):
             group = "browser" if "server" in item.fixturenames else f"browser-{item.module.__name__}"
             item.add_marker(pytest.mark.xdist_group(group))
-        elif _uses_a_module_fixture(item):
+        elif uses_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
-def _uses_a_module_fixture(item) -> bool:
+def uses_a_module_fixture(item) -> bool:
     fixtures = getattr(item, "_fixtureinfo", None)
     definitions = fixtures.name2fixturedefs.values() if fixtures else ()
     return any(defs and defs[-1].scope == "module" for defs in definitions)
