@@ -23,7 +23,7 @@ from backend.models.resample import (
     position_values,
     resample,
 )
-from backend.models.tool_loop import continued, run_episodes, tool_position_problem
+from backend.models.tool_loop import Episode, continued, run_episodes, tool_position_problem
 from backend.rewards import get_verifier, run_verifier
 
 
@@ -94,11 +94,16 @@ def check_agent_positions(positions: Sequence[int], rollout: dict, tool_loop: bo
     return list(positions)
 
 
+def playable_positions(positions: Sequence[int], rollout: dict, tool_loop: bool = False) -> list[int]:
+    """The `positions` that can be resampled on this rollout (`check_agent_positions`), in their order."""
+    problem = _problem_of(rollout, tool_loop)
+    return [int(t) for t in positions if problem(int(t)) is None]
+
+
 def resamplable(positions: Sequence[int], rollout: dict, tool_loop: bool = False) -> list[int]:
     """The suggested `positions` that can be resampled on this rollout (`check_agent_positions`); an
     InputError with the first one's reason when none can."""
-    problem = _problem_of(rollout, tool_loop)
-    kept = [int(t) for t in positions if problem(int(t)) is None]
+    kept = playable_positions(positions, rollout, tool_loop)
     if positions and not kept:
         check_agent_positions(positions[:1], rollout, tool_loop)
     return kept
@@ -137,18 +142,13 @@ def resample_tool_loop(
     positions = check_positions(positions, len(token_ids))
     if samples < 1:
         raise InputError(f"samples must be >= 1, got {samples}")
-    turns = list(turns) or [{"role": "assistant", "start": 0, "end": len(token_ids)}]
     problems = [p for p in (tool_position_problem(t, turns, len(token_ids)) for t in positions) if p]
     if problems:
         raise InputError("; ".join(problems[:3]))
     verify = get_verifier(verifier) if isinstance(verifier, str) else verifier
     verifier_name = verifier if isinstance(verifier, str) else getattr(verifier, "__name__", "verifier")
     firsts = prefix_seeds if prefix_seeds is not None else [seed + k * samples for k in range(len(positions))]
-    episodes = [
-        continued(prompt_ids, token_ids, turns, pos, int(first) + j, engine.decode, tag=(pos, j))
-        for pos, first in zip(positions, firsts, strict=True)
-        for j in range(samples)
-    ]
+    episodes = episodes_at(engine, prompt_ids, token_ids, turns, positions, samples, firsts)
     start = time.perf_counter()
     run_episodes(
         engine,
@@ -160,7 +160,7 @@ def resample_tool_loop(
         progress=progress,
         cancel=cancel,
     )
-    suffixes = [_episode_sample(engine, e, verify, verifier_name, ground_truth) for e in episodes if e.done]
+    suffixes = [episode_sample(engine, e, verify, verifier_name, ground_truth) for e in episodes if e.done]
     return ResampleResult(
         positions=position_values(suffixes),
         samples=suffixes,
@@ -173,10 +173,32 @@ def resample_tool_loop(
     )
 
 
-def _episode_sample(engine: Engine, episode, verify, verifier_name: str, ground_truth) -> SuffixSample:
+def episodes_at(
+    engine: Engine,
+    prompt_ids: Sequence[int],
+    token_ids: Sequence[int],
+    turns: Sequence[dict],
+    positions: Sequence[int],
+    samples: int,
+    firsts: Sequence[int],
+    owner: object = None,
+) -> list[Episode]:
+    """`samples` episodes continued from each position (tag: (owner, pos, j)), sample j at position k with
+    seed `firsts[k] + j`; a response without turns is one assistant turn."""
+    turns = list(turns) or [{"role": "assistant", "start": 0, "end": len(token_ids)}]
+    return [
+        continued(prompt_ids, token_ids, turns, pos, int(first) + j, engine.decode, tag=(owner, pos, j))
+        for pos, first in zip(positions, firsts, strict=True)
+        for j in range(samples)
+    ]
+
+
+def episode_sample(
+    engine: Engine, episode: Episode, verify, verifier_name: str, ground_truth
+) -> SuffixSample:
     """A finished episode continued from position `pos` as a suffix sample: its tokens from `pos` on, its
     transcript from there by turn, and the verifier's score of the whole response."""
-    pos, j = episode.tag
+    _, pos, j = episode.tag
     suffix = episode.token_ids[pos:]
     transcript = [
         {"role": t["role"], "text": engine.decode(episode.token_ids[max(t["start"], pos) : t["end"]])}
