@@ -82,6 +82,9 @@ def test_the_turn_level_table_ranks_the_agent_estimators_with_calibration(valued
         assert rows.loc[name, "kind"] == "estimator"
         assert 0 <= rows.loc[name, "ranking_accuracy_per_token"] <= 1
     assert {"chance", "suffix_mc"} <= set(rows.index)
+    # per-token means over the trained tokens: broadcast GRPO ties every segment, exactly chance (dividing by
+    # the segment's length, its tool tokens made a segment without a tool turn look better)
+    assert rows.loc["grpo", "ranking_accuracy_per_token"] == 0.5
     assert bench.n_segments == bench.n_positions  # one segment per valued turn start
     calibration = bench.calibration
     assert list(calibration["step"]) == [0, 1, 2] and (calibration["n"] == 3).all()
