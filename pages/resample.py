@@ -47,7 +47,7 @@ if keys.RESAMPLE_POSITIONS not in st.session_state:
     st.session_state[keys.RESAMPLE_POSITIONS] = (
         [p for p in from_url if p < L]
         or stored
-        or resample_data.suggested_positions("entropy", view.tokens, entropies, 3)
+        or resample_data.suggested("entropy", record, view.tokens, entropies, 3, env)
     )
 if clicked is not None:
     st.session_state[keys.RESAMPLE_POSITIONS] = sorted({*st.session_state[keys.RESAMPLE_POSITIONS], clicked})
@@ -71,8 +71,8 @@ st.plotly_chart(
 
 def suggest(kind: str) -> None:
     entropies = view.token_info["entropy"].dropna().tolist() or None
-    st.session_state[keys.RESAMPLE_POSITIONS] = resample_data.suggested_positions(
-        kind, view.tokens, entropies, 5
+    st.session_state[keys.RESAMPLE_POSITIONS] = resample_data.suggested(
+        kind, record, view.tokens, entropies, 5, env
     )
     st.session_state[keys.RESAMPLE_SUGGESTED] = kind
 

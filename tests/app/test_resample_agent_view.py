@@ -4,7 +4,7 @@ suffixes), as `creditlens resample` does."""
 
 from __future__ import annotations
 
-from app import jobs
+from app import jobs, keys
 from app.view_data import resample as resample_data
 from backend.models import load_engine
 from backend.models.environments import calculator
@@ -37,3 +37,18 @@ def test_the_views_job_runs_the_tool_in_each_sample(app_db):
         line, _, rest = text.partition("\n")
         kept = "".join(record["tokens"][14:20])
         assert rest.startswith(calculator(kept + line + "\n"))
+
+
+def test_suggested_positions_leave_out_the_tools_output(app_db):
+    """Step ends on an agent response fall on the tool's first token (the line before it ends in a newline):
+    the suggestions keep only positions the tool loop can continue from."""
+    at = open_app(app_db, "resample", {"run": "agent", "rollout": "31"})
+    tool = [range(6, 14), range(41, 53)]
+    assert at.session_state[keys.RESAMPLE_POSITIONS]
+    assert not any(p in span for span in tool for p in at.session_state[keys.RESAMPLE_POSITIONS])
+    at.button(key="resample_suggest_steps").click().run()
+    steps = at.session_state[keys.RESAMPLE_POSITIONS]
+    assert steps and not any(p in span for span in tool for p in steps)
+    with StoreHandle(app_db).read() as store:
+        tokens = list(store.rollout("agent", 31)["tokens"])
+    assert {6, 41} <= set(resample_data.suggested_positions("steps", tokens, None))  # unfiltered
