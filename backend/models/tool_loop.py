@@ -118,7 +118,8 @@ def _take_turn(engine: Engine, env: Environment, episode: Episode, sample, budge
     episode.lines.append(line)
     last = episode.turn == env.max_turns - 1
     episode.turn += 1
-    room = (engine.max_positions or 10**9) - len(episode.prompt_ids) - len(episode.token_ids)
+    limit = getattr(engine, "max_positions", None) or 10**9
+    room = limit - len(episode.prompt_ids) - len(episode.token_ids)
     answer = None
     if cut is not None and not last and room - env.turn_tokens - env.tool_tokens >= 0:
         answer = env.respond(line)
@@ -126,6 +127,8 @@ def _take_turn(engine: Engine, env: Environment, episode: Episode, sample, budge
         episode.done = True
     else:
         episode.add("tool", engine.encode(answer))
+        # a tool's answer longer than the room kept for it leaves no position for the policy's next token
+        episode.done = len(episode.prompt_ids) + len(episode.token_ids) >= limit - 1
 
 
 def continued(

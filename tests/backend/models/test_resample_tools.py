@@ -130,3 +130,17 @@ def test_environment_command_and_the_hook_for_a_users_tools(bundled_db):
     assert len(bad.stderr.strip().splitlines()) == 1
     missing = run_cli_here("environment", "--db", str(bundled_db), "--run", "demo", "--set", "no_such_mod:X")
     assert missing.returncode == 2 and "cannot import module 'no_such_mod'" in missing.stderr
+
+
+def test_a_users_environment_runs_through_the_same_loop(stored, step_engine):
+    """The hook's Environment (tests/backend/models/user_tools.py: every line answered `ok`, 3 turns at
+    most) continues the agent rollout in place of the calculator: the turn limit and the answers are its."""
+    rollout, _, _ = stored
+    env = get_environment("tests.backend.models.user_tools:LINES")
+    result = resample_rollout(step_engine, rollout, "answer_match", [0], samples=4, environment=env)
+    assert len(result.samples) == 4
+    for sample in result.samples:
+        roles = [t["role"] for t in sample.turns]
+        assert roles.count("assistant") <= env.max_turns
+        assert all(t["text"] == "ok\n" for t in sample.turns if t["role"] == "tool")
+    assert any("tool" in [t["role"] for t in s.turns] for s in result.samples)
