@@ -180,6 +180,8 @@ def cmd_teacher(args) -> int:
             f"{report.tokens} tokens in {report.seconds:.1f}s ({report.engine}, "
             f"{report.workers} worker(s))"
         )
+        if report.environment:
+            print(f"  suffixes through the run's tool loop: environment {report.environment!r}")
         for step, used in report.models.items():
             print(f"  step {step}: {used['why']}")
     return 130 if report.cancelled and stop.is_set() else 0

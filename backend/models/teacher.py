@@ -184,6 +184,8 @@ class TeacherReport:
     models: dict[int, dict] = field(default_factory=dict)
     """Per step of the rollouts valued now: {model, on_policy, why}
     (`backend.store.checkpoints.ModelChoice`)."""
+    environment: str | None = None
+    """The agent environment whose tool loop the suffixes went through (None: the policy alone)."""
 
     def to_json(self) -> dict:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
@@ -239,6 +241,7 @@ def run_teacher(
         choices = choices_for(store, run, {t.step for t in tasks}, named)
     report = TeacherReport(chosen, chosen - len(tasks), 0, 0, 0, 0, 0.0, 1, settings.engine)
     report.models = {step: choice.to_json() for step, choice in choices.items()}
+    report.environment = settings.environment
     if not tasks:
         return report
     start = time.perf_counter()

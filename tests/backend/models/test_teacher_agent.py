@@ -55,7 +55,7 @@ def valued(bundled_template, tmp_path_factory):
 
 def test_the_teacher_values_every_turn_start_on_policy_through_the_tool_loop(valued):
     handle, report = valued
-    assert report.valued == 9 and not report.cancelled
+    assert report.valued == 9 and not report.cancelled and report.environment == "calculator"
     assert all(m["on_policy"] for m in report.models.values())
     called = 0
     with handle.read() as store:
