@@ -19,7 +19,7 @@ from typing import Any
 
 from app import access
 from backend.core.batch import MODEL_SCORED
-from backend.models import resample
+from backend.models import agent_resample
 from backend.models.model_credit_run import ModelCreditSettings, run_model_credit
 
 MODEL_JOBS = ("resample", "teacher", "score", "model_credit")
@@ -71,9 +71,11 @@ def resample_job(
     positions,
     samples: int,
     on_policy: bool | None = None,
+    environment=None,
 ) -> Job:
     """A (not yet started) job resampling `positions` of a rollout with a loaded engine, M = `samples`;
-    `on_policy` (whether the engine's model sampled the rollout's step) is stored with the suffixes.
+    `on_policy` (whether the engine's model sampled the rollout's step) is stored with the suffixes;
+    `environment` (`backend.models.environments`): an agent run's suffixes go through its tool loop.
 
     It saves what it finished to the store behind `handle` (a `StoreHandle`), also when cancelled: the
     engine stops after its current chunk and the finished suffixes are kept.
@@ -81,8 +83,15 @@ def resample_job(
     positions, samples = list(positions), int(samples)
 
     def work(job: Job):
-        result = resample.resample_rollout(
-            engine, record, verifier, positions, samples, progress=job.progress, cancel=job.cancel.is_set
+        result = agent_resample.resample_rollout(
+            engine,
+            record,
+            verifier,
+            positions,
+            samples,
+            progress=job.progress,
+            cancel=job.cancel.is_set,
+            environment=environment,
         )
         if result.samples:
             with handle.write() as store:
@@ -137,6 +146,7 @@ def start_resample(
     positions,
     samples: int,
     on_policy: bool | None = None,
+    environment=None,
 ) -> Job:
     """Check the request (read-only mode, the size cap, the store's job slot), then load the engine and
     start a `resample_job`. The engine loads only for a request that would be allowed."""
@@ -145,7 +155,7 @@ def start_resample(
     access.check_job_size(current, len(positions), int(samples))
     _refuse_if_busy(running_job(db))  # checked again, atomically, in `start`; this spares loading the engine
     job = resample_job(
-        handle, run, rollout_id, load_engine(), record, verifier, positions, samples, on_policy
+        handle, run, rollout_id, load_engine(), record, verifier, positions, samples, on_policy, environment
     )
     return start(current, db, "resample", job)
 

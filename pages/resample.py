@@ -17,6 +17,7 @@ view = panels.compute_or_explain(shared.rollout_view, sel.db, sel.run, sel.group
 L = len(view.tokens)
 
 settings = data.settings()
+env, env_problem = resample_data.environment(info)
 used, no_model = data.rollout_model(sel.db, sel.run, sel.rollout)  # the rollout's step checkpoint
 model_dir = used["model"] if used else None
 # a model that cannot be loaded is said in place: the page still renders
@@ -27,6 +28,14 @@ if not settings.read_only:
     st.caption(
         "Click tokens in the heatmap to add them as positions (V̂(s_t) keeps y_<t and samples the rest)."
     )
+if env is not None and record.get("turns"):
+    st.caption(
+        f"Agent run: each suffix is the rest of the episode through the run's tool loop ({env.name}): the "
+        f"policy writes, the tool answers (its tokens untrained), up to {env.max_turns} turns; the whole "
+        "response is scored. Positions inside a tool's output are refused."
+    )
+elif env_problem:
+    st.warning(env_problem)
 # A click reruns the page with the clicked cell in the chart's state; the chosen positions are outlined.
 clicked = panels.new_click(keys.RESAMPLE_HEATMAP, n_rows=1)
 values = data.resample_values(sel.db, sel.run, sel.rollout)
@@ -38,7 +47,7 @@ if keys.RESAMPLE_POSITIONS not in st.session_state:
     st.session_state[keys.RESAMPLE_POSITIONS] = (
         [p for p in from_url if p < L]
         or stored
-        or resample_data.suggested_positions("entropy", view.tokens, entropies, 3)
+        or resample_data.suggested("entropy", record, view.tokens, entropies, 3, env)
     )
 if clicked is not None:
     st.session_state[keys.RESAMPLE_POSITIONS] = sorted({*st.session_state[keys.RESAMPLE_POSITIONS], clicked})
@@ -62,8 +71,8 @@ st.plotly_chart(
 
 def suggest(kind: str) -> None:
     entropies = view.token_info["entropy"].dropna().tolist() or None
-    st.session_state[keys.RESAMPLE_POSITIONS] = resample_data.suggested_positions(
-        kind, view.tokens, entropies, 5
+    st.session_state[keys.RESAMPLE_POSITIONS] = resample_data.suggested(
+        kind, record, view.tokens, entropies, 5, env
     )
     st.session_state[keys.RESAMPLE_SUGGESTED] = kind
 
@@ -132,6 +141,7 @@ else:
                 positions,
                 samples,
                 used["on_policy"],
+                env,
             )
             st.session_state[keys.RESAMPLE_JOB] = job
         except access.Refused as exc:

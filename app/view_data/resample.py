@@ -12,6 +12,8 @@ from backend.core.errors import InputError
 from backend.credit.main_channel import score_on as score_on
 from backend.models import engine_note as engine_note
 from backend.models import load_engine
+from backend.models.agent_resample import playable_positions
+from backend.models.environments import run_environment
 from backend.models.loading import check_model_dir
 from backend.models.resample import suggested_positions as suggested_positions
 
@@ -38,3 +40,21 @@ def model_folder_problem(model_dir: str | None) -> str | None:
     except InputError as exc:
         return f"The run's model cannot be loaded here: {exc}."
     return None
+
+
+def environment(info: dict):
+    """The run's environment (`backend.models.environments`: an agent run's suffixes then go through its
+    tool loop), or None; a name that does not load is None with the reason, said in place by the view."""
+    try:
+        return run_environment(info), None
+    except InputError as exc:
+        return None, f"The run's environment does not load here ({exc}); resampling uses the policy alone."
+
+
+def suggested(kind: str, record: dict, tokens: list[str], entropies, k: int, environment) -> list[int]:
+    """The view's suggested positions (`suggested_positions`) that can be resampled on this rollout: on an
+    agent rollout, none inside a tool's output (and without an environment, none before a tool's answer)."""
+    positions = suggested_positions(kind, tokens, entropies, k)
+    if not record.get("turns") and record.get("loss_mask") is None:
+        return positions
+    return playable_positions(positions, record, environment is not None)

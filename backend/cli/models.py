@@ -1,4 +1,5 @@
-"""`creditlens score` and `creditlens resample`: the model-backed commands."""
+"""`creditlens score`, `creditlens resample` and `creditlens environment`: the model-backed commands, and the
+agent environment they run (`backend.models.environments`)."""
 
 from __future__ import annotations
 
@@ -52,8 +53,35 @@ def add_commands(subparsers) -> None:
     p.add_argument(
         "--seed", type=int, default=0, help="sampling seed; the same seed draws the same suffixes (default 0)"
     )
-    p.add_argument("--json", action="store_true", help="print {positions, tokens, seconds} as JSON")
+    p.add_argument(
+        "--environment",
+        default=None,
+        help="an agent run's tool loop for the suffixes: calculator, or module:attribute (an Environment or "
+        "a list of tool functions); default: the run's (`creditlens environment`)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print {positions, tokens, seconds, samples} as JSON (each sample's transcript by turn)",
+    )
     p.set_defaults(func=cmd_resample)
+
+    p = subparsers.add_parser(
+        "environment",
+        help="the agent environment (tool loop) resampling and the teacher run for a run: show, set or clear",
+    )
+    add_db_arg(p)
+    p.add_argument("--run", required=True, help="run name (see `creditlens runs`)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
+        "--set",
+        default=None,
+        metavar="NAME",
+        help="calculator (the demo's), or module:attribute: an Environment or a list of plain Python "
+        "tool functions, as TRL's GRPOTrainer(tools=[...]) takes them",
+    )
+    which.add_argument("--clear", action="store_true", help="forget the run's environment")
+    p.set_defaults(func=cmd_environment)
 
 
 def _is_list(value) -> bool:
@@ -135,13 +163,13 @@ def parse_positions(text: str) -> list[int]:
 
 def cmd_resample(args) -> int:
     from backend.models import load_engine  # noqa: PLC0415 - heavy (torch); see backend/cli/__init__.py
-    from backend.models.resample import (  # noqa: PLC0415 - idem
+    from backend.models.agent_resample import (  # noqa: PLC0415 - idem
         check_agent_positions,
-        check_positions,
-        parse_suggestion,
         resamplable,
-        resample,
+        resample_tool_loop,
     )
+    from backend.models.environments import run_environment  # noqa: PLC0415 - idem
+    from backend.models.resample import check_positions, parse_suggestion, resample  # noqa: PLC0415 - idem
 
     # The store is opened only to read the rollout and to save the samples, so other readers are not
     # locked out while the model runs.
@@ -161,10 +189,12 @@ def cmd_resample(args) -> int:
     if args.samples < 1:
         raise InputError(f"--samples must be >= 1, got {args.samples}")
     get_verifier(verifier)  # an unknown name fails before any model is loaded
+    environment = run_environment(info, args.environment)  # an agent run's tool loop, or None
+    tool_loop = environment is not None and bool(rollout.get("turns"))
     token_ids = list(rollout["token_ids"])
     if args.positions is not None:  # refused before a model loads, multi-turn positions too
         positions = check_agent_positions(
-            check_positions(parse_positions(args.positions), len(token_ids)), rollout
+            check_positions(parse_positions(args.positions), len(token_ids)), rollout, tool_loop
         )
     engine = load_engine(
         choice.model_dir, engine=args.engine, device=args.device, allow_pickle=args.allow_pickle
@@ -178,7 +208,7 @@ def cmd_resample(args) -> int:
     if args.positions is None:
         entropies = rollout.get("entropies")
         positions = parse_suggestion(args.suggest, tokens, None if entropies is None else list(entropies))
-        positions = resamplable(positions, rollout)  # an agent run's: in its last assistant turn
+        positions = resamplable(positions, rollout, tool_loop)  # an agent run's: off the tool's tokens
     with tqdm(
         total=len(positions) * args.samples,
         desc="resampling",
@@ -192,33 +222,68 @@ def cmd_resample(args) -> int:
             bar.update(done - last[0])
             last[0] = done
 
-        result = resample(
-            engine,
-            prompt_ids,
-            token_ids,
-            positions,
+        common = dict(
             samples=args.samples,
             verifier=verifier,
             ground_truth=ground_truth,
-            max_new_tokens=args.max_new_tokens,
             temperature=args.temperature,
             top_p=args.top_p,
             seed=args.seed,
             progress=progress,
         )
+        if tool_loop:
+            turns = rollout["turns"]
+            result = resample_tool_loop(
+                engine, environment, prompt_ids, token_ids, turns, positions, **common
+            )
+        else:
+            result = resample(
+                engine, prompt_ids, token_ids, positions, max_new_tokens=args.max_new_tokens, **common
+            )
     with open_store(args.db) as store:
         store.save_resample(args.run, args.rollout, result.table().assign(on_policy=choice.on_policy))
     if args.json:
-        print(json.dumps({**result.to_json(), "model": choice.model_dir, "on_policy": choice.on_policy}))
+        out = {**result.to_json(), "model": choice.model_dir, "on_policy": choice.on_policy}
+        out["environment"] = environment.name if tool_loop else None
+        print(json.dumps({**out, "samples": [s.to_json() for s in result.samples]}))
         return 0
+    _print_resample(args, result, tokens, choice, engine.name, verifier, environment if tool_loop else None)
+    return 0
+
+
+def _print_resample(args, result, tokens, choice, engine_name: str, verifier: str, environment) -> None:
     print(
         f"rollout {args.rollout} of {args.run!r}: {len(result.samples)} suffixes, {result.tokens} tokens, "
-        f"{result.seconds:.2f}s ({engine.name}, verifier {verifier})"
+        f"{result.seconds:.2f}s ({engine_name}, verifier {verifier})"
     )
     print(f"model: {choice.why} [{choice.label}]")
+    if environment is not None:
+        calls = sum(t["role"] != "assistant" for s in result.samples for t in s.turns)
+        print(
+            f"through the run's tool loop ({environment.name}): {calls} tool answers in the suffixes "
+            "(--json gives each sample's transcript)"
+        )
     print(f"{'pos':>5} {'token':>8} {'V(s_t)':>8} {'stderr':>8} {'n':>4}")
     for p in result.positions:
         shown = repr(tokens[p.pos]) if p.pos < len(tokens) else "<end>"
         err = "-" if p.stderr != p.stderr else f"{p.stderr:.3f}"
         print(f"{p.pos:>5} {shown:>8} {p.value:>8.3f} {err:>8} {p.n:>4}")
+
+
+def cmd_environment(args) -> int:
+    from backend.models.environments import META_KEY, get_environment  # noqa: PLC0415 - idem
+
+    if args.set is not None:
+        environment = get_environment(args.set)  # a name that does not load is refused, nothing stored
+        with open_store(args.db) as store:
+            store.set_run_meta(args.run, META_KEY, args.set)
+        print(f"run {args.run!r}: environment {environment.name!r} (up to {environment.max_turns} turns)")
+        return 0
+    with open_store(args.db) as store:
+        if args.clear:
+            store.set_run_meta(args.run, META_KEY, None)
+        spec = store.run_info(args.run)["meta"].get(META_KEY)
+    print(
+        f"run {args.run!r}: " + (f"environment {spec!r}" if spec else "no environment (policy-only suffixes)")
+    )
     return 0

@@ -30,7 +30,8 @@ def add_commands(sub) -> None:
     p.add_argument(
         "--positions",
         default="steps",
-        help="steps, entropy:K or every:K (position 0 always; default steps)",
+        help="steps, turns (the start of every assistant turn of an agent run), entropy:K or every:K, or "
+        "several joined by commas (position 0 always; default steps)",
     )
     p.add_argument("--samples", type=int, default=16, help="suffixes per position, M (default 16)")
     p.add_argument(
@@ -43,6 +44,12 @@ def add_commands(sub) -> None:
         type=int,
         default=None,
         help="longest suffix in tokens (default: twice the run's longest response plus 16)",
+    )
+    p.add_argument(
+        "--environment",
+        default=None,
+        help="an agent run's tool loop for the suffixes: calculator, or module:attribute (an Environment or "
+        "a list of tool functions); default: the run's (`creditlens environment`)",
     )
     p.add_argument(
         "--ray",
@@ -132,6 +139,7 @@ def cmd_teacher(args) -> int:
         device=args.device,
         allow_pickle=args.allow_pickle,
         max_new_tokens=args.max_new_tokens,
+        environment=args.environment,
     )
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set())  # Ctrl-C: keep what is finished
@@ -172,6 +180,8 @@ def cmd_teacher(args) -> int:
             f"{report.tokens} tokens in {report.seconds:.1f}s ({report.engine}, "
             f"{report.workers} worker(s))"
         )
+        if report.environment:
+            print(f"  suffixes through the run's tool loop: environment {report.environment!r}")
         for step, used in report.models.items():
             print(f"  step {step}: {used['why']}")
     return 130 if report.cancelled and stop.is_set() else 0

@@ -30,9 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -40,6 +38,9 @@ import torch
 from backend.demo.rollouts import VERIFIER, rounded
 from backend.demo.task import make_problem, prompt_text, worked_lines
 from backend.demo.train import DEFAULT_OUT, step_folder
+from backend.models import tool_loop
+from backend.models.environments import CALCULATOR, calculator  # noqa: F401 - the demo's tool, named here
+from backend.models.tool_loop import Episode
 from backend.models.transformers_engine import TransformersEngine
 from backend.rewards import evaluate
 
@@ -59,87 +60,37 @@ WHY_NOT_TRL = (
     "TRL's loop would never call the tool. backend.demo.agent drives the same policy with a plain-text "
     "protocol it follows (its column lines, each answered by the calculator)."
 )
-MAX_TURNS = 5
-"""Assistant turns per episode at most (a two-digit sum needs 3: two columns and the answer)."""
-TURN_TOKENS = 32
-"""New tokens per assistant turn at most (a column line is about 16 characters)."""
-SUM = re.compile(r"(\d+(?:\+\d+)+)\s*=")
+ENVIRONMENT = CALCULATOR
+"""The episode's loop: the calculator answers each column line; `ENVIRONMENT.max_turns` (5) assistant turns
+at most (a two-digit sum needs 3), `ENVIRONMENT.turn_tokens` (32) new tokens per turn."""
+MAX_TURNS = ENVIRONMENT.max_turns
 
 
-def calculator(line: str) -> str:
-    """The tool's answer to an assistant line: the sum left of its `=`, or `error`."""
-    match = SUM.search(line)
-    value = sum(int(x) for x in match.group(1).split("+")) if match else "error"
-    return f"calc: {value}\n"
+def progress(a: int, b: int, lines: list[str]) -> float:
+    """The share of the problem's column lines written correctly in `lines` (the environment's score)."""
+    wanted = worked_lines(a, b)
+    written = {line.strip() for line in lines}
+    return round(sum(line in written for line in wanted) / len(wanted), 4)
 
 
-@dataclass(eq=False)  # identity: two episodes of a group start equal
-class Episode:
-    """One rollout being sampled: its context, its tokens and their turns."""
-
-    a: int
-    b: int
-    prompt_ids: list[int]
-    token_ids: list[int] = field(default_factory=list)
-    loss_mask: list[int] = field(default_factory=list)
-    turns: list[dict] = field(default_factory=list)
-    lines: list[str] = field(default_factory=list)
-    turn_rewards: list[float] = field(default_factory=list)
-    sampled: dict[int, float] = field(default_factory=dict)
-    """Position -> the logprob the policy sampled the token with (assistant tokens)."""
-    done: bool = False
-
-    def add(self, role: str, ids: list[int]) -> None:
-        start = len(self.token_ids)
-        self.token_ids += ids
-        self.loss_mask += [1 if role == "assistant" else 0] * len(ids)
-        self.turns.append({"role": role, "start": start, "end": start + len(ids)})
-
-    def progress(self) -> float:
-        """The share of the problem's column lines written correctly so far (the environment's score)."""
-        wanted = worked_lines(self.a, self.b)
-        written = {line.strip() for line in self.lines}
-        return round(sum(line in written for line in wanted) / len(wanted), 4)
+def turn_rewards(engine: TransformersEngine, episode: Episode) -> list[float]:
+    """One per assistant turn: the progress after it, and the task score after the last."""
+    a, b = episode.tag
+    task = evaluate(engine.decode(episode.token_ids), a + b, verifier=VERIFIER).scores["task"]
+    lines = episode.lines
+    return [progress(a, b, lines[: k + 1]) for k in range(len(lines) - 1)] + [float(task)]
 
 
 def run_episodes(
     engine: TransformersEngine, problems: list[tuple[int, int]], group: int, seed: int
 ) -> list[Episode]:
-    """`group` episodes per problem, every live episode's next assistant turn sampled in one batch."""
-    newline = engine.encode("\n")[0]
-    episodes = [Episode(a, b, engine.encode(prompt_text(a, b))) for a, b in problems for _ in range(group)]
-    for turn in range(MAX_TURNS):
-        live = [e for e in episodes if not e.done]
-        if not live:
-            break
-        samples = engine.generate(
-            [e.prompt_ids + e.token_ids for e in live],
-            n=1,
-            max_new_tokens=TURN_TOKENS,
-            temperature=1.0,
-            prefix_seeds=[seed + episodes.index(e) * 100 + turn for e in live],
-        )
-        for episode, sample in zip(live, samples, strict=True):
-            ids = sample.token_ids
-            ended = newline not in ids  # the end token (or the turn's budget) came before a newline
-            if newline in ids:
-                ids = ids[: ids.index(newline) + 1]
-            line = engine.decode(ids)
-            episode.sampled.update(
-                {len(episode.token_ids) + k: lp for k, lp in enumerate(sample.logprobs[: len(ids)])}
-            )
-            episode.add("assistant", ids)
-            episode.lines.append(line)
-            final = ended or "####" in line or turn == MAX_TURNS - 1
-            room = engine.max_positions - len(episode.prompt_ids) - len(episode.token_ids) - TURN_TOKENS - 12
-            if final or room < 0:
-                episode.done = True
-                task = evaluate(engine.decode(episode.token_ids), episode.a + episode.b, verifier=VERIFIER)
-                episode.turn_rewards.append(float(task.scores["task"]))
-            else:
-                episode.turn_rewards.append(episode.progress())
-                episode.add("tool", engine.encode(calculator(line)))
-    return episodes
+    """`group` episodes per problem through the tool loop (`backend.models.tool_loop`), every live episode's
+    next assistant turn sampled in one batch; episode i's turn k draws with seed `seed + 100 i + k`."""
+    episodes = [
+        Episode(engine.encode(prompt_text(a, b)), seed + i * 100, tag=(a, b))
+        for i, (a, b) in enumerate(p for p in problems for _ in range(group))
+    ]
+    return tool_loop.run_episodes(engine, episodes, ENVIRONMENT)
 
 
 def records_of(
@@ -160,10 +111,11 @@ def records_of(
     for i, (e, own, base) in enumerate(zip(episodes, scored, ref_scored, strict=True)):
         gap = max([gap] + [abs(float(own.logprobs[t]) - lp) for t, lp in e.sampled.items()])
         response = engine.decode(e.token_ids)
-        task = evaluate(response, e.a + e.b, verifier=VERIFIER).scores["task"]
+        a, b = e.tag
+        task = evaluate(response, a + b, verifier=VERIFIER).scores["task"]
         records.append(
             {
-                "prompt": prompt_text(e.a, e.b),
+                "prompt": prompt_text(a, b),
                 "response": response,
                 "group": step * 1000 + i // group,
                 "step": step,
@@ -176,8 +128,8 @@ def records_of(
                 "rewards": {"task": float(task)},
                 "loss_mask": e.loss_mask,
                 "turns": e.turns,
-                "turn_rewards": e.turn_rewards,
-                "meta": {"ground_truth": e.a + e.b, "operands": [e.a, e.b], "checkpoint": checkpoint},
+                "turn_rewards": turn_rewards(engine, e),
+                "meta": {"ground_truth": a + b, "operands": [a, b], "checkpoint": checkpoint},
             }
         )
     return records, gap
@@ -228,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
         on_policy_evidence=f"max |scored - sampled logprob| on the assistant tokens per step: {gaps}",
         sampled=f"python -m backend.demo.agent (defaults), {seconds:.0f} s on 2 shared CPU cores",
         why_not_trl=WHY_NOT_TRL,
+        environment=ENVIRONMENT.name,
     )
     args.out.with_suffix(".json").write_text(json.dumps(manifest, indent=1) + "\n")
     print(f"wrote {len(records)} rollouts to {args.out} in {seconds:.0f}s")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from backend.ingest import import_path
+from backend.models.environments import META_KEY as ENVIRONMENT_KEY
 from backend.models.teacher import JOB
 from backend.models.teacher_file import read_teacher_file
 from backend.store import Store
@@ -21,7 +22,8 @@ SAMPLE_DIR = Path(__file__).resolve().parents[2] / "sample_runs"
 
 def bundled_manifests(sample_dir: Path = SAMPLE_DIR) -> list[dict]:
     """The bundled runs: every `sample_runs/*.json` manifest {run, file, model, verifier, source}, and
-    `checkpoints` (step -> the folder of the checkpoint that sampled it) where the run ships them."""
+    `checkpoints` (step -> the folder of the checkpoint that sampled it) where the run ships them, and
+    `environment` (`backend.models.environments`) for an agent run whose tool loop Credit Lens can run."""
     out = []
     for manifest in sorted(sample_dir.glob("*.json")):
         spec = json.loads(manifest.read_text())
@@ -51,6 +53,8 @@ def import_bundled(store: Store, quiet: bool = False) -> list[str]:
             verifier=spec.get("verifier"),
             source=spec.get("source", "bundled sample"),
         )
+        if spec.get("environment"):  # resampling and the teacher then run the run's tool loop
+            store.set_run_meta(spec["run"], ENVIRONMENT_KEY, spec["environment"])
         if spec.get("checkpoints"):  # the model jobs then sample each rollout from its own step's policy
             report.notes.append(
                 attach_from_spec(store, spec["run"], ModelSpec(spec["model"], spec["checkpoints"]))

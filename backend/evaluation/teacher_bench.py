@@ -164,7 +164,9 @@ def teacher_bench(
     lengths = dict(zip(ids, batch.lengths.tolist(), strict=True))
     outcomes = dict(zip(ids, batch.scores[outcome_channel].to(torch.float64).tolist(), strict=True))
     group_of = dict(zip(ids, batch.group_ids.tolist(), strict=True))
-    segments = teacher_segments(values, lengths, outcomes, group_of)
+    masks = None if batch.loss_mask is None else batch.loss_mask.cpu().numpy()  # (B, T) bool
+    loss_masks = None if masks is None else {r: masks[i, : lengths[r]] for i, r in enumerate(ids)}
+    segments = teacher_segments(values, lengths, outcomes, group_of, loss_masks)
     with handle.read() as store:
         table_of_steps = calibration(store, run, outcomes)
     if steps is not None:

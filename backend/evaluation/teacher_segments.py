@@ -63,8 +63,8 @@ DEFINITIONS = {
     "(higher is better; chance 0)",
     "ranking_accuracy": "share of segment pairs in a rollout ordered as the teacher orders them "
     "(higher is better; chance 0.5)",
-    "ranking_accuracy_per_token": "ranking_accuracy on per-token means (segment sum / length): segment "
-    "length cannot win it (higher is better; chance 0.5)",
+    "ranking_accuracy_per_token": "ranking_accuracy on per-token means (segment sum / its trained tokens): "
+    "segment length cannot win it (higher is better; chance 0.5)",
     "sign_accuracy": "share of clearly non-zero MC segments (|Δ| > 2 se) whose sign the estimator gets "
     "(higher is better; chance 0.5)",
     "sign_accuracy_wilson": "sign_accuracy where a position whose M suffixes all agree has the Wilson "
@@ -128,6 +128,9 @@ class Segments:
     """(S,) the stderr of Δ with `fair_metrics.wilson_se` at each position (None without suffix counts)."""
     group_of: dict[int, int] = field(default_factory=dict)
     """rollout id -> group id, for the `_se_group` stderrs (a rollout missing here is its own group)."""
+    trained: np.ndarray | None = None
+    """(S,) the segment's trained tokens (its length without an agent run's tool tokens, which no estimator
+    credits); None: every token is trained."""
 
     @cached_property
     def pairs(self) -> fair.BlockPairs:
@@ -140,9 +143,11 @@ def teacher_segments(
     lengths: dict[int, int],
     outcomes: dict[int, float],
     group_of: dict[int, int] | None = None,
+    loss_masks: dict[int, np.ndarray] | None = None,
 ) -> Segments:
     """values: rows (rollout_id, pos, value, stderr) from `Store.resample_values`; lengths, outcomes and
-    groups by rollout id. Positions at or past a response's end are ignored."""
+    groups by rollout id; loss_masks: an agent run's (L,) masks by rollout id (the per-token metric divides a
+    segment's sum by its trained tokens). Positions at or past a response's end are ignored."""
     cols: dict[str, list] = {
         k: [] for k in ("rollout", "start", "end", "delta", "delta_se", "index", "delta_se_wilson")
     }
@@ -176,7 +181,13 @@ def teacher_segments(
             first_dead = int(np.flatnonzero(v <= 0)[0])  # v[-1] = R <= 0, so there is one
             critical[rid] = first_dead - 1
     arrays = {k: np.asarray(v) for k, v in cols.items()}
-    return Segments(critical=critical, n_positions=n_positions, group_of=dict(group_of or {}), **arrays)
+    trained = None
+    if loss_masks is not None:  # a tool turn in a segment would lower its per-token mean by its length alone
+        spans = zip(arrays["rollout"], arrays["start"], arrays["end"], strict=True)
+        trained = np.array([int(np.sum(loss_masks[int(r)][a:b])) for r, a, b in spans], dtype=np.int64)
+    return Segments(
+        critical=critical, n_positions=n_positions, group_of=dict(group_of or {}), trained=trained, **arrays
+    )
 
 
 def segment_sums(segments: Segments, advantages: dict[int, np.ndarray]) -> np.ndarray:
@@ -192,7 +203,7 @@ def per_rollout_metrics(segments: Segments, sums: np.ndarray) -> pd.DataFrame:
     has nothing to judge)."""
     pairs = segments.pairs
     d = segments.delta
-    lengths = np.maximum(1, segments.end - segments.start)
+    lengths = np.maximum(1, segments.end - segments.start if segments.trained is None else segments.trained)
     sign_wilson = (
         pairs.sign_hits(d, sums, segments.delta_se_wilson)
         if segments.delta_se_wilson is not None

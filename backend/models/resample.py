@@ -9,6 +9,8 @@ All positions × M samples go to the engine in one `generate` call (the engine b
 cost is a few batched decoding passes rather than positions × M sequential ones. A progress callback
 and a cancel check are passed through; a cancelled run keeps every finished sample and reports the
 positions it reached with their smaller n.
+
+A stored rollout, and an agent run's episodes through its tool loop: `backend.models.agent_resample`.
 """
 
 from __future__ import annotations
@@ -53,6 +55,13 @@ class SuffixSample:
     suffix_ids: list[int]
     suffix_text: str
     reward: float
+    turns: list[dict] = field(default_factory=list)
+    """The suffix's transcript through a tool loop: {role, text} per turn (the tool's answers included);
+    empty for a policy-only suffix."""
+
+    def to_json(self) -> dict:
+        out = {"pos": self.pos, "sample_idx": self.sample_idx, "seed": self.seed, "reward": self.reward}
+        return {**out, "suffix_text": self.suffix_text, "turns": self.turns}
 
 
 @dataclass
@@ -112,72 +121,6 @@ def check_positions(positions: Sequence[int], length: int) -> list[int]:
     if not out:
         raise InputError("no positions to resample; give --positions or --suggest")
     return out
-
-
-def untrained_spans(rollout: dict) -> list[tuple[str, int, int]]:
-    """The rollout's untrained turns as (role, start, end): its turns whose tokens the loss mask drops all
-    of (or, without a mask, every turn not the assistant's); without turns, the mask's runs of 0."""
-    mask, turns = rollout.get("loss_mask"), rollout.get("turns")
-    if turns:
-        return [
-            (t["role"], int(t["start"]), int(t["end"]))
-            for t in turns
-            if (t["role"] != "assistant" if mask is None else not any(mask[t["start"] : t["end"]]))
-        ]
-    if mask is None:
-        return []
-    spans, start = [], None
-    for t, trained in enumerate(list(mask) + [True]):
-        if not trained and start is None:
-            start = t
-        elif trained and start is not None:
-            spans.append(("untrained", start, t))
-            start = None
-    return spans
-
-
-def agent_position_problem(pos: int, spans: Sequence[tuple[str, int, int]]) -> str | None:
-    """Why suffix resampling cannot value position `pos` of a multi-turn response (None: it can). The sampler
-    continues the response with the policy alone: a position on a tool's or the environment's tokens asks
-    the policy to write text it never wrote, and a position before such a turn asks it to write past the
-    point where the tool or environment answered, which no sampler here can call."""
-    for role, start, end in spans:
-        if start <= pos < end:
-            return (
-                f"position {pos} is on the {role} turn's tokens [{start}, {end}): not the policy's text "
-                "(not trained), so no policy suffix from it stands for this rollout"
-            )
-    later = [(role, start, end) for role, start, end in spans if start > pos]
-    if later:
-        role, start, end = later[0]
-        first = max(end for _, _, end in spans)
-        return (
-            f"position {pos}: its suffix would need the {role}'s answer at [{start}, {end}), which sampling "
-            f"from the policy cannot give (no {role} is called); positions from {first} on (after the last "
-            "untrained turn) can be resampled"
-        )
-    return None
-
-
-def check_agent_positions(positions: Sequence[int], rollout: dict) -> list[int]:
-    """`positions` unchanged when every one can be resampled on this (multi-turn) rollout; otherwise an
-    InputError naming each refused position and why (`agent_position_problem`)."""
-    spans = untrained_spans(rollout)
-    problems = [p for p in (agent_position_problem(int(t), spans) for t in positions) if p]
-    if problems:
-        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-        raise InputError(f"rollout {rollout.get('rollout_id')}: " + "; ".join(problems[:3]) + more)
-    return list(positions)
-
-
-def resamplable(positions: Sequence[int], rollout: dict) -> list[int]:
-    """The suggested `positions` that can be resampled on this rollout (`agent_position_problem`); an
-    InputError with the first one's reason when none can."""
-    spans = untrained_spans(rollout)
-    kept = [int(t) for t in positions if agent_position_problem(int(t), spans) is None]
-    if positions and not kept:
-        check_agent_positions(positions[:1], rollout)
-    return kept
 
 
 def resample(
@@ -288,43 +231,6 @@ def parse_suggestion(spec: str, tokens: Sequence[str], entropies: Sequence[float
             )
         return suggest_entropy(entropies, count)
     raise InputError(f"--suggest {spec!r}: choose entropy:K or steps")
-
-
-def resample_rollout(
-    engine,
-    rollout: dict,
-    verifier: str | None,
-    positions: list[int],
-    samples: int,
-    progress=None,
-    cancel=None,
-    seed: int = 0,
-):
-    """Suffix resampling of one stored rollout (the dict `Store.rollout` returns) with a loaded engine.
-
-    Returns the `ResampleResult` (a cancelled run keeps its finished samples).
-    """
-    verifier = verifier or "answer_match"
-    truth = rollout.get("ground_truth")
-    if truth is None:
-        truth = (rollout.get("meta") or {}).get("ground_truth")
-    if truth is None and ":" not in verifier:
-        raise InputError(f"rollout {rollout.get('rollout_id')} has no ground truth for verifier {verifier!r}")
-    positions = check_agent_positions(positions, rollout)
-    prompt_ids = rollout.get("prompt_ids")
-    prompt_ids = list(prompt_ids) if prompt_ids is not None else engine.encode(rollout.get("prompt") or "")
-    return resample(
-        engine,
-        prompt_ids,
-        list(rollout["token_ids"]),
-        positions,
-        samples=samples,
-        verifier=verifier,
-        ground_truth=truth,
-        seed=seed,
-        progress=progress,
-        cancel=cancel,
-    )
 
 
 def suggested_positions(kind: str, tokens: list[str], entropies, k: int = 5) -> list[int]:

@@ -21,71 +21,31 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from backend.core.errors import InputError
+from backend.models.environments import META_KEY as ENVIRONMENT_KEY
+from backend.models.environments import get_environment
 from backend.models.factory import load_engine, vllm_usable
 from backend.models.resample import (
     ResampleResult,
     SuffixSample,
     position_values,
-    suggest_entropy,
-    suggest_steps,
 )
+from backend.models.teacher_agent import value_episodes
 from backend.models.teacher_file import TEACHER_COLUMNS, read_teacher_file  # noqa: F401 - moved; old name
+from backend.models.teacher_plan import (  # noqa: F401 - the plan's names, also read from here
+    JOB,
+    SEED_STRIDE,
+    TeacherTask,
+    pick_rollouts,
+    plan_teacher,
+    teacher_positions,
+)
 from backend.rewards import get_verifier, run_verifier
 from backend.store.checkpoints import choices_for
 
-JOB = "teacher"
-SEED_STRIDE = 1_000_003
-"""Rollout r samples with seed `seed + r * SEED_STRIDE` (+ prefix_index * M + sample_index inside)."""
 WRITE_EVERY_SECONDS = 2.0
 
 Progress = Callable[[int, int], None]
-
-
-# ---- plan -----------------------------------------------------------------------------------------------
-def teacher_positions(
-    spec: str, tokens: Sequence[str], entropies: Sequence[float] | None, length: int
-) -> list[int]:
-    """Positions t (0 <= t < L) of one response to value: `steps` (position 0 and each line start),
-    `entropy:K` (position 0 and the K highest-entropy tokens) or `every:K` (0, K, 2K, ...)."""
-    kind, _, arg = spec.partition(":")
-    if kind == "steps" and not arg:
-        out = suggest_steps(list(tokens))
-    elif kind in ("entropy", "every"):
-        try:
-            k = int(arg)
-        except ValueError:
-            raise InputError(f"--positions {spec!r}: expected {kind}:K with an integer K") from None
-        if k < 1:
-            raise InputError(f"--positions {spec!r}: K must be >= 1")
-        if kind == "every":
-            out = list(range(0, length, k))
-        else:
-            if entropies is None or not len(entropies):
-                raise InputError(
-                    "--positions entropy:K needs entropies; fill them with "
-                    "`creditlens score --run RUN --model DIR` first"
-                )
-            out = [0, *suggest_entropy(list(entropies)[:length], k)]
-    else:
-        raise InputError(f"--positions {spec!r}: choose steps, entropy:K or every:K")
-    return sorted({int(p) for p in out if 0 <= int(p) < length})
-
-
-@dataclass(frozen=True)
-class TeacherTask:
-    """One rollout to value: what a worker needs, and nothing from the store."""
-
-    rollout_id: int
-    prompt_ids: tuple[int, ...] | None
-    prompt: str
-    token_ids: tuple[int, ...]
-    positions: tuple[int, ...]
-    ground_truth: Any
-    seed: int
-    step: int = 0
 
 
 @dataclass(frozen=True)
@@ -105,59 +65,8 @@ class TeacherSettings:
     top_p: float = 1.0
     chunk_rows: int = 256
     """Suffixes per engine call: rollouts are grouped until their positions x M reach this."""
-
-
-def pick_rollouts(rollout_ids: Sequence[int], count: int | None) -> list[int]:
-    """`count` rollouts spread evenly over the run (every rollout when None or >= the run's size)."""
-    ids = sorted(int(r) for r in rollout_ids)
-    if count is None or count >= len(ids):
-        return ids
-    if count < 1:
-        raise InputError(f"--rollouts must be >= 1 or 'all', got {count}")
-    picks = np.unique(np.linspace(0, len(ids) - 1, count).round().astype(np.int64))
-    return [ids[i] for i in picks]
-
-
-def plan_teacher(
-    store, run: str, *, rollouts: int | None, positions: str, seed: int, verifier: str
-) -> tuple[list[TeacherTask], int]:
-    """Tasks for the chosen rollouts that have no teacher rows yet; also the number chosen in all."""
-    chosen = pick_rollouts(store.rollout_index(run)["rollout_id"].tolist(), rollouts)
-    done = store.job_rollouts(run, JOB)
-    tasks = []
-    for rid in chosen:
-        if rid in done:
-            continue
-        row = store.rollout(run, rid)
-        token_ids = [int(t) for t in row["token_ids"]]
-        truth = row.get("ground_truth")
-        if truth is None:
-            truth = (row.get("meta") or {}).get("ground_truth")
-        if truth is None and ":" not in verifier:
-            raise InputError(
-                f"run {run!r} rollout {rid}: no ground truth (meta.ground_truth) for verifier {verifier!r}"
-            )
-        tokens = list(row["tokens"]) if row.get("tokens") is not None else [""] * len(token_ids)
-        entropies = row.get("entropies")
-        where = teacher_positions(
-            positions, tokens, None if entropies is None else list(entropies), len(token_ids)
-        )
-        if not where:
-            continue  # an empty response has nothing to value
-        prompt_ids = row.get("prompt_ids")
-        tasks.append(
-            TeacherTask(
-                rollout_id=rid,
-                prompt_ids=None if prompt_ids is None else tuple(int(t) for t in prompt_ids),
-                prompt=row.get("prompt") or "",
-                token_ids=tuple(token_ids),
-                positions=tuple(where),
-                ground_truth=truth,
-                seed=int(seed) + rid * SEED_STRIDE,
-                step=int(row.get("step") or 0),
-            )
-        )
-    return tasks, len(chosen)
+    environment: str | None = None
+    """An agent run's environment (`backend.models.environments`): suffixes go through its tool loop."""
 
 
 # ---- a chunk of rollouts ---------------------------------------------------------------------------------
@@ -183,8 +92,11 @@ def value_rollouts(
 
     Position k of a rollout samples with seeds `task.seed + k * M + j`, which is what
     `resample(..., seed=task.seed)` uses for that rollout alone, so grouping rollouts changes no seed.
-    A result whose samples were not all drawn (cancelled) has `cancelled=True`.
+    A result whose samples were not all drawn (cancelled) has `cancelled=True`. An agent run's rollouts
+    with an environment go through its tool loop (`teacher_agent.value_episodes`).
     """
+    if settings.environment and any(task.turns for task in tasks):
+        return value_episodes(engine, tasks, settings, cancel)
     M = settings.samples
     prefixes, seeds, owner = [], [], []
     for i, task in enumerate(tasks):
@@ -229,6 +141,16 @@ def value_rollouts(
     ]
 
 
+def with_environment(store, run: str, settings: TeacherSettings) -> TeacherSettings:
+    """`settings` with the run's environment when they name none (its meta's), checked to load."""
+    if settings.environment is None:
+        spec = store.run_info(run)["meta"].get(ENVIRONMENT_KEY)
+        settings = TeacherSettings(**{**asdict(settings), "environment": spec})
+    if settings.environment:
+        get_environment(settings.environment)  # one that does not load fails before any model
+    return settings
+
+
 def load_settings_engine(settings: TeacherSettings, cpu_threads: int | str | None = "auto"):
     # cpu_threads is a transformers setting; "auto" on a GPU machine with vLLM loads vLLM instead.
     transformers = settings.engine == "transformers" or (
@@ -262,6 +184,8 @@ class TeacherReport:
     models: dict[int, dict] = field(default_factory=dict)
     """Per step of the rollouts valued now: {model, on_policy, why}
     (`backend.store.checkpoints.ModelChoice`)."""
+    environment: str | None = None
+    """The agent environment whose tool loop the suffixes went through (None: the policy alone)."""
 
     def to_json(self) -> dict:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
@@ -298,8 +222,15 @@ def run_teacher(
     if settings.samples < 1:
         raise InputError(f"--samples must be >= 1, got {settings.samples}")
     with handle.read() as store:
+        settings = with_environment(store, run, settings)
         tasks, chosen = plan_teacher(
-            store, run, rollouts=rollouts, positions=positions, seed=seed, verifier=settings.verifier
+            store,
+            run,
+            rollouts=rollouts,
+            positions=positions,
+            seed=seed,
+            verifier=settings.verifier,
+            tool_loop=bool(settings.environment),
         )
         if settings.max_new_tokens is None:
             # One budget for the whole run (twice its longest response, plus 16), whatever --rollouts
@@ -310,6 +241,7 @@ def run_teacher(
         choices = choices_for(store, run, {t.step for t in tasks}, named)
     report = TeacherReport(chosen, chosen - len(tasks), 0, 0, 0, 0, 0.0, 1, settings.engine)
     report.models = {step: choice.to_json() for step, choice in choices.items()}
+    report.environment = settings.environment
     if not tasks:
         return report
     start = time.perf_counter()

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from backend.demo import agent
 from backend.demo.agent import calculator
 from backend.estimators import registry
 from backend.store import Store, StoreHandle, turn_sql
@@ -131,3 +132,15 @@ def test_rollouts_table_splits_the_credit_by_turn_as_the_tokens_do(bundled_db):
             want.append(own.loc[called & (own["role"] == "assistant"), "abs_share"].sum())
             assert final_rows.loc[rid, shares].to_numpy(dtype=float) == pytest.approx(want, abs=1e-6)
     assert "turn_share_first" not in explorer.table_columns(handle, "demo", query)
+
+
+def test_the_tool_loop_driver_reproduces_the_shipped_run(tmp_path):
+    """backend.demo.agent samples through backend.models.tool_loop, the loop resampling and the teacher
+    continue episodes with: its first step is the shipped run's, token for token."""
+    out = tmp_path / "agent.jsonl"
+    agent.main(["--steps", "1", "--out", str(out)])
+    made = [json.loads(line) for line in out.open()]
+    shipped = [json.loads(line) for line in SAMPLE.open()][: len(made)]
+    assert len(made) == 24
+    assert made == shipped
+    assert json.loads(out.with_suffix(".json").read_text())["environment"] == "calculator"

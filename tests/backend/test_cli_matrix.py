@@ -40,6 +40,7 @@ SKIPPED = {
     "init": "writes the store by design (creates it and imports the bundled runs)",
     "import": "writes the store by design (the fixture runs below go through it)",
     "delete": "writes the store by design",
+    "environment": "writes the run's meta with --set/--clear (tests/backend/models/test_resample_tools.py)",
     "score": "needs the policy model: fills logprobs and entropies (a model job, written to the store)",
     "resample": "needs the policy model and samples suffixes (long work, written to the store)",
     "model-credit": "needs the policy model (long work, written to the store)",

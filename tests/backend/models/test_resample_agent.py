@@ -1,14 +1,21 @@
-"""Suffix resampling on a multi-turn response (issue 44): a position on a tool's tokens, or one whose suffix
-would have to run past a tool's answer, is refused with the reason; positions in the last assistant turn
-are resampled. On the bundled agent run's rollout 31: assistant [0, 6), tool [6, 14), assistant [14, 41),
-tool [41, 53), assistant [53, 66)."""
+"""Suffix resampling on a multi-turn response. Without the run's environment, a position on a tool's tokens,
+or one whose suffix would have to run past a tool's answer, is refused with the reason; positions in the
+last assistant turn are resampled. With it (the bundled agent run names the demo's calculator), positions
+inside a tool's output are refused and every other position continues the episode through the tool loop
+(tests/backend/models/test_resample_tools.py). On the bundled agent run's rollout 31: assistant [0, 6),
+tool [6, 14), assistant [14, 41), tool [41, 53), assistant [53, 66)."""
 
 from __future__ import annotations
 
 import pytest
 
 from backend.core.errors import InputError
-from backend.models.resample import check_agent_positions, resamplable, resample_rollout, untrained_spans
+from backend.models.agent_resample import (
+    check_agent_positions,
+    resamplable,
+    resample_rollout,
+    untrained_spans,
+)
 from backend.store import Store
 from tests.conftest import run_cli_here
 
@@ -58,4 +65,5 @@ def test_cli_refuses_a_tool_position_before_loading_a_model(bundled_db):
         "--samples", "2", "--json",
     )  # fmt: skip
     assert done.returncode == 2
-    assert "position 44 is on the tool turn's tokens [41, 53)" in done.stderr
+    assert "position 44 is inside the tool's output [41, 53)" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
