@@ -12,6 +12,7 @@ from backend.core.errors import InputError
 from backend.credit import as_trained, main_channel
 from backend.credit.token_rows import TOKEN_ROWS_SCHEMA, estimate_config, token_tables
 from backend.estimators import registry
+from backend.models import attribution_run
 from backend.monitor import compare_runs as run_comparison
 from backend.monitor import config as monitor_config
 from backend.monitor import monitors as monitor
@@ -268,3 +269,32 @@ class Run:
             self.handle, self.name, estimator, self._explorer_config(estimator, params, channel), settings
         )
         return pd.DataFrame([a.as_dict() for a in report.alerts])
+
+    def attribution(
+        self,
+        rollout: int,
+        pos: int,
+        *,
+        scope: str = "group",
+        estimator: str | None = None,
+        model: str | None = None,
+        device: str | None = None,
+        lr: float | None = None,
+    ) -> dict:
+        """Whose credit moved token `pos` of `rollout` (`creditlens attribution --json`): the step, the
+        model, the trainer's settings used, `predicted_delta` (first-order Δ log π of the token after its
+        step's update) and `shares`, a DataFrame with one row per token of the group (`scope="step"`: of the
+        step): rollout_id, pos, token, trained, advantage, coefficient, inner, share (they sum to
+        predicted_delta)."""
+        result = attribution_run.attribute(
+            self.handle,
+            self.name,
+            rollout,
+            pos,
+            scope=scope,
+            estimator=estimator,
+            model=model,
+            device=device,
+            lr=lr,
+        )
+        return {**result.to_json(), "shares": result.shares}

@@ -47,7 +47,9 @@ def load_policy(model_dir: str | os.PathLike, device: str | None = None) -> torc
     Eager attention because the forward-mode pass needs every op's derivative, and PyTorch's fused
     scaled-dot-product kernels on CPU have none (torch 2.13: NotImplementedError)."""
     from transformers import AutoModelForCausalLM  # noqa: PLC0415 - ~2 s to import: only when used
+    from transformers.utils import logging as hf_logging  # noqa: PLC0415 - idem
 
+    hf_logging.disable_progress_bar()  # the commands' output is theirs
     folder = check_model_dir(model_dir)
     try:
         model = AutoModelForCausalLM.from_pretrained(
