@@ -35,7 +35,7 @@ import torch
 from scipy import stats
 
 from backend.models import attribution
-from backend.models.attribution_run import load_policy
+from backend.models.attribution import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 

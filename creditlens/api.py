@@ -12,12 +12,12 @@ from backend.core.errors import InputError
 from backend.credit import as_trained, main_channel
 from backend.credit.token_rows import TOKEN_ROWS_SCHEMA, estimate_config, token_tables
 from backend.estimators import registry
-from backend.models import attribution_run
 from backend.monitor import compare_runs as run_comparison
 from backend.monitor import config as monitor_config
 from backend.monitor import monitors as monitor
 from backend.store import StoreHandle, store_handle
 from backend.store.runs import RUN_FIELDS
+from backend.views import attribution as attribution_view
 from backend.views import compare_runs, explain, explorer, turns
 
 # Errors name what a Python user wrote: keyword arguments, not the command line's `--set` and `--channel`.
@@ -286,7 +286,7 @@ class Run:
         step's update) and `shares`, a DataFrame with one row per token of the group (`scope="step"`: of the
         step): rollout_id, pos, token, trained, advantage, coefficient, inner, share (they sum to
         predicted_delta)."""
-        result = attribution_run.attribute(
+        result = attribution_view.attribute(
             self.handle,
             self.name,
             rollout,

@@ -6,7 +6,7 @@ import numpy as np
 import streamlit as st
 
 from app import data
-from backend.models.attribution_run import Attribution, attribute
+from backend.views.attribution import Attribution, attribute
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

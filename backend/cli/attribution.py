@@ -47,7 +47,7 @@ def add_commands(sub) -> None:
 
 
 def cmd_attribution(args) -> int:
-    from backend.models.attribution_run import attribute  # noqa: PLC0415 - heavy (torch, transformers)
+    from backend.views.attribution import attribute  # noqa: PLC0415 - heavy (torch, transformers)
 
     result = attribute(
         store_handle(args.db),

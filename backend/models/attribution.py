@@ -17,11 +17,41 @@ returns its per-token values flat, row-major over the response tokens (row 0's t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch.func import functional_call, jvp
+
+from backend.core.errors import InputError
+from backend.models.loading import check_model_dir
+from backend.models.transformers_engine import pick_device
+
+
+def load_policy(model_dir: str | os.PathLike, device: str | None = None) -> torch.nn.Module:
+    """The policy in float32 with eager attention, in eval mode (no dropout), under the safe-loading rules.
+
+    Eager attention because the forward-mode pass needs every op's derivative, and PyTorch's fused
+    scaled-dot-product kernels on CPU have none (torch 2.13: NotImplementedError)."""
+    from transformers import AutoModelForCausalLM  # noqa: PLC0415 - ~2 s to import: only when used
+    from transformers.utils import logging as hf_logging  # noqa: PLC0415 - idem
+
+    hf_logging.disable_progress_bar()  # the commands' output is theirs
+    folder = check_model_dir(model_dir)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            folder.path,
+            local_files_only=True,
+            trust_remote_code=False,
+            use_safetensors=folder.use_safetensors,
+            dtype=torch.float32,
+            attn_implementation="eager",
+        )
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputError(f"cannot load model folder {str(model_dir)!r}: {str(exc).splitlines()[0]}") from exc
+    return model.to(pick_device(device)).eval()
+
 
 LOSS_TYPES = ("dapo", "bnpo", "cispo", "vespo", "grpo", "sapo", "dr_grpo")
 """TRL 1.16's loss types whose normalisation `loss_weights` knows."""

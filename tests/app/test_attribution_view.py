@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 from app import keys
-from backend.models.attribution_run import attribute
 from backend.store import store_handle
+from backend.views.attribution import attribute
 from tests.app.conftest import open_app, open_tab
 
 TAB = "Whose credit moved this token"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import creditlens
-from backend.models.attribution_run import trainer_setup
+from backend.views.attribution import trainer_setup
 from tests.conftest import run_cli_here
 
 

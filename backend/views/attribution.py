@@ -18,7 +18,6 @@ momentum, gradient clipping, several optimizer steps per batch and the schedule'
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,38 +30,14 @@ from backend.credit import as_trained
 from backend.credit.estimates import estimate_rollouts
 from backend.credit.token_rows import estimate_config
 from backend.models import attribution
+from backend.models.attribution import load_policy
 from backend.models.engine import start_token_id
-from backend.models.loading import check_model_dir
-from backend.models.transformers_engine import cpu_threads, pick_device
+from backend.models.transformers_engine import cpu_threads
 from backend.store import StoreHandle, checkpoints
 from backend.store.model_credit_queries import rollout_tokens
 
 SCOPES = ("group", "step")
 DEFAULT_LOSS_TYPE = "dapo"
-
-
-def load_policy(model_dir: str | os.PathLike, device: str | None = None) -> torch.nn.Module:
-    """The policy in float32 with eager attention, in eval mode (no dropout), under the safe-loading rules.
-
-    Eager attention because the forward-mode pass needs every op's derivative, and PyTorch's fused
-    scaled-dot-product kernels on CPU have none (torch 2.13: NotImplementedError)."""
-    from transformers import AutoModelForCausalLM  # noqa: PLC0415 - ~2 s to import: only when used
-    from transformers.utils import logging as hf_logging  # noqa: PLC0415 - idem
-
-    hf_logging.disable_progress_bar()  # the commands' output is theirs
-    folder = check_model_dir(model_dir)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            folder.path,
-            local_files_only=True,
-            trust_remote_code=False,
-            use_safetensors=folder.use_safetensors,
-            dtype=torch.float32,
-            attn_implementation="eager",
-        )
-    except (OSError, ValueError, KeyError) as exc:
-        raise InputError(f"cannot load model folder {str(model_dir)!r}: {str(exc).splitlines()[0]}") from exc
-    return model.to(pick_device(device)).eval()
 
 
 @dataclass(frozen=True)
