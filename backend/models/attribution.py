@@ -106,7 +106,10 @@ def token_logprobs(
         (),
         {"input_ids": rows.input_ids, "attention_mask": rows.attention_mask, "use_cache": False},
     )
-    logits = out.logits[:, :-1].float() / temperature  # (N, T-1, V)
+    logits = out.logits[:, :-1]
+    if logits.dtype in (torch.float16, torch.bfloat16):  # a float64 policy (a precision check) keeps float64
+        logits = logits.float()
+    logits = logits / temperature  # (N, T-1, V)
     picked = torch.log_softmax(logits, dim=-1).gather(-1, rows.input_ids[:, 1:, None])[..., 0]  # (N, T-1)
     return picked[rows.targets]
 
@@ -132,7 +135,8 @@ def weighted_gradient(
     """∇θ Σ_m coefficients_m · log π(y_m): one backward pass per chunk of rows. coefficients: (M,)."""
     params = {k: v.clone().requires_grad_(True) for k, v in parameters(model).items()}
     total = {k: torch.zeros_like(v) for k, v in params.items()}
-    coefficients = coefficients.to(rows.input_ids.device, torch.float32)
+    dtype = next(iter(params.values())).dtype
+    coefficients = coefficients.to(rows.input_ids.device, dtype)
     for part, offset in _chunks(rows, chunk_rows):
         weights = coefficients[offset : offset + part.n_tokens]
         if not bool(weights.any()):
@@ -184,7 +188,7 @@ def token_shares(
     """Each token's first-order share of the change of token `target` (its flat index):
     (shares (M,) = lr · c_s · ⟨∇log π_s, P ∇log π_target⟩, inner (M,) = ⟨∇log π_s, P ∇log π_target⟩).
     The shares sum to `predicted_change(...)[target]`."""
-    onehot = torch.zeros(rows.n_tokens, dtype=torch.float32)
+    onehot = torch.zeros(rows.n_tokens, dtype=torch.float64)
     onehot[int(target)] = 1.0
     gradient = weighted_gradient(model, rows, onehot, temperature, chunk_rows)
     inner = directional_logprobs(

@@ -74,7 +74,8 @@ def test_shares_sum_to_the_prediction_and_match_gradients_taken_one_by_one(rows_
     target = lengths[0] + 3  # a token of rollout 1, which has no credit of its own
     shares, inner = attribution.token_shares(model, rows, target, coefficients, LR)
     predicted = attribution.predicted_change(model, rows, coefficients, LR)
-    assert shares.sum().item() == pytest.approx(predicted[target].item(), rel=1e-4, abs=1e-7)
+    # two float32 routes to one number: within 2e-3 of Σ|share| (measured 4e-4); float64 below
+    assert abs(shares.sum().item() - predicted[target].item()) <= 2e-3 * shares.abs().sum().item()
     assert shares[lengths[0] : lengths[0] + lengths[1]].abs().max().item() == 0.0  # no credit, no share
 
     def gradient_of(m):  # the loop twin: one backward pass per token
@@ -113,3 +114,13 @@ def test_loss_weights_follow_the_trainers_normalisation():
     assert dr.tolist() == pytest.approx([1 / 32] * 2)
     with pytest.raises(ValueError, match="'ppo'"):
         attribution.loss_weights([2], "ppo", batch_rows=1, batch_tokens=2, max_completion_length=None)
+
+
+def test_in_float64_the_shares_sum_to_the_prediction_exactly(rows_and_credit):
+    rows, credit, lengths = rows_and_credit
+    model = load_policy(DEMO_MODEL, "cpu").double()
+    coefficients = credit.double() / sum(lengths)
+    target = lengths[0] + 3
+    shares, _ = attribution.token_shares(model, rows, target, coefficients, LR)
+    predicted = attribution.predicted_change(model, rows, coefficients, LR)
+    assert abs(shares.sum().item() - predicted[target].item()) <= 1e-9 * shares.abs().sum().item()
