@@ -222,6 +222,45 @@ def step_figures(policy, kept: dict, table: list[dict], beta: float, k: int) -> 
     }
 
 
+def known_answer(lr: float = 0.005) -> dict:
+    """One real SGD step of the demo policy on kl-0.2's step-1 rows with a chosen credit pattern (+1 on
+    rollouts 0 and 5, −1 on rollout 2, 0 on the rest, dapo weights): predicted against realized Δ, the
+    check tests/backend/models/test_attribution.py makes."""
+    table = pq.read_table(ROOT / "sample_runs" / "recorded" / "kl-0.2" / "step_000001.parquet").to_pylist()
+    rows = attribution.token_rows([r["prompt_ids"] for r in table], [r["token_ids"] for r in table])
+    lengths = [len(r["token_ids"]) for r in table]
+    pattern = {0: 1.0, 5: 1.0, 2: -1.0}
+    credit = torch.tensor([pattern.get(i, 0.0) for i, L in enumerate(lengths) for _ in range(L)])
+    coefficients = credit / sum(lengths)
+    policy = load_policy(ROOT / "sample_runs" / "demo-policy", "cpu")
+    predicted = attribution.predicted_change(policy, rows, coefficients, lr).numpy()
+    params = dict(policy.named_parameters())
+    before = attribution.token_logprobs(policy, attribution.parameters(policy), rows).detach()
+    optimizer = torch.optim.SGD(params.values(), lr=lr)
+    (-(attribution.token_logprobs(policy, params, rows) * coefficients).sum()).backward()
+    optimizer.step()
+    with torch.no_grad():
+        realized = (attribution.token_logprobs(policy, attribution.parameters(policy), rows) - before).numpy()
+    by_credit = {
+        name: {
+            "tokens": int(mask.sum()),
+            "mean_realized": float(realized[mask].mean()),
+            "share_that_rose": float((realized[mask] > 0).mean()),
+        }
+        for name, mask in (
+            ("positive", credit.numpy() > 0),
+            ("zero", credit.numpy() == 0),
+            ("negative", credit.numpy() < 0),
+        )
+    }
+    return {
+        "lr": lr,
+        "tokens": int(rows.n_tokens),
+        **_correlations(predicted, realized),
+        "by_credit": by_credit,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench attribution", description=__doc__.splitlines()[0])
     parser.add_argument("--beta", type=float, default=0.2, help="which bundled run: kl-<beta> (0.0 or 0.2)")
@@ -240,8 +279,20 @@ def main(argv: list[str] | None = None) -> int:
             for f, t in zip(files, tables, strict=True)
         ]
     policy = load_policy(ROOT / "sample_runs" / "demo-policy", "cpu")
+    check = known_answer()
+    print(
+        f"known answer (one SGD step, lr {check['lr']}, {check['tokens']} tokens): "
+        f"Pearson {check['pearson']:.4f}, Spearman {check['spearman']:.3f}, slope {check['slope']:.3f}, "
+        f"sign agreement {check['sign_agreement']:.2f}"
+    )
+    for name, part in check["by_credit"].items():
+        print(
+            f"  {name} credit: {part['tokens']} tokens, mean realized Δ {part['mean_realized']:+.3g}, "
+            f"{part['share_that_rose']:.0%} rose"
+        )
     figures = [step_figures(policy, kept[i], tables[i], args.beta, i + 1) for i in range(len(tables))]
     result = {
+        "known_answer": check,
         "run": f"kl-{args.beta}",
         "replay_matches_shipped_tokens": same,
         "seconds": round(time.perf_counter() - started, 1),
