@@ -73,8 +73,10 @@ def _draw(sel, result) -> None:
         key=keys.ROLLOUT_ATTRIBUTION_SELF,
     )
     values, tokens, untrained = attribution_data.heatmap_rows(result, leave_out)
+    figure = heatmaps.credit_heatmap(values, [], row_tokens=tokens, clickable=False, untrained=untrained)
+    figure.update_layout(coloraxis_colorbar_title_text="share")  # the cells are shares, not credit
     st.plotly_chart(
-        heatmaps.credit_heatmap(values, [], row_tokens=tokens, clickable=False, untrained=untrained),
+        figure,
         key="rollout_attribution_heatmap",
         width="stretch",
         config={"displayModeBar": False},

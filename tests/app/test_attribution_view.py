@@ -42,6 +42,7 @@ def test_the_attribution_is_drawn_on_demand_with_the_commands_numbers(app_db):
     for rollout in sorted(set(expected.shares["rollout_id"])):  # one row per response of the group
         assert f"#{rollout} " in labels
     assert "(selected)" in labels
+    assert figure["layout"]["coloraxis"]["colorbar"]["title"]["text"] == "share"
 
 
 def test_a_step_without_its_checkpoint_offers_no_attribution(app_db):
