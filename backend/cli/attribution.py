@@ -78,7 +78,7 @@ def cmd_attribution(args) -> int:
     for row in top.itertuples():
         print(
             f"{row.rollout_id:>8}{row.pos:>5}  {row.token!r:<8}{row.advantage:>9.3f}{row.inner:>11.3g}"
-            f"{row.share:>12.3g}"
+            f"{row.share + 0.0:>12.3g}"
         )
     return 0
 
