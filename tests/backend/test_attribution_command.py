@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import creditlens
+from backend.store import Store
 from backend.views.attribution import trainer_setup
 from tests.conftest import run_cli_here
 
@@ -65,6 +66,10 @@ def test_step_scope_takes_every_rollout_of_the_step(bundled_db):
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_two(bundled_db, args, message):
+    with Store(bundled_db) as store:  # whatever the bundled run ships, step 2's checkpoint is unknown here
+        store.con.execute(
+            "DELETE FROM step_checkpoints WHERE run_id = ? AND step = 2", [store.run_id("kl-0.2")]
+        )
     done = run_cli_here("attribution", "--db", bundled_db, "--run", "kl-0.2", *args)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and message in done.stderr
