@@ -298,3 +298,18 @@ class Run:
             lr=lr,
         )
         return {**result.to_json(), "shares": result.shares}
+
+    def predicted_change(
+        self,
+        step: int,
+        *,
+        estimator: str | None = None,
+        model: str | None = None,
+        device: str | None = None,
+        lr: float | None = None,
+    ) -> pd.DataFrame:
+        """The first-order Δ log π of every token of `step` after its update (`creditlens attribution --step
+        --json`): rollout_id, pos, token, trained, advantage, coefficient, predicted."""
+        return attribution_view.predicted_step(
+            self.handle, self.name, step, estimator=estimator, model=model, device=device, lr=lr
+        )

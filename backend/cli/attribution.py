@@ -7,6 +7,7 @@ import json
 import math
 
 from backend.cli.common import ESTIMATOR_HELP, add_db_arg
+from backend.core.errors import InputError
 from backend.store import store_handle
 
 SHOWN = 12
@@ -20,8 +21,15 @@ def add_commands(sub) -> None:
     )
     add_db_arg(p)
     p.add_argument("--run", required=True, help="run name (see `creditlens runs`)")
-    p.add_argument("--rollout", type=int, required=True, help="the rollout id of the token")
-    p.add_argument("--pos", type=int, required=True, help="the token's position in the response (from 0)")
+    p.add_argument("--rollout", type=int, default=None, help="the rollout id of the token")
+    p.add_argument("--pos", type=int, default=None, help="the token's position in the response (from 0)")
+    p.add_argument(
+        "--step",
+        type=int,
+        default=None,
+        help="instead of --rollout/--pos: the predicted Δ log π of every token of this step (the sum of its "
+        "shares over the step), to set beside the realized change",
+    )
     p.add_argument(
         "--scope",
         choices=("group", "step"),
@@ -49,6 +57,14 @@ def add_commands(sub) -> None:
 def cmd_attribution(args) -> int:
     from backend.views.attribution import attribute  # noqa: PLC0415 - heavy (torch, transformers)
 
+    if args.step is not None:
+        if args.rollout is not None or args.pos is not None:
+            raise InputError("--step: give either --step or --rollout with --pos, not both")
+        return _predicted_step(args)
+    if args.rollout is None or args.pos is None:
+        raise InputError(
+            "give --rollout and --pos (one token's shares), or --step (every token's prediction)"
+        )
     result = attribute(
         store_handle(args.db),
         args.run,
@@ -80,6 +96,29 @@ def cmd_attribution(args) -> int:
             f"{row.rollout_id:>8}{row.pos:>5}  {row.token!r:<8}{row.advantage:>9.3f}{row.inner:>11.3g}"
             f"{row.share + 0.0:>12.3g}"
         )
+    return 0
+
+
+def _predicted_step(args) -> int:
+    from backend.views.attribution import predicted_step  # noqa: PLC0415 - heavy (torch, transformers)
+
+    frame = predicted_step(
+        store_handle(args.db),
+        args.run,
+        args.step,
+        estimator=args.estimator,
+        model=args.model,
+        device=args.device,
+        lr=args.lr,
+    )
+    if args.json:
+        print(json.dumps(frame.to_dict(orient="records"), indent=1, default=_plain))
+        return 0
+    print(f"run {args.run!r}, step {args.step}: predicted Δ log π of {len(frame)} tokens after its update")
+    by_rollout = frame.groupby("rollout_id")["predicted"].agg(["mean", "min", "max"])
+    print(f"{'rollout':>8}{'mean':>12}{'min':>12}{'max':>12}")
+    for rollout_id, row in by_rollout.iterrows():
+        print(f"{rollout_id:>8}{row['mean']:>12.3g}{row['min']:>12.3g}{row['max']:>12.3g}")
     return 0
 
 

@@ -133,6 +133,106 @@ class Attribution:
         }
 
 
+@dataclass
+class StepInputs:
+    """What one step's update is built from, for the rows shown (a group, or the whole step): the policy that
+    sampled it, the token rows, and per token (flat, row-major) its credit, coefficient c_s and mask."""
+
+    step: int
+    estimator: str
+    choice: checkpoints.ModelChoice
+    setup: TrainerSetup
+    policy: torch.nn.Module
+    rows: attribution.TokenRows
+    ids: list[int]
+    lengths: list[int]
+    tokens: list[list[str]]
+    advantage: torch.Tensor
+    coefficients: torch.Tensor
+    trained: torch.Tensor
+
+    def frame(self) -> pd.DataFrame:
+        """rollout_id, pos, token, trained, advantage, coefficient: one row per token shown."""
+        return pd.DataFrame(
+            {
+                "rollout_id": np.repeat(self.ids, self.lengths),
+                "pos": np.concatenate([np.arange(L) for L in self.lengths]),
+                "token": [t for row in self.tokens for t in row],
+                "trained": self.trained.numpy().astype(bool),
+                "advantage": self.advantage.numpy(),
+                "coefficient": self.coefficients.numpy(),
+            }
+        )
+
+
+def step_inputs(
+    handle: StoreHandle,
+    run: str,
+    step: int,
+    *,
+    group: int | None = None,
+    estimator: str | None = None,
+    model: str | None = None,
+    device: str | None = None,
+    lr: float | None = None,
+) -> StepInputs:
+    """The inputs of step `step`'s update for the rollouts of `group` (None: every rollout of the step), the
+    loss weights counted over the whole step (see the module docstring)."""
+    estimator = as_trained.chosen_estimator(handle, run, estimator)
+    name, config = estimate_config(handle, run, estimator, {})
+    with handle.read() as store:
+        if int(step) not in set(store.rollout_keys(run)["step"]):
+            raise InputError(f"run {run!r} has no step {step}")
+        choice = checkpoints.choices_for(store, run, [int(step)], model)[int(step)]
+        setup = trainer_setup(run_config.flatten(store.run_info(run)["meta"].get(run_config.CONFIG_KEY)), lr)
+        batch = store.load_batch(run, steps=[int(step)], fields=("ref_logprobs", "tokens"))
+        texts = rollout_tokens(store, run, [int(r) for r in batch.rollout_ids]).set_index("rollout_id")
+    all_ids = [int(r) for r in batch.rollout_ids]
+    shown = [i for i in range(len(all_ids)) if group is None or int(batch.group_ids[i]) == int(group)]
+    ids, lengths = [all_ids[i] for i in shown], [int(batch.lengths[i]) for i in shown]
+    credit = estimate_rollouts(handle, run, name, config, ids, save=False).advantages
+    policy = load_policy(choice.model_dir, device)
+    responses = [texts.loc[r, "token_ids"] for r in ids]
+    rows = attribution.token_rows(_contexts(texts, ids, policy), responses).to(
+        next(policy.parameters()).device
+    )
+    trained_mask = batch.trained_mask
+    weights = attribution.loss_weights(
+        lengths,
+        setup.loss_type,
+        batch_rows=len(all_ids),
+        batch_tokens=int(trained_mask.sum()),
+        max_completion_length=setup.max_completion_length,
+    )
+    advantage = torch.from_numpy(np.concatenate([np.asarray(credit[r], dtype=np.float32) for r in ids]))
+    trained = torch.cat([trained_mask[i, : lengths[k]] for k, i in enumerate(shown)]).float()
+    with cpu_threads(1 if rows.input_ids.device.type == "cpu" else None), torch.no_grad():
+        own = attribution.token_logprobs(
+            policy, attribution.parameters(policy), rows, setup.temperature
+        ).cpu()
+    slope = torch.zeros_like(own)
+    if setup.kl_beta and batch.ref_logprobs is not None:
+        ref = torch.cat([batch.ref_logprobs[i, : lengths[k]] for k, i in enumerate(shown)])
+        slope = attribution.kl_slope(own, ref, setup.kl_beta, setup.kl_bias_correction)
+    tokens = [
+        list(batch.tokens[i]) if batch.tokens is not None else [""] * lengths[k] for k, i in enumerate(shown)
+    ]
+    return StepInputs(
+        step=int(step),
+        estimator=name,
+        choice=choice,
+        setup=setup,
+        policy=policy,
+        rows=rows,
+        ids=ids,
+        lengths=lengths,
+        tokens=tokens,
+        advantage=advantage,
+        coefficients=weights * (advantage - slope) * trained,
+        trained=trained,
+    )
+
+
 def attribute(
     handle: StoreHandle,
     run: str,
@@ -150,84 +250,75 @@ def attribute(
     of the step's checkpoint (marked off-policy)."""
     if scope not in SCOPES:
         raise InputError(f"--scope {scope!r}: expected one of {', '.join(SCOPES)}")
-    estimator = as_trained.chosen_estimator(handle, run, estimator)
-    name, config = estimate_config(handle, run, estimator, {})
     with handle.read() as store:
-        keys = store.rollout_keys(run)
-        if int(rollout) not in set(keys["rollout_id"]):
-            raise InputError(f"run {run!r} has no rollout {rollout}")
-        step = int(keys.loc[keys["rollout_id"] == int(rollout), "step"].iloc[0])
-        choice = checkpoints.rollout_model(store, run, int(rollout), model)
-        setup = trainer_setup(run_config.flatten(store.run_info(run)["meta"].get(run_config.CONFIG_KEY)), lr)
-        batch = store.load_batch(run, steps=[step], fields=("ref_logprobs", "tokens"))
-        texts = rollout_tokens(store, run, [int(r) for r in batch.rollout_ids]).set_index("rollout_id")
-    group = int(keys.loc[keys["rollout_id"] == int(rollout), "group_id"].iloc[0])
-    ids = [int(r) for r in batch.rollout_ids]
-    shown = [i for i, r in enumerate(ids) if scope == "step" or int(batch.group_ids[i]) == group]
-    lengths = batch.lengths.tolist()
-    target_row = ids.index(int(rollout))
-    if not 0 <= int(pos) < lengths[target_row]:
+        keys = store.rollout_keys(run).set_index("rollout_id")
+    if int(rollout) not in keys.index:
+        raise InputError(f"run {run!r} has no rollout {rollout}")
+    step, group = int(keys.loc[int(rollout), "step"]), int(keys.loc[int(rollout), "group_id"])
+    inputs = step_inputs(
+        handle,
+        run,
+        step,
+        group=group if scope == "group" else None,
+        estimator=estimator,
+        model=model,
+        device=device,
+        lr=lr,
+    )
+    row = inputs.ids.index(int(rollout))
+    if not 0 <= int(pos) < inputs.lengths[row]:
         raise InputError(
-            f"run {run!r}: rollout {rollout} has {lengths[target_row]} tokens; --pos {pos} is outside"
+            f"run {run!r}: rollout {rollout} has {inputs.lengths[row]} tokens; --pos {pos} is outside"
         )
-    credit = estimate_rollouts(handle, run, name, config, [ids[i] for i in shown], save=False).advantages
-    policy = load_policy(choice.model_dir, device)
-    contexts = _contexts(texts, [ids[i] for i in shown], policy)
-    responses = [texts.loc[ids[i], "token_ids"] for i in shown]
-    rows = attribution.token_rows(contexts, responses).to(next(policy.parameters()).device)
-    trained = batch.trained_mask
-    step_trained = int(trained.sum())
-    weights = attribution.loss_weights(
-        [lengths[i] for i in shown],
-        setup.loss_type,
-        batch_rows=len(ids),
-        batch_tokens=step_trained,
-        max_completion_length=setup.max_completion_length,
-    )
-    advantage = torch.from_numpy(
-        np.concatenate([np.asarray(credit[ids[i]], dtype=np.float32) for i in shown])
-    )
-    mask = torch.cat([trained[i, : lengths[i]] for i in shown]).float()
-    with cpu_threads(1 if rows.input_ids.device.type == "cpu" else None), torch.no_grad():
-        own = attribution.token_logprobs(
-            policy, attribution.parameters(policy), rows, setup.temperature
-        ).cpu()
-    slope = torch.zeros_like(own)
-    if setup.kl_beta and batch.ref_logprobs is not None:
-        ref = torch.cat([batch.ref_logprobs[i, : lengths[i]] for i in shown])
-        slope = attribution.kl_slope(own, ref, setup.kl_beta, setup.kl_bias_correction)
-    coefficients = weights * (advantage - slope) * mask
-    target = sum(lengths[i] for i in shown[: shown.index(target_row)]) + int(pos)
-    with cpu_threads(1 if rows.input_ids.device.type == "cpu" else None):
+    target = sum(inputs.lengths[:row]) + int(pos)
+    with cpu_threads(1 if inputs.rows.input_ids.device.type == "cpu" else None):
         shares, inner = attribution.token_shares(
-            policy, rows, target, coefficients, setup.lr, temperature=setup.temperature
+            inputs.policy,
+            inputs.rows,
+            target,
+            inputs.coefficients,
+            inputs.setup.lr,
+            temperature=inputs.setup.temperature,
         )
-    tokens = batch.tokens or [[""] * L for L in lengths]
-    frame = pd.DataFrame(
-        {
-            "rollout_id": np.repeat([ids[i] for i in shown], [lengths[i] for i in shown]),
-            "pos": np.concatenate([np.arange(lengths[i]) for i in shown]),
-            "token": [t for i in shown for t in tokens[i]],
-            "trained": mask.numpy().astype(bool),
-            "advantage": advantage.numpy(),
-            "coefficient": coefficients.numpy(),
-            "inner": inner.cpu().numpy(),
-            "share": shares.cpu().numpy(),
-        }
-    )
+    frame = inputs.frame().assign(inner=inner.cpu().numpy(), share=shares.cpu().numpy())
     return Attribution(
         run=run,
         rollout=int(rollout),
         pos=int(pos),
         step=step,
-        token=str(tokens[target_row][int(pos)]),
+        token=str(inputs.tokens[row][int(pos)]),
         scope=scope,
-        estimator=name,
-        model={**choice.to_json(), "label": choice.label},
-        setup=setup,
+        estimator=inputs.estimator,
+        model={**inputs.choice.to_json(), "label": inputs.choice.label},
+        setup=inputs.setup,
         shares=frame,
         predicted=float(shares.sum()),
     )
+
+
+def predicted_step(
+    handle: StoreHandle,
+    run: str,
+    step: int,
+    *,
+    estimator: str | None = None,
+    model: str | None = None,
+    device: str | None = None,
+    lr: float | None = None,
+) -> pd.DataFrame:
+    """The first-order Δ log π of every token of step `step` after the step's update (one plain SGD step, as
+    `attribute`): rollout_id, pos, token, trained, advantage, coefficient, predicted. Beside a recorded
+    `logprobs_after − logprobs` it says how much of the realized change the credit explains."""
+    inputs = step_inputs(handle, run, step, estimator=estimator, model=model, device=device, lr=lr)
+    with cpu_threads(1 if inputs.rows.input_ids.device.type == "cpu" else None):
+        predicted = attribution.predicted_change(
+            inputs.policy,
+            inputs.rows,
+            inputs.coefficients,
+            inputs.setup.lr,
+            temperature=inputs.setup.temperature,
+        )
+    return inputs.frame().assign(predicted=predicted.cpu().numpy())
 
 
 def _contexts(texts: pd.DataFrame, ids: list[int], policy) -> list[list[int]]:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import creditlens
-from backend.store import Store
-from backend.views.attribution import trainer_setup
+from backend.store import Store, store_handle
+from backend.views.attribution import attribute, predicted_step, trainer_setup
 from tests.conftest import run_cli_here
 
 
@@ -83,3 +83,33 @@ def test_the_trainer_settings_come_from_the_runs_config():
     assert (unknown.lr, unknown.loss_type, unknown.kl_beta) == (1.0, "dapo", 0.0)
     assert any("per unit learning rate" in n for n in unknown.notes)
     assert trainer_setup({"learning_rate": 1e-3}, lr=0.5).lr == 0.5
+
+
+def test_the_steps_predicted_change_is_the_sum_of_each_tokens_shares(bundled_db):
+    handle = store_handle(bundled_db)
+    predicted = predicted_step(handle, "kl-0.2", 1)
+    assert set(predicted["rollout_id"]) == set(range(8)) and len(predicted) == 254
+    one = attribute(handle, "kl-0.2", 1, 4, scope="step")
+    row = predicted[(predicted["rollout_id"] == 1) & (predicted["pos"] == 4)].iloc[0]
+    shares = one.shares["share"].to_numpy()
+    # two float32 routes to one number (backend.models.attribution's tests: within 2e-3 of Σ|share|)
+    assert abs(row["predicted"] - shares.sum()) <= 2e-3 * np.abs(shares).sum()
+    assert predicted["coefficient"].to_numpy() == pytest.approx(one.shares["coefficient"].to_numpy())
+
+
+def test_the_step_mode_prints_every_tokens_prediction_as_the_python_api(bundled_db):
+    done = run_cli_here("attribution", "--db", bundled_db, "--run", "kl-0.2", "--step", 1, "--json")
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    api = creditlens.open(bundled_db).run("kl-0.2").predicted_change(1)
+    assert len(printed) == len(api) == 254
+    assert [r["predicted"] for r in printed] == pytest.approx(
+        api["predicted"].to_numpy(), rel=1e-5, abs=1e-12
+    )
+    for args, message in (
+        (("--step", 1, "--pos", 3), "either --step or --rollout"),
+        ((), "give --rollout and --pos"),
+        (("--step", 9), "has no step 9"),
+    ):
+        bad = run_cli_here("attribution", "--db", bundled_db, "--run", "kl-0.2", *args)
+        assert bad.returncode == 2 and message in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
