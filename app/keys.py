@@ -134,6 +134,9 @@ ROLLOUT_POSITION = "rollout_pos"
 ROLLOUT_TEXT_CLICKED = "rollout_text_clicked"  # a token clicked in the text, or the cliff token selected
 ROLLOUT_HEATMAP = "rollout_heatmap"
 ROLLOUT_WINDOW = "rollout_window"
+ROLLOUT_ATTRIBUTION = "rollout_attribution"  # the attribution asked for: (run, rollout, pos, scope)
+ROLLOUT_ATTRIBUTION_SCOPE = "rollout_attribution_scope"  # group or step
+ROLLOUT_ATTRIBUTION_SELF = "rollout_attribution_self"  # leave the token's own share out of the colours
 
 GROUP_ESTIMATOR = "group_estimator"
 GROUP_OPEN = "group_open"  # the response picked to open in the Rollout view

@@ -4,6 +4,7 @@ import sys
 
 from bench import (
     app,
+    attribution,
     estimators,
     explorer,
     heads,
@@ -34,6 +35,7 @@ BENCHES = {
     "live": live,
     "scale": scale,
     "monitor": monitor,
+    "attribution": attribution,
 }
 
 

@@ -17,6 +17,7 @@ from backend.monitor import config as monitor_config
 from backend.monitor import monitors as monitor
 from backend.store import StoreHandle, store_handle
 from backend.store.runs import RUN_FIELDS
+from backend.views import attribution as attribution_view
 from backend.views import compare_runs, explain, explorer, turns
 
 # Errors name what a Python user wrote: keyword arguments, not the command line's `--set` and `--channel`.
@@ -268,3 +269,47 @@ class Run:
             self.handle, self.name, estimator, self._explorer_config(estimator, params, channel), settings
         )
         return pd.DataFrame([a.as_dict() for a in report.alerts])
+
+    def attribution(
+        self,
+        rollout: int,
+        pos: int,
+        *,
+        scope: str = "group",
+        estimator: str | None = None,
+        model: str | None = None,
+        device: str | None = None,
+        lr: float | None = None,
+    ) -> dict:
+        """Whose credit moved token `pos` of `rollout` (`creditlens attribution --json`): the step, the
+        model, the trainer's settings used, `predicted_delta` (first-order Δ log π of the token after its
+        step's update) and `shares`, a DataFrame with one row per token of the group (`scope="step"`: of the
+        step): rollout_id, pos, token, trained, advantage, coefficient, inner, share (they sum to
+        predicted_delta)."""
+        result = attribution_view.attribute(
+            self.handle,
+            self.name,
+            rollout,
+            pos,
+            scope=scope,
+            estimator=estimator,
+            model=model,
+            device=device,
+            lr=lr,
+        )
+        return {**result.to_json(), "shares": result.shares}
+
+    def predicted_change(
+        self,
+        step: int,
+        *,
+        estimator: str | None = None,
+        model: str | None = None,
+        device: str | None = None,
+        lr: float | None = None,
+    ) -> pd.DataFrame:
+        """The first-order Δ log π of every token of `step` after its update (`creditlens attribution --step
+        --json`): rollout_id, pos, token, trained, advantage, coefficient, predicted."""
+        return attribution_view.predicted_step(
+            self.handle, self.name, step, estimator=estimator, model=model, device=device, lr=lr
+        )

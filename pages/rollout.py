@@ -5,6 +5,7 @@ import streamlit as st
 
 from app import keys, state
 from app.ui import cliff_marker, fmt, heatmaps, panels, scales, sections, tuned_beta, turns, widgets
+from app.ui.attribution_panel import show as show_attribution
 from app.view_data import shared
 
 sel = panels.rollout_selection()
@@ -106,7 +107,11 @@ with rows_col:
             config={"displayModeBar": False},
         )
 # Why this credit and the strips: tabs, each drawn only while open (a fresh load draws the first alone)
-TABS = {"why": "Why this credit", "strips": "Per-token strips: logprob, reference, log-ratio, entropy, value"}
+TABS = {
+    "why": "Why this credit",
+    "strips": "Per-token strips: logprob, reference, log-ratio, entropy, value",
+    "moved": "Whose credit moved this token",
+}
 tabs = sections.lazy_tabs(TABS, keys.ROLLOUT_TAB, keys.URL_TAB)
 if tabs["why"] is not None:
     with tabs["why"]:
@@ -115,3 +120,9 @@ if tabs["why"] is not None:
 if tabs["strips"] is not None:
     with tabs["strips"]:
         panels.token_strips(view, window, pos, key="rollout_strips")
+if tabs["moved"] is not None:
+    with tabs["moved"]:
+        st.subheader(
+            f"Whose credit moved token {pos} {panels.quoted(view.tokens[pos]) if view.tokens else ''}"
+        )
+        show_attribution(sel, pos)

@@ -13,6 +13,7 @@ import sys
 from backend.cli import (
     agent_turns,
     app_server,
+    attribution,
     checkpoints,
     compare_estimators,
     compare_runs,
@@ -38,6 +39,7 @@ COMMAND_MODULES = (
     estimators,
     models,
     model_credit,
+    attribution,
     teacher,
     steps,
     synthetic,

@@ -80,3 +80,9 @@ def test_transformers_section_dry_run_with_a_planted_error(capsys):
     assert len(failing) == 1 and "greedy logprobs max|cpu - cpu|" in failing[0], printed
     assert "same seed, suffixes that differ on cpu     0/64" in printed
     assert "skipped: needs CUDA" in printed
+
+
+def test_the_attribution_section_passes_on_cpu(capsys):
+    assert gpu_check.main(["--device", "cpu", "--only", "attribution"]) == 0
+    printed = capsys.readouterr().out
+    assert "one SGD step on cpu: Pearson r(predicted, realized)" in printed and "FAIL" not in printed
