@@ -95,3 +95,12 @@ def test_a_bad_worker_count_is_one_line_and_exit_2(db, tmp_path):
     )
     assert done.returncode == 2
     assert "--workers" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_python_api_splits_as_the_command_line(db):
+    import creditlens  # noqa: PLC0415 - the notebook API, as a user imports it
+
+    rows = creditlens.open(db, workers=2).run("multi").estimate("stare", use_cache=False)  # 4 chunks: steps
+    assert creditlens.open(db, workers=2).workers == work.Workers(count=2)
+    one = _rows(db, "stare", work.IN_PROCESS).to_pandas()
+    assert rows.equals(one)
