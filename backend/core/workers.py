@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextvars
 import multiprocessing
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
@@ -109,11 +110,11 @@ def ordered_map(
 
 def _one_thread() -> None:
     """A worker computes one piece on one core: the split is the parallelism (torch's own intra-op threads in
-    every worker would oversubscribe the cores)."""
-    import torch  # noqa: PLC0415 - the workers compute with torch; imported once per worker here
-
-    torch.set_num_threads(1)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    every worker would oversubscribe the cores). Set before torch loads (an import worker never loads it)."""
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["MKL_NUM_THREADS"] = "1"
+    if "torch" in sys.modules:  # a Ray worker that ran torch before
+        sys.modules["torch"].set_num_threads(1)
 
 
 def connect_ray(address: str):
