@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextvars
 import multiprocessing
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -94,7 +95,7 @@ def ordered_map(
     context = multiprocessing.get_context("spawn")
     pending: list[Future] = []
     source = iter(items)
-    with ProcessPoolExecutor(max_workers=count, mp_context=context, initializer=_one_thread) as pool:
+    with ProcessPoolExecutor(max_workers=count, mp_context=context, initializer=_worker_start) as pool:
         try:
             for item in source:
                 pending.append(pool.submit(fn, item))
@@ -102,10 +103,16 @@ def ordered_map(
                     yield pending.pop(0).result()
             while pending:
                 yield pending.pop(0).result()
-        except BaseException:
-            for future in pending:
-                future.cancel()
+        except BaseException:  # an error or Ctrl-C: what has not started never starts
+            pool.shutdown(wait=True, cancel_futures=True)
             raise
+
+
+def _worker_start() -> None:
+    """A local worker leaves Ctrl-C to the process that started it (which stops the pool and says so in one
+    line; the terminal sends SIGINT to the whole process group), then computes on one thread."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _one_thread()
 
 
 def _one_thread() -> None:

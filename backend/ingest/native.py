@@ -17,8 +17,9 @@ import pyarrow.parquet as pq
 from backend.core import workers as work
 from backend.core.errors import InputError
 from backend.ingest import arrow_jsonl, fast_jsonl, fast_parquet, split_import
+from backend.ingest.canonical import positional_keys
 from backend.ingest.records import ChunkBuffer, validate_record
-from backend.ingest.sources import read_batches, record_key
+from backend.ingest.sources import read_batches
 from backend.ingest.tokenize import Tokenizer
 
 
@@ -172,8 +173,7 @@ def _stage_block(
 def _parquet_keys(file_hash: str | None, path: Path, offset: int, n: int) -> np.ndarray:
     """Record keys of rows offset..offset+n of a native Parquet file: its content hash and row number
     (the per-record content is the file's; hashing each row's columns would cost the fast path)."""
-    name = file_hash or path.name
-    return np.array([record_key(name, offset + i, "") for i in range(n)], dtype=np.int64)
+    return positional_keys(file_hash or path.name, offset, n)
 
 
 def stage_parquet(
@@ -233,8 +233,13 @@ def _any_seen(done: split_import.Converted, seen: set[int]) -> bool:
 def _insert_converted(
     done: split_import.Converted, buffer: ChunkBuffer, insert, seen: set[int]
 ) -> tuple[int, int, str, int]:
-    """A worker's converted piece, numbered as the run's and inserted; its keys join `seen`."""
-    for tables in split_import.renumbered(done, buffer):
+    """A worker's converted piece, numbered as the run's and inserted in one commit; its keys join `seen`."""
+    parts = split_import.renumbered(done, buffer)
+    tables = {
+        name: pa.concat_tables([p[name] for p in parts if name in p])
+        for name in {n for p in parts for n in p}
+    }
+    if "rollouts" in tables:
         seen.update(tables["rollouts"].column("record_key").to_pylist())
         insert(tables)
     return done.rollouts, done.tokens, "ids", 0
@@ -266,7 +271,7 @@ def _parquet_batches(
     for batch in batches:
         keys = _parquet_keys(file_hash, path, offset, batch.num_rows)
         # Keys derive from the whole file's hash, so a batch is either entirely in the run or not at all.
-        if any(k in seen for k in keys.tolist()):
+        if seen and any(k in seen for k in keys.tolist()):
             skipped += batch.num_rows
             offset += batch.num_rows
             if bar is not None:

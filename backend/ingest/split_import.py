@@ -27,8 +27,9 @@ import pyarrow.parquet as pq
 
 from backend.core.errors import InputError
 from backend.ingest import arrow_jsonl, fast_jsonl, fast_parquet
+from backend.ingest.canonical import positional_keys
 from backend.ingest.records import ChunkBuffer
-from backend.ingest.sources import PARQUET_ERRORS, read_batches, record_key
+from backend.ingest.sources import PARQUET_ERRORS, read_batches
 from backend.ingest.tokenize import Tokenizer
 
 PIECE_ROWS = 4096
@@ -119,8 +120,7 @@ def convert_parquet(piece: ParquetPiece) -> Converted:
     scratch = ChunkBuffer(0, 0, {})
     out, offset = Converted(), piece.offset
     for batch in read_batches(reader, path, piece.chunk_records, list(piece.row_groups), piece.offset):
-        name = piece.file_hash or path.name
-        keys = np.array([record_key(name, offset + i, "") for i in range(batch.num_rows)], dtype=np.int64)
+        keys = positional_keys(piece.file_hash or path.name, offset, batch.num_rows)
         try:
             tables = fast_parquet.convert_batch(batch, scratch, path, offset, keys)
         except fast_parquet.Unsupported:
