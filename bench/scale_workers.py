@@ -41,6 +41,10 @@ def scaling_rows(
     if baseline is not None:
         plans.append((f"baseline {baseline.name}{label}", [], baseline, None))
     print(f"\nscaling: {_short(tokens)} tokens, load average {os.getloadavg()[0]:.1f} at the start")
+    print(
+        f"{'row':<54} {'tokens':>11} {'wall s':>7} {'s':>7} {'cpu s':>6} {'tokens/s':>11} {'ratio':>6} "
+        f"{'peak MB':>8}"
+    )
     stores: dict[str, Path] = {}
     base_rate = None
     for name, flags, checkout, _ in plans:

@@ -145,7 +145,8 @@ def connect_ray(address: str):
         saved = os.environ.get("PYTHONPATH")
         os.environ["PYTHONPATH"] = pythonpath
         try:
-            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+            # address="local": a new cluster even where `ray start` left a cluster's address file behind
+            ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False)
         finally:
             if saved is None:
                 del os.environ["PYTHONPATH"]
