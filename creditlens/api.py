@@ -30,7 +30,7 @@ def open(  # noqa: A001 - `creditlens.open(path)`, as a file is opened
 ) -> Lens:
     """The store at `path` (default: the one the command line uses, ~/.creditlens/runs.duckdb). `workers`
     and `ray` split the whole-run estimates its methods compute, as `--workers` and `--ray` do (default:
-    the machine's cores for a run of 8,192 rollouts or more; `backend.core.workers`)."""
+    the machine's cores for a run of 20M tokens or more; `backend.core.workers`)."""
     handle = store_handle(Path(path).expanduser() if path is not None else None)
     return Lens(handle, work.Workers(workers, ray))
 

@@ -35,23 +35,24 @@ def machine_cores() -> int:
 @dataclass(frozen=True)
 class Workers:
     """How a whole-run job splits: `count` workers (None: the machine's cores, or the cluster's CPUs under
-    Ray), on Ray at `ray` when given. `min_tokens`: a run with fewer tokens stays in this process when
-    `count` was not given (starting a worker costs ~1-2 s, more than a small run's whole estimate)."""
+    Ray), on Ray at `ray` when given. `min_tokens`: a smaller run stays in this process when `count` was not
+    given: a worker's start (Python, pyarrow, DuckDB and for an estimate torch: 2-3 CPU s each) and the
+    one writer's share made 2 workers slower than 1 on a 3M-token run here (docs/benchmarks.md)."""
 
     count: int | None = None
     ray: str | None = None
-    min_rollouts: int = 8192
+    min_tokens: int = 20_000_000
 
     def __post_init__(self) -> None:
         if self.count is not None and self.count < 1:
             raise InputError(f"--workers: must be at least 1, got {self.count}")
 
-    def for_job(self, pieces: int, rollouts: int | None = None) -> int:
-        """How many workers a job of `pieces` independent pieces (of `rollouts` rollouts in all) gets: never
+    def for_job(self, pieces: int, tokens: int | None = None) -> int:
+        """How many workers a job of `pieces` independent pieces (of about `tokens` tokens in all) gets: never
         more than its pieces; 1 (this process) for a small job when the count was left to the default."""
         if pieces <= 1:
             return 1
-        if self.count is None and self.ray is None and rollouts is not None and rollouts < self.min_rollouts:
+        if self.count is None and self.ray is None and (tokens is None or tokens < self.min_tokens):
             return 1
         count = (
             self.count if self.count is not None else (_ray_cpus(self.ray) if self.ray else machine_cores())

@@ -35,7 +35,7 @@ from backend.credit.chunk_work import with_channel as with_channel
 from backend.estimators import fitting, registry
 from backend.store import StoreHandle
 from backend.store.estimate_rows import EstimateRows, EstimateStage
-from backend.store.explorer_queries import CreditKey
+from backend.store.explorer_queries import CreditKey, summary_tokens
 
 Progress = Callable[[int, int, str], None]
 """progress(done, total, what): called before each chunk and once at the end."""
@@ -272,7 +272,11 @@ def stream_run(
         with handle.read() as store:
             run_fit = fitting.RunFit.of_layout(store.rollout_lengths(run))
     split = workers or work.current()
-    count = 1 if run_fit is not None or chunk_rollouts is None else split.for_job(len(chunks), len(index))
+    tokens = None
+    if split.count is None and split.ray is None and len(chunks) > 1:  # the default: only a big run splits
+        with handle.read() as store:
+            tokens = summary_tokens(store, store.run_id(run))
+    count = 1 if run_fit is not None or chunk_rollouts is None else split.for_job(len(chunks), tokens)
     items = _computed(
         handle,
         run,

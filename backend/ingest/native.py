@@ -67,7 +67,8 @@ def stage_jsonl(
     first_id = buffer.next_rollout_id
     split = workers or work.current()
     pieces = list(split_import.jsonl_pieces(path, tokenizer.model_dir)) if split != work.IN_PROCESS else []
-    count = split.for_job(len(pieces)) if pieces else 1
+    tokens = path.stat().st_size // 8  # a native JSONL token takes 8 bytes or more (an id and a comma, ...)
+    count = split.for_job(len(pieces), tokens) if pieces else 1
     totals = [0, 0, "ids", 0]  # (records, tokens, tokenization, skipped); records: from the buffer
     index = 0
     if count <= 1 and split.ray is None:
@@ -195,7 +196,7 @@ def stage_parquet(
         raise InputError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
     split = workers or work.current()
     pieces = split_import.parquet_pieces(reader, path, file_hash, chunk_records)
-    count = split.for_job(len(pieces), reader.metadata.num_rows)
+    count = split.for_job(len(pieces), split_import.parquet_tokens(reader))
     if count <= 1 and split.ray is None:
         return _parquet_batches(
             read_batches(reader, path, chunk_records),

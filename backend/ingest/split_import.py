@@ -92,6 +92,15 @@ def parquet_pieces(
     return pieces
 
 
+def parquet_tokens(reader: pq.ParquetFile) -> int | None:
+    """The file's tokens from its footer (the values of `token_ids`' leaf column); None without it."""
+    meta = reader.metadata
+    leaf = [i for i in range(meta.num_columns) if meta.schema.column(i).path.startswith("token_ids.")]
+    if not leaf:
+        return None
+    return sum(meta.row_group(g).column(leaf[0]).num_values for g in range(meta.num_row_groups))
+
+
 _EMPTY_LINE = re.compile(rb"\n(?=\n)")
 
 

@@ -192,6 +192,12 @@ def summary_rows(store: Store, run_id: int) -> int:
     )
 
 
+def summary_tokens(store: Store, run_id: int) -> int:
+    """The run's tokens by its Explorer summaries (0 where a store predates them)."""
+    query = "SELECT coalesce(sum(length), 0) FROM rollout_summary WHERE run_id = ?"
+    return int(store.con.execute(query, [run_id]).fetchall()[0][0])
+
+
 def rollout_count(store: Store, run_id: int) -> int:
     return int(store.con.execute("SELECT count(*) FROM rollouts WHERE run_id = ?", [run_id]).fetchall()[0][0])
 
