@@ -1,5 +1,7 @@
 """`python -m bench scale [--tokens N] [--small-tokens N] [--chunk R] [--text] [--imports-only |
---streamed-only]`: whole-run speed, peak memory and the I/O floor.
+--streamed-only] [--mean-len L] [--workers N [--ray local:N] [--baseline DIR] [--scaling-only]]`: whole-run
+speed, peak memory and the I/O floor; with `--workers`, how imports and estimates scale over workers, on Ray,
+and against another checkout (bench/scale_workers.py).
 
 Measured in one run, each row in its own process (peak RSS from `os.wait4`, so it is that process's own):
 - imports of one synthetic run of `--tokens` tokens (ragged lengths, groups of 8, 64 groups per step,
@@ -36,6 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from backend.core.chunks import DEFAULT_CHUNK_ROLLOUTS
+from bench.children import line, run_child
 
 ROWS = (
     ("grpo", []),
@@ -138,32 +141,6 @@ def write_run(
     return written
 
 
-RUNNER = (
-    "import sys, time\nfrom backend.cli import main\nstart = time.perf_counter()\n"
-    "code = main(sys.argv[1:])\nprint(f'__seconds__ {time.perf_counter() - start}')\nsys.exit(code)"
-)
-
-
-def run_child(args: list[str]) -> tuple[float, float, float, float]:
-    """(wall seconds, seconds after process start, CPU seconds, peak RSS MB) of one `creditlens` command in
-    its own process (CPU and RSS from wait4: that process's own, python's start included; the CPU seconds
-    move less than the others when other jobs share the cores; RSS includes python and torch, ~0.4 GB)."""
-    start = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as errors:  # a file, not a pipe: stderr can outgrow a pipe's buffer
-        proc = subprocess.Popen(
-            [sys.executable, "-c", RUNNER, *args], stdout=subprocess.PIPE, stderr=errors, text=True
-        )
-        out = proc.stdout.read()
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        errors.seek(0)
-        err = errors.read()
-    if os.waitstatus_to_exitcode(status):
-        raise RuntimeError(f"creditlens {' '.join(args)} failed: {err.strip().splitlines()[-1:]}")
-    inner = float(out.strip().splitlines()[-1].split()[-1])
-    return wall, inner, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     wanted = set(args.estimators.split(","))
@@ -175,7 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         source, text = tmp / "run.parquet", tmp / "run.jsonl"
-        total = write_run(source, None, args.tokens, text=args.text)
+        total = write_run(source, None, args.tokens, text=args.text, mean_len=args.mean_len)
+        if args.workers:
+            from bench.scale_workers import scaling_rows  # noqa: PLC0415 - only with --workers
+
+            label = f", {args.mean_len}-token rollouts" if args.mean_len != 512 else ""
+            scaling_rows(source, total, tmp, args.workers, args.ray, args.baseline, wanted, label)
+            if args.scaling_only:
+                return 0
         jsonl_total = write_run(tmp / "j.parquet", text, args.jsonl_tokens, 2) if args.jsonl_tokens else 0
         print(
             f"{'row':<54} {'tokens':>11} {'wall s':>7} {'s':>7} {'cpu s':>6} {'tokens/s':>11} {'ratio':>6} "
@@ -184,12 +168,12 @@ def main(argv: list[str] | None = None) -> int:
         db = tmp / "store.duckdb"
         wall, inner, cpu, rss = run_child(["import", str(source), "--db", str(db), "--run", "big"])
         parquet_rate = total / inner
-        _line("import native Parquet", total, wall, inner, cpu, rss, parquet_rate)
+        line("import native Parquet", total, wall, inner, cpu, rss, parquet_rate)
         if jsonl_total:
             wall, inner, cpu, rss = run_child(
                 ["import", str(text), "--db", str(tmp / "j.duckdb"), "--run", "j"]
             )
-            _line(
+            line(
                 "import native JSONL (ratio: against Parquet)",
                 jsonl_total,
                 wall,
@@ -215,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             ["estimate", "--db", str(tmp / "one.duckdb"), "--run", "one", "--estimator", "grpo"]
             + ["--no-cache", "--out", str(tmp / "one.parquet")]
         )
-        _line("estimate grpo, one group (the fixed cost)", 8, wall, fixed, cpu, rss, None)
+        line("estimate grpo, one group (the fixed cost)", 8, wall, fixed, cpu, rss, None)
         print(f"import of torch and the estimators in a new process: {_import_seconds():.2f} s")
         _print_floor(estimated, fixed)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
@@ -253,6 +237,22 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help="tokens of the second, small run every estimate row also runs on (0: skip)",
     )
     parser.add_argument("--chunk", type=int, default=DEFAULT_CHUNK_ROLLOUTS, help="rollouts per chunk")
+    parser.add_argument("--mean-len", type=int, default=512, help="mean response length of the runs")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="N: add the scaling rows (bench/scale_workers.py): import and grpo/gae with 1 and N workers, "
+        "the default, --ray and --baseline, on the --tokens run (0: none)",
+    )
+    parser.add_argument("--ray", default=None, help="with --workers: a row on this Ray address (local:N)")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="with --workers: rows run by another checkout (e.g. a git worktree of an older commit)",
+    )
+    parser.add_argument("--scaling-only", action="store_true", help="with --workers: only the scaling rows")
     parser.add_argument(
         "--jsonl-tokens",
         type=int,
@@ -285,18 +285,6 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _line(
-    label: str, tokens: int, wall: float, inner: float, cpu: float, rss: float, base: float | None
-) -> None:
-    """One row of the table; the ratio is tokens/s against `base` (none without one)."""
-    rate = tokens / inner
-    ratio = f"{rate / base:>6.2f}" if base else f"{'':>6}"
-    print(
-        f"{label:<54} {tokens:>11,} {wall:>7.1f} {inner:>7.1f} {cpu:>6.1f} {rate:>11,.0f} {ratio} "
-        f"{rss:>8,.0f}"
-    )
-
-
 def _estimate_rows(args: argparse.Namespace, wanted: set[str], runs: list[Run], tmp: Path) -> list[Estimated]:
     """`creditlens estimate` of each wanted row of ROWS over each run: in memory (on the first run, unless
     --streamed-only) and streamed in chunks; a streamed row's ratio is against its in-memory time, or
@@ -314,10 +302,10 @@ def _estimate_rows(args: argparse.Namespace, wanted: set[str], runs: list[Run], 
             if not args.streamed_only and run is runs[0]:
                 wall, inner, cpu, rss = run_child([*command, "--chunk", "none"])
                 base = run.tokens / inner
-                _line(f"estimate {name}, in memory{run.label}", run.tokens, wall, inner, cpu, rss, base)
+                line(f"estimate {name}, in memory{run.label}", run.tokens, wall, inner, cpu, rss, base)
             wall, inner, cpu, rss = run_child([*command, "--chunk", str(args.chunk)])
             first_rate.setdefault(run.name, run.tokens / inner)
-            _line(
+            line(
                 f"estimate {name}, streamed{run.label}",
                 run.tokens,
                 wall,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 
+from backend.core import workers as work
 from backend.core.errors import InputError
 from backend.credit import as_trained, main_channel
 from backend.credit.token_rows import TOKEN_ROWS_SCHEMA, estimate_config, token_tables
@@ -24,17 +26,33 @@ from backend.views import compare_runs, explain, explorer, turns
 CHANNEL_AS = "channel={!r}"
 
 
-def open(path: str | Path | None = None) -> Lens:  # noqa: A001 - `creditlens.open(path)`, as a file is opened
-    """The store at `path` (default: the one the command line uses, ~/.creditlens/runs.duckdb)."""
-    return Lens(store_handle(Path(path).expanduser() if path is not None else None))
+def open(  # noqa: A001 - `creditlens.open(path)`, as a file is opened
+    path: str | Path | None = None, *, workers: int | None = None, ray: str | None = None
+) -> Lens:
+    """The store at `path` (default: the one the command line uses, ~/.creditlens/runs.duckdb). `workers`
+    and `ray` split the whole-run estimates its methods compute, as `--workers` and `--ray` do (default:
+    the machine's cores for a run of 20M tokens or more; `backend.core.workers`)."""
+    handle = store_handle(Path(path).expanduser() if path is not None else None)
+    return Lens(handle, work.Workers(workers, ray))
+
+
+def _split(method):
+    """The method runs with its object's workers (`--workers`/`--ray` of the command line)."""
+
+    @functools.wraps(method)
+    def split(self, *args, **kwargs):
+        with work.using(self.workers):
+            return method(self, *args, **kwargs)
+
+    return split
 
 
 class Lens:
     """A Credit Lens store. Each call opens the store for that call only, so a command or the app may
     write to it in between (the same rule as the command line's)."""
 
-    def __init__(self, handle: StoreHandle):
-        self.handle = handle
+    def __init__(self, handle: StoreHandle, workers: work.Workers = work.IN_PROCESS):
+        self.handle, self.workers = handle, workers
 
     def __repr__(self) -> str:
         return f"creditlens.open({str(self.handle.path)!r})"
@@ -46,6 +64,7 @@ class Lens:
         with self.handle.read() as store:
             return pd.DataFrame(store.list_runs(), columns=list(RUN_FIELDS))
 
+    @_split
     def trends(
         self,
         runs: list[str] | tuple[str, ...],
@@ -65,6 +84,7 @@ class Lens:
             self.handle, runs, estimator, params, channel, credit=credit, channel_as=CHANNEL_AS
         )
 
+    @_split
     def compare(
         self,
         runs: list[str] | tuple[str, ...],
@@ -86,6 +106,7 @@ class Lens:
             self.handle, list(runs), estimator, params, channel, settings=settings, channel_as=CHANNEL_AS
         )
 
+    @_split
     def compare_alerts(
         self,
         runs: list[str] | tuple[str, ...],
@@ -113,7 +134,7 @@ class Lens:
         """The run called `name` (an InputError naming the known runs when there is none)."""
         with self.handle.read() as store:
             store.run_id(name)
-        return Run(self.handle, name)
+        return Run(self.handle, name, self.workers)
 
 
 def _check_params(estimator: str, params: dict[str, Any]) -> None:
@@ -129,8 +150,8 @@ def _check_params(estimator: str, params: dict[str, Any]) -> None:
 class Run:
     """One run of a store. Estimator parameters are keyword arguments (`epsilon=1e-4`), as `--set`."""
 
-    def __init__(self, handle: StoreHandle, name: str):
-        self.handle, self.name = handle, name
+    def __init__(self, handle: StoreHandle, name: str, workers: work.Workers = work.IN_PROCESS):
+        self.handle, self.name, self.workers = handle, name, workers
 
     def __repr__(self) -> str:
         return f"<creditlens run {self.name!r} in {self.handle.path}>"
@@ -151,6 +172,7 @@ class Run:
         _check_params(estimator, params)
         return main_channel.config_on_channel(self.handle, self.name, estimator, params, channel, CHANNEL_AS)
 
+    @_split
     def rollouts(
         self,
         estimator: str | None = None,
@@ -188,6 +210,7 @@ class Run:
         )
         return explorer.rollout_table(self.handle, self.name, query).rows
 
+    @_split
     def trends(
         self, estimator: str | None = None, *, channel: str | None = None, credit: str = "final", **params
     ) -> pd.DataFrame:
@@ -209,6 +232,7 @@ class Run:
             return turns.turn_shares(self.handle, self.name, estimator, config)
         return turns.group_turns(self.handle, self.name, group, estimator, config)
 
+    @_split
     def estimate(
         self, estimator: str | None = None, *, channel: str | None = None, use_cache: bool = True, **params
     ) -> pd.DataFrame:
@@ -252,6 +276,7 @@ class Run:
             out["derivation"] = {"pos": pos, "lines": explain.derivation(result.terms, pos)}
         return out
 
+    @_split
     def monitor(
         self,
         estimator: str | None = None,

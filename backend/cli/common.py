@@ -81,3 +81,25 @@ ESTIMATOR_HELP = (
     "estimator (see `creditlens estimators`); default: the run's trainer's own advantage (as_trained, or "
     "logged where its recipe cannot be rebuilt) on a run a trainer made, else grpo"
 )
+
+
+def add_workers_args(parser, what: str = "the run's chunks") -> None:
+    """`--workers N` and `--ray auto|ADDRESS`: how a command that computes a whole run splits it
+    (`backend.core.workers`); the command runs inside `workers.using(...)` (see `backend.cli.main`)."""
+    parser.add_argument(
+        "--workers",
+        type=whole_number(1),
+        default=None,
+        metavar="N",
+        help=f"processes that compute {what} (default: the machine's cores for a run of 20M tokens or "
+        "more; a smaller one stays in this process, which is faster than starting workers); the results "
+        "are the same rows",
+    )
+    parser.add_argument(
+        "--ray",
+        default=None,
+        metavar="auto|ADDRESS",
+        help="compute them as tasks on a Ray cluster (auto: the cluster `ray start` made here; host:port; "
+        "local:N starts one in this process); the store must be readable at the same path on its nodes",
+    )
+    parser.set_defaults(splits_run=True)

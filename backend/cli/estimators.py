@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from backend.cli import estimator_catalog
-from backend.cli.common import ESTIMATOR_HELP, add_db_arg, add_set_arg, parse_overrides
+from backend.cli.common import ESTIMATOR_HELP, add_db_arg, add_set_arg, add_workers_args, parse_overrides
 from backend.core.chunks import DEFAULT_CHUNK_ROLLOUTS
 from backend.core.errors import InputError
 from backend.credit import as_trained
@@ -54,6 +54,7 @@ def add_commands(sub) -> None:
         f"{DEFAULT_CHUNK_ROLLOUTS}; step scope: one step, run scope: the run); 'none': "
         "the whole run in memory at once",
     )
+    add_workers_args(p)
     p.set_defaults(func=cmd_estimate)
 
     p = sub.add_parser("explain", help="why one rollout's tokens got their credit (the Rollout view)")

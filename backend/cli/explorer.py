@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from backend.cli.common import add_db_arg, add_set_arg, parse_overrides, whole_number
+from backend.cli.common import add_db_arg, add_set_arg, add_workers_args, parse_overrides, whole_number
 from backend.cli.tune import numbers
 from backend.core.errors import InputError
 from backend.credit import as_trained, main_channel
@@ -121,6 +121,7 @@ def _common(p, several: bool = False) -> None:
         help="estimator whose credit is summarized (share_<class>, max_abs); default: none",
     )
     add_set_arg(p)
+    add_workers_args(p, "the estimator's chunks when its output is not in the store yet")
     p.add_argument(
         "--channel",
         default=None,

@@ -28,6 +28,7 @@ from backend.cli import (
     teacher,
     tune,
 )
+from backend.core import workers
 from backend.core.batch_fields import BatchError
 from backend.core.errors import InputError, StoreError, one_line
 from backend.store.connection import interrupted
@@ -100,6 +101,9 @@ def _run(argv: list[str] | None) -> int:
     if rest:
         args.rest = rest
     try:
+        if getattr(args, "splits_run", False):  # `--workers` / `--ray` (cli.common.add_workers_args)
+            with workers.using(workers.Workers(args.workers, args.ray)):
+                return int(args.func(args) or 0)
         return int(args.func(args) or 0)
     except (InputError, StoreError, BatchError) as exc:
         print(f"creditlens {args.command}: error: {one_line(str(exc))}", file=sys.stderr)

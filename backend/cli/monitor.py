@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backend.cli.common import ESTIMATOR_DEFAULT, add_db_arg, add_set_arg, parse_overrides
+from backend.cli.common import ESTIMATOR_DEFAULT, add_db_arg, add_set_arg, add_workers_args, parse_overrides
 from backend.core.errors import InputError
 from backend.credit import as_trained, main_channel
 from backend.monitor import config as monitor_config
@@ -46,6 +46,7 @@ def add_commands(sub) -> None:
     )
     p.add_argument("--defaults", action="store_true", help="print the default settings as TOML and exit")
     p.add_argument("--json", action="store_true", help="print the alerts as a JSON list of objects")
+    add_workers_args(p, "the estimator's chunks when its output is not in the store yet")
     p.set_defaults(func=cmd_monitor)
 
 

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from backend.cli.common import add_db_arg
+from backend.cli.common import add_db_arg, add_workers_args
 from backend.cli.monitor import live_monitor
 from backend.core.errors import InputError, StoreError
 from backend.credit import main_channel, token_classes
@@ -272,6 +272,7 @@ def _add_import(sub) -> None:
         help="add to the existing run of this name on purpose (its model and channels must match)",
     )
     p.add_argument("--format", choices=FORMATS, default=None, help="default: detect")
+    add_workers_args(p, "the pieces of a native file (read, validated, converted; one writer commits)")
     p.add_argument(
         "--model",
         default=None,

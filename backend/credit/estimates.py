@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,15 +25,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from backend.core import workers as work
 from backend.core.batch import ALL_CHANNELS as ALL_CHANNELS
 from backend.core.batch import RolloutBatch
 from backend.core.chunks import DEFAULT_CHUNK_ROLLOUTS, Chunk, plan
 from backend.core.errors import InputError, StoreError
-from backend.credit import credit_summary, token_classes
+from backend.credit import chunk_work, credit_summary, token_classes
+from backend.credit.chunk_work import with_channel as with_channel
 from backend.estimators import fitting, registry
 from backend.store import StoreHandle
 from backend.store.estimate_rows import EstimateRows, EstimateStage
-from backend.store.explorer_queries import CreditKey
+from backend.store.explorer_queries import CreditKey, summary_tokens
 
 Progress = Callable[[int, int, str], None]
 """progress(done, total, what): called before each chunk and once at the end."""
@@ -68,14 +69,6 @@ class ScopedEstimate:
 def channel_key(config: Any) -> str:
     """The cache's channel column: the config's channel, or "-" for estimators without one."""
     return str(getattr(config, "channel", "-"))
-
-
-def with_channel(batch: RolloutBatch, channel: str) -> RolloutBatch:
-    """The batch an estimator on `channel` reads: for 'all' (when the run has no channel of that name)
-    the per-rollout sum of the channel scores is added as channel 'all' (missing scores skipped)."""
-    if channel == ALL_CHANNELS and ALL_CHANNELS not in batch.scores:
-        return batch.with_channel_sum(ALL_CHANNELS)
-    return batch
 
 
 def scope_of(name: str, config: Any) -> str:
@@ -113,6 +106,7 @@ def estimate_rollouts(
     save: bool = True,
     progress: Progress | None = None,
     chunk_rollouts: int | None = DEFAULT_CHUNK_ROLLOUTS,
+    workers: work.Workers | None = None,
 ) -> ScopedEstimate:
     """Advantages of `rollout_ids` (default: every rollout of `run`) under estimator `name` with `config`
     (a built config, default: the estimator's defaults), each computed on the batch of its scope.
@@ -120,7 +114,8 @@ def estimate_rollouts(
     Reads the store's cache first; what it computes at step or run scope (or for the whole run) it saves
     for the next caller (unless `save` is false: a read-only server). A store that another process is
     writing, or that this process may not write, just skips the save. A whole run streams in chunks of
-    `chunk_rollouts` (see `stream_run`; None: the in-memory path, one batch with every field)."""
+    `chunk_rollouts` (see `stream_run`; None: the in-memory path, one batch with every field), split over
+    `workers` (default: the command's, `backend.core.workers.current`)."""
     spec, name, config, scope, key, channel = _resolve(name, config)
     with handle.read() as store:
         index = store.rollout_keys(run)
@@ -146,6 +141,7 @@ def estimate_rollouts(
             save=save,
             progress=progress,
             missing_only=grew,
+            workers=workers,
         )
         keep = set(wanted_ids)
         if grew:
@@ -232,6 +228,7 @@ def stream_run(
     with_tokens: bool = False,
     progress: Progress | None = None,
     missing_only: bool = False,
+    workers: work.Workers | None = None,
 ) -> RunEstimate:
     """Estimator `name` on every rollout of `run`, chunk by chunk (`backend.core.chunks.plan`): each chunk is
     loaded with only the fields the estimator reads (`registry.fields_for`; and what token classes read
@@ -241,6 +238,11 @@ def stream_run(
     the Explorer's credit summaries) in one transaction once the last chunk is done; a cache holding the
     whole run is read back chunk by chunk instead (`how` says which). `chunk_rollouts=None`: the
     in-memory plan.
+
+    `workers` (default: the command's, `backend.core.workers.current`): the chunks are computed by that many
+    worker processes, or Ray tasks, each reading its chunk from the store, and come back in chunk order to
+    this process, which saves them: the outputs are the same rows as in one process. A two-pass estimator's
+    chunks stay in this process (its fitted models are not sent to workers).
 
     `missing_only` (a run that grew): only the steps (step scope) or groups (group scope) holding
     a rollout without a cached output are computed and saved, and only they are yielded: a new step costs
@@ -269,7 +271,26 @@ def stream_run(
     if two_pass:
         with handle.read() as store:
             run_fit = fitting.RunFit.of_layout(store.rollout_lengths(run))
-    items = _computed(handle, run, name, config, chunks, fields, save, progress, notes, run_fit, only is None)
+    split = workers or work.current()
+    tokens = None
+    if split.count is None and split.ray is None and len(chunks) > 1:  # the default: only a big run splits
+        with handle.read() as store:
+            tokens = summary_tokens(store, store.run_id(run))
+    count = 1 if run_fit is not None or chunk_rollouts is None else split.for_job(len(chunks), tokens)
+    items = _computed(
+        handle,
+        run,
+        name,
+        config,
+        chunks,
+        fields,
+        save,
+        progress,
+        notes,
+        run_fit,
+        only is None,
+        (split, count),
+    )
     return RunEstimate(name, config, scope, channel, "computed", chunks, notes, items)
 
 
@@ -318,10 +339,12 @@ def _computed(
     notes: list[str],
     run_fit: fitting.RunFit | None = None,
     whole: bool = True,
+    split: tuple[work.Workers, int] = (work.IN_PROCESS, 1),
 ) -> Iterator[tuple[RolloutBatch, torch.Tensor]]:
     """Each chunk's batch and advantages. With `run_fit` (a run-scoped estimator that fits a model on the
     run, streamed in groups) a first pass over the chunks collects the fits' statistics and solves them
-    (`backend.estimators.fitting`); the chunks of the second pass apply the fitted models."""
+    (`backend.estimators.fitting`); the chunks of the second pass apply the fitted models. `split`: the
+    workers and how many of them compute the chunks (1: this process, reading one chunk ahead)."""
     scope = registry.get(name).scope_for(config)
     key, channel = registry.config_hash(name, config), channel_key(config)
     credit: list = []
@@ -337,65 +360,36 @@ def _computed(
             )
             progress(i, total, f"fitting on {what}" if first_pass else what)
 
-    def load(chunk: Chunk) -> RolloutBatch:
-        batch = with_channel(store.load_batch(run, fields=fields, **chunk.load_args()), channel)
-        return batch if run_fit is None else dataclasses.replace(batch, run_fit=run_fit)
-
     with ExitStack() as stack:
         stage = stack.enter_context(EstimateStage()) if save else None
-        with (
-            handle.read() as store,
-            store.memory_limit(STREAM_MEMORY_LIMIT),
-            ThreadPoolExecutor(1, thread_name_prefix="credit-lens-read") as reader,
-        ):
-            if run_fit is not None:
-                _first_pass(
-                    run_fit,
-                    name,
-                    config,
-                    _read_ahead(reader, load, chunks, lambda i, c: describe(i, c, True)),
-                )
+        with handle.read() as store:
             definitions = credit_summary.run_classes(store, run)
             classes = credit_summary.credit_classes(store, run)
-            credit_key = CreditKey(name, key, channel, classes)
-            ahead = _read_ahead(
-                reader, load, chunks, lambda i, c: describe(total - len(chunks) + i, c, False)
-            )
-            for batch in ahead:
-                result = registry.estimate(name, batch, config)
-                for diagnostic in ("fallback", "fit_sample", "value_fit_sample"):
-                    note = result.diagnostics.get(diagnostic)
-                    if isinstance(note, str) and note not in notes:
-                        notes.append(note)
-                advantages = result.advantages
-                del result  # the diagnostics ((B, T) tensors for the views) are not kept meanwhile
-                if stage is not None:
-                    stage.add(flat_rows(batch, advantages))
-                    credit.append(credit_summary.credit_rows(batch, advantages, classes, definitions))
-                yield batch, advantages
-        # DuckDB: one process writes, or several read, never both; the reading store is closed here
+        job = chunk_work.ChunkJob(
+            str(handle.path.resolve()),
+            run,
+            name,
+            config,
+            channel,
+            fields,
+            STREAM_MEMORY_LIMIT,
+            classes if save else None,
+            definitions,
+        )
+        credit_key = CreditKey(name, key, channel, classes)
+        for result in chunk_work.chunk_results(handle, job, chunks, split, run_fit, describe, total):
+            for note in result.notes:
+                if note not in notes:
+                    notes.append(note)
+            if stage is not None:
+                stage.add(flat_rows(result.batch, result.advantages))
+                credit.append(result.credit)
+            yield result.batch, result.advantages
+        # DuckDB: one process writes, or several read, never both; the reading stores are closed here
         if stage is not None and stage.rollouts:
             _save(handle, run, name, key, config, channel, stage, credit_key, credit)
     if progress is not None:
         progress(total, total, "done")
-
-
-def _read_ahead(
-    reader: ThreadPoolExecutor,
-    load: Callable[[Chunk], RolloutBatch],
-    chunks: list[Chunk],
-    describe: Callable[[int, Chunk], None],
-) -> Iterator[RolloutBatch]:
-    """The batch of each chunk, the next chunk read by `reader` (one thread) while the caller computes on
-    this one: DuckDB and Arrow release the GIL, so reading and computing share the machine's cores. Only
-    the reader thread touches the store while the caller holds a batch. `describe` (progress) runs on the
-    caller's thread."""
-    future = reader.submit(load, chunks[0]) if chunks else None
-    for i, chunk in enumerate(chunks):
-        describe(i, chunk)
-        batch = future.result()
-        future = reader.submit(load, chunks[i + 1]) if i + 1 < len(chunks) else None
-        yield batch
 
 
 def fitted_run(
@@ -416,17 +410,10 @@ def fitted_run(
             with_channel(store.load_batch(run, fields=fields, **chunk.load_args()), channel)
             for chunk in chunks
         )
-        _first_pass(
+        chunk_work.first_pass(
             run_fit, spec.name, config, (dataclasses.replace(batch, run_fit=run_fit) for batch in batches)
         )
     return run_fit
-
-
-def _first_pass(run_fit: fitting.RunFit, name: str, config: Any, batches: Iterator[RolloutBatch]) -> None:
-    """Collect the fits' statistics from every chunk (outputs thrown away) and solve them."""
-    for batch in batches:
-        registry.estimate(name, batch, config)
-    run_fit.solve()
 
 
 def _describe(scope: str, chunk: dict, run: str) -> str:

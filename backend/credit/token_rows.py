@@ -21,6 +21,7 @@ import torch
 from backend.core.batch import RolloutBatch
 from backend.core.chunks import DEFAULT_CHUNK_ROLLOUTS
 from backend.core.errors import InputError
+from backend.core.workers import Workers
 from backend.credit import as_trained, credit_summary, estimates, main_channel, token_classes
 from backend.estimators import registry
 from backend.store import StoreHandle
@@ -97,9 +98,11 @@ def token_tables(
     *,
     chunk_rollouts: int | None = DEFAULT_CHUNK_ROLLOUTS,
     use_cache: bool = True,
+    workers: Workers | None = None,
 ) -> TokenTables:
     """The run's token rows under `name`/`config`. `chunk_rollouts=None` computes the whole run in memory
-    at once (the benchmarks' baseline); otherwise the run is streamed at the estimator's scope."""
+    at once (the benchmarks' baseline); otherwise the run is streamed at the estimator's scope, its chunks
+    computed by `workers` (default: the command's, `backend.core.workers.current`)."""
     with handle.read() as store:
         classes = credit_summary.run_classes(store, run)  # a clear error for an unknown run before any work
     if chunk_rollouts is None:
@@ -112,7 +115,14 @@ def token_tables(
         how, scope, notes = scoped.how, scoped.scope, scoped.notes
     else:
         streamed = estimates.stream_run(
-            handle, run, name, config, chunk_rollouts=chunk_rollouts, use_cache=use_cache, with_tokens=True
+            handle,
+            run,
+            name,
+            config,
+            chunk_rollouts=chunk_rollouts,
+            use_cache=use_cache,
+            with_tokens=True,
+            workers=workers,
         )
         parts, how, scope, notes = iter(streamed), streamed.how, streamed.scope, streamed.notes
     return TokenTables(parts, how, scope, notes, classes)

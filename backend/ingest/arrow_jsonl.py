@@ -70,6 +70,14 @@ class Block:
 def iter_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[Block]:
     """The file in blocks of whole lines of about `block_bytes` (a longer line makes its block longer)."""
     first_line = 1
+    for data in iter_block_bytes(path, block_bytes):
+        block = _block(data, first_line)
+        first_line += block.newlines
+        yield block
+
+
+def iter_block_bytes(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
+    """The bytes of each block of `iter_blocks`, whole lines, not yet cut into lines."""
     with open(path, "rb") as fh:
         while data := fh.read(block_bytes):
             cut = data.rfind(b"\n") + 1
@@ -83,9 +91,7 @@ def iter_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[Block]:
             if 0 < cut < len(data):
                 fh.seek(cut - len(data), 1)  # the next block starts with the line cut here
                 data = data[:cut]
-            block = _block(data, first_line)
-            first_line += block.newlines
-            yield block
+            yield data
 
 
 def _block(data: bytes, first_line: int) -> Block:

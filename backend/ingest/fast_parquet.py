@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from backend.core.errors import InputError, quoted
 from backend.ingest import native_rules as rules
 from backend.ingest.native_rules import FLOAT32_MAX, STEP_LIMIT
-from backend.ingest.records import ChunkBuffer, group_key
+from backend.ingest.records import ChunkBuffer
 
 
 class Unsupported(Exception):
@@ -217,16 +217,29 @@ def _scores(rewards: pa.Array, n: int, where) -> list[tuple[str, pa.Array, pa.Ar
 def _ids(
     batch: pa.RecordBatch, names: set[str], steps: np.ndarray, buffer: ChunkBuffer
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(rollout ids, group ids) of the batch's rows; new groups join the buffer's."""
+    """(rollout ids, group ids) of the batch's rows; new groups join the buffer's, in the order of their first
+    row. The group keys (`records.group_key`) are built by Arrow and looked up once per distinct key, not
+    once per row: a run of short rollouts paid a python call per rollout here."""
     n = batch.num_rows
-    group_col = batch.column("group").to_pylist() if "group" in names else [None] * n
-    prompts = batch.column("prompt").to_pylist()
-    gt = _ground_truths(batch, names, n)
-    group_ids = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        group, step = group_col[i], int(steps[i])
-        truth = None if gt[i] is None else str(gt[i])
-        group_ids[i] = buffer.group_id(group_key(step, group, prompts[i]), step, prompts[i], truth)
+    prompt = batch.column("prompt").cast(pa.string())
+    by_prompt = pc.binary_join_element_wise(pa.array(steps).cast(pa.string()), "p", prompt, "\x1f")
+    keys = by_prompt
+    if "group" in names and not pa.types.is_null(batch.column("group").type):
+        group = batch.column("group").cast(pa.string())
+        steps_text = pa.array(steps).cast(pa.string())
+        by_group = pc.binary_join_element_wise(steps_text, "g", group.fill_null(""), "\x1f")
+        keys = pc.if_else(group.is_valid(), by_group, by_prompt)
+    encoded = keys.dictionary_encode()  # distinct keys in the order of their first row
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    _, first_rows = np.unique(codes, return_index=True)  # (K,) first row of each distinct key, by code
+    firsts = batch.take(pa.array(first_rows))
+    gt = _ground_truths(firsts, names, len(first_rows))
+    prompts = firsts.column("prompt").to_pylist()
+    ids = [
+        buffer.group_id(key, int(steps[row]), prompts[k], None if gt[k] is None else str(gt[k]))
+        for k, (key, row) in enumerate(zip(encoded.dictionary.to_pylist(), first_rows.tolist(), strict=True))
+    ]
+    group_ids = np.asarray(ids, dtype=np.int64)[codes] if n else np.zeros(0, dtype=np.int64)
     start_id = buffer.next_rollout_id
     buffer.next_rollout_id += n
     return np.arange(start_id, start_id + n, dtype=np.int32), group_ids

@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from backend.core.batch_fields import ALL_CHANNELS
 from backend.core.errors import InputError, StoreError
+from backend.core.workers import Workers
 from backend.ingest import append as append_rules
 from backend.ingest import formats, native, recorded_checkpoints, run_config, sniff
 from backend.ingest.formats import FormatSpec, ReadContext
@@ -126,6 +127,7 @@ def import_path(
     group_size: int | None = None,
     main_channel: str | None = None,
     append: bool = False,
+    workers: Workers | None = None,
 ) -> ImportReport:
     """Import a file or directory into `run` (created if new), atomically (see the module docstring).
     Adding to an existing run needs `append` unless the import continues what the run holds, and always
@@ -134,7 +136,8 @@ def import_path(
     `channels`: the columns (TRL) or keys (verl) that become reward channels, instead of the default
     (TRL: the float columns; verl: `score`; other numbers are per-rollout metrics). `group_size`: TRL's
     num_generations, the size of the consecutive blocks that form groups. `main_channel`: the run's main
-    channel (one of its channels or `all`; default for a new run: task, else its one channel, else all)."""
+    channel (one of its channels or `all`; default for a new run: task, else its one channel, else all).
+    `workers`: how native files split (default: the command's, `backend.core.workers.current`)."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
@@ -174,6 +177,7 @@ def import_path(
             main_channel,
             append=append,
             source_path=path,
+            workers=workers,
         )
     finally:
         bar.close()
@@ -275,6 +279,7 @@ def _import(
     *,
     append: bool = False,
     source_path: Path | None = None,
+    workers: Workers | None = None,
 ) -> ImportReport:
     """Stage every record in a hidden run, check the addition against the run, then publish it in one
     transaction (the module docstring); a failure anywhere discards the staging run."""
@@ -302,6 +307,7 @@ def _import(
                 seen,
                 file_hash,
                 formats.get(fmt).unscorable_ok,
+                workers,
             )
         if n_records == 0 and skipped == 0:
             raise InputError(f"{origin}: no records to import (empty file)")
@@ -419,6 +425,7 @@ def _stage(
     seen: set[int],
     file_hash: str | None,
     unscorable_ok: bool,
+    workers: Workers | None = None,
 ) -> tuple[int, int, str, int]:
     """Validate and insert every record into the staging run, one committed transaction per chunk.
     Records whose key is in `seen` (the run's) are skipped; returns (records, tokens, tokenization,
@@ -443,8 +450,9 @@ def _stage(
     if native_paths is not None and len(native_paths) > 1:
         totals = [0, 0, "ids", 0]
         for path in native_paths:
+            file_hash = content_hash([path], path)
             n, tokens, how, skipped = _stage(
-                store, buffer, None, [path], tokenizer, bar, seen, content_hash([path], path), unscorable_ok
+                store, buffer, None, [path], tokenizer, bar, seen, file_hash, unscorable_ok, workers
             )
             totals = [
                 totals[0] + n,
@@ -456,11 +464,11 @@ def _stage(
     native_path = native_paths[0] if native_paths else None
     if native_path is not None and native_path.suffix == ".parquet":
         return native.stage_parquet(
-            native_path, buffer, tokenizer, insert, bar, seen, file_hash, CHUNK_RECORDS
+            native_path, buffer, tokenizer, insert, bar, seen, file_hash, CHUNK_RECORDS, workers
         )
     if native_path is not None:
         return native.stage_jsonl(
-            native_path, buffer, tokenizer, insert, bar, seen, CHUNK_RECORDS, CHUNK_TOKENS
+            native_path, buffer, tokenizer, insert, bar, seen, CHUNK_RECORDS, CHUNK_TOKENS, workers
         )
     first_id = buffer.next_rollout_id
     n_tokens = skipped = 0

@@ -67,11 +67,17 @@ def iter_parquet_rows(
             progress(batch.num_rows)
 
 
-def read_batches(reader: pq.ParquetFile, path: Path, batch_size: int) -> Iterator[pa.RecordBatch]:
-    """Record batches of a Parquet file; a file whose footer reads but whose pages are damaged (or
-    whose strings are not UTF-8) fails here, mid-file, and becomes an `InputError` naming it."""
-    batches = reader.iter_batches(batch_size=batch_size)
-    offset = 0
+def read_batches(
+    reader: pq.ParquetFile,
+    path: Path,
+    batch_size: int,
+    row_groups: list[int] | None = None,
+    offset: int = 0,
+) -> Iterator[pa.RecordBatch]:
+    """Record batches of a Parquet file (or of its `row_groups`, whose first record is number `offset`); a
+    file whose footer reads but whose pages are damaged (or whose strings are not UTF-8) fails here,
+    mid-file, and becomes an `InputError` naming it."""
+    batches = reader.iter_batches(batch_size=batch_size, row_groups=row_groups)
     while True:
         try:
             batch = next(batches)

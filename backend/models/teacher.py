@@ -14,14 +14,13 @@ writes the results in rollout order. Chunks of rollouts are the Ray tasks.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from backend.core.errors import InputError
+from backend.core.workers import connect_ray
 from backend.models.environments import META_KEY as ENVIRONMENT_KEY
 from backend.models.environments import get_environment
 from backend.models.factory import load_engine, vllm_usable
@@ -336,46 +335,6 @@ class TeacherWorker:
 
     def engine_name(self) -> str:
         return self.engine.name
-
-
-def connect_ray(address: str):
-    """Connect to (or for `local:N` start) a Ray cluster; the driver's checkout is put on the workers'
-    PYTHONPATH, so a local cluster needs nothing installed (a remote one needs Credit Lens installed)."""
-    import ray  # noqa: PLC0415 - optional dependency (requirements.txt pins it); only for --ray
-
-    if ray.is_initialized():
-        return ray
-    root = str(Path(__file__).resolve().parents[2])
-    pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-    kind, _, arg = address.partition(":")
-    if kind == "local":
-        try:
-            cpus = int(arg) if arg else None
-        except ValueError:
-            raise InputError(f"--ray {address!r}: expected local:N with an integer N") from None
-        # A local cluster's processes inherit this one's environment: the checkout goes on their PYTHONPATH
-        # there, not in a runtime_env, so the Python workers Ray starts with the cluster host the actors (with
-        # a runtime_env it starts new ones: an actor's first call 0.7 s -> 2.1-2.7 s on the idle 2-core box,
-        # 0.7 -> 4.7 s for two actors at load 3; 2026-12-05).
-        saved = os.environ.get("PYTHONPATH")
-        os.environ["PYTHONPATH"] = pythonpath
-        try:
-            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
-        finally:
-            if saved is None:
-                del os.environ["PYTHONPATH"]
-            else:
-                os.environ["PYTHONPATH"] = saved
-    else:
-        try:
-            ray.init(
-                address=address, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, log_to_driver=False
-            )
-        except (ConnectionError, ValueError, RuntimeError) as exc:
-            raise InputError(
-                f"--ray {address!r}: cannot connect to a Ray cluster ({str(exc).splitlines()[0]})"
-            ) from None
-    return ray
 
 
 def _ray_results(

@@ -192,6 +192,12 @@ def summary_rows(store: Store, run_id: int) -> int:
     )
 
 
+def summary_tokens(store: Store, run_id: int) -> int:
+    """The run's tokens by its Explorer summaries (0 where a store predates them)."""
+    query = "SELECT coalesce(sum(length), 0) FROM rollout_summary WHERE run_id = ?"
+    return int(store.con.execute(query, [run_id]).fetchall()[0][0])
+
+
 def rollout_count(store: Store, run_id: int) -> int:
     return int(store.con.execute("SELECT count(*) FROM rollouts WHERE run_id = ?", [run_id]).fetchall()[0][0])
 
@@ -210,26 +216,31 @@ def save_credit_summary(store: Store, run_id: int, key: CreditKey, rows: pa.Tabl
     """Replace the credit summary of `rows`' rollouts. rows: rollout_id, abs_total, max_abs, mean_adv,
     class_abs, class_pos, class_neg, class_tokens. Call inside a transaction."""
     n = rows.num_rows
-    data = rows.append_column("run_id", pa.array([run_id] * n, pa.int32()))
+    # Whole columns from one value each, and the rollouts to replace as a registered table: a python list
+    # per rollout here was most of the save on a run of many short rollouts (1.0 of 2.3 s for 307k).
+    data = rows.append_column("run_id", pa.array(np.full(n, run_id, dtype=np.int32)))
     for name, value in (
         ("estimator", key.estimator),
         ("config_hash", key.config_hash),
         ("channel", key.channel),
     ):
-        data = data.append_column(name, pa.array([value] * n, pa.string()))
-    data = data.append_column("classes", pa.array([list(key.classes)] * n, pa.list_(pa.string())))
-    store.con.execute(
-        "DELETE FROM credit_summary WHERE run_id = ? AND estimator = ? AND config_hash = ? AND channel = ? "
-        "AND classes = ? AND list_contains(?, rollout_id)",
-        [
-            run_id,
-            key.estimator,
-            key.config_hash,
-            key.channel,
-            list(key.classes),
-            rows.column("rollout_id").to_pylist(),
-        ],
+        data = data.append_column(name, pa.repeat(pa.scalar(value, pa.string()), n))
+    width = len(key.classes)
+    classes = pa.ListArray.from_arrays(
+        pa.array(np.arange(n + 1, dtype=np.int32) * width),
+        pa.array(list(key.classes), pa.string()).take(pa.array(np.tile(np.arange(width), n))),
     )
+    data = data.append_column("classes", classes)
+    view = f"_credit_ids_{threading.get_ident()}"
+    store.con.register(view, rows.select(["rollout_id"]))
+    try:
+        store.con.execute(
+            "DELETE FROM credit_summary WHERE run_id = ? AND estimator = ? AND config_hash = ? "
+            f"AND channel = ? AND classes = ? AND rollout_id IN (SELECT rollout_id FROM {view})",
+            [run_id, key.estimator, key.config_hash, key.channel, list(key.classes)],
+        )
+    finally:
+        store.con.unregister(view)
     store.insert_arrow("credit_summary", data)
 
 
