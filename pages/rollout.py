@@ -5,6 +5,7 @@ import streamlit as st
 
 from app import keys, state
 from app.ui import cliff_marker, fmt, heatmaps, panels, scales, sections, tuned_beta, turns, widgets
+from app.view_data import rollout as rollout_data
 from app.view_data import shared
 
 sel = panels.rollout_selection()
@@ -37,6 +38,9 @@ view = panels.compute_or_explain(
     classes=sel.classes,
     channel=channel,
 )
+# Did the credit land: the realized change of each token's log π after the step's update, a row under the
+# credit rows (`creditlens landed`); runs without it show none.
+view = rollout_data.with_realized_row(view, rollout_data.realized_delta(sel.db, sel.run, sel.rollout))
 # A click (on the text or on a heatmap cell) reruns the page: it selects that token (and the URL's `pos`),
 # and both are drawn with the token outlined.
 clicked = panels.new_click(keys.ROLLOUT_HEATMAP, n_rows=len(view.rows))
@@ -105,6 +109,8 @@ with rows_col:
             width="stretch",
             config={"displayModeBar": False},
         )
+# Whose credit moved the selected token (first-order attribution over the group's trained tokens): its
+# heatmap goes here, under the rows, once built.
 # Why this credit and the strips: tabs, each drawn only while open (a fresh load draws the first alone)
 TABS = {"why": "Why this credit", "strips": "Per-token strips: logprob, reference, log-ratio, entropy, value"}
 tabs = sections.lazy_tabs(TABS, keys.ROLLOUT_TAB, keys.URL_TAB)

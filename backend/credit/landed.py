@@ -33,7 +33,9 @@ from backend.core.errors import InputError
 from backend.core.ranks import spearman
 from backend.credit import as_trained, token_rows
 from backend.store import StoreHandle
-from backend.store.landed_queries import cached_after, recorded_after
+from backend.store.landed_queries import REALIZED_ROW, cached_after, recorded_after
+
+__all__ = ["REALIZED_ROW", "SOURCES", "by_class", "by_estimator", "by_rollout", "by_step", "landed_tokens"]
 
 SOURCES = ("auto", "recorded", "checkpoints")
 """Where log π_after comes from: the recorder's `logprobs_after`, the checkpoint route's cache, or `auto`

@@ -15,6 +15,9 @@ from backend.store.db import Store
 
 RECORDED_AFTER = "logprobs_after"
 """The token feature holding the recorder's logprobs after the update (the native field of that name)."""
+REALIZED_ROW = "realized Δ log π"
+"""The Rollout view's row of Δ per token, under the credit rows (on its own colour scale: log-prob units);
+here, in a module without torch, so the figures' scales can name it."""
 
 
 def after_checkpoints(store: Store, run: str) -> dict[int, str]:
