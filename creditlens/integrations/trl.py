@@ -112,6 +112,8 @@ class Recorder:
     """Score each batch again once its update is done (`logprobs_after`)."""
     after_seconds: float = 0.0
     """Wall time of those extra forward passes alone (part of `seconds`)."""
+    after_cpu_seconds: float = 0.0
+    """Their CPU time (part of `cpu_seconds`)."""
     _original: object = None
     _callback: object = None
     _pending: list = field(default_factory=list)
@@ -172,6 +174,7 @@ class Recorder:
             elapsed = time.perf_counter() - start
             self.after_seconds += elapsed
             self.seconds += elapsed
+            self.after_cpu_seconds += time.process_time() - cpu
             self.cpu_seconds += time.process_time() - cpu
         self._pending = keep
 
