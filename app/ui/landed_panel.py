@@ -11,6 +11,7 @@ from plotly.subplots import make_subplots
 
 from app.ui import text, widgets
 from app.view_data import landed as landed_data
+from backend.views import explorer_columns
 
 TITLE = "Did the credit land? Credit vs the realized Δ log π after the update"
 NONE_YET = (
@@ -18,16 +19,12 @@ NONE_YET = (
     "score it with the checkpoints after each update: `creditlens landed --run {run}`."
 )
 COLUMN_HELP = {
-    "landed_spearman": "Spearman ρ between the credit and the realized Δ log π over the rollout's trained "
-    "tokens; empty when the credit is the same on every token (grpo's is).",
-    "landed_sign": "Share of the rollout's tokens with non-zero credit whose log π moved the credit's way "
-    "(rose under positive credit, fell under negative).",
-    "landed_mean_delta": "Mean realized Δ log π = log π_after − log π_before over the rollout's trained "
-    "tokens.",
+    **{c: explorer_columns.EXACT[c] for c in ("landed_spearman", "landed_sign", "landed_mean_delta")},
     "credit_share": "The class's share of Σ|credit| over the trained tokens.",
     "mean_delta": "Mean realized Δ log π of the class's trained tokens.",
     "mean_credit": "Mean credit of the class's trained tokens.",
 }
+"""The landed tables' headers: the per-rollout columns as the Explorer defines them (explorer_columns)."""
 
 
 def _command(db: str, run: str, estimator: str | None, extra: str = "") -> str:
