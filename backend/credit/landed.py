@@ -52,7 +52,12 @@ TOKEN_COLUMNS = [
     "logprob_after",
     "delta",
     "trained",
+    "dropped",
 ]
+DROPPED_FEATURES = ("is_masked",)
+"""Token features that mark a token whose credit the trust region dropped (1: masked out of the loss):
+prime-rl's token export, as its importer keeps it. Such a token is left out of the agreement (its credit
+never reached the gradient) and counted per step (`dropped`)."""
 
 
 @dataclass
@@ -68,8 +73,9 @@ class LandedTokens:
 
     @property
     def trained(self) -> pd.DataFrame:
-        """The trained tokens (an untrained tool output or observation got no credit and is left out)."""
-        return self.tokens[self.tokens["trained"]]
+        """The trained tokens whose credit reached the update (an untrained tool output or observation got
+        no credit; a token the trust region dropped had its credit masked out): the agreement's tokens."""
+        return self.tokens[self.tokens["trained"] & ~self.tokens["dropped"]]
 
 
 def after_logprobs(handle: StoreHandle, run: str, source: str = "auto") -> tuple[dict[int, np.ndarray], str]:
@@ -129,6 +135,15 @@ def landed_tokens(
         step_of[int(rid)] = int(step)
     if wanted is not None and not step_of:
         raise InputError(f"run {run!r} has no realized Δ at steps {', '.join(map(str, sorted(wanted)))}")
+    with handle.read() as store:
+        masked = store.con.execute(
+            "SELECT rollout_id, vals FROM token_features WHERE run_id = ? AND list_contains(?, name)",
+            [store.run_id(run), list(DROPPED_FEATURES)],
+        ).fetchall()
+    dropped_of: dict[int, np.ndarray] = {}
+    for rid, vals in masked:  # any of the features marks the token
+        flags = np.asarray(vals, np.float64) > 0.5
+        dropped_of[int(rid)] = flags | dropped_of.get(int(rid), np.zeros_like(flags))
     parts = []
     for table in token_rows.token_tables(handle, run, name, config).tables():
         frame = table.to_pandas()
@@ -146,6 +161,9 @@ def landed_tokens(
     frame["delta"] = logprob_after - logprob
     frame["trained"] = [
         True if trained_of[r] is None else bool(trained_of[r][p]) for r, p in zip(ids, pos, strict=True)
+    ]
+    frame["dropped"] = [
+        bool(dropped_of[r][p]) if r in dropped_of else False for r, p in zip(ids, pos, strict=True)
     ]
     frame["credit"] = frame["credit"].astype(np.float64)
     return LandedTokens(frame[TOKEN_COLUMNS].reset_index(drop=True), run, name, used)
@@ -176,10 +194,16 @@ def _summary(frame: pd.DataFrame) -> dict:
 
 
 def by_step(landed: LandedTokens) -> pd.DataFrame:
-    """Per step over its trained tokens: tokens, spearman, sign_agreement, mean_delta, mean_delta_credited
-    (tokens with credit > 0), mean_delta_penalised (credit < 0)."""
-    rows = [{"step": int(step), **_summary(part)} for step, part in landed.trained.groupby("step", sort=True)]
-    return pd.DataFrame(rows, columns=["step", *_SUMMARY])
+    """Per step over its trained tokens whose credit reached the update: tokens, spearman, sign_agreement,
+    mean_delta, mean_delta_credited (tokens with credit > 0), mean_delta_penalised (credit < 0); and
+    dropped, the trained tokens whose credit the trust region dropped (`DROPPED_FEATURES`)."""
+    tokens = landed.tokens
+    dropped = tokens[tokens["trained"] & tokens["dropped"]].groupby("step").size()
+    rows = [
+        {"step": int(step), **_summary(part), "dropped": int(dropped.get(step, 0))}
+        for step, part in landed.trained.groupby("step", sort=True)
+    ]
+    return pd.DataFrame(rows, columns=["step", *_SUMMARY, "dropped"])
 
 
 def by_rollout(landed: LandedTokens) -> pd.DataFrame:

@@ -168,3 +168,22 @@ def test_a_run_without_realized_change_has_none_and_no_row(tmp_path):
     assert landed.rollout_delta(handle, "plain", 0) is None
     with pytest.raises(Exception, match="no realized Δ log π yet"):
         landed.landed_tokens(handle, "plain")
+
+
+def test_tokens_the_trust_region_dropped_are_counted_and_left_out(tmp_path):
+    """prime-rl's `is_masked` (kept by its importer as the token feature of that name): a masked token's
+    credit never reached the gradient, so it is counted per step and left out of the agreement."""
+    records = make_records(n_groups=1, group_size=4)
+    for k, rec in enumerate(records):
+        n = len(rec["token_ids"])
+        rec["logprobs_after"] = [x + (0.1 if k % 2 else -0.1) for x in rec["logprobs"]]
+        rec["extras"] = {"is_masked": [1.0 if i < 2 else 0.0 for i in range(n)]}
+    path = write_jsonl(tmp_path / "masked.jsonl", records)
+    assert (
+        run_cli_here("import", path, "--db", tmp_path / "m.duckdb", "--run", "m", "--quiet").returncode == 0
+    )
+    tokens = landed.landed_tokens(store_handle(tmp_path / "m.duckdb"), "m", "grpo")
+    assert tokens.tokens["dropped"].sum() == 2 * len(records)
+    steps = landed.by_step(tokens)
+    assert steps["dropped"].tolist() == [2 * len(records)]
+    assert steps["tokens"].tolist() == [len(tokens.tokens) - 2 * len(records)]
