@@ -10,7 +10,8 @@ Sections and their bounds (each row says its bound):
 3. vllm (when `vllm` is importable, CUDA only) — float32, greedy suffixes token for token against
    transformers on CUDA, logprobs within 1e-3 of transformers' teacher-forced ones, at T=0.7 /
    top_p=0.9 the finished share within 0.1 and the mean suffix length within 15% of transformers',
-   and 8 stored (prefix, seed) pairs regenerated alone reproduce their tokens;
+   and 8 stored (prefix, seed) pairs regenerated alone reproduce their tokens; teacher-forced logprobs
+   from vLLM's `prompt_logprobs` (the GPU route of `creditlens landed`) within 1e-3 of transformers'.
 4. attribution — the first-order attribution (`backend.models.attribution`: a backward and a forward-mode
    pass) on the bundled kl-0.2 run's step 1 against CPU: predicted Δ log π and one token's shares within
    1e-3 of the largest CPU value; on the device the shares sum to the prediction (within 2e-3 of Σ|share|,
@@ -284,6 +285,17 @@ def check_vllm(report: Report, device: str) -> None:
         "greedy logprobs max|vllm - transformers|",
         np.concatenate([b.logprobs for _, b in same] or [[]]),
         np.concatenate([a.logprobs for a, _ in same] or [[]]),
+        VLLM_LOGPROB_TOL,
+    )
+
+    # the checkpoint route of `creditlens landed` on a GPU: the responses' logprobs from prompt_logprobs
+    forced = records[::28][:16]
+    prompts, responses = [r["prompt_ids"] for r in forced], [r["token_ids"] for r in forced]
+    report.max_diff(
+        section,
+        "prompt_logprobs (landed) max|vllm - transformers teacher-forced|",
+        np.concatenate([s.logprobs for s in hf.score(prompts, responses)]),
+        np.concatenate(engine.prompt_logprobs(prompts, responses)),
         VLLM_LOGPROB_TOL,
     )
 

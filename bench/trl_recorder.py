@@ -1,6 +1,7 @@
 """`python -m bench.trl_recorder [--steps 6] [--completion 64] [--layers 4 --width 128]`: a real TRL 1.16
 `GRPOTrainer`'s time per step without the recorder, with `record(trainer, dir)` and with
-`record(..., entropies=True)`, on CPU.
+`record(..., entropies=True)`, on CPU; `no-after` is `record(..., after=False)`, without the pass after
+each update that writes `logprobs_after` (the default `record` makes it).
 
 The policy is the bundled demo policy (4 layers, 128 wide), or, with other --layers/--width, a GPT-2 of
 that shape with random weights and the demo tokenizer (nothing to download). Each mode trains a fresh
@@ -101,7 +102,9 @@ def run_mode(mode: str, args, base: Path) -> dict:
     trainer.add_callback(timer)
     recorder = None
     if mode != "off":
-        recorder = lens_trl.record(trainer, base / mode / "run", entropies=mode == "entropies")
+        recorder = lens_trl.record(
+            trainer, base / mode / "run", entropies=mode == "entropies", after=mode != "no-after"
+        )
     trainer.train()
     steps = len(recorder.files) if recorder is not None else 1
     return {
@@ -110,6 +113,7 @@ def run_mode(mode: str, args, base: Path) -> dict:
         "cpu": statistics.median(timer.cpu[args.warmup :]),
         "recorder_wall": recorder.seconds / steps if recorder is not None else 0.0,
         "recorder_cpu": recorder.cpu_seconds / steps if recorder is not None else 0.0,
+        "after_cpu": recorder.after_cpu_seconds / steps if recorder is not None else 0.0,
     }
 
 
@@ -145,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for mode in ("off", "record", "entropies"):
+        for mode in ("off", "no-after", "record", "entropies"):
             rows.append(run_mode(mode, args, Path(tmp)))
     off = rows[0]["cpu"]
     print(
@@ -159,12 +163,13 @@ def main(argv: list[str] | None = None) -> int:
         "the machine is shared"
     )
     print(
-        f"{'mode':<10} {'CPU s':>8} {'ratio':>6} {'wall s':>8} {'recorder CPU s':>15} {'recorder wall s':>16}"
+        f"{'mode':<10} {'CPU s':>8} {'ratio':>6} {'wall s':>8} {'recorder CPU s':>15} "
+        f"{'recorder wall s':>16} {'after-update CPU s':>19}"
     )
     for r in rows:
         print(
             f"{r['mode']:<10} {r['cpu']:>8.3f} {r['cpu'] / off:>6.2f} {r['wall']:>8.3f} "
-            f"{r['recorder_cpu']:>15.3f} {r['recorder_wall']:>16.3f}"
+            f"{r['recorder_cpu']:>15.3f} {r['recorder_wall']:>16.3f} {r['after_cpu']:>19.3f}"
         )
     print("\nafter the forward pass, CPU ms per 1000 completion tokens (random logits, best of 3)")
     print(f"{'vocabulary':>10} {'logprobs':>9} {'+entropies':>11}")

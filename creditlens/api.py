@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from backend.core import workers as work
 from backend.core.errors import InputError
-from backend.credit import as_trained, main_channel
+from backend.credit import as_trained, landed, main_channel
 from backend.credit.token_rows import TOKEN_ROWS_SCHEMA, estimate_config, token_tables
 from backend.estimators import registry
 from backend.monitor import compare_runs as run_comparison
@@ -338,3 +338,34 @@ class Run:
         return attribution_view.predicted_step(
             self.handle, self.name, step, estimator=estimator, model=model, device=device, lr=lr
         )
+
+    def landed(
+        self,
+        table: str = "steps",
+        estimator: str | None = None,
+        *,
+        source: str = "auto",
+        steps: list[int] | None = None,
+        compare: list[str] | None = None,
+        **params,
+    ) -> pd.DataFrame:
+        """Did the credit land (`creditlens landed --json`): the realized Δ log π after each update beside
+        the credit (default: as trained). `table`: `steps` (Spearman and sign agreement per step), `classes`
+        (credit share vs mean Δ per token class), `classes_by_step`, `rollouts` (the Explorer's columns),
+        `tokens` (one row per token), or `estimators` (how well each of `compare` predicts Δ). `source`:
+        recorded, checkpoints (what `creditlens landed` scored and cached) or auto."""
+        tables = ("steps", "classes", "classes_by_step", "rollouts", "tokens", "estimators")
+        if table not in tables:
+            raise InputError(f"table={table!r}: choose one of {', '.join(tables)}")
+        if table == "estimators":
+            if not compare:
+                raise InputError("table='estimators' needs compare=[estimator names]")
+            return landed.by_estimator(self.handle, self.name, list(compare), source=source, steps=steps)
+        tokens = landed.landed_tokens(self.handle, self.name, estimator, params, source=source, steps=steps)
+        if table == "steps":
+            return landed.by_step(tokens)
+        if table == "rollouts":
+            return landed.by_rollout(tokens)
+        if table == "tokens":
+            return tokens.tokens
+        return landed.by_class(tokens, per_step=table == "classes_by_step")

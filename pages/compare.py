@@ -11,6 +11,7 @@ from app.ui import (
     credit_choice,
     fmt,
     heatmaps,
+    landed_panel,
     panels,
     run_set,
     same_prompt_panel,
@@ -201,4 +202,5 @@ if tabs["agreement"] is not None:
                 column_config={c: st.column_config.NumberColumn(c, format="percent") for c in shares.columns},
             )
 class_editor.show(sel)
+landed_panel.compare_section(sel.db, sel.run, chosen, keys.COMPARE_LANDED_OPEN)
 same_prompt_panel.draw(sel, side_by_side, chosen[0])

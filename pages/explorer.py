@@ -5,7 +5,7 @@ import math
 import streamlit as st
 
 from app import keys, state
-from app.ui import column_help, live, monitor_panel, panels, sections, text, tuned_beta, widgets
+from app.ui import column_help, landed_panel, live, monitor_panel, panels, sections, text, tuned_beta, widgets
 from app.view_data import explorer as explorer_data
 
 state.follow_rollout_request()  # a row clicked in the last rerun opens the Rollout view
@@ -213,6 +213,8 @@ st.number_input("Page", min_value=1, max_value=pages, step=1, key=keys.EXPLORER_
 glossary = widgets.lazy_expander("What these columns mean", keys.EXPLORER_COLUMNS_HELP)
 if glossary is not None:
     glossary.markdown(column_help.glossary(shown_order))
+
+landed_panel.explorer_section(sel.db, sel.run, estimator, config, keys.EXPLORER_LANDED_OPEN)
 
 with st.expander("The same table on the command line"):
     parts = ["creditlens rollouts", f"--db {sel.db}", f"--run {sel.run}", f"--estimator {estimator}"]

@@ -6,6 +6,7 @@ import streamlit as st
 from app import keys, state
 from app.ui import cliff_marker, fmt, heatmaps, panels, scales, sections, tuned_beta, turns, widgets
 from app.ui.attribution_panel import show as show_attribution
+from app.view_data import rollout as rollout_data
 from app.view_data import shared
 
 sel = panels.rollout_selection()
@@ -38,6 +39,9 @@ view = panels.compute_or_explain(
     classes=sel.classes,
     channel=channel,
 )
+# Did the credit land: the realized change of each token's log π after the step's update, a row under the
+# credit rows (`creditlens landed`); runs without it show none.
+view = rollout_data.with_realized_row(view, rollout_data.realized_delta(sel.db, sel.run, sel.rollout))
 # A click (on the text or on a heatmap cell) reruns the page: it selects that token (and the URL's `pos`),
 # and both are drawn with the token outlined.
 clicked = panels.new_click(keys.ROLLOUT_HEATMAP, n_rows=len(view.rows))

@@ -6,6 +6,7 @@ from app import data, keys, state
 from app.ui import (
     charts,
     drill,
+    landed_panel,
     live,
     monitor_panel,
     panels,
@@ -206,6 +207,8 @@ if by_turn is not None and not by_turn.empty:  # an agent run: where the credit 
         "channels) over the trained tokens; tool and environment turns are not trained and get none. Same "
         f"numbers: creditlens turns --run {text.plain(sel.run)} --estimator {estimator or 'grpo'}"
     )
+
+landed_panel.trends_section(sel.db, sel.run, estimator, config if estimator else (), keys.TRENDS_LANDED_OPEN)
 
 st.subheader("Credit health")
 st.caption(

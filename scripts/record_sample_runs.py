@@ -5,6 +5,11 @@ the bundled runs `kl-0.0` and `kl-0.2` (manifests sample_runs/kl_*.json), so run
 
     python scripts/record_sample_runs.py        # rewrites sample_runs/recorded/kl-*/ (about a minute)
 
+Each step file carries `logprobs_after` (the recorder scores every batch again after its update). The run
+kl-0.0 also keeps the weights after each step, `recorded/kl-0.0/trainer/checkpoint-<k>/` (model and tokenizer
+only, 3.4 MB each): the step files name them (`meta.checkpoint_after`, and `meta.checkpoint` for the step they
+sampled), so `creditlens landed --run kl-0.0 --source checkpoints` scores with them; kl-0.2 keeps none.
+
 Needs the test dependencies (TRL, datasets). Rewards: `task` (1 when the completion's `#### n` answer is the
 sum, the bundled demo's verifier), and `format` (0 with a `#### ` answer line, -1 without): two channels.
 """
@@ -15,7 +20,6 @@ import json
 import re
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +29,16 @@ if str(ROOT) not in sys.path:
 SAMPLES = ROOT / "sample_runs"
 POLICY = SAMPLES / "demo-policy"
 BETAS = (0.0, 0.2)
+KEEP_CHECKPOINTS = (0.0,)
+"""The runs whose per-step weights ship (the other route of `creditlens landed`); one is enough."""
+CHECKPOINT_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+)
+"""What a shipped checkpoint keeps: what `creditlens landed` loads (no optimizer or trainer state)."""
 STEPS = 6
 GENERATIONS = 4
 PROMPTS = ["84+48=?\n", "12+34=?\n", "57+25=?\n", "40+29=?\n", "66+17=?\n", "31+58=?\n"]
@@ -60,38 +74,57 @@ def record_one(beta: float, dest: Path) -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(POLICY, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(POLICY, local_files_only=True)
-    with tempfile.TemporaryDirectory() as out:
-        config = GRPOConfig(
-            output_dir=out,
-            max_steps=STEPS,
-            per_device_train_batch_size=PROMPTS_PER_STEP * GENERATIONS,
-            num_generations=GENERATIONS,
-            max_completion_length=48,
-            learning_rate=1e-3,
-            beta=beta,
-            logging_steps=1,
-            report_to=[],
-            save_strategy="no",
-            use_cpu=True,
-            seed=0,
-            data_seed=0,
-            temperature=1.0,
-            shuffle_dataset=False,
-            bf16=False,
-            disable_dropout=True,
-        )
-        trainer = GRPOTrainer(
-            model=model,
-            reward_funcs=[task, format],
-            args=config,
-            train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS * STEPS]),
-            processing_class=tokenizer,
-        )
-        shutil.rmtree(dest, ignore_errors=True)
-        recorder = lens_trl.record(trainer, dest, entropies=True)
-        trainer.train()
-        recorder.close()
-    # the trainer's args name its temporary output folder and the logging folder under it: not a setting
+    keep = beta in KEEP_CHECKPOINTS
+    shutil.rmtree(dest, ignore_errors=True)
+    # Both runs save every step (their settings differ in beta alone), inside the recording, where its step
+    # files name the checkpoints relative to it; only the runs of KEEP_CHECKPOINTS keep them.
+    out = dest / "trainer"
+    config = GRPOConfig(
+        output_dir=str(out),
+        max_steps=STEPS,
+        per_device_train_batch_size=PROMPTS_PER_STEP * GENERATIONS,
+        num_generations=GENERATIONS,
+        max_completion_length=48,
+        learning_rate=1e-3,
+        beta=beta,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="steps",
+        save_steps=1,
+        save_only_model=True,
+        use_cpu=True,
+        seed=0,
+        data_seed=0,
+        temperature=1.0,
+        shuffle_dataset=False,
+        bf16=False,
+        disable_dropout=True,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[task, format],
+        args=config,
+        train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS * STEPS]),
+        processing_class=tokenizer,
+    )
+    recorder = lens_trl.record(trainer, dest, entropies=True)
+    trainer.train()
+    recorder.close()
+    print(
+        f"{dest.name}: recorder {recorder.seconds:.2f} s, of which after-update scoring "
+        f"{recorder.after_seconds:.2f} s"
+    )
+    if not keep:
+        shutil.rmtree(out)
+    else:
+        for checkpoint in sorted(out.glob("checkpoint-*")):
+            for path in checkpoint.iterdir():
+                if path.name not in CHECKPOINT_FILES:
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+        for path in out.iterdir():
+            if not path.name.startswith("checkpoint-"):
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+    # the trainer's args name its output folder and the logging folder under it: where, not a setting
     settings = json.loads((dest / "trainer_config.json").read_text())
     for key in ("output_dir", "logging_dir"):
         settings[key] = None

@@ -10,6 +10,7 @@ import numpy as np
 import plotly.colors as pcolors
 
 from app.ui.fmt import significant
+from backend.store.landed_queries import REALIZED_ROW
 
 DIVERGING = "RdBu"  # red = negative credit, blue = positive; centred at 0
 
@@ -39,7 +40,8 @@ SCALE_LABELS = {
     "quantile": "quantile (98th percentile of |A|: robust to one spike)",
     "robust": "robust shared (the rows' middle 98th percentile of |A|: robust to one row)",
 }
-OWN_SCALE_ROWS = ("true credit",)  # ground truth in its own units: never on an estimator's scale
+# ground truth and the realized change of log π are in their own units: never on an estimator's scale
+OWN_SCALE_ROWS = ("true credit", REALIZED_ROW)
 QUANTILE = 0.98
 # `auto` clips at the quantile when the largest |A| is more than this many times it: most cells would
 # otherwise sit within a fifth of the scale's middle, nearly white (GRPO's ±0.35 beside a −5 spike).

@@ -3,10 +3,14 @@ this credit", what `creditlens explain` prints); its heatmap rows are `shared.ro
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import streamlit as st
 
 from app import data
-from backend.credit import main_channel
+from app.view_data.shared import RolloutView
+from backend.credit import landed, main_channel
 from backend.estimators import registry
 from backend.views import explain
 
@@ -55,3 +59,17 @@ def derivations(explained: explain.Explanation, pos: int) -> dict:
         if what is None
         else (what["label"], float(what["advantage"][pos]), explained.derivation_at(pos, what["terms"])),
     }
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def realized_delta(db: str, run: str, rollout_id: int) -> np.ndarray | None:
+    """Δ log π per token after the update that consumed the rollout's step (NaN where untrained), None when
+    the store has none: `landed.rollout_delta`, the `delta` of `creditlens landed`."""
+    return landed.rollout_delta(data.store_handle(db), run, rollout_id)
+
+
+def with_realized_row(view: RolloutView, delta: np.ndarray | None) -> RolloutView:
+    """The view with the row `landed.REALIZED_ROW` under its credit rows (unchanged without a Δ)."""
+    if delta is None or len(delta) != len(view.tokens):
+        return view
+    return replace(view, rows={**view.rows, landed.REALIZED_ROW: delta})

@@ -36,8 +36,8 @@ _INT_LISTS = rules.of_kind(rules.IDS)
 _PER_TOKEN = rules.of_kind(rules.PER_TOKEN)
 _OPTIONAL = (*rules.of_kind(rules.GROUP), *_INT_LISTS, *_PER_TOKEN, *_STRUCTS)
 """Fields taken as Arrow infers them (besides prompt, response, step and tokens, built explicitly)."""
-_AGENT = frozenset(rules.of_kind(rules.AGENT))
-"""An agent's loss mask, turns and turn rewards (read by the per-record reader)."""
+_AGENT = rules.PER_RECORD_ONLY
+"""An agent's loss mask, turns and turn rewards, logprobs_after (read by the per-record reader)."""
 
 
 @dataclass

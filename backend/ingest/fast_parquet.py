@@ -128,6 +128,15 @@ def convert_batch(
             )
             if parts:
                 tables[table] = pa.concat_tables(parts)
+    features = [
+        _feature(batch.column(name), name, n_tokens, where, rollout_ids, buffer.run_id)
+        for name in rules.of_kind(rules.FEATURE)
+        if name in names
+    ]
+    if features:  # stored beside the extras, under the field's own name
+        tables["token_features"] = pa.concat_tables(
+            [*([tables["token_features"]] if "token_features" in tables else []), *features]
+        )
     tables["groups"] = buffer.flush_groups()
     return tables
 
@@ -325,6 +334,20 @@ def _score_table(score_tables: list, rollout_ids: np.ndarray, run: int) -> pa.Ta
             "rollout_id": pa.array(np.concatenate(ids) if ids else np.zeros(0, np.int32)),
             "channel": pa.array(np.concatenate(chans) if chans else [], pa.string()),
             "score": pa.array(np.concatenate(vals) if vals else np.zeros(0)),
+        }
+    )
+
+
+def _feature(column: pa.Array, name: str, n_tokens: np.ndarray, where, rollout_ids: np.ndarray, run: int):
+    """The long token_features table of a per-token feature column (rows where it is null have none)."""
+    values = _check_float_lists(column, n_tokens, name, where)
+    keep = values.is_valid().to_numpy(zero_copy_only=False)
+    return pa.table(
+        {
+            "run_id": pa.array(np.full(int(keep.sum()), run, dtype=np.int32)),
+            "rollout_id": pa.array(rollout_ids[keep]),
+            "name": pa.array([name] * int(keep.sum()), pa.string()),
+            "vals": values.filter(pa.array(keep)),
         }
     )
 

@@ -35,6 +35,9 @@ TEXT, GROUP, STEP, IDS, LABELS, PER_TOKEN, SCORES, PER_TOKEN_MAP, METRICS, META,
     "other",
     "agent",
 )
+FEATURE = "per-token feature"
+"""A per-token list of numbers kept as the token feature of its own name (table token_features, like an
+`extras` entry): `logprobs_after`, which no estimator reads and the landed numbers do."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ RULES: tuple[FieldRule, ...] = (
         "of assistant, tool, user, environment, system)",
     ),
     FieldRule("turn_rewards", AGENT, "a list of numbers or nulls, one per assistant turn"),
+    FieldRule("logprobs_after", FEATURE, "a list of numbers, one per response token"),
 )
 FIELDS = {rule.name: rule for rule in RULES}
 KNOWN_FIELDS = frozenset(FIELDS)
@@ -91,6 +95,8 @@ def of_kind(*kinds: str) -> tuple[str, ...]:
 
 
 REQUIRED = tuple(rule.name for rule in RULES if rule.required)
+PER_RECORD_ONLY = frozenset(of_kind(AGENT, FEATURE))
+"""Fields only the per-record reader validates and stores: the column readers fall back to it."""
 
 
 def missing(where: str, name: str) -> InputError:

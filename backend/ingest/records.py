@@ -144,6 +144,12 @@ def validate_record(rec: Any, where: str, tokenizer: Tokenizer, allow_unscorable
         out[name] = value
     for name in rules.of_kind(rules.PER_TOKEN_MAP):
         out[name] = _per_token_map(rec.get(name) or {}, where, name, n, origin)
+    for name in rules.of_kind(rules.FEATURE):  # stored as the token feature of the same name
+        value = rec.get(name)
+        if value is not None:
+            value = _float_list(value, where, name)
+            _check_length(value, n, where, name, origin)
+            out["extras"][name] = value
     out.update(_agent_fields(rec, where, n, origin))
     out["metrics"] = _metrics(rec.get("metrics"), where)
     out["logged_advantage"] = _logged_advantage(rec.get("logged_advantage"), where)

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from backend.models.engine import (
@@ -184,6 +185,20 @@ def parse_completion(
     )
 
 
+PROMPT_LOGPROB_ARGUMENTS = {"max_tokens": 1, "prompt_logprobs": 0, "temperature": 1.0}
+"""`SamplingParams` of a teacher-forced pass through vLLM: `prompt_logprobs=0` returns, for each prompt
+position but the first, the logprob of the prompt's own token there (vllm/sampling_params.py); one token is
+drawn and thrown away."""
+
+
+def read_prompt_logprobs(prompt_logprobs: Sequence, token_ids: Sequence[int], start: int) -> np.ndarray:
+    """The logprobs (L,) float32 of `token_ids` (the response), which begin at position `start` of the
+    request, from its `RequestOutput.prompt_logprobs` (a list over positions, None at 0, each a dict token id
+    -> Logprob that holds the position's own token)."""
+    entries = prompt_logprobs[start : start + len(token_ids)]
+    return np.array([entry[int(t)].logprob for entry, t in zip(entries, token_ids, strict=True)], np.float32)
+
+
 class VLLMEngine(Engine):
     name = "vllm"
     reports_entropies = False
@@ -254,6 +269,25 @@ class VLLMEngine(Engine):
             progress,
             cancel,
         )
+
+    def prompt_logprobs(
+        self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]
+    ) -> list[np.ndarray]:
+        """Teacher-forced logprobs of each response given its prompt from vLLM itself (`prompt_logprobs`),
+        at temperature 1 from the raw distribution, like `TransformersEngine.score`'s (which `score` runs
+        here, for its entropies); the context is built as that engine builds it."""
+        from vllm.inputs import TokensPrompt  # noqa: PLC0415 - optional GPU dependency
+
+        contexts = [build_context(p, self.start_id, None, 0) for p in prompts]
+        requests = [
+            TokensPrompt(prompt_token_ids=c + list(r)) for c, r in zip(contexts, responses, strict=True)
+        ]
+        params = self._vllm.SamplingParams(**PROMPT_LOGPROB_ARGUMENTS)
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        return [
+            read_prompt_logprobs(o.prompt_logprobs, r, len(c))
+            for o, c, r in zip(outputs, contexts, responses, strict=True)
+        ]
 
     def _generate_chunk(self, chunk, contexts, eos, max_new_tokens, temperature, top_p) -> list[Sample]:
         from vllm.inputs import TokensPrompt  # noqa: PLC0415 - optional GPU dependency

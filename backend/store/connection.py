@@ -33,6 +33,8 @@ RUN_TABLES = (
     "resample_samples",
     "model_credit",
     "step_checkpoints",
+    "step_after_checkpoints",
+    "landed_logprobs",
     "runs",
 )
 """Every table with a `run_id` column, `runs` last: what deleting a run deletes (a test checks this list

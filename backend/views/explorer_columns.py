@@ -31,6 +31,13 @@ EXACT: dict[str, str] = {
     "logged_gap": "Mean recomputed A − the trainer's logged advantage (runs that log an advantage).",
     "spearman": "Rank correlation of the two estimators' A over the rollout's tokens; empty when one gives "
     "every token the same A (grpo always does).",
+    "landed_spearman": "Did the credit land: Spearman ρ between the credit and the realized Δ log π "
+    "(after the update that consumed the step) over the rollout's trained tokens; empty when the credit is "
+    "the same on every token (grpo's is).",
+    "landed_sign": "Share of the rollout's tokens with non-zero credit whose log π moved the credit's way "
+    "(rose under positive credit, fell under negative).",
+    "landed_mean_delta": "Mean realized Δ log π = log π_after − log π_before over the rollout's trained "
+    "tokens.",
 }
 """Columns by their exact name."""
 

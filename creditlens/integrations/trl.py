@@ -32,7 +32,13 @@ the recorder writes one native Parquet step file (`backend.ingest.native_writer`
   advantage_epsilon (TRL's 1e-4: the advantage's normalization, what `creditlens logged-gap` recomputes
   with), temperature; truncated (cut at max_completion_length, as TRL's `completions/clipped_ratio` counts
   it); loss_masked for rows TRL masked (mask_truncated_completions);
-  loss_mask per token for multi-turn tool tokens (0: not trained, TRL's tool_mask) and the turns it implies.
+  loss_mask per token for multi-turn tool tokens (0: not trained, TRL's tool_mask) and the turns it implies;
+- logprobs_after (`after=True`, the default): the same tokens scored again, the same way, once the optimizer
+  step(s) that consume the batch are done (TRL trains a generation batch for `steps_per_generation *
+  num_iterations` micro-steps): realized Δ log π = logprobs_after − logprobs. The step file is written then,
+  one optimizer step later than without it. meta.after_policy_step says after how many optimizer steps it
+  was scored and meta.checkpoint_after names `output_dir/checkpoint-<after_policy_step>` when the trainer
+  saves one at that step (what `creditlens landed` scores with, the other route to the same numbers).
 
 `record` also writes the trainer's `args` into the folder (`trainer_config.json`); the import keeps them with
 the run (`creditlens compare-runs` shows the settings two runs differ by).
@@ -51,6 +57,7 @@ import numpy as np
 import torch
 
 try:
+    from transformers import TrainerCallback
     from trl import GRPOTrainer
     from trl.models.utils import disable_gradient_checkpointing
 except ImportError as exc:  # say what to install, not only which module is missing
@@ -101,7 +108,15 @@ class Recorder:
     """The process's CPU time (all threads) spent in the recorder: less moved by other load than `seconds`."""
     unscorable: int = 0
     """Rows left out because no reward function scored them (TRL gives them advantage 0)."""
+    after: bool = True
+    """Score each batch again once its update is done (`logprobs_after`)."""
+    after_seconds: float = 0.0
+    """Wall time of those extra forward passes alone (part of `seconds`)."""
+    after_cpu_seconds: float = 0.0
+    """Their CPU time (part of `cpu_seconds`)."""
     _original: object = None
+    _callback: object = None
+    _pending: list = field(default_factory=list)
     _groups_done: int = 0
     _parts: dict = field(default_factory=dict)
 
@@ -110,6 +125,9 @@ class Recorder:
         if self._original is not None:
             self.trainer.__dict__.pop("_generate_and_score_completions", None)
             self._original = None
+        if self._callback is not None:
+            self.trainer.remove_callback(self._callback)
+            self._callback = None
 
     def _hooked(self, inputs):
         output = self._original(inputs)
@@ -122,11 +140,49 @@ class Recorder:
 
     def _write(self, output: dict) -> None:
         trainer = self.trainer
+        rank = trainer.accelerator.process_index
+        records, n_groups, scoring = self._records(output, rank)
+        self._groups_done += n_groups  # the next batch's groups count on from these, written or pending
+        if not self.after:
+            self._save(records)
+            return
+        # TRL trains this batch for the next `generate_every` micro-steps (`_prepare_inputs`); `_step` counts
+        # the micro-steps done so far.
+        generate_every = trainer.args.steps_per_generation * trainer.num_iterations
+        self._pending.append((trainer._step + generate_every, records, output, scoring))
+
+    def _land(self, saving: bool, done: bool = False) -> None:
+        """Score the pending batches whose update is done (all of them when `done`: the training ended)
+        under the current weights and write their step files. `saving`: the trainer saves
+        `checkpoint-<global_step>` at this step."""
+        trainer = self.trainer
+        keep = []
+        for due, records, output, (ids, mask, width, lengths) in self._pending:
+            if not done and trainer._step < due:
+                keep.append((due, records, output, (ids, mask, width, lengths)))
+                continue
+            start, cpu = time.perf_counter(), time.process_time()
+            after, _ = self._score(trainer.model, output, ids, mask, width, False)
+            a = after.detach().float().cpu().numpy()
+            records.per_token["logprobs_after"] = [a[i, : lengths[i]] for i in range(len(lengths))]
+            policy_step = int(trainer.state.global_step)
+            folder = Path(trainer.args.output_dir) / f"checkpoint-{policy_step}"
+            named = _relative(folder, self.directory) if saving or folder.is_dir() else None
+            for meta in records.meta:
+                meta.update(after_policy_step=policy_step, checkpoint_after=named)
+            self._save(records)
+            elapsed = time.perf_counter() - start
+            self.after_seconds += elapsed
+            self.seconds += elapsed
+            self.after_cpu_seconds += time.process_time() - cpu
+            self.cpu_seconds += time.process_time() - cpu
+        self._pending = keep
+
+    def _save(self, records: StepRecords) -> None:
+        trainer = self.trainer
         rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
-        records, n_groups = self._records(output, rank)
         table, dropped = records.table(str(self.directory))
         self.unscorable += dropped
-        self._groups_done += n_groups
         if not table.num_rows:  # nothing scored: no file (an import refuses an empty one)
             return
         part = self._parts.get(records.step, 0)
@@ -179,7 +235,7 @@ class Recorder:
                     all_entropies.append(-(logp.exp() * logp).sum(-1))  # (b, width)
         return torch.cat(all_logps), (torch.cat(all_entropies) if entropies else None)
 
-    def _records(self, output: dict, rank: int) -> tuple[StepRecords, int]:
+    def _records(self, output: dict, rank: int) -> tuple[StepRecords, int, tuple]:
         trainer = self.trainer
         prompt_ids, prompt_mask = output["prompt_ids"], output["prompt_mask"]  # (B, P)
         completion_ids, completion_mask = output["completion_ids"], output["completion_mask"]  # (B, C)
@@ -258,7 +314,7 @@ class Recorder:
             logged_advantage=advantages.numpy().astype(np.float64),
             meta=meta,
         )
-        return records, (world * B) // G
+        return records, (world * B) // G, (ids, mask, C, lengths)
 
     def _meta(self) -> dict:
         trainer = self.trainer
@@ -279,18 +335,36 @@ class Recorder:
         }
 
 
-def record(trainer: GRPOTrainer, path: str | Path, entropies: bool = False) -> Recorder:
+class _AfterUpdate(TrainerCallback):
+    """Calls the recorder after each optimizer step; runs after the trainer's own flow callback, so
+    `control.should_save` already says whether this step's checkpoint will be saved."""
+
+    def __init__(self, recorder: Recorder):
+        self.recorder = recorder
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.recorder._land(bool(control.should_save))
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.recorder._land(False, done=True)  # a batch cut short by max_steps: as far as it was trained
+
+
+def record(trainer: GRPOTrainer, path: str | Path, entropies: bool = False, after: bool = True) -> Recorder:
     """Record every training step of `trainer` into the folder `path` (created) as native Parquet step
     files; returns the `Recorder` (its `files`, `seconds`, `close()`).
 
     `entropies=True` also stores each response token's entropy (the distribution over the vocabulary at
     that position: a forward pass the recorder makes anyway when TRL has no old logprobs, and one more
-    softmax over the vocabulary per token; measured in docs/trl.md). Raises TypeError for a trainer that
+    softmax over the vocabulary per token; measured in docs/trl.md). `after=True` (the default) scores each
+    batch again once the optimizer steps that train it are done and stores `logprobs_after` (one more
+    forward pass per batch, measured in docs/trl.md). Raises TypeError for a trainer that
     is not a TRL `GRPOTrainer`, ValueError for a folder that would mix runs."""
     if not isinstance(trainer, GRPOTrainer):
         raise TypeError(f"record() takes a trl.GRPOTrainer, got {type(trainer).__name__}")
     if not isinstance(entropies, bool):
         raise TypeError(f"record(entropies=...) takes True or False, got {entropies!r}")
+    if not isinstance(after, bool):
+        raise TypeError(f"record(after=...) takes True or False, got {after!r}")
     if "_generate_and_score_completions" in trainer.__dict__:
         raise ValueError("this trainer is already recorded (or its method was replaced); record it once")
     directory = Path(path).expanduser()
@@ -309,9 +383,12 @@ def record(trainer: GRPOTrainer, path: str | Path, entropies: bool = False) -> R
         )
     directory.mkdir(parents=True, exist_ok=True)
     _write_config(trainer, directory)
-    recorder = Recorder(trainer, directory, entropies)
+    recorder = Recorder(trainer, directory, entropies, after=after)
     recorder._original = trainer._generate_and_score_completions
     trainer._generate_and_score_completions = recorder._hooked
+    if after:
+        recorder._callback = _AfterUpdate(recorder)
+        trainer.add_callback(recorder._callback)
     return recorder
 
 

@@ -55,7 +55,7 @@ SKIPPED = {
 
 # Commands whose per-run cost on the bundled store is seconds, not a fraction of one: one drawn case per
 # run instead of two, so the module stays within a minute.
-HEAVY = {"tune", "turns", "monitor", "compare-runs", "logged-gap", "compare"}
+HEAVY = {"tune", "turns", "monitor", "compare-runs", "logged-gap", "compare", "landed"}
 # Drawn cases per cell (command × run); the long loops raise it (CREDITLENS_MATRIX_EXAMPLES=20 with
 # HYPOTHESIS_PROFILE=dev draws fresh cases and keeps the failing ones in .hypothesis/).
 EXAMPLES = int(os.environ.get("CREDITLENS_MATRIX_EXAMPLES", "2"))
@@ -229,6 +229,12 @@ OPTIONS = {
         _group_id(info).map(lambda g: ["--group", str(g)]),
     ),
     "monitor": lambda info: st.sampled_from([["--json"], []]),
+    # the default source: the recorded Δ (kl-0.*), else the after-update checkpoints the other runs lack
+    "landed": lambda info: st.tuples(
+        st.sampled_from([[], ["--source", "recorded"], ["--steps", "1,3"], ["--steps", "x"]]),
+        st.sampled_from([[], ["--compare", "grpo"], ["--compare", "grpo,nope"], ["--rollouts"]]),
+        st.sampled_from([[], ["--json"]]),
+    ),
     "tune": _tune,
     "compare-runs": lambda info: st.sampled_from(RUNS).map(lambda other: ["--run", other, "--json"]),
 }

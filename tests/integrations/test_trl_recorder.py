@@ -270,6 +270,45 @@ def test_recorded_logprobs_equal_a_rescoring_with_the_recorded_weights(recorded)
     assert max(moved) > 1e-3
 
 
+def test_logprobs_after_equal_a_rescoring_with_the_checkpoint_after_each_update(recorded, tmp_path):
+    """The recorder's logprobs_after (route 1) and `creditlens landed --source checkpoints` (route 2, the
+    checkpoint the trainer saved after the step's update) give the same realized Δ on the same run."""
+    table, recorder = recorded["table"], recorded["recorder"]
+    meta = [json.loads(m) for m in table["meta"]]
+    assert [m["after_policy_step"] for m in meta] == table["step"].tolist()  # one optimizer step per batch
+    assert {m["checkpoint_after"] for m in meta} == {
+        os.path.relpath(
+            (recorded["base"] / "trainer" / f"checkpoint-{s}").resolve(), recorded["folder"].resolve()
+        )
+        for s in range(1, STEPS + 1)
+    }
+    assert 0 < recorder.after_seconds < recorder.seconds
+    for before, after in zip(table["logprobs"], table["logprobs_after"], strict=True):
+        assert len(before) == len(after)
+    db = tmp_path / "landed.duckdb"
+    done = run_cli_here("import", recorded["folder"], "--db", db, "--run", "r", "--quiet")
+    assert (
+        done.returncode == 0 and "after-update checkpoints named by the step files: 3 attached" in done.stdout
+    )
+    routes = {}
+    for source in ("recorded", "checkpoints"):
+        done = run_cli_here("landed", "--db", db, "--run", "r", "--source", source, "--json")
+        assert done.returncode == 0, done.stderr
+        routes[source] = json.loads(done.stdout)
+    assert routes["checkpoints"]["source"] == "checkpoints"
+    for a, b in zip(routes["recorded"]["steps"], routes["checkpoints"]["steps"], strict=True):
+        assert a["tokens"] == b["tokens"]
+        assert a["mean_delta"] == pytest.approx(b["mean_delta"], abs=1e-5)
+        assert (a["spearman"] is None) == (b["spearman"] is None)
+        assert a["spearman"] is None or a["spearman"] == pytest.approx(b["spearman"], abs=1e-4)
+    import creditlens  # noqa: PLC0415 - the notebook API, as a user imports it
+
+    run = creditlens.open(db).run("r")
+    one, two = run.landed("tokens", source="recorded"), run.landed("tokens", source="checkpoints")
+    assert np.abs(one["delta"].to_numpy()).max() > 1e-3  # the update moved the policy
+    np.testing.assert_allclose(one["logprob_after"], two["logprob_after"], atol=1e-4)
+
+
 def test_importing_the_folder_adds_what_the_follower_added(recorded, tmp_path):
     db = tmp_path / "again.duckdb"
     done = run_cli_here("import", recorded["folder"], "--db", db, "--run", "whole", "--quiet")

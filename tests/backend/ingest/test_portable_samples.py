@@ -16,6 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from backend.demo.bundled import SAMPLE_DIR
+from backend.store import Store
+from backend.store.landed_queries import after_checkpoints
 from tests.conftest import run_cli_here
 
 ROOT = SAMPLE_DIR.parent
@@ -99,10 +101,20 @@ def test_the_bundled_runs_open_from_a_copy_of_the_checkout(tmp_path, bundled_tem
         done = run_cli_here("checkpoints", "--db", db, "--run", run, "--json")
         assert done.returncode == 0, done.stderr
         listed[run] = [(s["step"], s["checkpoint"], s["exists"]) for s in json.loads(done.stdout)["steps"]]
-    for run in ("kl-0.0", "kl-0.2"):  # later steps' weights were never saved while recording
-        assert listed[run] == [(1, str(samples / "demo-policy"), True)] + [
-            (s, None, False) for s in range(2, 7)
-        ]
+    # kl-0.0 ships the weights after each step (the checkpoint route of `creditlens landed`): step k was
+    # sampled by checkpoint k-1; kl-0.2's later weights were saved while recording but not kept
+    trainer = samples / "recorded" / "kl-0.0" / "trainer"
+    assert listed["kl-0.0"] == [(1, str(samples / "demo-policy"), True)] + [
+        (s, str(trainer / f"checkpoint-{s - 1}"), True) for s in range(2, 7)
+    ]
+    assert listed["kl-0.2"] == [(1, str(samples / "demo-policy"), True)] + [
+        (s, None, False) for s in range(2, 7)
+    ]
+    with Store(db, read_only=True) as store:
+        assert after_checkpoints(store, "kl-0.0") == {
+            s: str(trainer / f"checkpoint-{s}") for s in range(1, 7)
+        }
+        assert after_checkpoints(store, "kl-0.2") == {}
     assert all(exists and Path(folder).is_relative_to(samples) for _, folder, exists in listed["demo"])
     assert len(listed["demo"]) == 4
     # the same runs as this checkout reads: the Explorer's rows and the trends of a recorded run

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,12 +24,14 @@ from backend.models.factory import engine_note, load_engine, resolve_engine, vll
 from backend.models.loading import EngineUnavailable, check_model_dir
 from backend.models.transformers_engine import TransformersEngine
 from backend.models.vllm_engine import (
+    PROMPT_LOGPROB_ARGUMENTS,
     GenerationFailed,
     VLLMEngine,
     checkpoint_dtype,
     llm_arguments,
     parse_completion,
     read_model_info,
+    read_prompt_logprobs,
     sampling_arguments,
 )
 from tests.backend.models.conftest import DEMO_MODEL, ROOT
@@ -253,3 +256,16 @@ def test_auto_engine_choice_is_stated_and_entropy_users_get_transformers():
     with pytest.raises(EngineUnavailable, match="vLLM engine needs"):
         VLLMEngine(DEMO_MODEL)
     assert load_engine(DEMO_MODEL, engine="auto", need_entropies=True).reports_entropies
+
+
+def test_read_prompt_logprobs_takes_each_response_token_own_entry():
+    """vLLM's prompt_logprobs: None at position 0, then per position a dict token id -> Logprob holding the
+    position's own token (and, with prompt_logprobs=0, nothing else): the response starts at `start`."""
+    entries = [
+        None,
+        {5: SimpleNamespace(logprob=-0.1)},
+        {7: SimpleNamespace(logprob=-0.2), 3: SimpleNamespace(logprob=-9.0)},
+        {3: SimpleNamespace(logprob=-0.3)},
+    ]
+    np.testing.assert_allclose(read_prompt_logprobs(entries, [7, 3], 2), [-0.2, -0.3])
+    assert PROMPT_LOGPROB_ARGUMENTS["prompt_logprobs"] == 0 and PROMPT_LOGPROB_ARGUMENTS["temperature"] == 1.0
