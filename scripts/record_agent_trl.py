@@ -39,7 +39,13 @@ STEPS = 4
 PROMPTS_PER_STEP = 3
 GENERATIONS = 6
 SEED = 7
-MAX_COMPLETION = 96
+MAX_COMPLETION = 64
+"""A worked two-digit episode is about 60 tokens. TRL generates after a tool's answer with max_new_tokens =
+max_completion_length and cuts afterwards (`_tool_call_loop`), so prompt + 2 x this must fit the policy's 160
+positions: at 96 a long turn ran past them (IndexError in GPT-2's position embedding)."""
+TEMPERATURE = 1.5
+"""At 1.0 the supervised policy solved all 72 completions (2026-12-07): every group's rewards equal, no
+advantage anywhere; sampling hotter makes it slip in some, so groups have a reward to share."""
 MAX_TOOL_CALLS = 3
 """Tool-calling iterations per completion at most (a two-digit sum needs two: one per column)."""
 ANSWER = re.compile(r"####\s*(\d+)")
@@ -88,7 +94,7 @@ def trainer_for(output_dir: Path, policy: Path = POLICY, steps: int = STEPS, pro
         use_cpu=True,
         seed=0,
         data_seed=0,
-        temperature=1.0,
+        temperature=TEMPERATURE,
         shuffle_dataset=False,
         bf16=False,  # TRL's default autocasts to bf16, even on CPU
         disable_dropout=True,  # the demo policy has dropout 0.1: without this no two passes agree
@@ -140,7 +146,7 @@ def main() -> int:
         "source": "TRL GRPOTrainer(tools=[calculator]) + Credit Lens recorder",
         "recorded": f"python scripts/record_agent_trl.py (TRL GRPOTrainer with tools on CPU, seed 0, {STEPS} "
         f"steps of {PROMPTS_PER_STEP} prompts x {GENERATIONS} completions, at most {MAX_TOOL_CALLS} tool "
-        f"calls and {MAX_COMPLETION} completion tokens, beta 0.0)",
+        f"calls and {MAX_COMPLETION} completion tokens, temperature {TEMPERATURE}, beta 0.0)",
         "policy": "python -m backend.demo.tool_sft (from sample_runs/demo-policy; its training.json)",
         "trl": figures,
     }
