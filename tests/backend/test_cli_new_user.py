@@ -15,7 +15,7 @@ from backend.core.arrays import to_tensor
 from backend.views import reward_histogram
 from tests.conftest import reads_share_one_instance, run_cli_here, write_jsonl
 
-BUNDLED = ("demo", "agent", "oracle", "kl-0.0", "kl-0.2")
+BUNDLED = ("demo", "agent", "oracle", "kl-0.0", "kl-0.2", "agent-trl")
 
 
 def _one_error_line(done, *words: str) -> str:

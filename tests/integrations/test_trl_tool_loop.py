@@ -105,8 +105,13 @@ def test_the_turns_are_trls_messages(trained):
 
 
 def test_the_tool_answers_the_call_before_it(trained):
+    """TRL called the calculator with the arguments the response template parsed, or answered with its
+    error for a tool name the policy misspelt (`_tool_call_loop`)."""
     for messages in trained["messages"]:
         for call, answer in zip(messages, messages[1:], strict=False):
             if answer["role"] == "tool":
-                arguments = call["tool_calls"][0]["function"]["arguments"]
-                assert answer["content"] == calculator(**arguments)
+                function = call["tool_calls"][0]["function"]
+                if function["name"] == "calculator":
+                    assert answer["content"] == calculator(**function["arguments"])
+                else:
+                    assert answer["content"] == str({"error": f"Tool {function['name']} not found."})
