@@ -3,8 +3,8 @@
 as the bundled run `agent-trl` (manifest sample_runs/agent_trl.json), beside the `agent` run that
 `backend.demo.agent` samples with its own loop.
 
-    python -m backend.demo.tool_sft              # the policy: sample_runs/demo-tool-policy (33 min on 2 shared cores)
-    python scripts/record_agent_trl.py           # rewrites sample_runs/recorded/agent-trl/ (2-3 minutes)
+    python -m backend.demo.tool_sft         # sample_runs/demo-tool-policy (33 min on 2 shared cores)
+    python scripts/record_agent_trl.py      # rewrites sample_runs/recorded/agent-trl/ (2-3 minutes)
 
 Needs the test dependencies (TRL 1.16, datasets). What TRL does with the tools (TRL 1.16,
 `trl/trainer/grpo_trainer.py`): `_tokenize_prompts` renders each conversational prompt with the chat template
