@@ -224,6 +224,7 @@ def test_the_readme_runs_as_written(bundled_template, tmp_path, monkeypatch):
         "rollouts",
         "monitor",
         "compare-runs",
+        "turns",
     ]
     for example in readme:
         done = run_cli_here(*example.argv)

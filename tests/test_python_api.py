@@ -155,7 +155,8 @@ def test_monitor_equals_the_command(demo_db):
 
 def test_bad_names_are_clear_errors(demo_db):
     lens = creditlens.open(demo_db)
-    with pytest.raises(StoreError, match="no run named 'nope'.*runs: agent, demo, kl-0.0, kl-0.2, oracle"):
+    listed = "runs: agent, agent-trl, demo, kl-0.0, kl-0.2, oracle"
+    with pytest.raises(StoreError, match=f"no run named 'nope'.*{listed}"):
         lens.run("nope")
     run = lens.run("demo")
     with pytest.raises(InputError, match="not_an_estimator"):

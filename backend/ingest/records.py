@@ -190,6 +190,11 @@ def _group(group: Any, where: str) -> str | int | None:
 def _meta(meta: Any, where: str) -> dict:
     if meta is None:
         return {}
+    if isinstance(meta, str):  # JSON text, as the TRL recorder writes it and the fast Parquet path reads it
+        try:
+            meta = json.loads(meta)
+        except (ValueError, RecursionError):
+            raise rules.must_be(where, "meta", ", got text that is not JSON") from None
     if not isinstance(meta, dict):
         raise rules.must_be(where, "meta", f", got {type(meta).__name__}")
     try:  # DuckDB's JSON type refuses \udXXX escapes of unpaired surrogates anywhere inside

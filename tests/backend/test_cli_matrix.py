@@ -105,7 +105,7 @@ def matrix_store(bundled_template, tmp_path_factory) -> tuple[Path, dict]:
     return db, runs
 
 
-RUNS = ("demo", "agent", "oracle", "kl-0.0", "kl-0.2", "verl", "trl")
+RUNS = ("demo", "agent", "oracle", "kl-0.0", "kl-0.2", "agent-trl", "verl", "trl")
 
 
 def test_the_matrix_covers_every_command_of_the_parser():

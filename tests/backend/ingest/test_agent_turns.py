@@ -59,6 +59,19 @@ def test_agent_records_import_and_load(store, tmp_path, suffix):
     assert rollout["loss_mask"] == [True, True, True, False, False, False, True, True, True]
 
 
+def test_agent_parquet_with_meta_as_json_text_imports(store, tmp_path):
+    """The TRL recorder writes `meta` as JSON text; records with turns take the row-by-row path, which
+    refused it ("field 'meta' must be an object, got str") while the fast path read it."""
+    path = tmp_path / "agent.parquet"
+    pd.DataFrame([dict(r, meta=f'{{"policy_step": {i}}}') for i, r in enumerate(RECORDS)]).to_parquet(path)
+    import_path(store, path, "agent")
+    assert store.rollout("agent", 2)["meta"]["policy_step"] == 2
+    bad = tmp_path / "bad.parquet"
+    pd.DataFrame([dict(r, meta="{not json") for r in RECORDS]).to_parquet(bad)
+    with pytest.raises(InputError, match="record 1: field 'meta' must be"):
+        import_path(store, bad, "bad")
+
+
 def test_only_a_mask_gives_its_runs_as_turns_and_only_turns_give_the_mask(store, tmp_path):
     masked_only = [{k: v for k, v in r.items() if k not in ("turns", "turn_rewards")} for r in RECORDS]
     turns_only = [{k: v for k, v in r.items() if k != "loss_mask"} for r in RECORDS]

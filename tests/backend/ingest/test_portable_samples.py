@@ -54,7 +54,7 @@ def _shipped_values(path: Path):
 
 def test_no_shipped_file_names_a_folder_of_the_machine_that_made_it():
     files = [p for p in SAMPLE_DIR.rglob("*") if p.suffix in (".json", ".parquet") and p.is_file()]
-    assert len([p for p in files if p.name.startswith("step_")]) == 12  # the recorded runs' step files
+    assert len([p for p in files if p.name.startswith("step_")]) == 16  # recorded step files: 6 + 6 + 4
     absolute = [
         f"{path.relative_to(ROOT)}: {text!r}"
         for path in files
