@@ -7,11 +7,11 @@ and the policy goes on from the tool's answer, until it writes its `#### answer`
 a trainer never trains them, so no estimator may credit them.
 
 Why not TRL's own tool loop (`GRPOTrainer(tools=[...])`): it finds tool calls by parsing the policy's
-output with the chat template's response schema (`trl.chat_template_utils.parse_response`; JSON tool
-calls in `<tool_call>` tags for the templates TRL knows). The demo policy is a 99-character GPT-2 trained
-only on worked additions: it has no chat template and never writes a tool call, so TRL's loop would
-never call the tool and every completion would be one assistant turn. This loop drives the same policy
-with a plain-text protocol it does follow (the column lines it was trained on).
+output with the chat template's response schema (`trl.chat_template_utils.parse_response`). The plain demo
+policy has no chat template and never writes a tool call, so this loop drives it with a plain-text
+protocol it does follow (the column lines it was trained on). The bundled `agent-trl` run is the one
+TRL's loop made, with the demo policy first taught a chat format with tool calls (`backend/demo/chat.py`,
+`python -m backend.demo.tool_sft`; `scripts/record_agent_trl.py`).
 
 Step k is sampled by checkpoint k + 1 of the demo policy (`sample_runs/demo-policy-steps/step<k+1>`, the
 last by `sample_runs/demo-policy`); the manifest's `checkpoints` says so. Per rollout:
@@ -55,10 +55,11 @@ MANIFEST = {
     "source": "demo policy with a calculator tool (multi-turn)",
 }
 WHY_NOT_TRL = (
-    "TRL's GRPOTrainer(tools=[...]) finds tool calls by parsing the policy's output with its chat template's "
-    "response schema; the 99-character demo policy has no chat template and never writes a tool call, so "
-    "TRL's loop would never call the tool. backend.demo.agent drives the same policy with a plain-text "
-    "protocol it follows (its column lines, each answered by the calculator)."
+    "This run is Credit Lens's own loop over the plain demo policy, which has no chat template and never "
+    "writes a tool call, so TRL's GRPOTrainer(tools=[...]) could not drive it; it speaks a plain-text "
+    "protocol the policy follows (its column lines, each answered by the calculator). The bundled run "
+    "agent-trl is the one TRL's tool loop made: the demo policy taught a chat format with tool calls "
+    "(python -m backend.demo.tool_sft), trained by GRPOTrainer(tools=[calculator])."
 )
 ENVIRONMENT = CALCULATOR
 """The episode's loop: the calculator answers each column line; `ENVIRONMENT.max_turns` (5) assistant turns
