@@ -100,6 +100,27 @@ class ResampleResult:
         )
 
 
+def task_results(
+    tasks, per_task: list[list[SuffixSample]], started: float, engine, M: int
+) -> list[ResampleResult]:
+    """One result per teacher task (its `positions`) from the samples drawn for it, with the batch's seconds
+    shared out; a task with fewer than positions × M samples was cancelled."""
+    seconds = (time.perf_counter() - started) / max(len(tasks), 1)
+    return [
+        ResampleResult(
+            position_values(samples),
+            samples,
+            sum(len(x.suffix_ids) for x in samples),
+            seconds,
+            engine.name,
+            str(engine.model_dir),
+            cancelled=len(samples) < len(task.positions) * M,
+            requested=list(task.positions),
+        )
+        for task, samples in zip(tasks, per_task, strict=True)
+    ]
+
+
 def position_values(samples: Sequence[SuffixSample]) -> list[PositionValue]:
     """V̂ and its standard error per position from the suffix rewards."""
     by_pos: dict[int, list[float]] = {}

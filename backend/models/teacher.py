@@ -27,7 +27,7 @@ from backend.models.factory import load_engine, vllm_usable
 from backend.models.resample import (
     ResampleResult,
     SuffixSample,
-    position_values,
+    task_results,
 )
 from backend.models.teacher_agent import value_episodes
 from backend.models.teacher_file import TEACHER_COLUMNS, read_teacher_file  # noqa: F401 - moved; old name
@@ -124,20 +124,7 @@ def value_rollouts(
         per_task[i].append(
             SuffixSample(pos, s.sample_index, s.seed, list(s.token_ids), engine.decode(s.token_ids), reward)
         )
-    seconds = (time.perf_counter() - start) / max(len(tasks), 1)
-    return [
-        ResampleResult(
-            position_values(samples),
-            samples,
-            sum(len(x.suffix_ids) for x in samples),
-            seconds,
-            engine.name,
-            str(engine.model_dir),
-            cancelled=len(samples) < len(task.positions) * M,
-            requested=list(task.positions),
-        )
-        for task, samples in zip(tasks, per_task, strict=True)
-    ]
+    return task_results(tasks, per_task, start, engine, M)
 
 
 def with_environment(store, run: str, settings: TeacherSettings) -> TeacherSettings:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from backend.models.agent_resample import TURN_SEED_STRIDE, episode_sample, episodes_at, playable_positions
 from backend.models.environments import get_environment
-from backend.models.resample import ResampleResult, position_values
+from backend.models.resample import ResampleResult, task_results
 from backend.models.tool_loop import run_episodes
 from backend.rewards import get_verifier
 
@@ -64,17 +64,4 @@ def value_episodes(engine, tasks: Sequence, settings, cancel=None) -> list[Resam
         if e.done:
             task = tasks[e.tag[0]]
             per_task[e.tag[0]].append(episode_sample(engine, e, verify, settings.verifier, task.ground_truth))
-    seconds = (time.perf_counter() - start) / max(len(tasks), 1)
-    return [
-        ResampleResult(
-            position_values(samples),
-            samples,
-            sum(len(x.suffix_ids) for x in samples),
-            seconds,
-            engine.name,
-            str(engine.model_dir),
-            cancelled=len(samples) < len(task.positions) * M,
-            requested=list(task.positions),
-        )
-        for task, samples in zip(tasks, per_task, strict=True)
-    ]
+    return task_results(tasks, per_task, start, engine, M)
