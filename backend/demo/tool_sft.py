@@ -23,7 +23,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from backend.demo.chat import calculator, episode_messages, rendered_turns, with_chat
 from backend.demo.task import make_problem
-from backend.demo.train import DEFAULT_OUT, save
+from backend.demo.train import DEFAULT_OUT, save, supervised_step
 
 TOOL_POLICY = Path("sample_runs/demo-tool-policy")
 
@@ -65,15 +65,8 @@ def train(start: Path, out: Path, steps: int, batch_size: int, lr: float, seed: 
     started, running = time.perf_counter(), None
     model.train()
     for step in range(1, steps + 1):
-        input_ids, labels = training_batch(rng, tokenizer, batch_size)
-        attention_mask = (input_ids != tokenizer.pad_token_id).long()
-        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        running = loss.item() if running is None else 0.9 * running + 0.1 * loss.item()
+        loss = supervised_step(model, optimizer, scheduler, *training_batch(rng, tokenizer, batch_size))
+        running = loss if running is None else 0.9 * running + 0.1 * loss
         if step % 25 == 0 or step == steps:
             print(f"step {step}/{steps} loss {running:.3f} {time.perf_counter() - started:.0f}s", flush=True)
     model.eval()

@@ -77,6 +77,19 @@ def training_batch(rng: random.Random, tokenizer, batch_size: int) -> tuple[torc
     return input_ids, labels
 
 
+def supervised_step(model, optimizer, scheduler, input_ids: torch.Tensor, labels: torch.Tensor) -> float:
+    """One clipped optimizer step on the next-token loss of `labels` (-100: not trained); returns the loss.
+    Padding is the model's `pad_token_id`, left out of the attention."""
+    attention_mask = (input_ids != model.config.pad_token_id).long()
+    loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    scheduler.step()
+    return loss.item()
+
+
 def save(model, tokenizer, out: Path, meta: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
@@ -105,15 +118,8 @@ def train(steps: int, batch_size: int, lr: float, seed: int, out: Path, steps_di
     start, running = time.perf_counter(), None
     model.train()
     for step in range(1, steps + 1):
-        input_ids, labels = training_batch(rng, tokenizer, batch_size)
-        attention_mask = (input_ids != tokenizer.pad_token_id).long()
-        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        running = loss.item() if running is None else 0.95 * running + 0.05 * loss.item()
+        loss = supervised_step(model, optimizer, scheduler, *training_batch(rng, tokenizer, batch_size))
+        running = loss if running is None else 0.95 * running + 0.05 * loss
         if step % 50 == 0 or step == steps:
             print(f"step {step}/{steps} loss {running:.3f} {time.perf_counter() - start:.0f}s", flush=True)
         if step in checkpoints:
