@@ -44,7 +44,7 @@ def add_commands(sub) -> None:
         "--engine",
         choices=("auto", "transformers", "vllm"),
         default="transformers",
-        help="engine of the checkpoint route (vllm: its prompt_logprobs, on a GPU)",
+        help="engine of the checkpoint route (default: transformers; vllm: its prompt_logprobs, on a GPU)",
     )
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when available)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -46,10 +46,10 @@ def set_after_checkpoints(store: Store, run: str, folders: dict[int, str]) -> No
 def recorded_after(store: Store, run: str, rollout_id: int | None = None) -> dict[int, np.ndarray]:
     """rollout id -> the recorder's logprobs after the update (float32), for the rollouts that have them (of
     one rollout: `rollout_id`)."""
-    one = "" if rollout_id is None else " AND rollout_id = ?"
     rows = store.con.execute(
-        f"SELECT rollout_id, vals FROM token_features WHERE run_id = ? AND name = ?{one}",
-        [store.run_id(run), RECORDED_AFTER, *([] if rollout_id is None else [int(rollout_id)])],
+        "SELECT rollout_id, vals FROM token_features WHERE run_id = ? AND name = ?"
+        " AND (CAST(? AS BIGINT) IS NULL OR rollout_id = ?)",
+        [store.run_id(run), RECORDED_AFTER, rollout_id, rollout_id],
     ).fetchall()
     return {int(r): np.asarray(v, np.float32) for r, v in rows}
 
@@ -57,10 +57,10 @@ def recorded_after(store: Store, run: str, rollout_id: int | None = None) -> dic
 def cached_after(store: Store, run: str, rollout_id: int | None = None) -> dict[int, tuple[str, np.ndarray]]:
     """rollout id -> (checkpoint folder, logprobs under it) cached by `creditlens landed` (of one rollout:
     `rollout_id`)."""
-    one = "" if rollout_id is None else " AND rollout_id = ?"
     rows = store.con.execute(
-        f"SELECT rollout_id, model_dir, logprobs FROM landed_logprobs WHERE run_id = ?{one}",
-        [store.run_id(run), *([] if rollout_id is None else [int(rollout_id)])],
+        "SELECT rollout_id, model_dir, logprobs FROM landed_logprobs WHERE run_id = ?"
+        " AND (CAST(? AS BIGINT) IS NULL OR rollout_id = ?)",
+        [store.run_id(run), rollout_id, rollout_id],
     ).fetchall()
     return {int(r): (str(d), np.asarray(v, np.float32)) for r, d, v in rows}
 

@@ -45,6 +45,7 @@ SKIPPED = {
     "resample": "needs the policy model and samples suffixes (long work, written to the store)",
     "model-credit": "needs the policy model (long work, written to the store)",
     "teacher": "needs the policy model: Monte Carlo teacher values (long work)",
+    "attribution": "needs the policy model: per-token gradients (tests/backend/test_attribution_command.py)",
     "teacher-bench": "long work: ranks every estimator against the teacher (about two minutes on 2 cores)",
     "verify-steps": "needs a step verifier model and writes the process channel",
     "synth": "writes a synthetic run (long work)",

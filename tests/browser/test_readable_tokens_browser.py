@@ -181,7 +181,8 @@ def test_a_link_with_token_classes_restores_them(page):
     assert json.loads(parse_qs(urlsplit(page.url).query)["classes"][0]) == CLASSES  # still in the link
     page.get_by_text("Token classes of this run", exact=True).click()
     page.wait_for_selector("[class*=st-key-token_class_table]")
-    assert "this session's classes" in page.locator("[data-testid=stExpander]").last.inner_text()
+    expander = page.locator("[data-testid=stExpander]").filter(has_text="Token classes of this run")
+    assert "this session's classes" in expander.inner_text()
 
 
 def test_a_link_with_a_class_that_cannot_be_used_warns_and_falls_back(page):
