@@ -61,9 +61,16 @@ def score_after(
     missing = [s for s in wanted if s not in folders]
     if not folders or (steps is not None and missing):
         which = "any step" if not folders else f"step {missing[0]}"
+        how = (
+            "; nor has it the recorder's logprobs_after: a run recorded by "
+            "creditlens.integrations.trl.record "
+            "has both (docs/trl.md)"
+            if not folders
+            else ""
+        )
         raise InputError(
             f"run {run!r} names no after-update checkpoint for {which} (the TRL recorder's "
-            "meta.checkpoint_after, attached at import when the folder exists)"
+            f"meta.checkpoint_after, attached at import when the folder exists){how}"
         )
     out = Scoring()
     for step in wanted:
