@@ -225,6 +225,7 @@ def test_the_readme_runs_as_written(bundled_template, tmp_path, monkeypatch):
         "monitor",
         "compare-runs",
         "turns",
+        "landed",
     ]
     for example in readme:
         done = run_cli_here(*example.argv)
