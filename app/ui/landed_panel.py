@@ -4,6 +4,9 @@ which calls `backend.credit.landed` as `creditlens landed` does."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
@@ -15,8 +18,8 @@ from backend.views import explorer_columns
 
 TITLE = "Did the credit land? Credit vs the realized Δ log π after the update"
 NONE_YET = (
-    "This run has no realized change yet: record it with the TRL recorder (it writes logprobs_after), or "
-    "score it with the checkpoints after each update: `creditlens landed --run {run}`."
+    "This run has no realized change yet: it needs the TRL recorder's logprobs_after, or checkpoints saved "
+    "after each update, which `creditlens landed --run {run}` scores (docs/trl.md)."
 )
 COLUMN_HELP = {
     **{c: explorer_columns.EXACT[c] for c in ("landed_spearman", "landed_sign", "landed_mean_delta")},
@@ -39,15 +42,25 @@ def _config(columns) -> dict:
     return {c: st.column_config.Column(c, help=h) for c, h in COLUMN_HELP.items() if c in columns}
 
 
-def explorer_section(db: str, run: str, estimator: str, config: tuple, key: str) -> None:
-    """Per rollout: Spearman and sign agreement of credit and Δ; per token class: credit share and mean Δ."""
-    box = widgets.lazy_expander(TITLE, key)
+@contextlib.contextmanager
+def _opened(title: str, key: str, run: str, load: Callable[[], object]) -> Iterator[object]:
+    """Inside the section's expander, what `load` gives; None while the expander is closed, or when the run
+    has no realized change (said so in the expander)."""
+    box = widgets.lazy_expander(title, key)
     if box is None:
+        yield None
         return
     with box:
-        tables = landed_data.landed_tables(db, run, estimator, config)
-        if tables is None:
+        found = load()
+        if found is None:
             st.info(NONE_YET.format(run=text.plain(run)))
+        yield found
+
+
+def explorer_section(db: str, run: str, estimator: str, config: tuple, key: str) -> None:
+    """Per rollout: Spearman and sign agreement of credit and Δ; per token class: credit share and mean Δ."""
+    with _opened(TITLE, key, run, lambda: landed_data.landed_tables(db, run, estimator, config)) as tables:
+        if tables is None:
             return
         st.caption(
             f"Credit: {text.plain(tables['estimator'])}. Δ log π from the {tables['source']} route, over the "
@@ -104,13 +117,8 @@ def class_step_figure(frame: pd.DataFrame) -> go.Figure:
 
 def trends_section(db: str, run: str, estimator: str, config: tuple, key: str) -> None:
     """Per token class and step: the credit share beside the realized change; per step the agreement."""
-    box = widgets.lazy_expander(TITLE, key)
-    if box is None:
-        return
-    with box:
-        tables = landed_data.landed_tables(db, run, estimator, config)
+    with _opened(TITLE, key, run, lambda: landed_data.landed_tables(db, run, estimator, config)) as tables:
         if tables is None:
-            st.info(NONE_YET.format(run=text.plain(run)))
             return
         st.plotly_chart(class_step_figure(tables["classes_by_step"]), key=f"{key}_chart", width="stretch")
         st.caption(
@@ -124,13 +132,9 @@ def trends_section(db: str, run: str, estimator: str, config: tuple, key: str) -
 def compare_section(db: str, run: str, estimators: list[str], key: str) -> None:
     """Per estimator: how well its credit predicts the realized change (which describes what the update
     did)."""
-    box = widgets.lazy_expander("Which estimator's credit predicts the realized change?", key)
-    if box is None:
-        return
-    with box:
-        frame = landed_data.landed_estimators(db, run, tuple(estimators))
+    title = "Which estimator's credit predicts the realized change?"
+    with _opened(title, key, run, lambda: landed_data.landed_estimators(db, run, tuple(estimators))) as frame:
         if frame is None:
-            st.info(NONE_YET.format(run=text.plain(run)))
             return
         st.caption(
             "Over every trained token of the run with a realized Δ log π: Spearman ρ and sign agreement of "
