@@ -6,7 +6,8 @@ A file counts as complete when its size has not changed between two polls and it
 Parquet file's footer opens, a JSONL file ends with a newline (verl writes its step file in one go or
 line by line; TRL's `to_parquet` writes the footer last). A file that changes after its import is
 imported again; the record keys skip the records the run already has, so only new ones are added.
-The store is opened per file, so the app and other readers see each step as it lands. A folder that does
+The store is opened per poll, so the app and other readers see the steps as they land; the files
+ready at one poll are imported under one write connection, one transaction each. A folder that does
 not exist yet is waited for: the trainer's recorder creates it with its first step, and `watch` is started
 before the trainer.
 """
@@ -120,6 +121,7 @@ def follow(
     files_done = rollouts = 0
     while stop is None or not stop():
         fmt_now, files = _step_files(directory, fmt)
+        ready: list[tuple[Path, tuple[int, int]]] = []
         for f in files:
             try:
                 st = f.stat()
@@ -128,22 +130,30 @@ def follow(
             state = (st.st_size, st.st_mtime_ns)
             stable = last_seen.get(f) == state
             last_seen[f] = state
-            if imported.get(f) == state or not stable or not _complete(f):
-                continue
-            try:
+            if imported.get(f) != state and stable and _complete(f):
+                ready.append((f, state))
+        done: list[tuple[ImportReport, Path]] = []
+        try:
+            if ready:
+                # every file ready at this poll under one write connection, each in its own transaction: a
+                # trainer that got ahead (or a follower started late) is caught up in one go, and a reader
+                # (the app redrawing after each commit) cannot slip in between the files and hold the next
+                # one back for a whole page run
                 with open_store() as store:
-                    report = import_path(store, f, run, fmt=fmt_now, append=True, **import_options)
-            except StoreBusy as exc:
-                # another process held the write lock past the wait (an import, a resample): a training run
-                # outlives that, so the file stays unimported and the next poll tries it again
-                if on_busy is None:
-                    raise
-                on_busy(exc, f)
-                continue
-            imported[f] = state
-            files_done += 1
-            rollouts += report.records
-            if on_report is not None:
-                on_report(report, f)
+                    for f, state in ready:
+                        done.append((import_path(store, f, run, fmt=fmt_now, append=True, **import_options), f))
+                        imported[f] = state
+        except StoreBusy as exc:
+            # another process held the write lock past the wait (an import, a resample): a training run
+            # outlives that, so the files not yet imported stay so and the next poll tries them again
+            if on_busy is None:
+                raise
+            on_busy(exc, next(f for f, state in ready if imported.get(f) != state))
+        finally:
+            for report, f in done:  # reported once the store is closed: a monitor reads it
+                files_done += 1
+                rollouts += report.records
+                if on_report is not None:
+                    on_report(report, f)
         time.sleep(poll_seconds)
     return files_done, rollouts

@@ -44,7 +44,7 @@ def test_watch_serves_a_page_that_follows_the_run_and_ctrl_c_stops_it(browser, b
         assert "Trends · live" in page.locator("h1").first.inner_text()
         for step in range(6, 12):  # six more steps land while the page is open
             write_step(records, folder, step)
-        page.wait_for_function(SIDEBAR_SAYS, arg="step 11 · updated", timeout=30_000)
+        page.wait_for_function(SIDEBAR_SAYS, arg="step 11 · updated", timeout=60_000)
         assert page.evaluate("window.sameDocument === true")
         page.wait_for_function(f"() => ({LAST_STEP_DRAWN})('trends_length') === 11")  # the chart has them
         errors = page.locator("[data-testid=stException]")

@@ -107,3 +107,29 @@ def test_import_follow_says_it_waits_for_the_folder_then_follows_it(db_path, tmp
     assert f"waiting for {folder} to appear" in done.stderr
     assert "step_0000.jsonl: live: imported 6 rollouts" in done.stdout
     assert "6 rollouts from 1 files" in done.stdout
+
+
+def test_steps_that_landed_together_are_imported_under_one_write_connection(db_path, tmp_path):
+    """A trainer ahead of the follower (or a follower started late): the files ready at one poll are imported
+    under one open of the store, so a reader redrawing after each commit cannot hold the next file back; each
+    file is still its own transaction, so a bad one leaves the ones before it imported."""
+    folder = tmp_path / "steps"
+    folder.mkdir()
+    for step in range(3):
+        write_step(folder, step)
+    opens = []
+
+    def opened():
+        opens.append(1)
+        return Store(db_path)
+
+    polls = iter([False, False, True])
+    assert follow(opened, folder, "live", stop=lambda: next(polls), poll_seconds=0) == (3, 18)
+    assert len(opens) == 2  # the run check, then one open for the three files
+    (folder / "step_0003.jsonl").write_text('{"step": 3, "oops": \n')
+    (folder / "step_0004.jsonl").write_text("")  # empty: never complete, never tried
+    polls = iter([False, False, True])
+    with pytest.raises(InputError, match="step_0003.jsonl"):
+        follow(lambda: Store(db_path), folder, "live", stop=lambda: next(polls), poll_seconds=0)
+    with Store(db_path, read_only=True) as store:
+        assert len(store.rollout_index("live")) == 18  # the three good steps stay, the bad one added nothing
