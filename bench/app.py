@@ -1,4 +1,5 @@
 """`python -m bench app [fresh] [--rounds N]`: the app in headless chromium against a real server.
+(`python -m bench app big [--tokens N]`: the views on a real-size run against the demo's, bench/app_big.py.)
 
 First the fresh page loads of every view on the demo store against a trivial Streamlit page
 (`bench/app_load.py`; `python -m bench app fresh` stops there). Then it measures (1) navigation to a
@@ -90,11 +91,17 @@ def main(argv: list[str] | None = None) -> int:
         print("bench app: chromium not found at /usr/bin/chromium (make browser-deps)", file=sys.stderr)
         return 2
     argv = list(argv or [])
+    if argv[:1] == ["big"]:  # the views on a real-size run against the demo's (bench/app_big.py)
+        from bench import app_big  # noqa: PLC0415
+
+        return app_big.main(argv[1:])
     rounds = 3
     if len(argv) >= 2 and argv[-2] == "--rounds" and argv[-1].isdigit() and int(argv[-1]) > 0:
         rounds, argv = int(argv[-1]), argv[:-2]
     if argv not in ([], ["fresh"]):
-        print("usage: python -m bench app [fresh] [--rounds N]", file=sys.stderr)
+        print(
+            "usage: python -m bench app [fresh] [--rounds N] | big [--tokens N] [--rounds N]", file=sys.stderr
+        )
         return 2
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
         fresh, added = app_load.measure(p, Path(tmp) / "demo.duckdb", Path(tmp), rounds=rounds)

@@ -71,6 +71,25 @@ def _appeared(
     return False
 
 
+def _ready(
+    files: list[Path], imported: dict[Path, tuple[int, int]], last_seen: dict[Path, tuple[int, int]]
+) -> list[tuple[Path, tuple[int, int]]]:
+    """The files to import at this poll, each with its (size, mtime_ns): complete, unchanged since the last
+    poll (`last_seen`, updated here), and new or changed since their import (`imported`)."""
+    ready = []
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        state = (st.st_size, st.st_mtime_ns)
+        stable = last_seen.get(f) == state
+        last_seen[f] = state
+        if imported.get(f) != state and stable and _complete(f):
+            ready.append((f, state))
+    return ready
+
+
 def follow(
     open_store: Callable[[], AbstractContextManager[Store]],
     directory: str | Path,
@@ -121,17 +140,7 @@ def follow(
     files_done = rollouts = 0
     while stop is None or not stop():
         fmt_now, files = _step_files(directory, fmt)
-        ready: list[tuple[Path, tuple[int, int]]] = []
-        for f in files:
-            try:
-                st = f.stat()
-            except OSError:
-                continue
-            state = (st.st_size, st.st_mtime_ns)
-            stable = last_seen.get(f) == state
-            last_seen[f] = state
-            if imported.get(f) != state and stable and _complete(f):
-                ready.append((f, state))
+        ready = _ready(files, imported, last_seen)
         done: list[tuple[ImportReport, Path]] = []
         try:
             if ready:
@@ -141,7 +150,8 @@ def follow(
                 # one back for a whole page run
                 with open_store() as store:
                     for f, state in ready:
-                        done.append((import_path(store, f, run, fmt=fmt_now, append=True, **import_options), f))
+                        report = import_path(store, f, run, fmt=fmt_now, append=True, **import_options)
+                        done.append((report, f))
                         imported[f] = state
         except StoreBusy as exc:
             # another process held the write lock past the wait (an import, a resample): a training run

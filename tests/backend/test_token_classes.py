@@ -4,10 +4,13 @@ the run in the store and used by every credit-by-class table."""
 from __future__ import annotations
 
 import json
+import random
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from backend.core.errors import InputError
@@ -240,3 +243,27 @@ def test_estimate_rows_carry_each_tokens_class(tmp_path):
     assert frame["token_class"].tolist() == want
     by_class = frame.groupby("token_class")["advantage"].apply(lambda a: a.abs().sum())
     assert by_class.sum() == pytest.approx(frame["advantage"].abs().sum())
+
+
+def test_a_batchs_phrase_hits_equal_each_responses_own_search():
+    """The whole batch searched at once (responses joined, `str.find` per phrase, occurrences mapped to
+    tokens in one step) marks the tokens that searching each response's lowered text alone marks: phrases
+    split over tokens, overlapping occurrences ("well well well"), upper case, empty and missing tokens,
+    empty responses, non-ASCII text."""
+    phrases = [*token_classes.FILLER_PHRASES, "well well"]
+    pieces = ["Let", " me", " THINK", " well", " well", "", " ", "W", "ELL", " I", " mean", "!", "Σ", "é",
+              " you", " know", "certainly", "x", "\n", " so", " yeah", " basically", None]  # fmt: skip
+    rng = random.Random(4)
+    marked = 0
+    for _ in range(200):
+        lengths = np.array([rng.randint(0, 30) for _ in range(rng.randint(1, 6))])
+        tokens = [rng.choice(pieces) for _ in range(int(lengths.sum()))]
+        batch = token_classes._flat_phrase_hits(pa.array(tokens, pa.string()), lengths, phrases)
+        rows, at = [], 0
+        for n in lengths.tolist():
+            row = [t or "" for t in tokens[at : at + n]]
+            rows.append(token_classes._phrase_hits(row, phrases) if n else np.zeros(0, dtype=bool))
+            at += n
+        assert batch.tolist() == np.concatenate(rows).tolist()
+        marked += int(batch.sum())
+    assert marked > 500  # the draws do hit phrases
