@@ -109,8 +109,6 @@ def _follow(args, options: dict) -> int:
         totals["files"] += 1
         totals["rollouts"] += rep.records
         print(f"{path.name}: {rep.message()}", flush=True)
-        if watch is not None:
-            watch(args.run)
 
     def busy(exc, path) -> None:
         print(f"{path.name}: waiting: {exc}; trying again", file=sys.stderr, flush=True)
@@ -132,6 +130,7 @@ def _follow(args, options: dict) -> int:
             on_report=report,
             on_busy=busy,
             on_waiting=waiting,
+            on_batch=None if watch is None else lambda: watch(args.run),  # once per poll that imported
             poll_seconds=args.poll,
             **options,
         )

@@ -100,6 +100,7 @@ def follow(
     stop: Callable[[], bool] | None = None,
     on_busy: Callable[[StoreBusy, Path], None] | None = None,
     on_waiting: Callable[[Path], None] | None = None,
+    on_batch: Callable[[], None] | None = None,
     **import_options,
 ) -> tuple[int, int]:
     """Import step files of `directory` into `run` as they appear, until `stop()` is true or the process
@@ -107,7 +108,9 @@ def follow(
     whole or not at all. Returns (files imported, rollouts added). Where the store is busy past the lock
     wait (`StoreBusy`), at the start or for a step file, `on_busy` gets the error and the path, and the
     next poll tries again; without `on_busy`, it raises. A `directory` that does not exist yet is waited for
-    (`on_waiting` gets it once, to say so); a path that is not a directory is refused.
+    (`on_waiting` gets it once, to say so); a path that is not a directory is refused. The files ready at
+    one poll are imported under one open of the store, `on_report` called as each commits, and `on_batch`
+    (the live monitors) once the store is closed again.
 
     An existing `run` is followed only when `directory` (or a file in it) was imported into it before, or
     with `append=True` among `import_options`; each new step file then appends to it (`import_path` with
@@ -141,7 +144,6 @@ def follow(
     while stop is None or not stop():
         fmt_now, files = _step_files(directory, fmt)
         ready = _ready(files, imported, last_seen)
-        done: list[tuple[ImportReport, Path]] = []
         try:
             if ready:
                 # every file ready at this poll under one write connection, each in its own transaction: a
@@ -151,19 +153,18 @@ def follow(
                 with open_store() as store:
                     for f, state in ready:
                         report = import_path(store, f, run, fmt=fmt_now, append=True, **import_options)
-                        done.append((report, f))
                         imported[f] = state
+                        files_done += 1
+                        rollouts += report.records
+                        if on_report is not None:  # said as each commits: a Ctrl-C loses no line
+                            on_report(report, f)
+                if on_batch is not None:  # once the store is closed: it may read the store
+                    on_batch()
         except StoreBusy as exc:
             # another process held the write lock past the wait (an import, a resample): a training run
             # outlives that, so the files not yet imported stay so and the next poll tries them again
             if on_busy is None:
                 raise
             on_busy(exc, next(f for f, state in ready if imported.get(f) != state))
-        finally:
-            for report, f in done:  # reported once the store is closed: a monitor reads it
-                files_done += 1
-                rollouts += report.records
-                if on_report is not None:
-                    on_report(report, f)
         time.sleep(poll_seconds)
     return files_done, rollouts
