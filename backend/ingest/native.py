@@ -187,13 +187,16 @@ def stage_parquet(
     file_hash: str | None,
     chunk_records: int,
     workers: work.Workers | None = None,
+    chunk_tokens: int | None = None,
 ) -> tuple[int, int, str, int]:
     """A native Parquet file; its pieces converted by `workers` (default: the command's) when the file is big
-    enough to split (`split_import`), else here batch by batch."""
+    enough to split (`split_import`), else here batch by batch. A chunk is `chunk_records` records, more for
+    short rollouts (`chunk_rows`)."""
     try:
         reader = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering keeps every batch read
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for corrupt files
         raise InputError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
+    chunk_records = chunk_rows(reader, chunk_records, chunk_tokens)
     split = workers or work.current()
     pieces = split_import.parquet_pieces(reader, path, file_hash, chunk_records)
     count = split.for_job(len(pieces), split_import.parquet_tokens(reader))
@@ -223,6 +226,23 @@ def stage_parquet(
                 bar(piece.rows)
         totals = _add(totals, part)
     return tuple(totals)
+
+
+# A chunk of short rollouts grows to this many times `chunk_records`, at most.
+MOST_RECORDS_FACTOR = 16
+
+
+def chunk_rows(reader: pq.ParquetFile, chunk_records: int, chunk_tokens: int | None) -> int:
+    """Records per chunk of a Parquet file: `chunk_records`, or, for rollouts shorter on average than
+    `chunk_tokens / chunk_records` tokens, as many as make `chunk_tokens` tokens at the file's mean length
+    (from its footer), up to `MOST_RECORDS_FACTOR` times more. Each chunk is one commit, whose cost hardly
+    depends on its rows: 307k rollouts of ~40 tokens paid it 150 times, 7 of their 15 s of import
+    (docs/benchmarks.md); the token bound keeps a chunk's memory where long rollouts have it."""
+    tokens = split_import.parquet_tokens(reader)
+    rows = reader.metadata.num_rows
+    if not chunk_tokens or not tokens or not rows:
+        return chunk_records
+    return int(min(MOST_RECORDS_FACTOR * chunk_records, max(chunk_records, chunk_tokens * rows // tokens)))
 
 
 def _any_seen(done: split_import.Converted, seen: set[int]) -> bool:

@@ -464,7 +464,7 @@ def _stage(
     native_path = native_paths[0] if native_paths else None
     if native_path is not None and native_path.suffix == ".parquet":
         return native.stage_parquet(
-            native_path, buffer, tokenizer, insert, bar, seen, file_hash, CHUNK_RECORDS, workers
+            native_path, buffer, tokenizer, insert, bar, seen, file_hash, CHUNK_RECORDS, workers, CHUNK_TOKENS
         )
     if native_path is not None:
         return native.stage_jsonl(
