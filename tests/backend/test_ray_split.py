@@ -18,7 +18,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from backend.ingest import import_records
+from backend.ingest import import_records, native, split_import
+from backend.ingest.pipeline import CHUNK_RECORDS, CHUNK_TOKENS
 from backend.store import Store
 from bench.scale import write_run
 from tests.conftest import make_records
@@ -132,7 +133,10 @@ def test_estimate_and_import_on_a_two_node_cluster_equal_the_local_run(cluster, 
     assert outs["--ray"] == outs["--workers"]
 
     source = tmp_path / "run.parquet"
-    write_run(source, None, 80_000, mean_len=8)  # ~10,000 rollouts in row groups of 1,024: three pieces
+    write_run(source, None, 800_000, mean_len=8)  # ~100,000 rollouts of ~8 tokens: pieces of 32,768 records
+    reader = pq.ParquetFile(source)
+    chunk = native.chunk_rows(reader, CHUNK_RECORDS, CHUNK_TOKENS)
+    assert len(split_import.parquet_pieces(reader, source, None, chunk)) >= 3  # the import is split
     stored = {}
     for how in (["--workers", "1"], ["--ray", address]):
         target = tmp_path / f"import-{how[0][2:]}.duckdb"

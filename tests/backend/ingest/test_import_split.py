@@ -49,7 +49,16 @@ def parquet_run(tmp_path_factory) -> Path:
     return path
 
 
-def test_parquet_import_with_two_workers_stores_the_rows_of_one(parquet_run, tmp_path):
+@pytest.fixture
+def pieces_of_2048(monkeypatch):
+    """Chunks (and the workers' pieces) of 2,048 records whatever the rollouts' length, so a small file of
+    short rollouts is split in several pieces (`native.chunk_rows` would read it in one)."""
+    from backend.ingest import native  # noqa: PLC0415
+
+    monkeypatch.setattr(native, "MOST_RECORDS_FACTOR", 1)
+
+
+def test_parquet_import_with_two_workers_stores_the_rows_of_one(parquet_run, tmp_path, pieces_of_2048):
     one = _imported(parquet_run, tmp_path / "one.duckdb", 1)
     two = _imported(parquet_run, tmp_path / "two.duckdb", 2)
     assert len(one["rollouts"]) == pq.ParquetFile(parquet_run).metadata.num_rows
@@ -82,7 +91,9 @@ def _records_run(folder: Path) -> Path:
     return path
 
 
-def test_a_bad_record_in_a_worker_piece_is_one_line_naming_it_and_nothing_is_stored(parquet_run, tmp_path):
+def test_a_bad_record_in_a_worker_piece_is_one_line_naming_it_and_nothing_is_stored(
+    parquet_run, tmp_path, pieces_of_2048
+):
     table = pq.read_table(parquet_run)
     logprobs = table.column("logprobs").to_pylist()
     logprobs[9000][0] = float("nan")  # in the last piece
@@ -97,3 +108,22 @@ def test_a_bad_record_in_a_worker_piece_is_one_line_naming_it_and_nothing_is_sto
     assert len(done.stderr.strip().splitlines()) == 1
     assert "record 9001" in done.stderr and "logprobs" in done.stderr
     assert not db.exists() or not _stored(db)["rollouts"]
+
+
+def test_a_file_of_short_rollouts_is_read_in_chunks_of_tokens_not_of_2048_records(tmp_path, monkeypatch):
+    """A chunk is one commit of nearly fixed cost: short rollouts fill it by tokens (at the file's mean
+    length, from its footer) up to 16x the record count; long ones keep the record count. The rows stored are
+    the same whatever the chunk."""
+    from backend.ingest import native  # noqa: PLC0415
+
+    short, long = tmp_path / "short.parquet", tmp_path / "long.parquet"
+    write_run(short, None, 200_000, mean_len=40)  # ~5,000 rollouts of 10-70 tokens
+    write_run(long, None, 200_000, mean_len=512)
+    assert native.chunk_rows(pq.ParquetFile(short), 2048, 1_000_000) in range(24_000, 26_000)  # 1M at ~40
+    assert native.chunk_rows(pq.ParquetFile(short), 2048, 10_000_000) == 16 * 2048  # capped
+    assert native.chunk_rows(pq.ParquetFile(long), 2048, 1_000_000) == 2048
+    assert native.chunk_rows(pq.ParquetFile(short), 2048, None) == 2048
+    big = _imported(short, tmp_path / "big.duckdb", 1)  # one chunk of ~5,000 records
+    monkeypatch.setattr(native, "MOST_RECORDS_FACTOR", 1)
+    small = _imported(short, tmp_path / "small.duckdb", 1)  # three of 2,048
+    assert big == small
