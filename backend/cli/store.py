@@ -313,8 +313,8 @@ def _add_import(sub) -> None:
     p.add_argument(
         "--monitor",
         action="store_true",
-        help="--follow: run the credit-health monitors (creditlens monitor) after each step file "
-        "and print the alerts as they appear",
+        help="--follow: run the credit-health monitors (creditlens monitor) after each poll that imported "
+        "step files and print the alerts as they appear",
     )
     p.add_argument(
         "--monitor-config",
