@@ -80,9 +80,7 @@ def _adam_state(model, optimizer) -> dict:
 def replay(beta: float, out_dir: Path) -> list[dict]:
     """Train the bundled run again (the settings of scripts/record_sample_runs.py), recording its step files
     into `out_dir`; returns per optimizer step what `_Keeper` kept."""
-    from datasets import Dataset  # noqa: PLC0415 - test dependency
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback  # noqa: PLC0415 - heavy
-    from trl import GRPOConfig, GRPOTrainer  # noqa: PLC0415 - test dependency
+    from transformers import TrainerCallback  # noqa: PLC0415 - heavy
 
     from creditlens.integrations import trl as lens_trl  # noqa: PLC0415 - imports TRL
     from scripts import record_sample_runs as recipe  # noqa: PLC0415 - the run's own recipe
@@ -96,36 +94,8 @@ def replay(beta: float, out_dir: Path) -> list[dict]:
         def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
             keeper.end(model, optimizer)
 
-    tokenizer = AutoTokenizer.from_pretrained(recipe.POLICY, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(recipe.POLICY, local_files_only=True)
     with tempfile.TemporaryDirectory() as scratch:
-        config = GRPOConfig(  # as record_sample_runs.record_one
-            output_dir=scratch,
-            max_steps=recipe.STEPS,
-            per_device_train_batch_size=recipe.PROMPTS_PER_STEP * recipe.GENERATIONS,
-            num_generations=recipe.GENERATIONS,
-            max_completion_length=48,
-            learning_rate=1e-3,
-            beta=beta,
-            logging_steps=1,
-            report_to=[],
-            save_strategy="no",
-            use_cpu=True,
-            seed=0,
-            data_seed=0,
-            temperature=1.0,
-            shuffle_dataset=False,
-            bf16=False,
-            disable_dropout=True,
-        )
-        trainer = GRPOTrainer(
-            model=model,
-            reward_funcs=[recipe.task, recipe.format],
-            args=config,
-            train_dataset=Dataset.from_list([{"prompt": p} for p in recipe.PROMPTS * recipe.STEPS]),
-            processing_class=tokenizer,
-            callbacks=[Callback()],
-        )
+        trainer = recipe.trainer_for(beta, Path(scratch), save=False, callbacks=(Callback(),))
         recorder = lens_trl.record(trainer, out_dir, entropies=False)
         trainer.train()
         recorder.close()

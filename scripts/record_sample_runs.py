@@ -65,22 +65,23 @@ def format(completions, **kwargs):  # noqa: A001 - TRL names the channel after t
     return [0.0 if ANSWER.search(text) else -1.0 for text in completions]
 
 
-def record_one(beta: float, dest: Path) -> None:
+def trainer_for(beta: float, output_dir: Path, save: bool, callbacks: tuple = ()):
+    """The GRPOTrainer of the run with KL coefficient `beta` (the demo policy, the two reward functions, the
+    prompts in order, CPU, seeded): what `record_one` records and what `python -m bench attribution`
+    replays. `save`: a checkpoint after every step (model only) under `output_dir`."""
     from datasets import Dataset  # noqa: PLC0415 - test dependency
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415 - heavy
     from trl import GRPOConfig, GRPOTrainer  # noqa: PLC0415 - test dependency
 
-    from creditlens.integrations import trl as lens_trl  # noqa: PLC0415 - imports TRL
-
     tokenizer = AutoTokenizer.from_pretrained(POLICY, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(POLICY, local_files_only=True)
-    keep = beta in KEEP_CHECKPOINTS
-    shutil.rmtree(dest, ignore_errors=True)
-    # Both runs save every step (their settings differ in beta alone), inside the recording, where its step
-    # files name the checkpoints relative to it; only the runs of KEEP_CHECKPOINTS keep them.
-    out = dest / "trainer"
+    saving = (
+        {"save_strategy": "steps", "save_steps": 1, "save_only_model": True}
+        if save
+        else {"save_strategy": "no"}
+    )
     config = GRPOConfig(
-        output_dir=str(out),
+        output_dir=str(output_dir),
         max_steps=STEPS,
         per_device_train_batch_size=PROMPTS_PER_STEP * GENERATIONS,
         num_generations=GENERATIONS,
@@ -89,9 +90,6 @@ def record_one(beta: float, dest: Path) -> None:
         beta=beta,
         logging_steps=1,
         report_to=[],
-        save_strategy="steps",
-        save_steps=1,
-        save_only_model=True,
         use_cpu=True,
         seed=0,
         data_seed=0,
@@ -99,14 +97,27 @@ def record_one(beta: float, dest: Path) -> None:
         shuffle_dataset=False,
         bf16=False,
         disable_dropout=True,
+        **saving,
     )
-    trainer = GRPOTrainer(
+    return GRPOTrainer(
         model=model,
         reward_funcs=[task, format],
         args=config,
         train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS * STEPS]),
         processing_class=tokenizer,
+        callbacks=list(callbacks) or None,
     )
+
+
+def record_one(beta: float, dest: Path) -> None:
+    from creditlens.integrations import trl as lens_trl  # noqa: PLC0415 - imports TRL
+
+    keep = beta in KEEP_CHECKPOINTS
+    shutil.rmtree(dest, ignore_errors=True)
+    # Both runs save every step (their settings differ in beta alone), inside the recording, where its step
+    # files name the checkpoints relative to it; only the runs of KEEP_CHECKPOINTS keep them.
+    out = dest / "trainer"
+    trainer = trainer_for(beta, out, save=True)
     recorder = lens_trl.record(trainer, dest, entropies=True)
     trainer.train()
     recorder.close()
