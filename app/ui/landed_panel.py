@@ -84,31 +84,20 @@ def class_step_figure(frame: pd.DataFrame) -> go.Figure:
     for i, (name, part) in enumerate(frame.groupby("token_class", sort=True)):
         color = palette[i % len(palette)]
         label = text.plain(str(name))
-        figure.add_trace(
-            go.Scatter(
-                x=part["step"],
-                y=part["credit_share"],
-                name=label,
-                legendgroup=label,
-                line={"color": color},
-                mode="lines+markers",
-            ),
-            row=1,
-            col=1,
-        )
-        figure.add_trace(
-            go.Scatter(
-                x=part["step"],
-                y=part["mean_delta"],
-                name=label,
-                legendgroup=label,
-                line={"color": color},
-                mode="lines+markers",
-                showlegend=False,
-            ),
-            row=1,
-            col=2,
-        )
+        for col, column in ((1, "credit_share"), (2, "mean_delta")):  # one legend entry per class
+            figure.add_trace(
+                go.Scatter(
+                    x=part["step"],
+                    y=part[column],
+                    name=label,
+                    legendgroup=label,
+                    line={"color": color},
+                    mode="lines+markers",
+                    showlegend=col == 1,
+                ),
+                row=1,
+                col=col,
+            )
     figure.update_yaxes(tickformat=".0%", row=1, col=1)
     figure.update_xaxes(title_text="step")
     figure.update_layout(height=340, margin={"t": 40, "b": 40, "l": 40, "r": 10})
