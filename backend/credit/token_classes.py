@@ -12,7 +12,6 @@ so filler is found by its words on any run, whether or not a style rule marked i
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from dataclasses import asdict, dataclass
@@ -226,32 +225,6 @@ def _markers(batch: RolloutBatch) -> dict[str, np.ndarray]:
     if "key_mask" in batch.extras and batch.extras["key_mask"].dim() == 2:
         key = batch.extras["key_mask"].cpu().numpy() > 0
     return {"key": key, "style span": style}
-
-
-def _phrase_hits(tokens: list[str], phrases: list[str]) -> np.ndarray:
-    """(L,) bool: tokens overlapping a case-insensitive occurrence of any phrase in the joined text."""
-    starts = np.cumsum([0] + [len(t) for t in tokens])
-    return _hits_in_text("".join(tokens).lower(), starts, phrases)
-
-
-def _hits_in_text(text: str, starts: np.ndarray, phrases: list[str]) -> np.ndarray:
-    """(L,) bool for a response whose lowered text is `text` and whose tokens start at `starts` (L + 1
-    character offsets, the last one the text's end)."""
-    hits = np.zeros(len(starts) - 1, dtype=bool)
-    for m in _phrase_pattern(tuple(phrases)).finditer(text):
-        first = int(np.searchsorted(starts, m.start(1), side="right")) - 1
-        last = int(np.searchsorted(starts, m.end(1), side="left")) - 1
-        hits[max(first, 0) : last + 1] = True
-    return hits
-
-
-@functools.lru_cache(maxsize=64)
-def _phrase_pattern(phrases: tuple[str, ...]) -> re.Pattern:
-    """One regex for all phrases, tried at every position (a lookahead, so overlapping occurrences are all
-    found; the longest phrase first where several start at one place): one scan of a response, not one per
-    phrase (the default filler class has dozens)."""
-    ordered = sorted(set(phrases), key=len, reverse=True)
-    return re.compile("(?=(" + "|".join(re.escape(p) for p in ordered) + "))")
 
 
 def _flat_text(batch: RolloutBatch, lengths: np.ndarray) -> pa.Array | None:
