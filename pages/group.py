@@ -48,7 +48,9 @@ if tabs["aligned"] is not None:
         longest = max((len(v) for v in tokens.values()), default=0)
         peaks = scales.scale_peaks(values, mode)
         widest = max(values, key=lambda k: len(values[k]), default=None)  # its row is the overview strip
-        start, stop = panels.token_window(longest, keys.GROUP_WINDOW, values.get(widest), peaks.get(widest))
+        start, stop = panels.token_window(
+            longest, keys.GROUP_WINDOW, values.get(widest), peaks.get(widest), rows=len(values)
+        )
         st.plotly_chart(
             heatmaps.credit_heatmap(
                 {k: v[start:stop] for k, v in values.items()},

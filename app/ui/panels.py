@@ -226,17 +226,30 @@ def _num(v) -> str:
 SIDE_HEIGHT = 440  # px: the text view and the channel rows beside it scroll within this height
 SIDE_BAND = 32  # heatmap band width (units of about two characters) in a half-width column
 WINDOW = 512  # tokens drawn at once in every view that draws tokens; longer responses a window at a time
+# Cells (rows × tokens) a window of a many-row heatmap holds: the browser's time goes to each cell's token
+# text, so the Group view of 8 responses of 512 tokens drew 4,096 cells in 3x the demo's page time
+# (docs/benchmarks.md, "The app on a 100M-token run"); 2,048 is what the Rollout view of such a run draws.
+WINDOW_CELLS = 2048
+
+
+def window_tokens(rows: int) -> int:
+    """Tokens in a window of a heatmap of `rows` rows: WINDOW, or fewer (whole bands, at least one) when
+    `rows` × WINDOW would pass WINDOW_CELLS."""
+    fit = WINDOW_CELLS // max(rows, 1) // heatmaps.BAND * heatmaps.BAND
+    return min(WINDOW, max(heatmaps.BAND, fit))
 
 
 def token_window(
-    L: int, key: str, overview: np.ndarray | None = None, peak: float | None = None
+    L: int, key: str, overview: np.ndarray | None = None, peak: float | None = None, rows: int = 1
 ) -> tuple[int, int]:
-    """The one windowing rule of every view that draws tokens: responses up to WINDOW tokens are drawn
-    whole; longer ones a window of WINDOW tokens at a time, picked from a list of ranges (mirrored to the
-    URL as `from`), with a whole-response overview strip (`overview`: (L,) values) marking the window."""
+    """The one windowing rule of every view that draws tokens: responses up to a window's tokens are drawn
+    whole; longer ones a window at a time, picked from a list of ranges (mirrored to the URL as `from`), with
+    a whole-response overview strip (`overview`: (L,) values) marking the window. A window is WINDOW tokens,
+    fewer for a heatmap of many `rows` (`window_tokens`)."""
+    size = window_tokens(rows)
     start = 0
-    if L > WINDOW:
-        starts = list(range(0, L, WINDOW))
+    if L > size:
+        starts = list(range(0, L, size))
         start = state.url_widget(
             st.selectbox,
             "Tokens shown",
@@ -245,16 +258,16 @@ def token_window(
             default=0,
             cast=int,
             options=starts,
-            format_func=lambda s: f"{s}–{min(s + WINDOW, L) - 1} of {L}",
+            format_func=lambda s: f"{s}–{min(s + size, L) - 1} of {L}",
         )
         if overview is not None:
             st.plotly_chart(
-                strip_figures.overview_strip(overview, start, min(start + WINDOW, L), peak),
+                strip_figures.overview_strip(overview, start, min(start + size, L), peak),
                 key=f"{key}_overview",
                 width="stretch",
                 config={"displayModeBar": False},
             )
-    return start, min(start + WINDOW, L)
+    return start, min(start + size, L)
 
 
 def heatmap_window(view: shared.RolloutView, key: str, peaks: dict[str, float] | None = None) -> dict:
