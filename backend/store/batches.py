@@ -316,8 +316,10 @@ def _agent(table: pa.Table, rows: _BatchRows) -> tuple[np.ndarray | None, list |
         dense = pad_list_array(mask_col.cast(pa.list_(pa.int8())), rows.T, np.int8) > 0
         loss_mask[have] = dense[have] & rows.mask[have]
     turns = None
-    if "turns" in table.column_names:
-        stored = table.column("turns").to_pylist()
+    stored_turns = table.column("turns") if "turns" in table.column_names else None
+    # a batch of plain rollouts (no turns, no mask: every single-turn run) has no spans to read
+    if stored_turns is not None and (stored_turns.null_count < len(stored_turns) or loss_mask is not None):
+        stored = stored_turns.to_pylist()
         masks = mask_col.to_pylist()
         spans = []
         for text, mask in zip(stored, masks, strict=True):
