@@ -229,17 +229,31 @@ class Connection:
     def memory_limit(self, limit: str | None) -> Iterator[None]:
         """Cap DuckDB's buffer pool for a while (e.g. "512MB"): committed chunks of an import are then
         evicted to the file instead of cached, so a multi-GB import runs in bounded memory."""
-        if limit is None or not re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]i?B", limit):
-            if limit is not None:
-                raise ValueError(f"memory limit {limit!r}: expected something like '512MB'")
+        with self._setting("memory_limit", limit):
+            yield
+
+    @contextmanager
+    def checkpoint_threshold(self, size: str | None) -> Iterator[None]:
+        """Let the write-ahead log grow to `size` (e.g. "256MB") before DuckDB folds it into the file, for a
+        while: an import commits chunk after chunk, and at DuckDB's default (16 MB) nearly every commit of a
+        chunk paid a checkpoint of its own (docs/benchmarks.md, "Import")."""
+        with self._setting("checkpoint_threshold", size):
+            yield
+
+    @contextmanager
+    def _setting(self, name: str, size: str | None) -> Iterator[None]:
+        """DuckDB's size setting `name` at `size` for a while (None: left as it is), then as it was."""
+        if size is None or not re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]i?B", size):
+            if size is not None:
+                raise ValueError(f"{name.replace('_', ' ')} {size!r}: expected something like '512MB'")
             yield
             return
-        previous = self._first("SELECT current_setting('memory_limit')", [])[0]
-        self.con.execute(f"SET memory_limit = '{limit}'")  # validated above: digits and a unit only
+        previous = self._first(f"SELECT current_setting('{name}')", [])[0]
+        self.con.execute(f"SET {name} = '{size}'")  # validated above: digits and a unit only
         try:
             yield
         finally:
-            self.con.execute(f"SET memory_limit = '{previous}'")  # DuckDB's own setting text
+            self.con.execute(f"SET {name} = '{previous}'")  # DuckDB's own setting text
 
     def insert_arrow(self, table: str, data: pa.Table) -> None:
         """Bulk insert an Arrow table whose columns are a subset of `table`'s (by name)."""
