@@ -36,13 +36,13 @@ def _responses(seed: int) -> list[list[int] | None]:
     return lists
 
 
-@pytest.mark.parametrize("rows_per_sort", [1, 7, 256])
-def test_repetition_is_the_loop_over_windows(rows_per_sort):
-    lists = _responses(seed=rows_per_sort)
+@pytest.mark.parametrize("cells_per_sort", [1, 7, 256, 5000, 1 << 20])
+def test_repetition_is_the_loop_over_windows(cells_per_sort):
+    lists = _responses(seed=cells_per_sort)
     chunked = pa.chunked_array(
         [pa.array(lists[:250], pa.list_(pa.int32())), pa.array(lists[250:], pa.list_(pa.int32()))]
     )
-    got = _repetition(chunked, rows_per_sort=rows_per_sort).to_pylist()
+    got = _repetition(chunked, cells_per_sort=cells_per_sort).to_pylist()
     want = [_loop_repetition(ids) for ids in lists]
     assert [g is None for g in got] == [w is None for w in want]
     assert np.allclose(
