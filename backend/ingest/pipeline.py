@@ -41,9 +41,8 @@ from backend.store.explorer_queries import fill_rollout_summary
 
 CHUNK_RECORDS = 2048
 CHUNK_TOKENS = 1_000_000
-# DuckDB's buffer pool during an import: committed chunks are evicted to the file beyond this. The write-ahead
-# log of the committed chunks is folded into the file at the same size (a checkpoint per 256 MB, not one per
-# commit: the import of a 20M-token run in 16 s instead of 20 s, peak memory no higher; docs/benchmarks.md).
+# DuckDB's buffer pool during an import (committed chunks are evicted to the file beyond it), and the size at
+# which the write-ahead log is folded into the file (not once per commit: docs/benchmarks.md, "Import").
 IMPORT_MEMORY_LIMIT = os.environ.get("CREDITLENS_IMPORT_MEMORY", "256MB")
 
 
@@ -386,11 +385,8 @@ def _publish(
 ) -> None:
     """The one last transaction: the staged rows become the run's (or are dropped when every record was
     already in it), with its main channel, its Explorer summaries and the import's record."""
-    with (
-        store.memory_limit(IMPORT_MEMORY_LIMIT),  # DuckDB spills beyond it
-        store.checkpoint_threshold(IMPORT_MEMORY_LIMIT),  # the publish's log: folded in once, at its commit
-        store.transaction(),
-    ):
+    limit = IMPORT_MEMORY_LIMIT  # DuckDB spills beyond it; the publish's log is folded in at its commit
+    with store.memory_limit(limit), store.checkpoint_threshold(limit), store.transaction():
         run_id = staged.target_id  # every record already in the run: nothing to publish
         if staged.records:
             run_id = store.publish_staging_run(

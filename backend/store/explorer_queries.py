@@ -175,9 +175,8 @@ def _repetition(token_ids: pa.ChunkedArray, cells_per_sort: int = 1 << 20) -> pa
     ordered = n_windows[by_windows]  # ascending
     first = 0
     while first < len(by_windows):
-        # as many rows as keep the (R, C) table within `cells_per_sort` cells, C the widest row's windows:
-        # a run of short rollouts sorts thousands of rows at once, not 256 (a python step per 256 rows was
-        # most of the summary of 307k rollouts of ~40 tokens)
+        # as many rows as keep the (R, C) table within `cells_per_sort` cells (C: the widest row's windows):
+        # short rollouts sort thousands at once (256 a step was most of the summary of 307k of ~40 tokens)
         guess = ordered[min(first + max(1, cells_per_sort // ordered[first]), len(ordered)) - 1]
         stop = first + max(1, cells_per_sort // int(guess))
         rows = by_windows[first:stop]  # (R,)
