@@ -19,3 +19,12 @@ packages of lower layers):
     demo/         the bundled sample runs: how they are made (train, sample) and imported
     cli/          the commands (`creditlens ...`), the top floor
 """
+
+import os
+
+# OpenMP threads (torch's on the CPU) that finish a parallel region sleep at once instead of spinning for
+# more work. A streamed estimate runs torch beside a reader thread, a writer thread and DuckDB's, and the
+# spinning took their cores: 1-2 CPU s of a 10 s estimate, wall time 4-12% lower without it, and never
+# slower on the runs measured (docs/benchmarks.md, "Workers and Ray"). Set before torch is imported; a
+# value the user set wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
