@@ -26,5 +26,8 @@ import os
 # more work. A streamed estimate runs torch beside a reader thread, a writer thread and DuckDB's, and the
 # spinning took their cores: 1-2 CPU s of a 10 s estimate, wall time 4-12% lower without it, and never
 # slower on the runs measured (docs/benchmarks.md, "Workers and Ray"). Set before torch is imported; a
-# value the user set wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# value the user set wins. ENV_SET_HERE: what this package set (a bench's baseline checkout runs without it).
+ENV_SET_HERE: tuple[str, ...] = ()
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    ENV_SET_HERE = ("OMP_WAIT_POLICY",)

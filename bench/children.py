@@ -32,7 +32,7 @@ def run_child(
             stderr=errors,
             text=True,
             cwd=cwd,
-            env={**os.environ, **(env or {})},
+            env={**_inherited(cwd), **(env or {})},
         )
         out = proc.stdout.read()
         _, status, usage = os.wait4(proc.pid, 0)
@@ -43,6 +43,15 @@ def run_child(
         raise RuntimeError(f"creditlens {' '.join(args)} failed: {err.strip().splitlines()[-1:]}")
     inner = float(out.strip().splitlines()[-1].split()[-1])
     return wall, inner, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+def _inherited(cwd: Path | None) -> dict[str, str]:
+    """This process's environment; for another checkout (`cwd`) without what this package set at its import
+    (`backend.ENV_SET_HERE`): a baseline runs as it would from the user's shell."""
+    import backend  # noqa: PLC0415 - the bench's own package, imported by then
+
+    dropped = set(backend.ENV_SET_HERE) if cwd is not None else set()
+    return {k: v for k, v in os.environ.items() if k not in dropped}
 
 
 def line(
