@@ -228,7 +228,7 @@ SIDE_BAND = 32  # heatmap band width (units of about two characters) in a half-w
 WINDOW = 512  # tokens drawn at once in every view that draws tokens; longer responses a window at a time
 # Cells (rows × tokens) a window of a many-row heatmap holds: the browser's time goes to each cell's token
 # text, so the Group view of 8 responses of 512 tokens drew 4,096 cells in 3x the demo's page time
-# (docs/benchmarks.md, "The app on a 100M-token run"); 2,048 is what the Rollout view of such a run draws.
+# (docs/benchmarks.md, "The views on a real-size run"); 2,048 is what the Rollout view of such a run draws.
 WINDOW_CELLS = 2048
 
 
