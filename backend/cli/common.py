@@ -91,9 +91,9 @@ def add_workers_args(parser, what: str = "the run's chunks") -> None:
         type=whole_number(1),
         default=None,
         metavar="N",
-        help=f"processes that compute {what} (default: the machine's cores for a run of 20M tokens or "
-        "more; a smaller one stays in this process, which is faster than starting workers); the results "
-        "are the same rows",
+        help=f"processes that compute {what} (default: the machine's cores but one, left to the process "
+        "that writes, for a run of 20M tokens or more; a smaller run, or a 2-core machine, stays in this "
+        "process, which is faster than starting workers); the results are the same rows",
     )
     parser.add_argument(
         "--ray",

@@ -34,10 +34,12 @@ def machine_cores() -> int:
 
 @dataclass(frozen=True)
 class Workers:
-    """How a whole-run job splits: `count` workers (None: the machine's cores, or the cluster's CPUs under
-    Ray), on Ray at `ray` when given. `min_tokens`: a smaller run stays in this process when `count` was not
-    given: a worker's start (Python, pyarrow, DuckDB and for an estimate torch: 2-3 CPU s each) and the
-    one writer's share made 2 workers slower than 1 on a 3M-token run here (docs/benchmarks.md)."""
+    """How a whole-run job splits: `count` workers (None: the machine's cores but one, or the cluster's CPUs
+    under Ray), on Ray at `ray` when given. The default leaves a core to the one writer, which reads back
+    and commits every piece: on 2 cores, 2 workers were 0.84x of this process for a 100M-token estimate
+    (docs/benchmarks.md), so a 2-core machine stays in this process. `min_tokens`: a smaller run stays in this
+    process when `count` was not given: a worker's start (Python, pyarrow, DuckDB and for an estimate torch:
+    2-3 CPU s each) and the writer's share made 2 workers slower than 1 on a 3M-token run here."""
 
     count: int | None = None
     ray: str | None = None
@@ -54,9 +56,9 @@ class Workers:
             return 1
         if self.count is None and self.ray is None and (tokens is None or tokens < self.min_tokens):
             return 1
-        count = (
-            self.count if self.count is not None else (_ray_cpus(self.ray) if self.ray else machine_cores())
-        )
+        count = self.count
+        if count is None:  # the cluster's CPUs, or this machine's cores but the writer's
+            count = _ray_cpus(self.ray) if self.ray else machine_cores() - 1
         return max(1, min(count, pieces))
 
 
